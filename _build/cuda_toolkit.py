@@ -1,0 +1,61 @@
+"""Find the CUDA toolkit for the build (shared by setup.py and the build backend).
+
+Order, as CuPy's builder does it: CUDA_PATH / CUDA_HOME, then nvcc on PATH, then
+/usr/local/cuda.  The header version (cuda.h's CUDA_VERSION) decides which
+cuda-bindings the compiled driver layer must be used with.
+"""
+
+import os
+import re
+import shutil
+
+DEFAULT_ARCHS = ("75", "80", "86", "89", "90", "100", "120")
+
+
+def find_cuda_root():
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        root = os.environ.get(var)
+        if root and os.path.exists(os.path.join(root, "include", "cuda.h")):
+            return root
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        root = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+        if os.path.exists(os.path.join(root, "include", "cuda.h")):
+            return root
+    if os.path.exists("/usr/local/cuda/include/cuda.h"):
+        return "/usr/local/cuda"
+    return None
+
+
+def nvcc_path(root):
+    path = os.path.join(root, "bin", "nvcc")
+    return path if os.path.exists(path) else None
+
+
+def header_version(root):
+    """'13.0' from <root>/include/cuda.h, or None."""
+    try:
+        with open(os.path.join(root, "include", "cuda.h")) as fh:
+            m = re.search(r"#define\s+CUDA_VERSION\s+(\d+)", fh.read())
+    except OSError:
+        return None
+    if not m:
+        return None
+    v = int(m.group(1))
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def bindings_requirement():
+    """The cuda-bindings pin matching the toolkit headers, or None without a toolkit."""
+    if os.environ.get("GRAPHKERN_NO_CUDA"):
+        return None
+    root = find_cuda_root()
+    ver = header_version(root) if root else None
+    return f"cuda-bindings=={ver}.*" if ver else None
+
+
+def archs():
+    env = os.environ.get("GRAPHKERN_CUDA_ARCHS")
+    if env:
+        return tuple(a.strip().replace("sm_", "").replace(".", "") for a in re.split(r"[,; ]+", env) if a.strip())
+    return DEFAULT_ARCHS

@@ -1,0 +1,53 @@
+"""graphkern: graph similarity kernels and graph centrality on NVIDIA GPUs and multicore CPUs.
+
+Capabilities (each with ``backend="auto" | "cpu" | "gpu"``):
+
+* :func:`jaccard`, :func:`sorensen`, :func:`overlap` -- edge similarity weights;
+* :func:`expm_multiply`, :func:`total_communicability`, :func:`funm_multiply` --
+  exp(beta A) x by Lanczos;
+* :class:`ShortestPathKernel` -- the shortest-path graph kernel (FCSP);
+* :class:`MarginalizedGraphKernel` -- the marginalized graph kernel.
+"""
+
+from importlib import import_module
+
+from graphkern.errors import CudaError, GPUUnavailableError, GraphTooLargeError, NotConvergedError
+from graphkern.graph import Graph, pack_graphs
+from graphkern._cuda.runtime import gpu_available, unavailable_reason as gpu_unavailable_reason
+
+__version__ = "0.1.0"
+
+# Public names provided by capability modules, imported on first use so that
+# `import graphkern` stays fast and one capability's import problem cannot hide the rest.
+_LAZY = {
+    "jaccard": "graphkern.jaccard",
+    "sorensen": "graphkern.jaccard",
+    "overlap": "graphkern.jaccard",
+    "expm_multiply": "graphkern.expm",
+    "funm_multiply": "graphkern.expm",
+    "total_communicability": "graphkern.expm",
+    "ShortestPathKernel": "graphkern.spgk",
+    "MarginalizedGraphKernel": "graphkern.mgk",
+    "basekernels": "graphkern.basekernels",
+    "io": "graphkern.io",
+    "generators": "graphkern.generators",
+}
+
+__all__ = ["Graph", "pack_graphs", "CudaError", "GPUUnavailableError", "GraphTooLargeError",
+           "NotConvergedError", "gpu_available", "gpu_unavailable_reason", "devices", *_LAZY]
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'graphkern' has no attribute {name!r}")
+    mod = import_module(module)
+    value = mod if module.endswith("." + name) else getattr(mod, name)
+    globals()[name] = value
+    return value
+
+
+def devices():
+    """Properties of every usable CUDA device (an empty list without a GPU)."""
+    from graphkern._cuda.runtime import devices_info
+    return devices_info()

@@ -1,0 +1,1 @@
+"""Cython OpenMP kernels, one module per capability (compiled by setup.py)."""

@@ -1,0 +1,1 @@
+"""The CUDA runtime layer: the only package that talks to the driver (see runtime.py)."""

@@ -1,0 +1,603 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+# distutils: language = c++
+"""The only module that talks to the CUDA driver (through cuda-python's cydriver).
+
+Every driver call runs without the GIL and its status is checked right after by
+``_check``, which raises :class:`graphkern.errors.CudaError` carrying the driver's
+error name and message.  Objects that own driver resources (contexts, buffers,
+streams, events, pinned memory) release them when collected.
+"""
+
+from cuda.bindings cimport cydriver
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
+from libc.string cimport memcpy
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
+
+import numpy as np
+
+from graphkern.errors import CudaError
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    """
+
+# --------------------------------------------------------------------------- errors
+
+cdef object _error(cydriver.CUresult status, str call):
+    cdef const char* name = NULL
+    cdef const char* text = NULL
+    cydriver.cuGetErrorName(status, &name)
+    cydriver.cuGetErrorString(status, &text)
+    py_name = name.decode() if name != NULL else f"CUDA_ERROR_{<int>status}"
+    py_text = text.decode() if text != NULL else "unknown error"
+    return CudaError(py_name, py_text, <int>status, call)
+
+
+cdef inline int _check(cydriver.CUresult status, str call) except -1:
+    if status != cydriver.CUDA_SUCCESS:
+        raise _error(status, call)
+    return 0
+
+
+def check_status(int status, str call="driver call"):
+    """Python twin of ``_check`` for status codes obtained elsewhere."""
+    _check(<cydriver.CUresult>status, call)
+
+
+_initialised = False
+
+
+def init():
+    """Initialise the driver once.  Raises RuntimeError if libcuda cannot be loaded."""
+    global _initialised
+    cdef cydriver.CUresult st
+    if _initialised:
+        return
+    with nogil:
+        st = cydriver.cuInit(0)
+    _check(st, "cuInit")
+    _initialised = True
+
+
+def driver_version():
+    cdef int v = 0
+    init()
+    _check(cydriver.cuDriverGetVersion(&v), "cuDriverGetVersion")
+    return v
+
+
+def device_count():
+    cdef int n = 0
+    init()
+    _check(cydriver.cuDeviceGetCount(&n), "cuDeviceGetCount")
+    return n
+
+# --------------------------------------------------------------------------- devices
+
+
+cdef class Device:
+    """One GPU with its retained primary context and its loaded modules."""
+
+    cdef readonly int ordinal
+    cdef cydriver.CUdevice dev
+    cdef cydriver.CUcontext ctx
+    cdef dict _modules
+    cdef object _props
+
+    def __cinit__(self, int ordinal):
+        cdef cydriver.CUresult st
+        init()
+        n = device_count()
+        if ordinal < 0 or ordinal >= n:
+            raise ValueError(f"device {ordinal} does not exist: this machine has {n} CUDA device(s)")
+        self.ordinal = ordinal
+        self.ctx = NULL
+        _check(cydriver.cuDeviceGet(&self.dev, ordinal), "cuDeviceGet")
+        with nogil:
+            st = cydriver.cuDevicePrimaryCtxRetain(&self.ctx, self.dev)
+        _check(st, "cuDevicePrimaryCtxRetain")
+        self._modules = {}
+        self._props = None
+        self.activate()
+
+    def __dealloc__(self):
+        if self.ctx != NULL:
+            cydriver.cuDevicePrimaryCtxRelease(self.dev)
+
+    cpdef activate(self):
+        """Make this device's primary context current on the calling thread."""
+        cdef cydriver.CUresult st
+        with nogil:
+            st = cydriver.cuCtxSetCurrent(self.ctx)
+        _check(st, "cuCtxSetCurrent")
+
+    cdef int _attr(self, cydriver.CUdevice_attribute a) except? -1:
+        cdef int v = 0
+        _check(cydriver.cuDeviceGetAttribute(&v, a, self.dev), "cuDeviceGetAttribute")
+        return v
+
+    @property
+    def properties(self):
+        """Name, compute capability, SM count, memory and limits, read once."""
+        cdef char name[256]
+        cdef size_t total = 0
+        if self._props is None:
+            _check(cydriver.cuDeviceGetName(name, 256, self.dev), "cuDeviceGetName")
+            _check(cydriver.cuDeviceTotalMem(&total, self.dev), "cuDeviceTotalMem")
+            self._props = dict(
+                ordinal=self.ordinal,
+                name=name.decode(),
+                compute_capability=(self._attr(cydriver.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+                                    self._attr(cydriver.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)),
+                multiprocessor_count=self._attr(cydriver.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+                total_memory=int(total),
+                max_threads_per_block=self._attr(cydriver.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+                max_shared_memory_per_block_optin=self._attr(
+                    cydriver.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+                shared_memory_per_multiprocessor=self._attr(
+                    cydriver.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
+                l2_cache_size=self._attr(cydriver.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
+                warp_size=self._attr(cydriver.CU_DEVICE_ATTRIBUTE_WARP_SIZE),
+                memory_clock_khz=self._attr(cydriver.CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
+                memory_bus_width=self._attr(cydriver.CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
+            )
+        return dict(self._props)
+
+    def memory_info(self):
+        """``(free, total)`` bytes on the device now."""
+        cdef size_t free = 0, total = 0
+        self.activate()
+        _check(cydriver.cuMemGetInfo(&free, &total), "cuMemGetInfo")
+        return int(free), int(total)
+
+    def synchronize(self):
+        cdef cydriver.CUresult st
+        self.activate()
+        with nogil:
+            st = cydriver.cuCtxSynchronize()
+        _check(st, "cuCtxSynchronize")
+
+    def can_access_peer(self, Device other):
+        cdef int ok = 0
+        _check(cydriver.cuDeviceCanAccessPeer(&ok, self.dev, other.dev), "cuDeviceCanAccessPeer")
+        return bool(ok)
+
+    def enable_peer_access(self, Device other):
+        """Let kernels on this device read ``other``'s memory; idempotent."""
+        cdef cydriver.CUresult st
+        self.activate()
+        st = cydriver.cuCtxEnablePeerAccess(other.ctx, 0)
+        if st != cydriver.CUDA_SUCCESS and st != cydriver.CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED:
+            _check(st, "cuCtxEnablePeerAccess")
+
+    def load_module(self, str key, bytes image):
+        """Load a cubin/fatbin/PTX image once per device; later calls return the cached module."""
+        mod = self._modules.get(key)
+        if mod is None:
+            self.activate()
+            mod = Module(self, key, image)
+            self._modules[key] = mod
+        return mod
+
+    def __repr__(self):
+        p = self.properties
+        return f"<Device {self.ordinal}: {p['name']} sm_{p['compute_capability'][0]}{p['compute_capability'][1]}>"
+
+
+# --------------------------------------------------------------------------- modules
+
+
+cdef class Module:
+    cdef cydriver.CUmodule mod
+    cdef readonly Device device
+    cdef readonly str key
+    cdef dict _functions
+
+    def __cinit__(self, Device device, str key, bytes image):
+        cdef const char* data = image
+        cdef cydriver.CUresult st
+        self.device = device
+        self.key = key
+        self._functions = {}
+        with nogil:
+            st = cydriver.cuModuleLoadData(&self.mod, <const void*>data)
+        _check(st, f"cuModuleLoadData({key})")
+
+    def function(self, str name):
+        """The kernel ``name`` (an extern "C" entry point) of this module."""
+        cdef cydriver.CUfunction f
+        cdef bytes bname
+        fn = self._functions.get(name)
+        if fn is None:
+            bname = name.encode()
+            st = cydriver.cuModuleGetFunction(&f, self.mod, bname)
+            if st == cydriver.CUDA_ERROR_NOT_FOUND:
+                raise CudaError("CUDA_ERROR_NOT_FOUND", f"kernel {name!r} is not in module {self.key!r}",
+                                <int>st, "cuModuleGetFunction")
+            _check(st, "cuModuleGetFunction")
+            fn = Function()
+            (<Function>fn).f = f
+            (<Function>fn).name = name
+            (<Function>fn).device = self.device
+            self._functions[name] = fn
+        return fn
+
+
+cdef class Function:
+    cdef cydriver.CUfunction f
+    cdef readonly str name
+    cdef readonly Device device
+
+    cdef int _attr(self, cydriver.CUfunction_attribute a) except? -1:
+        cdef int v = 0
+        _check(cydriver.cuFuncGetAttribute(&v, a, self.f), "cuFuncGetAttribute")
+        return v
+
+    @property
+    def attributes(self):
+        return dict(
+            max_threads_per_block=self._attr(cydriver.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+            num_regs=self._attr(cydriver.CU_FUNC_ATTRIBUTE_NUM_REGS),
+            shared_size_bytes=self._attr(cydriver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+            local_size_bytes=self._attr(cydriver.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+        )
+
+    def set_max_dynamic_shared_memory(self, int nbytes):
+        _check(cydriver.cuFuncSetAttribute(self.f, cydriver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           nbytes), "cuFuncSetAttribute")
+
+    def max_active_blocks_per_sm(self, int block_size, size_t dynamic_shared=0):
+        cdef int n = 0
+        _check(cydriver.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, self.f, block_size, dynamic_shared),
+               "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+        return n
+
+    def __repr__(self):
+        return f"<Function {self.name} on device {self.device.ordinal}>"
+
+
+# --------------------------------------------------------------------------- memory
+
+
+cdef class DeviceBuffer:
+    """``nbytes`` of device memory, freed when the last reference goes.
+
+    ``dtype`` and ``shape`` are optional annotations used by :meth:`to_host`.
+    A view (:meth:`view`) shares its parent's memory and keeps the parent alive.
+    """
+
+    cdef cydriver.CUdeviceptr ptr
+    cdef readonly size_t nbytes
+    cdef readonly Device device
+    cdef object _parent
+    cdef public object dtype
+    cdef public object shape
+
+    def __cinit__(self, Device device, size_t nbytes, *, dtype=None, shape=None, _view_of=None,
+                  size_t _offset=0):
+        cdef cydriver.CUresult st
+        self.device = device
+        self.nbytes = nbytes
+        self.ptr = 0
+        self.dtype = None if dtype is None else np.dtype(dtype)
+        self.shape = shape
+        if _view_of is not None:
+            self._parent = _view_of
+            self.ptr = (<DeviceBuffer>_view_of).ptr + _offset
+            return
+        self._parent = None
+        if nbytes == 0:
+            return
+        device.activate()
+        with nogil:
+            st = cydriver.cuMemAlloc(&self.ptr, nbytes)
+        if st == cydriver.CUDA_ERROR_OUT_OF_MEMORY:
+            free, total = device.memory_info()
+            raise CudaError("CUDA_ERROR_OUT_OF_MEMORY",
+                            f"out of memory allocating {nbytes:,} bytes on device {device.ordinal} "
+                            f"({free:,} of {total:,} bytes free)", <int>st, "cuMemAlloc")
+        _check(st, "cuMemAlloc")
+
+    def __dealloc__(self):
+        if self._parent is None and self.ptr != 0:
+            cydriver.cuCtxSetCurrent(self.device.ctx)
+            cydriver.cuMemFree(self.ptr)
+
+    @property
+    def ptr(self):
+        return <uintptr_t>self.ptr
+
+    def view(self, size_t offset, size_t nbytes, *, dtype=None, shape=None):
+        if offset + nbytes > self.nbytes:
+            raise ValueError(f"view [{offset}, {offset + nbytes}) outside a buffer of {self.nbytes} bytes")
+        return DeviceBuffer(self.device, nbytes, dtype=dtype, shape=shape, _view_of=self, _offset=offset)
+
+    def copy_from_host(self, host, Stream stream=None, size_t offset=0):
+        """Copy a C-contiguous host array (or buffer) into this buffer at ``offset``.
+
+        With a stream the copy is asynchronous; the host memory must then stay alive
+        and unchanged until the stream reaches it (use pinned memory for overlap).
+        """
+        cdef const unsigned char[::1] src = memoryview(host).cast("B")
+        cdef size_t n = src.shape[0]
+        cdef cydriver.CUresult st
+        cdef cydriver.CUstream s = _stream_handle(stream)
+        if offset + n > self.nbytes:
+            raise ValueError(f"copy of {n} bytes at offset {offset} overflows a device buffer of {self.nbytes} bytes")
+        if n == 0:
+            return
+        self.device.activate()
+        with nogil:
+            if stream is None:
+                st = cydriver.cuMemcpyHtoD(self.ptr + offset, &src[0], n)
+            else:
+                st = cydriver.cuMemcpyHtoDAsync(self.ptr + offset, &src[0], n, s)
+        _check(st, "cuMemcpyHtoD")
+
+    def copy_to_host(self, out, Stream stream=None, size_t offset=0):
+        """Copy ``len(out)`` bytes from ``offset`` into the writable host buffer ``out``."""
+        cdef unsigned char[::1] dst = memoryview(out).cast("B")
+        cdef size_t n = dst.shape[0]
+        cdef cydriver.CUresult st
+        cdef cydriver.CUstream s = _stream_handle(stream)
+        if offset + n > self.nbytes:
+            raise ValueError(f"copy of {n} bytes at offset {offset} overflows a device buffer of {self.nbytes} bytes")
+        if n == 0:
+            return out
+        self.device.activate()
+        with nogil:
+            if stream is None:
+                st = cydriver.cuMemcpyDtoH(&dst[0], self.ptr + offset, n)
+            else:
+                st = cydriver.cuMemcpyDtoHAsync(&dst[0], self.ptr + offset, n, s)
+        _check(st, "cuMemcpyDtoH")
+        return out
+
+    def copy_from_device(self, DeviceBuffer src, size_t nbytes=0, Stream stream=None,
+                         size_t dst_offset=0, size_t src_offset=0):
+        """Device-to-device copy (peer copy when ``src`` lives on another device)."""
+        cdef cydriver.CUresult st
+        cdef cydriver.CUstream s = _stream_handle(stream)
+        if nbytes == 0:
+            nbytes = src.nbytes - src_offset
+        if dst_offset + nbytes > self.nbytes or src_offset + nbytes > src.nbytes:
+            raise ValueError("device-to-device copy out of bounds")
+        self.device.activate()
+        with nogil:
+            st = cydriver.cuMemcpyAsync(self.ptr + dst_offset, src.ptr + src_offset, nbytes, s)
+            if stream is None and st == cydriver.CUDA_SUCCESS:
+                st = cydriver.cuStreamSynchronize(NULL)
+        _check(st, "cuMemcpyAsync")
+
+    def memset32(self, uint32_t value, Stream stream=None):
+        """Fill with a 32-bit pattern (e.g. a NaN bit pattern to poison outputs)."""
+        cdef cydriver.CUresult st
+        cdef cydriver.CUstream s = _stream_handle(stream)
+        self.device.activate()
+        with nogil:
+            st = cydriver.cuMemsetD32Async(self.ptr, value, self.nbytes // 4, s)
+            if stream is None and st == cydriver.CUDA_SUCCESS:
+                st = cydriver.cuStreamSynchronize(NULL)
+        _check(st, "cuMemsetD32")
+
+    def zero(self, Stream stream=None):
+        cdef cydriver.CUresult st
+        cdef cydriver.CUstream s = _stream_handle(stream)
+        self.device.activate()
+        with nogil:
+            st = cydriver.cuMemsetD8Async(self.ptr, 0, self.nbytes, s)
+            if stream is None and st == cydriver.CUDA_SUCCESS:
+                st = cydriver.cuStreamSynchronize(NULL)
+        _check(st, "cuMemsetD8")
+
+    def to_host(self, dtype=None, shape=None):
+        """A new NumPy array with this buffer's contents (synchronous)."""
+        dtype = np.dtype(dtype if dtype is not None else (self.dtype if self.dtype is not None else np.uint8))
+        if shape is None:
+            shape = self.shape if self.shape is not None else (self.nbytes // dtype.itemsize,)
+        out = np.empty(shape, dtype=dtype)
+        if out.nbytes > self.nbytes:
+            raise ValueError(f"shape {shape} of {dtype} needs {out.nbytes} bytes; buffer has {self.nbytes}")
+        self.copy_to_host(out)
+        return out
+
+    def __repr__(self):
+        return f"<DeviceBuffer {self.nbytes} bytes on device {self.device.ordinal} dtype={self.dtype} shape={self.shape}>"
+
+
+cdef class PinnedBuffer:
+    """Page-locked host memory (for asynchronous copies); exposes the buffer protocol."""
+
+    cdef void* ptr
+    cdef readonly size_t nbytes
+
+    def __cinit__(self, size_t nbytes):
+        cdef cydriver.CUresult st
+        self.ptr = NULL
+        self.nbytes = nbytes
+        init()
+        if nbytes:
+            with nogil:
+                st = cydriver.cuMemHostAlloc(&self.ptr, nbytes, cydriver.CU_MEMHOSTALLOC_PORTABLE)
+            _check(st, "cuMemHostAlloc")
+
+    def __dealloc__(self):
+        if self.ptr != NULL:
+            cydriver.cuMemFreeHost(self.ptr)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.ptr, self.nbytes, 0, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def array(self, dtype, shape=None):
+        """A NumPy view of this memory (keeps the buffer alive)."""
+        a = np.frombuffer(self, dtype=dtype)
+        return a if shape is None else a[: int(np.prod(shape))].reshape(shape)
+
+
+# --------------------------------------------------------------------------- streams, events
+
+
+cdef inline cydriver.CUstream _stream_handle(Stream stream):
+    if stream is None:
+        return <cydriver.CUstream>NULL
+    return stream.s
+
+
+cdef class Stream:
+    cdef cydriver.CUstream s
+    cdef readonly Device device
+
+    def __cinit__(self, Device device):
+        self.device = device
+        self.s = NULL
+        device.activate()
+        _check(cydriver.cuStreamCreate(&self.s, cydriver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+
+    def __dealloc__(self):
+        if self.s != NULL:
+            cydriver.cuStreamDestroy(self.s)
+
+    def synchronize(self):
+        cdef cydriver.CUresult st
+        with nogil:
+            st = cydriver.cuStreamSynchronize(self.s)
+        _check(st, "cuStreamSynchronize")
+
+    def wait_event(self, Event event):
+        _check(cydriver.cuStreamWaitEvent(self.s, event.e, 0), "cuStreamWaitEvent")
+
+    def query(self):
+        """True when all work on the stream has finished."""
+        st = cydriver.cuStreamQuery(self.s)
+        if st == cydriver.CUDA_ERROR_NOT_READY:
+            return False
+        _check(st, "cuStreamQuery")
+        return True
+
+    @property
+    def handle(self):
+        return <uintptr_t>self.s
+
+
+cdef class Event:
+    cdef cydriver.CUevent e
+    cdef readonly Device device
+
+    def __cinit__(self, Device device, bint timing=True):
+        self.device = device
+        self.e = NULL
+        device.activate()
+        _check(cydriver.cuEventCreate(&self.e, cydriver.CU_EVENT_DEFAULT if timing
+                                      else cydriver.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+
+    def __dealloc__(self):
+        if self.e != NULL:
+            cydriver.cuEventDestroy(self.e)
+
+    def record(self, Stream stream=None):
+        _check(cydriver.cuEventRecord(self.e, _stream_handle(stream)), "cuEventRecord")
+
+    def synchronize(self):
+        cdef cydriver.CUresult st
+        with nogil:
+            st = cydriver.cuEventSynchronize(self.e)
+        _check(st, "cuEventSynchronize")
+
+    def elapsed_ms(self, Event end):
+        """Milliseconds from this event to ``end`` (both recorded and complete)."""
+        cdef float ms = 0
+        end.synchronize()
+        _check(cydriver.cuEventElapsedTime(&ms, self.e, end.e), "cuEventElapsedTime")
+        return ms
+
+
+# --------------------------------------------------------------------------- launch
+
+cdef enum:
+    MAX_ARGS = 48
+
+cdef object _np_int32 = np.int32
+cdef object _np_uint32 = np.uint32
+cdef object _np_int64 = np.int64
+cdef object _np_uint64 = np.uint64
+cdef object _np_float32 = np.float32
+cdef object _np_float64 = np.float64
+
+
+def launch(Function fn, grid, block, args, unsigned int shared_mem=0, Stream stream=None):
+    """Launch ``fn`` with ``grid``/``block`` (int or up to 3-tuple) on ``stream``.
+
+    ``args`` is a sequence of kernel arguments, each a :class:`DeviceBuffer` (passed as
+    its device pointer), ``None`` (a null pointer) or a NumPy scalar of type int32,
+    uint32, int64, uint64, float32 or float64: plain Python numbers are refused because
+    their C type would be a guess.
+    """
+    cdef uint64_t storage[MAX_ARGS]
+    cdef void* params[MAX_ARGS]
+    cdef unsigned int g[3]
+    cdef unsigned int b[3]
+    cdef Py_ssize_t i, n = len(args)
+    cdef cydriver.CUresult st
+    cdef cydriver.CUstream s = _stream_handle(stream)
+    cdef int32_t v_i32
+    cdef uint32_t v_u32
+    cdef int64_t v_i64
+    cdef float v_f32
+    cdef double v_f64
+    if n > MAX_ARGS:
+        raise ValueError(f"at most {MAX_ARGS} kernel arguments, got {n}")
+    _dims(grid, g, "grid")
+    _dims(block, b, "block")
+    for i in range(n):
+        a = args[i]
+        params[i] = &storage[i]
+        if isinstance(a, DeviceBuffer):
+            storage[i] = <uint64_t>(<DeviceBuffer>a).ptr
+        elif a is None:
+            storage[i] = 0
+        else:
+            t = type(a)
+            if t is _np_int32:
+                v_i32 = a
+                memcpy(&storage[i], &v_i32, 4)
+            elif t is _np_uint32:
+                v_u32 = a
+                memcpy(&storage[i], &v_u32, 4)
+            elif t is _np_int64:
+                v_i64 = a
+                memcpy(&storage[i], &v_i64, 8)
+            elif t is _np_uint64:
+                storage[i] = <uint64_t>a
+            elif t is _np_float32:
+                v_f32 = a
+                memcpy(&storage[i], &v_f32, 4)
+            elif t is _np_float64:
+                v_f64 = a
+                memcpy(&storage[i], &v_f64, 8)
+            else:
+                raise TypeError(f"kernel {fn.name}: argument {i} has type {t.__name__}; pass a DeviceBuffer "
+                                "or a NumPy scalar (np.int32, np.int64, np.float32, ...)")
+    fn.device.activate()
+    with nogil:
+        st = cydriver.cuLaunchKernel(fn.f, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, s, params, NULL)
+    _check(st, f"cuLaunchKernel({fn.name})")
+
+
+cdef int _dims(object v, unsigned int* out, str what) except -1:
+    out[0] = out[1] = out[2] = 1
+    if isinstance(v, (tuple, list)):
+        if not 1 <= len(v) <= 3:
+            raise ValueError(f"{what} must have 1 to 3 dimensions")
+        for k, x in enumerate(v):
+            if x < 1:
+                raise ValueError(f"{what} dimension {k} must be >= 1, got {x}")
+            out[k] = x
+    else:
+        if v < 1:
+            raise ValueError(f"{what} must be >= 1, got {v}")
+        out[0] = v
+    return 0

@@ -1,0 +1,217 @@
+"""Python face of the CUDA runtime layer: availability, devices, packaged kernels.
+
+Capabilities use only this module (never the driver directly)::
+
+    from graphkern._cuda import runtime as rt
+    dev = rt.get_device(0)
+    fn = rt.kernel(dev, "jaccard", "jaccard_merge_f32")   # cuda_src/jaccard.cu
+    buf = rt.to_device(dev, array)
+    rt.launch(fn, grid, block, (buf, np.int32(n)))
+
+A machine without a driver, without a device, or a build without CUDA makes
+:func:`gpu_available` False and :func:`require_gpu` raise
+:class:`~graphkern.errors.GPUUnavailableError` with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from importlib import resources
+
+import numpy as np
+
+from graphkern.errors import CudaError, GPUUnavailableError, GraphTooLargeError
+
+try:
+    from graphkern import _build_info as build_info
+except ImportError:  # a source tree that was never built
+    build_info = None
+
+_lock = threading.RLock()
+_state = {"checked": False, "reason": None}
+_devices: dict[int, object] = {}
+_images: dict[str, bytes] = {}
+
+_driver = None
+_driver_import_error = None
+
+
+def _built_with_cuda():
+    return build_info is not None and getattr(build_info, "CUDA_BUILT", False)
+
+
+def _load_driver_module():
+    """Import the compiled driver wrapper, checking the cuda-bindings pin first."""
+    global _driver, _driver_import_error
+    if _driver is not None or _driver_import_error is not None:
+        return _driver
+    if not _built_with_cuda():
+        why = getattr(build_info, "CUDA_SKIP_REASON", "no build information (the package was never compiled)") \
+            if build_info is not None else "no build information (the package was never compiled)"
+        _driver_import_error = f"built without CUDA: {why}"
+        return None
+    want = build_info.CUDA_HEADER_VERSION  # "13.0"
+    try:
+        from cuda.bindings import __version__ as have
+    except ImportError:
+        _driver_import_error = (f"cuda-bindings is not installed; graphkern was built against CUDA {want} headers: "
+                                f"pip install 'cuda-bindings=={want}.*'")
+        return None
+    if ".".join(have.split(".")[:2]) != want:
+        _driver_import_error = (f"cuda-bindings {have} is installed but graphkern was built against CUDA {want} "
+                                f"headers: pip install 'cuda-bindings=={want}.*'")
+        return None
+    try:
+        from graphkern._cuda import _driver as drv
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        _driver_import_error = f"the compiled CUDA layer failed to import ({exc}); reinstall graphkern"
+        return None
+    _driver = drv
+    return drv
+
+
+def unavailable_reason():
+    """Why the GPU cannot be used, or None when it can."""
+    with _lock:
+        if _state["checked"]:
+            return _state["reason"]
+        reason = None
+        drv = _load_driver_module()
+        if drv is None:
+            reason = _driver_import_error
+        else:
+            try:
+                drv.init()
+                if drv.device_count() == 0:
+                    reason = "no CUDA device is visible (CUDA_VISIBLE_DEVICES?)"
+            except RuntimeError as exc:  # cuda-bindings raises this when libcuda.so.1 cannot be loaded
+                if isinstance(exc, CudaError):
+                    reason = f"the CUDA driver failed to initialise: {exc}"
+                else:
+                    reason = f"no NVIDIA driver: {exc}"
+        _state.update(checked=True, reason=reason)
+        return reason
+
+
+def gpu_available():
+    """True when the package was built with CUDA and a device with a driver is present."""
+    return unavailable_reason() is None
+
+
+def require_gpu():
+    reason = unavailable_reason()
+    if reason is not None:
+        raise GPUUnavailableError(f"a GPU was requested but cannot be used: {reason}")
+    return _driver
+
+
+def device_count():
+    return 0 if not gpu_available() else _driver.device_count()
+
+
+def get_device(ordinal=0):
+    """The :class:`Device` (primary context retained once per process) for ``ordinal``."""
+    drv = require_gpu()
+    ordinal = int(ordinal)
+    with _lock:
+        dev = _devices.get(ordinal)
+        if dev is None:
+            dev = drv.Device(ordinal)
+            _devices[ordinal] = dev
+        return dev
+
+
+def devices_info():
+    """Properties of every visible device (empty when no GPU is usable)."""
+    if not gpu_available():
+        return []
+    return [get_device(i).properties for i in range(device_count())]
+
+
+def _module_image(name):
+    img = _images.get(name)
+    if img is None:
+        path = resources.files("graphkern._cuda").joinpath("kernels", f"{name}.fatbin")
+        try:
+            img = path.read_bytes()
+        except FileNotFoundError:
+            raise GPUUnavailableError(f"kernel module {name!r} was not built (no {name}.fatbin in the package); "
+                                      "rebuild graphkern with a CUDA toolkit") from None
+        _images[name] = img
+    return img
+
+
+def kernel(device, module, name):
+    """The kernel ``name`` from the packaged ``cuda_src/<module>.cu``, loaded once per device."""
+    mod = device.load_module(module, _module_image(module))
+    return mod.function(name)
+
+
+def launch(fn, grid, block, args, shared_mem=0, stream=None):
+    _driver.launch(fn, grid, block, args, shared_mem, stream)
+
+
+def alloc(device, shape, dtype):
+    """An uninitialised device array of ``shape`` and ``dtype``."""
+    dtype = np.dtype(dtype)
+    shape = tuple(np.atleast_1d(shape).tolist()) if not isinstance(shape, tuple) else shape
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return _driver.DeviceBuffer(device, nbytes, dtype=dtype, shape=shape)
+
+
+def to_device(device, array, stream=None, dtype=None):
+    """Copy a host array to a new device buffer annotated with its dtype and shape."""
+    array = np.ascontiguousarray(array, dtype=dtype)
+    buf = alloc(device, array.shape, array.dtype)
+    buf.copy_from_host(array, stream)
+    return buf
+
+
+def check_fits(device, nbytes, what):
+    """Raise GraphTooLargeError naming ``what`` when ``nbytes`` cannot fit in the free device memory."""
+    free, total = device.memory_info()
+    if nbytes > free:
+        raise GraphTooLargeError(
+            f"{what} needs {nbytes / 2**30:.2f} GiB on device {device.ordinal} "
+            f"({device.properties['name']}) but only {free / 2**30:.2f} GiB of {total / 2**30:.2f} GiB is free")
+
+
+def Stream(device):
+    return _driver.Stream(device)
+
+
+def Event(device, timing=True):
+    return _driver.Event(device, timing)
+
+
+def PinnedBuffer(nbytes):
+    require_gpu()
+    return _driver.PinnedBuffer(int(nbytes))
+
+
+def driver_version():
+    return None if not gpu_available() else _driver.driver_version()
+
+
+def build_summary():
+    """What the installed package was built with (for headers and bug reports)."""
+    if build_info is None:
+        return {"cuda_built": False, "reason": "never compiled"}
+    return {
+        "cuda_built": _built_with_cuda(),
+        "cuda_header_version": getattr(build_info, "CUDA_HEADER_VERSION", None),
+        "cuda_archs": getattr(build_info, "CUDA_ARCHS", None),
+        "nvcc": getattr(build_info, "NVCC_VERSION", None),
+        "reason": getattr(build_info, "CUDA_SKIP_REASON", None),
+    }
+
+
+def _reset_for_tests():
+    """Forget the cached availability answer (tests that fake a missing driver use it)."""
+    with _lock:
+        _state.update(checked=False, reason=None)
+
+
+if os.environ.get("GRAPHKERN_DISABLE_GPU"):
+    _state.update(checked=True, reason="disabled by GRAPHKERN_DISABLE_GPU")

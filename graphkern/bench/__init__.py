@@ -1,0 +1,1 @@
+"""graphkern-bench: the benchmark runner (one suite per capability under suites/)."""

@@ -1,0 +1,3 @@
+from graphkern.bench.cli import main
+
+raise SystemExit(main())

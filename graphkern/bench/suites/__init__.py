@@ -1,0 +1,1 @@
+"""Benchmark suites.  Each module defines NAME, HELP, add_arguments(parser) and run(args, ctx)."""

@@ -1,0 +1,34 @@
+"""Shared test set-up: GPU tests skip cleanly (with the reason) where no device is usable."""
+
+import numpy as np
+import pytest
+
+import graphkern
+from graphkern._cuda import runtime
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = runtime.unavailable_reason()
+    n_dev = runtime.device_count() if reason is None else 0
+    for item in items:
+        if "gpu" in item.keywords and reason is not None:
+            item.add_marker(pytest.mark.skip(reason=f"no usable GPU: {reason}"))
+        elif "multigpu" in item.keywords and n_dev < 2:
+            item.add_marker(pytest.mark.skip(reason=f"needs 2 GPUs, {n_dev} usable"))
+
+
+@pytest.fixture
+def rng(request):
+    """A fresh random generator per test; the seed is printed on failure for reproduction."""
+    seed = np.random.SeedSequence().entropy % (2**32)
+    request.node.user_properties.append(("seed", seed))
+    print(f"random seed: {seed}")
+    return np.random.default_rng(seed)
+
+
+@pytest.fixture
+def gpu_device():
+    return runtime.get_device(0)
+
+
+BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
