@@ -8,6 +8,7 @@ error name and message.  Objects that own driver resources (contexts, buffers,
 streams, events, pinned memory) release them when collected.
 """
 
+cimport cython
 from cuda.bindings cimport cydriver
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
@@ -260,6 +261,7 @@ cdef class Function:
 # --------------------------------------------------------------------------- memory
 
 
+@cython.no_gc_clear
 cdef class DeviceBuffer:
     """``nbytes`` of device memory, freed when the last reference goes.
 
@@ -268,6 +270,7 @@ cdef class DeviceBuffer:
     """
 
     cdef cydriver.CUdeviceptr ptr
+    cdef cydriver.CUcontext ctx  # kept as a C field: __dealloc__ must not touch Python attributes
     cdef readonly size_t nbytes
     cdef readonly Device device
     cdef object _parent
@@ -278,6 +281,7 @@ cdef class DeviceBuffer:
                   size_t _offset=0):
         cdef cydriver.CUresult st
         self.device = device
+        self.ctx = device.ctx
         self.nbytes = nbytes
         self.ptr = 0
         self.dtype = None if dtype is None else np.dtype(dtype)
@@ -301,7 +305,7 @@ cdef class DeviceBuffer:
 
     def __dealloc__(self):
         if self._parent is None and self.ptr != 0:
-            cydriver.cuCtxSetCurrent(self.device.ctx)
+            cydriver.cuCtxSetCurrent(self.ctx)
             cydriver.cuMemFree(self.ptr)
 
     @property
@@ -447,6 +451,7 @@ cdef inline cydriver.CUstream _stream_handle(Stream stream):
     return stream.s
 
 
+@cython.no_gc_clear
 cdef class Stream:
     cdef cydriver.CUstream s
     cdef readonly Device device
@@ -483,6 +488,7 @@ cdef class Stream:
         return <uintptr_t>self.s
 
 
+@cython.no_gc_clear
 cdef class Event:
     cdef cydriver.CUevent e
     cdef readonly Device device

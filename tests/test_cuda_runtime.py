@@ -1,0 +1,193 @@
+"""The CUDA runtime layer: discovery, memory, launches from the packaged fatbin, errors."""
+
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import graphkern
+from graphkern import CudaError, GPUUnavailableError
+from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
+from graphkern._cuda import runtime as rt
+
+
+def test_cuda_error_is_picklable_and_named():
+    err = CudaError("CUDA_ERROR_OUT_OF_MEMORY", "out of memory", 2, "cuMemAlloc")
+    back = pickle.loads(pickle.dumps(err))
+    assert back.name == "CUDA_ERROR_OUT_OF_MEMORY" and back.code == 2 and back.call == "cuMemAlloc"
+    assert "CUDA_ERROR_OUT_OF_MEMORY" in str(back) and isinstance(back, RuntimeError)
+
+
+def test_auto_backend_without_gpu_uses_cpu():
+    if rt.gpu_available():
+        pytest.skip("a GPU is present")
+    assert resolve_backend("auto") == "cpu"
+    with pytest.raises(GPUUnavailableError, match="cannot be used: "):
+        resolve_backend("gpu")
+    assert graphkern.devices() == []
+
+
+def test_no_driver_reports_false_in_a_fresh_process():
+    # Importing and asking must never crash, whatever the machine has.
+    code = ("import graphkern; ok = graphkern.gpu_available(); "
+            "print(ok, graphkern.gpu_unavailable_reason())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] in ("True", "False")
+
+
+def test_disabled_gpu_reason():
+    code = "import graphkern; print(graphkern.gpu_available(), graphkern.gpu_unavailable_reason())"
+    env = {"GRAPHKERN_DISABLE_GPU": "1", "PATH": ""}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.startswith("False disabled by GRAPHKERN_DISABLE_GPU"), out.stderr
+
+
+def test_build_info_recorded():
+    info = rt.build_summary()
+    assert "cuda_built" in info
+    if info["cuda_built"]:
+        assert info["cuda_header_version"].count(".") == 1
+        assert info["cuda_archs"]
+
+
+@pytest.mark.parametrize("value, message", [
+    ("tpu", "backend must be one of"), (0, "backend must be one of")])
+def test_resolve_backend_rejects(value, message):
+    with pytest.raises(ValueError, match=message):
+        resolve_backend(value)
+
+
+def test_resolve_threads(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert resolve_threads(None) == 3
+    assert resolve_threads(2) == 2
+    with pytest.raises(ValueError, match=">= 1"):
+        resolve_threads(0)
+    with pytest.raises(TypeError):
+        resolve_threads(1.5)
+
+
+def test_resolve_dtype():
+    assert resolve_dtype("float32") == np.float32
+    with pytest.raises(ValueError, match="float32, float64"):
+        resolve_dtype(np.int32)
+
+
+def test_openmp_module_compiled():
+    from graphkern._cpu import _openmp
+    assert _openmp.openmp_enabled() and _openmp.max_threads() >= 1
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+@pytest.mark.gpu
+def test_device_discovery():
+    info = graphkern.devices()
+    assert len(info) == rt.device_count() >= 1
+    d = info[0]
+    assert d["name"] and d["multiprocessor_count"] > 0 and d["total_memory"] > 2**30
+    assert d["compute_capability"][0] >= 7
+    assert resolve_backend("auto") == "gpu"
+    assert resolve_devices(None) == [0]
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_devices([rt.device_count()])
+
+
+@pytest.mark.gpu
+def test_copies_both_ways(rng, gpu_device):
+    x = rng.normal(size=100_003)
+    buf = rt.to_device(gpu_device, x)
+    np.testing.assert_array_equal(buf.to_host(), x)
+    out = np.empty_like(x)
+    buf.copy_to_host(out)
+    np.testing.assert_array_equal(out, x)
+    # device-to-device and a view
+    other = rt.alloc(gpu_device, x.shape, x.dtype)
+    other.copy_from_device(buf)
+    np.testing.assert_array_equal(other.view(8 * 10, 8 * 5, dtype=np.float64, shape=(5,)).to_host(), x[10:15])
+    other.memset32(0x7FC00000)
+    assert np.isnan(other.to_host(np.float32)).all()
+
+
+@pytest.mark.gpu
+def test_pinned_async_copy(rng, gpu_device):
+    x = rng.normal(size=4096)
+    pinned = rt.PinnedBuffer(x.nbytes)
+    host = pinned.array(np.float64, x.shape)
+    host[:] = x
+    s = rt.Stream(gpu_device)
+    buf = rt.alloc(gpu_device, x.shape, x.dtype)
+    buf.copy_from_host(host, s)
+    back = rt.PinnedBuffer(x.nbytes).array(np.float64, x.shape)
+    buf.copy_to_host(back, s)
+    s.synchronize()
+    np.testing.assert_array_equal(back, x)
+
+
+@pytest.mark.gpu
+def test_launch_packaged_kernel(rng, gpu_device):
+    n = 1_000_003
+    x, y = rng.normal(size=n), rng.normal(size=n)
+    dx, dy = rt.to_device(gpu_device, x), rt.to_device(gpu_device, y)
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_axpy_f64")
+    s = rt.Stream(gpu_device)
+    start, end = rt.Event(gpu_device), rt.Event(gpu_device)
+    start.record(s)
+    rt.launch(fn, (n + 255) // 256, 256, (np.float64(2.5), dx, dy, np.int64(n)), stream=s)
+    end.record(s)
+    s.synchronize()
+    assert start.elapsed_ms(end) >= 0
+    # the device contracts a*x+y into one FMA: equal to within one rounding
+    np.testing.assert_allclose(dy.to_host(), 2.5 * x + y, rtol=0, atol=1e-15 * np.abs(2.5 * x + y).max())
+    # the module is loaded once per device and functions are cached
+    assert rt.kernel(gpu_device, "runtime_selftest", "selftest_axpy_f64") is fn
+    assert fn.attributes["num_regs"] > 0
+
+
+@pytest.mark.gpu
+def test_invalid_launch_raises_named_error(gpu_device):
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_iota_i32")
+    out = rt.alloc(gpu_device, (16,), np.int32)
+    with pytest.raises(CudaError) as info:
+        rt.launch(fn, 1, 4096, (out, np.int32(0), np.int32(16)))  # more threads than a block may have
+    assert info.value.name == "CUDA_ERROR_INVALID_VALUE"
+    # the context is not poisoned: a valid launch still works
+    rt.launch(fn, 1, 16, (out, np.int32(7), np.int32(16)))
+    np.testing.assert_array_equal(out.to_host(), np.arange(7, 23))
+
+
+@pytest.mark.gpu
+def test_missing_kernel_name(gpu_device):
+    with pytest.raises(CudaError, match="CUDA_ERROR_NOT_FOUND.*no_such_kernel"):
+        rt.kernel(gpu_device, "runtime_selftest", "no_such_kernel")
+
+
+@pytest.mark.gpu
+def test_python_ints_refused_as_kernel_arguments(gpu_device):
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_iota_i32")
+    out = rt.alloc(gpu_device, (4,), np.int32)
+    with pytest.raises(TypeError, match="argument 1 has type int"):
+        rt.launch(fn, 1, 4, (out, 0, np.int32(4)))
+
+
+@pytest.mark.gpu
+def test_out_of_memory_is_named_and_recoverable(gpu_device):
+    free, total = gpu_device.memory_info()
+    with pytest.raises(CudaError) as info:
+        rt.alloc(gpu_device, (total * 2,), np.uint8)
+    assert info.value.name == "CUDA_ERROR_OUT_OF_MEMORY"
+    assert f"{total * 2:,} bytes" in str(info.value)
+    buf = rt.alloc(gpu_device, (1 << 20,), np.uint8)  # the next call still works
+    buf.zero()
+    assert not buf.to_host().any()
+
+
+@pytest.mark.gpu
+def test_check_fits_names_the_size(gpu_device):
+    from graphkern.errors import GraphTooLargeError
+    _, total = gpu_device.memory_info()
+    with pytest.raises(GraphTooLargeError, match=r"graph CSR needs .* GiB on device 0"):
+        rt.check_fits(gpu_device, 4 * total, "graph CSR")
