@@ -1,0 +1,451 @@
+"""The marginalized graph kernel (Kashima et al. 2003; Tang & de Jong 2019).
+
+For graphs G (n vertices) and G' (n' vertices) the kernel is
+
+    K(G, G') = p_x^T (D_x V_x^-1 - A_x (.) E_x)^-1 D_x q_x
+
+over the n n' vertex pairs of the product graph, with
+
+* ``A_x = A (x) A'`` the Kronecker product of the weighted adjacency matrices (self-loops
+  included; an unweighted graph has weights 1);
+* ``E_x[(i,i'), (j,j')] = edge_kernel(e_ij, e'_i'j')`` and
+  ``V_x = diag(node_kernel(v_i, v'_i'))``;
+* ``D_x = diag(d (x) d')`` with ``d_i = sum_j A_ij + q``: adding the stopping probability
+  q keeps the system well posed for isolated vertices and single-vertex graphs;
+* ``q_x = q 1`` (q the same at every vertex) and ``p_x = p (x) p'`` with p the same at
+  every vertex: ``p="uniform"`` means ``p_i = 1`` (GraphDot's ``Uniform(1.0)``); a positive
+  number ``c`` means ``p_i = c``.  With uniform p, K grows with the graphs' sizes; pass
+  ``normalize=True`` for ``K_ij / sqrt(K_ii K_jj)``.
+
+Unlabeled graphs (``Constant(1.0)`` for both kernels) give the geometric random-walk kernel.
+For valid hyperparameters (vertex kernel values in (0, 1], edge kernel values in [0, 1],
+0 < q < 1) the system matrix is symmetric and strictly diagonally dominant with a positive
+diagonal, hence positive definite; both backends solve it by conjugate gradients
+preconditioned with ``D_x V_x^-1`` (Algorithm 1 of Tang et al., SC 2019), forming the
+product matrix on the fly.  Vertex-kernel values below 1e-20 (a square exponential of
+distant labels that underflows) are raised to 1e-20 to keep the diagonal finite.
+
+``nodal=True`` returns, for a pair, the ``n x n'`` matrix ``R[i, i'] = p_i x[i, i'] p'_i'``
+where ``x`` solves the system above: the marginalized similarity of the walks that start
+at the vertex pair (i, i').  Its sum is the graph-level value: ``K = p^T X p' = sum(R)``.
+
+Convergence: CG stops when ``||r||_2 <= tol ||D_x q_x||_2``.  A pair that has not converged
+after ``max_iter`` iterations raises :class:`~graphkern.errors.NotConvergedError`, whose
+``pairs``, ``residuals`` and ``iterations`` name the pairs, and whose ``result`` holds
+what was computed (never returned as if it had converged).  Per-call statistics are kept
+in ``kernel.info_``.
+
+Precision: float32 (the default) stores the system in single precision, so K carries a
+relative error of about ``1e-7 * deg / q`` from rounding (about 1e-5 at q = 5e-4);
+float64 gives ~1e-12.  CG scalars are accumulated in float64 in both.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphkern._backend import BACKENDS, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
+from graphkern._mgk_data import DatasetCache
+from graphkern.basekernels import Kernel
+from graphkern.errors import NotConvergedError
+from graphkern.graph import Graph
+
+__all__ = ["MarginalizedGraphKernel", "MGKInfo"]
+
+_DEFAULT_TOL = {np.dtype(np.float32): 1e-6, np.dtype(np.float64): 1e-10}
+_DEFAULT_MAX_ITER = 2000
+_EDGE_FORM_CODES = {"general": 0, "constant": 1, "kronecker": 2, "sqexp": 3}
+
+
+@dataclass
+class MGKInfo:
+    """What the last call solved: one row per pair (indices into its two graph lists)."""
+
+    backend: str
+    dtype: np.dtype
+    pairs: np.ndarray = field(repr=False)       # (m, 2) int64
+    iterations: np.ndarray = field(repr=False)  # (m,) int32
+    residuals: np.ndarray = field(repr=False)   # (m,) relative residual ||r|| / ||b||
+    product_sizes: np.ndarray = field(repr=False)  # (m,) n1 * n2
+    octile_pairs: np.ndarray = field(default=None, repr=False)  # (m,) GPU only: tiles1 * tiles2
+    edge_form: str = "general"
+    seconds: float = 0.0
+    solve_seconds: float = 0.0
+
+    @property
+    def total_iterations(self):
+        return int(np.sum(self.iterations, dtype=np.int64))
+
+
+@dataclass
+class _Solved:
+    K: np.ndarray
+    iterations: np.ndarray
+    residuals: np.ndarray
+    nodal: list | None
+    octile_pairs: np.ndarray | None
+    seconds: float
+
+
+class MarginalizedGraphKernel:
+    """The marginalized graph kernel between lists of :class:`graphkern.Graph`.
+
+    Parameters
+    ----------
+    node_kernel, edge_kernel : graphkern.basekernels kernel
+        Vertex kernel (values in (0, 1]) and edge kernel (values in [0, 1]), e.g.
+        ``TensorProduct(element=KroneckerDelta(0.5))``; ``Constant(1.0)`` ignores labels.
+    p : "uniform" or float > 0
+        Starting probability at every vertex (``"uniform"``: 1, as GraphDot).
+    q : float in (0, 1)
+        Stopping probability.  Values down to 5e-4 converge.
+    tol : float or None
+        CG stops at ``||r|| <= tol ||b||``; None: 1e-6 in float32, 1e-10 in float64.
+    max_iter : int or None
+        Most CG iterations per pair (None: 2000).
+    dtype : np.float32 or np.float64
+        Working precision of the solver and the type of the result.
+    backend : "auto", "cpu" or "gpu"
+    device : int or None
+        The GPU (one device; several are the scale-out work of a later release).
+    n_threads : int or None
+        OpenMP threads of the CPU solver (None: all cores, honouring OMP_NUM_THREADS).
+    normalize : bool
+        Return ``K_ij / sqrt(K_ii K_jj)``.
+
+    Calling ``kernel(X, Y=None, *, nodal=False, pairs=None)`` returns the Gram matrix
+    (``Y=None``: X against itself, solving only the upper triangle), the node-by-node
+    matrices with ``nodal=True`` (see the module docstring), or only the listed pairs.
+    Packing, octiles and device copies of a list of graphs are cached on the kernel and
+    reused while the same graph objects are passed again.
+    """
+
+    def __init__(self, node_kernel, edge_kernel, *, p="uniform", q=0.05, tol=None, max_iter=None,
+                 dtype=np.float32, backend="auto", device=None, n_threads=None, normalize=False):
+        self.node_kernel = node_kernel
+        self.edge_kernel = edge_kernel
+        self.p = p
+        self.q = q
+        self.tol = tol
+        self.max_iter = max_iter
+        self.dtype = dtype
+        self.backend = backend
+        self.device = device
+        self.n_threads = n_threads
+        self.normalize = normalize
+        self._settings()  # validate now so that a bad argument fails where it was written
+        self._tables = {"node": {}, "edge": {}}
+        self._datasets = DatasetCache()
+        self.info_ = None
+
+    # ------------------------------------------------------------------ validation
+    def _settings(self):
+        """Validated settings as a dict (read afresh on each call: attributes may be changed)."""
+        if not isinstance(self.node_kernel, Kernel):
+            raise TypeError(f"node_kernel must be a graphkern.basekernels kernel, got {self.node_kernel!r}")
+        if not isinstance(self.edge_kernel, Kernel):
+            raise TypeError(f"edge_kernel must be a graphkern.basekernels kernel, got {self.edge_kernel!r}")
+        node_program = self.node_kernel.compile()
+        edge_program = self.edge_kernel.compile()
+        if not node_program.is_strictly_positive():
+            raise ValueError(f"node_kernel {self.node_kernel!r} can be 0 ({node_program.describe_zero()}): vertex "
+                             "kernel values must lie in (0, 1] because the solver divides by them")
+        if isinstance(self.p, str):
+            if self.p != "uniform":
+                raise ValueError(f"p must be 'uniform' or a positive number, got {self.p!r}")
+            p = 1.0
+        else:
+            p = _positive_real(self.p, "p")
+        q = _positive_real(self.q, "q")
+        if not q < 1:
+            raise ValueError(f"q is a stopping probability and must lie in (0, 1), got {q}")
+        dtype = resolve_dtype(self.dtype)
+        tol = _DEFAULT_TOL[dtype] if self.tol is None else self.tol
+        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not (tol >= 0 and math.isfinite(tol)):
+            raise ValueError(f"tol must be a finite number >= 0, got {self.tol!r}")
+        max_iter = _DEFAULT_MAX_ITER if self.max_iter is None else self.max_iter
+        if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+            raise ValueError(f"max_iter must be a positive int, got {self.max_iter!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {self.backend!r}")
+        if not isinstance(self.normalize, (bool, np.bool_)):
+            raise TypeError(f"normalize must be True or False, got {self.normalize!r}")
+        if self.n_threads is not None:
+            resolve_threads(self.n_threads)
+        return dict(node_program=node_program, edge_program=edge_program, p=p, q=q, tol=float(tol),
+                    max_iter=int(max_iter), dtype=dtype)
+
+    # ------------------------------------------------------------------ public API
+    def __call__(self, X, Y=None, *, nodal=False, pairs=None):
+        """The Gram matrix ``K[i, j] = K(X[i], Y[j])`` (``Y=None``: ``Y = X``, symmetric).
+
+        ``nodal=True``: the node-by-node matrix of shape ``(sum of X's sizes, sum of Y's
+        sizes)`` whose block (i, j) is R of the pair (module docstring); with ``pairs``,
+        a list of those blocks.  ``pairs``: an ``(m, 2)`` array of (index in X, index in
+        Y or X) to compute only those pairs; returns an array of m values.
+        """
+        t0 = time.perf_counter()
+        s = self._settings()
+        X = _graph_list(X, "X")
+        Y = None if Y is None else _graph_list(Y, "Y")
+        symmetric = Y is None
+        Yg = X if symmetric else Y
+        if not isinstance(nodal, (bool, np.bool_)):
+            raise TypeError(f"nodal must be True or False, got {nodal!r}")
+        if pairs is not None:
+            pair_arr = _pair_array(pairs, len(X), len(Yg), "Y" if Y is not None else "X")
+        elif symmetric:
+            i, j = np.triu_indices(len(X))
+            pair_arr = np.stack([i, j], axis=1).astype(np.int64)
+        else:
+            i, j = np.indices((len(X), len(Yg)))
+            pair_arr = np.stack([i.ravel(), j.ravel()], axis=1).astype(np.int64)
+
+        engine = self._engine(s)
+        dsX = self._dataset(X, s)
+        dsY = dsX if symmetric else self._dataset(Yg, s)
+        solved = engine.solve(dsX, dsY, pair_arr, nodal=nodal)
+        problems = [(pair_arr, solved)]
+
+        if self.normalize:
+            diag_x, diag_y, extra = self._diagonals(engine, s, X, Yg, dsX, dsY, pair_arr, solved, symmetric)
+            problems += extra
+
+        K = solved.K
+        if pairs is None and not nodal:
+            if symmetric:
+                out = np.empty((len(X), len(X)), dtype=s["dtype"])
+                out[pair_arr[:, 0], pair_arr[:, 1]] = K
+                out[pair_arr[:, 1], pair_arr[:, 0]] = K
+            else:
+                out = K.reshape(len(X), len(Yg)).astype(s["dtype"], copy=False)
+            if self.normalize:
+                out = out / np.sqrt(np.outer(diag_x, diag_y))
+        elif pairs is None:
+            out = self._assemble_nodal(X, Yg, pair_arr, solved.nodal, symmetric, s["dtype"],
+                                       (diag_x, diag_y) if self.normalize else None)
+        elif nodal:
+            out = [R / math.sqrt(diag_x[a] * diag_y[b]) if self.normalize else R
+                   for (a, b), R in zip(pair_arr.tolist(), solved.nodal)]
+        else:
+            out = K.astype(s["dtype"], copy=False)
+            if self.normalize:
+                out = out / np.sqrt(diag_x[pair_arr[:, 0]] * diag_y[pair_arr[:, 1]])
+
+        self._record(engine, s, pair_arr, dsX, dsY, solved, t0)
+        self._check_converged(problems, s, out)
+        return out
+
+    def diag(self, X):
+        """``K(X[i], X[i])`` for every graph (ones when ``normalize=True``)."""
+        t0 = time.perf_counter()
+        s = self._settings()
+        X = _graph_list(X, "X")
+        if self.normalize:
+            return np.ones(len(X), dtype=s["dtype"])
+        engine = self._engine(s)
+        ds = self._dataset(X, s)
+        idx = np.arange(len(X), dtype=np.int64)
+        pair_arr = np.stack([idx, idx], axis=1)
+        solved = engine.solve(ds, ds, pair_arr, nodal=False)
+        out = solved.K.astype(s["dtype"], copy=False)
+        self._record(engine, s, pair_arr, ds, ds, solved, t0)
+        self._check_converged([(pair_arr, solved)], s, out)
+        return out
+
+    # ------------------------------------------------------------------ helpers
+    def _engine(self, s):
+        backend = resolve_backend(self.backend)
+        if backend == "gpu":
+            devices = resolve_devices(self.device)
+            if len(devices) != 1:
+                raise ValueError(f"device: the marginalized graph kernel runs on one GPU; got {devices}")
+            from graphkern._mgk_gpu import GPUEngine
+            return GPUEngine(devices[0], s)
+        return _CPUEngine(resolve_threads(self.n_threads), s)
+
+    def _dataset(self, graphs, s):
+        return self._datasets.get(graphs, s["node_program"], s["edge_program"], self._tables, s["dtype"])
+
+    def _diagonals(self, engine, s, X, Yg, dsX, dsY, pair_arr, solved, symmetric):
+        """K(X[i], X[i]) and K(Y[j], Y[j]), reusing the diagonal pairs already solved."""
+        extra = []
+
+        def diagonal(ds, graphs, known):
+            d = np.full(len(graphs), np.nan)
+            for (a, b), k in known:
+                d[a] = k
+            need = np.flatnonzero(np.isnan(d))
+            if len(need):
+                pa = np.stack([need, need], axis=1).astype(np.int64)
+                sol = engine.solve(ds, ds, pa, nodal=False)
+                d[need] = sol.K
+                extra.append((pa, sol))
+            return d
+
+        same = pair_arr[:, 0] == pair_arr[:, 1]
+        known = list(zip(map(tuple, pair_arr[same].tolist()), solved.K[same].tolist())) if symmetric else []
+        diag_x = diagonal(dsX, X, known)
+        diag_y = diag_x if symmetric else diagonal(dsY, Yg, [])
+        return diag_x, diag_y, extra
+
+    @staticmethod
+    def _assemble_nodal(X, Yg, pair_arr, blocks, symmetric, dtype, diags):
+        offx = np.concatenate([[0], np.cumsum([g.n_nodes for g in X])])
+        offy = np.concatenate([[0], np.cumsum([g.n_nodes for g in Yg])])
+        out = np.zeros((offx[-1], offy[-1]), dtype=dtype)
+        for (a, b), R in zip(pair_arr.tolist(), blocks):
+            if diags is not None:
+                R = R / math.sqrt(diags[0][a] * diags[1][b])
+            out[offx[a]:offx[a + 1], offy[b]:offy[b + 1]] = R
+            if symmetric and a != b:
+                out[offx[b]:offx[b + 1], offy[a]:offy[a + 1]] = R.T
+        return out
+
+    def _record(self, engine, s, pair_arr, dsX, dsY, solved, t0):
+        self.info_ = MGKInfo(
+            backend=engine.name, dtype=s["dtype"], pairs=pair_arr, iterations=solved.iterations,
+            residuals=solved.residuals,
+            product_sizes=dsX.n_nodes[pair_arr[:, 0]] * dsY.n_nodes[pair_arr[:, 1]],
+            octile_pairs=solved.octile_pairs, edge_form=s["edge_program"].edge_form()[0],
+            seconds=time.perf_counter() - t0, solve_seconds=solved.seconds)
+
+    @staticmethod
+    def _check_converged(problems, s, result):
+        bad_pairs, bad_res, bad_it = [], [], []
+        for pair_arr, sol in problems:
+            bad = ~(sol.residuals <= s["tol"])
+            bad_pairs.append(pair_arr[bad])
+            bad_res.append(sol.residuals[bad])
+            bad_it.append(sol.iterations[bad])
+        pairs = np.concatenate(bad_pairs)
+        if not len(pairs):
+            return
+        res = np.concatenate(bad_res)
+        listed = ", ".join(f"({a}, {b}): {r:.2e}" for (a, b), r in zip(pairs[:8].tolist(), res[:8].tolist()))
+        more = f" and {len(pairs) - 8} more" if len(pairs) > 8 else ""
+        err = NotConvergedError(
+            f"{len(pairs)} graph pair(s) did not converge within max_iter={s['max_iter']} CG iterations to "
+            f"tol={s['tol']:g} (pair: relative residual): {listed}{more}; raise max_iter, or use "
+            "dtype=np.float64 if the residual stalls near float32 precision")
+        err.pairs = pairs
+        err.residuals = res
+        err.iterations = np.concatenate(bad_it)
+        err.result = result
+        raise err
+
+
+class _CPUEngine:
+    """Runs the Cython solver (graphkern._cpu.mgk) over a list of pairs."""
+
+    name = "cpu"
+
+    def __init__(self, n_threads, s):
+        self.n_threads = n_threads
+        self.s = s
+
+    def solve(self, ds1, ds2, pair_arr, *, nodal):
+        from graphkern._cpu import mgk as cpu_mgk
+
+        s = self.s
+        dt = s["dtype"]
+        args = solver_arguments(ds1, ds2, s)
+        m = len(pair_arr)
+        g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
+        g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
+        sizes = ds1.n_nodes[g1] * ds2.n_nodes[g2]
+        K = np.zeros(m)
+        iters = np.zeros(m, dtype=np.int32)
+        resid = np.zeros(m)
+        if nodal:
+            nodal_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+            nodal_buf = np.zeros(max(int(nodal_off[-1]), 1), dtype=dt)
+        else:
+            nodal_off = np.zeros(1, dtype=np.int64)
+            nodal_buf = np.zeros(1, dtype=dt)
+        t0 = time.perf_counter()
+        cpu_mgk.solve_pairs(
+            ds1.node_offsets, ds1.rowptr, ds1.indices, ds1.weights, ds1.degree, ds1.node_features,
+            ds1.edge_features,
+            ds2.node_offsets, ds2.rowptr, ds2.indices, ds2.weights, ds2.degree, ds2.node_features,
+            ds2.edge_features,
+            g1, g2, args["ncode"], args["nparam"].astype(dt), args["ecode"], args["eparam"].astype(dt),
+            args["edge_form"], args["ek_scale"], args["ek_theta"], args["ek_aux"], args["ek_slot"],
+            s["q"], s["tol"], s["max_iter"], s["p"], K, iters, resid, nodal_buf, nodal_off, bool(nodal),
+            self.n_threads)
+        seconds = time.perf_counter() - t0
+        blocks = None
+        if nodal:
+            blocks = [nodal_buf[nodal_off[k]:nodal_off[k + 1]].reshape(ds1.n_nodes[g1[k]], ds2.n_nodes[g2[k]]).copy()
+                      for k in range(m)]
+        return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds)
+
+
+def solver_arguments(ds1, ds2, s):
+    """The encoded programs and the edge-kernel shortcut shared by both backends."""
+    for what, w1, w2 in (("node", ds1.node_widths, ds2.node_widths), ("edge", ds1.edge_widths, ds2.edge_widths)):
+        if w1 != w2:
+            raise ValueError(f"X and Y disagree on the width of {what} label columns: {w1} vs {w2}")
+    node_program, edge_program = s["node_program"], s["edge_program"]
+    ncode, nparam = node_program.encode(ds1.node_widths)
+    ecode, eparam = edge_program.encode(ds1.edge_widths)
+    form = edge_program.edge_form()
+    out = dict(ncode=ncode, nparam=nparam, ecode=ecode, eparam=eparam, edge_form=_EDGE_FORM_CODES["general"],
+               ek_scale=1.0, ek_theta=0.0, ek_aux=0.0, ek_slot=0, form_name="general")
+    if form[0] == "constant":
+        out.update(edge_form=_EDGE_FORM_CODES["constant"], ek_scale=form[1], form_name="constant")
+    elif form[0] in ("kronecker", "sqexp"):
+        transform = "category" if form[0] == "kronecker" else "raw"
+        slot, width = edge_program.slots(ds1.edge_widths)[(form[3], transform)]
+        if width == 1:
+            out.update(edge_form=_EDGE_FORM_CODES[form[0]], ek_scale=form[1],
+                       ek_theta=form[2] if form[0] == "kronecker" else 0.0,
+                       ek_aux=form[2] if form[0] == "sqexp" else 0.0, ek_slot=slot, form_name=form[0])
+    return out
+
+
+def _positive_real(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    return value
+
+
+def _graph_list(graphs, name):
+    if isinstance(graphs, Graph):
+        raise TypeError(f"{name} must be a list of graphs; wrap a single graph as [{name}]")
+    try:
+        graphs = list(graphs)
+    except TypeError:
+        raise TypeError(f"{name} must be a list of graphkern.Graph, got {type(graphs).__name__}") from None
+    for k, g in enumerate(graphs):
+        if not isinstance(g, Graph):
+            raise TypeError(f"{name}[{k}] is a {type(g).__name__}, expected graphkern.Graph")
+        if g.n_nodes == 0:
+            raise ValueError(f"{name}[{k}] has no vertices; the marginalized graph kernel needs at least one")
+    return graphs
+
+
+def _pair_array(pairs, n_first, n_second, second_name):
+    arr = np.asarray(pairs)
+    if arr.size == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise ValueError(f"pairs must have shape (m, 2), got {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"pairs must hold integer indices, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    for col, n, name in ((0, n_first, "X"), (1, n_second, second_name)):
+        bad = (arr[:, col] < 0) | (arr[:, col] >= n)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"pairs[{k}] = {tuple(arr[k].tolist())}: index {arr[k, col]} is out of range for "
+                             f"{name}, which has {n} graphs")
+    return arr
