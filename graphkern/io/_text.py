@@ -1,0 +1,138 @@
+"""Shared plumbing of the readers: opening files, line numbers in errors, numeric tables.
+
+Every reader raises :class:`FileFormatError`, which names the file and, where one
+line is to blame, its 1-based line number.  Numeric tables take a fast path through
+``numpy.loadtxt``; only when that fails are the lines walked one by one, to say
+which line is wrong and why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import os
+import warnings
+
+import numpy as np
+
+__all__ = ["FileFormatError", "open_text", "read_numeric_table", "data_line_number"]
+
+
+class FileFormatError(ValueError):
+    """A file does not follow its format.
+
+    ``path`` is the file's name, ``line`` the 1-based line to blame (``None`` when
+    the whole file is at fault) and ``reason`` the message without the location.
+    """
+
+    def __init__(self, path, line, reason):
+        self.path = str(path)
+        self.line = line
+        self.reason = str(reason)
+        where = self.path if line is None else f"{self.path}, line {line}"
+        super().__init__(f"{where}: {self.reason}")
+
+    def __reduce__(self):
+        return (FileFormatError, (self.path, self.line, self.reason))
+
+
+def source_name(source):
+    """The name errors use for ``source``: the path, or a file object's ``name``."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    return str(getattr(source, "name", "<stream>"))
+
+
+@contextlib.contextmanager
+def open_text(source):
+    """Yield a text file for ``source``: a path (``.gz`` is decompressed) or an open file.
+
+    An open file is left open; a binary one is wrapped as UTF-8 text.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        path = os.fspath(source)
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8", newline=None) as f:
+            yield f
+    elif isinstance(source, io.TextIOBase):
+        yield source
+    elif hasattr(source, "read"):
+        yield io.TextIOWrapper(source, encoding="utf-8")
+    else:
+        raise TypeError(f"expected a path or an open file, got {type(source).__name__}")
+
+
+def _fields(line, delimiter):
+    return [t.strip() for t in line.split(delimiter)] if delimiter else line.split()
+
+
+def _is_blank(line, comments):
+    stripped = line.strip()
+    return not stripped or (comments is not None and stripped.startswith(comments))
+
+
+def data_line_number(path, row, *, comments=None):
+    """The 1-based line of data row ``row`` (0-based; blank and comment lines skipped)."""
+    with open_text(path) as f:
+        k = -1
+        for lineno, line in enumerate(f, 1):
+            if not _is_blank(line, comments):
+                k += 1
+                if k == row:
+                    return lineno
+    return None
+
+
+def _locate_table_error(path, *, integer, n_columns, delimiter, comments):
+    """Walk the lines of a table that numpy refused; raise the first problem found."""
+    kind = "an integer" if integer else "a number"
+    parse = int if integer else float
+    first_width = None
+    with open_text(path) as f:
+        for lineno, line in enumerate(f, 1):
+            if _is_blank(line, comments):
+                continue
+            fields = _fields(line, delimiter)
+            for k, token in enumerate(fields, 1):
+                try:
+                    parse(token)
+                except ValueError:
+                    raise FileFormatError(path, lineno, f"field {k} ({token!r}) is not {kind}") from None
+            expected = n_columns if n_columns is not None else first_width
+            if expected is not None and len(fields) != expected:
+                raise FileFormatError(path, lineno, f"expected {expected} fields, found {len(fields)}")
+            first_width = len(fields)
+
+
+def read_numeric_table(path, *, integer=None, n_columns=None, delimiter=",", comments=None):
+    """Read a text table of numbers, one row a line, into a 2-D array.
+
+    ``integer=True`` demands integers (int64), ``False`` reads float64 and ``None``
+    gives int64 when every field is an integer and float64 otherwise.  Blank lines
+    are skipped.  An empty file gives shape ``(0, n_columns or 0)``.
+    """
+    dtypes = {True: [np.int64], False: [np.float64], None: [np.int64, np.float64]}[integer]
+    table = None
+    for dtype in dtypes:
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
+                with open_text(path) as f:
+                    table = np.loadtxt(f, dtype=dtype, delimiter=delimiter, comments=comments, ndmin=2)
+            break
+        except ValueError as err:
+            failure = err
+    if table is None:
+        _locate_table_error(path, integer=bool(integer), n_columns=n_columns, delimiter=delimiter,
+                            comments=comments)
+        raise FileFormatError(path, None, str(failure))
+    if table.size == 0:
+        return table.reshape(0, n_columns or table.shape[1])
+    if n_columns is not None and table.shape[1] != n_columns:
+        _locate_table_error(path, integer=bool(integer), n_columns=n_columns, delimiter=delimiter,
+                            comments=comments)
+    if table.dtype.kind == "f" and not np.all(np.isfinite(table)):
+        row = int(np.flatnonzero(~np.all(np.isfinite(table), axis=1))[0])
+        raise FileFormatError(path, data_line_number(path, row, comments=comments), "value is NaN or infinite")
+    return table

@@ -1,0 +1,248 @@
+"""Matrix Market coordinate files (real, integer or pattern; symmetric or general) as graphs.
+
+The entries are parsed in one ``numpy.loadtxt`` pass; only when something is wrong are
+the lines read again, to name the one at fault.  Explicit zeros are kept as stored
+entries (edges of weight 0) and diagonal entries as self-loops.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..graph import Graph
+from ._text import FileFormatError, open_text, source_name
+
+__all__ = ["read_matrix_market", "write_matrix_market"]
+
+_FIELDS = ("real", "integer", "pattern")
+_SYMMETRIES = ("general", "symmetric")
+
+
+def _is_entry(line):
+    stripped = line.strip()
+    return bool(stripped) and not stripped.startswith("%")
+
+
+class _Header:
+    """The banner and size line, and where the entries start (to read them again)."""
+
+    def __init__(self, f, path):
+        banner = f.readline()
+        words = banner.split()
+        if not words or words[0].lower() != "%%matrixmarket":
+            raise FileFormatError(path, 1, f"not a Matrix Market file: the first line is {banner.strip()[:60]!r}, "
+                                  "expected '%%MatrixMarket matrix coordinate <field> <symmetry>'")
+        if len(words) != 5 or words[1].lower() != "matrix":
+            raise FileFormatError(path, 1, "the banner must read '%%MatrixMarket matrix <format> <field> <symmetry>'")
+        layout, self.field, self.symmetry = (w.lower() for w in words[2:])
+        if layout != "coordinate":
+            raise FileFormatError(path, 1, f"{layout!r} (dense) files are not supported: a graph needs 'coordinate'")
+        if self.field not in _FIELDS:
+            raise FileFormatError(path, 1, f"field {self.field!r} is not supported (expected one of {', '.join(_FIELDS)})")
+        if self.symmetry not in _SYMMETRIES:
+            raise FileFormatError(path, 1, f"symmetry {self.symmetry!r} is not supported (expected general or symmetric)")
+        self.lineno = 1
+        line = f.readline()
+        while line and not _is_entry(line):
+            self.lineno += 1
+            line = f.readline()
+        self.lineno += 1
+        if not line:
+            raise FileFormatError(path, self.lineno - 1, "file ends before the size line 'rows columns entries'")
+        self.size_line = self.lineno
+        fields = line.split()
+        try:
+            n_rows, n_cols, self.nnz = (int(x) for x in fields)
+        except ValueError:
+            raise FileFormatError(path, self.lineno, f"expected the size line 'rows columns entries' "
+                                  f"(three integers), found {line.strip()!r}") from None
+        if n_rows != n_cols:
+            raise FileFormatError(path, self.lineno, f"the matrix is {n_rows} x {n_cols}; an adjacency matrix is square")
+        self.n = n_rows
+        self.n_columns = 2 if self.field == "pattern" else 3
+        try:
+            self.entries_at = f.tell()
+        except (OSError, io.UnsupportedOperation):
+            self.entries_at = None  # a pipe: errors found later cannot name their line
+
+
+def _entry_lines(source, header):
+    """The entry lines again, numbered, or nothing when the source cannot be re-read."""
+    if header.entries_at is None:
+        return
+    with open_text(source) as f:
+        f.seek(header.entries_at)
+        lineno = header.size_line
+        for line in iter(f.readline, ""):
+            lineno += 1
+            if _is_entry(line):
+                yield lineno, line
+
+
+def _raise_entry_problem(source, path, header):
+    """Find and raise the first malformed entry line (count, fields, numbers, indices)."""
+    parse_value = float
+    count = 0
+    lineno = header.size_line
+    said = f"the size line, line {header.size_line}, says {header.nnz} entries"
+    for lineno, line in _entry_lines(source, header):
+        count += 1
+        if count > header.nnz:
+            raise FileFormatError(path, lineno, f"more entries than {said}")
+        fields = line.split()
+        if len(fields) != header.n_columns:
+            raise FileFormatError(path, lineno, f"expected {header.n_columns} fields for a {header.field} matrix, "
+                                  f"found {len(fields)}")
+        for k, token in enumerate(fields, 1):
+            try:
+                value = int(token) if k <= 2 else parse_value(token)
+            except ValueError:
+                kind = "an integer index" if k <= 2 else "a number"
+                raise FileFormatError(path, lineno, f"field {k} ({token!r}) is not {kind}") from None
+            if k <= 2 and not 1 <= value <= header.n:
+                raise FileFormatError(path, lineno, f"index {value} is out of range 1..{header.n}")
+            if k == 3 and not np.isfinite(value):
+                raise FileFormatError(path, lineno, f"value {token!r} is not finite")
+    if count < header.nnz:
+        raise FileFormatError(path, lineno, f"the file ends after {count} entries, but {said}")
+
+
+def _line_of_entry(source, header, k):
+    for count, (lineno, _) in enumerate(_entry_lines(source, header)):
+        if count == k:
+            return lineno
+    return None
+
+
+def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False, name=None):
+    """Read a Matrix Market coordinate file as an undirected graph.
+
+    Parameters
+    ----------
+    source : path or open text file
+        A ``.mtx`` file (``.mtx.gz`` is decompressed).
+    weighted : bool or None
+        Keep the values as edge weights; ``None`` keeps them unless all are 1.
+        ``pattern`` files are unweighted.
+    symmetrize : bool
+        For a ``general`` matrix that is not symmetric, add the missing mirror
+        entries instead of raising.
+    as_csr : bool
+        Return the symmetric adjacency as a ``scipy.sparse.csr_matrix`` (ones if
+        unweighted) instead of a :class:`~graphkern.Graph`.
+
+    Raises
+    ------
+    FileFormatError
+        Naming the file and line: a bad banner or size line, a non-numeric field, an
+        index out of range, a repeated entry, fewer or more entries than announced,
+        a negative weight.
+    """
+    path = source_name(source)
+    with open_text(source) as f:
+        header = _Header(f, path)
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
+                table = np.loadtxt(f, dtype=np.float64, comments="%", ndmin=2)
+        except ValueError:
+            table = None
+    if table is None or not _entries_ok(table, header):
+        _raise_entry_problem(source, path, header)
+        raise FileFormatError(path, None, "the entries are malformed (the source cannot be read again to say where)")
+    table = table.reshape(header.nnz, header.n_columns)
+    index = table[:, :2].astype(np.int64)
+    rows, cols = index[:, 0] - 1, index[:, 1] - 1
+    values = table[:, 2] if header.n_columns == 3 else np.ones(header.nnz)
+
+    if np.any(values < 0) and weighted is not False:
+        k = int(np.flatnonzero(values < 0)[0])
+        raise FileFormatError(path, _line_of_entry(source, header, k),
+                              f"negative value {values[k]:g}: edge weights must be non-negative "
+                              "(pass weighted=False to ignore the values)")
+    if weighted is None:
+        weighted = header.field != "pattern" and not np.all(values == 1)
+    symmetric = header.symmetry == "symmetric"
+    n_given = len(rows)
+    if symmetric:
+        off = rows != cols
+        rows, cols, values = (np.concatenate([rows, cols[off]]), np.concatenate([cols, rows[off]]),
+                              np.concatenate([values, values[off]]))
+    # the conversion sums repeated entries, so a shortfall in stored entries reveals a repeat
+    A = sp.csr_matrix((values if weighted else np.ones(len(rows)), (rows, cols)), shape=(header.n, header.n))
+    if A.nnz != len(rows):
+        k = _first_repeat(rows[:n_given], cols[:n_given], header.n, symmetric)
+        raise FileFormatError(path, _line_of_entry(source, header, k),
+                              f"entry ({rows[k] + 1}, {cols[k] + 1}) is given twice"
+                              + (" (counting its mirror, as the matrix is symmetric)" if symmetric else ""))
+    A.sort_indices()
+    if not symmetric and not _is_symmetric(A):
+        try:
+            graph = Graph.from_scipy(A, weighted=weighted, symmetrize=symmetrize, name=name)
+        except ValueError as err:
+            raise FileFormatError(path, None, f"the 'general' matrix is not a symmetric adjacency: {err}") from None
+        return graph.to_scipy() if as_csr else graph
+    if as_csr:
+        return A
+    return Graph(A.indptr, A.indices, A.data if weighted else None, name=name, validate=False)
+
+
+def _first_repeat(rows, cols, n, symmetric):
+    """The position of the first entry that repeats an earlier one."""
+    key = np.minimum(rows, cols) * n + np.maximum(rows, cols) if symmetric else rows * n + cols
+    order = np.argsort(key, kind="stable")
+    repeats = np.flatnonzero(key[order][1:] == key[order][:-1])
+    return int(order[repeats[0] + 1])
+
+
+def _entries_ok(table, header):
+    if table.size == 0:
+        return header.nnz == 0
+    index = table[:, :2]
+    return (table.shape == (header.nnz, header.n_columns) and bool(np.all(np.isfinite(table)))
+            and index.min() >= 1 and index.max() <= header.n and np.array_equal(index, np.round(index)))
+
+
+def _is_symmetric(A):
+    """Pattern and values equal to the transpose's (A has sorted indices, no duplicates)."""
+    T = A.T.tocsr()
+    T.sort_indices()
+    return np.array_equal(A.indptr, T.indptr) and np.array_equal(A.indices, T.indices) \
+        and np.array_equal(A.data, T.data)
+
+
+def write_matrix_market(target, graph, *, comment=None):
+    """Write a graph (or symmetric scipy.sparse matrix) as a symmetric coordinate file.
+
+    Unweighted graphs are written as ``pattern``, weighted ones as ``real`` with 17
+    significant digits, so that :func:`read_matrix_market` gives the same graph back.
+    """
+    if isinstance(graph, Graph):
+        edges, positions = graph.edge_list()
+        values = None if graph.weights is None else graph.weights[positions]
+        n = graph.n_nodes
+    else:
+        A = sp.coo_matrix(graph)
+        n = A.shape[0]
+        upper = A.row <= A.col
+        edges = np.stack([A.row[upper], A.col[upper]], axis=1).astype(np.int64)
+        values = A.data[upper].astype(np.float64)
+    field = "pattern" if values is None else "real"
+    # the format stores the lower triangle: row >= column
+    table = np.column_stack([edges[:, 1] + 1, edges[:, 0] + 1] + ([] if values is None else [values]))
+    lines = [f"%%MatrixMarket matrix coordinate {field} symmetric"]
+    lines += [f"% {text}" for text in (comment or "").splitlines()]
+    lines.append(f"{n} {n} {len(edges)}")
+    fmt = "%d %d" if values is None else "%d %d %.17g"
+    if isinstance(target, (str, os.PathLike)):
+        with open(target, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+            np.savetxt(f, table, fmt=fmt)
+    else:
+        target.write("\n".join(lines) + "\n")
+        np.savetxt(target, table, fmt=fmt)

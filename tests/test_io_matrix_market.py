@@ -1,0 +1,138 @@
+"""Matrix Market files: hand-made content, scipy.io as the reference writer and reader, every error."""
+
+import io
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+
+from graphkern.generators import random_labeled
+from graphkern.io import FileFormatError, read_matrix_market, write_matrix_market
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_weighted_symmetric_file():
+    graph = read_matrix_market(DATA / "weighted_symmetric.mtx")
+    expected = np.array([[0, 0.5, 3.0, 0, 0],
+                         [0.5, 1.0, 2.0, 0, 0],
+                         [3.0, 2.0, 0, 1.25, 0],
+                         [0, 0, 1.25, 0, 0],
+                         [0, 0, 0, 0, 0]])
+    np.testing.assert_array_equal(graph.to_scipy().toarray(), expected)
+    assert graph.is_weighted and graph.n_self_loops == 1 and graph.n_edges == 5
+
+
+def test_pattern_general_file_is_a_four_cycle():
+    graph = read_matrix_market(DATA / "pattern_general.mtx")
+    assert not graph.is_weighted
+    np.testing.assert_array_equal(graph.to_scipy().toarray(), nx.to_numpy_array(nx.cycle_graph(4)))
+
+
+def test_integer_values_of_one_are_unweighted_unless_asked():
+    assert not read_matrix_market(DATA / "integer_symmetric.mtx").is_weighted
+    graph = read_matrix_market(DATA / "integer_symmetric.mtx", weighted=True)
+    assert graph.weights.tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert graph.edge_list()[0].tolist() == [[0, 1], [1, 2]]
+
+
+def test_as_csr_and_streams():
+    graph = read_matrix_market(DATA / "weighted_symmetric.mtx")
+    A = read_matrix_market(DATA / "weighted_symmetric.mtx", as_csr=True)
+    assert isinstance(A, sp.csr_matrix) and A.has_sorted_indices
+    assert (A != graph.to_scipy()).nnz == 0
+    text = (DATA / "weighted_symmetric.mtx").read_text()
+    assert read_matrix_market(io.StringIO(text)) == graph
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_round_trip_and_scipy_agree(tmp_path, weighted):
+    graph = random_labeled(40, p=0.2, n_node_labels=0, weighted=weighted, seed=3)
+    path = tmp_path / "g.mtx"
+    write_matrix_market(path, graph, comment="written by a test\nsecond line")
+    assert read_matrix_market(path) == graph
+    reference = scipy.io.mmread(path)
+    np.testing.assert_array_equal(reference.toarray(), graph.to_scipy().toarray())
+    assert path.read_text().split("\n", 1)[0].split()[3] == ("real" if weighted else "pattern")
+
+
+def test_reads_what_scipy_writes(tmp_path):
+    rng = np.random.default_rng(7)
+    A = sp.random(30, 30, density=0.2, random_state=rng, format="csr")
+    A = A + A.T
+    path = tmp_path / "scipy.mtx"
+    scipy.io.mmwrite(path, A, symmetry="symmetric")
+    np.testing.assert_allclose(read_matrix_market(path, as_csr=True).toarray(), A.toarray(), rtol=1e-15)
+    scipy.io.mmwrite(tmp_path / "general.mtx", A, symmetry="general")
+    np.testing.assert_allclose(read_matrix_market(tmp_path / "general.mtx", as_csr=True).toarray(), A.toarray())
+
+
+def test_asymmetric_general_matrix(tmp_path):
+    path = tmp_path / "directed.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate pattern general\n3 3 2\n1 2\n2 3\n")
+    with pytest.raises(FileFormatError, match=r"not a symmetric adjacency: .*pass symmetrize=True"):
+        read_matrix_market(path)
+    graph = read_matrix_market(path, symmetrize=True)
+    assert graph.edge_list()[0].tolist() == [[0, 1], [1, 2]]
+
+
+def test_write_a_scipy_matrix(tmp_path):
+    A = nx.to_scipy_sparse_array(nx.petersen_graph(), format="csr")
+    write_matrix_market(tmp_path / "p.mtx", A)
+    back = read_matrix_market(tmp_path / "p.mtx", as_csr=True)
+    np.testing.assert_array_equal(back.toarray(), A.toarray())
+
+
+HEADER = "%%MatrixMarket matrix coordinate real symmetric\n% comment\n"
+ERRORS = {
+    "not-matrix-market": ("3 3 1\n1 1 1\n", 1, "not a Matrix Market file"),
+    "dense": ("%%MatrixMarket matrix array real general\n2 2\n1\n0\n0\n1\n", 1, "'array' (dense) files are not supported"),
+    "complex": ("%%MatrixMarket matrix coordinate complex general\n", 1, "field 'complex' is not supported"),
+    "skew": ("%%MatrixMarket matrix coordinate real skew-symmetric\n", 1, "symmetry 'skew-symmetric' is not supported"),
+    "no-size-line": (HEADER, 2, "file ends before the size line"),
+    "size-line": (HEADER + "3 3\n", 3, "expected the size line 'rows columns entries' (three integers), found '3 3'"),
+    "not-square": (HEADER + "3 4 1\n1 1 1\n", 3, "the matrix is 3 x 4; an adjacency matrix is square"),
+    "non-numeric-value": (HEADER + "3 3 2\n2 1 1.0\n3 2 x\n", 5, "field 3 ('x') is not a number"),
+    "non-integer-index": (HEADER + "3 3 2\n2 1 1.0\n3 1.5 1\n", 5, "field 2 ('1.5') is not an integer index"),
+    "index-range": (HEADER + "3 3 2\n2 1 1.0\n4 2 1\n", 5, "index 4 is out of range 1..3"),
+    "index-zero": (HEADER + "3 3 2\n2 0 1.0\n3 2 1\n", 4, "index 0 is out of range 1..3"),
+    "field-count": (HEADER + "3 3 2\n2 1 1.0\n3 2\n", 5, "expected 3 fields for a real matrix, found 2"),
+    "too-few": (HEADER + "3 3 3\n2 1 1.0\n\n3 2 1\n", 6,
+                "the file ends after 2 entries, but the size line, line 3, says 3 entries"),
+    "too-many": (HEADER + "3 3 1\n2 1 1.0\n% between\n3 2 1\n", 6,
+                 "more entries than the size line, line 3, says 1 entries"),
+    "mirror-repeat": (HEADER + "3 3 3\n2 1 1.0\n3 2 1\n1 2 1.0\n", 6,
+                      "entry (1, 2) is given twice (counting its mirror, as the matrix is symmetric)"),
+    "negative": (HEADER + "3 3 2\n2 1 1.0\n3 2 -2\n", 5, "negative value -2: edge weights must be non-negative"),
+    "nan": (HEADER + "3 3 2\n2 1 nan\n3 2 1\n", 4, "value 'nan' is not finite"),
+}
+
+
+@pytest.mark.parametrize("text, line, message", ERRORS.values(), ids=ERRORS.keys())
+def test_errors_name_file_line_and_reason(tmp_path, text, line, message):
+    path = tmp_path / "bad.mtx"
+    path.write_text(text)
+    with pytest.raises(FileFormatError) as info:
+        read_matrix_market(path)
+    assert str(info.value).startswith(f"{path}, line {line}: {message}")
+    # an open (seekable) file gets the same diagnosis
+    with pytest.raises(FileFormatError) as info:
+        read_matrix_market(io.StringIO(text))
+    assert str(info.value).startswith(f"<stream>, line {line}: {message}")
+
+
+def test_general_repeat(tmp_path):
+    path = tmp_path / "g.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate pattern general\n2 2 3\n1 2\n2 1\n1 2\n")
+    with pytest.raises(FileFormatError, match=r"line 5: entry \(1, 2\) is given twice$"):
+        read_matrix_market(path)
+
+
+def test_negative_values_can_be_ignored(tmp_path):
+    path = tmp_path / "neg.mtx"
+    path.write_text(HEADER + "2 2 1\n2 1 -3.5\n")
+    graph = read_matrix_market(path, weighted=False)
+    assert not graph.is_weighted and graph.n_edges == 1

@@ -1,0 +1,197 @@
+"""The SD file reader against a hand-made file of known content, its errors, and RDKit as a reference."""
+
+import gzip
+import io
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphkern.io import FileFormatError, iter_sdf, read_sdf
+
+DATA = Path(__file__).parent / "data"
+MOLECULES = DATA / "molecules.sdf"
+
+
+def bonds_of(graph):
+    """{(i, j): bond order} over the undirected edges."""
+    edges, positions = graph.edge_list()
+    return {tuple(e): int(o) for e, o in zip(edges.tolist(), graph.edge_labels["bond_order"][positions])}
+
+
+def test_reads_the_known_molecules():
+    acetate, ammonium, benzene = read_sdf(MOLECULES)
+    assert [g.name for g in (acetate, ammonium, benzene)] == ["acetate", "ammonium", "benzene"]
+    assert acetate.node_labels["element"].tolist() == [6, 6, 8, 8, 1, 1, 1]
+    # the atom block gives C1 a +1 that the 'M  CHG' line supersedes: only O4 is charged
+    assert acetate.node_labels["charge"].tolist() == [0, 0, 0, -1, 0, 0, 0]
+    assert bonds_of(acetate) == {(0, 1): 1, (1, 2): 2, (1, 3): 1, (0, 4): 1, (0, 5): 1, (0, 6): 1}
+    np.testing.assert_array_equal(acetate.node_labels["coords"][3], [2.2, -1.2, 0.0])
+    assert acetate.node_labels["coords"].shape == (7, 3)
+    assert acetate.weights is None
+    # without an 'M  CHG' line the atom block's code 3 means +1; D is hydrogen
+    assert ammonium.node_labels["element"].tolist() == [7, 1, 1, 1, 1]
+    assert ammonium.node_labels["charge"].tolist() == [1, 0, 0, 0, 0]
+    assert bonds_of(benzene) == {(0, 1): 4, (1, 2): 4, (2, 3): 4, (3, 4): 4, (4, 5): 4, (0, 5): 4}
+
+
+def test_data_items_come_with_properties():
+    items = [data for _, data in iter_sdf(MOLECULES, properties=True)]
+    assert items == [{"kind": "carboxylate"}, {}, {"activity": "7.25", "note": "flat\nring"}]
+
+
+def test_hydrogens_dropped():
+    acetate, ammonium, _ = read_sdf(MOLECULES, hydrogens=False)
+    assert acetate.node_labels["element"].tolist() == [6, 6, 8, 8]
+    assert acetate.node_labels["charge"].tolist() == [0, 0, 0, -1]
+    assert bonds_of(acetate) == {(0, 1): 1, (1, 2): 2, (1, 3): 1}
+    assert ammonium.n_nodes == 1 and ammonium.n_edges == 0
+    assert ammonium.edge_labels["bond_order"].shape == (0,)
+
+
+def test_distance_weights():
+    acetate = read_sdf(MOLECULES, hydrogens=False, distance_weights=True)[0]
+    weight = dict(zip(map(tuple, acetate.edge_list()[0].tolist()), acetate.weights[acetate.edge_list()[1]]))
+    assert weight[(0, 1)] == pytest.approx(1.5)
+    assert weight[(1, 2)] == pytest.approx(np.hypot(0.7, 1.2))
+
+
+def test_open_files_and_gzip(tmp_path):
+    text = MOLECULES.read_text()
+    zipped = tmp_path / "molecules.sdf.gz"
+    with gzip.open(zipped, "wt") as f:
+        f.write(text)
+    expected = read_sdf(MOLECULES)
+    assert read_sdf(zipped) == expected
+    assert read_sdf(io.StringIO(text)) == expected
+    with open(MOLECULES, "rb") as f:
+        assert read_sdf(f) == expected
+
+
+def test_streams_one_molecule_at_a_time():
+    # the second molecule is broken; the first must come out before the reader gets there
+    text = MOLECULES.read_text().split("$$$$")[0] + "$$$$\nbroken\n\n\n  x  y\n"
+    molecules = iter_sdf(io.StringIO(text))
+    assert next(molecules).name == "acetate"
+    with pytest.raises(FileFormatError, match="line 27: the atom count"):
+        next(molecules)
+
+
+def test_blank_lines_after_the_last_molecule_are_fine():
+    assert len(read_sdf(io.StringIO(MOLECULES.read_text() + "\n\n\n\n\n"))) == 3
+
+
+def test_a_lone_molfile_without_terminator():
+    text = MOLECULES.read_text().split("> <kind>")[0]
+    (acetate,) = read_sdf(io.StringIO(text))
+    assert acetate.n_nodes == 7
+
+
+ACETATE = MOLECULES.read_text().split("$$$$\n")[0] + "$$$$\n"
+
+
+def edited(old, new, count=1):
+    assert old in ACETATE
+    return ACETATE.replace(old, new, count)
+
+
+ERRORS = {
+    # the counts line says 8 atoms: the first bond line is read as atom 8
+    "too-few-atoms": (edited("  7  6  0", "  8  6  0"), 12,
+                      "expected atom 8 of molecule 1 (the counts line, line 4, says 8 atoms"),
+    # 6 atoms announced, 7 present: the seventh atom is read as bond 1
+    "too-many-atoms": (edited("  7  6  0", "  6  6  0"), 11, "expected bond 1 of molecule 1"),
+    # 7 bonds announced, 6 present: 'M  CHG' is read as bond 7
+    "too-few-bonds": (edited("  7  6  0", "  7  7  0"), 18, "expected bond 7 of molecule 1"),
+    # 5 bonds announced, 6 present: the sixth turns up in the properties block
+    "too-many-bonds": (edited("  7  6  0", "  7  5  0"), 17,
+                       "found a bond line after the bond block: the counts line, line 4, says 5 bonds"),
+    "unknown-element": (edited(" O   0", " Xx  0"), 7, "atom 3: unknown element 'Xx'"),
+    "non-numeric-coordinate": (edited("    1.5000    0.0000", "    1.5z00    0.0000"), 6,
+                               "atom 2: the x coordinate is not a number: '1.5z00'"),
+    "non-numeric-count": (edited("  7  6  0", "  a  6  0"), 4,
+                          "the atom count (columns 1-3 of the counts line) is not a number: 'a'"),
+    "missing-atom": (edited("  1  5  1  0", "  1  9  1  0"), 15, "bond 4 names atom 9, but molecule 1 has 7 atoms"),
+    "bond-to-itself": (edited("  1  5  1  0", "  1  1  1  0"), 15, "bond 4 joins atom 1 to itself"),
+    "repeated-bond": (edited("  1  5  1  0", "  2  1  1  0"), 15,
+                      "bond 4 repeats the bond between atoms 2 and 1 of line 12"),
+    "bond-type": (edited("  1  5  1  0", "  1  5  9  0"), 15, "bond 4: unknown bond type 9"),
+    "charge-code": (edited(" C   0  3", " C   0  9"), 5, "atom 1: unknown charge code 9"),
+    "charge-count": (edited("M  CHG  1   4  -1", "M  CHG  2   4  -1"), 18,
+                     "'M  CHG' announces 2 atom-charge pairs but holds 1"),
+    "charge-atom": (edited("M  CHG  1   4  -1", "M  CHG  1   8  -1"), 18,
+                    "'M  CHG' names atom 8, but molecule 1 has 7 atoms"),
+    "no-m-end": (edited("M  END\n", ""), 22, "molecule 1 ends before its 'M  END' line"),
+    "v3000": (edited("999 V2000", "999 V3000"), 4, "V3000 molfiles are not supported"),
+    "cut-in-atoms": (ACETATE[:ACETATE.index("    2.2000    1.2000")], 6,
+                     "file ends inside the atom block of molecule 1 (2 atoms read"),
+    "cut-in-bonds": (ACETATE[:ACETATE.index("  1  5  1")], 14,
+                     "file ends inside the bond block of molecule 1 (3 bonds read"),
+    "cut-in-properties": (ACETATE[:ACETATE.index("M  END")], 18,
+                          "file ends inside the properties block of molecule 1 (no 'M  END' line)"),
+    "cut-in-header": ("acetate\nonly a header\n", 2, "file ends inside the header block of molecule 1"),
+}
+
+
+@pytest.mark.parametrize("text, line, message", ERRORS.values(), ids=ERRORS.keys())
+def test_errors_name_file_line_and_reason(tmp_path, text, line, message):
+    path = tmp_path / "bad.sdf"
+    path.write_text(text)
+    with pytest.raises(FileFormatError) as info:
+        read_sdf(path)
+    assert str(info.value).startswith(f"{path}, line {line}: ")
+    assert message in str(info.value)
+    assert (info.value.path, info.value.line) == (str(path), line)
+
+
+def test_error_in_a_later_molecule_names_it():
+    text = MOLECULES.read_text().replace(" N   0", " Q   0")
+    with pytest.raises(FileFormatError, match=r"line 28: atom 1: unknown element 'Q'"):
+        read_sdf(io.StringIO(text))
+
+
+def test_file_format_error_pickles():
+    err = FileFormatError("a.sdf", 3, "bad")
+    again = pickle.loads(pickle.dumps(err))
+    assert (str(again), again.path, again.line, again.reason) == (str(err), "a.sdf", 3, "bad")
+    assert isinstance(again, ValueError)
+
+
+# ---------------------------------------------------------------- RDKit as the reference reader
+
+def _rdkit_graphs(path):
+    Chem = pytest.importorskip("rdkit.Chem")
+    from graphkern.io import from_rdkit
+    supplier = Chem.SDMolSupplier(str(path), sanitize=False, removeHs=False)
+    return [from_rdkit(mol, name=mol.GetProp("_Name")) for mol in supplier]
+
+
+def _same_molecule(ours, theirs):
+    assert ours.name == theirs.name
+    for column in ("element", "charge"):
+        np.testing.assert_array_equal(ours.node_labels[column], theirs.node_labels[column])
+    assert bonds_of(ours) == bonds_of(theirs)
+
+
+def test_hand_made_file_agrees_with_rdkit():
+    for ours, theirs in zip(read_sdf(MOLECULES), _rdkit_graphs(MOLECULES), strict=True):
+        _same_molecule(ours, theirs)
+
+
+def test_rdkit_written_molecules_read_back(tmp_path):
+    Chem = pytest.importorskip("rdkit.Chem")
+    from rdkit.Chem import AllChem
+    smiles = ["CC(=O)[O-]", "C[NH3+]", "c1ccc2ccccc2c1", "O=S(=O)([O-])c1ccc(cc1)N", "[Na+].[Cl-]",
+              "C#CC(=C)Br", "C1CC1[N+](C)(C)C"]
+    path = tmp_path / "written.sdf"
+    with Chem.SDWriter(str(path)) as writer:
+        for k, s in enumerate(smiles):
+            mol = Chem.AddHs(Chem.MolFromSmiles(s))
+            AllChem.EmbedMolecule(mol, randomSeed=k)
+            mol.SetProp("_Name", s)
+            writer.write(mol)
+    ours = read_sdf(path)
+    for mine, theirs in zip(ours, _rdkit_graphs(path), strict=True):
+        _same_molecule(mine, theirs)
+        np.testing.assert_allclose(mine.node_labels["coords"], theirs.node_labels["coords"], atol=1e-4)
