@@ -1,0 +1,764 @@
+"""The shortest-path graph kernel on multicore CPUs and NVIDIA GPUs (FCSP).
+
+Definition
+----------
+For a graph ``G`` let ``P(G)`` be its shortest-path graph: every *ordered* pair
+``(a, b)`` of *distinct* vertices with ``b`` reachable from ``a``, carrying the
+shortest-path length ``l_ab`` (hop count for an unweighted graph, the sum of edge
+weights otherwise).  Then
+
+    K(G, G') = sum_{(a,b) in P(G)} sum_{(c,d) in P(G')} k_v(a, c) * k_v(b, d) * k_e(l_ab, l_cd)
+
+with a vertex kernel ``k_v`` (:class:`DiracNode`, :class:`GaussianNode`, products of
+them) and a path-length kernel ``k_e`` (:class:`DiracEdge`, :class:`GaussianEdge`,
+:class:`BrownianBridgeEdge`).  This is the counting of Algorithm 1 of the FCSP paper
+and of Borgwardt and Kriegel's kernel on the shortest-path graph with both directions
+of every path.  Unreachable pairs and ``a == b`` never count, so a graph with one
+vertex or no edges has ``K(G, .) = 0``.
+
+Relation to GraKeL (checked against grakel 0.1.11's source and by the tests):
+
+* ``grakel.ShortestPath(with_labels=True)`` builds, for each graph, the histogram of
+  ``(label_a, label_b, l_ab)`` over the same ordered pairs ``a != b`` with ``l_ab``
+  finite, and takes the dot product of histograms.  That is exactly ``K`` above with
+  ``node_kernel=DiracNode(label)`` and ``edge_kernel=DiracEdge()``: no factor of 2
+  and no other correction.  ``with_labels=False`` is ``node_kernel=None``.
+* ``grakel.ShortestPathAttr(metric=f)`` sums ``f(x_a, x_c) f(x_b, x_d) [l_ab == l_cd]``
+  over the same ordered pairs: ``K`` with ``edge_kernel=DiracEdge()`` and
+  ``k_v = f``; with ``f`` the Gaussian ``exp(-||x - y||^2 / (2 sigma^2))`` it equals
+  ``GaussianNode(col, sigma=sigma)`` (its default ``f`` is the dot product, which is
+  not one of our vertex kernels).
+* GraKeL reads weights from an adjacency matrix in which 0 means "no edge"; a
+  graphkern edge of weight 0 is an edge of length 0.
+* A definition over *unordered* paths ``{a, b}`` with an orientation-symmetrised
+  walk kernel ``k(a,c)k(b,d) + k(a,d)k(b,c)`` gives exactly ``K / 2``.
+
+How it is computed
+------------------
+Per graph, shortest paths come from :func:`scipy.sparse.csgraph.shortest_path`:
+breadth-first (``unweighted=True``) for unweighted graphs, Floyd-Warshall for small
+dense weighted graphs (at most 256 vertices and a quarter of the possible entries
+stored), Dijkstra otherwise.  Negative weights are an error.  The result is stored as
+unordered paths ``a < b`` and cached on the kernel object, keyed on the graph's
+identity and a fingerprint of its arrays, so later calls reuse it.
+
+``K`` is evaluated from the unordered paths as
+``2 * sum_{a<b} sum_{c<d} k_e * (V[a,c] V[b,d] + V[a,d] V[b,c])`` with the vertex-kernel
+matrix ``V`` computed once per pair of graphs (the FCSP scheme), which is the
+definition above regrouped.  ``method`` picks the algorithm:
+
+=================== ===== ========================================================
+``"naive"``         CPU   Algorithm 1: four loops over vertices, ``k_v`` inside
+``"fcsp"``          CPU   ``V`` once per pair, then the walk over both path arrays;
+                          one thread (the sequential reference for speed-ups)
+``"openmp_in"``     CPU   FCSP, the threads share one pair (outer paths split)
+``"openmp_out"``    CPU   FCSP, the threads share the pairs (dynamic schedule)
+``"gpu_1d"``        GPU   per pair: vertex kernel, walk with a thread per path of
+                          the larger graph, reduction, copy back
+``"gpu_2d"``        GPU   as gpu_1d with a thread per pair of paths
+``"gpu_1d_overlap"``GPU   gpu_1d on several streams: one pair's reduction and
+``"gpu_2d_overlap"``      copy overlap the next pairs' kernels
+``"gpu_batched"``   GPU   many pairs per launch, a block per pair, ``V`` in shared
+                          memory; the fastest for many small graphs
+``"auto"``                openmp_out on the CPU (fcsp with one thread),
+                          gpu_batched on the GPU, the hybrid split for "hybrid"
+=================== ===== ========================================================
+
+``backend="hybrid"`` runs the pairs with the least work (``|P| * |P'|``) on the CPU
+threads (openmp_out in a Python thread that releases the GIL) while the others run on
+the GPU (gpu_batched) at the same time.  The split comes from a cost model
+``t = overhead + alpha * pairs + beta * sum(|P| |P'|)`` per side, measured on this
+machine at first use by timing samples of the pairs on both, and cached per process.
+
+Precision: sums are accumulated in float64 everywhere.  With ``dtype=float32`` the
+vertex-kernel matrix, the continuous labels and the products are float32 (path lengths
+stay float64, so ``DiracEdge`` compares exact lengths).  Backends and methods agree to
+rounding (a relative 1e-12 or so in float64), not bit for bit: they sum in different
+orders.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+
+import numpy as np
+from scipy.sparse.csgraph import shortest_path
+
+from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
+from graphkern._spgk_kernels import (BrownianBridgeEdge, DiracEdge, DiracNode, EdgeKernel, GaussianEdge,
+                                     GaussianNode, NodeKernel, ProductNode, node_features)
+from graphkern.graph import Graph
+
+__all__ = ["ShortestPathKernel", "DiracNode", "GaussianNode", "ProductNode", "DiracEdge", "GaussianEdge",
+           "BrownianBridgeEdge", "shortest_path_graph", "CPU_METHODS", "GPU_METHODS"]
+
+CPU_METHODS = ("naive", "fcsp", "openmp_in", "openmp_out")
+GPU_METHODS = ("gpu_1d", "gpu_2d", "gpu_1d_overlap", "gpu_2d_overlap", "gpu_batched")
+METHODS = ("auto",) + CPU_METHODS + GPU_METHODS
+BACKENDS = ("auto", "cpu", "gpu", "hybrid")
+
+# Floyd-Warshall beats Dijkstra from every source on small dense weighted graphs
+_FLOYD_WARSHALL_MAX_NODES = 256
+_FLOYD_WARSHALL_MIN_DENSITY = 0.25
+
+
+# --------------------------------------------------------------------------- shortest paths
+
+def shortest_path_graph(graph, *, where="graph"):
+    """The shortest-path graph of ``graph`` as unordered paths: ``(ends, lengths)``.
+
+    ``ends`` is int32 ``(P, 2)`` with ``a < b`` in each row, ``lengths`` float64 ``(P,)``;
+    unreachable pairs are left out.  ``where`` names the graph in error messages.
+    """
+    n = graph.n_nodes
+    if n < 2:
+        return np.zeros((0, 2), np.int32), np.zeros(0)
+    if graph.weights is None:
+        dist = shortest_path(graph.to_scipy(), method="D", directed=False, unweighted=True)
+    else:
+        w = graph.weights
+        bad = ~np.isfinite(w) | (w < 0)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            i = int(np.searchsorted(graph.indptr, k, side="right") - 1)
+            problem = "negative" if w[k] < 0 else "non-finite"
+            raise ValueError(f"{where} has a {problem} edge weight {w[k]} on edge ({i}, {int(graph.indices[k])}): "
+                             "shortest paths need non-negative finite weights")
+        dense = graph.nnz >= _FLOYD_WARSHALL_MIN_DENSITY * n * n
+        method = "FW" if n <= _FLOYD_WARSHALL_MAX_NODES and dense else "D"
+        dist = shortest_path(graph.to_scipy(), method=method, directed=False)
+    rows, cols = np.triu_indices(n, 1)
+    lengths = dist[rows, cols]
+    keep = np.isfinite(lengths)
+    ends = np.stack([rows[keep], cols[keep]], axis=1).astype(np.int32)
+    return ends, np.ascontiguousarray(lengths[keep], dtype=np.float64)
+
+
+def _fingerprint(graph):
+    """Changes when the graph's structure or weights are modified in place."""
+    w = None if graph.weights is None else hash(graph.weights.tobytes())
+    return (graph.n_nodes, graph.nnz, hash(graph.indptr.tobytes()), hash(graph.indices.tobytes()), w)
+
+
+class _PathCache:
+    """Shortest-path graphs per graph, keyed on identity plus a content fingerprint.
+
+    Entries go when their graph is garbage-collected (a weakref callback), so the
+    cache never keeps graphs alive nor answers for a new graph that reuses an id.
+    """
+
+    def __init__(self):
+        self._entries = {}
+
+    def get(self, graph, where):
+        key = id(graph)
+        fp = _fingerprint(graph)
+        entry = self._entries.get(key)
+        if entry is not None and entry[0]() is graph and entry[1] == fp:
+            return entry[2]
+        paths = shortest_path_graph(graph, where=where)
+        entries = self._entries
+
+        def forget(ref, key=key):
+            if entries.get(key, (None,))[0] is ref:
+                del entries[key]
+
+        self._entries[key] = (weakref.ref(graph, forget), fp, paths)
+        return paths
+
+    def __len__(self):
+        return len(self._entries)
+
+
+# --------------------------------------------------------------------------- batches
+
+class _Batch:
+    """One list of graphs, packed: vertex features for the vertex kernel and path arrays."""
+
+    def __init__(self, graphs, paths, node_kernel):
+        self.graphs = graphs
+        self.node_offsets, self.discrete, self.continuous, self.weights = node_features(node_kernel, graphs)
+        self.n_nodes = np.diff(self.node_offsets)
+        self.n_paths = np.array([len(lengths) for _, lengths in paths], dtype=np.int64)
+        self.path_offsets = np.concatenate([[0], np.cumsum(self.n_paths)]).astype(np.int64)
+        self.ends = np.ascontiguousarray(np.concatenate([e for e, _ in paths]) if paths
+                                         else np.zeros((0, 2), np.int32), dtype=np.int32)
+        self.lengths = np.concatenate([l for _, l in paths]) if paths else np.zeros(0)
+        self._cpu = {}
+
+    def __len__(self):
+        return len(self.graphs)
+
+    def cpu(self, with_distances=False):
+        """The Cython view of this batch (with dense distance matrices for ``naive``)."""
+        view = self._cpu.get(with_distances)
+        if view is None:
+            from graphkern._cpu import spgk as cpu
+            dist_offsets = distances = None
+            if with_distances:
+                dist_offsets = np.concatenate([[0], np.cumsum(self.n_nodes ** 2)]).astype(np.int64)
+                distances = np.full(int(dist_offsets[-1]), np.inf)
+                for g, n in enumerate(self.n_nodes):
+                    lo, hi = self.path_offsets[g], self.path_offsets[g + 1]
+                    a, b = self.ends[lo:hi, 0].astype(np.int64), self.ends[lo:hi, 1].astype(np.int64)
+                    base = dist_offsets[g]
+                    distances[base + a * n + b] = self.lengths[lo:hi]
+                    distances[base + b * n + a] = self.lengths[lo:hi]
+            view = cpu.GraphBatch(self.node_offsets, self.discrete, self.continuous, self.path_offsets,
+                                  self.ends, self.lengths, dist_offsets, distances)
+            self._cpu[with_distances] = view
+        return view
+
+
+def _pair_work(A, B, pa, pb):
+    """Path pairs visited by the walk of each graph pair (the cost model's variable)."""
+    return A.n_paths[pa].astype(np.float64) * B.n_paths[pb]
+
+
+def _run_cpu(method, A, B, pa, pb, edge_kernel, n_threads, dtype):
+    from graphkern._cpu import spgk as cpu
+
+    out = np.empty(len(pa))
+    if len(pa) == 0:
+        return out
+    if method == "naive":
+        stride, copies = 0, 0
+    else:
+        stride = int((A.n_nodes[pa] * B.n_nodes[pb]).max())
+        copies = n_threads if method == "openmp_out" else 1
+    scratch = np.empty(max(stride * copies, 1), dtype=dtype)
+    cpu.kernel_pairs(method, A.cpu(method == "naive"), B.cpu(method == "naive"),
+                     np.ascontiguousarray(pa, np.int64), np.ascontiguousarray(pb, np.int64), out,
+                     np.ascontiguousarray(A.weights, np.float64), edge_kernel.code, edge_kernel.parameter,
+                     scratch, stride, n_threads)
+    return out
+
+
+# --------------------------------------------------------------------------- GPU
+
+_BLOCK = 256
+_BLOCK_1D = 128
+_BLOCK_2D = (32, 8)
+_OVERLAP_STREAMS = 4
+_DEFAULT_SHARED = 48 * 1024
+_MAX_SHARED_V = 96 * 1024
+
+
+class _DeviceBatch:
+    """A batch's arrays on one device, uploaded once per call."""
+
+    def __init__(self, rt, dev, batch, dtype):
+        # flat copies: the kernels index raw rows, and an empty (n, 0) array cannot be copied as bytes
+        upload = lambda a, dt=None: rt.to_device(dev, np.ravel(np.ascontiguousarray(a, dtype=dt)))
+        self.node_offsets = upload(batch.node_offsets)
+        self.discrete = upload(batch.discrete)
+        self.continuous = upload(batch.continuous, dtype)
+        self.path_offsets = upload(batch.path_offsets)
+        self.ends = upload(batch.ends)
+        self.lengths = upload(batch.lengths)
+
+    @staticmethod
+    def nbytes(batch, dtype):
+        return (batch.node_offsets.nbytes + batch.discrete.nbytes + batch.continuous.size * dtype.itemsize
+                + batch.path_offsets.nbytes + batch.ends.nbytes + batch.lengths.nbytes)
+
+    def arrays(self):
+        return (self.node_offsets, self.discrete, self.continuous, self.path_offsets, self.ends, self.lengths)
+
+
+class _GpuRunner:
+    """Runs the GPU methods on one device for one call; uploads each batch once."""
+
+    def __init__(self, device, dtype, edge_kernel):
+        from graphkern._cuda import runtime as rt
+
+        self.rt = rt
+        self.dev = rt.get_device(device)
+        self.dtype = dtype
+        self.scalar = dtype.type
+        self.edge = edge_kernel
+        suffix = "f32" if dtype == np.float32 else "f64"
+        self.fn = {name: rt.kernel(self.dev, "spgk", f"spgk_{name}_{suffix}")
+                   for name in ("vertex_matrix", "walk_1d", "walk_2d", "batched")}
+        self.fn["reduce"] = rt.kernel(self.dev, "spgk", "spgk_reduce_partials")
+        props = self.dev.properties
+        self.n_sm = props["multiprocessor_count"]
+        self.max_shared = props["max_shared_memory_per_block_optin"]
+        self._uploaded = {}
+        self._weights = None
+
+    def upload(self, *batches):
+        todo = [b for b in dict.fromkeys(batches) if id(b) not in self._uploaded]
+        if not todo:
+            return
+        need = sum(_DeviceBatch.nbytes(b, self.dtype) for b in todo)
+        self.rt.check_fits(self.dev, need, f"the shortest-path graphs and labels of {sum(map(len, todo))} graphs")
+        for b in todo:
+            self._uploaded[id(b)] = (b, _DeviceBatch(self.rt, self.dev, b, self.dtype))
+        if self._weights is None:
+            self._weights = self.rt.to_device(self.dev, np.ravel(todo[0].weights), dtype=self.dtype)
+
+    def device_batch(self, batch):
+        self.upload(batch)
+        return self._uploaded[id(batch)][1]
+
+    def run(self, method, A, B, pa, pb):
+        out = np.zeros(len(pa))
+        if len(pa) == 0:
+            return out
+        self.upload(A, B)
+        if method == "gpu_batched":
+            return self.batched(A, B, pa, pb)
+        walk = "walk_1d" if method.startswith("gpu_1d") else "walk_2d"
+        return self.per_pair(walk, method.endswith("_overlap"), A, B, pa, pb)
+
+    # ---- one pair at a time (the paper's schedule), optionally on several streams
+    def _walk_grid(self, walk, P1, P2):
+        if walk == "walk_1d":
+            return max(1, min(-(-P1 // _BLOCK_1D), 8 * self.n_sm)), _BLOCK_1D
+        gx = max(1, min(-(-P2 // _BLOCK_2D[0]), 64))
+        gy = max(1, min(-(-P1 // _BLOCK_2D[1]), 65535))
+        return (gx, gy), _BLOCK_2D
+
+    def per_pair(self, walk, overlap, A, B, pa, pb):
+        rt, dev = self.rt, self.dev
+        n_pairs = len(pa)
+        swap = B.n_paths[pb] > A.n_paths[pa]
+        max_v = int((A.n_nodes[pa] * B.n_nodes[pb]).max())
+        grids = {}
+        max_partials = 1
+        for k in range(n_pairs):
+            P1, P2 = int(A.n_paths[pa[k]]), int(B.n_paths[pb[k]])
+            if swap[k]:
+                P1, P2 = P2, P1
+            grid, block = grids[k] = self._walk_grid(walk, P1, P2)
+            max_partials = max(max_partials, int(np.prod(grid)))
+        n_streams = _OVERLAP_STREAMS if overlap else 1
+        itemsize = self.dtype.itemsize
+        rt.check_fits(dev, n_streams * (max(max_v, 1) * itemsize + max_partials * 8) + n_pairs * 8,
+                      "shortest-path kernel work buffers")
+        streams = [rt.Stream(dev) for _ in range(n_streams)]
+        V = [rt.alloc(dev, max(max_v, 1), self.dtype) for _ in range(n_streams)]
+        partials = [rt.alloc(dev, max_partials, np.float64) for _ in range(n_streams)]
+        d_out = rt.alloc(dev, n_pairs, np.float64)
+        pinned = rt.PinnedBuffer(8 * n_pairs)
+        host = pinned.array(np.float64, (n_pairs,))
+        host[:] = 0.0
+        dA, dB = self.device_batch(A), self.device_batch(B)
+        param = self.scalar(self.edge.parameter)
+        kind = np.int32(self.edge.code)
+        n_disc, n_cont = np.int32(A.discrete.shape[1]), np.int32(A.continuous.shape[1])
+        for k in range(n_pairs):
+            (G1, D1, g1), (G2, D2, g2) = (A, dA, pa[k]), (B, dB, pb[k])
+            if swap[k]:
+                (G1, D1, g1), (G2, D2, g2) = (G2, D2, g2), (G1, D1, g1)
+            P1, P2 = int(G1.n_paths[g1]), int(G2.n_paths[g2])
+            if P1 == 0 or P2 == 0:
+                continue
+            s = k % n_streams
+            n1, n2 = int(G1.n_nodes[g1]), int(G2.n_nodes[g2])
+            rt.launch(self.fn["vertex_matrix"], max(1, min(-(-(n1 * n2) // _BLOCK), 4 * self.n_sm)), _BLOCK,
+                      (D1.discrete, D1.continuous, np.int64(G1.node_offsets[g1]), np.int64(n1),
+                       D2.discrete, D2.continuous, np.int64(G2.node_offsets[g2]), np.int64(n2),
+                       n_disc, n_cont, self._weights, V[s]), stream=streams[s])
+            grid, block = grids[k]
+            rt.launch(self.fn[walk], grid, block,
+                      (D1.ends, D1.lengths, np.int64(G1.path_offsets[g1]), np.int64(P1),
+                       D2.ends, D2.lengths, np.int64(G2.path_offsets[g2]), np.int64(P2),
+                       V[s], np.int64(n2), kind, param, partials[s]), stream=streams[s])
+            rt.launch(self.fn["reduce"], 1, _BLOCK, (partials[s], np.int64(np.prod(grid)), d_out, np.int64(k),
+                                                     np.float64(2.0)), stream=streams[s])
+            d_out.copy_to_host(host[k:k + 1], stream=streams[s], offset=8 * k)
+            if not overlap:
+                streams[s].synchronize()
+        for s in streams:
+            s.synchronize()
+        return host.copy()
+
+    # ---- many pairs per launch
+    def batched(self, A, B, pa, pb):
+        rt, dev = self.rt, self.dev
+        fn = self.fn["batched"]
+        itemsize = self.dtype.itemsize
+        # largest pairs first: the atomic pair counter then balances the tail
+        order = np.argsort(-_pair_work(A, B, pa, pb), kind="stable")
+        pa_sorted, pb_sorted = pa[order], pb[order]
+        n_pairs = len(pa)
+        vsize = A.n_nodes[pa_sorted] * B.n_nodes[pb_sorted]
+        reduction_bytes = 32 * 8
+        # V in shared memory up to two blocks' worth per SM; larger V go to a global scratch (L2)
+        budget = min(self.max_shared, _MAX_SHARED_V) - reduction_bytes - 64
+        capacity = int(min(int(vsize.max()), budget // itemsize))
+        shared = reduction_bytes + capacity * itemsize
+        if shared > _DEFAULT_SHARED:
+            fn.set_max_dynamic_shared_memory(shared)
+        per_sm = max(1, fn.max_active_blocks_per_sm(_BLOCK, shared))
+        grid = int(max(1, min(n_pairs, per_sm * self.n_sm)))
+        oversize = vsize[vsize > capacity]
+        stride = int(oversize.max()) if len(oversize) else 0
+        rt.check_fits(dev, grid * stride * itemsize + n_pairs * 24 + 8,
+                      "shortest-path kernel pair list and vertex-kernel scratch")
+        d_pa = rt.to_device(dev, pa_sorted.astype(np.int64))
+        d_pb = rt.to_device(dev, pb_sorted.astype(np.int64))
+        scratch = rt.alloc(dev, max(grid * stride, 1), self.dtype)
+        counter = rt.alloc(dev, 1, np.uint64)
+        counter.zero()
+        d_out = rt.alloc(dev, n_pairs, np.float64)
+        d_out.memset32(0x7FC00000)  # NaN: a pair the kernel missed cannot pass as a value
+        dA, dB = self.device_batch(A), self.device_batch(B)
+        rt.launch(fn, grid, _BLOCK,
+                  (*dA.arrays(), *dB.arrays(), np.int32(A.discrete.shape[1]), np.int32(A.continuous.shape[1]),
+                   self._weights, d_pa, d_pb, np.int64(n_pairs), np.int32(self.edge.code),
+                   self.scalar(self.edge.parameter), np.int64(capacity), scratch, np.int64(stride), counter, d_out),
+                  shared_mem=shared)
+        values = d_out.to_host()
+        out = np.empty(n_pairs)
+        out[order] = values
+        return out
+
+
+# --------------------------------------------------------------------------- hybrid
+
+# cost models measured at first use, per device, thread count and kernel shape
+_HYBRID_MODELS = {}
+_HYBRID_LOCK = threading.Lock()
+
+
+class HybridCostModel:
+    """Predicted seconds of a set of pairs: ``overhead + alpha * n_pairs + beta * work``, per side."""
+
+    def __init__(self, cpu, gpu):
+        self.cpu = tuple(float(x) for x in cpu)
+        self.gpu = tuple(float(x) for x in gpu)
+
+    @staticmethod
+    def _time(coef, n, work):
+        overhead, alpha, beta = coef
+        return np.where(n > 0, overhead + alpha * n + beta * work, 0.0)
+
+    def split(self, works):
+        """How many of the pairs, sorted by ascending work, go to the CPU, and the predicted times."""
+        works = np.sort(np.asarray(works, dtype=np.float64))
+        n = len(works)
+        k = np.arange(n + 1)
+        prefix = np.concatenate([[0.0], np.cumsum(works)])
+        t_cpu = self._time(self.cpu, k, prefix)
+        t_gpu = self._time(self.gpu, n - k, prefix[-1] - prefix)
+        best = int(np.argmin(np.maximum(t_cpu, t_gpu)))
+        return best, float(t_cpu[best]), float(t_gpu[best])
+
+    def __repr__(self):
+        fmt = lambda c: f"{c[0] * 1e6:.1f} us + {c[1] * 1e6:.3f} us/pair + {c[2] * 1e9:.4f} ns/path-pair"
+        return f"HybridCostModel(cpu: {fmt(self.cpu)}; gpu: {fmt(self.gpu)})"
+
+
+def _fit_cost(samples):
+    """Non-negative least squares of ``t = overhead + alpha * n + beta * work`` on (n, work, seconds)."""
+    from scipy.optimize import nnls
+
+    M = np.array([[1.0, n, w] for n, w, _ in samples])
+    t = np.array([s for _, _, s in samples])
+    scale = M.max(axis=0)
+    scale[scale == 0] = 1.0
+    coef, _ = nnls(M / scale, t)
+    return coef / scale
+
+
+def _calibrate_hybrid(runner, A, B, pa, pb, n_cpu_threads, dtype, edge_kernel):
+    """Time samples of the pairs on the CPU threads and on the GPU; fit both cost lines."""
+    works = _pair_work(A, B, pa, pb)
+    order = np.argsort(works, kind="stable")
+    n = len(order)
+    sets = [order[:1], order[:min(n, 64 * n_cpu_threads)], order[max(0, n - 4 * n_cpu_threads):]]
+
+    def best_of(fn, repeat=3):
+        best = np.inf
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        return best
+
+    runner.run("gpu_batched", A, B, pa[order[:1]], pb[order[:1]])  # module load and first launch, untimed
+    cpu_samples, gpu_samples = [], []
+    for idx in sets:
+        sa, sb = pa[idx], pb[idx]
+        w = float(works[idx].sum())
+        cpu_samples.append((len(idx), w, best_of(lambda: _run_cpu("openmp_out", A, B, sa, sb, edge_kernel,
+                                                                  n_cpu_threads, dtype))))
+        gpu_samples.append((len(idx), w, best_of(lambda: runner.run("gpu_batched", A, B, sa, sb))))
+    return HybridCostModel(_fit_cost(cpu_samples), _fit_cost(gpu_samples))
+
+
+# --------------------------------------------------------------------------- the kernel
+
+class ShortestPathKernel:
+    """The shortest-path graph kernel ``K(G, G')`` (see the module docstring for the definition).
+
+    Parameters (keyword-only, stored as given, checked when the kernel is used)
+    ----------
+    node_kernel : NodeKernel or None
+        Vertex kernel: :class:`DiracNode`, :class:`GaussianNode` or a product of them
+        (``DiracNode('element') * GaussianNode('charge', sigma=1)``).  ``None``: every
+        vertex pair scores 1 (unlabeled graphs).
+    edge_kernel : EdgeKernel or None
+        Kernel on path lengths: :class:`DiracEdge` (``None`` means this),
+        :class:`GaussianEdge`, :class:`BrownianBridgeEdge`.
+    normalize : bool
+        Return ``K_ij / sqrt(K_ii K_jj)`` (0 where a graph has no paths).
+    backend : "auto", "cpu", "gpu" or "hybrid"
+        ``"auto"``: the GPU when one is usable (or when ``method`` is a GPU method), else the CPU.
+    device : int or None
+        The GPU to use (one device).
+    n_threads : int or None
+        CPU threads (None: all cores, honouring OMP_NUM_THREADS).
+    method : str
+        The algorithm (module docstring table); ``"auto"`` picks openmp_out / gpu_batched.
+    dtype : float64 or float32
+        Precision of the vertex-kernel matrix and its products; sums are float64.
+
+    Attributes
+    ----------
+    X_fit_ : list of Graph
+        The graphs given to :meth:`fit`.
+    method_, backend_ : str
+        What the last call ran.
+    hybrid_model_ : HybridCostModel
+        The measured cost model of the last hybrid call.
+    hybrid_split_ : dict
+        The last hybrid call's split: pairs on each side, the work threshold and the
+        predicted seconds of each side.
+
+    Examples
+    --------
+    >>> k = ShortestPathKernel(node_kernel=DiracNode("element"), edge_kernel=BrownianBridgeEdge(c=3))
+    >>> K = k(graphs)                     # Gram matrix, only the upper triangle computed
+    >>> K_test = k.fit(train).transform(test)
+    """
+
+    _PARAMS = ("node_kernel", "edge_kernel", "normalize", "backend", "device", "n_threads", "method", "dtype")
+
+    def __init__(self, *, node_kernel=None, edge_kernel=None, normalize=False, backend="auto", device=None,
+                 n_threads=None, method="auto", dtype=np.float64):
+        self.node_kernel = node_kernel
+        self.edge_kernel = edge_kernel
+        self.normalize = normalize
+        self.backend = backend
+        self.device = device
+        self.n_threads = n_threads
+        self.method = method
+        self.dtype = dtype
+        self._paths = _PathCache()
+
+    # ---- scikit-learn manners
+    def get_params(self, deep=True):
+        return {name: getattr(self, name) for name in self._PARAMS}
+
+    def set_params(self, **params):
+        for name, value in params.items():
+            if name not in self._PARAMS:
+                raise ValueError(f"invalid parameter {name!r} for ShortestPathKernel; "
+                                 f"valid parameters: {', '.join(self._PARAMS)}")
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self):
+        changed = [f"{k}={getattr(self, k)!r}" for k in self._PARAMS
+                   if getattr(self, k) is not _DEFAULTS[k] and getattr(self, k) != _DEFAULTS[k]]
+        return f"ShortestPathKernel({', '.join(changed)})"
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["_paths"] = None  # weakrefs do not pickle; the cache is rebuilt on use
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._paths = _PathCache()
+
+    def fit(self, X, y=None):
+        """Remember the graphs ``X`` (validated); ``transform`` compares new graphs with them."""
+        self.X_fit_ = _as_graphs(X, "X")
+        return self
+
+    def transform(self, Y):
+        """``K(Y, X_fit_)``, shape ``(len(Y), len(X_fit_))``."""
+        if not hasattr(self, "X_fit_"):
+            raise AttributeError("this ShortestPathKernel is not fitted yet: call fit(X) first")
+        return self._gram(_as_graphs(Y, "Y"), self.X_fit_)
+
+    def fit_transform(self, X, y=None):
+        return self.fit(X)(self.X_fit_)
+
+    def __call__(self, X, Y=None):
+        """The kernel matrix ``K(X, Y)``, ``(len(X), len(Y))``; ``Y=None`` computes only the upper triangle of ``K(X, X)``."""
+        X = _as_graphs(X, "X")
+        return self._gram(X, None if Y is None else _as_graphs(Y, "Y"))
+
+    def diag(self, X):
+        """``K(x, x)`` for each graph of ``X`` (never normalised)."""
+        X = _as_graphs(X, "X")
+        cfg = self._config()
+        A = self._batch(X, "X", cfg)
+        idx = np.arange(len(X), dtype=np.int64)
+        return self._execute(cfg, A, A, idx, idx)
+
+    # ---- configuration
+    def _config(self):
+        node_kernel, edge_kernel = self.node_kernel, self.edge_kernel
+        if node_kernel is not None and not isinstance(node_kernel, NodeKernel):
+            raise TypeError(f"node_kernel must be DiracNode, GaussianNode, ProductNode or None, got {node_kernel!r}")
+        if edge_kernel is None:
+            edge_kernel = DiracEdge()
+        if not isinstance(edge_kernel, EdgeKernel):
+            raise TypeError(f"edge_kernel must be DiracEdge, GaussianEdge, BrownianBridgeEdge or None, "
+                            f"got {edge_kernel!r}")
+        if not isinstance(self.normalize, (bool, np.bool_)):
+            raise TypeError(f"normalize must be True or False, got {self.normalize!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; expected one of {', '.join(METHODS)}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {self.backend!r}")
+        dtype = resolve_dtype(self.dtype)
+        n_threads = resolve_threads(self.n_threads)
+        method, backend = self.method, self.backend
+        if backend == "auto":
+            if method in GPU_METHODS:
+                backend = "gpu"
+            elif method in CPU_METHODS:
+                backend = "cpu"
+        backend = resolve_backend(backend, allowed=BACKENDS)
+        if backend == "cpu":
+            if method in GPU_METHODS:
+                raise ValueError(f"method {method!r} runs on the GPU but backend='cpu'; CPU methods: "
+                                 f"{', '.join(CPU_METHODS)}")
+            if method == "auto":
+                method = "fcsp" if n_threads == 1 else "openmp_out"
+        elif backend == "gpu":
+            if method in CPU_METHODS:
+                raise ValueError(f"method {method!r} runs on the CPU but backend='gpu'; GPU methods: "
+                                 f"{', '.join(GPU_METHODS)}")
+            if method == "auto":
+                method = "gpu_batched"
+        else:
+            if method not in ("auto", "gpu_batched"):
+                raise ValueError(f"backend='hybrid' splits pairs between openmp_out and gpu_batched; "
+                                 f"method must be 'auto', got {method!r}")
+            method = "hybrid"
+        device = None
+        if backend in ("gpu", "hybrid"):
+            devices = resolve_devices(self.device)
+            if len(devices) != 1:
+                raise ValueError(f"ShortestPathKernel uses one GPU; got device={self.device!r}")
+            device = devices[0]
+        return dict(node_kernel=node_kernel, edge_kernel=edge_kernel, dtype=dtype, n_threads=n_threads,
+                    method=method, backend=backend, device=device, runner=None)
+
+    def _batch(self, graphs, name, cfg):
+        paths = [self._paths.get(g, f"{name}[{i}]" + (f" ({g.name!r})" if g.name is not None else ""))
+                 for i, g in enumerate(graphs)]
+        return _Batch(graphs, paths, cfg["node_kernel"])
+
+    # ---- evaluation
+    def _gram(self, X, Y):
+        cfg = self._config()
+        A = self._batch(X, "X", cfg)
+        if Y is None:
+            B = A
+            pa, pb = np.triu_indices(len(X))
+        else:
+            B = self._batch(Y, "Y", cfg)
+            pa, pb = np.divmod(np.arange(len(X) * len(Y), dtype=np.int64), len(Y))
+        pa, pb = pa.astype(np.int64), pb.astype(np.int64)
+        values = self._execute(cfg, A, B, pa, pb)
+        K = np.zeros((len(X), len(B)))
+        K[pa, pb] = values
+        if Y is None:
+            K[pb, pa] = values
+        self.method_, self.backend_ = cfg["method"], cfg["backend"]
+        if not self.normalize:
+            return K
+        if Y is None:
+            dx = dy = np.diag(K).copy()
+        else:
+            ix, iy = np.arange(len(X), dtype=np.int64), np.arange(len(Y), dtype=np.int64)
+            dx = self._execute(cfg, A, A, ix, ix)
+            dy = self._execute(cfg, B, B, iy, iy)
+        scale = np.sqrt(np.outer(dx, dy))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(scale > 0, K / np.where(scale > 0, scale, 1.0), 0.0)
+
+    def _runner(self, cfg):
+        if cfg["runner"] is None:
+            cfg["runner"] = _GpuRunner(cfg["device"], cfg["dtype"], cfg["edge_kernel"])
+        return cfg["runner"]
+
+    def _execute(self, cfg, A, B, pa, pb):
+        method = cfg["method"]
+        if method in CPU_METHODS:
+            return _run_cpu(method, A, B, pa, pb, cfg["edge_kernel"], cfg["n_threads"], cfg["dtype"])
+        if method in GPU_METHODS:
+            return self._runner(cfg).run(method, A, B, pa, pb)
+        return self._execute_hybrid(cfg, A, B, pa, pb)
+
+    def _execute_hybrid(self, cfg, A, B, pa, pb):
+        out = np.empty(len(pa))
+        if len(pa) == 0:
+            return out
+        runner = self._runner(cfg)
+        runner.upload(A, B)
+        # one core drives the GPU; the others run the CPU share
+        n_cpu = max(1, cfg["n_threads"] - 1)
+        edge = cfg["edge_kernel"]
+        key = (runner.dev.ordinal, runner.dev.properties["name"], n_cpu, edge.code, A.discrete.shape[1],
+               A.continuous.shape[1], cfg["dtype"].name)
+        with _HYBRID_LOCK:
+            model = _HYBRID_MODELS.get(key)
+            if model is None:
+                model = _HYBRID_MODELS[key] = _calibrate_hybrid(runner, A, B, pa, pb, n_cpu, cfg["dtype"], edge)
+        self.hybrid_model_ = model
+        works = _pair_work(A, B, pa, pb)
+        order = np.argsort(works, kind="stable")
+        n_cpu_pairs, t_cpu, t_gpu = model.split(works)
+        cpu_idx, gpu_idx = order[:n_cpu_pairs], order[n_cpu_pairs:]
+        self.hybrid_split_ = dict(cpu_pairs=len(cpu_idx), gpu_pairs=len(gpu_idx),
+                                  threshold_work=float(works[gpu_idx[0]]) if len(gpu_idx) else np.inf,
+                                  predicted_cpu_s=t_cpu, predicted_gpu_s=t_gpu)
+        failure = []
+
+        def cpu_share():
+            try:
+                out[cpu_idx] = _run_cpu("openmp_out", A, B, pa[cpu_idx], pb[cpu_idx], edge, n_cpu, cfg["dtype"])
+            except BaseException as exc:  # re-raised in the calling thread
+                failure.append(exc)
+
+        worker = threading.Thread(target=cpu_share, name="graphkern-spgk-cpu")
+        worker.start()
+        try:
+            if len(gpu_idx):
+                out[gpu_idx] = runner.run("gpu_batched", A, B, pa[gpu_idx], pb[gpu_idx])
+        finally:
+            worker.join()
+        if failure:
+            raise failure[0]
+        return out
+
+
+_DEFAULTS = {"node_kernel": None, "edge_kernel": None, "normalize": False, "backend": "auto", "device": None,
+             "n_threads": None, "method": "auto", "dtype": np.float64}
+
+
+def _as_graphs(X, name):
+    if isinstance(X, Graph):
+        raise TypeError(f"{name} must be a sequence of graphs, got a single Graph (wrap it in a list)")
+    try:
+        graphs = list(X)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of graphkern.Graph, got {type(X).__name__}") from None
+    for i, g in enumerate(graphs):
+        if not isinstance(g, Graph):
+            raise TypeError(f"{name}[{i}] is a {type(g).__name__}, expected graphkern.Graph "
+                            "(convert with Graph.from_scipy or Graph.from_networkx)")
+    return graphs
