@@ -89,7 +89,8 @@ def test_write_a_scipy_matrix(tmp_path):
 HEADER = "%%MatrixMarket matrix coordinate real symmetric\n% comment\n"
 ERRORS = {
     "not-matrix-market": ("3 3 1\n1 1 1\n", 1, "not a Matrix Market file"),
-    "dense": ("%%MatrixMarket matrix array real general\n2 2\n1\n0\n0\n1\n", 1, "'array' (dense) files are not supported"),
+    "dense": ("%%MatrixMarket matrix array real general\n2 2\n1\n0\n0\n1\n", 1,
+              "'array' (dense) files are not supported"),
     "complex": ("%%MatrixMarket matrix coordinate complex general\n", 1, "field 'complex' is not supported"),
     "skew": ("%%MatrixMarket matrix coordinate real skew-symmetric\n", 1, "symmetry 'skew-symmetric' is not supported"),
     "no-size-line": (HEADER, 2, "file ends before the size line"),

@@ -67,6 +67,7 @@ def test_open_files_and_gzip(tmp_path):
     assert read_sdf(io.StringIO(text)) == expected
     with open(MOLECULES, "rb") as f:
         assert read_sdf(f) == expected
+        assert not f.closed  # the caller's file stays the caller's
 
 
 def test_streams_one_molecule_at_a_time():

@@ -81,7 +81,8 @@ def test_bad_smiles_names_file_and_line(tmp_path):
     pytest.importorskip("rdkit")
     path = tmp_path / "bad.smi"
     path.write_text("CCO ok\nC1CC broken ring\n")
-    with pytest.raises(FileFormatError, match="^" + re.escape(f"{path}, line 2: RDKit cannot parse the SMILES 'C1CC'") + "$"):
+    expected = f"{path}, line 2: RDKit cannot parse the SMILES 'C1CC'"
+    with pytest.raises(FileFormatError, match="^" + re.escape(expected) + "$"):
         read_smiles(path)
     with pytest.raises(ValueError, match="RDKit cannot parse the SMILES 'C\\(C'"):
         from_smiles("C(C")

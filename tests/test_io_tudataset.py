@@ -129,11 +129,10 @@ def test_errors_name_file_line_and_reason(tmp_path, part, old, new, line, messag
 
 def test_blank_lines_do_not_shift_line_numbers(tmp_path):
     folder = toy_copy(tmp_path)
-    path = edit(folder, "A", "1, 2\n", "1, 2\n\n")
+    edit(folder, "A", "1, 2\n", "1, 2\n\n")
     edit(folder, "A", "6, 7\n", "6, 8\n")
-    with pytest.raises(FileFormatError, match=rf"line 12: edge \(6, 8\)"):
+    with pytest.raises(FileFormatError, match=r"line 12: edge \(6, 8\)"):
         read_tudataset(folder)
-    assert path.exists()
 
 
 def test_missing_required_file(tmp_path):

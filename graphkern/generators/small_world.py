@@ -25,9 +25,10 @@ def _ring_lattice(n, k):
 
 
 def newman_watts_strogatz(n, k, p, *, seed=None, as_csr=False):
-    """A ring lattice plus shortcuts: for each lattice edge ``(u, v)``, with probability ``p``, an edge from ``u`` to a random node.
+    """A ring lattice plus shortcuts.
 
-    As in networkx, a shortcut that would be a self-loop or repeat an existing edge is
+    For each lattice edge ``(u, v)``, with probability ``p``, an edge joins ``u`` to a
+    random node.  As in networkx, a shortcut that would be a self-loop or repeat an existing edge is
     not added (no redraw), so the graph has the lattice's ``n * k / 2`` edges plus about
     ``p * n * k / 2`` shortcuts, and stays connected.
     """

@@ -58,7 +58,11 @@ def open_text(source):
     elif isinstance(source, io.TextIOBase):
         yield source
     elif hasattr(source, "read"):
-        yield io.TextIOWrapper(source, encoding="utf-8")
+        text = io.TextIOWrapper(source, encoding="utf-8")
+        try:
+            yield text
+        finally:
+            text.detach()  # a collected wrapper would close the caller's binary file
     else:
         raise TypeError(f"expected a path or an open file, got {type(source).__name__}")
 

@@ -41,11 +41,14 @@ class _Header:
             raise FileFormatError(path, 1, "the banner must read '%%MatrixMarket matrix <format> <field> <symmetry>'")
         layout, self.field, self.symmetry = (w.lower() for w in words[2:])
         if layout != "coordinate":
-            raise FileFormatError(path, 1, f"{layout!r} (dense) files are not supported: a graph needs 'coordinate'")
+            raise FileFormatError(path, 1, f"{layout!r} (dense) files are not supported: "
+                                  "a graph needs 'coordinate'")
         if self.field not in _FIELDS:
-            raise FileFormatError(path, 1, f"field {self.field!r} is not supported (expected one of {', '.join(_FIELDS)})")
+            raise FileFormatError(path, 1, f"field {self.field!r} is not supported "
+                                  f"(expected one of {', '.join(_FIELDS)})")
         if self.symmetry not in _SYMMETRIES:
-            raise FileFormatError(path, 1, f"symmetry {self.symmetry!r} is not supported (expected general or symmetric)")
+            raise FileFormatError(path, 1, f"symmetry {self.symmetry!r} is not supported "
+                                  "(expected general or symmetric)")
         self.lineno = 1
         line = f.readline()
         while line and not _is_entry(line):
@@ -62,7 +65,8 @@ class _Header:
             raise FileFormatError(path, self.lineno, f"expected the size line 'rows columns entries' "
                                   f"(three integers), found {line.strip()!r}") from None
         if n_rows != n_cols:
-            raise FileFormatError(path, self.lineno, f"the matrix is {n_rows} x {n_cols}; an adjacency matrix is square")
+            raise FileFormatError(path, self.lineno,
+                                  f"the matrix is {n_rows} x {n_cols}; an adjacency matrix is square")
         self.n = n_rows
         self.n_columns = 2 if self.field == "pattern" else 3
         try:

@@ -137,7 +137,8 @@ def _read_molecule(lines, index, *, hydrogens, distance_weights, properties):
         if len(line) < 34 or not line[31:34].strip():
             raise lines.error(f"expected atom {k + 1} of molecule {index} ({said}), found {line!r}")
         for axis, name in enumerate("xyz"):
-            coords[k, axis] = _number(lines, line[10 * axis:10 * axis + 10], float, f"atom {k + 1}: the {name} coordinate")
+            field = line[10 * axis:10 * axis + 10]
+            coords[k, axis] = _number(lines, field, float, f"atom {k + 1}: the {name} coordinate")
         symbol = line[31:34].strip()
         if symbol not in ATOMIC_NUMBER:
             raise lines.error(f"atom {k + 1}: unknown element {symbol!r}")
