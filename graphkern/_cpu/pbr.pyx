@@ -1,0 +1,860 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Partitioning-based reordering (PBR): vertex orders whose 8x8 adjacency tiles are few.
+
+The order numbers the parts of a balanced K-way partition (K = ceil(n / 8), every
+part of exactly 8 vertices except one smaller part, which goes last) consecutively,
+so the non-empty off-diagonal octiles are the pairs of parts joined by an edge.  The
+partition is built in three steps, all per graph and single-threaded; graphs run in
+parallel over an OpenMP ``prange``:
+
+1. Recursive bisection (explicit stack).  A segment of ``s`` vertices is split into a
+   left side of exactly ``8 * floor(ceil(s / 8) / 2)`` vertices and the rest, so every
+   segment but the rightmost has a multiple of 8 vertices and the small part lands
+   last.  The bisection objective is a hypergraph cut: each vertex's closed
+   neighbourhood is a net (a tile row seen from that vertex), a cut net costs
+   ``net_weight`` and each cut edge 1 (edge cut breaks ties and guides growth).
+   Nets of vertices outside the segment count too: a vertex already separated whose
+   neighbours straddle the cut would touch two parts instead of one.
+2. Each bisection: ``n_tries`` initial partitions by greedy graph growing from a
+   pseudo-peripheral vertex (frontier vertices only, so the region stays connected
+   while it can), each improved by Fiduccia-Mattheyses passes with gain buckets.
+   Moves may leave balance by ``tol`` vertices, but a pass rolls back to its best
+   *perfectly* balanced prefix, so each bisection ends exactly balanced.
+3. K-way refinement on the exact objective: swaps of two vertices between two adjacent
+   parts (sizes are kept) accepted when they lower the number of joined part pairs, or
+   keep it and lower the edge cut.  The input order, refined the same way, is a second
+   candidate; the better of the two is returned, so PBR never gives more off-diagonal
+   tiles than the order it was handed.
+
+Every random choice comes from a per-graph splitmix64 stream, so the result depends on
+the seed only, not on the thread count.
+"""
+
+from cython.parallel cimport prange
+from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdlib cimport free, malloc
+
+import numpy as np
+
+cdef enum:
+    PBR_PART = 8  # octile side: a part of the partition is one tile row
+
+
+cdef struct Work:
+    int32_t n
+    const int64_t* indptr
+    const int32_t* indices
+    int32_t net_weight
+    int32_t n_tries
+    int32_t max_refine_passes
+    uint64_t rng
+    int32_t* order        # the vertex order being built; segment [lo, hi) is one subset
+    int32_t* where        # side of a vertex in the current segment (0 left, 1 right), -1 outside
+    int32_t* cnt0         # pins of net w (closed neighbourhood of w) on the left
+    int32_t* cnt1         # ... and on the right
+    int32_t* gain
+    int32_t* bnext        # doubly linked gain buckets
+    int32_t* bprev
+    int32_t* bhead        # 2 * bucket_span heads, one row per side
+    int64_t bucket_span
+    int64_t boffset       # gain g lives in bucket g + boffset (set per segment)
+    int64_t bmax[2]       # no bucket above bmax[side] is occupied
+    char* inb             # in a bucket
+    int32_t* movelog
+    int32_t* queue        # BFS queue, also scratch for stable partitioning
+    int32_t* mark         # BFS visit stamps
+    int32_t stamp
+    char* best_side       # by position in the segment
+    int64_t cost          # net_weight * cut nets + cut edges of the current bisection
+    # K-way refinement
+    int32_t* part         # part of each vertex
+    int32_t* pos          # position of each vertex in order
+    int32_t* row_a        # edges from part a to each part
+    int32_t* row_b
+    int32_t* delta_a      # change of the a-q pair counts under a candidate swap
+    int32_t* delta_b
+    int32_t* touched_a    # may list a part twice (a delta can return to 0): 2 * maxdeg + 2 slots
+    int32_t* touched_b
+    int32_t* touched_row_a
+    int32_t* touched_row_b
+    int32_t n_touched_row_a
+    int32_t n_touched_row_b
+    int32_t* tally        # per-part edge counts of one vertex (zero between uses)
+    int32_t* touched_tally
+    int32_t* part_size
+    char* active_now      # parts whose pairs this refinement pass tries
+    char* active_next
+    int32_t* profile_part # edges of the 16 members of two parts, per part: load_profiles
+    int32_t* profile_count
+    int64_t profile_start[2 * PBR_PART + 1]
+    char adjacent[PBR_PART][PBR_PART]
+
+
+cdef inline uint64_t next_random(Work* w) noexcept nogil:
+    # splitmix64: tiny, good enough for seeds and tie-breaking
+    w.rng += <uint64_t>0x9E3779B97F4A7C15
+    cdef uint64_t z = w.rng
+    z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EB
+    return z ^ (z >> 31)
+
+
+cdef inline int32_t random_below(Work* w, int32_t bound) noexcept nogil:
+    return <int32_t>(next_random(w) % <uint64_t>bound)
+
+
+# ---------------------------------------------------------------- gain buckets
+
+cdef inline void bucket_insert(Work* w, int32_t v, int side) noexcept nogil:
+    cdef int64_t b = w.gain[v] + w.boffset
+    cdef int32_t* head = w.bhead + side * w.bucket_span
+    w.bprev[v] = -1
+    w.bnext[v] = head[b]
+    if head[b] >= 0:
+        w.bprev[head[b]] = v
+    head[b] = v
+    w.inb[v] = 1
+    if b > w.bmax[side]:
+        w.bmax[side] = b
+
+
+cdef inline void bucket_remove(Work* w, int32_t v, int side) noexcept nogil:
+    cdef int64_t b = w.gain[v] + w.boffset
+    cdef int32_t* head = w.bhead + side * w.bucket_span
+    if w.bprev[v] >= 0:
+        w.bnext[w.bprev[v]] = w.bnext[v]
+    else:
+        head[b] = w.bnext[v]
+    if w.bnext[v] >= 0:
+        w.bprev[w.bnext[v]] = w.bprev[v]
+    w.inb[v] = 0
+
+
+cdef inline int32_t bucket_top(Work* w, int side) noexcept nogil:
+    """The vertex of highest gain on ``side`` (-1 if none); lowers bmax past empty buckets."""
+    cdef int32_t* head = w.bhead + side * w.bucket_span
+    while w.bmax[side] > 0 and head[w.bmax[side]] < 0:
+        w.bmax[side] -= 1
+    return head[w.bmax[side]]
+
+
+cdef inline void adjust_gain(Work* w, int32_t x, int32_t delta) noexcept nogil:
+    cdef int side = w.where[x]
+    bucket_remove(w, x, side)
+    w.gain[x] += delta
+    bucket_insert(w, x, side)
+
+
+# ---------------------------------------------------------------- bisection objective
+
+cdef inline int32_t net_term(int32_t same, int32_t other) noexcept nogil:
+    """What one net adds to the gain of moving a pin, given the pin counts on its side and the other."""
+    if same == 1 and other > 0:
+        return 1
+    if other == 0 and same > 1:
+        return -1
+    return 0
+
+
+cdef inline int32_t* net_count(Work* w, int side) noexcept nogil:
+    return w.cnt0 if side == 0 else w.cnt1
+
+
+cdef int32_t compute_gain(Work* w, int32_t v) noexcept nogil:
+    cdef int a = w.where[v]
+    cdef int32_t* ca = net_count(w, a)
+    cdef int32_t* cb = net_count(w, 1 - a)
+    cdef int32_t nets = net_term(ca[v], cb[v])
+    cdef int32_t edges = 0
+    cdef int64_t k
+    cdef int32_t x, s
+    for k in range(w.indptr[v], w.indptr[v + 1]):
+        x = w.indices[k]
+        if x == v:
+            continue
+        nets += net_term(ca[x], cb[x])
+        s = w.where[x]
+        if s == a:
+            edges -= 1
+        elif s >= 0:
+            edges += 1
+    return w.net_weight * nets + edges
+
+
+cdef void update_net_pins(Work* w, int32_t net, int32_t moved, int a, int32_t delta_a, int32_t delta_b) noexcept nogil:
+    """Adjust the gains of the bucketed pins of ``net`` (other than ``moved``) by side."""
+    cdef int64_t k
+    cdef int32_t x
+    if net != moved and w.inb[net]:
+        adjust_gain(w, net, delta_a if w.where[net] == a else delta_b)
+    for k in range(w.indptr[net], w.indptr[net + 1]):
+        x = w.indices[k]
+        if x != moved and x != net and w.inb[x]:
+            adjust_gain(w, x, delta_a if w.where[x] == a else delta_b)
+
+
+cdef inline void move_net(Work* w, int32_t net, int32_t v, int a, bint update) noexcept nogil:
+    cdef int32_t* ca = net_count(w, a)
+    cdef int32_t* cb = net_count(w, 1 - a)
+    cdef int32_t before_a = ca[net], before_b = cb[net]
+    cdef int32_t da, db
+    ca[net] = before_a - 1
+    cb[net] = before_b + 1
+    if update:
+        da = net_term(before_a - 1, before_b + 1) - net_term(before_a, before_b)
+        db = net_term(before_b + 1, before_a - 1) - net_term(before_b, before_a)
+        if da != 0 or db != 0:
+            update_net_pins(w, net, v, a, w.net_weight * da, w.net_weight * db)
+
+
+cdef void move_vertex(Work* w, int32_t v, bint update) noexcept nogil:
+    """Move ``v`` to the other side; with ``update`` keep the bucketed gains exact."""
+    cdef int a = w.where[v]
+    cdef int64_t k
+    cdef int32_t x
+    w.where[v] = 1 - a
+    move_net(w, v, v, a, update)
+    for k in range(w.indptr[v], w.indptr[v + 1]):
+        x = w.indices[k]
+        if x != v:
+            move_net(w, x, v, a, update)
+    if update:
+        for k in range(w.indptr[v], w.indptr[v + 1]):
+            x = w.indices[k]
+            if x != v and w.inb[x]:
+                adjust_gain(w, x, 2 if w.where[x] == a else -2)
+
+
+cdef void segment_enter(Work* w, int64_t lo, int64_t hi) noexcept nogil:
+    """Put every vertex of the segment on the right and count net pins."""
+    cdef int64_t i, k
+    cdef int32_t v, maxdeg = 0
+    for i in range(lo, hi):
+        w.where[w.order[i]] = 1
+    for i in range(lo, hi):
+        v = w.order[i]
+        w.cnt1[v] += 1
+        for k in range(w.indptr[v], w.indptr[v + 1]):
+            if w.indices[k] != v:
+                w.cnt1[w.indices[k]] += 1
+        if w.indptr[v + 1] - w.indptr[v] > maxdeg:
+            maxdeg = <int32_t>(w.indptr[v + 1] - w.indptr[v])
+    w.boffset = <int64_t>w.net_weight * (maxdeg + 1) + maxdeg
+    w.cost = 0
+
+
+cdef void segment_clear_counts(Work* w, int64_t lo, int64_t hi) noexcept nogil:
+    cdef int64_t i, k
+    cdef int32_t v
+    for i in range(lo, hi):
+        v = w.order[i]
+        w.cnt0[v] = 0
+        w.cnt1[v] = 0
+        for k in range(w.indptr[v], w.indptr[v + 1]):
+            w.cnt0[w.indices[k]] = 0
+            w.cnt1[w.indices[k]] = 0
+
+
+cdef void empty_buckets(Work* w, int64_t lo, int64_t hi) noexcept nogil:
+    cdef int64_t i
+    cdef int32_t v
+    for i in range(lo, hi):
+        v = w.order[i]
+        if w.inb[v]:
+            bucket_remove(w, v, w.where[v])
+    w.bmax[0] = 0
+    w.bmax[1] = 0
+
+
+cdef int32_t bfs_farthest(Work* w, int32_t start, int only_side) noexcept nogil:
+    """The last vertex reached by BFS from ``start`` inside the segment (one pseudo-peripheral sweep).
+
+    ``only_side`` >= 0 restricts the search to vertices on that side.
+    """
+    cdef int64_t head = 0, tail = 1, k
+    cdef int32_t v, x
+    w.stamp += 1
+    w.queue[0] = start
+    w.mark[start] = w.stamp
+    while head < tail:
+        v = w.queue[head]
+        head += 1
+        for k in range(w.indptr[v], w.indptr[v + 1]):
+            x = w.indices[k]
+            if w.mark[x] != w.stamp and w.where[x] >= 0 and (only_side < 0 or w.where[x] == only_side):
+                w.mark[x] = w.stamp
+                w.queue[tail] = x
+                tail += 1
+    return w.queue[tail - 1]
+
+
+cdef void grow_left(Work* w, int64_t lo, int64_t hi, int64_t target_left, int32_t seed) noexcept nogil:
+    """Greedy graph growing: move the best-gain frontier vertex to the left until it has ``target_left``."""
+    cdef int64_t left = 0, i, k
+    cdef int32_t v, x
+    w.bmax[0] = 0
+    w.bmax[1] = 0
+    v = seed
+    while True:
+        w.cost -= compute_gain(w, v)
+        move_vertex(w, v, True)
+        left += 1
+        if left == target_left:
+            break
+        for k in range(w.indptr[v], w.indptr[v + 1]):
+            x = w.indices[k]
+            if w.where[x] == 1 and not w.inb[x]:
+                w.gain[x] = compute_gain(w, x)
+                bucket_insert(w, x, 1)
+        v = bucket_top(w, 1)
+        if v >= 0:
+            bucket_remove(w, v, 1)
+        else:
+            # the grown region is a whole component: restart from a far vertex of what is left
+            i = lo + random_below(w, <int32_t>(hi - lo))
+            while w.where[w.order[i]] != 1:
+                i += 1
+                if i == hi:
+                    i = lo
+            v = bfs_farthest(w, w.order[i], 1)
+    empty_buckets(w, lo, hi)
+
+
+cdef int64_t fm_pass(Work* w, int64_t lo, int64_t hi, int64_t target_left, int64_t tol) noexcept nogil:
+    """One Fiduccia-Mattheyses pass; ends on its best perfectly balanced state.  Returns the gain."""
+    cdef int64_t left = 0, i, n_moves = 0, best_moves = 0
+    cdef int64_t cum = 0, best_cum = 0, since_best = 0
+    cdef int64_t patience = max(64, (hi - lo) // 4)
+    cdef int32_t v, v0, v1, g0, g1
+    cdef int side
+    cdef bint ok0, ok1
+    w.bmax[0] = 0
+    w.bmax[1] = 0
+    for i in range(lo, hi):
+        v = w.order[i]
+        if w.where[v] == 0:
+            left += 1
+        w.gain[v] = compute_gain(w, v)
+        bucket_insert(w, v, w.where[v])
+    while True:
+        ok0 = left - 1 >= target_left - tol
+        ok1 = left + 1 <= target_left + tol
+        v0 = bucket_top(w, 0) if ok0 else -1
+        v1 = bucket_top(w, 1) if ok1 else -1
+        if v0 < 0 and v1 < 0:
+            break
+        if v0 >= 0 and v1 >= 0:
+            g0 = w.gain[v0]
+            g1 = w.gain[v1]
+            if g0 != g1:
+                side = 0 if g0 > g1 else 1
+            else:
+                side = 0 if left > target_left else 1  # on a tie, move toward balance
+        else:
+            side = 0 if v0 >= 0 else 1
+        v = v0 if side == 0 else v1
+        bucket_remove(w, v, side)
+        cum += w.gain[v]
+        move_vertex(w, v, True)
+        w.movelog[n_moves] = v
+        n_moves += 1
+        left += -1 if side == 0 else 1
+        if left == target_left and cum > best_cum:
+            best_cum = cum
+            best_moves = n_moves
+            since_best = 0
+        else:
+            since_best += 1
+            if since_best > patience:
+                break
+    empty_buckets(w, lo, hi)
+    while n_moves > best_moves:
+        n_moves -= 1
+        move_vertex(w, w.movelog[n_moves], False)
+    w.cost -= best_cum
+    return best_cum
+
+
+cdef void bisect(Work* w, int64_t lo, int64_t hi, int64_t target_left) noexcept nogil:
+    """Split segment [lo, hi) so that its first ``target_left`` positions are the left side."""
+    cdef int64_t s = hi - lo, i, n_left, n_right
+    cdef int64_t best_cost = -1
+    cdef int64_t tol = max(2, min(PBR_PART, s // 16))
+    cdef int32_t t, v, seed
+    cdef int passes
+    for t in range(w.n_tries):
+        segment_enter(w, lo, hi)
+        seed = bfs_farthest(w, w.order[lo + random_below(w, <int32_t>s)], -1)
+        grow_left(w, lo, hi, target_left, seed)
+        passes = 0
+        while passes < 12 and fm_pass(w, lo, hi, target_left, tol) > 0:
+            passes += 1
+        if best_cost < 0 or w.cost < best_cost:
+            best_cost = w.cost
+            for i in range(lo, hi):
+                w.best_side[i - lo] = <char>w.where[w.order[i]]
+        segment_clear_counts(w, lo, hi)
+    # stable partition of the segment by the best sides found
+    n_left = 0
+    n_right = target_left
+    for i in range(lo, hi):
+        v = w.order[i]
+        w.where[v] = -1
+        if w.best_side[i - lo] == 0:
+            w.queue[n_left] = v
+            n_left += 1
+        else:
+            w.queue[n_right] = v
+            n_right += 1
+    for i in range(s):
+        w.order[lo + i] = w.queue[i]
+
+
+cdef void recursive_bisection(Work* w, int64_t* stack) noexcept nogil:
+    cdef int64_t top = 0, lo, hi, n_parts, target_left
+    cdef int64_t i
+    for i in range(w.n):
+        w.order[i] = <int32_t>i
+    stack[0] = 0
+    stack[1] = w.n
+    top = 1
+    while top > 0:
+        top -= 1
+        lo = stack[2 * top]
+        hi = stack[2 * top + 1]
+        if hi - lo <= PBR_PART:
+            continue
+        n_parts = (hi - lo + PBR_PART - 1) // PBR_PART
+        target_left = PBR_PART * (n_parts // 2)
+        bisect(w, lo, hi, target_left)
+        stack[2 * top] = lo + target_left
+        stack[2 * top + 1] = hi
+        stack[2 * top + 2] = lo
+        stack[2 * top + 3] = lo + target_left
+        top += 2
+
+
+# ---------------------------------------------------------------- K-way refinement on octiles
+
+cdef void assign_parts(Work* w) noexcept nogil:
+    cdef int64_t i
+    for i in range(w.n):
+        w.pos[w.order[i]] = <int32_t>i
+        w.part[w.order[i]] = <int32_t>(i // PBR_PART)
+
+
+cdef int32_t load_row(Work* w, int32_t p, int32_t* row, int32_t* touched) noexcept nogil:
+    """Edge counts from part ``p`` to every part into ``row``; returns how many parts it touches."""
+    cdef int64_t i, k, end = min(<int64_t>(p + 1) * PBR_PART, <int64_t>w.n)
+    cdef int32_t v, q, n_touched = 0
+    for i in range(<int64_t>p * PBR_PART, end):
+        v = w.order[i]
+        for k in range(w.indptr[v], w.indptr[v + 1]):
+            q = w.part[w.indices[k]]
+            if row[q] == 0:
+                touched[n_touched] = q
+                n_touched += 1
+            row[q] += 1
+    return n_touched
+
+
+cdef inline void clear_row(int32_t* row, int32_t* touched, int32_t n_touched) noexcept nogil:
+    cdef int32_t i
+    for i in range(n_touched):
+        row[touched[i]] = 0
+
+
+cdef inline void add_delta(int32_t* delta, int32_t* touched, int32_t* n_touched, int32_t q, int32_t d) noexcept nogil:
+    if delta[q] == 0:
+        touched[n_touched[0]] = q
+        n_touched[0] += 1
+    delta[q] += d
+
+
+cdef void load_profiles(Work* w, int32_t a, int32_t b) noexcept nogil:
+    """Per member of parts a and b: its edges per part, as a short (part, count) list.
+
+    Slots 0..7 are a's members, 8..15 b's; ``adjacent[i][j]`` says whether a's i-th and
+    b's j-th members are joined (that edge stays between a and b under their swap).
+    """
+    cdef int32_t slot, p, q, t, n_tally, member
+    cdef int64_t i, k, fill = 0, start
+    cdef int32_t v, y
+    for slot in range(2 * PBR_PART):
+        w.profile_start[slot] = fill
+        p = a if slot < PBR_PART else b
+        member = slot % PBR_PART
+        i = <int64_t>p * PBR_PART + member
+        if member >= w.part_size[p]:
+            continue
+        v = w.order[i]
+        n_tally = 0
+        for k in range(w.indptr[v], w.indptr[v + 1]):
+            y = w.indices[k]
+            if y == v:
+                continue
+            q = w.part[y]
+            if w.tally[q] == 0:
+                w.touched_tally[n_tally] = q
+                n_tally += 1
+            w.tally[q] += 1
+            if slot < PBR_PART and q == b:
+                w.adjacent[member][w.pos[y] - <int64_t>b * PBR_PART] = 1
+        for t in range(n_tally):
+            q = w.touched_tally[t]
+            w.profile_part[fill] = q
+            w.profile_count[fill] = w.tally[q]
+            w.tally[q] = 0
+            fill += 1
+    w.profile_start[2 * PBR_PART] = fill
+
+
+cdef void swap_effect(Work* w, int32_t i, int32_t j, int32_t a, int32_t b,
+                      int64_t* d_pairs, int64_t* d_cut) noexcept nogil:
+    """Change in joined part pairs and in cut edges if a's i-th and b's j-th members swap parts."""
+    cdef int32_t n_ta = 0, n_tb = 0, t, q, c, d, old
+    cdef int64_t k, pairs = 0, cut = 0
+    for k in range(w.profile_start[i], w.profile_start[i + 1]):
+        q = w.profile_part[k]
+        c = w.profile_count[k]
+        add_delta(w.delta_a, w.touched_a, &n_ta, q, -c)
+        add_delta(w.delta_b, w.touched_b, &n_tb, q, c)
+    for k in range(w.profile_start[PBR_PART + j], w.profile_start[PBR_PART + j + 1]):
+        q = w.profile_part[k]
+        c = w.profile_count[k]
+        add_delta(w.delta_b, w.touched_b, &n_tb, q, -c)
+        add_delta(w.delta_a, w.touched_a, &n_ta, q, c)
+    # the pair {a, b} is tracked once, in delta_a[b]; an edge between the two swapped stays on it
+    c = w.delta_b[a] + (2 if w.adjacent[i][j] else 0)
+    w.delta_b[a] = 0
+    if c != 0:
+        add_delta(w.delta_a, w.touched_a, &n_ta, b, c)
+    for t in range(n_ta):
+        q = w.touched_a[t]
+        d = w.delta_a[q]
+        w.delta_a[q] = 0
+        if q == a or d == 0:
+            continue
+        old = w.row_a[q]
+        pairs += (old + d > 0) - (old > 0)
+        cut += d
+    for t in range(n_tb):
+        q = w.touched_b[t]
+        d = w.delta_b[q]
+        w.delta_b[q] = 0
+        if q == b or q == a or d == 0:
+            continue
+        old = w.row_b[q]
+        pairs += (old + d > 0) - (old > 0)
+        cut += d
+    d_pairs[0] = pairs
+    d_cut[0] = cut
+
+
+cdef void mark_active(Work* w, int32_t v) noexcept nogil:
+    """A swap moved ``v``: every part it touches has a changed row."""
+    cdef int64_t k
+    w.active_next[w.part[v]] = 1
+    for k in range(w.indptr[v], w.indptr[v + 1]):
+        w.active_next[w.part[w.indices[k]]] = 1
+
+
+cdef bint improve_pair(Work* w, int32_t a, int32_t b) noexcept nogil:
+    """Apply the best improving swap between parts a and b, if any (rows of a and b are loaded)."""
+    cdef int32_t i, j, best_i = -1, best_j = -1
+    cdef int64_t best_pairs = 0, best_cut = 0, d_pairs, d_cut
+    cdef int64_t pos_u, pos_v
+    cdef int32_t u, v
+    for i in range(PBR_PART):
+        for j in range(PBR_PART):
+            w.adjacent[i][j] = 0
+    load_profiles(w, a, b)
+    for i in range(w.part_size[a]):
+        for j in range(w.part_size[b]):
+            swap_effect(w, i, j, a, b, &d_pairs, &d_cut)
+            if d_pairs < best_pairs or (d_pairs == best_pairs and d_cut < best_cut):
+                best_pairs = d_pairs
+                best_cut = d_cut
+                best_i = i
+                best_j = j
+    if best_i < 0:
+        return False
+    pos_u = <int64_t>a * PBR_PART + best_i
+    pos_v = <int64_t>b * PBR_PART + best_j
+    u = w.order[pos_u]
+    v = w.order[pos_v]
+    w.order[pos_u] = v
+    w.order[pos_v] = u
+    w.pos[v] = <int32_t>pos_u
+    w.pos[u] = <int32_t>pos_v
+    w.part[u] = b
+    w.part[v] = a
+    mark_active(w, u)
+    mark_active(w, v)
+    return True
+
+
+cdef void refine_kway(Work* w) noexcept nogil:
+    """Swap passes over pairs of joined parts until a pass changes nothing (or the pass limit).
+
+    Each unordered pair is tried once a pass, and only while one of its parts is active:
+    a part becomes active for the next pass when a swap changes its row.
+    """
+    cdef int32_t n_parts = (w.n + PBR_PART - 1) // PBR_PART
+    cdef int32_t a, b, idx, n_nbr, rounds
+    cdef int passes = 0
+    cdef bint improved = True
+    cdef char* swap_tmp
+    assign_parts(w)
+    for a in range(n_parts):
+        w.active_now[a] = 1
+        w.active_next[a] = 0
+    while improved and passes < w.max_refine_passes:
+        improved = False
+        passes += 1
+        for a in range(n_parts):
+            w.n_touched_row_a = load_row(w, a, w.row_a, w.touched_row_a)
+            # a snapshot of a's later neighbour parts: swaps below may change the row
+            n_nbr = 0
+            for idx in range(w.n_touched_row_a):
+                b = w.touched_row_a[idx]
+                if b > a and (w.active_now[a] or w.active_now[b]):
+                    w.queue[n_nbr] = b
+                    n_nbr += 1
+            for idx in range(n_nbr):
+                b = w.queue[idx]
+                rounds = 0
+                while rounds < PBR_PART:
+                    w.n_touched_row_b = load_row(w, b, w.row_b, w.touched_row_b)
+                    if not improve_pair(w, a, b):
+                        clear_row(w.row_b, w.touched_row_b, w.n_touched_row_b)
+                        break
+                    improved = True
+                    rounds += 1
+                    clear_row(w.row_b, w.touched_row_b, w.n_touched_row_b)
+                    clear_row(w.row_a, w.touched_row_a, w.n_touched_row_a)
+                    w.n_touched_row_a = load_row(w, a, w.row_a, w.touched_row_a)
+            clear_row(w.row_a, w.touched_row_a, w.n_touched_row_a)
+        swap_tmp = w.active_now
+        w.active_now = w.active_next
+        w.active_next = swap_tmp
+        for a in range(n_parts):
+            w.active_next[a] = 0
+
+
+cdef int64_t joined_pairs(Work* w) noexcept nogil:
+    """Unordered pairs of distinct parts joined by an edge (= off-diagonal octiles / 2)."""
+    cdef int32_t n_parts = (w.n + PBR_PART - 1) // PBR_PART
+    cdef int32_t a, i, q, n_touched
+    cdef int64_t total = 0
+    assign_parts(w)
+    for a in range(n_parts):
+        n_touched = load_row(w, a, w.row_a, w.touched_row_a)
+        for i in range(n_touched):
+            q = w.touched_row_a[i]
+            if q > a:
+                total += 1
+        clear_row(w.row_a, w.touched_row_a, n_touched)
+    return total
+
+
+cdef int64_t joined_cut(Work* w) noexcept nogil:
+    cdef int64_t v, k, total = 0
+    for v in range(w.n):
+        for k in range(w.indptr[v], w.indptr[v + 1]):
+            if w.part[w.indices[k]] != w.part[v]:
+                total += 1
+    return total
+
+
+cdef void sort_within_parts(int32_t* order, int64_t n) noexcept nogil:
+    """Ascending vertex ids inside each part (any order is equivalent; this one is canonical)."""
+    cdef int64_t start = 0, i, j, end
+    cdef int32_t key
+    while start < n:
+        end = min(start + PBR_PART, n)
+        for i in range(start + 1, end):
+            key = order[i]
+            j = i - 1
+            while j >= start and order[j] > key:
+                order[j + 1] = order[j]
+                j -= 1
+            order[j + 1] = key
+        start = end
+
+
+# ---------------------------------------------------------------- one graph
+
+cdef inline int32_t* carve32(char** cursor, int64_t count) noexcept nogil:
+    cdef int32_t* out = <int32_t*>cursor[0]
+    cursor[0] += count * sizeof(int32_t)
+    return out
+
+
+cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint64_t seed,
+                 int32_t n_tries, int32_t net_weight, int32_t max_refine_passes, int32_t n_restarts,
+                 int32_t restart_budget, bint use_input_order, int64_t* perm_out, int64_t* pairs_out) noexcept nogil:
+    """PBR order of one graph into ``perm_out`` and its joined part pairs into ``pairs_out[0]``.
+
+    Returns 0 on success, -1 if out of memory.
+
+    Candidates: refined recursive bisections, ``restart_budget // n`` of them (at least one,
+    at most ``n_restarts``: small graphs get more tries for the same time), then
+    (``use_input_order``) the input order, refined when it is within 1.5x of the best; the
+    fewest joined pairs win.
+    """
+    cdef Work w
+    cdef int64_t i, k, maxdeg = 0, n_parts, swap_span, profile_span, nbytes
+    cdef int64_t pairs, cut, best_pairs = -1, best_cut = -1
+    cdef int32_t* best_order
+    cdef int64_t* stack
+    cdef char* block
+    cdef char* cursor
+    if n <= PBR_PART:
+        for i in range(n):
+            perm_out[i] = i
+        pairs_out[0] = 0
+        return 0
+    for i in range(n):
+        if indptr[i + 1] - indptr[i] > maxdeg:
+            maxdeg = indptr[i + 1] - indptr[i]
+    n_parts = (n + PBR_PART - 1) // PBR_PART
+    w.n = n
+    w.indptr = indptr
+    w.indices = indices
+    w.net_weight = net_weight
+    w.n_tries = n_tries
+    w.max_refine_passes = max_refine_passes
+    w.rng = seed
+    n_restarts = max(min(n_restarts, restart_budget // n), min(n_restarts, 1))
+    w.bucket_span = 2 * (<int64_t>net_weight * (maxdeg + 1) + maxdeg) + 1
+    swap_span = 2 * maxdeg + 2
+    profile_span = min(2 * indptr[n], 2 * PBR_PART * maxdeg) + 1
+    # one block: the int64 stack first keeps every array aligned, bytes last
+    nbytes = (2 * (n_parts + 2) * sizeof(int64_t)
+              + (13 * <int64_t>n + 9 * n_parts + 2 * swap_span + 2 * w.bucket_span + 2 * profile_span) * sizeof(int32_t)
+              + 2 * <int64_t>n + 2 * n_parts)
+    block = <char*>malloc(nbytes)
+    if block == NULL:
+        return -1
+    stack = <int64_t*>block
+    cursor = <char*>(stack + 2 * (n_parts + 2))
+    w.order = carve32(&cursor, n)
+    w.where = carve32(&cursor, n)
+    w.cnt0 = carve32(&cursor, n)
+    w.cnt1 = carve32(&cursor, n)
+    w.gain = carve32(&cursor, n)
+    w.bnext = carve32(&cursor, n)
+    w.bprev = carve32(&cursor, n)
+    w.movelog = carve32(&cursor, n)
+    w.queue = carve32(&cursor, n)
+    w.mark = carve32(&cursor, n)
+    w.part = carve32(&cursor, n)
+    w.pos = carve32(&cursor, n)
+    best_order = carve32(&cursor, n)
+    w.row_a = carve32(&cursor, n_parts)
+    w.row_b = carve32(&cursor, n_parts)
+    w.delta_a = carve32(&cursor, n_parts)
+    w.delta_b = carve32(&cursor, n_parts)
+    w.touched_row_a = carve32(&cursor, n_parts)
+    w.touched_row_b = carve32(&cursor, n_parts)
+    w.tally = carve32(&cursor, n_parts)
+    w.touched_tally = carve32(&cursor, n_parts)
+    w.part_size = carve32(&cursor, n_parts)
+    w.touched_a = carve32(&cursor, swap_span)
+    w.touched_b = carve32(&cursor, swap_span)
+    w.bhead = carve32(&cursor, 2 * w.bucket_span)
+    w.profile_part = carve32(&cursor, profile_span)
+    w.profile_count = carve32(&cursor, profile_span)
+    w.inb = cursor
+    w.best_side = w.inb + n
+    w.active_now = w.best_side + n
+    w.active_next = w.active_now + n_parts
+    for i in range(n):
+        w.where[i] = -1
+        w.cnt0[i] = 0
+        w.cnt1[i] = 0
+        w.mark[i] = 0
+        w.inb[i] = 0
+    for i in range(n_parts):
+        w.row_a[i] = 0
+        w.row_b[i] = 0
+        w.delta_a[i] = 0
+        w.delta_b[i] = 0
+        w.tally[i] = 0
+        w.part_size[i] = PBR_PART
+    w.part_size[n_parts - 1] = <int32_t>(n - (n_parts - 1) * PBR_PART)
+    for i in range(2 * w.bucket_span):
+        w.bhead[i] = -1
+    w.stamp = 0
+    w.bmax[0] = 0
+    w.bmax[1] = 0
+
+    for k in range(n_restarts + 1):
+        if k < n_restarts:
+            recursive_bisection(&w, stack)
+            refine_kway(&w)
+        else:
+            if not use_input_order:
+                break
+            for i in range(n):
+                w.order[i] = <int32_t>i
+            # swaps gain ~10-20%: refining an input order far worse than the best is wasted time
+            if best_pairs < 0 or joined_pairs(&w) * 2 < best_pairs * 3:
+                refine_kway(&w)
+        pairs = joined_pairs(&w)
+        cut = joined_cut(&w)
+        if best_pairs < 0 or pairs < best_pairs or (pairs == best_pairs and cut < best_cut):
+            best_pairs = pairs
+            best_cut = cut
+            for i in range(n):
+                best_order[i] = w.order[i]
+    sort_within_parts(best_order, n)
+    for i in range(n):
+        perm_out[i] = best_order[i]
+    pairs_out[0] = best_pairs
+    free(block)
+    return 0
+
+
+def pbr_many(const int64_t[::1] node_offsets, const int64_t[::1] indptr, const int64_t[::1] entry_offsets,
+             const int32_t[::1] indices, const uint64_t[::1] seeds, int64_t[::1] perm_out,
+             int64_t[::1] pairs_out, *,
+             int n_threads=1, int n_tries=2, int net_weight=8, int max_refine_passes=16, int n_restarts=4,
+             int restart_budget=512, bint use_input_order=True):
+    """PBR orders of a packed batch of graphs (the layout of graphkern.graph.pack_graphs).
+
+    Graph ``g`` has ``node_offsets[g+1] - node_offsets[g]`` vertices, local row pointers
+    at ``indptr[node_offsets[g] + g :]`` and local column indices from ``entry_offsets[g]``;
+    its order is written to ``perm_out[node_offsets[g] : node_offsets[g+1]]`` and the pairs of
+    its parts joined by an edge (half its off-diagonal octiles) to ``pairs_out[g]``.  Graphs are
+    handed to threads largest first (dynamic schedule: sizes differ by orders of magnitude).
+    """
+    cdef Py_ssize_t n_graphs = node_offsets.shape[0] - 1
+    cdef Py_ssize_t idx
+    cdef int64_t g, failed = 0
+    cdef int64_t[::1] by_size
+    if n_graphs <= 0:
+        return
+    if n_tries < 1 or net_weight < 0 or max_refine_passes < 0 or n_restarts < 0 or restart_budget < 0 \
+            or not (n_restarts or use_input_order):
+        raise ValueError("n_tries >= 1, net_weight >= 0, max_refine_passes >= 0, n_restarts >= 0, "
+                         "restart_budget >= 0 and at least one candidate are required")
+    if (seeds.shape[0] != n_graphs or pairs_out.shape[0] != n_graphs or entry_offsets.shape[0] != n_graphs + 1
+            or perm_out.shape[0] != node_offsets[n_graphs] or indptr.shape[0] != node_offsets[n_graphs] + n_graphs
+            or indices.shape[0] != entry_offsets[n_graphs]):
+        raise ValueError("pbr_many: array lengths do not describe one packed batch")
+    sizes = np.diff(np.asarray(entry_offsets)) + np.diff(np.asarray(node_offsets))
+    by_size = np.ascontiguousarray(np.argsort(-sizes, kind="stable"), dtype=np.int64)
+    with nogil:
+        for idx in prange(n_graphs, schedule="dynamic", chunksize=1, num_threads=n_threads):
+            g = by_size[idx]
+            if pbr_one(<int32_t>(node_offsets[g + 1] - node_offsets[g]), &indptr[node_offsets[g] + g],
+                       &indices[entry_offsets[g]] if entry_offsets[g] < indices.shape[0] else NULL,
+                       seeds[g], n_tries, net_weight, max_refine_passes, n_restarts, restart_budget,
+                       use_input_order,
+                       &perm_out[node_offsets[g]] if node_offsets[g] < perm_out.shape[0] else NULL,
+                       &pairs_out[g]) != 0:
+                failed += 1
+    if failed:
+        raise MemoryError(f"PBR: out of memory for the work arrays of {failed} graph(s)")
