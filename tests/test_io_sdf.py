@@ -50,6 +50,24 @@ def test_hydrogens_dropped():
     assert ammonium.edge_labels["bond_order"].shape == (0,)
 
 
+def molfile(atoms, bonds, name="m"):
+    """A V2000 molfile from (symbol, x) atoms and (a, b, order) bonds, 1-based."""
+    lines = [name, "", "", f"{len(atoms):3d}{len(bonds):3d}  0  0  0  0  0  0  0  0999 V2000"]
+    lines += [f"{x:10.4f}{0:10.4f}{0:10.4f} {symbol:<3} 0  0  0  0  0  0  0  0  0  0  0  0" for symbol, x in atoms]
+    lines += [f"{a:3d}{b:3d}{order:3d}  0" for a, b, order in bonds]
+    return "\n".join(lines + ["M  END", "$$$$", ""])
+
+
+def test_hydrogens_between_heavy_atoms_are_dropped_and_atoms_renumbered():
+    # methanol written C, H, H, H, O, H: the oxygen is atom 5 and becomes node 1
+    text = molfile([("C", 0), ("H", 1), ("H", 2), ("H", 3), ("O", 1.4), ("H", 2.4)],
+                   [(1, 2, 1), (1, 3, 1), (1, 4, 1), (1, 5, 1), (5, 6, 1)])
+    (methanol,) = read_sdf(io.StringIO(text), hydrogens=False)
+    assert methanol.node_labels["element"].tolist() == [6, 8]
+    assert bonds_of(methanol) == {(0, 1): 1}
+    np.testing.assert_array_equal(methanol.node_labels["coords"][:, 0], [0, 1.4])
+
+
 def test_distance_weights():
     acetate = read_sdf(MOLECULES, hydrogens=False, distance_weights=True)[0]
     weight = dict(zip(map(tuple, acetate.edge_list()[0].tolist()), acetate.weights[acetate.edge_list()[1]]))

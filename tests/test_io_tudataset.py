@@ -1,5 +1,6 @@
 """The TU Dortmund reader on a hand-made folder, a write/read round trip, and each error."""
 
+import re
 import shutil
 from pathlib import Path
 
@@ -132,6 +133,14 @@ def test_blank_lines_do_not_shift_line_numbers(tmp_path):
     edit(folder, "A", "1, 2\n", "1, 2\n\n")
     edit(folder, "A", "6, 7\n", "6, 8\n")
     with pytest.raises(FileFormatError, match=r"line 12: edge \(6, 8\)"):
+        read_tudataset(folder)
+
+
+def test_blank_lines_before_a_malformed_line(tmp_path):
+    folder = toy_copy(tmp_path)
+    edit(folder, "A", "1, 2\n", "1, 2\n\n")
+    path = edit(folder, "A", "2, 3\n", "2, x\n")
+    with pytest.raises(FileFormatError, match=rf"^{re.escape(str(path))}, line 4: field 2 \('x'\) is not an integer$"):
         read_tudataset(folder)
 
 
