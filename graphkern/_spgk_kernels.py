@@ -52,7 +52,8 @@ def _gamma_from(sigma, gamma, owner):
     if gamma is not None:
         return _positive(gamma, "gamma", owner)
     sigma = _positive(sigma, "sigma", owner)
-    gamma = 1.0 / (2.0 * sigma * sigma)
+    denominator = 2.0 * sigma * sigma
+    gamma = 1.0 / denominator if denominator > 0 else np.inf
     if not np.isfinite(gamma):
         raise ValueError(f"{owner}: sigma={sigma} is so small that gamma = 1/(2 sigma^2) overflows")
     return gamma

@@ -734,13 +734,16 @@ class ShortestPathKernel:
             except BaseException as exc:  # re-raised in the calling thread
                 failure.append(exc)
 
-        worker = threading.Thread(target=cpu_share, name="graphkern-spgk-cpu")
-        worker.start()
+        worker = None
+        if len(cpu_idx):
+            worker = threading.Thread(target=cpu_share, name="graphkern-spgk-cpu")
+            worker.start()
         try:
             if len(gpu_idx):
                 out[gpu_idx] = runner.run("gpu_batched", A, B, pa[gpu_idx], pb[gpu_idx])
         finally:
-            worker.join()
+            if worker is not None:
+                worker.join()
         if failure:
             raise failure[0]
         return out

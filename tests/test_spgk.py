@@ -1,0 +1,510 @@
+"""The shortest-path kernel against a plain NumPy implementation of its definition.
+
+The reference computes all-pairs shortest paths by its own Floyd-Warshall, lists the
+ordered pairs of distinct reachable vertices, and sums
+k_v(a, c) k_v(b, d) k_e(l_ab, l_cd) over all pairs of them: nothing is shared with
+graphkern.spgk but the Graph container.
+"""
+
+import gc
+import pickle
+
+import numpy as np
+import pytest
+
+import graphkern.spgk as spgk
+from graphkern import Graph
+from graphkern._cuda import runtime
+from graphkern.errors import GPUUnavailableError
+from graphkern.spgk import (CPU_METHODS, GPU_METHODS, BrownianBridgeEdge, DiracEdge, DiracNode, GaussianEdge,
+                            GaussianNode, ProductNode, ShortestPathKernel, shortest_path_graph)
+
+GPU_PARAMS = [pytest.param(m, marks=pytest.mark.gpu) for m in GPU_METHODS]
+ALL_METHODS = list(CPU_METHODS) + GPU_PARAMS
+
+
+# --------------------------------------------------------------------------- reference
+
+def reference_distances(g):
+    n = g.n_nodes
+    D = np.full((n, n), np.inf)
+    rows = np.repeat(np.arange(n), np.diff(g.indptr))
+    w = np.ones(g.nnz) if g.weights is None else g.weights
+    D[rows, g.indices] = w
+    np.fill_diagonal(D, 0.0)
+    for k in range(n):
+        D = np.minimum(D, D[:, [k]] + D[[k], :])
+    return D
+
+
+def reference_paths(g):
+    D = reference_distances(g)
+    a, b = np.nonzero(np.isfinite(D) & ~np.eye(g.n_nodes, dtype=bool))
+    return a, b, D[a, b]
+
+
+def ref_dirac(col):
+    return lambda g1, g2: (g1.node_labels[col][:, None] == g2.node_labels[col][None, :]).astype(float)
+
+
+def ref_gaussian(col, sigma):
+    def rows(g):
+        x = g.node_labels[col]
+        return x[:, None] if x.ndim == 1 else x
+
+    def k(g1, g2):
+        x, y = rows(g1), rows(g2)
+        return np.exp(-((x[:, None, :] - y[None, :, :]) ** 2).sum(-1) / (2 * sigma ** 2))
+    return k
+
+
+def ref_product(*factors):
+    return lambda g1, g2: np.prod([f(g1, g2) for f in factors], axis=0)
+
+
+REF_EDGE = {
+    "dirac": lambda l1, l2: (l1 == l2).astype(float),
+    "gaussian": lambda l1, l2: np.exp(-(l1 - l2) ** 2 / (2 * 0.8 ** 2)),
+    "brownian": lambda l1, l2: np.maximum(0.0, 1.5 - np.abs(l1 - l2)),
+}
+EDGE = {"dirac": DiracEdge(), "gaussian": GaussianEdge(sigma=0.8), "brownian": BrownianBridgeEdge(c=1.5)}
+
+NODE = {
+    "none": (None, lambda g1, g2: np.ones((g1.n_nodes, g2.n_nodes))),
+    "discrete": (DiracNode("c"), ref_dirac("c")),
+    "continuous": (GaussianNode("x", sigma=1.3), ref_gaussian("x", 1.3)),
+    "vector": (GaussianNode("v", gamma=0.4), ref_gaussian("v", np.sqrt(1 / 0.8))),
+    "mixed": (DiracNode("c") * GaussianNode("x", sigma=0.9) * GaussianNode("v", sigma=2.0),
+              ref_product(ref_dirac("c"), ref_gaussian("x", 0.9), ref_gaussian("v", 2.0))),
+}
+
+
+def reference_kernel(g1, g2, vertex, edge):
+    a, b, l1 = reference_paths(g1)
+    c, d, l2 = reference_paths(g2)
+    KV = vertex(g1, g2)
+    return float(np.sum(KV[np.ix_(a, c)] * KV[np.ix_(b, d)] * REF_EDGE[edge](l1[:, None], l2[None, :])))
+
+
+def reference_gram(X, Y, vertex, edge):
+    return np.array([[reference_kernel(x, y, vertex, edge) for y in Y] for x in X])
+
+
+# --------------------------------------------------------------------------- random graphs
+
+def random_graph(rng, n, p=0.35, *, weighted=False, components=1, n_labels=3):
+    """G(n, p) made of ``components`` parts with no edge between them, with labels c, x, v."""
+    part = np.sort(rng.integers(0, components, n))
+    edges = [(i, j) for i in range(n) for j in range(i + 1, n) if part[i] == part[j] and rng.random() < p]
+    edges = np.array(edges, dtype=np.int64).reshape(-1, 2)
+    # integer weights make equal path lengths likely, so DiracEdge sees matches
+    weights = rng.integers(1, 4, len(edges)).astype(float) if weighted and len(edges) else None
+    labels = {"c": rng.integers(0, n_labels, n), "x": rng.normal(size=n), "v": rng.normal(size=(n, 2))}
+    return Graph.from_edges(edges, n, weights=weights, node_labels=labels)
+
+
+def graph_zoo(rng, weighted):
+    """Connected, disconnected, one-vertex and edgeless graphs (and one with no vertex)."""
+    graphs = [random_graph(rng, int(rng.integers(3, 10)), weighted=weighted) for _ in range(4)]
+    graphs.append(random_graph(rng, 9, p=0.6, weighted=weighted, components=3))
+    graphs.append(random_graph(rng, 1, weighted=weighted))
+    graphs.append(random_graph(rng, 4, p=0.0))
+    graphs.append(random_graph(rng, 0))
+    return graphs
+
+
+def backend_of(method):
+    return "gpu" if method in GPU_METHODS else "cpu"
+
+
+def assert_close(K, R, rtol):
+    scale = max(np.abs(R).max(), 1e-300)
+    err = np.abs(K - R).max() / scale
+    assert err <= rtol, f"relative error {err:.3g} > {rtol}"
+
+
+# --------------------------------------------------------------------------- values
+
+@pytest.mark.parametrize("method", ALL_METHODS)
+@pytest.mark.parametrize("node", list(NODE))
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_gram_matches_definition(rng, method, node, weighted):
+    graphs = graph_zoo(rng, weighted)
+    spec, vertex = NODE[node]
+    edge = ["dirac", "gaussian", "brownian"][int(rng.integers(3))]
+    kernel = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE[edge], method=method, backend=backend_of(method))
+    R = reference_gram(graphs, graphs, vertex, edge)
+    K = kernel(graphs)
+    assert K.shape == (len(graphs), len(graphs))
+    assert_close(K, R, 1e-12)
+    assert np.array_equal(K, K.T)
+    assert kernel.method_ == method
+
+
+@pytest.mark.parametrize("method", ALL_METHODS)
+@pytest.mark.parametrize("edge", list(EDGE))
+def test_cross_matrix_matches_definition(rng, method, edge):
+    X = graph_zoo(rng, weighted=bool(rng.integers(2)))[:5]
+    Y = [random_graph(rng, int(rng.integers(2, 11)), weighted=True) for _ in range(3)]
+    spec, vertex = NODE["mixed"]
+    kernel = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE[edge], method=method, backend=backend_of(method))
+    K = kernel(X, Y)
+    assert K.shape == (5, 3)
+    assert_close(K, reference_gram(X, Y, vertex, edge), 1e-12)
+
+
+@pytest.mark.parametrize("method", ["fcsp", "openmp_in", "openmp_out"] + GPU_PARAMS)
+def test_float32_vertex_matrix_close_to_float64(rng, method):
+    graphs = [random_graph(rng, int(rng.integers(4, 12)), weighted=True) for _ in range(5)]
+    spec, vertex = NODE["mixed"]
+    kernel = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE["brownian"], method=method,
+                                backend=backend_of(method), dtype=np.float32)
+    assert_close(kernel(graphs), reference_gram(graphs, graphs, vertex, "brownian"), 1e-5)
+
+
+@pytest.mark.parametrize("node,edge", [("discrete", "dirac"), ("discrete", "gaussian"), ("continuous", "dirac"),
+                                       ("continuous", "gaussian"), ("mixed", "brownian")])
+def test_gram_symmetric_positive_semidefinite(rng, node, edge):
+    graphs = [random_graph(rng, int(rng.integers(2, 12)), p=float(rng.uniform(0.2, 0.7)),
+                           weighted=bool(rng.integers(2))) for _ in range(14)]
+    for normalize in (False, True):
+        K = ShortestPathKernel(node_kernel=NODE[node][0], edge_kernel=EDGE[edge], normalize=normalize,
+                               backend="cpu")(graphs)
+        assert np.array_equal(K, K.T)
+        eig = np.linalg.eigvalsh(K)
+        assert eig.min() >= -1e-9 * max(eig.max(), 1.0), eig.min()
+
+
+def test_normalize(rng):
+    X = graph_zoo(rng, weighted=False)
+    Y = [random_graph(rng, 6) for _ in range(3)]
+    spec, vertex = NODE["continuous"]
+    kernel = ShortestPathKernel(node_kernel=spec, normalize=True, backend="cpu")
+    K = kernel(X)
+    R = reference_gram(X, X, vertex, "dirac")
+    d = np.diag(R)
+    has_paths = d > 0
+    expected = np.zeros_like(R)
+    expected[np.ix_(has_paths, has_paths)] = R[np.ix_(has_paths, has_paths)] / np.sqrt(
+        np.outer(d[has_paths], d[has_paths]))
+    assert_close(K, expected, 1e-12)
+    assert np.allclose(np.diag(K)[has_paths], 1.0)
+    assert not has_paths.all()  # the zoo has graphs without paths: their rows are 0
+    Ryy = np.array([reference_kernel(y, y, vertex, "dirac") for y in Y])
+    Rxy = reference_gram(X, Y, vertex, "dirac")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        expected_xy = np.nan_to_num(Rxy / np.sqrt(np.outer(d, Ryy)))
+    assert_close(kernel(X, Y), expected_xy, 1e-12)
+
+
+def test_diag(rng):
+    graphs = graph_zoo(rng, weighted=True)
+    spec, vertex = NODE["mixed"]
+    kernel = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE["gaussian"], backend="cpu")
+    expected = [reference_kernel(g, g, vertex, "gaussian") for g in graphs]
+    assert np.allclose(kernel.diag(graphs), expected, rtol=1e-12, atol=0)
+
+
+def test_permutation_invariance(rng):
+    graphs = [random_graph(rng, 9, weighted=True) for _ in range(3)]
+    permuted = [g.permute(rng.permutation(g.n_nodes)) for g in graphs]
+    kernel = ShortestPathKernel(node_kernel=NODE["mixed"][0], edge_kernel=EDGE["brownian"], backend="cpu")
+    assert_close(kernel(permuted, graphs), kernel(graphs), 1e-12)
+
+
+def test_string_labels_are_categories(rng):
+    elements = np.array(["C", "N", "O"])
+    g1 = Graph.from_edges([(0, 1), (1, 2), (2, 3)], node_labels={"element": elements[[0, 0, 1, 2]]})
+    g2 = Graph.from_edges([(0, 1), (1, 2)], node_labels={"element": elements[[2, 1, 0]]})
+    K = ShortestPathKernel(node_kernel=DiracNode("element"), backend="cpu")([g1, g2])
+    # ordered paths as (label_a, label_b, length); g1 (C-C-N-O): CC1 twice, CN2 NC2 CO3 OC3 CN1 NC1 CO2 OC2 NO1 ON1;
+    # g2 (O-N-C): ON1 NO1 OC2 CO2 NC1 CN1, each of which g1 has once
+    assert K.tolist() == [[2 * 2 + 10, 6], [6, 6]]
+
+
+# --------------------------------------------------------------------------- GraKeL
+
+def _grakel_graph(grakel, g, labels):
+    return grakel.Graph(g.to_scipy().toarray(), labels)
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "weighted"])
+def test_equals_grakel_shortest_path(rng, weighted):
+    grakel = pytest.importorskip("grakel", reason="GraKeL is not installed (pip install grakel)")
+    # GraKeL takes a dense adjacency in which 0 means "no edge": keep weights positive, graphs non-empty
+    graphs = [random_graph(rng, int(rng.integers(2, 11)), p=0.4, weighted=weighted, components=2)
+              for _ in range(8)]
+    ours = ShortestPathKernel(node_kernel=DiracNode("c"), edge_kernel=DiracEdge(), backend="cpu")(graphs)
+    theirs = grakel.ShortestPath(with_labels=True).fit_transform(
+        [_grakel_graph(grakel, g, {i: int(c) for i, c in enumerate(g.node_labels["c"])}) for g in graphs])
+    assert np.array_equal(ours, theirs)  # integer counts: equal, no factor of 2
+
+
+def test_equals_grakel_shortest_path_attr(rng):
+    grakel = pytest.importorskip("grakel", reason="GraKeL is not installed (pip install grakel)")
+    graphs = [random_graph(rng, int(rng.integers(2, 8)), p=0.5, weighted=True) for _ in range(5)]
+    sigma = 0.7
+    metric = lambda x, y: float(np.exp(-np.sum((x - y) ** 2) / (2 * sigma ** 2)))
+    theirs = grakel.ShortestPathAttr(metric=metric).fit_transform(
+        [_grakel_graph(grakel, g, {i: x for i, x in enumerate(g.node_labels["v"])}) for g in graphs])
+    ours = ShortestPathKernel(node_kernel=GaussianNode("v", sigma=sigma), edge_kernel=DiracEdge(),
+                              backend="cpu")(graphs)
+    assert_close(ours, theirs, 1e-12)
+
+
+# --------------------------------------------------------------------------- shortest paths and the cache
+
+@pytest.mark.parametrize("n,p,weighted", [(40, 0.1, False), (30, 0.6, True), (300, 0.01, True)],
+                         ids=["bfs", "floyd-warshall", "dijkstra"])
+def test_shortest_path_graph_matches_networkx(rng, n, p, weighted):
+    nx = pytest.importorskip("networkx")
+    g = random_graph(rng, n, p=p, weighted=weighted, components=2)
+    G = g.to_networkx()
+    ends, lengths = shortest_path_graph(g)
+    expected = {}
+    for a, dist in nx.all_pairs_dijkstra_path_length(G, weight="weight" if weighted else None):
+        for b, l in dist.items():
+            if a < b:
+                expected[(a, b)] = l
+    assert np.all(ends[:, 0] < ends[:, 1])
+    assert dict(zip(map(tuple, ends.tolist()), lengths.tolist())) == pytest.approx(expected, rel=1e-12)
+    assert len(ends) == len(expected)
+
+
+def test_shortest_paths_cached_per_graph(rng, monkeypatch):
+    calls = []
+    original = spgk.shortest_path_graph
+
+    def counting(g, **kw):
+        calls.append(id(g))
+        return original(g, **kw)
+
+    monkeypatch.setattr(spgk, "shortest_path_graph", counting)
+    graphs = [random_graph(rng, 8, weighted=True) for _ in range(4)]
+    kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu")
+    first = kernel(graphs)
+    kernel(graphs[:2], graphs[2:])
+    assert sorted(calls) == sorted(map(id, graphs))  # once per graph across calls
+    # an in-place change of the weights is seen
+    graphs[0].weights[:] = 1.0
+    second = kernel(graphs)
+    assert calls.count(id(graphs[0])) == 2 and len(calls) == 5
+    expected = reference_gram(graphs, graphs, ref_dirac("c"), "dirac")
+    assert_close(second, expected, 1e-12)
+    assert not np.array_equal(first, second)
+    # a collected graph leaves the cache
+    size = len(kernel._paths)
+    del graphs[3]
+    gc.collect()
+    assert len(kernel._paths) == size - 1
+
+
+# --------------------------------------------------------------------------- errors
+
+def test_negative_weight_is_an_error(rng):
+    g = random_graph(rng, 6, p=0.9, weighted=True)
+    g.weights[:2] = -1.0  # Graph refuses negative weights at construction; arrays can still be changed
+    with pytest.raises(ValueError, match=r"X\[1\].*negative edge weight"):
+        ShortestPathKernel(backend="cpu")([random_graph(rng, 4), g])
+
+
+def test_missing_label_column_is_named(rng):
+    graphs = [random_graph(rng, 5), Graph.from_edges([(0, 1)], node_labels={"c": [1, 2]})]
+    with pytest.raises(KeyError, match="'x'"):
+        ShortestPathKernel(node_kernel=DiracNode("c") * GaussianNode("x", sigma=1), backend="cpu")(graphs)
+
+
+def test_label_kind_and_width_errors(rng):
+    g = random_graph(rng, 5)
+    with pytest.raises(TypeError, match="DiracNode\\('x'\\).*integer"):
+        ShortestPathKernel(node_kernel=DiracNode("x"), backend="cpu")([g])
+    other = Graph.from_edges([(0, 1)], node_labels={"v": np.zeros((2, 3))})
+    with pytest.raises(ValueError, match="'v' has 3 values per vertex"):
+        ShortestPathKernel(node_kernel=GaussianNode("v", sigma=1), backend="cpu")([g, other])
+
+
+@pytest.mark.parametrize("make,error,match", [
+    (lambda: GaussianNode("x", sigma=0), ValueError, "sigma must be positive"),
+    (lambda: GaussianNode("x", sigma=-1.0), ValueError, "sigma must be positive"),
+    (lambda: GaussianNode("x", sigma=float("nan")), ValueError, "sigma must be positive"),
+    (lambda: GaussianNode("x", sigma="1"), TypeError, "sigma must be a positive number"),
+    (lambda: GaussianNode("x"), ValueError, "exactly one of sigma and gamma"),
+    (lambda: GaussianNode("x", sigma=1, gamma=1), ValueError, "exactly one of sigma and gamma"),
+    (lambda: GaussianNode("", sigma=1), TypeError, "non-empty string"),
+    (lambda: DiracNode(3), TypeError, "non-empty string"),
+    (lambda: ProductNode(), ValueError, "at least one"),
+    (lambda: ProductNode(DiracNode("c"), 2.0), TypeError, "not a node kernel"),
+    (lambda: BrownianBridgeEdge(c=0), ValueError, "c must be positive"),
+    (lambda: BrownianBridgeEdge(c=True), TypeError, "c must be a positive number"),
+    (lambda: GaussianEdge(gamma=-2), ValueError, "gamma must be positive"),
+    (lambda: GaussianEdge(sigma=1e-200), ValueError, "overflows"),
+])
+def test_bad_base_kernel_parameters(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+@pytest.mark.parametrize("params,error,match", [
+    (dict(method="dijkstra"), ValueError, "unknown method 'dijkstra'"),
+    (dict(backend="tpu"), ValueError, "backend must be one of"),
+    (dict(backend="cpu", method="gpu_batched"), ValueError, "runs on the GPU but backend='cpu'"),
+    (dict(node_kernel="c"), TypeError, "node_kernel must be"),
+    (dict(edge_kernel=DiracNode("c")), TypeError, "edge_kernel must be"),
+    (dict(normalize="yes"), TypeError, "normalize must be True or False"),
+    (dict(n_threads=0), ValueError, "n_threads must be >= 1"),
+    (dict(dtype=np.int32), ValueError, "dtype must be one of"),
+])
+def test_bad_kernel_parameters(rng, params, error, match):
+    kernel = ShortestPathKernel(**params)  # stored as given, checked on use
+    assert all(getattr(kernel, k) is v for k, v in params.items())
+    with pytest.raises(error, match=match):
+        kernel([random_graph(rng, 4)])
+
+
+def test_bad_inputs(rng):
+    kernel = ShortestPathKernel(backend="cpu")
+    g = random_graph(rng, 4)
+    with pytest.raises(TypeError, match="single Graph"):
+        kernel(g)
+    with pytest.raises(TypeError, match=r"X\[1\] is a ndarray"):
+        kernel([g, np.eye(3)])
+    with pytest.raises(TypeError, match="sequence of graphkern.Graph"):
+        kernel(3)
+    with pytest.raises(AttributeError, match="not fitted"):
+        kernel.transform([g])
+
+
+@pytest.mark.skipif(runtime.gpu_available(), reason="checks the error raised without a GPU")
+@pytest.mark.parametrize("params", [dict(backend="gpu"), dict(backend="hybrid"), dict(method="gpu_2d")])
+def test_gpu_request_without_gpu(rng, params):
+    with pytest.raises(GPUUnavailableError):
+        ShortestPathKernel(**params)([random_graph(rng, 4)])
+
+
+# --------------------------------------------------------------------------- estimator manners
+
+def test_scikit_learn_manners(rng):
+    X = [random_graph(rng, int(rng.integers(2, 9)), weighted=True) for _ in range(5)]
+    Y = [random_graph(rng, int(rng.integers(2, 9))) for _ in range(3)]
+    node = DiracNode("c") * GaussianNode("x", sigma=1.0)
+    kernel = ShortestPathKernel(node_kernel=node, edge_kernel=EDGE["brownian"], normalize=True, backend="cpu")
+    params = kernel.get_params()
+    assert params["node_kernel"] is node and params["normalize"] is True and params["method"] == "auto"
+    assert kernel.fit(X) is kernel and kernel.X_fit_ == X
+    assert_close(kernel.transform(Y), kernel(Y, X), 0)
+    assert_close(kernel.fit_transform(X), kernel(X), 0)
+    assert kernel.set_params(normalize=False) is kernel and kernel.normalize is False
+    with pytest.raises(ValueError, match="invalid parameter 'sigma'"):
+        kernel.set_params(sigma=1)
+    copy = pickle.loads(pickle.dumps(kernel))
+    assert_close(copy(X), kernel(X), 0)
+    sklearn_base = pytest.importorskip("sklearn.base")
+    clone = sklearn_base.clone(kernel)
+    assert clone.get_params()["node_kernel"] == node and not hasattr(clone, "X_fit_")
+    assert_close(clone(X), kernel(X), 0)
+
+
+def test_auto_method_resolution(rng):
+    graphs = [random_graph(rng, 5)]
+    kernel = ShortestPathKernel(backend="cpu", n_threads=1)
+    kernel(graphs)
+    assert kernel.method_ == "fcsp"
+    kernel.set_params(n_threads=2)(graphs)
+    assert kernel.method_ == "openmp_out"
+    assert kernel.backend_ == "cpu"
+
+
+def test_empty_input():
+    kernel = ShortestPathKernel(backend="cpu")
+    assert kernel([]).shape == (0, 0)
+
+
+# --------------------------------------------------------------------------- hybrid split
+
+def test_hybrid_split_balances_predicted_times():
+    model = spgk.HybridCostModel(cpu=(1e-4, 1e-6, 4e-9), gpu=(2e-4, 2e-7, 1e-10))
+    works = np.concatenate([np.full(1000, 2e3), np.full(100, 1.5e6)])
+    k, t_cpu, t_gpu = model.split(works)
+    sorted_works = np.sort(works)
+
+    def predicted(coef, w):
+        return coef[0] + coef[1] * len(w) + coef[2] * w.sum() if len(w) else 0.0
+
+    totals = [max(predicted(model.cpu, sorted_works[:j]), predicted(model.gpu, sorted_works[j:]))
+              for j in range(len(works) + 1)]
+    assert max(t_cpu, t_gpu) == pytest.approx(min(totals))
+    assert 0 < k < len(works)  # both sides get work here
+    assert k == int(np.argmin(totals))
+    # a GPU with no per-pair cost takes everything; a free CPU takes everything
+    assert spgk.HybridCostModel(cpu=(1, 1, 1), gpu=(0, 0, 0)).split(works)[0] == 0
+    assert spgk.HybridCostModel(cpu=(0, 0, 0), gpu=(1, 1, 1)).split(works)[0] == len(works)
+
+
+def test_cost_fit_recovers_coefficients():
+    true = (2e-5, 3e-7, 1.5e-9)
+    samples = [(n, w, true[0] + true[1] * n + true[2] * w) for n, w in [(1, 2e3), (256, 5e5), (16, 2.4e7)]]
+    assert np.allclose(spgk._fit_cost(samples), true, rtol=1e-6)
+
+
+# --------------------------------------------------------------------------- GPU specifics
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+def test_gpu_batched_many_small_pairs_and_oversize_vertex_matrix(rng, dtype, rtol):
+    # 150 small graphs (11k pairs through the atomic pair counter) plus two whose V (130 x 130
+    # float64 = 135 KB) exceeds the shared-memory capacity and goes to the global scratch
+    graphs = [random_graph(rng, int(rng.integers(3, 14)), p=0.3, weighted=True) for _ in range(150)]
+    graphs += [random_graph(rng, 130, p=0.05, weighted=True) for _ in range(2)]
+    node = DiracNode("c") * GaussianNode("v", sigma=1.5)
+    cpu = ShortestPathKernel(node_kernel=node, edge_kernel=EDGE["brownian"], backend="cpu")(graphs)
+    gpu = ShortestPathKernel(node_kernel=node, edge_kernel=EDGE["brownian"], backend="gpu",
+                             method="gpu_batched", dtype=dtype)(graphs)
+    assert not np.isnan(gpu).any()
+    assert_close(gpu, cpu, rtol)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("method", GPU_METHODS)
+def test_gpu_methods_agree_with_cpu_on_larger_graphs(rng, method):
+    # large enough that the walks use many blocks and the 2-D grid is capped in x
+    graphs = [random_graph(rng, int(rng.integers(40, 70)), p=0.15, weighted=bool(k % 2)) for k in range(5)]
+    node = GaussianNode("v", sigma=1.0)
+    for edge in EDGE:
+        cpu = ShortestPathKernel(node_kernel=node, edge_kernel=EDGE[edge], backend="cpu")(graphs)
+        gpu = ShortestPathKernel(node_kernel=node, edge_kernel=EDGE[edge], backend="gpu", method=method)(graphs)
+        assert_close(gpu, cpu, 1e-12)
+
+
+@pytest.mark.gpu
+def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
+    small = [random_graph(rng, int(rng.integers(3, 8)), weighted=True) for _ in range(30)]
+    large = [random_graph(rng, 40, p=0.2, weighted=True) for _ in range(6)]
+    graphs = small + large
+    spec, vertex = NODE["mixed"]
+    expected = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE["gaussian"], backend="cpu",
+                                  method="naive")(graphs)
+    # the measured model first (whatever split it picks) ...
+    kernel = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE["gaussian"], backend="hybrid")
+    assert_close(kernel(graphs), expected, 1e-12)
+    assert isinstance(kernel.hybrid_model_, spgk.HybridCostModel)
+    split = kernel.hybrid_split_
+    assert split["cpu_pairs"] + split["gpu_pairs"] == len(graphs) * (len(graphs) + 1) // 2
+    # ... then a model that forces work onto both sides
+    monkeypatch.setattr(spgk, "_HYBRID_MODELS", {})
+    monkeypatch.setattr(spgk, "_calibrate_hybrid",
+                        lambda *a: spgk.HybridCostModel(cpu=(1e-5, 1e-6, 1e-9), gpu=(1e-5, 1e-7, 1e-10)))
+    K = kernel(graphs)
+    assert kernel.hybrid_split_["cpu_pairs"] > 0 and kernel.hybrid_split_["gpu_pairs"] > 0
+    assert_close(K, expected, 1e-12)
+    assert_close(kernel(small, large), expected[:30, 30:], 1e-12)
+
+
+@pytest.mark.gpu
+def test_gpu_normalized_cross_matrix(rng):
+    X = graph_zoo(rng, weighted=True)
+    Y = [random_graph(rng, 7) for _ in range(4)]
+    node = NODE["mixed"][0]
+    cpu = ShortestPathKernel(node_kernel=node, normalize=True, backend="cpu")(X, Y)
+    for method in GPU_METHODS:
+        gpu = ShortestPathKernel(node_kernel=node, normalize=True, backend="gpu", method=method)(X, Y)
+        assert_close(gpu, cpu, 1e-12)
