@@ -189,11 +189,18 @@ __device__ void batched(BatchArrays A, BatchArrays B, int n_disc, int n_cont, co
             // thread t takes flattened path pairs t, t + blockDim, ...; (p, q) advance without a division
             const int64_t step = blockDim.x, step_p = step / P2, step_q = step - step_p * P2;
             int64_t p = threadIdx.x / P2, q = threadIdx.x - (threadIdx.x / P2) * P2;
-            while (p < P1) {
-                acc += OuterPath<T>(ends1, len1, p, V, n2).template with<KIND>(ends2[q], len2[q], param);
-                q += step_q;
-                p += step_p;
-                if (q >= P2) { q -= P2; ++p; }
+            if (p < P1) {
+                OuterPath<T> outer(ends1, len1, p, V, n2);
+                for (;;) {
+                    acc += outer.template with<KIND>(ends2[q], len2[q], param);
+                    int64_t next = p + step_p;
+                    q += step_q;
+                    if (q >= P2) { q -= P2; ++next; }
+                    if (next >= P1) break;
+                    // with blockDim < P2 the outer path changes only every few steps: reload it then
+                    if (next != p) outer = OuterPath<T>(ends1, len1, next, V, n2);
+                    p = next;
+                }
             }
         }
         const double s = block_sum(acc, red);

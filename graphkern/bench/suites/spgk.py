@@ -60,7 +60,7 @@ def add_arguments(parser):
     parser.add_argument("--molecules", type=int, default=None, help="molecules used (default 1000; --quick: 40)")
     parser.add_argument("--attr-dim", type=int, default=1, help="length of the continuous vertex attribute")
     parser.add_argument("--budget", type=float, default=None,
-                        help="seconds one measurement may take before it runs on a subset (default 20; --quick: 1)")
+                        help="seconds one measurement may take before it runs on a subset (default 10; --quick: 1)")
     parser.add_argument("--methods", nargs="+", default=None, choices=CPU_ROWS + GPU_ROWS,
                         help="time only these algorithms")
     parser.add_argument("--no-peers", action="store_true", help="skip GraKeL")
@@ -274,7 +274,7 @@ def _kernel_for(method, spec, threads):
 
 
 def run(args, ctx):
-    budget = args.budget or (1.0 if ctx.quick else 20.0)
+    budget = args.budget or (1.0 if ctx.quick else 10.0)
     repeat = ctx.repeat or 3
     threads = ctx.system.get("threads") or 1
     methods, no_gpu = _methods(args, ctx)
