@@ -9,7 +9,6 @@ shows it as the "dense NumPy" peer.
 from __future__ import annotations
 
 import numpy as np
-import scipy.linalg
 
 
 def dense_edge_labels(G, column):
@@ -64,7 +63,7 @@ def _lift(arr, vector, *, first, order):
 def dense_mgk_pair(G1, G2, node_program, edge_program, *, p=1.0, q=0.05, nodal=False):
     """K(G1, G2) (or the nodal matrix ``p^2 x`` of shape ``(n1, n2)``) by a dense float64 solve."""
     M, b, _ = product_system(G1, G2, node_program, edge_program, q=q)
-    x = scipy.linalg.solve(M, b, assume_a="pos")
+    x = np.linalg.solve(M, b)  # LU: several times faster here than scipy's assume_a="pos" path
     R = (p * p) * x.reshape(G1.n_nodes, G2.n_nodes)
     return R if nodal else float(R.sum())
 

@@ -53,7 +53,7 @@ from graphkern._backend import BACKENDS, resolve_backend, resolve_devices, resol
 from graphkern._mgk_data import DatasetCache
 from graphkern.basekernels import Kernel
 from graphkern.errors import NotConvergedError
-from graphkern.graph import Graph
+from graphkern.graph import as_graph_list
 
 __all__ = ["MarginalizedGraphKernel", "MGKInfo"]
 
@@ -419,15 +419,8 @@ def _positive_real(value, name):
 
 
 def _graph_list(graphs, name):
-    if isinstance(graphs, Graph):
-        raise TypeError(f"{name} must be a list of graphs; wrap a single graph as [{name}]")
-    try:
-        graphs = list(graphs)
-    except TypeError:
-        raise TypeError(f"{name} must be a list of graphkern.Graph, got {type(graphs).__name__}") from None
+    graphs = as_graph_list(graphs, name)
     for k, g in enumerate(graphs):
-        if not isinstance(g, Graph):
-            raise TypeError(f"{name}[{k}] is a {type(g).__name__}, expected graphkern.Graph")
         if g.n_nodes == 0:
             raise ValueError(f"{name}[{k}] has no vertices; the marginalized graph kernel needs at least one")
     return graphs

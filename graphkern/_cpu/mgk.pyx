@@ -97,15 +97,6 @@ cdef struct EdgeForm:
     int slot
 
 
-cdef inline floating edge_value(const EdgeForm* ek, const int32_t* code, const floating* par,
-                                const floating* e1, const floating* e2) noexcept nogil:
-    if ek.form == EDGE_KRONECKER:
-        return <floating>ek.scale if e1[ek.slot] == e2[ek.slot] else <floating>(ek.scale * ek.theta)
-    if ek.form == EDGE_SQEXP:
-        return <floating>ek.scale * fexp(<floating>ek.aux * (e1[ek.slot] - e2[ek.slot]) * (e1[ek.slot] - e2[ek.slot]))
-    return eval_program(code, par, e1, e2)
-
-
 cdef void xmv_offdiag(floating* y, const floating* x, floating* tmp,
                       int n1, const int64_t* rp1, const int32_t* ind1, const floating* w1, const floating* ef1, int fe1,
                       int n2, const int64_t* rp2, const int32_t* ind2, const floating* w2, const floating* ef2, int fe2,
@@ -139,6 +130,9 @@ cdef void xmv_offdiag(floating* y, const floating* x, floating* tmp,
                 for i2 in range(n2):
                     yrow[i2] = yrow[i2] + wa * trow[i2]
         return
+    if ek.form == EDGE_KRONECKER or ek.form == EDGE_SQEXP:
+        xmv_single_feature(y, x, n1, rp1, ind1, w1, ef1, fe1, n2, rp2, ind2, w2, ef2, fe2, ek)
+        return
     for i1 in range(n1):
         yrow = y + <int64_t>i1 * n2
         memset(yrow, 0, n2 * sizeof(floating))
@@ -149,8 +143,42 @@ cdef void xmv_offdiag(floating* y, const floating* x, floating* tmp,
             for i2 in range(n2):
                 acc = 0
                 for k2 in range(rp2[i2], rp2[i2 + 1]):
-                    acc = acc + w2[k2] * edge_value(ek, ecode, epar, e1, ef2 + k2 * fe2) * xrow[ind2[k2]]
+                    acc = acc + w2[k2] * eval_program(ecode, epar, e1, ef2 + k2 * fe2) * xrow[ind2[k2]]
                 yrow[i2] = yrow[i2] + wa * acc
+
+
+cdef void xmv_single_feature(floating* y, const floating* x,
+                             int n1, const int64_t* rp1, const int32_t* ind1, const floating* w1, const floating* ef1,
+                             int fe1, int n2, const int64_t* rp2, const int32_t* ind2, const floating* w2,
+                             const floating* ef2, int fe2, const EdgeForm* ek) noexcept nogil:
+    """The XMV for an edge kernel ``scale * base(e1[slot], e2[slot])`` (Kronecker delta or square exponential)."""
+    cdef int i1, i2, slot = ek.slot
+    cdef int64_t k1, k2
+    cdef floating acc, wa, e1, diff
+    cdef floating hit = <floating>ek.scale, miss = <floating>(ek.scale * ek.theta), aux = <floating>ek.aux
+    cdef bint kronecker = ek.form == EDGE_KRONECKER
+    cdef const floating* xrow
+    cdef floating* yrow
+    for i1 in range(n1):
+        yrow = y + <int64_t>i1 * n2
+        memset(yrow, 0, n2 * sizeof(floating))
+        for k1 in range(rp1[i1], rp1[i1 + 1]):
+            xrow = x + <int64_t>ind1[k1] * n2
+            e1 = ef1[k1 * fe1 + slot]
+            wa = w1[k1]
+            if kronecker:
+                for i2 in range(n2):
+                    acc = 0
+                    for k2 in range(rp2[i2], rp2[i2 + 1]):
+                        acc = acc + w2[k2] * (hit if ef2[k2 * fe2 + slot] == e1 else miss) * xrow[ind2[k2]]
+                    yrow[i2] = yrow[i2] + wa * acc
+            else:
+                for i2 in range(n2):
+                    acc = 0
+                    for k2 in range(rp2[i2], rp2[i2 + 1]):
+                        diff = e1 - ef2[k2 * fe2 + slot]
+                        acc = acc + w2[k2] * (hit * fexp(aux * diff * diff)) * xrow[ind2[k2]]
+                    yrow[i2] = yrow[i2] + wa * acc
 
 
 cdef void solve_pair(floating* work, int64_t stride,

@@ -1,0 +1,324 @@
+"""Benchmark suite ``mgk``: Gram matrices of the marginalized graph kernel.
+
+Data sets (``--sets``), 160 graphs each unless ``--graphs``:
+
+* ``nws`` / ``nws-labeled``: Newman-Watts-Strogatz graphs, 96 vertices, networkx's k=3 (one
+  neighbour per side: ``k=2`` in graphkern.generators, which takes the even total), p=0.1;
+* ``ba`` / ``ba-labeled``: Barabasi-Albert graphs, 96 vertices, m=6;
+* ``dense-labeled``: 40 near-complete labeled graphs, 96 vertices (every octile full: the XMV
+  at its densest, the FP32-peak target);
+* ``molecules``: a real molecular set with atom (element) and bond (order) labels read from an
+  SD file (``--sdf``; by default the NCI sample that RDKit ships, 200 molecules with
+  hydrogens); without one, molecule-like generated graphs, and the output says so.
+
+Labeled sets use 4 vertex and 3 edge categories compared by ``KroneckerDelta(0.5)``; unlabeled
+sets ``Constant(1.0)`` (the random-walk kernel).
+
+Solvers: graphkern on the GPU (every pair of the upper triangle in one launch) and on the CPU
+(OpenMP, all threads; on ``--cpu-graphs`` graphs, scaled and marked estimated when fewer than
+the set), the dense NumPy solve of the product system (a few pairs, scaled), and GraKeL's
+RandomWalk / RandomWalkLabeled (geometric, fast method) on ``--grakel-graphs`` graphs, scaled
+and marked estimated.  GraKeL computes a related random-walk kernel, not this one: the
+comparison is time per pair on the same graphs, as in the paper.
+
+Printed per set and solver: pairs/s, mean CG iterations, time per pair-iteration (one CG
+iteration of one pair), and for the GPU the XMV's achieved FLOP/s against the card's FP32
+peak (67 TFLOP/s on an H100 SXM; FP64 34).
+
+FLOPs counted (conservative): labeled edge kernels, 2 per element of each 64 x 64 product
+block, i.e. 8192 per octile pair (the multiply-add of A_x (.) E_x with p; forming
+w w' kappa is not counted); unlabeled, the factorized block W1 X W2^T, 2 * 2 * 8^3 = 2048 per
+octile pair.  Cost floor: ``flops / 67e12`` s; the octiles of a 96-vertex graph (at most 144,
+256 bytes each per plane) stay in L1/L2, so DRAM traffic (the CG vectors, 5 x 4 x n n'
+bytes per pair-iteration over 3.0 TB/s) is a lower floor than the arithmetic.
+
+Targets on one H100: >= 1000x GraKeL per pair on every labeled set, and the dense-graph XMV
+above 30% of FP32 peak.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+
+import numpy as np
+
+NAME = "mgk"
+HELP = "marginalized graph kernel: Gram matrices on NWS, BA, dense and molecular sets vs dense NumPy and GraKeL"
+
+FP32_PEAK = 67e12
+FP64_PEAK = 34e12
+FLOPS_PER_OCTILE_PAIR = {"constant": 2 * 2 * 8 ** 3, "kronecker": 2 * 64 * 64, "sqexp": 2 * 64 * 64,
+                         "general": 2 * 64 * 64}
+SETS = ("nws", "ba", "nws-labeled", "ba-labeled", "dense-labeled", "molecules")
+# Peers and the CPU run on fewer graphs of the dense set: a near-complete 96-vertex pair costs
+# GraKeL and the dense solve tens of seconds, and the CPU XMV nnz^2 = 7e7 kernel evaluations.
+SUBSET_DEFAULTS = {"cpu_graphs": 40, "grakel_graphs": 6, "dense_pairs": 2}
+DENSE_SET_DEFAULTS = {"cpu_graphs": 12, "grakel_graphs": 3, "dense_pairs": 1}
+
+
+def add_arguments(parser):
+    parser.add_argument("--sets", default=",".join(SETS), help=f"comma-separated subset of {','.join(SETS)}")
+    parser.add_argument("--graphs", type=int, default=None, help="graphs per set (default 160; --quick 20)")
+    parser.add_argument("--vertices", type=int, default=None, help="vertices per synthetic graph (default 96)")
+    parser.add_argument("--q", type=float, default=0.05, help="stopping probability (default 0.05)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    parser.add_argument("--sdf", default=None, help="SD file of the molecular set (default: RDKit's NCI sample)")
+    parser.add_argument("--cpu-graphs", type=int, default=None,
+                        help="graphs the CPU solver runs on (default 40, dense set 12; --quick: all); scaled to the set")
+    parser.add_argument("--grakel-graphs", type=int, default=None,
+                        help="graphs GraKeL runs on (default 6, dense set 3)")
+    parser.add_argument("--dense-pairs", type=int, default=None, help="pairs the dense solver runs (default 2, dense set 1)")
+    parser.add_argument("--no-peers", action="store_true", help="skip the dense NumPy and GraKeL peers")
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def _label(G, rng, n_node=4, n_edge=3):
+    """The same graph with random vertex categories and symmetric random edge categories."""
+    from graphkern.graph import Graph
+
+    edges, _ = G.edge_list()
+    return Graph.from_edges(edges, G.n_nodes, node_labels={"label": rng.integers(0, n_node, G.n_nodes)},
+                            edge_labels={"label": rng.integers(0, n_edge, len(edges))})
+
+
+def _molecule_like(rng, n_graphs):
+    """Tree-like graphs with ring closures, elements C/N/O/H and bond orders 1-3 (no SDF at hand)."""
+    from graphkern.graph import Graph
+
+    graphs = []
+    for _ in range(n_graphs):
+        n = int(rng.integers(8, 40))
+        edges = [(i, int(rng.integers(max(0, i - 4), i))) for i in range(1, n)]
+        for _ in range(int(rng.integers(0, 3))):
+            a, b = sorted(rng.choice(n, 2, replace=False).tolist())
+            if b - a > 2 and (a, b) not in edges and (b, a) not in edges:
+                edges.append((a, b))
+        graphs.append(Graph.from_edges(np.array(edges), n,
+                                       node_labels={"element": rng.choice([1, 6, 7, 8], n, p=[.45, .4, .08, .07])},
+                                       edge_labels={"bond_order": rng.choice([1, 2, 3], len(edges), p=[.8, .17, .03])}))
+    return graphs
+
+
+def _molecules(args, n_graphs, rng):
+    """(graphs, description): the SD file given, RDKit's NCI sample, or generated stand-ins."""
+    from graphkern.io import read_sdf
+
+    path = args.sdf
+    if path is None:
+        try:
+            from rdkit import RDConfig
+            candidate = os.path.join(RDConfig.RDDataDir, "NCI", "first_200.props.sdf")
+            path = candidate if os.path.exists(candidate) else None
+        except ImportError:
+            path = None
+    if path is None:
+        return _molecule_like(rng, n_graphs), "molecule-like GENERATED graphs (no SD file: pass --sdf or install rdkit)"
+    graphs = [g for g in read_sdf(path) if g.n_nodes > 0][:n_graphs]
+    return graphs, f"{len(graphs)} molecules from {os.path.basename(path)} (hydrogens as in the file)"
+
+
+def build_set(name, args, quick, seed=0):
+    """(graphs, node_kernel, edge_kernel, description) of one data set."""
+    from graphkern import generators as gen
+    from graphkern.basekernels import Constant, KroneckerDelta, TensorProduct
+
+    rng = np.random.default_rng(seed)
+    n_graphs = args.graphs or (20 if quick else 160)
+    n = args.vertices or (32 if quick else 96)
+    labeled = (TensorProduct(label=KroneckerDelta(0.5)), TensorProduct(label=KroneckerDelta(0.5)))
+    unlabeled = (Constant(1.0), Constant(1.0))
+    if name in ("nws", "nws-labeled"):
+        graphs = [gen.newman_watts_strogatz(n, 2, 0.1, seed=seed + s) for s in range(n_graphs)]
+        desc = f"{n_graphs} Newman-Watts-Strogatz graphs, {n} vertices, k=3 (networkx), p=0.1"
+    elif name in ("ba", "ba-labeled"):
+        graphs = [gen.barabasi_albert(n, 6, seed=seed + s) for s in range(n_graphs)]
+        desc = f"{n_graphs} Barabasi-Albert graphs, {n} vertices, m=6"
+    elif name == "dense-labeled":
+        count = max(4, n_graphs // 4)
+        graphs = [gen.random_labeled(n, 0.9, n_node_labels=4, n_edge_labels=3, seed=seed + s) for s in range(count)]
+        return graphs, *labeled, f"{count} G(n={n}, p=0.9) graphs, 4 vertex / 3 edge labels"
+    elif name == "molecules":
+        graphs, desc = _molecules(args, n_graphs, rng)
+        return (graphs, TensorProduct(element=KroneckerDelta(0.5)), TensorProduct(bond_order=KroneckerDelta(0.5)),
+                desc)
+    else:
+        raise ValueError(f"unknown set {name!r}; choose from {', '.join(SETS)}")
+    if name.endswith("-labeled"):
+        return [_label(g, rng) for g in graphs], *labeled, desc + ", 4 vertex / 3 edge labels"
+    return graphs, *unlabeled, desc
+
+
+# ---------------------------------------------------------------------------- measurements
+
+
+def _n_pairs(n):
+    return n * (n + 1) // 2
+
+
+def _measure(kernel, graphs, repeat):
+    """Cold call (packing, octiles, upload) then timed warm calls: (cold_s, Timing, info, K)."""
+    from graphkern.bench.timing import time_cpu
+
+    t0 = time.perf_counter()
+    K = kernel(graphs)
+    cold = time.perf_counter() - t0
+    timing = time_cpu(lambda: kernel(graphs), repeat=repeat, warmup=0)
+    return cold, timing, kernel.info_, K
+
+
+def _row(set_name, solver, pairs, seconds, *, estimated=False, **extra):
+    row = {"set": set_name, "solver": solver, "pairs": pairs, "seconds": seconds,
+           "pairs_per_s": pairs / seconds if seconds > 0 else float("nan"), "estimated": estimated}
+    row.update(extra)
+    return row
+
+
+def _grakel_input(G, labeled):
+    A = G.to_scipy().toarray()
+    if not labeled:
+        return [A, {i: 0 for i in range(G.n_nodes)}]
+    node_col = "label" if "label" in G.node_labels else "element"
+    edge_col = "label" if "label" in G.edge_labels else "bond_order"
+    nl = {i: int(v) for i, v in enumerate(G.node_labels[node_col])}
+    rows = np.repeat(np.arange(G.n_nodes), np.diff(G.indptr))
+    el = {(int(i), int(j)): int(v) for i, j, v in zip(rows, G.indices, G.edge_labels[edge_col])}
+    return [A, nl, el]
+
+
+def _grakel_row(set_name, graphs, labeled, n_sub, total_pairs, q):
+    try:
+        from grakel.kernels import RandomWalk, RandomWalkLabeled
+    except ImportError as exc:
+        return {"set": set_name, "solver": "GraKeL", "skipped": f"grakel not installed ({exc})"}
+    cls = RandomWalkLabeled if labeled else RandomWalk
+    sub = graphs[:n_sub]
+    data = [_grakel_input(g, labeled) for g in sub]
+    # lamda plays the role of the continuation probability; small enough for the series to converge
+    kern = cls(lamda=min(q, 0.01), method_type="fast")
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            kern.fit_transform(data)
+        except Exception as exc:  # GraKeL failing on a set is a result worth printing
+            return {"set": set_name, "solver": f"GraKeL {cls.__name__}", "skipped": f"failed: {exc}"}
+    dt = time.perf_counter() - t0
+    per_pair = dt / _n_pairs(len(sub))
+    return _row(set_name, f"GraKeL {cls.__name__} (1 process)", total_pairs, per_pair * total_pairs,
+                estimated=len(sub) < len(graphs), measured_pairs=_n_pairs(len(sub)))
+
+
+def _dense_row(set_name, graphs, node_kernel, edge_kernel, n_pairs, total_pairs, q, K_by_solver):
+    from graphkern._mgk_dense import dense_mgk_pair
+
+    nk, ek = node_kernel.compile(), edge_kernel.compile()
+    idx = [(i, (i * 7 + 3) % len(graphs)) for i in range(n_pairs)]
+    t0 = time.perf_counter()
+    ref = [dense_mgk_pair(graphs[a], graphs[b], nk, ek, q=q) for a, b in idx]
+    dt = time.perf_counter() - t0
+    errors = {}
+    for solver, (K, subset) in K_by_solver.items():
+        errs = [abs(float(K[a, b]) - r) / r for (a, b), r in zip(idx, ref) if a < subset and b < subset]
+        if errs:
+            errors[f"max_rel_err_{solver}"] = max(errs)
+    return _row(set_name, "dense NumPy (float64 LAPACK)", total_pairs, dt / n_pairs * total_pairs,
+                estimated=True, measured_pairs=n_pairs, **errors)
+
+
+def _xmv_stats(info, kernel_seconds, dtype):
+    """Achieved XMV FLOP/s of a GPU call from its per-pair iterations and octile-pair counts."""
+    per = FLOPS_PER_OCTILE_PAIR[info.edge_form]
+    flops = float(np.sum(info.iterations.astype(np.float64) * info.octile_pairs)) * per
+    peak = FP32_PEAK if np.dtype(dtype) == np.float32 else FP64_PEAK
+    rate = flops / kernel_seconds if kernel_seconds > 0 else float("nan")
+    return {"xmv_flops": flops, "xmv_tflops": rate / 1e12, "xmv_peak_frac": rate / peak,
+            "floor_s": flops / peak}
+
+
+def run(args, ctx):
+    from graphkern._backend import resolve_threads
+    from graphkern.bench.cli import print_table
+    from graphkern.bench.timing import scaled_estimate, time_cpu
+    from graphkern.mgk import MarginalizedGraphKernel
+
+    quick = ctx.quick
+    repeat = ctx.repeat or (1 if quick else 3)
+    dtype = np.dtype(args.dtype)
+    threads = resolve_threads(None)
+    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    rows = []
+    targets = []
+    for set_name in sets:
+        graphs, nk, ek, desc = build_set(set_name, args, quick)
+        total = _n_pairs(len(graphs))
+        sizes = np.array([g.n_nodes for g in graphs])
+        ctx.log(f"-- {set_name}: {desc}; {total} pairs, {sizes.mean():.1f} vertices and "
+                f"{np.mean([g.nnz for g in graphs]):.1f} stored edges per graph on average")
+        set_rows = []
+        K_by_solver = {}
+        gpu_row = None
+        if ctx.gpu:
+            kern = MarginalizedGraphKernel(nk, ek, q=args.q, dtype=dtype, backend="gpu")
+            cold, timing, info, K = _measure(kern, graphs, repeat)
+            kernel_s = info.solve_seconds
+            gpu_row = _row(set_name, f"graphkern GPU {dtype.name}", total, timing.median, cold_seconds=cold,
+                           kernel_seconds=kernel_s, iterations_per_pair=info.iterations.mean(),
+                           us_per_pair_iteration=timing.median / info.total_iterations * 1e6,
+                           **_xmv_stats(info, kernel_s, dtype))
+            set_rows.append(gpu_row)
+            K_by_solver["gpu"] = (K, len(graphs))
+        defaults = DENSE_SET_DEFAULTS if set_name == "dense-labeled" else SUBSET_DEFAULTS
+        n_cpu = len(graphs) if quick else min(len(graphs), args.cpu_graphs or defaults["cpu_graphs"])
+        kern = MarginalizedGraphKernel(nk, ek, q=args.q, dtype=dtype, backend="cpu")
+        cold, timing, info, K = _measure(kern, graphs[:n_cpu], repeat)
+        scale = total / _n_pairs(n_cpu)
+        t = scaled_estimate(timing, scale) if n_cpu < len(graphs) else timing
+        set_rows.append(_row(set_name, f"graphkern CPU {dtype.name} ({threads} threads)", total, t.median,
+                             estimated=t.estimated, measured_pairs=_n_pairs(n_cpu),
+                             iterations_per_pair=info.iterations.mean(),
+                             us_per_pair_iteration=timing.median / info.total_iterations * 1e6))
+        K_by_solver["cpu"] = (K, n_cpu)
+        if args.no_peers:
+            set_rows.append({"set": set_name, "solver": "peers", "skipped": "--no-peers"})
+        else:
+            n_dense = args.dense_pairs or (3 if quick else defaults["dense_pairs"])
+            set_rows.append(_dense_row(set_name, graphs, nk, ek, n_dense, total, args.q, K_by_solver))
+            n_gk = min(len(graphs), args.grakel_graphs or (3 if quick else defaults["grakel_graphs"]))
+            set_rows.append(_grakel_row(set_name, graphs, set_name != "nws" and set_name != "ba", n_gk, total,
+                                        args.q))
+        best = gpu_row or set_rows[0]
+        for r in set_rows:
+            if "seconds" in r and r is not best:
+                r["slower_than_best_x"] = r["seconds"] / best["seconds"]
+        rows += set_rows
+        print_table(set_rows, [("solver", "solver"), ("pairs", "pairs"), ("seconds", "time s", "{:.4g}"),
+                               ("estimated", "est."), ("pairs_per_s", "pairs/s", "{:.4g}"),
+                               ("iterations_per_pair", "CG it/pair", "{:.1f}"),
+                               ("us_per_pair_iteration", "us/pair-it", "{:.3g}"),
+                               ("xmv_tflops", "XMV TFLOP/s", "{:.3g}"), ("xmv_peak_frac", "of peak", "{:.1%}"),
+                               ("slower_than_best_x", "x slower", "{:.3g}"), ("skipped", "skipped")],
+                    title=f"{set_name} ({desc})")
+        for r in set_rows:
+            errs = {k: v for k, v in r.items() if k.startswith("max_rel_err")}
+            if errs:
+                ctx.log("   accuracy vs dense float64: " + ", ".join(f"{k[12:]} {v:.1e}" for k, v in errs.items()))
+        labeled = set_name not in ("nws", "ba")
+        grakel = next((r for r in set_rows if r["solver"].startswith("GraKeL") and "seconds" in r), None)
+        if labeled and grakel is not None:
+            ratio = grakel["seconds"] / gpu_row["seconds"] if gpu_row else float("nan")
+            targets.append({"target": f"{set_name}: GPU >= 1000x GraKeL per pair", "value": ratio,
+                            "status": ("PASS" if ratio >= 1000 else "MISS") if gpu_row else "not measured (no GPU)"})
+        if set_name == "dense-labeled":
+            frac = gpu_row["xmv_peak_frac"] if gpu_row else float("nan")
+            targets.append({"target": "dense-graph XMV > 30% of FP32 peak", "value": frac,
+                            "status": ("PASS" if frac > 0.30 and dtype == np.float32 else "MISS")
+                            if gpu_row else "not measured (no GPU)"})
+    if targets:
+        print_table(targets, [("target", "target"), ("value", "measured", "{:.4g}"), ("status", "status")],
+                    title="targets (one H100)")
+    return rows + targets
