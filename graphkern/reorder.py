@@ -11,8 +11,9 @@ adjacency is ``P A P^T``).  Methods:
     consecutively, built to join as few pairs of parts as possible.  Recursive
     bisection with a neighbourhood-hypergraph cut objective and Fiduccia-Mattheyses
     refinement, then swaps between parts on the exact tile count; see
-    :mod:`graphkern._cpu.pbr`.  The input order, refined the same way, is also tried, so
-    PBR never returns more off-diagonal tiles than the natural order.
+    :mod:`graphkern._cpu.pbr`.  The input order and a reverse Cuthill-McKee order,
+    refined the same way, are candidates too, so PBR never returns more off-diagonal
+    tiles than the natural order.
 ``"rcm"``
     Reverse Cuthill-McKee (SciPy): a bandwidth-reducing order.
 ``"morton"``, ``"hilbert"``

@@ -20,11 +20,12 @@ parallel over an OpenMP ``prange``:
    while it can), each improved by Fiduccia-Mattheyses passes with gain buckets.
    Moves may leave balance by ``tol`` vertices, but a pass rolls back to its best
    *perfectly* balanced prefix, so each bisection ends exactly balanced.
-3. K-way refinement on the exact objective: swaps of two vertices between two adjacent
+3. K-way refinement on the exact objective: swaps of two vertices between two joined
    parts (sizes are kept) accepted when they lower the number of joined part pairs, or
-   keep it and lower the edge cut.  The input order, refined the same way, is a second
-   candidate; the better of the two is returned, so PBR never gives more off-diagonal
-   tiles than the order it was handed.
+   keep it and lower the edge cut.  Every swap of a pair of parts is scored in O(1)
+   after one scan of their 16 members (see ``score_members``).  The input order and a
+   reverse Cuthill-McKee order, refined the same way, are candidates too; the best one
+   is returned, so PBR never gives more off-diagonal tiles than the order it was handed.
 
 Every random choice comes from a per-graph splitmix64 stream, so the result depends on
 the seed only, not on the thread count.
@@ -32,7 +33,7 @@ the seed only, not on the thread count.
 
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint64_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free, malloc, qsort
 
 import numpy as np
 
@@ -47,8 +48,11 @@ cdef struct Work:
     int32_t net_weight
     int32_t n_tries
     int32_t max_refine_passes
+    int32_t refine_stop   # refinement stops after a pass removing under 1/refine_stop of the pairs
     uint64_t rng
+    int64_t* stack        # recursion stack of segments (lo, hi)
     int32_t* order        # the vertex order being built; segment [lo, hi) is one subset
+    int32_t* best_order   # the best candidate order so far
     int32_t* where        # side of a vertex in the current segment (0 left, 1 right), -1 outside
     int32_t* cnt0         # pins of net w (closed neighbourhood of w) on the left
     int32_t* cnt1         # ... and on the right
@@ -71,10 +75,6 @@ cdef struct Work:
     int32_t* pos          # position of each vertex in order
     int32_t* row_a        # edges from part a to each part
     int32_t* row_b
-    int32_t* delta_a      # change of the a-q pair counts under a candidate swap
-    int32_t* delta_b
-    int32_t* touched_a    # may list a part twice (a delta can return to 0): 2 * maxdeg + 2 slots
-    int32_t* touched_b
     int32_t* touched_row_a
     int32_t* touched_row_b
     int32_t n_touched_row_a
@@ -84,9 +84,16 @@ cdef struct Work:
     int32_t* part_size
     char* active_now      # parts whose pairs this refinement pass tries
     char* active_next
-    int32_t* profile_part # edges of the 16 members of two parts, per part: load_profiles
-    int32_t* profile_count
-    int64_t profile_start[2 * PBR_PART + 1]
+    int64_t* sort_keys    # (degree << 32 | vertex) of one vertex's neighbours, maxdeg slots
+    # what score_swaps knows of the 16 members of parts a and b (slots 0-7 a's, 8-15 b's)
+    int32_t* member_mask  # per part: bit s set when slot s has an edge to it
+    int32_t* touched_mask
+    int32_t* critical     # per slot, the parts it alone joins to its own part
+    int64_t critical_start[2 * PBR_PART + 1]
+    int32_t lone_score[2 * PBR_PART]  # pairs created minus pairs dropped by moving the slot alone
+    int32_t to_a[2 * PBR_PART]        # edges from the slot to parts a and b
+    int32_t to_b[2 * PBR_PART]
+    int32_t overlap[PBR_PART][PBR_PART]  # corrections for parts both swapped vertices reach
     char adjacent[PBR_PART][PBR_PART]
 
 
@@ -434,6 +441,51 @@ cdef void recursive_bisection(Work* w, int64_t* stack) noexcept nogil:
         top += 2
 
 
+# ---------------------------------------------------------------- bandwidth order (a candidate)
+
+cdef int compare_int64(const void* x, const void* y) noexcept nogil:
+    cdef int64_t a = (<const int64_t*>x)[0], b = (<const int64_t*>y)[0]
+    return (a > b) - (a < b)
+
+
+cdef void reverse_cuthill_mckee(Work* w) noexcept nogil:
+    """Reverse Cuthill-McKee into ``order``: BFS from a pseudo-peripheral vertex of each
+    component, neighbours by ascending degree, then reversed.  Narrow bands tile grids
+    well, where bisection's ragged parts do not."""
+    cdef int64_t head = 0, tail = 0, k, m, i
+    cdef int32_t v, x, start, t
+    for i in range(w.n):
+        w.where[i] = 0  # bfs_farthest walks vertices with where >= 0
+        w.part[i] = -1  # not yet placed
+    for i in range(w.n):
+        if w.part[i] >= 0:
+            continue
+        start = bfs_farthest(w, bfs_farthest(w, <int32_t>i, -1), -1)
+        w.part[start] = 0
+        w.order[tail] = start
+        tail += 1
+        while head < tail:
+            v = w.order[head]
+            head += 1
+            m = 0
+            for k in range(w.indptr[v], w.indptr[v + 1]):
+                x = w.indices[k]
+                if w.part[x] < 0:
+                    w.part[x] = 0
+                    w.sort_keys[m] = ((w.indptr[x + 1] - w.indptr[x]) << 32) | x
+                    m += 1
+            qsort(w.sort_keys, m, sizeof(int64_t), compare_int64)
+            for k in range(m):
+                w.order[tail] = <int32_t>(w.sort_keys[k] & <int64_t>0x7FFFFFFF)
+                tail += 1
+    for i in range(w.n // 2):
+        t = w.order[i]
+        w.order[i] = w.order[w.n - 1 - i]
+        w.order[w.n - 1 - i] = t
+    for i in range(w.n):
+        w.where[i] = -1
+
+
 # ---------------------------------------------------------------- K-way refinement on octiles
 
 cdef void assign_parts(Work* w) noexcept nogil:
@@ -464,30 +516,38 @@ cdef inline void clear_row(int32_t* row, int32_t* touched, int32_t n_touched) no
         row[touched[i]] = 0
 
 
-cdef inline void add_delta(int32_t* delta, int32_t* touched, int32_t* n_touched, int32_t q, int32_t d) noexcept nogil:
-    if delta[q] == 0:
-        touched[n_touched[0]] = q
-        n_touched[0] += 1
-    delta[q] += d
+cdef void score_members(Work* w, int32_t a, int32_t b) noexcept nogil:
+    """Everything needed to score any swap between parts a and b in O(1) (rows loaded).
 
-
-cdef void load_profiles(Work* w, int32_t a, int32_t b) noexcept nogil:
-    """Per member of parts a and b: its edges per part, as a short (part, count) list.
-
-    Slots 0..7 are a's members, 8..15 b's; ``adjacent[i][j]`` says whether a's i-th and
-    b's j-th members are joined (that edge stays between a and b under their swap).
+    Swapping u (in a) and v (in b) changes the edge counts of pairs {a, q} and {b, q}:
+    by -cu[q] + cv[q] and +cu[q] - cv[q].  For a part q reached by only one of them the
+    change is that vertex's own: u drops {a, q} when it alone joins a to q and creates
+    {b, q} when b had no edge to q (``lone_score``).  A q reached by both keeps both
+    pairs joined, so the two lone terms are taken back (``overlap``).  The pair {a, b}
+    and the edge cut depend only on the edges of u and v to a and b.
     """
-    cdef int32_t slot, p, q, t, n_tally, member
-    cdef int64_t i, k, fill = 0, start
+    cdef int32_t slot, home, other, member, q, c, t, n_tally, n_masks = 0, i, j, bits
+    cdef int32_t* row_home
+    cdef int32_t* row_other
+    cdef int64_t k, fill = 0, pos
     cdef int32_t v, y
+    for i in range(PBR_PART):
+        for j in range(PBR_PART):
+            w.adjacent[i][j] = 0
+            w.overlap[i][j] = 0
     for slot in range(2 * PBR_PART):
-        w.profile_start[slot] = fill
-        p = a if slot < PBR_PART else b
+        w.critical_start[slot] = fill
+        w.lone_score[slot] = 0
+        w.to_a[slot] = 0
+        w.to_b[slot] = 0
+        home = a if slot < PBR_PART else b
+        other = b if slot < PBR_PART else a
+        row_home = w.row_a if slot < PBR_PART else w.row_b
+        row_other = w.row_b if slot < PBR_PART else w.row_a
         member = slot % PBR_PART
-        i = <int64_t>p * PBR_PART + member
-        if member >= w.part_size[p]:
+        if member >= w.part_size[home]:
             continue
-        v = w.order[i]
+        v = w.order[<int64_t>home * PBR_PART + member]
         n_tally = 0
         for k in range(w.indptr[v], w.indptr[v + 1]):
             y = w.indices[k]
@@ -502,53 +562,48 @@ cdef void load_profiles(Work* w, int32_t a, int32_t b) noexcept nogil:
                 w.adjacent[member][w.pos[y] - <int64_t>b * PBR_PART] = 1
         for t in range(n_tally):
             q = w.touched_tally[t]
-            w.profile_part[fill] = q
-            w.profile_count[fill] = w.tally[q]
+            c = w.tally[q]
             w.tally[q] = 0
-            fill += 1
-    w.profile_start[2 * PBR_PART] = fill
+            if q == a:
+                w.to_a[slot] = c
+            elif q == b:
+                w.to_b[slot] = c
+            else:
+                w.lone_score[slot] += (row_other[q] == 0) - (row_home[q] == c)
+                if row_home[q] == c:
+                    w.critical[fill] = q
+                    fill += 1
+                if w.member_mask[q] == 0:
+                    w.touched_mask[n_masks] = q
+                    n_masks += 1
+                w.member_mask[q] |= 1 << slot
+    w.critical_start[2 * PBR_PART] = fill
+    for slot in range(2 * PBR_PART):
+        for k in range(w.critical_start[slot], w.critical_start[slot + 1]):
+            q = w.critical[k]
+            if slot < PBR_PART:
+                bits = (w.member_mask[q] >> PBR_PART) & 0xFF
+                for j in range(PBR_PART):
+                    if (bits >> j) & 1:
+                        w.overlap[slot][j] += 1
+            else:
+                bits = w.member_mask[q] & 0xFF
+                for i in range(PBR_PART):
+                    if (bits >> i) & 1:
+                        w.overlap[i][slot - PBR_PART] += 1
+    for t in range(n_masks):
+        w.member_mask[w.touched_mask[t]] = 0
 
 
-cdef void swap_effect(Work* w, int32_t i, int32_t j, int32_t a, int32_t b,
-                      int64_t* d_pairs, int64_t* d_cut) noexcept nogil:
+cdef inline void swap_effect(Work* w, int32_t i, int32_t j, int32_t a, int32_t b,
+                             int64_t* d_pairs, int64_t* d_cut) noexcept nogil:
     """Change in joined part pairs and in cut edges if a's i-th and b's j-th members swap parts."""
-    cdef int32_t n_ta = 0, n_tb = 0, t, q, c, d, old
-    cdef int64_t k, pairs = 0, cut = 0
-    for k in range(w.profile_start[i], w.profile_start[i + 1]):
-        q = w.profile_part[k]
-        c = w.profile_count[k]
-        add_delta(w.delta_a, w.touched_a, &n_ta, q, -c)
-        add_delta(w.delta_b, w.touched_b, &n_tb, q, c)
-    for k in range(w.profile_start[PBR_PART + j], w.profile_start[PBR_PART + j + 1]):
-        q = w.profile_part[k]
-        c = w.profile_count[k]
-        add_delta(w.delta_b, w.touched_b, &n_tb, q, -c)
-        add_delta(w.delta_a, w.touched_a, &n_ta, q, c)
-    # the pair {a, b} is tracked once, in delta_a[b]; an edge between the two swapped stays on it
-    c = w.delta_b[a] + (2 if w.adjacent[i][j] else 0)
-    w.delta_b[a] = 0
-    if c != 0:
-        add_delta(w.delta_a, w.touched_a, &n_ta, b, c)
-    for t in range(n_ta):
-        q = w.touched_a[t]
-        d = w.delta_a[q]
-        w.delta_a[q] = 0
-        if q == a or d == 0:
-            continue
-        old = w.row_a[q]
-        pairs += (old + d > 0) - (old > 0)
-        cut += d
-    for t in range(n_tb):
-        q = w.touched_b[t]
-        d = w.delta_b[q]
-        w.delta_b[q] = 0
-        if q == b or q == a or d == 0:
-            continue
-        old = w.row_b[q]
-        pairs += (old + d > 0) - (old > 0)
-        cut += d
-    d_pairs[0] = pairs
-    d_cut[0] = cut
+    cdef int32_t u = i, v = PBR_PART + j
+    cdef int32_t joint = 2 if w.adjacent[i][j] else 0  # the u-v edge stays between a and b
+    cdef int32_t ab = w.row_a[b]
+    cdef int32_t ab_after = ab - w.to_b[u] - w.to_a[v] + w.to_a[u] + w.to_b[v] + joint
+    d_pairs[0] = w.lone_score[u] + w.lone_score[v] + w.overlap[i][j] + (ab_after > 0) - (ab > 0)
+    d_cut[0] = w.to_a[u] - w.to_b[u] + w.to_b[v] - w.to_a[v] + joint
 
 
 cdef void mark_active(Work* w, int32_t v) noexcept nogil:
@@ -559,16 +614,16 @@ cdef void mark_active(Work* w, int32_t v) noexcept nogil:
         w.active_next[w.part[w.indices[k]]] = 1
 
 
-cdef bint improve_pair(Work* w, int32_t a, int32_t b) noexcept nogil:
-    """Apply the best improving swap between parts a and b, if any (rows of a and b are loaded)."""
+cdef int64_t improve_pair(Work* w, int32_t a, int32_t b) noexcept nogil:
+    """Apply the best improving swap between parts a and b, if any (rows of a and b are loaded).
+
+    Returns -1 when no swap improves, else the number of joined pairs the swap removed (>= 0).
+    """
     cdef int32_t i, j, best_i = -1, best_j = -1
     cdef int64_t best_pairs = 0, best_cut = 0, d_pairs, d_cut
     cdef int64_t pos_u, pos_v
     cdef int32_t u, v
-    for i in range(PBR_PART):
-        for j in range(PBR_PART):
-            w.adjacent[i][j] = 0
-    load_profiles(w, a, b)
+    score_members(w, a, b)
     for i in range(w.part_size[a]):
         for j in range(w.part_size[b]):
             swap_effect(w, i, j, a, b, &d_pairs, &d_cut)
@@ -578,7 +633,7 @@ cdef bint improve_pair(Work* w, int32_t a, int32_t b) noexcept nogil:
                 best_i = i
                 best_j = j
     if best_i < 0:
-        return False
+        return -1
     pos_u = <int64_t>a * PBR_PART + best_i
     pos_v = <int64_t>b * PBR_PART + best_j
     u = w.order[pos_u]
@@ -591,26 +646,27 @@ cdef bint improve_pair(Work* w, int32_t a, int32_t b) noexcept nogil:
     w.part[v] = a
     mark_active(w, u)
     mark_active(w, v)
-    return True
+    return -best_pairs
 
 
 cdef void refine_kway(Work* w) noexcept nogil:
-    """Swap passes over pairs of joined parts until a pass changes nothing (or the pass limit).
+    """Swap passes over pairs of joined parts until a pass changes little (or the pass limit).
 
     Each unordered pair is tried once a pass, and only while one of its parts is active:
-    a part becomes active for the next pass when a swap changes its row.
+    a part becomes active for the next pass when a swap changes its row.  Passes stop
+    once one removes under 1/refine_stop of the joined pairs: on expanders (Barabasi-
+    Albert) later passes cost as much as the first and remove almost nothing.
     """
     cdef int32_t n_parts = (w.n + PBR_PART - 1) // PBR_PART
     cdef int32_t a, b, idx, n_nbr, rounds
     cdef int passes = 0
-    cdef bint improved = True
+    cdef int64_t pairs = joined_pairs(w), removed, pass_removed = pairs
     cdef char* swap_tmp
-    assign_parts(w)
     for a in range(n_parts):
         w.active_now[a] = 1
         w.active_next[a] = 0
-    while improved and passes < w.max_refine_passes:
-        improved = False
+    while pass_removed > 0 and pass_removed * w.refine_stop >= pairs and passes < w.max_refine_passes:
+        pass_removed = 0
         passes += 1
         for a in range(n_parts):
             w.n_touched_row_a = load_row(w, a, w.row_a, w.touched_row_a)
@@ -626,10 +682,12 @@ cdef void refine_kway(Work* w) noexcept nogil:
                 rounds = 0
                 while rounds < PBR_PART:
                     w.n_touched_row_b = load_row(w, b, w.row_b, w.touched_row_b)
-                    if not improve_pair(w, a, b):
+                    removed = improve_pair(w, a, b)
+                    if removed < 0:
                         clear_row(w.row_b, w.touched_row_b, w.n_touched_row_b)
                         break
-                    improved = True
+                    pass_removed += removed
+                    pairs -= removed
                     rounds += 1
                     clear_row(w.row_b, w.touched_row_b, w.n_touched_row_b)
                     clear_row(w.row_a, w.touched_row_a, w.n_touched_row_a)
@@ -691,54 +749,47 @@ cdef inline int32_t* carve32(char** cursor, int64_t count) noexcept nogil:
     return out
 
 
-cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint64_t seed,
-                 int32_t n_tries, int32_t net_weight, int32_t max_refine_passes, int32_t n_restarts,
-                 int32_t restart_budget, bint use_input_order, int64_t* perm_out, int64_t* pairs_out) noexcept nogil:
-    """PBR order of one graph into ``perm_out`` and its joined part pairs into ``pairs_out[0]``.
+cdef struct Knobs:
+    int32_t n_tries             # initial partitions per bisection
+    int32_t net_weight          # cost of a cut net relative to a cut edge
+    int32_t max_refine_passes
+    int32_t refine_stop         # a refinement pass removing under 1/refine_stop of the pairs is the last
+    int32_t n_restarts          # most recursive bisections per graph ...
+    int32_t restart_budget      # ... as many as restart_budget // n, at least one
+    bint use_input_order        # the input order is a candidate too
+    bint use_bandwidth_order    # so is reverse Cuthill-McKee
+    int32_t input_slack_percent # refine the input order only within this % of the best pairs
 
-    Returns 0 on success, -1 if out of memory.
 
-    Candidates: refined recursive bisections, ``restart_budget // n`` of them (at least one,
-    at most ``n_restarts``: small graphs get more tries for the same time), then
-    (``use_input_order``) the input order, refined when it is within 1.5x of the best; the
-    fewest joined pairs win.
-    """
-    cdef Work w
-    cdef int64_t i, k, maxdeg = 0, n_parts, swap_span, profile_span, nbytes
-    cdef int64_t pairs, cut, best_pairs = -1, best_cut = -1
-    cdef int32_t* best_order
-    cdef int64_t* stack
+cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* indices, const Knobs* knobs,
+                     uint64_t seed) noexcept nogil:
+    """Carve every work array of one graph (n > 8) out of one allocation; NULL if out of memory."""
+    cdef int64_t i, maxdeg = 0, n_parts = (n + PBR_PART - 1) // PBR_PART, critical_span, nbytes
     cdef char* block
     cdef char* cursor
-    if n <= PBR_PART:
-        for i in range(n):
-            perm_out[i] = i
-        pairs_out[0] = 0
-        return 0
     for i in range(n):
         if indptr[i + 1] - indptr[i] > maxdeg:
             maxdeg = indptr[i + 1] - indptr[i]
-    n_parts = (n + PBR_PART - 1) // PBR_PART
     w.n = n
     w.indptr = indptr
     w.indices = indices
-    w.net_weight = net_weight
-    w.n_tries = n_tries
-    w.max_refine_passes = max_refine_passes
+    w.net_weight = knobs.net_weight
+    w.n_tries = knobs.n_tries
+    w.max_refine_passes = knobs.max_refine_passes
+    w.refine_stop = knobs.refine_stop
     w.rng = seed
-    n_restarts = max(min(n_restarts, restart_budget // n), min(n_restarts, 1))
-    w.bucket_span = 2 * (<int64_t>net_weight * (maxdeg + 1) + maxdeg) + 1
-    swap_span = 2 * maxdeg + 2
-    profile_span = min(2 * indptr[n], 2 * PBR_PART * maxdeg) + 1
-    # one block: the int64 stack first keeps every array aligned, bytes last
-    nbytes = (2 * (n_parts + 2) * sizeof(int64_t)
-              + (13 * <int64_t>n + 9 * n_parts + 2 * swap_span + 2 * w.bucket_span + 2 * profile_span) * sizeof(int32_t)
+    w.bucket_span = 2 * (<int64_t>w.net_weight * (maxdeg + 1) + maxdeg) + 1
+    critical_span = min(2 * indptr[n], 2 * PBR_PART * maxdeg) + 1
+    # int64 arrays first keep every array aligned, bytes last
+    nbytes = ((2 * (n_parts + 2) + maxdeg + 1) * sizeof(int64_t)
+              + (13 * <int64_t>n + 9 * n_parts + 2 * w.bucket_span + critical_span) * sizeof(int32_t)
               + 2 * <int64_t>n + 2 * n_parts)
     block = <char*>malloc(nbytes)
     if block == NULL:
-        return -1
-    stack = <int64_t*>block
-    cursor = <char*>(stack + 2 * (n_parts + 2))
+        return NULL
+    w.stack = <int64_t*>block
+    w.sort_keys = w.stack + 2 * (n_parts + 2)
+    cursor = <char*>(w.sort_keys + maxdeg + 1)
     w.order = carve32(&cursor, n)
     w.where = carve32(&cursor, n)
     w.cnt0 = carve32(&cursor, n)
@@ -751,21 +802,18 @@ cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint6
     w.mark = carve32(&cursor, n)
     w.part = carve32(&cursor, n)
     w.pos = carve32(&cursor, n)
-    best_order = carve32(&cursor, n)
+    w.best_order = carve32(&cursor, n)
     w.row_a = carve32(&cursor, n_parts)
     w.row_b = carve32(&cursor, n_parts)
-    w.delta_a = carve32(&cursor, n_parts)
-    w.delta_b = carve32(&cursor, n_parts)
+    w.member_mask = carve32(&cursor, n_parts)
+    w.touched_mask = carve32(&cursor, n_parts)
     w.touched_row_a = carve32(&cursor, n_parts)
     w.touched_row_b = carve32(&cursor, n_parts)
     w.tally = carve32(&cursor, n_parts)
     w.touched_tally = carve32(&cursor, n_parts)
     w.part_size = carve32(&cursor, n_parts)
-    w.touched_a = carve32(&cursor, swap_span)
-    w.touched_b = carve32(&cursor, swap_span)
     w.bhead = carve32(&cursor, 2 * w.bucket_span)
-    w.profile_part = carve32(&cursor, profile_span)
-    w.profile_count = carve32(&cursor, profile_span)
+    w.critical = carve32(&cursor, critical_span)
     w.inb = cursor
     w.best_side = w.inb + n
     w.active_now = w.best_side + n
@@ -779,8 +827,7 @@ cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint6
     for i in range(n_parts):
         w.row_a[i] = 0
         w.row_b[i] = 0
-        w.delta_a[i] = 0
-        w.delta_b[i] = 0
+        w.member_mask[i] = 0
         w.tally[i] = 0
         w.part_size[i] = PBR_PART
     w.part_size[n_parts - 1] = <int32_t>(n - (n_parts - 1) * PBR_PART)
@@ -789,18 +836,48 @@ cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint6
     w.stamp = 0
     w.bmax[0] = 0
     w.bmax[1] = 0
+    return block
 
-    for k in range(n_restarts + 1):
+
+cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint64_t seed, const Knobs* knobs,
+                 int64_t* perm_out, int64_t* pairs_out) noexcept nogil:
+    """PBR order of one graph into ``perm_out`` and its joined part pairs into ``pairs_out[0]``.
+
+    Returns 0 on success, -1 if out of memory.
+
+    Candidates: refined recursive bisections (small graphs get more for the same time), then
+    the input order and reverse Cuthill-McKee, each refined only when it is close to the
+    best (swaps remove 10-20% of the pairs; refining an order far worse is wasted time);
+    the fewest joined pairs win.
+    """
+    cdef Work w
+    cdef int64_t i, k, pairs, cut, best_pairs = -1, best_cut = -1
+    cdef int32_t n_restarts
+    cdef char* block
+    if n <= PBR_PART:
+        for i in range(n):
+            perm_out[i] = i
+        pairs_out[0] = 0
+        return 0
+    block = work_init(&w, n, indptr, indices, knobs, seed)
+    if block == NULL:
+        return -1
+    n_restarts = max(min(knobs.n_restarts, knobs.restart_budget // n), min(knobs.n_restarts, 1))
+    for k in range(n_restarts + 2):
         if k < n_restarts:
-            recursive_bisection(&w, stack)
+            recursive_bisection(&w, w.stack)
             refine_kway(&w)
         else:
-            if not use_input_order:
-                break
-            for i in range(n):
-                w.order[i] = <int32_t>i
-            # swaps gain ~10-20%: refining an input order far worse than the best is wasted time
-            if best_pairs < 0 or joined_pairs(&w) * 2 < best_pairs * 3:
+            if k == n_restarts:
+                if not knobs.use_input_order:
+                    continue
+                for i in range(n):
+                    w.order[i] = <int32_t>i
+            else:
+                if not knobs.use_bandwidth_order:
+                    continue
+                reverse_cuthill_mckee(&w)
+            if best_pairs < 0 or joined_pairs(&w) * 100 <= best_pairs * knobs.input_slack_percent:
                 refine_kway(&w)
         pairs = joined_pairs(&w)
         cut = joined_cut(&w)
@@ -808,10 +885,10 @@ cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint6
             best_pairs = pairs
             best_cut = cut
             for i in range(n):
-                best_order[i] = w.order[i]
-    sort_within_parts(best_order, n)
+                w.best_order[i] = w.order[i]
+    sort_within_parts(w.best_order, n)
     for i in range(n):
-        perm_out[i] = best_order[i]
+        perm_out[i] = w.best_order[i]
     pairs_out[0] = best_pairs
     free(block)
     return 0
@@ -820,8 +897,9 @@ cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint6
 def pbr_many(const int64_t[::1] node_offsets, const int64_t[::1] indptr, const int64_t[::1] entry_offsets,
              const int32_t[::1] indices, const uint64_t[::1] seeds, int64_t[::1] perm_out,
              int64_t[::1] pairs_out, *,
-             int n_threads=1, int n_tries=2, int net_weight=8, int max_refine_passes=16, int n_restarts=4,
-             int restart_budget=512, bint use_input_order=True):
+             int n_threads=1, int n_tries=2, int net_weight=8, int max_refine_passes=16, int refine_stop=200,
+             int n_restarts=4, int restart_budget=512, bint use_input_order=True, bint use_bandwidth_order=True,
+             int input_slack_percent=125):
     """PBR orders of a packed batch of graphs (the layout of graphkern.graph.pack_graphs).
 
     Graph ``g`` has ``node_offsets[g+1] - node_offsets[g]`` vertices, local row pointers
@@ -834,12 +912,23 @@ def pbr_many(const int64_t[::1] node_offsets, const int64_t[::1] indptr, const i
     cdef Py_ssize_t idx
     cdef int64_t g, failed = 0
     cdef int64_t[::1] by_size
+    cdef Knobs knobs
     if n_graphs <= 0:
         return
-    if n_tries < 1 or net_weight < 0 or max_refine_passes < 0 or n_restarts < 0 or restart_budget < 0 \
-            or not (n_restarts or use_input_order):
-        raise ValueError("n_tries >= 1, net_weight >= 0, max_refine_passes >= 0, n_restarts >= 0, "
-                         "restart_budget >= 0 and at least one candidate are required")
+    if min(n_tries, refine_stop) < 1 or min(net_weight, max_refine_passes, n_restarts, restart_budget,
+                                            input_slack_percent) < 0 \
+            or not (n_restarts or use_input_order or use_bandwidth_order):
+        raise ValueError("n_tries, refine_stop >= 1; net_weight, max_refine_passes, n_restarts, restart_budget, "
+                         "input_slack_percent >= 0; and at least one candidate are required")
+    knobs.n_tries = n_tries
+    knobs.net_weight = net_weight
+    knobs.max_refine_passes = max_refine_passes
+    knobs.refine_stop = refine_stop
+    knobs.n_restarts = n_restarts
+    knobs.restart_budget = restart_budget
+    knobs.use_input_order = use_input_order
+    knobs.use_bandwidth_order = use_bandwidth_order
+    knobs.input_slack_percent = input_slack_percent
     if (seeds.shape[0] != n_graphs or pairs_out.shape[0] != n_graphs or entry_offsets.shape[0] != n_graphs + 1
             or perm_out.shape[0] != node_offsets[n_graphs] or indptr.shape[0] != node_offsets[n_graphs] + n_graphs
             or indices.shape[0] != entry_offsets[n_graphs]):
@@ -851,10 +940,47 @@ def pbr_many(const int64_t[::1] node_offsets, const int64_t[::1] indptr, const i
             g = by_size[idx]
             if pbr_one(<int32_t>(node_offsets[g + 1] - node_offsets[g]), &indptr[node_offsets[g] + g],
                        &indices[entry_offsets[g]] if entry_offsets[g] < indices.shape[0] else NULL,
-                       seeds[g], n_tries, net_weight, max_refine_passes, n_restarts, restart_budget,
-                       use_input_order,
+                       seeds[g], &knobs,
                        &perm_out[node_offsets[g]] if node_offsets[g] < perm_out.shape[0] else NULL,
                        &pairs_out[g]) != 0:
                 failed += 1
     if failed:
         raise MemoryError(f"PBR: out of memory for the work arrays of {failed} graph(s)")
+
+
+
+def swap_scores(const int64_t[::1] indptr, const int32_t[::1] indices, const int32_t[::1] order, int a, int b):
+    """The refinement's O(1) scores of every swap between parts a and b of ``order`` (for tests).
+
+    Returns ``(d_pairs, d_cut)``, two (size of a, size of b) arrays: the change in joined
+    part pairs and in cut edges if a's i-th and b's j-th vertex swapped parts.
+    """
+    cdef Knobs knobs
+    cdef Work w
+    cdef int32_t n = <int32_t>order.shape[0], i, j, n_parts = (n + PBR_PART - 1) // PBR_PART
+    cdef int64_t dp, dc
+    cdef char* block
+    if indptr.shape[0] != n + 1 or n <= PBR_PART or not (0 <= a < n_parts and 0 <= b < n_parts and a != b):
+        raise ValueError(f"need n > {PBR_PART}, indptr of n + 1 entries and two different parts in [0, {n_parts})")
+    knobs.net_weight = 0
+    knobs.n_tries = 1
+    knobs.max_refine_passes = 0
+    knobs.refine_stop = 1
+    block = work_init(&w, n, &indptr[0], &indices[0] if indices.shape[0] else NULL, &knobs, 0)
+    if block == NULL:
+        raise MemoryError("swap_scores: out of memory")
+    for i in range(n):
+        w.order[i] = order[i]
+    assign_parts(&w)
+    w.n_touched_row_a = load_row(&w, a, w.row_a, w.touched_row_a)
+    w.n_touched_row_b = load_row(&w, b, w.row_b, w.touched_row_b)
+    score_members(&w, a, b)
+    d_pairs = np.zeros((w.part_size[a], w.part_size[b]), dtype=np.int64)
+    d_cut = np.zeros((w.part_size[a], w.part_size[b]), dtype=np.int64)
+    for i in range(w.part_size[a]):
+        for j in range(w.part_size[b]):
+            swap_effect(&w, i, j, a, b, &dp, &dc)
+            d_pairs[i, j] = dp
+            d_cut[i, j] = dc
+    free(block)
+    return d_pairs, d_cut
