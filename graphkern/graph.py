@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Graph", "PackedGraphs", "pack_graphs", "as_csr_matrix", "category_code"]
+__all__ = ["Graph", "PackedGraphs", "pack_graphs", "as_csr_matrix", "as_graph_list", "category_code"]
 
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -176,6 +176,8 @@ class Graph:
             if arr is None:
                 continue
             mirror = arr[torder]
+            if nnz == 0:
+                continue
             differs = ~np.all((arr == mirror).reshape(nnz, -1), axis=1)
             if differs.any():
                 if not symmetrize:
@@ -481,6 +483,23 @@ def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
                              "(symmetrize it, e.g. A.maximum(A.T), or use Graph.from_scipy(A, symmetrize=True))")
     weighted = not (data.size == 0 or np.all(data == 1))
     return A, weighted
+
+
+def as_graph_list(X, name="X"):
+    """``X`` as a list of :class:`Graph`, with errors naming ``name`` and the bad item.
+
+    A single Graph is refused (it is almost always a forgotten ``[G]``).
+    """
+    if isinstance(X, Graph):
+        raise TypeError(f"{name} must be a sequence of graphs, got a single Graph (wrap it in a list: [{name}])")
+    try:
+        graphs = list(X)
+    except TypeError:
+        raise TypeError(f"{name} must be a sequence of graphkern.Graph, got {type(X).__name__}") from None
+    for k, g in enumerate(graphs):
+        if not isinstance(g, Graph):
+            raise TypeError(f"{name}[{k}] is a {type(g).__name__}, expected graphkern.Graph")
+    return graphs
 
 
 @dataclass

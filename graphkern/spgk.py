@@ -89,7 +89,7 @@ from scipy.sparse.csgraph import shortest_path
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._spgk_kernels import (BrownianBridgeEdge, DiracEdge, DiracNode, EdgeKernel, GaussianEdge,
                                      GaussianNode, NodeKernel, ProductNode, node_features)
-from graphkern.graph import Graph
+from graphkern.graph import Graph, as_graph_list
 
 __all__ = ["ShortestPathKernel", "DiracNode", "GaussianNode", "ProductNode", "DiracEdge", "GaussianEdge",
            "BrownianBridgeEdge", "shortest_path_graph", "CPU_METHODS", "GPU_METHODS"]
@@ -580,26 +580,26 @@ class ShortestPathKernel:
 
     def fit(self, X, y=None):
         """Remember the graphs ``X`` (validated); ``transform`` compares new graphs with them."""
-        self.X_fit_ = _as_graphs(X, "X")
+        self.X_fit_ = as_graph_list(X, "X")
         return self
 
     def transform(self, Y):
         """``K(Y, X_fit_)``, shape ``(len(Y), len(X_fit_))``."""
         if not hasattr(self, "X_fit_"):
             raise AttributeError("this ShortestPathKernel is not fitted yet: call fit(X) first")
-        return self._gram(_as_graphs(Y, "Y"), self.X_fit_)
+        return self._gram(as_graph_list(Y, "Y"), self.X_fit_)
 
     def fit_transform(self, X, y=None):
         return self.fit(X)(self.X_fit_)
 
     def __call__(self, X, Y=None):
         """The kernel matrix ``K(X, Y)``, ``(len(X), len(Y))``; ``Y=None`` computes only the upper triangle of ``K(X, X)``."""
-        X = _as_graphs(X, "X")
-        return self._gram(X, None if Y is None else _as_graphs(Y, "Y"))
+        X = as_graph_list(X, "X")
+        return self._gram(X, None if Y is None else as_graph_list(Y, "Y"))
 
     def diag(self, X):
         """``K(x, x)`` for each graph of ``X`` (never normalised)."""
-        X = _as_graphs(X, "X")
+        X = as_graph_list(X, "X")
         cfg = self._config()
         A = self._batch(X, "X", cfg)
         idx = np.arange(len(X), dtype=np.int64)
@@ -753,15 +753,3 @@ _DEFAULTS = {"node_kernel": None, "edge_kernel": None, "normalize": False, "back
              "n_threads": None, "method": "auto", "dtype": np.float64}
 
 
-def _as_graphs(X, name):
-    if isinstance(X, Graph):
-        raise TypeError(f"{name} must be a sequence of graphs, got a single Graph (wrap it in a list)")
-    try:
-        graphs = list(X)
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of graphkern.Graph, got {type(X).__name__}") from None
-    for i, g in enumerate(graphs):
-        if not isinstance(g, Graph):
-            raise TypeError(f"{name}[{i}] is a {type(g).__name__}, expected graphkern.Graph "
-                            "(convert with Graph.from_scipy or Graph.from_networkx)")
-    return graphs

@@ -154,3 +154,21 @@ def test_as_csr_matrix_checks(rng):
         as_csr_matrix(S.tocsr())
     with pytest.raises(TypeError, match="scipy.sparse"):
         as_csr_matrix(np.eye(3))
+
+
+def test_edgeless_graph_with_weights_and_edge_labels():
+    G = Graph.from_edges(np.zeros((0, 2), dtype=int), 3, weights=[], edge_labels={"order": []},
+                         node_labels={"x": [1, 2, 3]})
+    assert G.nnz == 0 and G.n_edges == 0 and G.is_weighted
+
+
+def test_as_graph_list_names_the_bad_item():
+    from graphkern.graph import as_graph_list
+    G = Graph.from_edges([(0, 1)])
+    assert as_graph_list((G, G)) == [G, G]
+    with pytest.raises(TypeError, match=r"wrap it in a list: \[X\]"):
+        as_graph_list(G)
+    with pytest.raises(TypeError, match=r"Y\[1\] is a int"):
+        as_graph_list([G, 3], "Y")
+    with pytest.raises(TypeError, match="sequence of graphkern.Graph, got int"):
+        as_graph_list(5)

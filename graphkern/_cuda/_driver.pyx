@@ -323,9 +323,14 @@ cdef class DeviceBuffer:
         With a stream the copy is asynchronous; the host memory must then stay alive
         and unchanged until the stream reaches it (use pinned memory for overlap).
         """
-        cdef const unsigned char[::1] src = memoryview(host).cast("B")
-        cdef size_t n = src.shape[0]
+        cdef const unsigned char[::1] src
+        cdef size_t n
         cdef cydriver.CUresult st
+        mv = memoryview(host)
+        if mv.nbytes == 0:  # cast() refuses shapes with a zero extent
+            return
+        src = mv.cast("B")
+        n = src.shape[0]
         cdef cydriver.CUstream s = _stream_handle(stream)
         if offset + n > self.nbytes:
             raise ValueError(f"copy of {n} bytes at offset {offset} overflows a device buffer of {self.nbytes} bytes")
@@ -341,9 +346,14 @@ cdef class DeviceBuffer:
 
     def copy_to_host(self, out, Stream stream=None, size_t offset=0):
         """Copy ``len(out)`` bytes from ``offset`` into the writable host buffer ``out``."""
-        cdef unsigned char[::1] dst = memoryview(out).cast("B")
-        cdef size_t n = dst.shape[0]
+        cdef unsigned char[::1] dst
+        cdef size_t n
         cdef cydriver.CUresult st
+        mv = memoryview(out)
+        if mv.nbytes == 0:
+            return out
+        dst = mv.cast("B")
+        n = dst.shape[0]
         cdef cydriver.CUstream s = _stream_handle(stream)
         if offset + n > self.nbytes:
             raise ValueError(f"copy of {n} bytes at offset {offset} overflows a device buffer of {self.nbytes} bytes")
