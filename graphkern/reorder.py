@@ -99,18 +99,20 @@ def _rcm(G):
 
 
 def _grid_coordinates(G, coords, bits_per_dim_max):
-    """Coordinates scaled to non-negative integers of ``bits`` bits each: (ints (n, d), bits)."""
+    """Coordinates on an integer grid of ``bits`` bits per axis, one scale for every axis
+    (so the curve sees the true shape): returns (ints (n, d), bits)."""
     X = np.asarray(G.require_node_label(coords))
     if X.ndim == 1:
         X = X[:, None]
     if X.dtype.kind != "f":
-        raise ValueError(f"node label {coords!r} of graph {G._label()} holds integer categories, "
-                         "not coordinates: expected a float vector column of shape (n, d)")
+        raise ValueError(f"node label {coords!r} holds integer categories, not coordinates: "
+                         "expected a float vector column of shape (n, d)")
     d = X.shape[1]
-    bits = max(1, min(bits_per_dim_max, 63 // d))
-    lo = X.min(axis=0) if len(X) else np.zeros(d)
-    span = (X.max(axis=0) - lo) if len(X) else np.ones(d)
-    span[span == 0] = 1.0
+    if d > 63:
+        raise ValueError(f"node label {coords!r} has {d} dimensions; space-filling curves here take at most 63")
+    bits = min(bits_per_dim_max, 63 // d)
+    lo = X.min(axis=0)
+    span = float((X.max(axis=0) - lo).max()) or 1.0
     cells = (1 << bits) - 1
     Q = np.clip(np.round((X - lo) / span * cells), 0, cells).astype(np.uint64)
     return Q, bits

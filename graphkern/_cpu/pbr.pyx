@@ -85,7 +85,7 @@ cdef struct Work:
     char* active_now      # parts whose pairs this refinement pass tries
     char* active_next
     int64_t* sort_keys    # (degree << 32 | vertex) of one vertex's neighbours, maxdeg slots
-    # what score_swaps knows of the 16 members of parts a and b (slots 0-7 a's, 8-15 b's)
+    # what score_members knows of the 16 members of parts a and b (slots 0-7 a's, 8-15 b's)
     int32_t* member_mask  # per part: bit s set when slot s has an edge to it
     int32_t* touched_mask
     int32_t* critical     # per slot, the parts it alone joins to its own part
@@ -529,7 +529,7 @@ cdef void score_members(Work* w, int32_t a, int32_t b) noexcept nogil:
     cdef int32_t slot, home, other, member, q, c, t, n_tally, n_masks = 0, i, j, bits
     cdef int32_t* row_home
     cdef int32_t* row_other
-    cdef int64_t k, fill = 0, pos
+    cdef int64_t k, fill = 0
     cdef int32_t v, y
     for i in range(PBR_PART):
         for j in range(PBR_PART):
