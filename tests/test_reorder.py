@@ -366,3 +366,17 @@ def test_scipy_input_equals_graph_input(rng):
         if method in ("morton", "hilbert"):
             continue
         np.testing.assert_array_equal(reorder(G.to_scipy(), method), reorder(G, method))
+
+
+def test_benchmark_suite_reports_counts_and_target(capsys):
+    from graphkern.bench import cli
+
+    rows = cli.discover_suites()["reorder"].run(
+        cli.build_parser(cli.discover_suites()).parse_args(["reorder", "--sets", "molecule", "protein_shuffled",
+                                                            "--n-graphs", "2", "--threads", "2"]),
+        cli.Context(quick=True, progress=cli.Progress(False), system={}, repeat=1))
+    assert [r["set"] for r in rows] == ["molecule", "protein_shuffled"]
+    for r in rows:
+        assert r["pbr_offdiag"] <= r["natural_offdiag"] and r["pbr_set_s_threads"] > 0
+    assert "hilbert_offdiag" in rows[1] and "hilbert_offdiag" not in rows[0]
+    assert "target: PBR with fewer non-empty off-diagonal octiles than RCM on every set:" in capsys.readouterr().out
