@@ -1,0 +1,140 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""OpenMP kernels of the Lanczos engine for f(beta A) x on the CPU (see graphkern._expm_lanczos).
+
+The Lanczos vectors are kept unnormalised, ``w_k = beta_{k-1} q_k``, with ``q_k = rscale_k * w_k``
+(the GPU path does the same so that one engine drives both).  A step is two passes over memory:
+
+* :func:`lanczos_spmv`: ``v = rscale * (A w_k) - sub * w_{k-1}`` and, in the same pass,
+  ``alpha_k = v . q_k``;
+* :func:`lanczos_update`: ``w_{k+1} = v - coef * w_k`` in place and ``||w_{k+1}||^2`` (and, in the
+  second pass of the basis-free mode, ``y += g * w_{k+1}``).
+
+Rows are split into fixed chunks balanced on ``nnz + rows`` (``row_chunks`` in the engine), a few
+per thread, handed out dynamically: each thread gets about the same number of nonzeros, and a thread
+that the OS delays does not hold the others up for its whole share.  Partial sums are kept per chunk
+and added in chunk order, so every reduction is deterministic for a given chunking.  Vectors are float32 or float64; dot products accumulate in float64.
+"""
+
+from cython.parallel cimport prange
+from libc.stdint cimport int32_t, int64_t
+from libc.math cimport fabs
+
+import numpy as np
+
+ctypedef fused real:
+    float
+    double
+
+ctypedef fused index_t:
+    int32_t
+    int64_t
+
+
+def lanczos_spmv(const index_t[::1] indptr, const int32_t[::1] indices, const real[::1] values,
+                 const real[::1] w_cur, const real[::1] w_prev, real[::1] w_out,
+                 double rscale, double sub, const int64_t[::1] chunks, int n_threads):
+    """``w_out = rscale * A w_cur - sub * w_prev``; returns ``(w_out . w_cur) * rscale`` (float64).
+
+    ``values`` is empty for an unweighted matrix (every stored entry is 1) and ``w_prev`` is empty
+    (or ``sub`` zero) on the first step.
+    """
+    cdef bint weighted = values.shape[0] > 0
+    cdef bint has_prev = w_prev.shape[0] > 0 and sub != 0.0
+    cdef Py_ssize_t n_chunks = chunks.shape[0] - 1
+    cdef Py_ssize_t c
+    cdef int64_t i, e
+    cdef real acc, v
+    cdef real rs = <real>rscale
+    cdef real sb = <real>sub
+    cdef double local
+    cdef double[::1] partial = np.zeros(max(n_chunks, 1), dtype=np.float64)
+    with nogil:
+        for c in prange(n_chunks, schedule="dynamic", chunksize=1, num_threads=n_threads):
+            local = 0.0
+            for i in range(chunks[c], chunks[c + 1]):
+                acc = 0
+                if weighted:
+                    for e in range(indptr[i], indptr[i + 1]):
+                        acc = acc + values[e] * w_cur[indices[e]]
+                else:
+                    for e in range(indptr[i], indptr[i + 1]):
+                        acc = acc + w_cur[indices[e]]
+                v = rs * acc
+                if has_prev:
+                    v = v - sb * w_prev[i]
+                w_out[i] = v
+                local = local + <double>v * (<double>w_cur[i] * rscale)
+            partial[c] = local
+    return _ordered_sum(partial)
+
+
+def lanczos_update(const real[::1] w_cur, real[::1] w_out, double coef, double[::1] y, double g,
+                   const int64_t[::1] chunks, int n_threads):
+    """``w_out -= coef * w_cur`` in place; returns ``||w_out||^2`` (float64).
+
+    With a non-empty ``y`` (float64) also ``y += g * w_out`` (the basis-free second pass).
+    """
+    cdef bint accumulate = y.shape[0] > 0
+    cdef Py_ssize_t n_chunks = chunks.shape[0] - 1
+    cdef Py_ssize_t c
+    cdef int64_t i
+    cdef real w
+    cdef real a = <real>coef
+    cdef double local
+    cdef double[::1] partial = np.zeros(max(n_chunks, 1), dtype=np.float64)
+    with nogil:
+        for c in prange(n_chunks, schedule="dynamic", chunksize=1, num_threads=n_threads):
+            local = 0.0
+            for i in range(chunks[c], chunks[c + 1]):
+                w = w_out[i] - a * w_cur[i]
+                w_out[i] = w
+                local = local + <double>w * <double>w
+                if accumulate:
+                    y[i] = y[i] + g * <double>w
+            partial[c] = local
+    return _ordered_sum(partial)
+
+
+def accumulate_columns(double[::1] y, const real[:, ::1] columns, const double[::1] g, int n_threads):
+    """``y += g @ columns`` for a block of basis vectors stored as rows, accumulated in float64."""
+    cdef Py_ssize_t n = y.shape[0]
+    cdef Py_ssize_t n_cols = columns.shape[0]
+    cdef Py_ssize_t i, j
+    cdef double acc
+    if columns.shape[1] != n or g.shape[0] < n_cols:
+        raise ValueError("accumulate_columns: shapes do not match")
+    with nogil:
+        for i in prange(n, schedule="static", num_threads=n_threads):
+            acc = 0.0
+            for j in range(n_cols):
+                acc = acc + g[j] * <double>columns[j, i]
+            y[i] = y[i] + acc
+
+
+def max_abs_row_sum(const index_t[::1] indptr, const double[::1] values, const int64_t[::1] chunks,
+                    int n_threads):
+    """``max_i sum_j |a_ij|``: the infinity norm, an upper bound of the spectral norm of a symmetric A."""
+    cdef Py_ssize_t n_chunks = chunks.shape[0] - 1
+    cdef Py_ssize_t c
+    cdef int64_t i, e
+    cdef double s, local
+    cdef double[::1] partial = np.zeros(max(n_chunks, 1), dtype=np.float64)
+    with nogil:
+        for c in prange(n_chunks, schedule="dynamic", chunksize=1, num_threads=n_threads):
+            local = 0.0
+            for i in range(chunks[c], chunks[c + 1]):
+                s = 0.0
+                for e in range(indptr[i], indptr[i + 1]):
+                    s = s + fabs(values[e])
+                if s > local:
+                    local = s
+            partial[c] = local
+    return float(np.max(partial))
+
+
+cdef double _ordered_sum(double[::1] partial) noexcept:
+    cdef double s = 0.0
+    cdef Py_ssize_t c
+    for c in range(partial.shape[0]):
+        s += partial[c]
+    return s

@@ -1,0 +1,379 @@
+"""The Lanczos engine behind graphkern.expm: one driver for the CPU, GPU and multi-GPU solvers.
+
+A solver runs the three-term recurrence on its hardware and keeps the Lanczos vectors
+unnormalised, ``w_k = beta_{k-1} q_k`` with ``q_k = rscale_k * w_k`` (``rscale_0 = 1/||x||``,
+``rscale_k = 1/beta_{k-1}``), so that normalising never costs a pass over memory.  The host
+(:func:`run_lanczos`) owns everything small: at check points it reads ``alpha``, ``beta`` and
+``rscale``, takes the eigendecomposition ``T_m = V diag(theta) V^T`` of the tridiagonal matrix and
+forms the coefficient vector ``c = V f(beta theta) V^T e_1`` (times ``||x||`` later), then stops
+once successive coefficient vectors agree to ``tol``.  The solver finally returns
+``sum_j c_j rscale_j w_j``.
+
+Breakdown: a solver sets ``rscale_k = 0`` when ``beta_{k-1} <= breakdown`` (an invariant
+subspace: x in a union of eigenspaces, a graph component exhausted); every later vector is then
+exactly zero and the host truncates the Krylov space there, which gives the exact answer.
+
+Overflow: ``f(beta theta)`` is evaluated shifted, ``f(z) = exp(shift) * f_shifted(z)`` with
+``shift = max(z)`` for exp (``max|z|`` for cosh and sinh), so the coefficients stay finite and the
+caller decides whether ``exp(shift)`` can be applied in the requested dtype.
+
+Solver interface (see :class:`CpuLanczos` and ``graphkern._expm_gpu.GpuLanczos``)::
+
+    lookahead        True when steps are queued asynchronously (run one check interval ahead)
+    start(x, rscale0)  load the start vector (already scaled to max |x| = 1, in the solver's dtype)
+    enqueue(k0, k1)  run (or queue) steps k0 .. k1-1; step k makes alpha_k, beta_k and w_{k+1}
+    checkpoint(m)    snapshot alpha[:m], beta[:m-1], rscale[:m] as they stand after step m-1
+    fetch(m)         those arrays (float64 copies), waiting for the snapshot
+    combine(m, g)    y = sum_{j<m} g_j w_j as a float64 host array
+    timings()        {"spmv": s, "vector": s, ...} spent on the hardware
+    n_spmv           SpMVs performed (including speculative steps and a second pass)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+# Rounding alone leaves a residual of a few hundred ulps of ||A|| when x lies in an invariant subspace.
+BREAKDOWN_ULPS = 256
+# Columns per allocation of a stored basis.
+COLUMN_CHUNK = 16
+# Row chunks per OpenMP thread (handed out dynamically).
+CHUNKS_PER_THREAD = 4
+
+
+# ----------------------------------------------------------------------------- the matrix
+
+class CsrMatrix:
+    """A validated symmetric CSR matrix: ``indptr`` (int32/int64), ``indices`` (int32), ``weights``
+    (float64, or None when every stored entry is 1)."""
+
+    __slots__ = ("indptr", "indices", "weights", "n", "_anorm", "_degree_stats")
+
+    def __init__(self, indptr, indices, weights):
+        self.indptr = indptr
+        self.indices = indices
+        self.weights = weights
+        self.n = len(indptr) - 1
+        self._anorm = None
+        self._degree_stats = None
+
+    @property
+    def nnz(self):
+        return int(self.indptr[-1]) if self.n >= 0 else 0
+
+    @property
+    def weighted(self):
+        return self.weights is not None
+
+    def degree_stats(self):
+        """(mean, max, coefficient of variation) of the stored entries per row."""
+        if self._degree_stats is None:
+            deg = np.diff(self.indptr)
+            if deg.size == 0:
+                self._degree_stats = (0.0, 0, 0.0)
+            else:
+                mean = float(deg.mean())
+                self._degree_stats = (mean, int(deg.max()), float(deg.std()) / mean if mean > 0 else 0.0)
+        return self._degree_stats
+
+    def inf_norm(self, n_threads):
+        """``||A||_inf`` (max absolute row sum), an upper bound of the spectral radius."""
+        if self._anorm is None:
+            if self.n == 0:
+                self._anorm = 0.0
+            elif self.weights is None:
+                self._anorm = float(self.degree_stats()[1])
+            else:
+                from graphkern._cpu import expm as cpu
+                self._anorm = cpu.max_abs_row_sum(self.indptr, self.weights, row_chunks(self.indptr, n_threads),
+                                                  n_threads)
+        return self._anorm
+
+
+def breakdown_threshold(anorm, dtype, tol, beta, fn):
+    """The beta_k below which the Krylov space is taken as invariant and the run stops, exact.
+
+    At least BREAKDOWN_ULPS ulps of ||A||_inf (rounding noise).  For exp, cosh and sinh, dropping a
+    coupling delta changes f(beta T) e_1 by about |beta| delta relative to the answer, so any delta
+    below ``tol / 100`` of that is accepted as well: near-degenerate eigenvalues, which leave more
+    rounding noise, still end the run where they should.
+    """
+    threshold = BREAKDOWN_ULPS * float(np.finfo(dtype).eps) * anorm
+    if fn.scalable:
+        threshold = max(threshold, 0.01 * tol * anorm / max(1.0, abs(beta) * anorm))
+    return threshold
+
+
+def row_chunks(indptr, parts):
+    """``parts + 1`` row boundaries splitting the rows so that each part has about the same
+    ``nonzeros + rows`` (the cost of an SpMV pass); parts may be empty when rows are few."""
+    n = len(indptr) - 1
+    parts = max(1, int(parts))
+    if n <= 0:
+        return np.zeros(parts + 1, dtype=np.int64)
+    cost = indptr[:-1].astype(np.int64) + np.arange(n, dtype=np.int64)
+    total = int(indptr[-1]) + n
+    targets = (np.arange(1, parts, dtype=np.int64) * total) // parts
+    inner = np.searchsorted(cost, targets, side="left")
+    return np.concatenate([[0], inner, [n]]).astype(np.int64)
+
+
+def even_chunks(n, parts):
+    """``parts + 1`` boundaries splitting ``range(n)`` into equal pieces."""
+    parts = max(1, int(parts))
+    return (np.arange(parts + 1, dtype=np.int64) * n) // parts
+
+
+# ----------------------------------------------------------------------------- the function
+
+class MatrixFunction:
+    """f applied to the eigenvalues ``z = beta * theta`` of ``beta T``, evaluated shifted.
+
+    ``name`` is "exp", "cosh", "sinh" or "callable".  :meth:`shifted` returns ``(values, shift)``
+    with ``f(z) = exp(shift) * values``; the named functions are shifted so that the values are
+    at most 1 in magnitude (hence the result can be returned scaled instead of overflowing);
+    a callable is evaluated as given (shift 0).
+    """
+
+    NAMED = ("exp", "cosh", "sinh")
+
+    def __init__(self, f):
+        if isinstance(f, str):
+            if f not in self.NAMED:
+                raise ValueError(f"f must be one of {', '.join(map(repr, self.NAMED))} or a callable; got {f!r}")
+            self.name, self.func = f, None
+        elif callable(f):
+            self.name, self.func = "callable", f
+        else:
+            raise TypeError(f"f must be 'exp', 'cosh', 'sinh' or a callable, got {type(f).__name__}")
+
+    @property
+    def scalable(self):
+        return self.func is None
+
+    def shifted(self, z):
+        if self.name == "exp":
+            shift = float(z.max())
+            return np.exp(z - shift), shift
+        if self.name in ("cosh", "sinh"):
+            shift = float(np.abs(z).max())
+            up, down = np.exp(z - shift), np.exp(-z - shift)
+            return ((up + down) if self.name == "cosh" else (up - down)) / 2.0, shift
+        with np.errstate(all="ignore"):
+            values = np.asarray(self.func(z.copy()), dtype=np.float64)
+        if values.shape != z.shape:
+            raise ValueError(f"f must return one value per eigenvalue: called with shape {z.shape}, "
+                             f"it returned shape {values.shape}")
+        if not np.all(np.isfinite(values)):
+            bad = z[~np.isfinite(values)][0]
+            raise ValueError(f"f returned a non-finite value at the eigenvalue {bad!r} of beta*T "
+                             "(f must be finite on the spectrum of beta*A)")
+        return values, 0.0
+
+
+def krylov_coefficients(alpha, beta_off, beta, fn):
+    """``(c, shift, theta_max)`` with ``f(beta T) e_1 = exp(shift) * c`` for the tridiagonal
+    ``T = tridiag(beta_off, alpha, beta_off)``."""
+    m = len(alpha)
+    if m == 1:
+        theta, vectors = alpha.copy(), np.ones((1, 1))
+    else:
+        # stev (QR) is quicker for the small matrices of most runs, stemr for the large ones
+        driver = "stev" if m <= 64 else "stemr"
+        theta, vectors = scipy.linalg.eigh_tridiagonal(alpha, beta_off, lapack_driver=driver)
+    values, shift = fn.shifted(beta * theta)
+    return vectors @ (values * vectors[0]), shift, float(theta.max())
+
+
+def relative_change(c, shift, prev, prev_shift):
+    """``||c e^shift - prev e^prev_shift|| / ||c e^shift||`` with ``prev`` padded with zeros."""
+    padded = np.zeros_like(c)
+    factor = math.exp(min(prev_shift - shift, 700.0))
+    padded[:len(prev)] = prev * factor
+    norm = float(np.linalg.norm(c))
+    diff = float(np.linalg.norm(c - padded))
+    if norm == 0.0:
+        return 0.0 if diff == 0.0 else math.inf
+    return diff / norm
+
+
+@dataclass
+class LanczosOutcome:
+    """What :func:`run_lanczos` found: ``f(beta A) x_unit = exp(shift) * y_scaled`` where
+    ``x_unit`` is the start vector the solver was given."""
+
+    y_scaled: np.ndarray
+    shift: float
+    theta_max: float
+    krylov_dim: int
+    error_estimate: float
+    converged: bool
+    breakdown: bool
+    host_seconds: float
+
+
+def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim):
+    """Drive ``solver`` until the coefficients converge, break down, span all ``full_dim``
+    dimensions, or ``max_krylov`` steps are done."""
+    host = 0.0
+    check = min(check_every, max_krylov)
+    solver.enqueue(0, check)
+    solver.checkpoint(check)
+    prev = prev_shift = None
+    error = math.inf
+    converged = breakdown = False
+    while True:
+        # check intervals grow with m so that the O(m^2) host work stays small next to the SpMVs
+        nxt = min(check + max(check_every, check // 8), max_krylov)
+        if solver.lookahead and nxt > check:
+            solver.enqueue(check, nxt)
+            solver.checkpoint(nxt)
+        alpha, beta_off, rscale = solver.fetch(check)
+        t0 = time.perf_counter()
+        zero = np.flatnonzero(rscale[1:check] == 0.0)
+        m = int(zero[0]) + 1 if zero.size else check
+        alpha, beta_off, rscale = alpha[:m], beta_off[:m - 1], rscale[:m]
+        if not (np.all(np.isfinite(alpha)) and np.all(np.isfinite(beta_off))):
+            raise FloatingPointError(
+                "the Lanczos recurrence produced a non-finite coefficient (the matrix or x has values "
+                "too large for the requested dtype); use dtype=np.float64 or rescale A")
+        c, shift, theta_max = krylov_coefficients(alpha, beta_off, beta, fn)
+        if m < check:
+            breakdown = converged = True
+            error = 0.0 if prev is None else min(error, relative_change(c, shift, prev, prev_shift))
+        elif prev is not None:
+            error = relative_change(c, shift, prev, prev_shift)
+            converged = error <= tol
+        if m >= full_dim and not converged:  # the Krylov space is the whole space: exact
+            converged = True
+            error = 0.0 if prev is None else error
+        host += time.perf_counter() - t0
+        if converged or check >= max_krylov:
+            break
+        if not solver.lookahead:
+            solver.enqueue(check, nxt)
+            solver.checkpoint(nxt)
+        prev, prev_shift = c, shift
+        check = nxt
+    y = solver.combine(m, c * rscale)
+    return LanczosOutcome(y, shift, theta_max, m, error, converged, breakdown, host)
+
+
+# ----------------------------------------------------------------------------- the CPU solver
+
+class CpuLanczos:
+    """The Lanczos recurrence with the OpenMP kernels of ``graphkern/_cpu/expm.pyx``.
+
+    ``store_basis=False`` keeps three vectors and reruns the recurrence in :meth:`combine` (the
+    "none" basis mode); otherwise every Lanczos vector is kept in host memory.
+    """
+
+    lookahead = False
+
+    def __init__(self, mat, dtype, *, n_threads, store_basis, max_krylov, breakdown):
+        from graphkern._cpu import expm as cpu
+        self._cpu = cpu
+        self.mat = mat
+        self.dtype = np.dtype(dtype)
+        self.n_threads = n_threads
+        self.values = (np.empty(0, dtype=self.dtype) if mat.weights is None
+                       else mat.weights.astype(self.dtype, copy=False))
+        parts = n_threads * CHUNKS_PER_THREAD if n_threads > 1 else 1
+        self.spmv_chunks = row_chunks(mat.indptr, parts)
+        self.vector_chunks = even_chunks(mat.n, parts)
+        self.breakdown = float(breakdown)
+        self.store_basis = store_basis
+        self.cap = max_krylov
+        self.alpha = np.zeros(max_krylov)
+        self.beta = np.zeros(max_krylov)
+        self.rscale = np.zeros(max_krylov + 1)
+        self.n_spmv = 0
+        self._t = {"spmv": 0.0, "vector": 0.0}
+        self._empty = np.empty(0, dtype=self.dtype)
+        self._no_y = np.empty(0, dtype=np.float64)
+        self._blocks = []   # stored basis: (COLUMN_CHUNK, n) arrays
+        self._stored = 0    # columns [0, _stored) live in _blocks
+        self._ring = [np.empty(mat.n, dtype=self.dtype) for _ in range(3)]
+
+    def start(self, x, rscale0):
+        self._blocks = [np.empty((COLUMN_CHUNK if self.store_basis else 1, self.mat.n), dtype=self.dtype)]
+        self._blocks[0][0] = x
+        self._stored = 1
+        self.rscale[0] = rscale0
+
+    def _column(self, j):
+        if j < self._stored:
+            return self._blocks[j // COLUMN_CHUNK][j % COLUMN_CHUNK]
+        return self._ring[j % 3]
+
+    def _reserve(self, j):
+        if self.store_basis and j == self._stored:
+            if j // COLUMN_CHUNK == len(self._blocks):
+                self._blocks.append(np.empty((COLUMN_CHUNK, self.mat.n), dtype=self.dtype))
+            self._stored = j + 1
+
+    def _step(self, k, y=None, g=None):
+        second_pass = y is not None
+        if not second_pass:
+            self._reserve(k + 1)
+        cur, out = self._column(k), self._column(k + 1)
+        prev = self._column(k - 1) if k > 0 else self._empty
+        if k == 0:
+            rs, sub = self.rscale[0], 0.0
+        else:
+            if not second_pass:
+                b = self.beta[k - 1]
+                self.rscale[k] = 1.0 / b if (b > self.breakdown and self.rscale[k - 1] != 0.0) else 0.0
+            rs = self.rscale[k]
+            sub = self.beta[k - 1] * self.rscale[k - 1] if rs != 0.0 else 0.0
+        m = self.mat
+        t0 = time.perf_counter()
+        alpha = self._cpu.lanczos_spmv(m.indptr, m.indices, self.values, cur, prev, out, rs, sub,
+                                       self.spmv_chunks, self.n_threads)
+        t1 = time.perf_counter()
+        if second_pass:
+            alpha = self.alpha[k]
+        else:
+            self.alpha[k] = alpha
+        norm2 = self._cpu.lanczos_update(cur, out, alpha * rs, y if second_pass else self._no_y,
+                                         float(g[k + 1]) if second_pass else 0.0, self.vector_chunks,
+                                         self.n_threads)
+        if not second_pass:
+            self.beta[k] = math.sqrt(norm2)
+        self._t["spmv"] += t1 - t0
+        self._t["vector"] += time.perf_counter() - t1
+        self.n_spmv += 1
+
+    def enqueue(self, k0, k1):
+        for k in range(k0, k1):
+            self._step(k)
+
+    def checkpoint(self, m):
+        pass
+
+    def fetch(self, m):
+        return self.alpha[:m].copy(), self.beta[:max(m - 1, 0)].copy(), self.rscale[:m].copy()
+
+    def combine(self, m, g):
+        t0 = time.perf_counter()
+        y = np.zeros(self.mat.n)
+        g = np.concatenate([g, [0.0]])
+        stored = min(m, self._stored)
+        for b, block in enumerate(self._blocks):
+            j0 = b * COLUMN_CHUNK
+            count = min(stored - j0, len(block))
+            if count > 0:
+                self._cpu.accumulate_columns(y, block[:count], g[j0:j0 + count], self.n_threads)
+        self._t["vector"] += time.perf_counter() - t0
+        # columns that were not kept are regenerated, bit for bit, from the last two kept ones
+        for k in range(stored - 1, m - 1):
+            self._step(k, y=y, g=g)
+        return y
+
+    def timings(self):
+        return dict(self._t)

@@ -1,0 +1,315 @@
+"""exp(beta A) x, f(beta A) x and total communicability by Lanczos, on the CPU or one or more GPUs.
+
+For a symmetric sparse A (a :class:`graphkern.Graph` or a square scipy.sparse matrix)::
+
+    y, info = graphkern.expm_multiply(A, x, beta=1.0)          # y ~ exp(beta A) x
+    y, info = graphkern.funm_multiply(A, x, "cosh", beta=2.0)  # y ~ cosh(beta A) x
+    tc, info = graphkern.total_communicability(G, beta=1.0)    # tc = exp(beta A) 1
+
+Method.  The Lanczos three-term recurrence builds an orthonormal basis Q_m of the Krylov space of
+A and x and the tridiagonal T_m = Q_m^T A Q_m; then ``f(beta A) x ~ ||x|| Q_m f(beta T_m) e_1``,
+with ``f(beta T_m) e_1 = V f(beta Theta) V^T e_1`` from the eigendecomposition of T_m on the host.
+Every vector operation runs on the chosen hardware; only alpha_k, beta_k and the small coefficient
+vector cross to the host, every few steps.  Stopping is a-posteriori: the run ends when successive
+coefficient vectors (checked every ``check_every`` steps, less often as m grows) differ by at most
+``tol`` relative to their norm (``info.error_estimate``).  A breakdown (beta_k ~ 0 relative to
+||A||: x in an invariant subspace, e.g. a graph component or a sum of a few eigenvectors) ends the
+run early with the exact answer (``info.breakdown``).  No reorthogonalisation is done (the result
+of exp is insensitive to the loss of orthogonality that Ritz values converging cause).
+
+Overflow.  exp(beta A) x grows like e^{beta lambda_1}, which overflows float64 beyond
+beta lambda_1 ~ 709 and float32 beyond ~ 88.  The coefficients are computed shifted by the largest
+Ritz value theta_1 (exp(beta T) = e^{beta theta_1} exp(beta (T - theta_1 I))).  When the answer
+fits the requested dtype, ``info.log_scale == 0`` and y is the answer.  Otherwise y is the
+finite scaled vector and ``info.log_scale = beta theta_1``, so that::
+
+    y_true = y * exp(info.log_scale)       # compare or rank in log space: log y + log_scale
+
+(for x itself near the dtype's overflow threshold, log_scale also absorbs log ||x||).  cosh and
+sinh are shifted by ``max |beta theta|``.  A result that is still not finite raises
+FloatingPointError: no NaN or inf is ever returned silently (float32 included).
+
+f for :func:`funm_multiply`: "exp", "cosh", "sinh", or a callable applied elementwise to the
+eigenvalues of ``beta T_m`` -- it receives ``z = beta * theta`` (a float64 array) and returns
+``f(z)``, so ``funm_multiply(A, x, f, beta=b)`` computes ``f(b A) x`` for every f; a callable gets
+no overflow scaling (log_scale is always 0 for it).
+
+Backends.  ``backend="cpu"``: OpenMP SpMV and fused vector kernels (``n_threads``).
+``backend="gpu"``: ``device`` (an ordinal or a list of them) -- with several devices the rows of A
+are split among them by equal nonzeros and the vector is exchanged every step.  ``spmv`` picks the
+GPU SpMV: "scalar" (a thread per row), "vector" (a sub-warp per row sized from the mean degree),
+"rowblock" (row blocks of equal nonzeros staged in shared memory; the longest rows split over
+several thread blocks), "hybrid" (rows split by degree: short ones a thread each, medium ones a
+warp each, long ones whole blocks) or "auto" (from the degree statistics); the CPU has one SpMV
+and ignores it.  ``basis`` chooses where the Lanczos vectors live on the GPU: "device", "host"
+(streamed to pinned host memory), "none" (a second pass regenerates them; O(n) memory besides A)
+or "auto" (on the device while it fits, the rest regenerated); on the CPU "none" regenerates and
+the others keep them in memory.  float32 vectors accumulate dot products and norms in float64.
+
+Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
+from graphkern._expm_lanczos import CpuLanczos, CsrMatrix, MatrixFunction, breakdown_threshold, run_lanczos
+from graphkern.graph import Graph, as_csr_matrix
+
+__all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo"]
+
+SPMV_VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
+BASIS_MODES = ("auto", "device", "host", "none")
+DEFAULT_MAX_KRYLOV = 1000
+NORMALIZE = (None, "n", "lambda_max")
+
+
+@dataclass(frozen=True)
+class ExpmInfo:
+    """What a Lanczos run did.
+
+    krylov_dim: dimension m of the Krylov space used (after a breakdown, where it stopped).
+    error_estimate: relative change of the coefficient vector over the last check interval
+        (0.0 when a breakdown made the answer exact).
+    converged: the estimate reached ``tol``, or a breakdown / the full space made it exact.
+    breakdown: the recurrence found an invariant subspace (beta_m ~ 0) and stopped there.
+    log_scale: 0.0, or ``beta * theta_1`` when the answer overflows the dtype: y_true = y * exp(log_scale).
+    lambda_max: the largest Ritz value theta_1 (an estimate, from below, of A's largest eigenvalue).
+    times: seconds -- spmv (the fused SpMV kernels), vector (updates, basis combination), host
+        (tridiagonal eigenproblems and checks), setup (copies of A to the devices, plans), total.
+    spmv: SpMV variant used ("cpu" on the CPU).  backend: "cpu" or "gpu".  devices: GPU ordinals.
+    basis: basis storage mode used.  n_spmv: SpMVs run (speculative steps and a second pass included).
+    """
+
+    krylov_dim: int
+    error_estimate: float
+    converged: bool
+    breakdown: bool
+    log_scale: float
+    lambda_max: float
+    times: dict = field(default_factory=dict)
+    spmv: str = "cpu"
+    backend: str = "cpu"
+    devices: tuple = ()
+    basis: str = "auto"
+    dtype: str = "float64"
+    n_spmv: int = 0
+
+
+def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
+                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4):
+    """``y ~ exp(beta A) x`` for a symmetric sparse A; returns ``(y, info)``.
+
+    Parameters
+    ----------
+    A : Graph or scipy.sparse matrix
+        Symmetric, finite (NaN/inf or asymmetric input raises ValueError).
+    x : array_like of length n, optional
+        Start vector (default: ones).  Must be finite and not empty.
+    beta : float
+        Finite real scale (negative allowed).
+    tol : float in (0, 1)
+        A-posteriori tolerance on the relative change of the Krylov coefficients.
+    max_krylov : int >= 1, optional
+        Most Lanczos steps (default ``min(n, 1000)``); not converging by then warns (RuntimeWarning)
+        and sets ``info.converged = False``.
+    dtype : float32 or float64
+        Precision of the vectors and of y.
+    backend, device, n_threads, basis, spmv, check_every
+        See the module documentation.
+
+    The answer is ``y * exp(info.log_scale)``; log_scale is 0 unless the answer overflows dtype.
+    """
+    return _run(A, x, "exp", beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
+                device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
+                caller="expm_multiply")
+
+
+def funm_multiply(A, x, f, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
+                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4):
+    """``y ~ f(beta A) x`` for f in {"exp", "cosh", "sinh"} or a callable; returns ``(y, info)``.
+
+    A callable receives the eigenvalues ``z = beta * theta`` of ``beta T_m`` (float64 array) and
+    must return ``f(z)``, finite, of the same shape.  Other parameters as :func:`expm_multiply`.
+    """
+    return _run(A, x, f, beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
+                device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
+                caller="funm_multiply")
+
+
+def total_communicability(G, *, beta=1.0, normalize=None, tol=1e-10, max_krylov=None, dtype=np.float64,
+                          backend="auto", device=None, n_threads=None, basis="auto", spmv="auto",
+                          check_every=4):
+    """Total communicability ``TC = exp(beta A) 1`` of every vertex; returns ``(tc, info)``.
+
+    normalize: None (TC itself), "n" (TC / n), or "lambda_max" (``exp(beta (A - theta_1 I)) 1``,
+    TC divided by ``e^{beta theta_1}`` with theta_1 = ``info.lambda_max``, the largest Ritz value:
+    bounded by ``sqrt(n)`` for beta >= 0 and never overflowing, it ranks vertices like TC).
+    Other parameters as :func:`expm_multiply`.
+    """
+    if normalize not in NORMALIZE:
+        raise ValueError(f"normalize must be None, 'n' or 'lambda_max'; got {normalize!r}")
+    return _run(G, None, "exp", beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
+                device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
+                caller="total_communicability", normalize=normalize)
+
+
+# ----------------------------------------------------------------------------- implementation
+
+def _matrix(A):
+    if isinstance(A, Graph):
+        return CsrMatrix(A.indptr, A.indices.astype(np.int32, copy=False), A.weights)
+    csr, weighted = as_csr_matrix(A, name="A")
+    if csr.shape[0] > np.iinfo(np.int32).max:
+        raise ValueError(f"A has {csr.shape[0]} rows; at most 2**31 - 1 are supported")
+    weights = np.ascontiguousarray(csr.data, dtype=np.float64) if weighted else None
+    return CsrMatrix(csr.indptr, np.ascontiguousarray(csr.indices, dtype=np.int32), weights)
+
+
+def _start_vector(x, n):
+    if x is None:
+        if n == 0:
+            raise ValueError("x is empty: A has no rows")
+        return np.ones(n)
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        raise TypeError("x must be real; complex vectors are not supported")
+    if x.dtype.kind not in "fiub":
+        raise TypeError(f"x must be a real numeric vector, got dtype {x.dtype}")
+    if x.ndim != 1:
+        raise ValueError(f"x must be a 1-D vector of length {n}, got shape {x.shape}")
+    if x.size == 0:
+        raise ValueError("x is empty: it must have one entry per row of A")
+    if len(x) != n:
+        raise ValueError(f"x has length {len(x)} but A has {n} rows")
+    x = x.astype(np.float64)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        raise ValueError(f"x contains a non-finite value ({x[bad][0]}) at index {int(np.flatnonzero(bad)[0])}")
+    return x
+
+
+def _real(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value
+
+
+def _positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int >= 1, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, basis, spmv, check_every,
+         caller, normalize=None):
+    t_start = time.perf_counter()
+    fn = MatrixFunction(f)
+    beta = _real(beta, "beta")
+    tol = _real(tol, "tol")
+    if not 0.0 < tol < 1.0:
+        raise ValueError(f"tol must be in (0, 1), got {tol}")
+    if max_krylov is not None:
+        max_krylov = _positive_int(max_krylov, "max_krylov")
+    check_every = _positive_int(check_every, "check_every")
+    if basis not in BASIS_MODES:
+        raise ValueError(f"basis must be one of {', '.join(map(repr, BASIS_MODES))}; got {basis!r}")
+    if spmv != "auto" and spmv not in SPMV_VARIANTS:
+        raise ValueError(f"spmv must be 'auto' or one of {', '.join(map(repr, SPMV_VARIANTS))}; got {spmv!r}")
+    dtype = resolve_dtype(dtype)
+    n_threads = resolve_threads(n_threads)
+    backend = resolve_backend(backend)
+    mat = _matrix(A)
+    x = _start_vector(x, mat.n)
+    n = mat.n
+    k_max = min(n, max_krylov if max_krylov is not None else DEFAULT_MAX_KRYLOV)
+    devices = tuple(resolve_devices(device)) if backend == "gpu" else ()
+
+    peak = float(np.abs(x).max())
+    if peak == 0.0:
+        info = ExpmInfo(0, 0.0, True, True, 0.0, float("nan"), {"total": time.perf_counter() - t_start},
+                        "none", backend, devices, basis, dtype.name, 0)
+        return np.zeros(n, dtype=dtype), info
+    x_unit = (x / peak).astype(dtype)
+    unit_norm = float(np.linalg.norm(x_unit.astype(np.float64)))
+    breakdown = breakdown_threshold(mat.inf_norm(n_threads), dtype, tol, beta, fn)
+
+    t0 = time.perf_counter()
+    if backend == "cpu":
+        variant = "cpu"
+        solver = CpuLanczos(mat, dtype, n_threads=n_threads, store_basis=basis != "none", max_krylov=k_max,
+                            breakdown=breakdown)
+    else:
+        from graphkern._expm_gpu import GpuLanczos, choose_variant
+        variant = choose_variant(mat) if spmv == "auto" else spmv
+        solver = GpuLanczos(mat, dtype, devices=devices, variant=variant, basis=basis, max_krylov=k_max,
+                            breakdown=breakdown, n_threads=n_threads)
+    solver.start(x_unit, 1.0 / unit_norm)
+    setup = time.perf_counter() - t0
+    out = run_lanczos(solver, fn, beta, tol=tol, max_krylov=k_max, check_every=check_every, full_dim=n)
+
+    rest = math.log(peak * unit_norm)
+    if normalize == "n":
+        rest -= math.log(n)
+    elif normalize == "lambda_max":
+        rest -= beta * out.theta_max
+    y, log_scale = _finish(out.y_scaled, out.shift, rest, dtype, fn.scalable, caller)
+    times = solver.timings()
+    times.update(host=out.host_seconds, setup=setup, total=time.perf_counter() - t_start)
+    info = ExpmInfo(out.krylov_dim, out.error_estimate, out.converged, out.breakdown, log_scale,
+                    out.theta_max, times, variant, backend, devices, basis, dtype.name, solver.n_spmv)
+    if not out.converged:
+        warnings.warn(f"{caller}: not converged after {out.krylov_dim} Lanczos steps (estimated relative error "
+                      f"{out.error_estimate:.2e} > tol {tol:g}); raise max_krylov", RuntimeWarning, stacklevel=3)
+    return y, info
+
+
+def _scale_by_exp(y, log_factor):
+    """``y * exp(log_factor)`` in float64, in steps that cannot overflow on their own."""
+    y = y.copy()
+    while abs(log_factor) > 600.0:
+        step = math.copysign(600.0, log_factor)
+        y *= math.exp(step)
+        log_factor -= step
+    y *= math.exp(log_factor)
+    return y
+
+
+def _finish(y_scaled, shift, rest, dtype, scalable, caller):
+    """``(y, log_scale)`` with ``y * exp(log_scale) = y_scaled * exp(shift + rest)`` and y finite in dtype."""
+    peak = float(np.abs(y_scaled).max()) if y_scaled.size else 0.0
+    if peak == 0.0 or not math.isfinite(peak):
+        y, log_scale = y_scaled, 0.0
+    else:
+        limit = math.log(float(np.finfo(dtype).max)) - 1.0
+        log_peak = math.log(peak)
+        if log_peak + shift + rest < limit:
+            y, log_scale = _scale_by_exp(y_scaled, shift + rest), 0.0
+        elif not scalable:
+            raise FloatingPointError(
+                f"{caller}: the result overflows {dtype.name} (its largest entry is about "
+                f"e^{log_peak + shift + rest:.1f}); a callable f gets no log scaling -- use dtype=np.float64 "
+                "or a smaller beta")
+        elif log_peak + rest < limit:
+            y, log_scale = _scale_by_exp(y_scaled, rest), shift
+        else:
+            y, log_scale = y_scaled, shift + rest
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = y.astype(dtype)
+    if not np.all(np.isfinite(y)):
+        raise FloatingPointError(
+            f"{caller}: the {dtype.name} result has non-finite entries (first at index "
+            f"{int(np.flatnonzero(~np.isfinite(y))[0])}); the matrix values or x are too large for this dtype")
+    return y, float(log_scale)
