@@ -1,0 +1,413 @@
+// Lanczos for f(beta A) x on the GPU: fused SpMV variants, the vector update, device reductions
+// and the final basis combination (driven by graphkern/_expm_gpu.py).
+//
+// Conventions shared with the CPU kernels (graphkern/_cpu/expm.pyx):
+// * Lanczos vectors are stored unnormalised, w_k = beta_{k-1} q_k, with q_k = rscale_k * w_k, so that
+//   normalising never costs a pass over memory: the next SpMV scales its output instead.
+// * coef (float64) holds alpha[cap], beta[cap], rscale[cap + 1] back to back.  The host writes
+//   rscale[0] = 1/||x||; every later entry is written on the device, so a step never waits for the host.
+// * A step is two kernels.  lanczos_spmv_*: v = rscale_k (A w_k) - beta_{k-1} rscale_{k-1} w_{k-1}
+//   written into w_{k+1}, plus partial sums of alpha_k = v . q_k; lanczos_update_*: w_{k+1} = v -
+//   alpha_k q_k plus partial sums of ||w_{k+1}||^2.  The last block to finish (atomic ticket) adds the
+//   block partials in block order, so a reduction needs no extra launch and is deterministic (except
+//   that a long row's share of alpha joins whichever of its segment blocks finishes last).
+// * Several devices: each owns a row range [row0, row0 + nrows) of A (global column indices) and a
+//   full copy of the vectors.  A reduction writes this device's share into its slot of a per-device
+//   array of n_dev slots; the host copies the slot to the other devices; the consumer adds all slots
+//   in slot order (the same sum, bit for bit, on every device).
+// * The second pass of the basis-free mode reruns the same steps with the coefficients already in
+//   coef (no reductions: null slot pointers), regenerating bit-identical vectors.
+// Dot products and norms accumulate in float64 also for float32 vectors; row sums accumulate in the
+// vector type.
+#include <cstdint>
+
+namespace {
+
+constexpr int kBlock = 256;
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+// Products staged in shared memory by one row block of the rowblock variant (16 KiB in float64).
+// The host builds row blocks of at most this many nonzeros; longer rows become long-row segments.
+constexpr int kStreamCapacity = 2048;
+constexpr int kTaskWidth = 8;
+
+// Work item of the task-driven kernel (rowblock and hybrid plans); one per thread block.
+enum TaskType : int64_t {
+    kStreamRows = 0,    // {type, r0, r1}: rows [r0, r1) with <= kStreamCapacity nonzeros via shared memory
+    kWarpRange = 1,     // {type, r0, r1}: rows [r0, r1), one warp per row
+    kThreadList = 2,    // {type, l0, l1}: rows rowlist[l0..l1), one thread per row
+    kWarpList = 3,      // {type, l0, l1}: rows rowlist[l0..l1), one warp per row
+    kLongSegment = 4,   // {type, row, e0, e1, seg_base, seg_index, n_seg, long_index}: part of one long row
+};
+
+struct Coefficients {
+    double* alpha;
+    double* beta;
+    double* rscale;
+    __device__ Coefficients(double* base, int64_t cap) : alpha(base), beta(base + cap), rscale(base + 2 * cap) {}
+};
+
+// Scalars of step k: q_k = rscale * w_k and v = A q_k - sub * w_{k-1}.
+struct StepScalars {
+    double rscale;
+    double sub;
+};
+
+// beta_{k-1} comes from the per-device slots of ||w_k||^2 (first pass) or from coef (second pass).
+// A breakdown (beta_{k-1} <= breakdown: an invariant subspace) sets rscale_k = 0, which makes every
+// later vector exactly zero; the host truncates the Krylov space at the first zero rscale.
+__device__ StepScalars step_scalars(double* coef, int64_t cap, int64_t k, const double* beta_slots, int n_dev,
+                                    double breakdown) {
+    Coefficients c(coef, cap);
+    if (k == 0) return {c.rscale[0], 0.0};
+    const double rs_prev = c.rscale[k - 1];
+    double b, rs;
+    if (beta_slots != nullptr) {
+        double s = 0.0;
+        for (int d = 0; d < n_dev; ++d) s += beta_slots[d];
+        b = sqrt(s);
+        rs = (b > breakdown && rs_prev != 0.0) ? 1.0 / b : 0.0;
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            c.beta[k - 1] = b;
+            c.rscale[k] = rs;
+        }
+    } else {
+        b = c.beta[k - 1];
+        rs = c.rscale[k];
+    }
+    return {rs, rs != 0.0 ? b * rs_prev : 0.0};
+}
+
+// Sum over the block, valid in thread 0.  Starts with a barrier so consecutive calls can share scratch.
+__device__ double block_sum(double v) {
+    __shared__ double scratch[kBlock / kWarp];
+    for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_down_sync(kFullMask, v, o);
+    const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < (int)(blockDim.x / kWarp) ? scratch[lane] : 0.0;
+        for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_down_sync(kFullMask, v, o);
+    }
+    return v;
+}
+
+// Grid-wide sum of v into *out: block partials, then the last block (atomic ticket) adds them in
+// block order and re-arms the counter for the next launch.  Every thread of every block must call it.
+__device__ void grid_sum(double v, double* partials, unsigned* counter, double* out) {
+    __shared__ bool is_last;
+    const double s = block_sum(v);
+    if (threadIdx.x == 0) {
+        partials[blockIdx.x] = s;
+        __threadfence();
+        is_last = atomicAdd(counter, 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (is_last) {
+        double acc = 0.0;
+        for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) acc += __ldcg(partials + b);
+        acc = block_sum(acc);
+        if (threadIdx.x == 0) {
+            *out = acc;
+            *counter = 0u;
+        }
+    }
+}
+
+template <typename T, bool kWeighted, typename P>
+__device__ __forceinline__ T entry(const T* __restrict__ values, const int32_t* __restrict__ indices,
+                                   const T* __restrict__ x, P e) {
+    const T xv = __ldg(x + __ldg(indices + e));
+    if constexpr (kWeighted) {
+        return __ldg(values + e) * xv;
+    } else {
+        return xv;
+    }
+}
+
+// Finish local row i: v = rscale * dot - sub * w_prev, store it, return its share of alpha.
+template <typename T>
+__device__ __forceinline__ double finish_row(T dot, int64_t r, StepScalars s, const T* __restrict__ w_cur,
+                                             const T* __restrict__ w_prev, T* __restrict__ w_out) {
+    T v = static_cast<T>(s.rscale) * dot;
+    if (w_prev != nullptr) v -= static_cast<T>(s.sub) * w_prev[r];
+    w_out[r] = v;
+    return static_cast<double>(v) * (static_cast<double>(w_cur[r]) * s.rscale);
+}
+
+template <typename T, typename P>
+struct SpmvArgs {
+    const P* __restrict__ indptr;       // local row pointers (nrows + 1, starting at 0)
+    const int32_t* __restrict__ indices;  // global column indices
+    const T* __restrict__ values;       // null for an unweighted graph
+    const int64_t* __restrict__ tasks;  // kTaskWidth per block (rowblock, hybrid)
+    const int32_t* __restrict__ rowlist;  // local row ids for list tasks (hybrid)
+    const T* __restrict__ w_cur;        // w_k, full length
+    const T* __restrict__ w_prev;       // w_{k-1}, full length, or null on the first step
+    T* __restrict__ w_out;              // receives v in rows [row0, row0 + nrows)
+    int64_t row0, nrows;
+    StepScalars s;
+    double* seg_partials;               // one per long-row segment
+    unsigned* seg_counters;             // one per long row, zero between launches
+};
+
+// ---------------------------------------------------------------------------------------- variants
+
+// One thread per row.
+template <typename T, typename P, bool kWeighted>
+__device__ double rows_scalar(const SpmvArgs<T, P>& a) {
+    double part = 0.0;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.nrows; i += stride) {
+        T dot = 0;
+        const P end = a.indptr[i + 1];
+        for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e);
+        part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+    }
+    return part;
+}
+
+// kGroup (2..32) consecutive lanes per row.  The row loop is strided per warp so that every lane of
+// a warp runs the same number of iterations and the shuffles see the whole warp.
+template <typename T, typename P, bool kWeighted, int kGroup>
+__device__ double rows_vector(const SpmvArgs<T, P>& a) {
+    constexpr int kGroupsPerWarp = kWarp / kGroup;
+    const int lane = threadIdx.x % kGroup;
+    const int group_in_warp = (threadIdx.x % kWarp) / kGroup;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / kWarp;
+    const int64_t n_warps = (int64_t)gridDim.x * blockDim.x / kWarp;
+    double part = 0.0;
+    for (int64_t base = warp * kGroupsPerWarp; base < a.nrows; base += n_warps * kGroupsPerWarp) {
+        const int64_t i = base + group_in_warp;
+        const bool active = i < a.nrows;
+        T dot = 0;
+        if (active) {
+            const P end = a.indptr[i + 1];
+            for (P e = a.indptr[i] + lane; e < end; e += kGroup)
+                dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e);
+        }
+        for (int o = kGroup / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, kGroup);
+        if (active && lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+    }
+    return part;
+}
+
+// Rows [r0, r1) whose nonzeros fit in shared memory: products are loaded with coalesced reads over
+// the block's whole nonzero range, then each row is summed from shared memory by a group of
+// threads sized to the block's row count (CSR-stream of Greathouse and Daga's CSR-Adaptive).
+template <typename T, typename P, bool kWeighted>
+__device__ double stream_rows(const SpmvArgs<T, P>& a, int64_t r0, int64_t r1) {
+    __shared__ T staged[kStreamCapacity];
+    const P e0 = a.indptr[r0];
+    const int64_t count = (int64_t)(a.indptr[r1] - e0);
+    for (int64_t j = threadIdx.x; j < count; j += blockDim.x)
+        staged[j] = entry<T, kWeighted>(a.values, a.indices, a.w_cur, e0 + (P)j);
+    __syncthreads();
+    const int64_t rows = r1 - r0;
+    int group = 1;
+    while (group < kWarp && (int64_t)group * 2 * rows <= (int64_t)blockDim.x) group *= 2;
+    const int lane = threadIdx.x % group;
+    const int64_t groups = blockDim.x / group;
+    const int64_t my_group = threadIdx.x / group;
+    double part = 0.0;
+    for (int64_t base = 0; base < rows; base += groups) {
+        const int64_t i = r0 + base + my_group;
+        const bool active = base + my_group < rows;
+        T dot = 0;
+        if (active) {
+            const int64_t end = (int64_t)(a.indptr[i + 1] - e0);
+            for (int64_t j = (int64_t)(a.indptr[i] - e0) + lane; j < end; j += group) dot += staged[j];
+        }
+        for (int o = group / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, group);
+        if (active && lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+    }
+    return part;
+}
+
+// One warp per row, rows t in [t0, t1) (through rowlist when given).
+template <typename T, typename P, bool kWeighted>
+__device__ double warp_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1, const int32_t* __restrict__ list) {
+    const int lane = threadIdx.x % kWarp;
+    const int64_t warps = blockDim.x / kWarp;
+    double part = 0.0;
+    for (int64_t t = t0 + threadIdx.x / kWarp; t < t1; t += warps) {
+        const int64_t i = list != nullptr ? (int64_t)list[t] : t;
+        T dot = 0;
+        const P end = a.indptr[i + 1];
+        for (P e = a.indptr[i] + lane; e < end; e += kWarp)
+            dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e);
+        for (int o = kWarp / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o);
+        if (lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+    }
+    return part;
+}
+
+// One thread per row, rows rowlist[t0..t1) (at most one per thread).
+template <typename T, typename P, bool kWeighted>
+__device__ double thread_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1) {
+    const int64_t t = t0 + threadIdx.x;
+    if (t >= t1) return 0.0;
+    const int64_t i = a.rowlist[t];
+    T dot = 0;
+    const P end = a.indptr[i + 1];
+    for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e);
+    return finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+}
+
+// A segment [e0, e1) of long row i summed by the whole block; the last segment of the row to finish
+// (atomic ticket per row) adds the segment sums in segment order and finishes the row.
+template <typename T, typename P, bool kWeighted>
+__device__ double long_segment(const SpmvArgs<T, P>& a, const int64_t* task) {
+    __shared__ bool is_last;
+    const int64_t i = task[1];
+    const P e0 = (P)task[2], e1 = (P)task[3];
+    const int64_t seg_base = task[4], seg_index = task[5], n_seg = task[6], long_index = task[7];
+    T dot = 0;
+    for (P e = e0 + (P)threadIdx.x; e < e1; e += (P)blockDim.x)
+        dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e);
+    const double s = block_sum(static_cast<double>(dot));
+    if (threadIdx.x == 0) {
+        a.seg_partials[seg_base + seg_index] = s;
+        __threadfence();
+        is_last = atomicAdd(a.seg_counters + long_index, 1u) == (unsigned)(n_seg - 1);
+    }
+    __syncthreads();
+    double part = 0.0;
+    if (is_last) {
+        double acc = 0.0;
+        for (int64_t j = threadIdx.x; j < n_seg; j += blockDim.x) acc += __ldcg(a.seg_partials + seg_base + j);
+        acc = block_sum(acc);
+        if (threadIdx.x == 0) {
+            a.seg_counters[long_index] = 0u;
+            part = finish_row(static_cast<T>(acc), a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+        }
+    }
+    return part;
+}
+
+template <typename T, typename P, bool kWeighted>
+__device__ double rows_tasks(const SpmvArgs<T, P>& a) {
+    __shared__ int64_t task[kTaskWidth];
+    if (threadIdx.x < kTaskWidth) task[threadIdx.x] = a.tasks[(int64_t)blockIdx.x * kTaskWidth + threadIdx.x];
+    __syncthreads();
+    switch (task[0]) {
+        case kStreamRows:
+            if (a.indptr[task[2]] - a.indptr[task[1]] <= (P)kStreamCapacity) return stream_rows<T, P, kWeighted>(a, task[1], task[2]);
+            return warp_rows<T, P, kWeighted>(a, task[1], task[2], nullptr);
+        case kWarpRange: return warp_rows<T, P, kWeighted>(a, task[1], task[2], nullptr);
+        case kThreadList: return thread_rows<T, P, kWeighted>(a, task[1], task[2]);
+        case kWarpList: return warp_rows<T, P, kWeighted>(a, task[1], task[2], a.rowlist);
+        case kLongSegment: return long_segment<T, P, kWeighted>(a, task);
+        default: return 0.0;
+    }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------ entry points
+
+// Every SpMV entry point takes the same arguments (unused ones null) so the host launches them alike.
+#define LANCZOS_SPMV_PARAMS(T, P)                                                                          \
+    const P *indptr, const int32_t *indices, const T *values, const int64_t *tasks, const int32_t *rowlist, \
+        const T *w_cur, const T *w_prev, T *w_out, double *coef, int64_t cap, int64_t k,                   \
+        const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows,            \
+        double *partials, unsigned *counter, double *alpha_out, double *seg_partials, unsigned *seg_counters
+
+#define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                 \
+    SpmvArgs<T, P> a{indptr, indices, values, tasks, rowlist, w_cur, w_prev, w_out, row0, nrows,     \
+                     step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters}; \
+    const double part = ROWS(a);                                                                      \
+    if (alpha_out != nullptr) grid_sum(part, partials, counter, alpha_out);
+
+#define DEFINE_SPMV(NAME, ROWS, T, TN, P, PN, W, WN)                                              \
+    extern "C" __global__ void __launch_bounds__(kBlock)                                       \
+        lanczos_spmv_##NAME##_##TN##_##WN##_##PN(LANCZOS_SPMV_PARAMS(T, P)) {                   \
+        LANCZOS_SPMV_BODY(T, P, (ROWS<T, P, W>))                                               \
+    }
+
+#define DEFINE_SPMV_ALL_TYPES(NAME, ROWS)                                   \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int32_t, i32, true, w)           \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int32_t, i32, false, u)          \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int64_t, i64, true, w)           \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int64_t, i64, false, u)          \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int32_t, i32, true, w)          \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int32_t, i32, false, u)         \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int64_t, i64, true, w)          \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int64_t, i64, false, u)
+
+namespace {
+template <typename T, typename P, bool W> __device__ double rows_vector2(const SpmvArgs<T, P>& a) { return rows_vector<T, P, W, 2>(a); }
+template <typename T, typename P, bool W> __device__ double rows_vector4(const SpmvArgs<T, P>& a) { return rows_vector<T, P, W, 4>(a); }
+template <typename T, typename P, bool W> __device__ double rows_vector8(const SpmvArgs<T, P>& a) { return rows_vector<T, P, W, 8>(a); }
+template <typename T, typename P, bool W> __device__ double rows_vector16(const SpmvArgs<T, P>& a) { return rows_vector<T, P, W, 16>(a); }
+template <typename T, typename P, bool W> __device__ double rows_vector32(const SpmvArgs<T, P>& a) { return rows_vector<T, P, W, 32>(a); }
+}  // namespace
+
+DEFINE_SPMV_ALL_TYPES(scalar, rows_scalar)
+DEFINE_SPMV_ALL_TYPES(vector2, rows_vector2)
+DEFINE_SPMV_ALL_TYPES(vector4, rows_vector4)
+DEFINE_SPMV_ALL_TYPES(vector8, rows_vector8)
+DEFINE_SPMV_ALL_TYPES(vector16, rows_vector16)
+DEFINE_SPMV_ALL_TYPES(vector32, rows_vector32)
+DEFINE_SPMV_ALL_TYPES(tasks, rows_tasks)
+
+namespace {
+
+// w_out = v - alpha_k q_k over this device's rows, ||w_out||^2 into *beta_out (first pass), and in
+// the second pass of the basis-free mode y += g[k + 1] w_out (y holds this device's rows, float64).
+template <typename T>
+__device__ void update(const T* __restrict__ w_cur, T* __restrict__ w_out, double* coef, int64_t cap, int64_t k,
+                       const double* alpha_slots, int32_t n_dev, int64_t row0, int64_t nrows, double* partials,
+                       unsigned* counter, double* beta_out, double* __restrict__ y, const double* __restrict__ g) {
+    Coefficients c(coef, cap);
+    double alpha;
+    if (alpha_slots != nullptr) {
+        alpha = 0.0;
+        for (int d = 0; d < n_dev; ++d) alpha += alpha_slots[d];
+        if (blockIdx.x == 0 && threadIdx.x == 0) c.alpha[k] = alpha;
+    } else {
+        alpha = c.alpha[k];
+    }
+    const T scale = static_cast<T>(alpha * c.rscale[k]);
+    const double gk = y != nullptr ? g[k + 1] : 0.0;
+    double part = 0.0;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += stride) {
+        const int64_t r = row0 + i;
+        const T w = w_out[r] - scale * w_cur[r];
+        w_out[r] = w;
+        part += static_cast<double>(w) * static_cast<double>(w);
+        if (y != nullptr) y[i] += gk * static_cast<double>(w);
+    }
+    if (beta_out != nullptr) grid_sum(part, partials, counter, beta_out);
+}
+
+// y[i] = sum_j g[j] * column_j[row0 + i] over the stored basis columns (pointer table), in float64.
+template <typename T>
+__device__ void combine(const uint64_t* __restrict__ columns, const double* __restrict__ g, int64_t n_cols,
+                        int64_t row0, int64_t nrows, double* __restrict__ y) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += stride) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < n_cols; ++j) acc += g[j] * static_cast<double>(reinterpret_cast<const T*>(columns[j])[row0 + i]);
+        y[i] = acc;
+    }
+}
+
+}  // namespace
+
+#define DEFINE_VECTOR_KERNELS(T, TN)                                                                          \
+    extern "C" __global__ void __launch_bounds__(kBlock) lanczos_update_##TN(                                 \
+        const T *w_cur, T *w_out, double *coef, int64_t cap, int64_t k, const double *alpha_slots,            \
+        int32_t n_dev, int64_t row0, int64_t nrows, double *partials, unsigned *counter, double *beta_out,    \
+        double *y, const double *g) {                                                                         \
+        update<T>(w_cur, w_out, coef, cap, k, alpha_slots, n_dev, row0, nrows, partials, counter, beta_out, y, g); \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(kBlock) lanczos_combine_##TN(                                \
+        const uint64_t *columns, const double *g, int64_t n_cols, int64_t row0, int64_t nrows, double *y) {   \
+        combine<T>(columns, g, n_cols, row0, nrows, y);                                                       \
+    }
+
+DEFINE_VECTOR_KERNELS(float, f32)
+DEFINE_VECTOR_KERNELS(double, f64)
