@@ -1,0 +1,404 @@
+"""exp(beta A) x, f(beta A) x and total communicability: every backend against dense SciPy references,
+eigen-expansions and scipy.sparse.linalg.expm_multiply; breakdown, overflow, basis modes, SpMV
+variants, several GPUs, and bad input."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.sparse as sp
+import scipy.sparse.linalg
+
+from graphkern import Graph
+from graphkern.expm import ExpmInfo, expm_multiply, funm_multiply, total_communicability
+
+BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+TOL = {np.float64: 1e-12, np.float32: 1e-5}
+
+
+# ----------------------------------------------------------------------------- graphs
+
+def random_graph(rng, n, p, weighted=False):
+    """Symmetric G(n, p) adjacency without self-loops (uniform weights in [0.5, 2) when weighted)."""
+    upper = sp.triu(sp.random(n, n, density=p, random_state=rng, format="csr"), k=1)
+    upper.data[:] = rng.uniform(0.5, 2.0, upper.nnz) if weighted else 1.0
+    return (upper + upper.T).tocsr()
+
+
+def skewed_graph(rng, n, hub_degrees, weighted=False):
+    """A sparse random graph plus hubs of the given degrees and a few isolated vertices: rows from
+    empty to longer than several GPU thread blocks."""
+    base = sp.triu(sp.random(n, n, density=3.0 / n, random_state=rng, format="coo"), k=1)
+    rows, cols = [base.row], [base.col]
+    for hub, deg in zip(rng.choice(n - 10, len(hub_degrees), replace=False), hub_degrees):
+        rows.append(np.full(deg, hub))
+        cols.append(rng.choice(n - 10, deg, replace=False))
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    keep = r != c
+    A = sp.csr_matrix((np.ones(keep.sum()), (r[keep], c[keep])), shape=(n, n))
+    A = ((A + A.T) > 0).astype(np.float64).tocsr()  # the last ten vertices stay isolated
+    if weighted:
+        A = sp.triu(A, k=1).tocsr()
+        A.data = rng.uniform(0.5, 2.0, A.nnz)
+        A = (A + A.T).tocsr()
+    return A
+
+
+def grid_graph(rows, cols):
+    path = lambda k: sp.diags([np.ones(k - 1), np.ones(k - 1)], [-1, 1])
+    return (sp.kron(path(rows), sp.eye(cols)) + sp.kron(sp.eye(rows), path(cols))).tocsr()
+
+
+def rel(a, b):
+    return float(np.linalg.norm(np.asarray(a, dtype=np.float64) - b) / np.linalg.norm(b))
+
+
+def dense_funm(A, x, f):
+    """f(A) x from the symmetric eigendecomposition (accurate to a few ulps of the largest term,
+    unlike scipy.linalg.expm, whose squaring phase loses digits once ||A|| passes ~10)."""
+    lam, V = np.linalg.eigh(A.toarray())
+    return V @ (f(lam) * (V.T @ x))
+
+
+# ----------------------------------------------------------------------------- accuracy
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_matches_dense_expm(backend, dtype, weighted, rng):
+    n = int(rng.integers(30, 70))
+    A = random_graph(rng, n, 0.12, weighted)
+    x = rng.standard_normal(n)
+    beta = float(rng.uniform(0.1, 0.8))  # ||beta A|| small enough for scipy.linalg.expm to be exact to 1e-12
+    y, info = expm_multiply(A, x, beta=beta, dtype=dtype, backend=backend, tol=1e-12)
+    ref = scipy.linalg.expm(beta * A.toarray()) @ x
+    assert y.dtype == dtype and y.shape == (n,)
+    assert rel(y, ref) <= TOL[dtype]
+    assert rel(y, dense_funm(beta * A, x, np.exp)) <= TOL[dtype]
+    assert isinstance(info, ExpmInfo) and info.converged and info.log_scale == 0.0
+    assert info.backend == backend and 1 <= info.krylov_dim <= n
+    assert info.error_estimate <= 1e-12
+    assert set(info.times) >= {"spmv", "vector", "host", "total"}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_input_and_default_x(backend, rng):
+    A = random_graph(rng, 40, 0.15, weighted=True)
+    G = Graph.from_scipy(A)
+    y_graph, _ = expm_multiply(G, beta=0.7, backend=backend)
+    y_csr, _ = expm_multiply(A, np.ones(40), beta=0.7, backend=backend)
+    ref = scipy.linalg.expm(0.7 * A.toarray()) @ np.ones(40)
+    assert rel(y_graph, ref) <= 1e-11 and rel(y_csr, ref) <= 1e-11
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_eigen_expansion_breaks_down_after_its_dimension(backend, rng):
+    A = random_graph(rng, 60, 0.1, weighted=True)
+    lam, V = np.linalg.eigh(A.toarray())
+    # well-separated eigenvalues: a cluster leaves rounding noise of 1e4 ulps in beta_3
+    while True:
+        picks = np.sort(rng.choice(60, 3, replace=False))
+        if np.diff(lam[picks]).min() >= 0.5:
+            break
+    coeff = rng.uniform(0.5, 2.0, 3)
+    x = V[:, picks] @ coeff
+    beta = 0.8
+    y, info = expm_multiply(A, x, beta=beta, backend=backend)
+    ref = V[:, picks] @ (coeff * np.exp(beta * lam[picks]))
+    assert info.breakdown and info.converged and info.krylov_dim == 3
+    assert rel(y, ref) <= 1e-12
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_eigenvector_returns_at_once(backend, dtype, rng):
+    A = random_graph(rng, 50, 0.2)
+    lam, V = np.linalg.eigh(A.toarray())
+    k = int(rng.integers(0, 50))
+    y, info = expm_multiply(A, V[:, k], beta=0.5, backend=backend, dtype=dtype)
+    assert info.breakdown and info.krylov_dim <= 2
+    assert rel(y, math.exp(0.5 * lam[k]) * V[:, k]) <= 10 * TOL[dtype]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_disconnected_graph(backend, rng):
+    A1, A2 = random_graph(rng, 30, 0.2), random_graph(rng, 25, 0.25, weighted=True)
+    triangle = sp.csr_matrix(np.ones((3, 3)) - np.eye(3))
+    A = sp.block_diag([A1, A2, triangle]).tocsr()
+    x = rng.standard_normal(58)
+    y, info = expm_multiply(A, x, beta=1.0, backend=backend, tol=1e-12)
+    assert rel(y, dense_funm(A, x, np.exp)) <= 1e-12
+    # x on one component only: the others stay exactly zero
+    x_first = np.concatenate([x[:30], np.zeros(28)])
+    y, info = expm_multiply(A, x_first, beta=1.0, backend=backend, tol=1e-12)
+    assert np.all(y[30:] == 0.0)
+    assert rel(y[:30], dense_funm(A1, x[:30], np.exp)) <= 1e-12
+    # on the triangle (eigenvalues 2, -1, -1) the Krylov space has dimension 2: exact breakdown
+    x_triangle = np.concatenate([np.zeros(55), [1.0, 2.0, 4.0]])
+    y, info = expm_multiply(A, x_triangle, beta=1.0, backend=backend)
+    assert info.breakdown and info.krylov_dim == 2 and np.all(y[:55] == 0.0)
+    assert rel(y[55:], scipy.linalg.expm(triangle.toarray()) @ x_triangle[55:]) <= 1e-14
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_medium_graph_against_scipy_expm_multiply(backend, rng):
+    import networkx as nx
+    G = nx.barabasi_albert_graph(3000, 3, seed=int(rng.integers(1 << 30)))
+    A = nx.to_scipy_sparse_array(G, format="csr", dtype=np.float64)
+    x = rng.standard_normal(3000)
+    y, info = expm_multiply(A, x, beta=0.3, backend=backend)
+    ref = scipy.sparse.linalg.expm_multiply(0.3 * sp.csr_matrix(A), x)
+    assert rel(y, ref) <= 1e-10 and info.converged
+    assert info.krylov_dim < 100
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_total_communicability_and_normalisations(backend, rng):
+    A = random_graph(rng, 45, 0.15)
+    tc_ref = dense_funm(1.3 * A, np.ones(45), np.exp)
+    tc, info = total_communicability(A, beta=1.3, backend=backend, tol=1e-12)
+    assert rel(tc, tc_ref) <= 1e-12
+    lam1 = np.linalg.eigvalsh(A.toarray())[-1]
+    assert abs(info.lambda_max - lam1) <= 1e-9 * lam1
+    tc_n, _ = total_communicability(A, beta=1.3, normalize="n", backend=backend, tol=1e-12)
+    assert rel(tc_n, tc_ref / 45) <= 1e-12
+    tc_l, info_l = total_communicability(A, beta=1.3, normalize="lambda_max", backend=backend, tol=1e-12)
+    assert rel(tc_l, tc_ref * math.exp(-1.3 * info_l.lambda_max)) <= 1e-12
+    assert np.all(tc_l <= math.sqrt(45) + 1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_negative_beta_and_weighted(backend, rng):
+    A = random_graph(rng, 40, 0.2, weighted=True)
+    x = rng.standard_normal(40)
+    y, _ = expm_multiply(A, x, beta=-0.9, backend=backend, tol=1e-12)
+    assert rel(y, dense_funm(-0.9 * A, x, np.exp)) <= 1e-12
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_funm_named_and_callable(backend, rng):
+    A = random_graph(rng, 50, 0.12, weighted=True)
+    lam, V = np.linalg.eigh(A.toarray())
+    x = rng.standard_normal(50)
+    beta = 0.6
+
+    def dense(f):
+        return V @ (f(beta * lam) * (V.T @ x))
+
+    for name, f in (("cosh", np.cosh), ("sinh", np.sinh), ("exp", np.exp)):
+        y, info = funm_multiply(A, x, name, beta=beta, backend=backend, tol=1e-12)
+        assert rel(y, dense(f)) <= 1e-12, name
+    gauss = lambda z: np.exp(-z ** 2 / 4)
+    y, info = funm_multiply(A, x, gauss, beta=beta, backend=backend, tol=1e-12)
+    assert rel(y, dense(gauss)) <= 1e-10 and info.log_scale == 0.0
+    # the callable sees beta * theta: f = exp with beta is expm_multiply with beta
+    y_callable, _ = funm_multiply(A, x, np.exp, beta=beta, backend=backend)
+    y_exp, _ = expm_multiply(A, x, beta=beta, backend=backend)
+    assert rel(y_callable, y_exp) <= 1e-13
+
+
+# ----------------------------------------------------------------------------- overflow
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype,beta_lambda", [(np.float64, 900.0), (np.float32, 120.0)])
+def test_overflow_returns_a_scaled_finite_result(backend, dtype, beta_lambda, rng):
+    A = random_graph(rng, 80, 0.3)
+    lam, V = np.linalg.eigh(A.toarray())
+    beta = beta_lambda / lam[-1]
+    x = rng.uniform(0.5, 1.5, 80)
+    with np.errstate(over="ignore"):
+        assert not np.all(np.isfinite((V * np.exp(beta * lam).astype(dtype)) @ (V.T @ x)))  # the plain answer overflows
+    y, info = expm_multiply(A, x, beta=beta, dtype=dtype, backend=backend)
+    assert y.dtype == dtype and np.all(np.isfinite(y))
+    assert info.log_scale > math.log(np.finfo(dtype).max)
+    assert abs(info.log_scale - beta * lam[-1]) <= 1e-6 * beta * lam[-1]
+    # in log space: y * exp(log_scale) = V exp(beta lam) V^T x
+    ref_scaled = V @ (np.exp(beta * (lam - lam[-1])) * (V.T @ x))
+    y_scaled = y.astype(np.float64) * np.exp(info.log_scale - beta * lam[-1])
+    assert rel(y_scaled, ref_scaled) <= (1e-9 if dtype == np.float64 else 1e-3)
+    assert np.max(np.abs(np.log(y_scaled) - np.log(ref_scaled))) <= (1e-9 if dtype == np.float64 else 1e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_overflow_means_plain_answer(backend, rng):
+    A = random_graph(rng, 40, 0.2)
+    y, info = expm_multiply(A, np.ones(40), beta=5.0, dtype=np.float32, backend=backend)
+    assert info.log_scale == 0.0 and np.all(np.isfinite(y))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_never_returns_nan_silently(backend, rng):
+    A = random_graph(rng, 40, 0.3, weighted=True)
+    A.data *= 1e37  # A q overflows float32
+    with pytest.raises(FloatingPointError, match="non-finite"):
+        expm_multiply(A, np.ones(40), dtype=np.float32, backend=backend)
+    B = random_graph(rng, 40, 0.3)
+    with pytest.raises(FloatingPointError, match="overflows float32"):
+        funm_multiply(B, np.ones(40), np.exp, beta=20.0, dtype=np.float32, backend=backend)
+
+
+# ----------------------------------------------------------------------------- modes, threads, limits
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_basis_modes_agree(backend, rng):
+    A = skewed_graph(rng, 2500, [1500, 300])
+    x = rng.standard_normal(2500)
+    ref = scipy.sparse.linalg.expm_multiply(0.15 * A, x)
+    results = {}
+    for basis in ("auto", "device", "host", "none"):
+        y, info = expm_multiply(A, x, beta=0.15, backend=backend, basis=basis)
+        assert rel(y, ref) <= 1e-11, basis
+        results[basis] = (y, info)
+    for basis in ("host", "none", "auto"):
+        assert rel(results[basis][0], results["device"][0]) <= 1e-13
+    # the basis-free mode reruns the recurrence: twice the SpMVs, same Krylov dimension
+    assert results["none"][1].krylov_dim == results["device"][1].krylov_dim
+    assert results["none"][1].n_spmv > results["device"][1].krylov_dim
+
+
+def test_thread_counts_agree(rng):
+    A = skewed_graph(rng, 3000, [2000])
+    x = rng.standard_normal(3000)
+    y1, _ = expm_multiply(A, x, beta=0.2, backend="cpu", n_threads=1)
+    y3, _ = expm_multiply(A, x, beta=0.2, backend="cpu", n_threads=3)
+    assert rel(y3, y1) <= 1e-14
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_vector_and_one_vertex(backend):
+    A = sp.csr_matrix(np.array([[0, 1], [1, 0]], dtype=float))
+    y, info = expm_multiply(A, np.zeros(2), backend=backend)
+    assert np.all(y == 0) and info.krylov_dim == 0
+    one = sp.csr_matrix(np.array([[2.0]]))
+    y, info = expm_multiply(one, np.array([3.0]), beta=0.5, backend=backend)
+    assert abs(y[0] - 3 * math.e) <= 1e-14 * 3 * math.e and info.converged
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_not_converging_warns(backend, rng):
+    A = random_graph(rng, 200, 0.05)
+    with pytest.warns(RuntimeWarning, match="not converged"):
+        y, info = expm_multiply(A, np.ones(200), beta=2.0, max_krylov=3, backend=backend)
+    assert not info.converged and info.krylov_dim == 3
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def _sym(n=6):
+    return random_graph(np.random.default_rng(0), n, 0.5)
+
+
+@pytest.mark.parametrize("call,error,match", [
+    (lambda: expm_multiply(sp.csr_matrix(np.triu(np.ones((4, 4)), 1))), ValueError, "not symmetric"),
+    (lambda: expm_multiply(sp.csr_matrix(np.array([[0, np.nan], [np.nan, 0]]))), ValueError, "NaN or infinite"),
+    (lambda: expm_multiply(sp.csr_matrix(np.array([[0, np.inf], [np.inf, 0]]))), ValueError, "NaN or infinite"),
+    (lambda: expm_multiply(sp.csr_matrix((3, 4))), ValueError, "square"),
+    (lambda: expm_multiply(np.eye(3)), TypeError, "scipy.sparse"),
+    (lambda: expm_multiply(sp.csr_matrix((0, 0))), ValueError, "x is empty"),
+    (lambda: expm_multiply(_sym(), np.zeros(0)), ValueError, "x is empty"),
+    (lambda: expm_multiply(_sym(), np.ones(5)), ValueError, "x has length 5 but A has 6 rows"),
+    (lambda: expm_multiply(_sym(), np.ones((6, 1))), ValueError, "1-D vector"),
+    (lambda: expm_multiply(_sym(), np.array([1, 1, np.nan, 1, 1, 1.0])), ValueError, "non-finite value .* index 2"),
+    (lambda: expm_multiply(_sym(), np.ones(6) * 1j), TypeError, "complex"),
+    (lambda: expm_multiply(_sym(), beta=float("nan")), ValueError, "beta must be finite"),
+    (lambda: expm_multiply(_sym(), beta=float("inf")), ValueError, "beta must be finite"),
+    (lambda: expm_multiply(_sym(), beta="1"), TypeError, "beta must be a real number"),
+    (lambda: expm_multiply(_sym(), tol=0.0), ValueError, r"tol must be in \(0, 1\)"),
+    (lambda: expm_multiply(_sym(), tol=1.0), ValueError, r"tol must be in \(0, 1\)"),
+    (lambda: expm_multiply(_sym(), tol=-1e-3), ValueError, r"tol must be in \(0, 1\)"),
+    (lambda: expm_multiply(_sym(), max_krylov=0), ValueError, "max_krylov must be >= 1"),
+    (lambda: expm_multiply(_sym(), max_krylov=2.5), TypeError, "max_krylov must be an int"),
+    (lambda: expm_multiply(_sym(), check_every=0), ValueError, "check_every must be >= 1"),
+    (lambda: expm_multiply(_sym(), spmv="csr5"), ValueError, "spmv must be 'auto' or one of"),
+    (lambda: expm_multiply(_sym(), basis="disk"), ValueError, "basis must be one of"),
+    (lambda: expm_multiply(_sym(), dtype=np.int32), ValueError, "dtype must be one of"),
+    (lambda: expm_multiply(_sym(), backend="tpu"), ValueError, "backend must be one of"),
+    (lambda: expm_multiply(_sym(), n_threads=0), ValueError, "n_threads must be >= 1"),
+    (lambda: funm_multiply(_sym(), np.ones(6), "log"), ValueError, "f must be one of"),
+    (lambda: funm_multiply(_sym(), np.ones(6), 3), TypeError, "f must be"),
+    (lambda: funm_multiply(_sym(), np.ones(6), lambda z: z[:1]), ValueError, "one value per eigenvalue"),
+    (lambda: funm_multiply(_sym(), np.ones(6), lambda z: np.log(z - 100)), ValueError, "non-finite value"),
+    (lambda: total_communicability(_sym(), normalize="max"), ValueError, "normalize must be"),
+])
+def test_bad_input_is_refused_with_a_clear_message(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+# ----------------------------------------------------------------------------- GPU: SpMV variants, devices
+
+def _spmv_graphs(rng, weighted):
+    return {
+        "skewed": skewed_graph(rng, 12000, [9000, 5000, 1100, 700, 40], weighted),
+        "regular": grid_graph(60, 70) if not weighted else skewed_graph(rng, 4200, [], weighted),
+    }
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["scalar", "vector", "rowblock", "hybrid"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gpu_spmv_variants_match_scipy(variant, dtype, weighted, rng):
+    from graphkern._expm_gpu import GpuLanczos
+    from graphkern.expm import _matrix
+    for kind, A in _spmv_graphs(rng, weighted).items():
+        mat = _matrix(A)
+        x = rng.standard_normal(A.shape[0])
+        solver = GpuLanczos(mat, dtype, devices=[0], variant=variant, basis="device", max_krylov=4,
+                            breakdown=0.0, n_threads=2)
+        y = solver.spmv(x)
+        ref = A @ x.astype(dtype).astype(np.float64)
+        assert np.max(np.abs(y - ref)) <= TOL[dtype] * np.max(np.abs(ref)) * 10, (kind, variant)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["auto", "scalar", "vector", "rowblock", "hybrid"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gpu_equals_cpu(variant, dtype, rng):
+    A = skewed_graph(rng, 6000, [5000, 1200, 60], weighted=True)
+    x = rng.standard_normal(6000)
+    y_gpu, info = expm_multiply(A, x, beta=0.1, backend="gpu", spmv=variant, dtype=dtype)
+    y_cpu, _ = expm_multiply(A, x, beta=0.1, backend="cpu", dtype=dtype)
+    ref = scipy.sparse.linalg.expm_multiply(0.1 * A, x)
+    # float32: each backend is within ~1e-5 of the answer, in different directions
+    assert rel(y_gpu, y_cpu) <= (1e-12 if dtype == np.float64 else 3e-5)
+    assert rel(y_gpu, ref) <= (1e-10 if dtype == np.float64 else 2e-5)
+    assert info.backend == "gpu" and info.devices == (0,) and info.spmv in ("scalar", "vector", "rowblock", "hybrid")
+    assert info.times["spmv"] > 0
+
+
+@pytest.mark.gpu
+def test_gpu_bad_device_is_refused():
+    with pytest.raises(ValueError, match="does not exist"):
+        expm_multiply(_sym(), backend="gpu", device=999)
+
+
+@pytest.mark.gpu
+@pytest.mark.multigpu
+@pytest.mark.parametrize("variant", ["scalar", "vector", "rowblock", "hybrid"])
+@pytest.mark.parametrize("basis", ["device", "host", "none"])
+def test_two_gpus_equal_one(variant, basis, rng):
+    A = skewed_graph(rng, 9000, [7000, 2000, 300], weighted=True)
+    x = rng.standard_normal(9000)
+    y1, info1 = expm_multiply(A, x, beta=0.1, backend="gpu", device=0, spmv=variant, basis=basis)
+    y2, info2 = expm_multiply(A, x, beta=0.1, backend="gpu", device=[0, 1], spmv=variant, basis=basis)
+    y21, _ = expm_multiply(A, x, beta=0.1, backend="gpu", device=[1, 0], spmv=variant, basis=basis)
+    # alpha and beta are summed in another order on two devices: rounding-level differences only
+    assert info2.devices == (0, 1) and abs(info2.krylov_dim - info1.krylov_dim) <= 4
+    assert rel(y2, y1) <= 1e-11 and rel(y21, y1) <= 1e-11
+
+
+@pytest.mark.gpu
+@pytest.mark.multigpu
+@pytest.mark.parametrize("variant", ["scalar", "vector", "rowblock", "hybrid"])
+def test_two_gpu_spmv_matches_scipy(variant, rng):
+    from graphkern._expm_gpu import GpuLanczos
+    from graphkern.expm import _matrix
+    A = skewed_graph(rng, 12000, [9000, 5000, 40], weighted=True)
+    x = rng.standard_normal(12000)
+    solver = GpuLanczos(_matrix(A), np.float64, devices=[0, 1], variant=variant, basis="none", max_krylov=4,
+                        breakdown=0.0, n_threads=2)
+    ref = A @ x
+    assert np.max(np.abs(solver.spmv(x) - ref)) <= 1e-12 * np.max(np.abs(ref))
