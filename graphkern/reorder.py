@@ -75,7 +75,7 @@ def _pbr_batch(graphs, seed, n_threads, *, return_pairs=False, **knobs):
     """PBR orders of ``graphs`` (and the joined part pairs each reached); ``knobs`` go to pbr_many.
 
     The knobs' defaults were chosen on the reorder benchmark's sets: 2 initial partitions
-    per bisection, a cut net weighing 8 cut edges (0 and 1 were 3-6% worse, 3-32 alike),
+    per bisection, a cut net weighing 8 cut edges (weights 0 and 1 were 1-12% worse, 3-32 alike),
     up to 4 restarts within a budget of 512 vertices (small graphs), refinement passes
     until one removes under 1/200 of the joined pairs, and the input and RCM orders
     refined only when within 125% of the best.

@@ -13,6 +13,9 @@ Sets (generated, seeded):
 * ``nws``: Newman-Watts-Strogatz, 96 vertices, k=4, p=0.1 (the core MGK issue's synthetic set;
   the generator needs an even k);
 * ``ba``: Barabási-Albert, 96 vertices, m=6;
+* ``nci``: real molecules, ``bench/data/nci1000.sdf.gz`` (NCI structures with hydrogens and
+  3D coordinates, mean 29 atoms), atoms in file order; skipped, with the reason, where the
+  file is absent (an installed package without the source tree);
 * ``molecule``: molecule-like skeletons, 12-60 atoms: 5/6-rings (some fused), chains and
   branches, degree <= 4, atoms numbered in growth order as a SMILES parser would;
 * ``protein``: 3D contact graphs of a folded chain (``contact_graph_3d``), 500-1000
@@ -25,8 +28,11 @@ CPU only: nothing here runs on the GPU.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
+import graphkern
 from graphkern import generators
 from graphkern._backend import resolve_threads
 from graphkern.bench.cli import print_table
@@ -37,9 +43,12 @@ from graphkern.reorder import octile_count, reorder, reorder_many
 NAME = "reorder"
 HELP = "non-empty octiles under natural / RCM / PBR / Morton / Hilbert order, and PBR's time"
 
-SETS = ("nws", "ba", "molecule", "protein", "protein_shuffled")
+SETS = ("nws", "ba", "nci", "molecule", "protein", "protein_shuffled")
 # graphs per set: (quick, full)
-SET_SIZES = {"nws": (6, 160), "ba": (6, 160), "molecule": (20, 500), "protein": (2, 32), "protein_shuffled": (2, 32)}
+SET_SIZES = {"nws": (6, 160), "ba": (6, 160), "nci": (40, 1000), "molecule": (20, 500), "protein": (2, 32),
+             "protein_shuffled": (2, 32)}
+NCI_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(graphkern.__file__))),
+                        "bench", "data", "nci1000.sdf.gz")
 
 
 def add_arguments(parser):
@@ -102,6 +111,11 @@ def build_set(name, count, rng):
         return [generators.barabasi_albert(96, 6, seed=int(s)) for s in seeds]
     if name == "molecule":
         return [molecule_like(np.random.default_rng(int(s))) for s in seeds]
+    if name == "nci":
+        from itertools import islice
+
+        from graphkern.io import iter_sdf
+        return list(islice(iter_sdf(NCI_FILE), count))
     sizes = rng.integers(500, 1001, size=count)
     graphs = [generators.contact_graph_3d(int(n), seed=int(s)) for n, s in zip(sizes, seeds)]
     if name == "protein_shuffled":
@@ -153,6 +167,9 @@ def run(args, ctx):
     rng = np.random.default_rng(args.seed)
     rows = []
     for name in args.sets:
+        if name == "nci" and not os.path.exists(NCI_FILE):
+            print(f"set nci skipped: {NCI_FILE} not found (it ships with the source tree, not the package)")
+            continue
         count = args.n_graphs or SET_SIZES[name][0 if ctx.quick else 1]
         graphs = build_set(name, count, rng)
         rows.append(measure_set(name, graphs, threads, repeat, ctx))
