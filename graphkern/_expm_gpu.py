@@ -33,7 +33,6 @@ import numpy as np
 
 from graphkern._cuda import runtime as rt
 from graphkern._expm_lanczos import COLUMN_CHUNK, row_chunks
-from graphkern.errors import GraphTooLargeError
 
 VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
 BLOCK = 256

@@ -3,7 +3,6 @@ eigen-expansions and scipy.sparse.linalg.expm_multiply; breakdown, overflow, bas
 variants, several GPUs, and bad input."""
 
 import math
-import warnings
 
 import numpy as np
 import pytest
