@@ -94,6 +94,10 @@ class GPUEngine:
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
         shared = ((2 * MAX_PARAMS + WARPS_PER_BLOCK * (2 * staged + 1) * OCTILE_SIZE) * dt.itemsize
                   + code.nbytes)
+        limit = dev.properties.get("max_shared_memory_per_block_optin", 48 * 1024)
+        if shared > limit:
+            raise ValueError(f"the edge kernel reads {staged - 1} feature values per edge, whose octiles need "
+                             f"{shared} bytes of shared memory per block; device {dev.ordinal} allows {limit}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
         stride = int(-(-int(sizes.max()) // 32) * 32)
