@@ -151,4 +151,4 @@ def _dependencies():
 
 
 setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt}, install_requires=_dependencies(),
-      package_data={"graphkern": ["py.typed"]}, zip_safe=False)
+      package_data={"graphkern": ["py.typed"], "graphkern.bench.data": ["*.sdf.gz", "README.md"]}, zip_safe=False)

@@ -1,4 +1,4 @@
-"""Write bench/data/nci1000.sdf.gz: 1000 NCI molecules with 3D coordinates and properties.
+"""Write graphkern/bench/data/nci1000.sdf.gz: 1000 NCI molecules with 3D coordinates and properties.
 
 Source: the first 5000 NCI structures shipped with RDKit (rdkit/Data/NCI/first_5K.smi,
 BSD-licensed RDKit data; NCI structures are public).  Each molecule gets hydrogens,
@@ -17,7 +17,7 @@ from rdkit.Chem import AllChem, Descriptors
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 1000
 src = os.path.join(RDConfig.RDDataDir, "NCI", "first_5K.smi")
-out = os.path.join(os.path.dirname(__file__), "..", "bench", "data", f"nci{N}.sdf.gz")
+out = os.path.join(os.path.dirname(__file__), "..", "graphkern", "bench", "data", f"nci{N}.sdf.gz")
 params = AllChem.ETKDGv3()
 params.randomSeed = 42
 written = 0

@@ -8,8 +8,8 @@ Data sets (``--sets``), 160 graphs each unless ``--graphs``:
 * ``dense-labeled``: 40 near-complete labeled graphs, 96 vertices (every octile full: the XMV
   at its densest, the FP32-peak target);
 * ``molecules``: a real molecular set with atom (element) and bond (order) labels read from an
-  SD file (``--sdf``; by default the NCI sample that RDKit ships, 200 molecules with
-  hydrogens); without one, molecule-like generated graphs, and the output says so.
+  SD file (``--sdf``; by default the packaged set of 1000 NCI molecules, with
+  hydrogens).
 
 Labeled sets use 4 vertex and 3 edge categories compared by ``KroneckerDelta(0.5)``; unlabeled
 sets ``Constant(1.0)`` (the random-walk kernel).
@@ -65,7 +65,7 @@ def add_arguments(parser):
     parser.add_argument("--vertices", type=int, default=None, help="vertices per synthetic graph (default 96)")
     parser.add_argument("--q", type=float, default=0.05, help="stopping probability (default 0.05)")
     parser.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    parser.add_argument("--sdf", default=None, help="SD file of the molecular set (default: RDKit's NCI sample)")
+    parser.add_argument("--sdf", default=None, help="SD file of the molecular set (default: the packaged 1000 NCI molecules)")
     parser.add_argument("--cpu-graphs", type=int, default=None,
                         help="graphs the CPU solver runs on (default 40, dense set 12; --quick: all); scaled to the set")
     parser.add_argument("--grakel-graphs", type=int, default=None,
@@ -86,38 +86,13 @@ def _label(G, rng, n_node=4, n_edge=3):
                             edge_labels={"label": rng.integers(0, n_edge, len(edges))})
 
 
-def _molecule_like(rng, n_graphs):
-    """Tree-like graphs with ring closures, elements C/N/O/H and bond orders 1-3 (no SDF at hand)."""
-    from graphkern.graph import Graph
-
-    graphs = []
-    for _ in range(n_graphs):
-        n = int(rng.integers(8, 40))
-        edges = [(i, int(rng.integers(max(0, i - 4), i))) for i in range(1, n)]
-        for _ in range(int(rng.integers(0, 3))):
-            a, b = sorted(rng.choice(n, 2, replace=False).tolist())
-            if b - a > 2 and (a, b) not in edges and (b, a) not in edges:
-                edges.append((a, b))
-        graphs.append(Graph.from_edges(np.array(edges), n,
-                                       node_labels={"element": rng.choice([1, 6, 7, 8], n, p=[.45, .4, .08, .07])},
-                                       edge_labels={"bond_order": rng.choice([1, 2, 3], len(edges), p=[.8, .17, .03])}))
-    return graphs
-
-
 def _molecules(args, n_graphs, rng):
     """(graphs, description): the SD file given, RDKit's NCI sample, or generated stand-ins."""
     from graphkern.io import read_sdf
 
-    path = args.sdf
-    if path is None:
-        try:
-            from rdkit import RDConfig
-            candidate = os.path.join(RDConfig.RDDataDir, "NCI", "first_200.props.sdf")
-            path = candidate if os.path.exists(candidate) else None
-        except ImportError:
-            path = None
-    if path is None:
-        return _molecule_like(rng, n_graphs), "molecule-like GENERATED graphs (no SD file: pass --sdf or install rdkit)"
+    from graphkern.bench.data import molecules_path
+
+    path = args.sdf or molecules_path()
     graphs = [g for g in read_sdf(path) if g.n_nodes > 0][:n_graphs]
     return graphs, f"{len(graphs)} molecules from {os.path.basename(path)} (hydrogens as in the file)"
 

@@ -9,8 +9,8 @@ Datasets (the FCSP paper's synthetic sets and a molecular one):
 * ``molecules-bonds`` / ``molecules-3d``: molecules from ``--sdf`` (or ``--smiles``),
   hydrogens dropped; element labels with DiracNode, paths counted in bonds with DiracEdge
   (GraKeL's ShortestPath computes the same) or measured along 3D bond lengths with
-  BrownianBridgeEdge(c=0.5).  Without a file, molecule-like random graphs from
-  ``graphkern.generators.random_labeled`` (and the output says so).
+  BrownianBridgeEdge(c=0.5).  Without a file, the packaged 1000 NCI molecules
+  (``graphkern.bench.data``).
 
 Every time is the whole Gram matrix (upper triangle) with the shortest paths already
 cached on the kernel object; computing them once per graph is shown on its own row.
@@ -55,7 +55,7 @@ def add_arguments(parser):
     parser.add_argument("--graphs", type=int, default=None, help="graphs per size (default 256; --quick: 24)")
     parser.add_argument("--mixed", default=None, metavar="AxN,BxM",
                         help="the mixed set as count x size (default 180x10,76x50; --quick: 18x10,6x30)")
-    parser.add_argument("--sdf", default=None, help="molecules from this SD file (hydrogens dropped)")
+    parser.add_argument("--sdf", default=None, help="molecules from this SD file, hydrogens dropped (default: the packaged 1000 NCI molecules)")
     parser.add_argument("--smiles", default=None, help="molecules from this SMILES file (needs RDKit; no 3D set)")
     parser.add_argument("--molecules", type=int, default=None, help="molecules used (default 1000; --quick: 40)")
     parser.add_argument("--attr-dim", type=int, default=1, help="length of the continuous vertex attribute")
@@ -86,33 +86,18 @@ def _complete_graphs(sizes_and_counts, rng, dim):
 
 def _molecules(args, n_wanted, rng):
     """(bond-count graphs, 3D-length graphs or None, a line saying where they come from)."""
-    from graphkern import Graph
-
-    if args.sdf:
+    if args.sdf or not args.smiles:
+        from graphkern.bench.data import molecules_path
         from graphkern.io import read_sdf
 
+        args.sdf = args.sdf or molecules_path()
         bonds = read_sdf(args.sdf, hydrogens=False)[:n_wanted]
         lengths = read_sdf(args.sdf, hydrogens=False, distance_weights=True)[:n_wanted]
         return bonds, lengths, f"{len(bonds)} molecules from {args.sdf}"
-    if args.smiles:
-        from graphkern.io import read_smiles
+    from graphkern.io import read_smiles
 
-        bonds = read_smiles(args.smiles)[:n_wanted]
-        bonds = [g for g in bonds if g.n_nodes > 0]
-        return bonds, None, f"{len(bonds)} molecules from {args.smiles} (no 3D coordinates: no molecules-3d set)"
-    from graphkern.generators import random_labeled
-
-    bonds, lengths = [], []
-    for k in range(n_wanted):
-        n = int(rng.integers(10, 41))
-        # a tree has n - 1 edges; a few more close rings, as in drug-like molecules
-        g = random_labeled(n, m=n - 1 + int(rng.integers(0, 4)), n_node_labels=5, weighted=True, seed=k)
-        element = g.node_labels["label"]
-        bonds.append(Graph(g.indptr, g.indices, None, node_labels={"element": element}))
-        # weights in (0, 1] become lengths in (1.0, 1.6], like bond lengths in Angstrom
-        lengths.append(Graph(g.indptr, g.indices, 1.0 + 0.6 * g.weights, node_labels={"element": element}))
-    return bonds, lengths, (f"{n_wanted} molecule-like random graphs (graphkern.generators.random_labeled, 10-40 "
-                            "atoms, 5 element labels; no --sdf given): not real molecules")
+    bonds = [g for g in read_smiles(args.smiles)[:n_wanted] if g.n_nodes > 0]
+    return bonds, None, f"{len(bonds)} molecules from {args.smiles} (no 3D coordinates: no molecules-3d set)"
 
 
 def _datasets(args, ctx):
