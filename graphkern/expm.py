@@ -164,13 +164,16 @@ def total_communicability(G, *, beta=1.0, normalize=None, tol=1e-10, max_krylov=
 # ----------------------------------------------------------------------------- implementation
 
 def _matrix(A):
+    """The validated CSR of a Graph (as stored) or a scipy.sparse matrix (checked symmetric, finite)."""
     if isinstance(A, Graph):
-        return CsrMatrix(A.indptr, A.indices.astype(np.int32, copy=False), A.weights)
-    csr, weighted = as_csr_matrix(A, name="A")
-    if csr.shape[0] > np.iinfo(np.int32).max:
-        raise ValueError(f"A has {csr.shape[0]} rows; at most 2**31 - 1 are supported")
-    weights = np.ascontiguousarray(csr.data, dtype=np.float64) if weighted else None
-    return CsrMatrix(csr.indptr, np.ascontiguousarray(csr.indices, dtype=np.int32), weights)
+        indptr, indices, weights, n = A.indptr, A.indices, A.weights, A.n_nodes
+    else:
+        csr, weighted = as_csr_matrix(A, name="A")
+        indptr, indices, n = csr.indptr, csr.indices, csr.shape[0]
+        weights = np.ascontiguousarray(csr.data, dtype=np.float64) if weighted else None
+    if n > np.iinfo(np.int32).max:
+        raise ValueError(f"A has {n} rows; at most 2**31 - 1 are supported (column indices are int32)")
+    return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights)
 
 
 def _start_vector(x, n):
