@@ -80,7 +80,8 @@ class ExpmInfo:
         (0.0 when a breakdown made the answer exact).
     converged: the estimate reached ``tol``, or a breakdown / the full space made it exact.
     breakdown: the recurrence found an invariant subspace (beta_m ~ 0) and stopped there.
-    log_scale: 0.0, or ``beta * theta_1`` when the answer overflows the dtype: y_true = y * exp(log_scale).
+    log_scale: 0.0, or the shift ``max_j beta theta_j`` (beta theta_1 for beta > 0; max |beta theta_j| for
+        cosh and sinh) when the answer overflows the dtype: y_true = y * exp(log_scale).
     lambda_max: the largest Ritz value theta_1 (an estimate, from below, of A's largest eigenvalue).
     times: seconds -- spmv (the fused SpMV kernels), vector (updates, basis combination), host
         (tridiagonal eigenproblems and checks), setup (copies of A to the devices, plans), total.
