@@ -284,7 +284,9 @@ class GpuLanczos:
         self.ring_size = 4 if basis == "host" else 3
         self.storing = basis in ("device", "auto")
         bounds = row_chunks(mat.indptr, len(self.devices))
-        first_block = COLUMN_CHUNK if self.storing else (1 if basis == "none" else 0)
+        if basis == "auto" and not self._first_block_fits(bounds):
+            self.storing = False  # not even one block of the basis: regenerate it all, as "none" does
+        first_block = COLUMN_CHUNK if self.storing else (1 if basis != "host" else 0)
         self.shares = [_Share(d, i, len(self.devices), bounds[i], bounds[i + 1], mat, self.dtype, variant,
                               self.cap, self.ring_size, first_block)
                        for i, d in enumerate(self.devices)]
@@ -306,6 +308,17 @@ class GpuLanczos:
         self._n_checkpoints = 0
         self._step_events = []
         self._combine_events = None
+
+    def _first_block_fits(self, bounds):
+        """Whether each device has room for its rows of A, the ring and one block of basis columns."""
+        mat, isz = self.mat, self.isz
+        for i, d in enumerate(self.devices):
+            nnz = int(mat.indptr[bounds[i + 1]]) - int(mat.indptr[bounds[i]])
+            need = (nnz * (4 + isz * mat.weighted) + 8 * (int(bounds[i + 1] - bounds[i]) + 1)
+                    + (self.ring_size + COLUMN_CHUNK) * self.n * isz)
+            if need > rt.get_device(d).memory_info()[0] * (1.0 - AUTO_RESERVE_FRACTION):
+                return False
+        return True
 
     # -------------------------------------------------------------- columns
     def _column(self, share, j):
