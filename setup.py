@@ -84,10 +84,9 @@ class BuildExt(build_ext):
         super().run()
         pkg_dir = os.path.join(ROOT if self.inplace else self.build_lib, "graphkern")
         archs = cuda_toolkit.archs()
-        built = []
         if CUDA_ROOT is not None:
-            built = self._build_fatbins(os.path.join(pkg_dir, "_cuda", "kernels"), archs)
-        self._write_build_info(pkg_dir, archs, built)
+            self._build_fatbins(os.path.join(pkg_dir, "_cuda", "kernels"), archs)
+        self._write_build_info(pkg_dir, archs)
 
     def _nvcc_version(self):
         out = subprocess.run([cuda_toolkit.nvcc_path(CUDA_ROOT), "--version"], capture_output=True, text=True)
@@ -126,7 +125,7 @@ class BuildExt(build_ext):
         with ThreadPoolExecutor(max_workers=max(1, min(len(sources), os.cpu_count() or 1))) as pool:
             return sorted(pool.map(compile_one, sources))
 
-    def _write_build_info(self, pkg_dir, archs, built):
+    def _write_build_info(self, pkg_dir, archs):
         os.makedirs(pkg_dir, exist_ok=True)
         info = {
             "CUDA_BUILT": CUDA_ROOT is not None,
@@ -134,7 +133,9 @@ class BuildExt(build_ext):
             "CUDA_HEADER_VERSION": CUDA_VER,
             "CUDA_ROOT": CUDA_ROOT,
             "CUDA_ARCHS": list(archs) if CUDA_ROOT else [],
-            "CUDA_MODULES": built,
+            # every fatbin present, not only those this (possibly GRAPHKERN_ONLY-limited) build compiled
+            "CUDA_MODULES": sorted(os.path.splitext(f)[0] for f in os.listdir(os.path.join(pkg_dir, "_cuda", "kernels"))
+                                   if f.endswith(".fatbin")) if CUDA_ROOT else [],
             "NVCC_VERSION": self._nvcc_version() if CUDA_ROOT else None,
         }
         with open(os.path.join(pkg_dir, "_build_info.py"), "w") as fh:

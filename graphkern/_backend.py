@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 
 import numpy as np
@@ -77,3 +79,13 @@ def resolve_dtype(dtype, allowed=(np.float32, np.float64)):
         names = ", ".join(np.dtype(a).name for a in allowed)
         raise ValueError(f"dtype must be one of {names}; got {dt.name}")
     return dt
+
+
+def finite_real(value, name):
+    """``value`` as a float, refusing bools, non-numbers and NaN/inf with a message naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return value

@@ -52,14 +52,13 @@ Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
 from __future__ import annotations
 
 import math
-import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
+from graphkern._backend import finite_real, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._expm_lanczos import CpuLanczos, CsrMatrix, MatrixFunction, breakdown_threshold, run_lanczos
 from graphkern.graph import Graph, as_csr_matrix
 
@@ -200,15 +199,6 @@ def _start_vector(x, n):
     return x
 
 
-def _real(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}")
-    return value
-
-
 def _positive_int(value, name):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int >= 1, got {value!r}")
@@ -221,8 +211,8 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
          caller, normalize=None):
     t_start = time.perf_counter()
     fn = MatrixFunction(f)
-    beta = _real(beta, "beta")
-    tol = _real(tol, "tol")
+    beta = finite_real(beta, "beta")
+    tol = finite_real(tol, "tol")
     if not 0.0 < tol < 1.0:
         raise ValueError(f"tol must be in (0, 1), got {tol}")
     if max_krylov is not None:

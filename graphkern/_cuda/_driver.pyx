@@ -368,18 +368,25 @@ cdef class DeviceBuffer:
         _check(st, "cuMemcpyDtoH")
         return out
 
-    def copy_from_device(self, DeviceBuffer src, size_t nbytes=0, Stream stream=None,
+    def copy_from_device(self, DeviceBuffer src, nbytes=None, Stream stream=None,
                          size_t dst_offset=0, size_t src_offset=0):
-        """Device-to-device copy (peer copy when ``src`` lives on another device)."""
+        """Device-to-device copy (peer copy when ``src`` lives on another device).
+
+        ``nbytes=None`` copies the rest of ``src`` from ``src_offset``; 0 copies nothing.
+        """
         cdef cydriver.CUresult st
         cdef cydriver.CUstream s = _stream_handle(stream)
-        if nbytes == 0:
+        cdef size_t n
+        if nbytes is None:
             nbytes = src.nbytes - src_offset
-        if dst_offset + nbytes > self.nbytes or src_offset + nbytes > src.nbytes:
+        n = nbytes
+        if n == 0:
+            return
+        if dst_offset + n > self.nbytes or src_offset + n > src.nbytes:
             raise ValueError("device-to-device copy out of bounds")
         self.device.activate()
         with nogil:
-            st = cydriver.cuMemcpyAsync(self.ptr + dst_offset, src.ptr + src_offset, nbytes, s)
+            st = cydriver.cuMemcpyAsync(self.ptr + dst_offset, src.ptr + src_offset, n, s)
             if stream is None and st == cydriver.CUDA_SUCCESS:
                 st = cydriver.cuStreamSynchronize(NULL)
         _check(st, "cuMemcpyAsync")
