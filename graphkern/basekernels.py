@@ -40,21 +40,37 @@ derivatives with respect to it as well.
 Labels compared by a Kronecker delta are replaced by small integer category codes (equal
 labels, equal codes) before they reach a solver, so that float32 features compare exactly;
 labels of a square exponential are passed as they are.
+
+Hyperparameters (scikit-learn conventions): each base kernel has one, ``c``, ``h`` or
+``length_scale``, with bounds given as ``c_bounds=``/``h_bounds=``/``length_scale_bounds=``
+(a ``(low, high)`` pair of positive numbers, or ``"fixed"`` to keep it out of an
+optimization).  ``get_params()``/``set_params()`` reach into compositions with
+``column__name`` keys (``TensorProduct(element=KroneckerDelta(0.5))`` has ``element__h``).
+The derivative of a kernel with respect to one term's hyperparameter is itself a program
+(:meth:`KernelProgram.derivative`), written with two more kinds:
+:data:`KIND_KRONECKER_DELTA_DERIVATIVE` (0 where the labels are equal, 1 where they
+differ) and :data:`KIND_SQUARE_EXPONENTIAL_DERIVATIVE` (``exp(aux d^2) d^2 / theta^3``,
+the derivative of the square exponential by its length scale); a Constant's derivative is
+the Constant 1.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 
 import numpy as np
 
 __all__ = ["Kernel", "BaseKernel", "Constant", "KroneckerDelta", "SquareExponential", "TensorProduct",
-           "Additive", "KernelProgram", "KIND_CONSTANT", "KIND_KRONECKER_DELTA", "KIND_SQUARE_EXPONENTIAL"]
+           "Additive", "KernelProgram", "KIND_CONSTANT", "KIND_KRONECKER_DELTA", "KIND_SQUARE_EXPONENTIAL",
+           "KIND_KRONECKER_DELTA_DERIVATIVE", "KIND_SQUARE_EXPONENTIAL_DERIVATIVE"]
 
 KIND_CONSTANT = 0
 KIND_KRONECKER_DELTA = 1
 KIND_SQUARE_EXPONENTIAL = 2
+KIND_KRONECKER_DELTA_DERIVATIVE = 3
+KIND_SQUARE_EXPONENTIAL_DERIVATIVE = 4
 
 #: the most terms one program may have; the GPU solver keeps programs in shared memory
 MAX_TERMS = 24
@@ -70,6 +86,35 @@ def _real(value, name, owner):
     if not math.isfinite(value):
         raise ValueError(f"{owner}: {name} must be finite, got {value}")
     return value
+
+
+def check_bounds(bounds, name, owner, *, upper=math.inf):
+    """Validate ``"fixed"`` or a ``(low, high)`` pair with ``0 < low <= high <= upper``; return it as given.
+
+    Bounds are on the hyperparameter itself; optimizers search its logarithm, hence ``low > 0``.
+    The object is kept as given (scikit-learn's ``clone`` checks that constructors store their
+    arguments unchanged); :func:`bounds_key` gives the comparable form.
+    """
+    if isinstance(bounds, str):
+        if bounds != "fixed":
+            raise ValueError(f"{owner}: {name}_bounds must be 'fixed' or a (low, high) pair, got {bounds!r}")
+        return bounds
+    try:
+        low, high = bounds
+    except (TypeError, ValueError):
+        raise ValueError(f"{owner}: {name}_bounds must be 'fixed' or a (low, high) pair, got {bounds!r}") from None
+    low = _real(low, f"{name}_bounds[0]", owner)
+    high = _real(high, f"{name}_bounds[1]", owner)
+    if not 0 < low <= high <= upper:
+        limit = f" <= {upper:g}" if math.isfinite(upper) else ""
+        raise ValueError(f"{owner}: {name}_bounds must satisfy 0 < low <= high{limit} (the search runs over "
+                         f"log({name})), got ({low:g}, {high:g})")
+    return bounds
+
+
+def bounds_key(bounds):
+    """``"fixed"`` or the bounds as a tuple of two floats (for comparisons and arrays)."""
+    return bounds if isinstance(bounds, str) else (float(bounds[0]), float(bounds[1]))
 
 
 class Kernel:
@@ -88,21 +133,73 @@ class Kernel:
         """True when the kernel's value is > 0 for every pair of finite labels."""
         raise NotImplementedError
 
+    def get_params(self, deep=True):
+        """The constructor's arguments; ``deep``: also those of the base kernels, as ``column__name``."""
+        raise NotImplementedError
+
+    def set_params(self, **params):
+        """Set hyperparameters or bounds by the names of :meth:`get_params`; returns self."""
+        raise NotImplementedError
+
+    def clone(self):
+        """An independent copy (compositions copy their base kernels too)."""
+        raise NotImplementedError
+
+
+def _hyperparameter_property(name):
+    """The attribute ``name`` of a base kernel: its hyperparameter, validated whenever it is set."""
+
+    def get(self):
+        return self._value
+
+    def set(self, value):
+        value = _real(value, name, type(self).__name__)
+        if not (value > 0 if self.upper is None else 0.0 <= value <= self.upper):
+            need = "be > 0" if self.upper is None else f"lie in [0, {self.upper:g}]"
+            raise ValueError(f"{type(self).__name__}: {name} must {need}{self.range_reason}, got {value}")
+        self._value = value
+
+    return property(get, set, doc=f"The hyperparameter {name}.")
+
 
 class BaseKernel(Kernel):
-    """A kernel on one label value per item; :class:`TensorProduct`/:class:`Additive` name the column."""
+    """A kernel on one label value per item; :class:`TensorProduct`/:class:`Additive` name the column.
+
+    Subclasses name their hyperparameter in ``hyperparameter`` (an attribute made by
+    :func:`_hyperparameter_property`, checked against ``upper``); its bounds are the
+    constructor argument ``<hyperparameter>_bounds``.
+    """
 
     kind = None
     #: the label transform the solvers need: None (no label), "category" or "raw"
     transform = None
+    #: the name of the hyperparameter ("c", "h", "length_scale")
+    hyperparameter = None
+    #: valid values: [0, upper], or > 0 when None
+    upper = None
+    range_reason = ""
 
     @property
     def theta(self):
         """The raw hyperparameter carried into the program."""
-        raise NotImplementedError
+        return self._value
+
+    @property
+    def bounds(self):
+        """``"fixed"`` or the ``(low, high)`` bounds of the hyperparameter."""
+        return self._bounds
+
+    @bounds.setter
+    def bounds(self, bounds):
+        self._bounds = check_bounds(bounds, self.hyperparameter, type(self).__name__,
+                                    upper=math.inf if self.upper is None else self.upper)
 
     def aux(self):
         return 0.0
+
+    def derivative(self):
+        """The base kernel of the derivative with respect to the hyperparameter (a program term)."""
+        raise NotImplementedError
 
     def compile(self):
         if self.transform is not None:
@@ -110,28 +207,49 @@ class BaseKernel(Kernel):
                              f"TensorProduct(<column>={self!r})")
         return KernelProgram._from_groups([(1.0, [(self, None)])])
 
+    def get_params(self, deep=True):
+        return {self.hyperparameter: self._value, f"{self.hyperparameter}_bounds": self._bounds}
+
+    def set_params(self, **params):
+        for key, value in params.items():
+            if key not in (self.hyperparameter, f"{self.hyperparameter}_bounds"):
+                raise ValueError(f"{type(self).__name__} has no parameter {key!r}; it has "
+                                 f"{self.hyperparameter!r} and '{self.hyperparameter}_bounds'")
+            setattr(self, key, value)
+        return self
+
+    def clone(self):
+        return type(self)(**self.get_params(deep=False))
+
     def __eq__(self, other):
-        return type(self) is type(other) and self.theta == other.theta
+        return (type(self) is type(other) and self.theta == other.theta
+                and bounds_key(self._bounds) == bounds_key(other._bounds))
 
     def __hash__(self):
         return hash((type(self).__name__, self.theta))
 
 
 class Constant(BaseKernel):
-    """``c`` for every pair of labels, with ``0 <= c <= 1``; reads no label column."""
+    """``c`` for every pair of labels, with ``0 <= c <= 1``; reads no label column.
+
+    ``c_bounds``: ``(low, high)`` with ``0 < low <= high <= 1``, or ``"fixed"``.
+    """
 
     kind = KIND_CONSTANT
     transform = None
+    hyperparameter = "c"
+    upper = 1.0
+    range_reason = " (graph kernel values are similarities)"
 
-    def __init__(self, c=1.0):
-        c = _real(c, "c", "Constant")
-        if not 0.0 <= c <= 1.0:
-            raise ValueError(f"Constant: c must lie in [0, 1] (graph kernel values are similarities), got {c}")
+    def __init__(self, c=1.0, *, c_bounds=(1e-3, 1.0)):
         self.c = c
+        self.c_bounds = c_bounds
 
-    @property
-    def theta(self):
-        return self.c
+    c = _hyperparameter_property("c")
+    c_bounds = BaseKernel.bounds
+
+    def derivative(self):
+        return Constant(1.0)
 
     def __call__(self, x, y, *, vector=False):
         shape = np.broadcast_shapes(np.shape(x), np.shape(y))
@@ -141,28 +259,31 @@ class Constant(BaseKernel):
         return self.c > 0
 
     def __repr__(self):
-        return f"Constant({self.c!r})"
+        return f"Constant({self.c!r}{_bounds_repr(self)})"
 
 
 class KroneckerDelta(BaseKernel):
     """1 where two labels are equal, ``h`` where they differ, with ``0 <= h <= 1``.
 
     Vector labels are equal when every component is.  As a vertex kernel, ``h`` must be
-    > 0 (vertex kernel values lie in (0, 1]).
+    > 0 (vertex kernel values lie in (0, 1]).  ``h_bounds``: ``(low, high)`` with
+    ``0 < low <= high <= 1``, or ``"fixed"``.
     """
 
     kind = KIND_KRONECKER_DELTA
     transform = "category"
+    hyperparameter = "h"
+    upper = 1.0
 
-    def __init__(self, h):
-        h = _real(h, "h", "KroneckerDelta")
-        if not 0.0 <= h <= 1.0:
-            raise ValueError(f"KroneckerDelta: h must lie in [0, 1], got {h}")
+    def __init__(self, h, *, h_bounds=(1e-3, 1.0)):
         self.h = h
+        self.h_bounds = h_bounds
 
-    @property
-    def theta(self):
-        return self.h
+    h = _hyperparameter_property("h")
+    h_bounds = BaseKernel.bounds
+
+    def derivative(self):
+        return _KroneckerDeltaDerivative(self)
 
     def __call__(self, x, y, *, vector=False):
         x = np.asarray(x)
@@ -176,27 +297,31 @@ class KroneckerDelta(BaseKernel):
         return self.h > 0
 
     def __repr__(self):
-        return f"KroneckerDelta({self.h!r})"
+        return f"KroneckerDelta({self.h!r}{_bounds_repr(self)})"
 
 
 class SquareExponential(BaseKernel):
-    """``exp(-|x - y|^2 / (2 length_scale^2))``; for vector labels ``|.|`` is Euclidean."""
+    """``exp(-|x - y|^2 / (2 length_scale^2))``; for vector labels ``|.|`` is Euclidean.
+
+    ``length_scale_bounds``: ``(low, high)`` with ``0 < low <= high``, or ``"fixed"``.
+    """
 
     kind = KIND_SQUARE_EXPONENTIAL
     transform = "raw"
+    hyperparameter = "length_scale"
 
-    def __init__(self, length_scale):
-        ell = _real(length_scale, "length_scale", "SquareExponential")
-        if not ell > 0:
-            raise ValueError(f"SquareExponential: length_scale must be > 0, got {ell}")
-        self.length_scale = ell
+    def __init__(self, length_scale, *, length_scale_bounds=(1e-2, 1e2)):
+        self.length_scale = length_scale
+        self.length_scale_bounds = length_scale_bounds
 
-    @property
-    def theta(self):
-        return self.length_scale
+    length_scale = _hyperparameter_property("length_scale")
+    length_scale_bounds = BaseKernel.bounds
 
     def aux(self):
         return -0.5 / self.length_scale ** 2
+
+    def derivative(self):
+        return _SquareExponentialDerivative(self)
 
     def __call__(self, x, y, *, vector=False):
         d2 = (np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)) ** 2
@@ -209,7 +334,53 @@ class SquareExponential(BaseKernel):
         return True
 
     def __repr__(self):
-        return f"SquareExponential({self.length_scale!r})"
+        return f"SquareExponential({self.length_scale!r}{_bounds_repr(self)})"
+
+
+def _bounds_repr(k):
+    default = inspect.signature(type(k).__init__).parameters[f"{k.hyperparameter}_bounds"].default
+    return "" if bounds_key(k.bounds) == default else f", {k.hyperparameter}_bounds={k.bounds!r}"
+
+
+class _Derivative(BaseKernel):
+    """The derivative of a base kernel by its hyperparameter: a program term, not a user kernel."""
+
+    def __init__(self, of):
+        self.of = of
+        self._value = of.theta
+        self._bounds = "fixed"
+
+    def aux(self):
+        return self.of.aux()
+
+    def is_strictly_positive(self):
+        return False
+
+    def __repr__(self):
+        return f"d{self.of!r}/d{self.of.hyperparameter}"
+
+
+class _KroneckerDeltaDerivative(_Derivative):
+    """``d/dh KroneckerDelta(h)``: 0 where the labels are equal, 1 where they differ."""
+
+    kind = KIND_KRONECKER_DELTA_DERIVATIVE
+    transform = "category"
+
+    def __call__(self, x, y, *, vector=False):
+        return 1.0 - KroneckerDelta(0.0)(x, y, vector=vector)
+
+
+class _SquareExponentialDerivative(_Derivative):
+    """``d/dl exp(-d^2 / (2 l^2)) = exp(-d^2 / (2 l^2)) d^2 / l^3``."""
+
+    kind = KIND_SQUARE_EXPONENTIAL_DERIVATIVE
+    transform = "raw"
+
+    def __call__(self, x, y, *, vector=False):
+        d2 = (np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)) ** 2
+        if vector:
+            d2 = d2.sum(axis=-1)
+        return np.exp(self.aux() * d2) * d2 / self.theta ** 3
 
 
 class _Composition(Kernel):
@@ -227,6 +398,29 @@ class _Composition(Kernel):
                 raise TypeError(f"{self._name}: column {col!r} must be given a base kernel "
                                 f"(Constant, KroneckerDelta, SquareExponential), got {k!r}")
         self.kernels = dict(columns)
+
+    def get_params(self, deep=True):
+        params = dict(self.kernels)
+        if deep:
+            for col, k in self.kernels.items():
+                params.update({f"{col}__{key}": v for key, v in k.get_params().items()})
+        return params
+
+    def set_params(self, **params):
+        for key, value in params.items():
+            col, _, sub = key.partition("__")
+            if col not in self.kernels:
+                raise ValueError(f"{self._name} has no column {col!r}; it has {', '.join(map(repr, self.kernels))}")
+            if sub:
+                self.kernels[col].set_params(**{sub: value})
+            elif not isinstance(value, BaseKernel):
+                raise TypeError(f"{self._name}: column {col!r} must be given a base kernel, got {value!r}")
+            else:
+                self.kernels[col] = value
+        return self
+
+    def clone(self):
+        return type(self)(**{col: k.clone() for col, k in self.kernels.items()})
 
     def __eq__(self, other):
         return type(self) is type(other) and self.kernels == other.kernels
@@ -316,6 +510,16 @@ class KernelProgram:
     def is_strictly_positive(self):
         return any(all(k.is_strictly_positive() for k, _ in terms) for w, terms in self.groups if w > 0)
 
+    def terms(self):
+        """``(group, index in group, base kernel, column)`` of every term, in program order."""
+        return [(g, t, k, col) for g, (_, terms) in enumerate(self.groups) for t, (k, col) in enumerate(terms)]
+
+    def derivative(self, group, term):
+        """The program of ``d value / d theta`` of one term: only its group, the term differentiated."""
+        weight, terms = self.groups[group]
+        return KernelProgram([(weight, [(k.derivative() if t == term else k, col)
+                                        for t, (k, col) in enumerate(terms)])])
+
     def describe_zero(self):
         """A term that can make the kernel 0 (for error messages)."""
         for _, terms in self.groups:
@@ -334,9 +538,13 @@ class KernelProgram:
             offset += widths[key]
         return slots
 
-    def encode(self, widths):
-        """``(code, params)``: int32 and float64 arrays; ``widths`` maps (column, transform) -> width."""
-        slots = self.slots(widths)
+    def encode(self, widths, slots=None):
+        """``(code, params)``: int32 and float64 arrays; ``widths`` maps (column, transform) -> width.
+
+        ``slots``: the feature layout to address (default this program's own); a derivative
+        program is encoded with its kernel's layout, since it reads the same feature rows.
+        """
+        slots = self.slots(widths) if slots is None else slots
         code = [len(self.groups)]
         params = []
         for weight, terms in self.groups:

@@ -38,10 +38,33 @@ in ``kernel.info_``.
 Precision: float32 (the default) stores the system in single precision, so K carries a
 relative error of about ``1e-7 * deg / q`` from rounding (about 1e-5 at q = 5e-4);
 float64 gives ~1e-12.  CG scalars are accumulated in float64 in both.
+
+Hyperparameters and gradients (scikit-learn's kernel conventions): the hyperparameters are
+every base-kernel term of the vertex and edge kernels (``node_kernel__element__h``,
+``edge_kernel__order__h``, ...), then ``p`` and ``q``; those whose bounds are ``"fixed"``
+are left out of ``theta``, the logarithms of the free ones (``p`` is fixed by default: it
+only scales K by p^2, and ``normalize=True`` cancels it).  ``kernel(X, Y,
+eval_gradient=True)`` returns ``(K, dK)`` with ``dK[i, j, k] = dK_ij / dlog(theta_k)``,
+exact up to the solver's tolerance: with ``M = D_x V_x^-1 - A_x (.) E_x`` each pair also
+solves the adjoint ``M y = 1`` (one more CG solve) and
+
+    dK/dtheta = p^2 (y^T d(D_x q_x)/dtheta - y^T (dM/dtheta) x),
+
+where dM/dtheta is diagonal for vertex-kernel parameters and q, and ``-A_x (.) dE_x/dtheta``
+for edge-kernel parameters, contracted on the fly like the XMV (graphkern/_mgk_gradient.py).
+``normalize=True`` differentiates ``K_ij / sqrt(K_ii K_jj)``.  With ``nodal=True`` the
+derivatives of the node-by-node matrices are central finite differences in log(theta) (one
+sided where a step would leave the valid range) with step ``max(tol, 1e-15)^(1/3)``, so
+their error is of order ``tol^(2/3)``.  When scikit-learn is installed the kernel is one of
+its ``Kernel``s: ``GaussianProcessRegressor(kernel=MarginalizedGraphKernel(...))`` takes a
+list (or object array) of graphs as X, and the kernel combines with sklearn's kernels
+(``ConstantKernel() * kernel + WhiteKernel()``).  ``clone_with_theta`` shares the packed
+datasets (and device copies) with the original, so an optimizer's trials pack once.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import time
@@ -51,9 +74,30 @@ import numpy as np
 
 from graphkern._backend import BACKENDS, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._mgk_data import DatasetCache
-from graphkern.basekernels import Kernel
+from graphkern._mgk_gradient import GradientPlan, finite_difference_steps, hyperparameter_specs
+from graphkern.basekernels import Kernel, bounds_key, check_bounds
 from graphkern.errors import NotConvergedError
 from graphkern.graph import as_graph_list
+
+try:  # with scikit-learn the kernel is one of its Kernels (kernel algebra, isinstance checks)
+    from sklearn.gaussian_process.kernels import Hyperparameter
+    from sklearn.gaussian_process.kernels import Kernel as _KernelBase
+except ImportError:  # pragma: no cover - exercised where scikit-learn is absent
+    from collections import namedtuple
+
+    _KernelBase = object
+
+    class Hyperparameter(namedtuple("Hyperparameter", ("name", "value_type", "bounds", "n_elements", "fixed"))):
+        """scikit-learn's hyperparameter specification, for when scikit-learn is not installed."""
+
+        __slots__ = ()
+
+        def __new__(cls, name, value_type, bounds, n_elements=1, fixed=None):
+            if not isinstance(bounds, str) or bounds != "fixed":
+                bounds = np.atleast_2d(bounds)
+            if fixed is None:
+                fixed = isinstance(bounds, str) and bounds == "fixed"
+            return super().__new__(cls, name, value_type, bounds, n_elements, fixed)
 
 __all__ = ["MarginalizedGraphKernel", "MGKInfo"]
 
@@ -76,6 +120,8 @@ class MGKInfo:
     edge_form: str = "general"
     seconds: float = 0.0
     solve_seconds: float = 0.0
+    # eval_gradient=True: iterations above count both solves of a pair, these the adjoint's alone
+    adjoint_iterations: np.ndarray = field(default=None, repr=False)
 
     @property
     def total_iterations(self):
@@ -90,9 +136,18 @@ class _Solved:
     nodal: list | None
     octile_pairs: np.ndarray | None
     seconds: float
+    gradient: np.ndarray | None = None           # (m, plan.n_raw) raw derivatives (graphkern._mgk_gradient)
+    adjoint_iterations: np.ndarray | None = None
 
 
-class MarginalizedGraphKernel:
+def gradient_result(K, iterations, residuals, adjoint_iterations, adjoint_residuals, raw, octile_pairs, seconds):
+    """A gradient solve as a :class:`_Solved`: a pair has converged when both of its solves have."""
+    return _Solved(K=K, iterations=iterations + adjoint_iterations, residuals=np.maximum(residuals, adjoint_residuals),
+                   nodal=None, octile_pairs=octile_pairs, seconds=seconds, gradient=raw,
+                   adjoint_iterations=adjoint_iterations)
+
+
+class MarginalizedGraphKernel(_KernelBase):
     """The marginalized graph kernel between lists of :class:`graphkern.Graph`.
 
     Parameters
@@ -117,16 +172,25 @@ class MarginalizedGraphKernel:
         OpenMP threads of the CPU solver (None: all cores, honouring OMP_NUM_THREADS).
     normalize : bool
         Return ``K_ij / sqrt(K_ii K_jj)``.
+    q_bounds, p_bounds : (low, high) or "fixed"
+        Bounds of q and p for hyperparameter optimization (``theta`` holds their logarithms);
+        ``"fixed"`` keeps one out of ``theta``.  Default: q in (1e-3, 1 - 1e-3) (smaller q
+        means longer walks and slower solves), p fixed.
 
-    Calling ``kernel(X, Y=None, *, nodal=False, pairs=None)`` returns the Gram matrix
-    (``Y=None``: X against itself, solving only the upper triangle), the node-by-node
-    matrices with ``nodal=True`` (see the module docstring), or only the listed pairs.
-    Packing, octiles and device copies of a list of graphs are cached on the kernel and
-    reused while the same graph objects are passed again.
+    Calling ``kernel(X, Y=None, eval_gradient=False, *, nodal=False, pairs=None)`` returns
+    the Gram matrix (``Y=None``: X against itself, solving only the upper triangle), the
+    node-by-node matrices with ``nodal=True`` (see the module docstring), or only the listed
+    pairs; ``eval_gradient=True`` returns ``(K, dK)`` with the derivatives by the free
+    hyperparameters' logarithms on a last axis.  Packing, octiles and device copies of a
+    list of graphs are cached on the kernel and reused while the same graph objects are
+    passed again.  scikit-learn's kernel attributes (``theta``, ``bounds``,
+    ``hyperparameters``, ``n_dims``, ``clone_with_theta``, ``get_params``/``set_params``)
+    are described in the module docstring.
     """
 
     def __init__(self, node_kernel, edge_kernel, *, p="uniform", q=0.05, tol=None, max_iter=None,
-                 dtype=np.float32, backend="auto", device=None, n_threads=None, normalize=False):
+                 dtype=np.float32, backend="auto", device=None, n_threads=None, normalize=False,
+                 q_bounds=(1e-3, 1 - 1e-3), p_bounds="fixed"):
         self.node_kernel = node_kernel
         self.edge_kernel = edge_kernel
         self.p = p
@@ -138,6 +202,8 @@ class MarginalizedGraphKernel:
         self.device = device
         self.n_threads = n_threads
         self.normalize = normalize
+        self.q_bounds = q_bounds
+        self.p_bounds = p_bounds
         self._settings()  # validate now so that a bad argument fails where it was written
         self._tables = {"node": {}, "edge": {}}
         self._datasets = DatasetCache()
@@ -177,17 +243,24 @@ class MarginalizedGraphKernel:
             raise TypeError(f"normalize must be True or False, got {self.normalize!r}")
         if self.n_threads is not None:
             resolve_threads(self.n_threads)
+        check_bounds(self.p_bounds, "p", "MarginalizedGraphKernel")
+        check_bounds(self.q_bounds, "q", "MarginalizedGraphKernel", upper=1.0)
+        if not isinstance(self.q_bounds, str) and not bounds_key(self.q_bounds)[1] < 1:
+            raise ValueError(f"MarginalizedGraphKernel: q_bounds must lie below 1 (q is a stopping probability), "
+                             f"got {self.q_bounds!r}")
         return dict(node_program=node_program, edge_program=edge_program, p=p, q=q, tol=float(tol),
                     max_iter=int(max_iter), dtype=dtype)
 
     # ------------------------------------------------------------------ public API
-    def __call__(self, X, Y=None, *, nodal=False, pairs=None):
+    def __call__(self, X, Y=None, eval_gradient=False, *, nodal=False, pairs=None):
         """The Gram matrix ``K[i, j] = K(X[i], Y[j])`` (``Y=None``: ``Y = X``, symmetric).
 
         ``nodal=True``: the node-by-node matrix of shape ``(sum of X's sizes, sum of Y's
         sizes)`` whose block (i, j) is R of the pair (module docstring); with ``pairs``,
         a list of those blocks.  ``pairs``: an ``(m, 2)`` array of (index in X, index in
         Y or X) to compute only those pairs; returns an array of m values.
+        ``eval_gradient=True``: ``(K, dK)``, dK with one more axis of length ``n_dims``
+        holding ``dK / dlog(theta_k)`` (exact for K, finite differences with ``nodal``).
         """
         t0 = time.perf_counter()
         s = self._settings()
@@ -197,6 +270,10 @@ class MarginalizedGraphKernel:
         Yg = X if symmetric else Y
         if not isinstance(nodal, (bool, np.bool_)):
             raise TypeError(f"nodal must be True or False, got {nodal!r}")
+        if not isinstance(eval_gradient, (bool, np.bool_)):
+            raise TypeError(f"eval_gradient must be True or False, got {eval_gradient!r}")
+        if eval_gradient and nodal:
+            return self._nodal_gradient(X, Y, pairs, s)
         if pairs is not None:
             pair_arr = _pair_array(pairs, len(X), len(Yg), "Y" if Y is not None else "X")
         elif symmetric:
@@ -207,25 +284,38 @@ class MarginalizedGraphKernel:
             pair_arr = np.stack([i.ravel(), j.ravel()], axis=1).astype(np.int64)
 
         engine = self._engine(s)
+        if eval_gradient and not hasattr(engine, "solve_gradient"):
+            engine = self._core_engine(s)
         dsX = self._dataset(X, s)
         dsY = dsX if symmetric else self._dataset(Yg, s)
-        solved = engine.solve(dsX, dsY, pair_arr, nodal=nodal)
+        plan = self._gradient_plan(s, dsX, dsY) if eval_gradient else None
+        solved = _solve(engine, dsX, dsY, pair_arr, nodal, plan)
         problems = [(pair_arr, solved)]
+        grad = plan.derivatives(solved.K, solved.gradient) if eval_gradient else None
 
         if self.normalize:
-            diag_x, diag_y, extra = self._diagonals(engine, s, X, Yg, dsX, dsY, pair_arr, solved, symmetric)
+            diag_x, diag_y, gdiag_x, gdiag_y, extra = self._diagonals(engine, X, Yg, dsX, dsY, pair_arr, solved,
+                                                                      grad, plan, symmetric)
             problems += extra
 
         K = solved.K
+        dK = None
         if pairs is None and not nodal:
             if symmetric:
-                out = np.empty((len(X), len(X)), dtype=s["dtype"])
+                out = np.empty((len(X), len(X)))
                 out[pair_arr[:, 0], pair_arr[:, 1]] = K
                 out[pair_arr[:, 1], pair_arr[:, 0]] = K
+                if eval_gradient:
+                    dK = np.empty((len(X), len(X), plan.n_free))
+                    dK[pair_arr[:, 0], pair_arr[:, 1]] = grad
+                    dK[pair_arr[:, 1], pair_arr[:, 0]] = grad
             else:
-                out = K.reshape(len(X), len(Yg)).astype(s["dtype"], copy=False)
+                out = K.reshape(len(X), len(Yg))
+                if eval_gradient:
+                    dK = grad.reshape(len(X), len(Yg), plan.n_free)
             if self.normalize:
-                out = out / np.sqrt(np.outer(diag_x, diag_y))
+                out, dK = _normalized(out, dK, diag_x[:, None], diag_y[None, :],
+                                      gdiag_x[:, None, :], gdiag_y[None, :, :])
         elif pairs is None:
             out = self._assemble_nodal(X, Yg, pair_arr, solved.nodal, symmetric, s["dtype"],
                                        (diag_x, diag_y) if self.normalize else None)
@@ -233,13 +323,16 @@ class MarginalizedGraphKernel:
             out = [R / math.sqrt(diag_x[a] * diag_y[b]) if self.normalize else R
                    for (a, b), R in zip(pair_arr.tolist(), solved.nodal)]
         else:
-            out = K.astype(s["dtype"], copy=False)
+            out, dK = K, grad
             if self.normalize:
-                out = out / np.sqrt(diag_x[pair_arr[:, 0]] * diag_y[pair_arr[:, 1]])
+                a, b = pair_arr[:, 0], pair_arr[:, 1]
+                out, dK = _normalized(out, dK, diag_x[a], diag_y[b], gdiag_x[a], gdiag_y[b])
+        if not nodal:
+            out = out.astype(s["dtype"], copy=False)
 
         self._record(engine, s, pair_arr, dsX, dsY, solved, t0)
         self._check_converged(problems, s, out)
-        return out
+        return (out, dK.astype(s["dtype"], copy=False)) if eval_gradient else out
 
     def diag(self, X):
         """``K(X[i], X[i])`` for every graph (ones when ``normalize=True``)."""
@@ -258,8 +351,154 @@ class MarginalizedGraphKernel:
         self._check_converged([(pair_arr, solved)], s, out)
         return out
 
+    # ------------------------------------------------------------------ scikit-learn kernel manners
+    def _hyperparameter_specs(self):
+        s = self._settings()
+        return hyperparameter_specs(s["node_program"], s["edge_program"], s["p"], self.p_bounds, s["q"],
+                                    self.q_bounds)
+
+    def _free_specs(self):
+        return [spec for spec in self._hyperparameter_specs() if not spec.fixed]
+
+    @property
+    def hyperparameters(self):
+        """Every hyperparameter (free or fixed) as scikit-learn's ``Hyperparameter``, in theta order."""
+        return [Hyperparameter(spec.name, "numeric", spec.bounds if spec.fixed else np.array(bounds_key(spec.bounds)))
+                for spec in self._hyperparameter_specs()]
+
+    @property
+    def theta(self):
+        """The logarithms of the free hyperparameters (setting it sets them)."""
+        return np.log(np.array([spec.value for spec in self._free_specs()], dtype=np.float64))
+
+    @theta.setter
+    def theta(self, theta):
+        free = self._free_specs()
+        theta = np.asarray(theta, dtype=np.float64).reshape(-1)
+        if len(theta) != len(free):
+            raise ValueError(f"theta has {len(theta)} values but the kernel has {len(free)} free hyperparameters "
+                             f"({', '.join(spec.name for spec in free) or 'none'})")
+        values = {}
+        for spec, t in zip(free, theta.tolist()):
+            value = math.exp(t)
+            # exp(log(1)) may round past a hyperparameter's closed upper limit of 1
+            if not spec.upper_open and spec.upper < value <= spec.upper * (1 + 1e-12):
+                value = spec.upper
+            values[spec.name] = value
+        self.set_params(**values)
+
+    @property
+    def bounds(self):
+        """The log-bounds of the free hyperparameters, shape ``(n_dims, 2)``."""
+        free = self._free_specs()
+        if not free:
+            return np.empty((0, 2))
+        return np.log(np.array([bounds_key(spec.bounds) for spec in free], dtype=np.float64))
+
+    @property
+    def n_dims(self):
+        """The number of free hyperparameters (the length of theta and of dK's last axis)."""
+        return len(self._free_specs())
+
+    @property
+    def requires_vector_input(self):
+        """False: X is a sequence of graphs, not a feature matrix."""
+        return False
+
+    def is_stationary(self):
+        """False: the kernel is not a function of a difference of feature vectors."""
+        return False
+
+    def get_params(self, deep=True):
+        """The constructor's arguments; ``deep``: also the base kernels' (``node_kernel__element__h``)."""
+        params = {name: getattr(self, name) for name in _init_parameter_names(type(self))}
+        if deep:
+            for name, value in list(params.items()):
+                if isinstance(value, Kernel):
+                    params.update({f"{name}__{key}": v for key, v in value.get_params(deep=True).items()})
+        return params
+
+    def set_params(self, **params):
+        """Set constructor arguments or, with ``name__key``, a base kernel's; returns self."""
+        valid = _init_parameter_names(type(self))
+        for key, value in params.items():
+            name, _, sub = key.partition("__")
+            if name not in valid:
+                raise ValueError(f"MarginalizedGraphKernel has no parameter {name!r}; it has {', '.join(valid)}")
+            if sub:
+                getattr(self, name).set_params(**{sub: value})
+            else:
+                setattr(self, name, value)
+        return self
+
+    def clone_with_theta(self, theta):
+        """A copy with the free hyperparameters set to ``exp(theta)``.
+
+        The copy shares this kernel's cache of packed datasets (and their device copies), so
+        an optimizer that clones the kernel for every trial packs and uploads the graphs once.
+        """
+        params = {name: value.clone() if isinstance(value, Kernel) else value
+                  for name, value in self.get_params(deep=False).items()}
+        clone = type(self)(**params)
+        clone._datasets = self._datasets
+        clone._tables = self._tables
+        clone.theta = theta
+        return clone
+
+    def __repr__(self):
+        shown = []
+        for name, param in inspect.signature(type(self).__init__).parameters.items():
+            if name == "self" or param.kind == param.VAR_KEYWORD:
+                continue
+            value = getattr(self, name)
+            if param.default is param.empty:
+                shown.append(repr(value))
+            elif name in ("p", "q") or not _same(value, param.default):
+                shown.append(f"{name}={np.dtype(value).name if name == 'dtype' else repr(value)}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    # ------------------------------------------------------------------ gradients
+    def _gradient_plan(self, s, dsX, dsY):
+        args = solver_arguments(dsX, dsY, s)
+        specs = hyperparameter_specs(s["node_program"], s["edge_program"], s["p"], self.p_bounds, s["q"],
+                                     self.q_bounds)
+        return GradientPlan(specs, s, args, {"node": dsX.node_widths, "edge": dsX.edge_widths})
+
+    def _nodal_gradient(self, X, Y, pairs, s):
+        """Nodal matrices and their derivatives by finite differences in log(theta) (module docstring)."""
+        R = self(X, Y, nodal=True, pairs=pairs)
+        free = self._free_specs()
+        theta = self.theta
+        step = max(s["tol"], 1e-15) ** (1 / 3)
+        derivatives = []
+        for k, spec in enumerate(free):
+            total = None
+            for offset, weight in finite_difference_steps(spec, step):
+                if offset == 0:
+                    value = R
+                else:
+                    shifted = theta.copy()
+                    shifted[k] += offset
+                    value = self.clone_with_theta(shifted)(X, Y, nodal=True, pairs=pairs)
+                term = [weight * v for v in value] if pairs is not None else weight * value
+                total = term if total is None else (
+                    [a + b for a, b in zip(total, term)] if pairs is not None else total + term)
+            derivatives.append([t / (2 * step) for t in total] if pairs is not None else total / (2 * step))
+        dtype = s["dtype"]
+        if pairs is not None:
+            shapes = [r.shape + (len(free),) for r in R]
+            dR = [np.stack([d[m] for d in derivatives], axis=-1).astype(dtype) if free else np.zeros(shape, dtype)
+                  for m, shape in enumerate(shapes)]
+            return R, dR
+        dR = np.stack(derivatives, axis=-1).astype(dtype) if free else np.zeros(R.shape + (0,), dtype)
+        return R, dR
+
     # ------------------------------------------------------------------ helpers
     def _engine(self, s):
+        return self._core_engine(s)
+
+    def _core_engine(self, s):
+        """The CG solvers: graphkern._cpu.mgk, or graphkern._mgk_gpu on one GPU (both compute gradients)."""
         backend = resolve_backend(self.backend)
         if backend == "gpu":
             devices = resolve_devices(self.device)
@@ -272,27 +511,34 @@ class MarginalizedGraphKernel:
     def _dataset(self, graphs, s):
         return self._datasets.get(graphs, s["node_program"], s["edge_program"], self._tables, s["dtype"])
 
-    def _diagonals(self, engine, s, X, Yg, dsX, dsY, pair_arr, solved, symmetric):
-        """K(X[i], X[i]) and K(Y[j], Y[j]), reusing the diagonal pairs already solved."""
+    def _diagonals(self, engine, X, Yg, dsX, dsY, pair_arr, solved, grad, plan, symmetric):
+        """K(X[i], X[i]) and K(Y[j], Y[j]), with their dK/dlog(theta) rows when ``plan`` is given
+        (zero-width otherwise), reusing the diagonal pairs already solved."""
         extra = []
+        n_free = 0 if plan is None else plan.n_free
 
-        def diagonal(ds, graphs, known):
-            d = np.full(len(graphs), np.nan)
-            for (a, b), k in known:
-                d[a] = k
+        def diagonal(ds, n, known):
+            d = np.full(n, np.nan)
+            gd = np.zeros((n, n_free))
+            d[pair_arr[known, 0]] = solved.K[known]
+            if plan is not None:
+                gd[pair_arr[known, 0]] = grad[known]
             need = np.flatnonzero(np.isnan(d))
             if len(need):
                 pa = np.stack([need, need], axis=1).astype(np.int64)
-                sol = engine.solve(ds, ds, pa, nodal=False)
+                sol = _solve(engine, ds, ds, pa, False, plan)
                 d[need] = sol.K
+                if plan is not None:
+                    gd[need] = plan.derivatives(sol.K, sol.gradient)
                 extra.append((pa, sol))
-            return d
+            return d, gd
 
-        same = pair_arr[:, 0] == pair_arr[:, 1]
-        known = list(zip(map(tuple, pair_arr[same].tolist()), solved.K[same].tolist())) if symmetric else []
-        diag_x = diagonal(dsX, X, known)
-        diag_y = diag_x if symmetric else diagonal(dsY, Yg, [])
-        return diag_x, diag_y, extra
+        known = np.flatnonzero(pair_arr[:, 0] == pair_arr[:, 1]) if symmetric else np.zeros(0, dtype=np.int64)
+        diag_x, gdiag_x = diagonal(dsX, len(X), known)
+        if symmetric:
+            return diag_x, diag_x, gdiag_x, gdiag_x, extra
+        diag_y, gdiag_y = diagonal(dsY, len(Yg), np.zeros(0, dtype=np.int64))
+        return diag_x, diag_y, gdiag_x, gdiag_y, extra
 
     @staticmethod
     def _assemble_nodal(X, Yg, pair_arr, blocks, symmetric, dtype, diags):
@@ -313,7 +559,8 @@ class MarginalizedGraphKernel:
             residuals=solved.residuals,
             product_sizes=dsX.n_nodes[pair_arr[:, 0]] * dsY.n_nodes[pair_arr[:, 1]],
             octile_pairs=solved.octile_pairs, edge_form=s["edge_program"].edge_form()[0],
-            seconds=time.perf_counter() - t0, solve_seconds=solved.seconds)
+            seconds=time.perf_counter() - t0, solve_seconds=solved.seconds,
+            adjoint_iterations=solved.adjoint_iterations)
 
     @staticmethod
     def _check_converged(problems, s, result):
@@ -349,15 +596,28 @@ class _CPUEngine:
         self.n_threads = n_threads
         self.s = s
 
-    def solve(self, ds1, ds2, pair_arr, *, nodal):
-        from graphkern._cpu import mgk as cpu_mgk
-
+    def _arguments(self, ds1, ds2, pair_arr):
+        """``(g1, g2, arguments)``: the pairs' graph indices and the argument list both Cython entry
+        points begin with (the two sets, the pairs, the programs, the hyperparameters)."""
         s = self.s
         dt = s["dtype"]
         args = solver_arguments(ds1, ds2, s)
-        m = len(pair_arr)
         g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
         g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
+        return g1, g2, (ds1.node_offsets, ds1.rowptr, ds1.indices, ds1.weights, ds1.degree, ds1.node_features,
+                ds1.edge_features,
+                ds2.node_offsets, ds2.rowptr, ds2.indices, ds2.weights, ds2.degree, ds2.node_features,
+                ds2.edge_features,
+                g1, g2, args["ncode"], args["nparam"].astype(dt), args["ecode"], args["eparam"].astype(dt),
+                args["edge_form"], args["ek_scale"], args["ek_theta"], args["ek_aux"], args["ek_slot"],
+                s["q"], s["tol"], s["max_iter"], s["p"])
+
+    def solve(self, ds1, ds2, pair_arr, *, nodal):
+        from graphkern._cpu import mgk as cpu_mgk
+
+        dt = self.s["dtype"]
+        m = len(pair_arr)
+        g1, g2, arguments = self._arguments(ds1, ds2, pair_arr)
         sizes = ds1.n_nodes[g1] * ds2.n_nodes[g2]
         K = np.zeros(m)
         iters = np.zeros(m, dtype=np.int32)
@@ -369,21 +629,64 @@ class _CPUEngine:
             nodal_off = np.zeros(1, dtype=np.int64)
             nodal_buf = np.zeros(1, dtype=dt)
         t0 = time.perf_counter()
-        cpu_mgk.solve_pairs(
-            ds1.node_offsets, ds1.rowptr, ds1.indices, ds1.weights, ds1.degree, ds1.node_features,
-            ds1.edge_features,
-            ds2.node_offsets, ds2.rowptr, ds2.indices, ds2.weights, ds2.degree, ds2.node_features,
-            ds2.edge_features,
-            g1, g2, args["ncode"], args["nparam"].astype(dt), args["ecode"], args["eparam"].astype(dt),
-            args["edge_form"], args["ek_scale"], args["ek_theta"], args["ek_aux"], args["ek_slot"],
-            s["q"], s["tol"], s["max_iter"], s["p"], K, iters, resid, nodal_buf, nodal_off, bool(nodal),
-            self.n_threads)
+        cpu_mgk.solve_pairs(*arguments, K, iters, resid, nodal_buf, nodal_off, bool(nodal),
+                            self.n_threads)
         seconds = time.perf_counter() - t0
         blocks = None
         if nodal:
             blocks = [nodal_buf[nodal_off[k]:nodal_off[k + 1]].reshape(ds1.n_nodes[g1[k]], ds2.n_nodes[g2[k]]).copy()
                       for k in range(m)]
         return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds)
+
+    def solve_gradient(self, ds1, ds2, pair_arr, plan):
+        """K and the raw derivatives of :class:`graphkern._mgk_gradient.GradientPlan` for each pair."""
+        from graphkern._cpu import mgk as cpu_mgk
+
+        dt = self.s["dtype"]
+        m = len(pair_arr)
+        _, _, arguments = self._arguments(ds1, ds2, pair_arr)
+        K = np.zeros(m)
+        iters, adj_iters = np.zeros(m, dtype=np.int32), np.zeros(m, dtype=np.int32)
+        resid, adj_resid = np.zeros(m), np.zeros(m)
+        raw = np.zeros((m, plan.n_raw))
+        nd, ct = plan.node_programs, plan.contraction_programs
+        t0 = time.perf_counter()
+        cpu_mgk.solve_pairs_gradient(
+            *arguments,
+            nd.code, nd.params.astype(dt), nd.code_off, nd.param_off,
+            plan.contraction_form, plan.contraction_theta, plan.contraction_aux, plan.contraction_slot,
+            ct.code, ct.params.astype(dt), ct.code_off, ct.param_off,
+            K, iters, resid, adj_iters, adj_resid, raw, self.n_threads)
+        return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, time.perf_counter() - t0)
+
+
+def _solve(engine, ds1, ds2, pair_arr, nodal, plan):
+    if plan is None:
+        return engine.solve(ds1, ds2, pair_arr, nodal=nodal)
+    return engine.solve_gradient(ds1, ds2, pair_arr, plan)
+
+
+def _normalized(K, dK, diag_x, diag_y, gdiag_x, gdiag_y):
+    """``K / sqrt(K_ii K_jj)`` and its derivative ``dK / s - K~ / 2 (dK_ii / K_ii + dK_jj / K_jj)``."""
+    scale = np.sqrt(diag_x * diag_y)
+    Kn = K / scale
+    if dK is None:
+        return Kn, None
+    dKn = dK / scale[..., None] - 0.5 * Kn[..., None] * (gdiag_x / diag_x[..., None] + gdiag_y / diag_y[..., None])
+    return Kn, dKn
+
+
+def _init_parameter_names(cls):
+    """The constructor's parameter names (scikit-learn's get_params convention)."""
+    return [name for name, param in inspect.signature(cls.__init__).parameters.items()
+            if name != "self" and param.kind != param.VAR_KEYWORD]
+
+
+def _same(value, default):
+    try:
+        return value is default or bool(value == default)
+    except (TypeError, ValueError):
+        return False
 
 
 def solver_arguments(ds1, ds2, s):

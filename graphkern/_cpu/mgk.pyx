@@ -12,6 +12,11 @@ kernel that ignores labels it factorizes as ``A1 P A2^T`` (``P`` the vector as a
 Vertex and edge kernels arrive as the numeric programs of graphkern.basekernels
 (``code``/``params``), interpreted by :func:`eval_program`.  The CG scalars (dot
 products, alpha, beta, norms) are accumulated in double in both precisions.
+
+:func:`solve_pairs_gradient` also solves the adjoint system ``M y = 1`` of each pair (M is
+symmetric) and contracts it with the solution x of ``M x = b`` into the derivatives of K:
+``dK/dtheta = p^2 (y^T db/dtheta - y^T (dM/dtheta) x)``; graphkern/_mgk_gradient.py says
+which derivative programs and edge contractions it is given.
 """
 
 from cython.parallel cimport parallel, prange
@@ -28,12 +33,19 @@ cdef enum:
     KIND_CONSTANT = 0
     KIND_KRONECKER_DELTA = 1
     KIND_SQUARE_EXPONENTIAL = 2
+    KIND_KRONECKER_DELTA_DERIVATIVE = 3
+    KIND_SQUARE_EXPONENTIAL_DERIVATIVE = 4
 
+# Edge-kernel shortcuts (graphkern/_mgk_gradient.py: EDGE_FORMS); the derivative forms are
+# d/dh of the Kronecker delta (1 where the labels differ) and d^2 exp(aux d^2), the square
+# exponential's derivative by its length scale up to the factor 1/length_scale^3.
 cdef enum:
     EDGE_GENERAL = 0
     EDGE_CONSTANT = 1
     EDGE_KRONECKER = 2
     EDGE_SQEXP = 3
+    EDGE_KRONECKER_DERIVATIVE = 4
+    EDGE_SQEXP_DERIVATIVE = 5
 
 # vectors of the per-thread work buffer
 cdef enum:
@@ -44,6 +56,8 @@ cdef enum:
     VEC_DIAG = 4
     VEC_TMP = 5
     N_VECTORS = 6
+    VEC_ADJOINT = 6       # gradient solves only: y of M y = 1
+    N_GRADIENT_VECTORS = 7
 
 # A vertex kernel that underflows (a square exponential of distant labels) would make the
 # diagonal D/V infinite; flooring it keeps the system finite and changes K by < 1e-20 relative.
@@ -78,12 +92,18 @@ cdef inline floating eval_program(const int32_t* code, const floating* par, cons
             elif kind == KIND_KRONECKER_DELTA:
                 if a[slot] != b[slot]:
                     prod = prod * par[pp]
+            elif kind == KIND_KRONECKER_DELTA_DERIVATIVE:
+                if a[slot] == b[slot]:
+                    prod = 0
             else:
                 d2 = 0
                 for c in range(width):
                     diff = a[slot + c] - b[slot + c]
                     d2 = d2 + diff * diff
-                prod = prod * fexp(par[pp + 1] * d2)
+                if kind == KIND_SQUARE_EXPONENTIAL:
+                    prod = prod * fexp(par[pp + 1] * d2)
+                else:
+                    prod = prod * (fexp(par[pp + 1] * d2) * d2 / (par[pp] * par[pp] * par[pp]))
             pp += 2
         total = total + prod
     return total
@@ -95,6 +115,28 @@ cdef struct EdgeForm:
     double theta
     double aux
     int slot
+
+
+cdef EdgeForm edge_form_of(int form, double scale, double theta, double aux, int slot) noexcept nogil:
+    cdef EdgeForm ek
+    ek.form = form
+    ek.scale = scale
+    ek.theta = theta
+    ek.aux = aux
+    ek.slot = slot
+    return ek
+
+
+cdef int64_t largest_product(const int64_t[::1] node_off1, const int64_t[::1] node_off2,
+                             const int64_t[::1] pair_g1, const int64_t[::1] pair_g2) noexcept:
+    """The largest ``n1 * n2`` among the pairs (at least 1): the length of each work vector."""
+    cdef int64_t k, size, largest = 1
+    for k in range(pair_g1.shape[0]):
+        size = ((node_off1[pair_g1[k] + 1] - node_off1[pair_g1[k]])
+                * (node_off2[pair_g2[k] + 1] - node_off2[pair_g2[k]]))
+        if size > largest:
+            largest = size
+    return largest
 
 
 cdef void xmv_offdiag(floating* y, const floating* x, floating* tmp,
@@ -130,7 +172,7 @@ cdef void xmv_offdiag(floating* y, const floating* x, floating* tmp,
                 for i2 in range(n2):
                     yrow[i2] = yrow[i2] + wa * trow[i2]
         return
-    if ek.form == EDGE_KRONECKER or ek.form == EDGE_SQEXP:
+    if ek.form != EDGE_GENERAL:
         xmv_single_feature(y, x, n1, rp1, ind1, w1, ef1, fe1, n2, rp2, ind2, w2, ef2, fe2, ek)
         return
     for i1 in range(n1):
@@ -151,12 +193,17 @@ cdef void xmv_single_feature(floating* y, const floating* x,
                              int n1, const int64_t* rp1, const int32_t* ind1, const floating* w1, const floating* ef1,
                              int fe1, int n2, const int64_t* rp2, const int32_t* ind2, const floating* w2,
                              const floating* ef2, int fe2, const EdgeForm* ek) noexcept nogil:
-    """The XMV for an edge kernel ``scale * base(e1[slot], e2[slot])`` (Kronecker delta or square exponential)."""
+    """The XMV for an edge kernel ``scale * base(e1[slot], e2[slot])``: a Kronecker delta, a square
+    exponential, or the derivative of either (the EDGE_* forms)."""
     cdef int i1, i2, slot = ek.slot
     cdef int64_t k1, k2
     cdef floating acc, wa, e1, diff
     cdef floating hit = <floating>ek.scale, miss = <floating>(ek.scale * ek.theta), aux = <floating>ek.aux
-    cdef bint kronecker = ek.form == EDGE_KRONECKER
+    cdef bint kronecker = ek.form == EDGE_KRONECKER or ek.form == EDGE_KRONECKER_DERIVATIVE
+    cdef bint sqexp_derivative = ek.form == EDGE_SQEXP_DERIVATIVE
+    if ek.form == EDGE_KRONECKER_DERIVATIVE:
+        hit = 0
+        miss = <floating>ek.scale
     cdef const floating* xrow
     cdef floating* yrow
     for i1 in range(n1):
@@ -172,6 +219,13 @@ cdef void xmv_single_feature(floating* y, const floating* x,
                     for k2 in range(rp2[i2], rp2[i2 + 1]):
                         acc = acc + w2[k2] * (hit if ef2[k2 * fe2 + slot] == e1 else miss) * xrow[ind2[k2]]
                     yrow[i2] = yrow[i2] + wa * acc
+            elif sqexp_derivative:
+                for i2 in range(n2):
+                    acc = 0
+                    for k2 in range(rp2[i2], rp2[i2 + 1]):
+                        diff = e1 - ef2[k2 * fe2 + slot]
+                        acc = acc + w2[k2] * (hit * fexp(aux * diff * diff) * diff * diff) * xrow[ind2[k2]]
+                    yrow[i2] = yrow[i2] + wa * acc
             else:
                 for i2 in range(n2):
                     acc = 0
@@ -181,42 +235,22 @@ cdef void xmv_single_feature(floating* y, const floating* x,
                     yrow[i2] = yrow[i2] + wa * acc
 
 
-cdef void solve_pair(floating* work, int64_t stride,
-                     int n1, const int64_t* rp1, const int32_t* ind1, const floating* w1, const floating* deg1,
-                     const floating* nf1, int fv1, const floating* ef1, int fe1,
-                     int n2, const int64_t* rp2, const int32_t* ind2, const floating* w2, const floating* deg2,
-                     const floating* nf2, int fv2, const floating* ef2, int fe2,
-                     const int32_t* ncode, const floating* npar, const EdgeForm* ek, const int32_t* ecode,
-                     const floating* epar, floating q, double tol, int max_iter, double p2,
-                     double* k_out, int32_t* it_out, double* res_out, floating* nodal) noexcept nogil:
+cdef int conjugate_gradient(floating* work, int64_t stride, floating* x, double rz, double bnorm,
+                            int n1, const int64_t* rp1, const int32_t* ind1, const floating* w1, const floating* ef1,
+                            int fe1, int n2, const int64_t* rp2, const int32_t* ind2, const floating* w2,
+                            const floating* ef2, int fe2, const EdgeForm* ek, const int32_t* ecode,
+                            const floating* epar, double tol, int max_iter, double* res_out) noexcept nogil:
+    """CG iterations on ``M x = b`` from the state the caller set up: ``x``, the residual ``r``, the
+    search direction ``p = r / m`` and ``rz = r^T p``; ``bnorm = ||b||``.  Returns the iterations."""
     cdef int64_t N = <int64_t>n1 * n2, i
-    cdef int i1, i2, it = 0
-    cdef floating* x = work + VEC_X * stride
+    cdef int it = 0
     cdef floating* r = work + VEC_R * stride
     cdef floating* p = work + VEC_P * stride
     cdef floating* Ap = work + VEC_AP * stride
     cdef floating* m = work + VEC_DIAG * stride
     cdef floating* tmp = work + VEC_TMP * stride
-    cdef floating d, v, bi, z, a, bt, ri
-    cdef double rz = 0, bb = 0, pAp, rr, rzn, alpha, beta, bnorm, rnorm, total
-    cdef floating floor_v = <floating>VERTEX_KERNEL_FLOOR
-    for i1 in range(n1):
-        for i2 in range(n2):
-            i = <int64_t>i1 * n2 + i2
-            d = (deg1[i1] + q) * (deg2[i2] + q)
-            v = eval_program(ncode, npar, nf1 + <int64_t>i1 * fv1, nf2 + <int64_t>i2 * fv2)
-            if v < floor_v:
-                v = floor_v
-            m[i] = d / v
-            bi = d * q * q
-            x[i] = 0
-            r[i] = bi
-            z = bi / m[i]
-            p[i] = z
-            rz += <double>bi * z
-            bb += <double>bi * bi
-    bnorm = sqrt(bb)
-    rnorm = bnorm
+    cdef floating a, bt, ri
+    cdef double pAp, rr, rzn, alpha, beta, rnorm = bnorm
     while it < max_iter:
         xmv_offdiag(Ap, p, tmp, n1, rp1, ind1, w1, ef1, fe1, n2, rp2, ind2, w2, ef2, fe2, ek, ecode, epar)
         pAp = 0
@@ -244,15 +278,140 @@ cdef void solve_pair(floating* work, int64_t stride,
         bt = <floating>beta
         for i in range(N):
             p[i] = r[i] / m[i] + bt * p[i]
-    total = 0
+    res_out[0] = rnorm / bnorm if bnorm > 0 else 0.0
+    return it
+
+
+cdef double solve_forward(floating* work, int64_t stride,
+                          int n1, const int64_t* rp1, const int32_t* ind1, const floating* w1, const floating* deg1,
+                          const floating* nf1, int fv1, const floating* ef1, int fe1,
+                          int n2, const int64_t* rp2, const int32_t* ind2, const floating* w2, const floating* deg2,
+                          const floating* nf2, int fv2, const floating* ef2, int fe2,
+                          const int32_t* ncode, const floating* npar, const EdgeForm* ek, const int32_t* ecode,
+                          const floating* epar, floating q, double tol, int max_iter,
+                          int32_t* it_out, double* res_out) noexcept nogil:
+    """Set up the pair's system (diagonal ``m = D / V``, ``b = D q^2``) and solve ``M x = b``; returns
+    ``sum(x)``, with x left in the work buffer."""
+    cdef int64_t N = <int64_t>n1 * n2, i
+    cdef int i1, i2
+    cdef floating* x = work + VEC_X * stride
+    cdef floating* r = work + VEC_R * stride
+    cdef floating* p = work + VEC_P * stride
+    cdef floating* m = work + VEC_DIAG * stride
+    cdef floating d, v, bi, z
+    cdef double rz = 0, bb = 0, total = 0
+    cdef floating floor_v = <floating>VERTEX_KERNEL_FLOOR
+    for i1 in range(n1):
+        for i2 in range(n2):
+            i = <int64_t>i1 * n2 + i2
+            d = (deg1[i1] + q) * (deg2[i2] + q)
+            v = eval_program(ncode, npar, nf1 + <int64_t>i1 * fv1, nf2 + <int64_t>i2 * fv2)
+            if v < floor_v:
+                v = floor_v
+            m[i] = d / v
+            bi = d * q * q
+            x[i] = 0
+            r[i] = bi
+            z = bi / m[i]
+            p[i] = z
+            rz += <double>bi * z
+            bb += <double>bi * bi
+    it_out[0] = conjugate_gradient(work, stride, x, rz, sqrt(bb), n1, rp1, ind1, w1, ef1, fe1,
+                                   n2, rp2, ind2, w2, ef2, fe2, ek, ecode, epar, tol, max_iter, res_out)
     for i in range(N):
         total += x[i]
+    return total
+
+
+cdef void solve_pair(floating* work, int64_t stride,
+                     int n1, const int64_t* rp1, const int32_t* ind1, const floating* w1, const floating* deg1,
+                     const floating* nf1, int fv1, const floating* ef1, int fe1,
+                     int n2, const int64_t* rp2, const int32_t* ind2, const floating* w2, const floating* deg2,
+                     const floating* nf2, int fv2, const floating* ef2, int fe2,
+                     const int32_t* ncode, const floating* npar, const EdgeForm* ek, const int32_t* ecode,
+                     const floating* epar, floating q, double tol, int max_iter, double p2,
+                     double* k_out, int32_t* it_out, double* res_out, floating* nodal) noexcept nogil:
+    cdef int64_t N = <int64_t>n1 * n2, i
+    cdef floating* x = work + VEC_X * stride
+    cdef double total = solve_forward(work, stride, n1, rp1, ind1, w1, deg1, nf1, fv1, ef1, fe1,
+                                      n2, rp2, ind2, w2, deg2, nf2, fv2, ef2, fe2, ncode, npar, ek, ecode, epar,
+                                      q, tol, max_iter, it_out, res_out)
     if nodal != NULL:
         for i in range(N):
             nodal[i] = <floating>(p2 * x[i])
     k_out[0] = p2 * total
-    it_out[0] = it
-    res_out[0] = rnorm / bnorm if bnorm > 0 else 0.0
+
+
+cdef void gradient_pair(floating* work, int64_t stride,
+                        int n1, const int64_t* rp1, const int32_t* ind1, const floating* w1, const floating* deg1,
+                        const floating* nf1, int fv1, const floating* ef1, int fe1,
+                        int n2, const int64_t* rp2, const int32_t* ind2, const floating* w2, const floating* deg2,
+                        const floating* nf2, int fv2, const floating* ef2, int fe2,
+                        const int32_t* ncode, const floating* npar, const EdgeForm* ek, const int32_t* ecode,
+                        const floating* epar, floating q, double tol, int max_iter, double p2,
+                        int n_node_derivatives, const int32_t* dcode, const floating* dpar, const int64_t* dcode_off,
+                        const int64_t* dpar_off,
+                        int n_contractions, const EdgeForm* cforms, const int32_t* ccode, const floating* cpar,
+                        const int64_t* ccode_off, const int64_t* cpar_off,
+                        double* k_out, int32_t* it_out, double* res_out, int32_t* adj_it_out, double* adj_res_out,
+                        double* grad) noexcept nogil:
+    """K of one pair and its raw derivatives ``grad = [dK/dtheta of each node derivative program,
+    dK/dq, y^T (A1 (x) A2 (.) E_c) x of each edge contraction c]``, all times p^2."""
+    cdef int64_t N = <int64_t>n1 * n2, i
+    cdef int i1, i2, j
+    cdef floating* x = work + VEC_X * stride
+    cdef floating* r = work + VEC_R * stride
+    cdef floating* p = work + VEC_P * stride
+    cdef floating* u = work + VEC_AP * stride
+    cdef floating* m = work + VEC_DIAG * stride
+    cdef floating* tmp = work + VEC_TMP * stride
+    cdef floating* y = work + VEC_ADJOINT * stride
+    cdef floating z, v, dv, d1, d2, d
+    cdef double rz = 0, acc, qq = <double>q * q
+    cdef floating floor_v = <floating>VERTEX_KERNEL_FLOOR
+    k_out[0] = p2 * solve_forward(work, stride, n1, rp1, ind1, w1, deg1, nf1, fv1, ef1, fe1,
+                                  n2, rp2, ind2, w2, deg2, nf2, fv2, ef2, fe2, ncode, npar, ek, ecode, epar,
+                                  q, tol, max_iter, it_out, res_out)
+    # the adjoint M y = 1 (M is symmetric), same preconditioner
+    for i in range(N):
+        y[i] = 0
+        r[i] = 1
+        z = 1 / m[i]
+        p[i] = z
+        rz += <double>z
+    adj_it_out[0] = conjugate_gradient(work, stride, y, rz, sqrt(<double>N), n1, rp1, ind1, w1, ef1, fe1,
+                                       n2, rp2, ind2, w2, ef2, fe2, ek, ecode, epar, tol, max_iter, adj_res_out)
+    # vertex-kernel hyperparameters: dM/dtheta = -D V^-2 dV/dtheta (V floored: no derivative there)
+    for j in range(n_node_derivatives):
+        acc = 0
+        for i1 in range(n1):
+            for i2 in range(n2):
+                i = <int64_t>i1 * n2 + i2
+                v = eval_program(ncode, npar, nf1 + <int64_t>i1 * fv1, nf2 + <int64_t>i2 * fv2)
+                if v < floor_v:
+                    continue
+                dv = eval_program(dcode + dcode_off[j], dpar + dpar_off[j], nf1 + <int64_t>i1 * fv1,
+                                  nf2 + <int64_t>i2 * fv2)
+                acc += <double>y[i] * x[i] * (<double>m[i] / v) * dv
+        grad[j] = p2 * acc
+    # q: D = (deg1 + q)(deg2 + q) and b = D q^2, so dD/dq = d1 + d2 and db/dq = q^2 dD/dq + 2 q D
+    acc = 0
+    for i1 in range(n1):
+        d1 = deg1[i1] + q
+        for i2 in range(n2):
+            i = <int64_t>i1 * n2 + i2
+            d2 = deg2[i2] + q
+            d = d1 * d2
+            acc += <double>y[i] * ((qq * (d1 + d2) + 2 * <double>q * d) - <double>x[i] * (d1 + d2) * m[i] / d)
+    grad[n_node_derivatives] = p2 * acc
+    # edge-kernel hyperparameters: y^T (A1 (x) A2 (.) dE) x
+    for j in range(n_contractions):
+        xmv_offdiag(u, x, tmp, n1, rp1, ind1, w1, ef1, fe1, n2, rp2, ind2, w2, ef2, fe2, &cforms[j],
+                    ccode + ccode_off[j], cpar + cpar_off[j])
+        acc = 0
+        for i in range(N):
+            acc += <double>y[i] * u[i]
+        grad[n_node_derivatives + 1 + j] = p2 * acc
 
 
 def solve_pairs(
@@ -277,25 +436,15 @@ def solve_pairs(
     ``p^2 x`` of pair k at ``nodal_out[nodal_off[k]:]``.
     """
     cdef int64_t n_pairs = pair_g1.shape[0]
-    cdef int64_t k, g1, g2, o1, o2, stride = 1
+    cdef int64_t k, g1, g2, o1, o2
     cdef int fv1 = nfeat1.shape[1], fv2 = nfeat2.shape[1], fe1 = efeat1.shape[1], fe2 = efeat2.shape[1]
-    cdef int n1, n2
     cdef double p2 = p_scale * p_scale
-    cdef EdgeForm ek
     cdef floating* work
     cdef floating* nodal_ptr
     cdef int failed = 0
     cdef int* failed_flag = &failed  # written through a pointer: a plain assignment would be thread-private
-    ek.form = edge_form
-    ek.scale = ek_scale
-    ek.theta = ek_theta
-    ek.aux = ek_aux
-    ek.slot = ek_slot
-    for k in range(n_pairs):
-        n1 = <int>(node_off1[pair_g1[k] + 1] - node_off1[pair_g1[k]])
-        n2 = <int>(node_off2[pair_g2[k] + 1] - node_off2[pair_g2[k]])
-        if <int64_t>n1 * n2 > stride:
-            stride = <int64_t>n1 * n2
+    cdef EdgeForm ek = edge_form_of(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
+    cdef int64_t stride = largest_product(node_off1, node_off2, pair_g1, pair_g2)
     if n_pairs == 0:
         return
     with nogil, parallel(num_threads=n_threads):
@@ -319,3 +468,78 @@ def solve_pairs(
             free(work)
     if failed:
         raise MemoryError(f"could not allocate the CG work vectors ({N_VECTORS} x {stride} values per thread)")
+
+
+def solve_pairs_gradient(
+        const int64_t[::1] node_off1, const int64_t[::1] rowptr1, const int32_t[::1] indices1,
+        const floating[::1] weights1, const floating[::1] degree1, const floating[:, ::1] nfeat1,
+        const floating[:, ::1] efeat1,
+        const int64_t[::1] node_off2, const int64_t[::1] rowptr2, const int32_t[::1] indices2,
+        const floating[::1] weights2, const floating[::1] degree2, const floating[:, ::1] nfeat2,
+        const floating[:, ::1] efeat2,
+        const int64_t[::1] pair_g1, const int64_t[::1] pair_g2,
+        const int32_t[::1] ncode, const floating[::1] nparam, const int32_t[::1] ecode, const floating[::1] eparam,
+        int edge_form, double ek_scale, double ek_theta, double ek_aux, int ek_slot,
+        double q, double tol, int max_iter, double p_scale,
+        const int32_t[::1] dcode, const floating[::1] dparam, const int64_t[::1] dcode_off,
+        const int64_t[::1] dparam_off,
+        const int32_t[::1] cform, const double[::1] ctheta, const double[::1] caux, const int32_t[::1] cslot,
+        const int32_t[::1] ccode, const floating[::1] cparam, const int64_t[::1] ccode_off,
+        const int64_t[::1] cparam_off,
+        double[::1] k_out, int32_t[::1] iters_out, double[::1] resid_out, int32_t[::1] adj_iters_out,
+        double[::1] adj_resid_out, double[:, ::1] grad_out, int n_threads):
+    """K and its raw derivatives for every listed pair (arguments as :func:`solve_pairs`).
+
+    ``dcode``/``dparam`` hold the derivative programs of the vertex kernel back to back
+    (program j at ``dcode_off[j]``/``dparam_off[j]``, ``len(dcode_off) - 1`` of them); edge
+    contraction c is the XMV of form ``cform[c]`` (scale 1, ``ctheta``/``caux`` its
+    shortcut's parameters, ``cslot`` its feature) or of the program at ``ccode_off[c]``.
+    Row k of ``grad_out`` receives ``[node derivatives, dK/dq, contractions]`` (see
+    :func:`gradient_pair`); ``adj_iters_out``/``adj_resid_out`` describe the adjoint solves.
+    """
+    cdef int64_t n_pairs = pair_g1.shape[0]
+    cdef int64_t k, g1, g2, o1, o2
+    cdef int fv1 = nfeat1.shape[1], fv2 = nfeat2.shape[1], fe1 = efeat1.shape[1], fe2 = efeat2.shape[1]
+    cdef int n_node_derivatives = dcode_off.shape[0] - 1, n_contractions = cform.shape[0], c
+    cdef double p2 = p_scale * p_scale
+    cdef EdgeForm* cforms
+    cdef floating* work
+    cdef int failed = 0
+    cdef int* failed_flag = &failed  # written through a pointer: a plain assignment would be thread-private
+    cdef EdgeForm ek = edge_form_of(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
+    cdef int64_t stride = largest_product(node_off1, node_off2, pair_g1, pair_g2)
+    if grad_out.shape[0] != n_pairs or grad_out.shape[1] != n_node_derivatives + 1 + n_contractions:
+        raise ValueError(f"grad_out must have shape ({n_pairs}, {n_node_derivatives + 1 + n_contractions})")
+    if n_pairs == 0:
+        return
+    cforms = <EdgeForm*>malloc((n_contractions + 1) * sizeof(EdgeForm))
+    if cforms == NULL:
+        raise MemoryError("could not allocate the edge contractions")
+    for c in range(n_contractions):
+        cforms[c] = edge_form_of(cform[c], 1.0, ctheta[c], caux[c], cslot[c])
+    try:
+        with nogil, parallel(num_threads=n_threads):
+            work = <floating*>malloc(N_GRADIENT_VECTORS * stride * sizeof(floating))
+            if work == NULL:
+                failed_flag[0] = 1
+            else:
+                for k in prange(n_pairs, schedule="dynamic"):
+                    g1 = pair_g1[k]
+                    g2 = pair_g2[k]
+                    o1 = node_off1[g1]
+                    o2 = node_off2[g2]
+                    gradient_pair(work, stride,
+                                  <int>(node_off1[g1 + 1] - o1), &rowptr1[o1], &indices1[0], &weights1[0],
+                                  &degree1[o1], &nfeat1[o1, 0], fv1, &efeat1[0, 0], fe1,
+                                  <int>(node_off2[g2 + 1] - o2), &rowptr2[o2], &indices2[0], &weights2[0],
+                                  &degree2[o2], &nfeat2[o2, 0], fv2, &efeat2[0, 0], fe2,
+                                  &ncode[0], &nparam[0], &ek, &ecode[0], &eparam[0], <floating>q, tol, max_iter, p2,
+                                  n_node_derivatives, &dcode[0], &dparam[0], &dcode_off[0], &dparam_off[0],
+                                  n_contractions, cforms, &ccode[0], &cparam[0], &ccode_off[0], &cparam_off[0],
+                                  &k_out[k], &iters_out[k], &resid_out[k], &adj_iters_out[k], &adj_resid_out[k],
+                                  &grad_out[k, 0])
+                free(work)
+    finally:
+        free(cforms)
+    if failed:
+        raise MemoryError(f"could not allocate the CG work vectors ({N_GRADIENT_VECTORS} x {stride} values per thread)")
