@@ -1,0 +1,375 @@
+"""Jaccard / Sorensen / overlap similarity against a plain Python set reference, CPU and GPU."""
+
+import itertools
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import graphkern
+from graphkern import Graph, GraphTooLargeError
+from graphkern import jaccard as jaccard_module
+from graphkern.jaccard import DeviceSimilarity, SymmetricPattern, choose_variant, jaccard, overlap, sorensen
+
+BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+GPU_VARIANTS = ["element", "binary", "warp", "balanced"]
+METRICS = {"jaccard": jaccard, "sorensen": sorensen, "overlap": overlap}
+# every metric x weighted x self-loop convention x output type
+CONVENTIONS = pytest.mark.parametrize(
+    "metric,weighted,self_loops,dtype",
+    list(itertools.product(METRICS, [False, True], [False, True], [np.float32, np.float64])))
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def neighbour_sets(A, *, weighted, self_loops):
+    """{k: weight} per vertex, from the stored entries of A (weight 1 when unweighted)."""
+    A = sp.csr_matrix(A)
+    A.sum_duplicates()
+    sets = []
+    for i in range(A.shape[0]):
+        lo, hi = A.indptr[i], A.indptr[i + 1]
+        row = {int(k): (float(v) if weighted else 1.0) for k, v in zip(A.indices[lo:hi], A.data[lo:hi])}
+        if self_loops:
+            row.setdefault(i, 1.0)
+        else:
+            row.pop(i, None)
+        sets.append(row)
+    return sets
+
+
+def reference(A, metric, *, weighted=False, self_loops=False):
+    """The similarity of every stored entry of A, in CSR order, by Python set arithmetic."""
+    A = sp.csr_matrix(A)
+    A.sum_duplicates()
+    sets = neighbour_sets(A, weighted=weighted, self_loops=self_loops)
+    out = np.zeros(A.nnz)
+    for i in range(A.shape[0]):
+        for k in range(A.indptr[i], A.indptr[i + 1]):
+            j = int(A.indices[k])
+            if i == j:
+                out[k] = 1.0
+                continue
+            a, b = sets[i], sets[j]
+            inter = sum(min(a[x], b[x]) for x in a.keys() & b.keys())
+            wa, wb = sum(a.values()), sum(b.values())
+            num, den = {"jaccard": (inter, wa + wb - inter), "sorensen": (2 * inter, wa + wb),
+                        "overlap": (inter, min(wa, wb))}[metric]
+            out[k] = num / den if den > 0 else 0.0
+    return out
+
+
+def random_graph(rng, n, density, *, loops=0.2, isolated=0.1):
+    """A random symmetric matrix with random positive weights, some self-loops and isolated nodes."""
+    A = sp.random(n, n, density=density, random_state=rng, format="coo")
+    A = sp.csr_matrix((A.data, (A.row, A.col)), shape=(n, n))
+    A = A + A.T
+    A.setdiag(np.where(rng.random(n) < loops, rng.random(n) + 0.1, 0.0))
+    alone = rng.random(n) < isolated
+    keep = sp.diags((~alone).astype(float))
+    A = (keep @ A @ keep).tocsr()
+    A.eliminate_zeros()
+    A.data = rng.random(A.nnz) + 0.05
+    A = sp.csr_matrix((A + A.T) / 2)
+    A.sort_indices()
+    return A
+
+
+def hub_graph(rng, n, hubs, hub_degree, extra_edges):
+    """Sparse random edges plus a few hubs each joined to about hub_degree random nodes."""
+    r = rng.integers(0, n, extra_edges)
+    c = rng.integers(0, n, extra_edges)
+    centres = rng.choice(n, hubs, replace=False)
+    hr = np.repeat(centres, hub_degree)
+    hc = rng.integers(0, n, hr.size)
+    rows, cols = np.concatenate([r, hr]), np.concatenate([c, hc])
+    keep = rows != cols
+    A = sp.csr_matrix((rng.random(keep.sum()) + 0.1, (rows[keep], cols[keep])), shape=(n, n))
+    A = A.maximum(A.T).tocsr()
+    A.sort_indices()
+    return A
+
+
+def assert_same_pattern(R, A):
+    A = sp.csr_matrix(A)
+    A.sum_duplicates()
+    assert isinstance(R, sp.csr_matrix)
+    assert R.shape == A.shape
+    np.testing.assert_array_equal(R.indptr, A.indptr)
+    np.testing.assert_array_equal(R.indices, A.indices)
+
+
+def tolerance(dtype, weighted):
+    if dtype == np.float64:
+        return 1e-12
+    return 2e-6 if weighted else 1e-7
+
+
+# --------------------------------------------------------------------------- against the reference
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@CONVENTIONS
+def test_matches_set_reference(rng, backend, metric, weighted, self_loops, dtype):
+    A = random_graph(rng, int(rng.integers(40, 90)), 0.08)
+    R = METRICS[metric](A, weighted=weighted, self_loops=self_loops, backend=backend, dtype=dtype)
+    assert_same_pattern(R, A)
+    assert R.dtype == dtype
+    np.testing.assert_allclose(R.data, reference(A, metric, weighted=weighted, self_loops=self_loops),
+                               rtol=0, atol=tolerance(dtype, weighted))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", GPU_VARIANTS)
+@CONVENTIONS
+def test_gpu_variant_matches_reference_and_cpu(rng, variant, metric, weighted, self_loops, dtype):
+    A = random_graph(rng, int(rng.integers(60, 120)), 0.1)
+    opts = dict(weighted=weighted, self_loops=self_loops, dtype=dtype)
+    gpu = METRICS[metric](A, backend="gpu", variant=variant, **opts)
+    cpu = METRICS[metric](A, backend="cpu", **opts)
+    assert_same_pattern(gpu, A)
+    assert not np.isnan(gpu.data).any(), "an entry was not written (outputs are poisoned with NaN)"
+    np.testing.assert_allclose(gpu.data, reference(A, metric, weighted=weighted, self_loops=self_loops),
+                               rtol=0, atol=tolerance(dtype, weighted))
+    if weighted:
+        np.testing.assert_allclose(gpu.data, cpu.data, rtol=0, atol=tolerance(dtype, True))
+    else:  # exact counts divided in double on both sides
+        np.testing.assert_array_equal(gpu.data, cpu.data)
+
+
+def skewed_graph(rng):
+    # hubs of degree ~2000 on 6000 nodes: hub-to-hub entries need ~2000 searches each,
+    # and the ~70k entries span many prefix-sum tiles of the balanced variant
+    return hub_graph(rng, 6000, hubs=4, hub_degree=2100, extra_edges=24000)
+
+
+def test_cpu_skewed_graph_matches_reference(rng):
+    A = skewed_graph(rng)
+    assert np.diff(A.indptr).max() > 1500
+    R = jaccard(A, backend="cpu", dtype=np.float64)
+    np.testing.assert_allclose(R.data, reference(A, "jaccard"), rtol=0, atol=1e-12)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", GPU_VARIANTS + ["auto"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gpu_skewed_graph(rng, variant, weighted):
+    A = skewed_graph(rng)
+    gpu = jaccard(A, weighted=weighted, backend="gpu", variant=variant, dtype=np.float64)
+    cpu = jaccard(A, weighted=weighted, backend="cpu", dtype=np.float64)
+    assert not np.isnan(gpu.data).any()
+    if weighted:
+        np.testing.assert_allclose(gpu.data, cpu.data, rtol=0, atol=1e-12)
+    else:
+        np.testing.assert_array_equal(gpu.data, cpu.data)
+    sample = rng.choice(A.nnz, 300, replace=False)  # the reference is slow on 2000-degree hubs
+    np.testing.assert_allclose(gpu.data[sample], reference(A, "jaccard", weighted=weighted)[sample], atol=1e-12)
+
+
+def test_auto_picks_balanced_for_skewed_degrees(rng):
+    A = skewed_graph(rng)
+    assert choose_variant(np.diff(A.indptr)) == "balanced"
+    ring = sp.diags([np.ones(999), np.ones(999)], [1, -1], shape=(1000, 1000)).tocsr()
+    assert choose_variant(np.diff(ring.indptr)) == "binary"
+    dense = np.full(500, 200)
+    assert choose_variant(dense) == "warp"
+    assert choose_variant(np.zeros(10, dtype=np.int64)) == "binary"
+
+
+# --------------------------------------------------------------------------- conventions
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_self_loop_conventions_by_hand(backend):
+    # triangle 0-1-2 with a self-loop on 0, and a pendant 3 on 2
+    A = sp.csr_matrix(np.array([[1, 1, 1, 0], [1, 0, 1, 0], [1, 1, 0, 1], [0, 0, 1, 0]], dtype=float))
+    R = jaccard(A, backend=backend, dtype=np.float64).toarray()
+    # N(0)={1,2}, N(1)={0,2}, N(2)={0,1,3}, N(3)={2}
+    assert R[0, 0] == 1.0  # a stored diagonal entry gets 1
+    assert R[0, 1] == pytest.approx(1 / 3)  # {2} / {0,1,2}
+    assert R[0, 2] == pytest.approx(1 / 4)  # {1} / {0,1,2,3}
+    assert R[2, 3] == 0.0  # {} / {0,1,2}: stored, so kept as an explicit zero
+    R = jaccard(A, backend=backend, dtype=np.float64, self_loops=True).toarray()
+    # N[0]={0,1,2}, N[1]={0,1,2}, N[2]={0,1,2,3}, N[3]={2,3}
+    assert R[0, 1] == 1.0
+    assert R[0, 2] == pytest.approx(3 / 4)
+    assert R[2, 3] == pytest.approx(2 / 4)
+    assert R[1, 1] == 0.0 and R[0, 0] == 1.0  # (1, 1) is not stored
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_weighted_self_loop_weight(backend):
+    # with self_loops=True a vertex's own weight is its stored w_ii, or 1 without a loop
+    A = sp.csr_matrix(np.array([[0.5, 2.0], [2.0, 0.0]]))
+    R = jaccard(A, weighted=True, self_loops=True, backend=backend, dtype=np.float64)
+    # N[0] = {0: 0.5, 1: 2}, N[1] = {0: 2, 1: 1}: min sum 0.5 + 1, max sum 2 + 2
+    assert R[0, 1] == pytest.approx(1.5 / 4.0)
+    R = jaccard(A, weighted=True, backend=backend, dtype=np.float64)
+    assert R[0, 1] == 0.0 and R[0, 0] == 1.0  # N(0) = {1}, N(1) = {0}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_isolated_vertices_and_empty_rows(rng, backend):
+    A = random_graph(rng, 60, 0.1, isolated=0.4)
+    assert (np.diff(A.indptr) == 0).any()
+    R = jaccard(A, backend=backend, dtype=np.float64)
+    assert_same_pattern(R, A)
+    np.testing.assert_allclose(R.data, reference(A, "jaccard"), atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_duplicates_in_coo_are_summed(rng, backend):
+    base = random_graph(rng, 50, 0.1, loops=0.0)
+    coo = base.tocoo()
+    # every entry given twice, each with half its weight (halving is exact, so the sums stay symmetric)
+    rows = np.concatenate([coo.row, coo.row])
+    cols = np.concatenate([coo.col, coo.col])
+    half = np.concatenate([coo.data / 2, coo.data / 2])
+    order = rng.permutation(rows.size)
+    dup = sp.coo_matrix((half[order], (rows[order], cols[order])), shape=base.shape)
+    for weighted in (False, True):
+        R = jaccard(dup, weighted=weighted, backend=backend, dtype=np.float64)
+        assert_same_pattern(R, base)
+        np.testing.assert_allclose(R.data, reference(base, "jaccard", weighted=weighted), atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_star_hub(rng, backend, self_loops):
+    m = int(rng.integers(50, 400))
+    edges = np.stack([np.zeros(m, dtype=np.int64), np.arange(1, m + 1)], axis=1)
+    G = Graph.from_edges(edges, m + 1)
+    J = jaccard(G, backend=backend, self_loops=self_loops, dtype=np.float64)
+    S = sorensen(G, backend=backend, self_loops=self_loops, dtype=np.float64)
+    O = overlap(G, backend=backend, self_loops=self_loops, dtype=np.float64)
+    if self_loops:  # N[hub] = all, N[leaf] = {leaf, hub}
+        np.testing.assert_allclose(J.data, 2 / (m + 1))
+        np.testing.assert_allclose(S.data, 4 / (m + 3))
+        np.testing.assert_allclose(O.data, 1.0)
+    else:  # N(hub) = leaves, N(leaf) = {hub}: nothing in common
+        assert J.nnz == 2 * m and np.all(J.data == 0) and np.all(S.data == 0) and np.all(O.data == 0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_complete_graph(rng, backend):
+    n = int(rng.integers(5, 60))
+    A = sp.csr_matrix(np.ones((n, n)) - np.eye(n))
+    np.testing.assert_allclose(jaccard(A, backend=backend, dtype=np.float64).data, (n - 2) / n)
+    np.testing.assert_allclose(sorensen(A, backend=backend, dtype=np.float64).data, (n - 2) / (n - 1))
+    np.testing.assert_allclose(overlap(A, backend=backend, dtype=np.float64).data, (n - 2) / (n - 1))
+    np.testing.assert_array_equal(jaccard(A, backend=backend, self_loops=True).data, 1.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_explicit_zeros_are_edges_and_kept(backend):
+    A = sp.csr_matrix((np.array([0.0, 1.0, 0.0, 1.0, 1.0, 1.0]),
+                       np.array([1, 2, 0, 2, 0, 1]), np.array([0, 2, 4, 6])), shape=(3, 3))
+    assert A.nnz == 6
+    R = jaccard(A, backend=backend, dtype=np.float64)
+    assert R.nnz == 6  # the explicit zeros (0, 1) and (1, 0) keep their place
+    np.testing.assert_allclose(R.data, reference(A, "jaccard"))
+    np.testing.assert_allclose(R.data, 1 / 3)  # a triangle
+    W = jaccard(A, weighted=True, backend=backend, dtype=np.float64)
+    np.testing.assert_allclose(W.data, reference(A, "jaccard", weighted=True), atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_and_matrix_inputs_agree(rng, backend):
+    A = random_graph(rng, 70, 0.08)
+    G = Graph.from_scipy(A, weighted=True)
+    for weighted in (False, True):
+        np.testing.assert_array_equal(jaccard(G, weighted=weighted, backend=backend).data,
+                                      jaccard(A, weighted=weighted, backend=backend).data)
+    # an unweighted Graph with weighted=True has unit weights: the same as unweighted
+    U = Graph.from_scipy(A, weighted=False)
+    np.testing.assert_allclose(jaccard(U, weighted=True, backend=backend, dtype=np.float64).data,
+                               jaccard(U, backend=backend, dtype=np.float64).data, atol=1e-15)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_empty_inputs(backend):
+    for A in (sp.csr_matrix((0, 0)), sp.csr_matrix((5, 5))):
+        R = jaccard(A, backend=backend, dtype=np.float64)
+        assert R.shape == A.shape and R.nnz == 0 and R.dtype == np.float64
+
+
+def test_cpu_thread_counts_agree(rng):
+    A = random_graph(rng, 300, 0.03)
+    one = jaccard(A, backend="cpu", n_threads=1, weighted=True, dtype=np.float64)
+    many = jaccard(A, backend="cpu", n_threads=3, weighted=True, dtype=np.float64)
+    np.testing.assert_array_equal(one.data, many.data)
+
+
+def test_input_is_not_modified(rng):
+    A = random_graph(rng, 40, 0.1)
+    before = (A.data.copy(), A.indices.copy(), A.indptr.copy())
+    R = jaccard(A, backend="cpu")
+    R.indices[:] = 0
+    for a, b in zip(before, (A.data, A.indices, A.indptr)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_module_stays_callable():
+    import graphkern.jaccard  # binds graphkern.jaccard to the module
+
+    A = sp.csr_matrix(np.ones((3, 3)) - np.eye(3))
+    np.testing.assert_allclose(graphkern.jaccard(A, backend="cpu").data, 1 / 3, rtol=1e-6)
+    assert callable(jaccard_module)
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_errors_name_the_problem():
+    sym = sp.csr_matrix(np.array([[0, 1.0], [1.0, 0]]))
+    with pytest.raises(ValueError, match="not symmetric"):
+        jaccard(sp.csr_matrix(np.array([[0, 1.0], [0, 0]])), backend="cpu")
+    with pytest.raises(ValueError, match="not symmetric"):  # an explicit zero without its mirror
+        jaccard(sp.csr_matrix((np.array([0.0]), np.array([1]), np.array([0, 1, 1])), shape=(2, 2)), backend="cpu")
+    with pytest.raises(ValueError, match="negative weight"):
+        jaccard(sp.csr_matrix(np.array([[0, -1.0], [-1.0, 0]])), weighted=True, backend="cpu")
+    # values other than their presence do not matter unweighted
+    assert jaccard(sp.csr_matrix(np.array([[0, -1.0], [-1.0, 0]])), backend="cpu").nnz == 2
+    with pytest.raises(ValueError, match="NaN"):
+        jaccard(sp.csr_matrix(np.array([[0, np.nan], [np.nan, 0]])), backend="cpu")
+    with pytest.raises(ValueError, match="square"):
+        jaccard(sp.csr_matrix(np.ones((2, 3))), backend="cpu")
+    with pytest.raises(TypeError, match="scipy.sparse"):
+        jaccard(np.ones((2, 2)), backend="cpu")
+    with pytest.raises(ValueError, match="dtype"):
+        jaccard(sym, dtype=np.int32, backend="cpu")
+    with pytest.raises(ValueError, match="variant"):
+        jaccard(sym, variant="fastest", backend="cpu")
+    with pytest.raises(TypeError, match="weighted"):
+        jaccard(sym, weighted="yes", backend="cpu")
+    with pytest.raises(TypeError, match="self_loops"):
+        jaccard(sym, self_loops=1, backend="cpu")
+    with pytest.raises(ValueError, match="backend"):
+        jaccard(sym, backend="tpu")
+    with pytest.raises(ValueError, match="n_threads"):
+        jaccard(sym, backend="cpu", n_threads=0)
+
+
+@pytest.mark.gpu
+def test_gpu_graph_too_large_names_the_size(gpu_device):
+    # 10^11 stored entries (a broadcast view: no host memory) need about 800 GB on the device
+    n = 10
+    indptr = np.linspace(0, 10**11, n + 1).astype(np.int64)
+    huge = SymmetricPattern(n, indptr, np.broadcast_to(np.int32(0), (10**11,)), None)
+    with pytest.raises(GraphTooLargeError, match="GiB"):
+        DeviceSimilarity(gpu_device, huge, metric=0, self_loops=False, dtype=np.float32, variant="binary")
+
+
+@pytest.mark.gpu
+def test_gpu_public_call_auto_and_repeated_compute(rng, gpu_device):
+    A = skewed_graph(rng)
+    cpu = jaccard(A, backend="cpu")
+    np.testing.assert_array_equal(jaccard(A, backend="gpu").data, cpu.data)
+    # compute() twice on one set of buffers: every pass must start from clean accumulators
+    run = DeviceSimilarity(gpu_device, jaccard_module.symmetric_pattern(A), metric=0, self_loops=False,
+                           dtype=np.float32, variant="balanced")
+    run.upload()
+    run.compute()
+    run.compute()
+    np.testing.assert_array_equal(run.download(np.empty(A.nnz, np.float32)), cpu.data)
