@@ -75,6 +75,7 @@ import numpy as np
 from graphkern._backend import BACKENDS, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._mgk_data import DatasetCache
 from graphkern._mgk_gradient import GradientPlan, finite_difference_steps, hyperparameter_specs
+from graphkern._mgk_tiled import check_reorder, resolve_techniques
 from graphkern.basekernels import Kernel, bounds_key, check_bounds
 from graphkern.errors import NotConvergedError
 from graphkern.graph import as_graph_list
@@ -166,8 +167,8 @@ class MarginalizedGraphKernel(_KernelBase):
     dtype : np.float32 or np.float64
         Working precision of the solver and the type of the result.
     backend : "auto", "cpu" or "gpu"
-    device : int or None
-        The GPU (one device; several are the scale-out work of a later release).
+    device : int, list of int, or None
+        The GPU, or several: the tiled solver splits the Gram matrix between them.
     n_threads : int or None
         OpenMP threads of the CPU solver (None: all cores, honouring OMP_NUM_THREADS).
     normalize : bool
@@ -176,6 +177,12 @@ class MarginalizedGraphKernel(_KernelBase):
         Bounds of q and p for hyperparameter optimization (``theta`` holds their logarithms);
         ``"fixed"`` keeps one out of ``theta``.  Default: q in (1e-3, 1 - 1e-3) (smaller q
         means longer walks and slower solves), p fixed.
+    reorder : "pbr", "rcm" or None
+        Vertex order in which the GPU solver cuts graphs into octiles (graphkern.reorder);
+        results do not depend on it.
+    techniques : "auto", "core", another preset name, or a dict
+        The GPU solver's techniques (graphkern._mgk_tiled: PRESETS and the keys of a dict);
+        ``"core"`` runs the untiled solver of cuda_src/mgk.cu.
 
     Calling ``kernel(X, Y=None, eval_gradient=False, *, nodal=False, pairs=None)`` returns
     the Gram matrix (``Y=None``: X against itself, solving only the upper triangle), the
@@ -190,7 +197,7 @@ class MarginalizedGraphKernel(_KernelBase):
 
     def __init__(self, node_kernel, edge_kernel, *, p="uniform", q=0.05, tol=None, max_iter=None,
                  dtype=np.float32, backend="auto", device=None, n_threads=None, normalize=False,
-                 q_bounds=(1e-3, 1 - 1e-3), p_bounds="fixed"):
+                 q_bounds=(1e-3, 1 - 1e-3), p_bounds="fixed", reorder="pbr", techniques="auto"):
         self.node_kernel = node_kernel
         self.edge_kernel = edge_kernel
         self.p = p
@@ -204,6 +211,8 @@ class MarginalizedGraphKernel(_KernelBase):
         self.normalize = normalize
         self.q_bounds = q_bounds
         self.p_bounds = p_bounds
+        self.reorder = reorder
+        self.techniques = techniques
         self._settings()  # validate now so that a bad argument fails where it was written
         self._tables = {"node": {}, "edge": {}}
         self._datasets = DatasetCache()
@@ -248,6 +257,8 @@ class MarginalizedGraphKernel(_KernelBase):
         if not isinstance(self.q_bounds, str) and not bounds_key(self.q_bounds)[1] < 1:
             raise ValueError(f"MarginalizedGraphKernel: q_bounds must lie below 1 (q is a stopping probability), "
                              f"got {self.q_bounds!r}")
+        check_reorder(self.reorder)
+        resolve_techniques(self.techniques)
         return dict(node_program=node_program, edge_program=edge_program, p=p, q=q, tol=float(tol),
                     max_iter=int(max_iter), dtype=dtype)
 
@@ -495,6 +506,12 @@ class MarginalizedGraphKernel(_KernelBase):
 
     # ------------------------------------------------------------------ helpers
     def _engine(self, s):
+        if resolve_backend(self.backend) == "gpu":  # the tiled solver, unless techniques="core"
+            from graphkern._mgk_tiled import tiled_engine
+            engine = tiled_engine(resolve_devices(self.device), s, techniques=self.techniques, reorder=self.reorder,
+                                  n_threads=self.n_threads)
+            if engine is not None:
+                return engine
         return self._core_engine(s)
 
     def _core_engine(self, s):

@@ -1,0 +1,380 @@
+"""The tiled GPU solver of the marginalized graph kernel (issue 7): octiles built for it, options, the
+multi-GPU split on the host; on a GPU, every combination of techniques against the core solver
+and the dense float64 reference."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from graphkern import NotConvergedError
+from graphkern._mgk_dense import dense_mgk, dense_mgk_pair
+from graphkern._mgk_tiled import (FORM_THRESHOLDS, INCREMENTAL_STEPS, PRESETS, ROW_SLOTS, SLAB, TiledData,
+                                  bitmap_mask, choose_team, expected_iterations, resolve_techniques, shared_bytes,
+                                  split_pairs, thresholds, tiled_data)
+from graphkern.basekernels import Additive, Constant, KroneckerDelta, SquareExponential, TensorProduct
+from graphkern.graph import Graph
+from graphkern.mgk import MarginalizedGraphKernel
+
+# One kernel pair per edge-kernel form of the solver: constant, the two shortcuts, the interpreter.
+KERNELS = {
+    "constant": (Constant(1.0), Constant(0.9)),
+    "kronecker": (TensorProduct(element=KroneckerDelta(0.4)), TensorProduct(order=KroneckerDelta(0.3))),
+    "sqexp": (TensorProduct(element=KroneckerDelta(0.5), charge=SquareExponential(1.2)),
+              TensorProduct(length=SquareExponential(0.6), k=Constant(0.8))),
+    "general": (Additive(element=KroneckerDelta(0.3), coords=SquareExponential(1.5)),
+                TensorProduct(order=KroneckerDelta(0.5), length=SquareExponential(0.9))),
+}
+TECHNIQUE_GRID = dict(tiles=("sparse", "dense"), primitives=("adaptive", "dd", "ds", "ss"), storage=("compact", "full"),
+                      team=("warp", "block"), schedule=("dynamic", "static"))
+H100_SHARED_LIMIT = 227 * 1024
+
+
+def labeled_graph(rng, n, density=0.3, *, self_loops=True, weighted=True, components=1, edges=None):
+    """A labeled, weighted graph; ``components`` > 1 splits the vertices into unconnected blocks."""
+    if edges is None:
+        block = rng.integers(0, components, n) if components > 1 else np.zeros(n, dtype=int)
+        edges = [(i, j) for i in range(n) for j in range(i if self_loops else i + 1, n)
+                 if block[i] == block[j] and rng.random() < density]
+    m = len(edges)
+    edge_labels = {"order": rng.integers(1, 4, m), "length": rng.uniform(1.0, 2.0, m)}
+    G = Graph.from_edges(np.array(edges, dtype=np.int64).reshape(-1, 2), n,
+                         weights=rng.uniform(0.5, 2.0, m) if weighted and m else None,
+                         node_labels={"element": rng.integers(0, 3, n), "charge": rng.normal(size=n),
+                                      "coords": rng.normal(size=(n, 3))},
+                         edge_labels=edge_labels if m else None)
+    if not m:  # Graph cannot check empty label columns against an empty CSR: attach them afterwards
+        G.edge_labels.update(edge_labels)
+    return G
+
+
+def star_graph(rng, n):
+    """Vertex 0 joined to every other vertex: its tile row holds ceil(n / 8) octiles."""
+    return labeled_graph(rng, n, edges=[(0, j) for j in range(1, n)] + [(j, j + 1) for j in range(1, n - 1, 3)])
+
+
+def edge_case_set(rng):
+    """n < 8, n not a multiple of 8, a single vertex, no edges, disconnected parts, a long tile row."""
+    return [labeled_graph(rng, 1), labeled_graph(rng, 5, 0.6), labeled_graph(rng, 9, components=3),
+            labeled_graph(rng, 12, weighted=False), labeled_graph(rng, 6, 0.0), labeled_graph(rng, 17, 0.25),
+            labeled_graph(rng, 26, 0.15, components=2), star_graph(rng, 70)]
+
+
+def rel_err(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b)) / np.abs(b)))
+
+
+def dataset(graphs, name="general", dtype=np.float64):
+    kern = MarginalizedGraphKernel(*KERNELS[name], dtype=dtype, backend="cpu")
+    return kern._dataset(graphs, kern._settings())
+
+
+# ---------------------------------------------------------------------------- options
+
+
+def test_presets_and_technique_validation():
+    assert resolve_techniques("core") is None
+    assert resolve_techniques(None) == resolve_techniques("auto")
+    for name, tech, reorder in INCREMENTAL_STEPS:
+        assert set(tech) == set(resolve_techniques("auto"))
+    # each incremental step adds exactly one technique to the one before
+    for (_, before, r0), (name, after, r1) in zip(INCREMENTAL_STEPS, INCREMENTAL_STEPS[1:]):
+        changed = {k for k in after if after[k] != before[k]} | ({"reorder"} if r0 != r1 else set())
+        assert len(changed) == 1, (name, changed)
+    assert PRESETS["dynsched"]["schedule"] == "dynamic" and PRESETS["dense"]["tiles"] == "dense"
+    tech = resolve_techniques({"storage": "full", "ss_max": 4, "block_warps": np.int64(4)})
+    assert tech["storage"] == "full" and tech["ss_max"] == 4 and tech["block_warps"] == 4
+    for bad, match in [({"tiles": "some"}, r"techniques\['tiles'\] must be one of"),
+                       ({"ss_max": 65}, r"techniques\['ss_max'\] must be an int in \[-1, 64\]"),
+                       ({"block_warps": None}, "block_warps"), ({"block_warps": 17}, "block_warps"),
+                       ({"slab": 32}, "slab"), ({"rows": 3}, "unknown key 'rows'"), ("fastest", "unknown preset")]:
+        with pytest.raises(ValueError, match=match):
+            resolve_techniques(bad)
+    with pytest.raises(TypeError, match="preset name or a dict"):
+        resolve_techniques(3)
+    nk, ek = KERNELS["constant"]
+    with pytest.raises(ValueError, match="reorder must be one of"):
+        MarginalizedGraphKernel(nk, ek, reorder="metis")
+    with pytest.raises(ValueError, match="unknown key"):
+        MarginalizedGraphKernel(nk, ek, techniques={"team": "block", "colour": 1})
+    kern = MarginalizedGraphKernel(nk, ek, reorder=None, techniques={"team": "warp"})
+    assert kern.get_params()["reorder"] is None and kern.get_params()["techniques"] == {"team": "warp"}
+
+
+def test_thresholds_by_form_and_forced_primitives():
+    base = resolve_techniques("auto")
+    for form, (ss, ds) in FORM_THRESHOLDS.items():
+        assert thresholds(base, form) == (ss, ds) and -1 <= ss <= ds <= 64
+    assert thresholds(dict(base, primitives="dd"), "sqexp") == (-1, -1)
+    assert thresholds(dict(base, primitives="ds"), "sqexp") == (-1, 64)
+    assert thresholds(dict(base, primitives="ss"), "sqexp") == (64, 64)
+    assert thresholds(dict(base, ss_max=3, ds_max=None), "kronecker") == (3, FORM_THRESHOLDS["kronecker"][1])
+
+
+def test_cpu_results_do_not_depend_on_gpu_options(rng):
+    X = [labeled_graph(rng, n) for n in (4, 11)]
+    nk, ek = KERNELS["kronecker"]
+    a = MarginalizedGraphKernel(nk, ek, dtype=np.float64, backend="cpu")(X)
+    b = MarginalizedGraphKernel(nk, ek, dtype=np.float64, backend="cpu", reorder=None, techniques="dense")(X)
+    np.testing.assert_array_equal(a, b)
+
+
+# ---------------------------------------------------------------------------- octiles for the solver
+
+
+def _decode(td, g):
+    """Graph g of a TiledData as dense (n, n, channels) values and an (n, n) stored-entry mask."""
+    n = int(td.n_nodes[g])
+    side = -(-n // 8)
+    vals = np.zeros((side * 8, side * 8, td.channels))
+    seen = np.zeros((side * 8, side * 8), dtype=bool)
+    rp = td.tile_rowptr[td.rowptr_offset[g]: td.rowptr_offset[g] + side + 1]
+    assert rp[0] == td.tile_offsets[g] and rp[-1] == td.tile_offsets[g + 1]
+    mask = bitmap_mask(td.bitmap[:len(td.tile_row)])
+    for R in range(side):
+        cols = td.tile_col[rp[R]:rp[R + 1]]
+        assert np.all(np.diff(cols) > 0) and np.all(td.tile_row[rp[R]:rp[R + 1]] == R)
+        for t in range(rp[R], rp[R + 1]):
+            C = td.tile_col[t]
+            if td.storage == "compact":
+                block = np.zeros((64, td.channels))
+                block[mask[t]] = td.values[td.nz_offsets[t]: td.nz_offsets[t] + mask[t].sum()]
+            else:
+                block = td.values[t].T
+            assert td.nnz_per_tile[t] == mask[t].sum()
+            vals[R * 8:R * 8 + 8, C * 8:C * 8 + 8] = block.reshape(8, 8, -1)
+            seen[R * 8:R * 8 + 8, C * 8:C * 8 + 8] = mask[t].reshape(8, 8)
+    assert not vals[n:].any() and not vals[:, n:].any() and not seen[n:].any() and not seen[:, n:].any()
+    return vals[:n, :n], seen[:n, :n]
+
+
+@pytest.mark.parametrize("reorder", [None, "rcm", "pbr"])
+@pytest.mark.parametrize("tiles, storage", [("sparse", "compact"), ("sparse", "full"), ("dense", "compact"),
+                                            ("dense", "full")])
+def test_tiled_data_holds_the_reordered_graphs(rng, reorder, tiles, storage):
+    X = edge_case_set(rng)
+    ds = dataset(X)
+    length_column = 1 + 1  # channel 0 is the weight; the features are (order code, length)
+    td = tiled_data(ds, reorder=reorder, tiles=tiles, storage=storage, channels=(0, length_column), n_threads=2)
+    assert td is tiled_data(ds, reorder=reorder, tiles=tiles, storage=storage, channels=(0, length_column))
+    for g, G in enumerate(X):
+        perm = np.arange(G.n_nodes) if td.perms is None else td.perms[g]
+        np.testing.assert_array_equal(np.sort(perm), np.arange(G.n_nodes))
+        H = G.permute(perm)
+        vals, seen = _decode(td, g)
+        A = H.to_scipy().toarray()
+        np.testing.assert_array_equal(seen, A != 0)
+        np.testing.assert_allclose(vals[..., 0], A, rtol=1e-15)
+        rows = np.repeat(np.arange(H.n_nodes), np.diff(H.indptr))
+        np.testing.assert_allclose(vals[rows, H.indices, 1], H.edge_labels["length"], rtol=1e-15)
+        side = -(-G.n_nodes // 8)
+        if tiles == "dense":
+            assert td.tiles_per_graph[g] == side * side
+        else:
+            assert td.tiles_per_graph[g] == len(np.unique((rows // 8) * side + H.indices // 8))
+        lo = ds.node_offsets[g]
+        np.testing.assert_allclose(td.degree[lo:lo + G.n_nodes], A.sum(axis=1), rtol=1e-12)
+        np.testing.assert_array_equal(td.node_features[lo:lo + G.n_nodes], ds.node_features[lo + perm])
+        assert td.max_degree[g] == pytest.approx(A.sum(axis=1).max() if G.n_nodes else 0.0)
+
+
+def test_reordering_never_adds_octiles(rng):
+    X = [labeled_graph(rng, n, 0.1) for n in (30, 45, 64)] + [star_graph(rng, 50)]
+    ds = dataset(X, "constant")
+    natural = tiled_data(ds, reorder=None, tiles="sparse", storage="compact", channels=(0,))
+    pbr = tiled_data(ds, reorder="pbr", tiles="sparse", storage="compact", channels=(0,))
+    assert np.all(pbr.tiles_per_graph <= natural.tiles_per_graph)
+    assert pbr.values.shape == natural.values.shape  # the same nonzeros, in fewer octiles
+
+
+def test_unpermute_puts_nodal_blocks_back(rng):
+    X = [labeled_graph(rng, n) for n in (7, 13)]
+    ds = dataset(X)
+    td = tiled_data(ds, reorder="pbr", tiles="sparse", storage="compact", channels=(0,))
+    R = rng.normal(size=(7, 13))
+    permuted = R[np.ix_(td.perms[0], td.perms[1])]  # what the solver computes in its numbering
+    np.testing.assert_array_equal(td.unpermute(0, permuted, td, 1), R)
+    natural = tiled_data(ds, reorder=None, tiles="sparse", storage="compact", channels=(0,))
+    assert natural.unpermute(0, R, natural, 1) is R
+
+
+# ---------------------------------------------------------------------------- planning on the host
+
+
+@pytest.mark.parametrize("n_devices", [1, 2, 3])
+def test_split_pairs_covers_every_pair_once_and_balances(rng, n_devices):
+    n = 60
+    i, j = np.triu_indices(n)
+    pairs = np.stack([i, j], axis=1)
+    cost = rng.lognormal(0.0, 1.0, len(pairs))
+    shares = split_pairs(pairs, cost, n_devices)
+    assert len(shares) == n_devices
+    np.testing.assert_array_equal(np.sort(np.concatenate(shares)), np.arange(len(pairs)))
+    loads = np.array([cost[s].sum() for s in shares])
+    assert loads.max() <= 1.1 * loads.mean()
+    # a pair's Gram tile goes to one device: devices need few graphs each
+    if n_devices > 1:
+        assert all(len(np.unique(pairs[s, 0])) < n for s in shares)
+    assert [len(s) for s in split_pairs(np.zeros((0, 2), np.int64), np.zeros(0), 2)] == [0, 0]
+
+
+def test_predicted_cost_model():
+    # denser graphs and smaller q need more CG iterations
+    assert expected_iterations(np.array([6.0]), np.array([6.0]), 0.05) > expected_iterations(np.array([2.0]),
+                                                                                             np.array([2.0]), 0.05)
+    assert expected_iterations(np.array(3.0), np.array(3.0), 0.001) > expected_iterations(np.array(3.0),
+                                                                                          np.array(3.0), 0.1)
+    assert expected_iterations(np.array(0.0), np.array(5.0), 0.05) == pytest.approx(1.0)
+    assert choose_team(200_000, np.full(10, 120), 132) == "warp"
+    assert choose_team(500, np.full(10, 120), 132) == "block"
+    assert choose_team(200_000, np.full(10, 700_000), 132) == "block"
+
+
+@pytest.mark.parametrize("itemsize", [4, 8])
+@pytest.mark.parametrize("planes", [1, 2, 4])
+def test_default_launch_fits_shared_memory(itemsize, planes):
+    for team, warps, teams in (("warp", 1, 4), ("block", 8, 1), ("block", 16, 1)):
+        nbytes = shared_bytes(itemsize, planes, ROW_SLOTS[team], SLAB[team], warps, teams)
+        assert nbytes <= H100_SHARED_LIMIT, (team, warps)
+    # three blocks of warp teams per SM with the shortcut forms in float32
+    assert 3 * shared_bytes(4, 2, ROW_SLOTS["warp"], SLAB["warp"], 1, 4) <= 228 * 1024
+
+
+# ---------------------------------------------------------------------------- on the GPU
+
+
+def _all_combinations():
+    keys = list(TECHNIQUE_GRID)
+    for values in itertools.product(*TECHNIQUE_GRID.values()):
+        yield dict(zip(keys, values))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_every_combination_matches_core_and_dense_reference(rng, name):
+    X = edge_case_set(rng) + [labeled_graph(rng, 40, 0.12)]
+    nk, ek = KERNELS[name]
+    ref = dense_mgk(X, None, nk.compile(), ek.compile(), q=0.05)
+    core = MarginalizedGraphKernel(nk, ek, q=0.05, backend="gpu", techniques="core")(X)
+    assert rel_err(core, ref) < 3e-5
+    kern = MarginalizedGraphKernel(nk, ek, q=0.05, backend="gpu")
+    failures = []
+    for reorder in (None, "rcm", "pbr"):
+        for tech in _all_combinations():
+            kern.reorder, kern.techniques = reorder, tech
+            K = kern(X)
+            assert K.dtype == np.float32
+            err_ref, err_core = rel_err(K, ref), rel_err(K, core)
+            np.testing.assert_array_equal(K, K.T)
+            if not (err_ref < 3e-5 and err_core < 3e-5):
+                failures.append((reorder, tech, err_ref, err_core))
+    assert not failures, failures[:5]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_float64_every_primitive_and_team(rng, name):
+    X = edge_case_set(rng)
+    nk, ek = KERNELS[name]
+    ref = dense_mgk(X, None, nk.compile(), ek.compile(), q=0.05)
+    kern = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu")
+    for primitives, storage, team in itertools.product(("adaptive", "dd", "ds", "ss"), ("compact", "full"),
+                                                       ("warp", "block")):
+        kern.techniques = dict(primitives=primitives, storage=storage, team=team)
+        assert rel_err(kern(X), ref) < 1e-10, (primitives, storage, team)
+
+
+@pytest.mark.gpu
+def test_windows_chunks_and_block_sizes(rng):
+    """Slabs smaller than a pair's output and fewer slots than a tile row's octiles: the XMV is
+    taken in windows of G2 and chunks of G1; every block size gives the same matrix."""
+    X = [star_graph(rng, 90), labeled_graph(rng, 75, 0.2), labeled_graph(rng, 33, 0.3), labeled_graph(rng, 3)]
+    nk, ek = KERNELS["kronecker"]
+    ref = dense_mgk(X, None, nk.compile(), ek.compile(), q=0.05)
+    kern = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu")
+    for team, warps in (("warp", 1), ("block", 1), ("block", 2), ("block", 5), ("block", 16)):
+        for row_slots, slab in ((1, 64), (2, 128), (3, 192), (None, None)):
+            kern.techniques = dict(team=team, block_warps=warps, row_slots=row_slots, slab=slab)
+            assert rel_err(kern(X), ref) < 1e-10, (team, warps, row_slots, slab)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reorder", [None, "pbr"])
+@pytest.mark.parametrize("team", ["warp", "block"])
+def test_nodal_rectangular_pairs_and_normalize(rng, reorder, team):
+    X = [labeled_graph(rng, n) for n in (1, 6, 11, 20)]
+    Y = [labeled_graph(rng, n) for n in (4, 9, 17)]
+    nk, ek = KERNELS["sqexp"]
+    node_p, edge_p = nk.compile(), ek.compile()
+    kw = dict(q=0.05, p=0.8, tol=1e-13, dtype=np.float64, reorder=reorder, techniques={"team": team})
+    kern = MarginalizedGraphKernel(nk, ek, backend="gpu", **kw)
+    R = kern(X, Y, nodal=True)
+    K = kern(X, Y)
+    offx = np.cumsum([0] + [g.n_nodes for g in X])
+    offy = np.cumsum([0] + [g.n_nodes for g in Y])
+    for a, G1 in enumerate(X):
+        for b, G2 in enumerate(Y):
+            ref = dense_mgk_pair(G1, G2, node_p, edge_p, p=0.8, q=0.05, nodal=True)
+            np.testing.assert_allclose(R[offx[a]:offx[a + 1], offy[b]:offy[b + 1]], ref, rtol=1e-9)
+            assert abs(ref.sum() - K[a, b]) <= 1e-10 * K[a, b]
+    pairs = np.array([[3, 2], [0, 1], [3, 2]])
+    np.testing.assert_allclose(kern(X, Y, pairs=pairs), K[pairs[:, 0], pairs[:, 1]], rtol=1e-12)
+    cpu = MarginalizedGraphKernel(nk, ek, backend="cpu", normalize=True, **kw)
+    gpu = MarginalizedGraphKernel(nk, ek, backend="gpu", normalize=True, **kw)
+    assert rel_err(gpu(X, Y), cpu(X, Y)) < 1e-10
+    np.testing.assert_allclose(gpu.diag(X), np.ones(len(X)))
+
+
+@pytest.mark.gpu
+def test_small_stopping_probability_and_non_convergence(rng):
+    X = [labeled_graph(rng, n, 0.2, weighted=False) for n in (6, 15, 24)]
+    nk, ek = KERNELS["constant"]
+    ref = dense_mgk(X, None, nk.compile(), ek.compile(), q=5e-4)
+    K = MarginalizedGraphKernel(nk, ek, q=5e-4, tol=1e-13, dtype=np.float64, backend="gpu")(X)
+    assert rel_err(K, ref) < 1e-9
+    kern = MarginalizedGraphKernel(nk, ek, q=0.01, max_iter=2, backend="gpu")
+    with pytest.raises(NotConvergedError, match="max_iter=2") as info:
+        kern(X)
+    assert len(info.value.pairs) == 6 and np.all(info.value.iterations == 2)
+    np.testing.assert_array_equal(kern.info_.iterations, 2)
+
+
+@pytest.mark.gpu
+def test_dataset_and_device_copies_are_reused(rng):
+    X = [labeled_graph(rng, n) for n in (5, 19, 30)]
+    nk, ek = KERNELS["kronecker"]
+    kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="gpu")
+    kern(X)
+    ds = next(iter(kern._datasets._entries.values()))[2]
+    engine = kern._engine(kern._settings())
+    td, _, _ = engine.datasets(ds, ds)
+    copies = dict(td._device)
+    assert copies and isinstance(td, TiledData)
+    kern.q = 0.3
+    K = kern(X)
+    assert all(td._device[k] is v for k, v in copies.items())
+    assert rel_err(K, dense_mgk(X, None, nk.compile(), ek.compile(), q=0.3)) < 1e-10
+    assert kern.info_.octile_pairs is not None and np.all(kern.info_.octile_pairs >= 0)
+
+
+@pytest.mark.gpu
+@pytest.mark.multigpu
+@pytest.mark.parametrize("team", ["warp", "block"])
+def test_two_gpus_equal_one(rng, team):
+    X = [labeled_graph(rng, int(n), 0.15) for n in rng.integers(5, 60, 24)]
+    nk, ek = KERNELS["sqexp"]
+    kw = dict(q=0.05, tol=1e-13, dtype=np.float64, backend="gpu", techniques={"team": team})
+    one = MarginalizedGraphKernel(nk, ek, device=0, **kw)(X)
+    kern = MarginalizedGraphKernel(nk, ek, device=[0, 1], **kw)
+    two = kern(X)
+    engine = kern._engine(kern._settings())
+    assert rel_err(two, one) < 1e-11
+    engine.solve(*[next(iter(kern._datasets._entries.values()))[2]] * 2,
+                 np.stack(np.triu_indices(len(X)), axis=1).astype(np.int64), nodal=False)
+    assert sorted(r[0] for r in engine.last_run) == [0, 1]
+    assert sum(r[1] for r in engine.last_run) == len(X) * (len(X) + 1) // 2
+    swapped = MarginalizedGraphKernel(nk, ek, device=[1, 0], **kw)
+    assert rel_err(swapped(X), one) < 1e-11
+    Y = X[:5]
+    np.testing.assert_allclose(kern(X, Y, nodal=True), MarginalizedGraphKernel(nk, ek, device=0, **kw)(X, Y, nodal=True),
+                               rtol=1e-10)
