@@ -19,6 +19,12 @@
 //
 // CG vectors live in global scratch, one slot per resident warp (grid-stride over pairs);
 // dot products are accumulated in double in both precisions and reduced by warp shuffles.
+//
+// Gradients (mgk_gradient_*): the same warp also solves the adjoint M y = 1 (M is symmetric)
+// with the same CG, then contracts x and y into dK/dtheta (graphkern/_mgk_gradient.py):
+// a diagonal sum per vertex-kernel derivative program and for q, and per edge contraction
+// the XMV of x with the edge kernel's derivative, dotted with y in registers instead of
+// stored.  Two solves plus a few XMVs: about twice the cost of K.
 #include <cstdint>
 
 #include "mgk_program.cuh"
@@ -35,8 +41,19 @@ constexpr int kMinBlocksPerSM = 3;
 constexpr int kMaxParams = 96;     // params per program (graphkern.basekernels.MAX_TERMS = 24 terms fit)
 constexpr unsigned kFullMask = 0xffffffffu;
 
-enum : int { EDGE_GENERAL = 0, EDGE_CONSTANT = 1, EDGE_KRONECKER = 2, EDGE_SQEXP = 3 };
-enum : int { VEC_X = 0, VEC_R = 1, VEC_P = 2, VEC_AP = 3, VEC_DIAG = 4, N_VECTORS = 5 };
+// Edge-kernel forms (graphkern/_mgk_gradient.py: EDGE_FORMS).  The derivative forms are d/dh of
+// the Kronecker delta (1 where the labels differ) and d^2 exp(aux d^2), the square exponential's
+// derivative by its length scale up to the factor 1 / length_scale^3 (applied by the host).
+enum : int {
+    EDGE_GENERAL = 0,
+    EDGE_CONSTANT = 1,
+    EDGE_KRONECKER = 2,
+    EDGE_SQEXP = 3,
+    EDGE_KRONECKER_DERIVATIVE = 4,
+    EDGE_SQEXP_DERIVATIVE = 5
+};
+// VEC_Y: gradient launches only (graphkern/_mgk_gpu.py: N_GRADIENT_VECTORS)
+enum : int { VEC_X = 0, VEC_R = 1, VEC_P = 2, VEC_AP = 3, VEC_DIAG = 4, N_VECTORS = 5, VEC_Y = 5, N_GRADIENT_VECTORS = 6 };
 
 // Vertex-kernel values that underflow would make the diagonal D/V infinite (same floor as the CPU).
 constexpr double kVertexKernelFloor = 1e-20;
@@ -65,6 +82,62 @@ __host__ __device__ constexpr int fixed_staged_channels() {
     return FORM == EDGE_CONSTANT ? 1 : (FORM == EDGE_GENERAL ? 0 : 2);
 }
 
+// Forms that compare one scalar edge feature (staged as plane 1 of an octile).
+template <int FORM>
+__host__ __device__ constexpr bool single_feature() {
+    return FORM == EDGE_KRONECKER || FORM == EDGE_SQEXP || FORM == EDGE_KRONECKER_DERIVATIVE ||
+           FORM == EDGE_SQEXP_DERIVATIVE;
+}
+
+// The form of the derivative of a shortcut edge kernel by its labeled term's hyperparameter
+// (Constant factors and general programs keep their form).
+template <int FORM>
+__host__ __device__ constexpr int derivative_form() {
+    return FORM == EDGE_KRONECKER ? EDGE_KRONECKER_DERIVATIVE : (FORM == EDGE_SQEXP ? EDGE_SQEXP_DERIVATIVE : FORM);
+}
+
+// The edge kernel as the XMV reads it: the shortcut's parameters, the feature plane it compares
+// (1 + slot), and the program the general form interprets.
+template <typename T>
+struct EdgeKernel {
+    T theta;
+    T aux;
+    int channel;
+    const int* code;
+    const T* par;
+};
+
+// One pair's two graphs as the XMV walks them, and the warp's shared staging area: an octile of
+// each graph and the matching 64-entry slice of the vector, each `staged` planes of 64.
+template <typename T>
+struct PairTiles {
+    const int32_t* trp1;  // tile-row pointers of G1 and G2
+    const int32_t* trp2;
+    int n1;
+    int n2;
+    T* s_t1;
+    T* s_t2;
+    T* s_x;
+};
+
+// What the XMV does with each output i of acc = (A1 (x) A2 (.) E) p: the CG's system product,
+// or the gradient's contraction with the adjoint y.
+template <typename T>
+struct SystemProduct {
+    const T* __restrict__ p;
+    const T* __restrict__ diag;
+    T* __restrict__ Ap;
+    T scale;
+    __device__ __forceinline__ void operator()(int64_t i, T acc) { Ap[i] = diag[i] * p[i] - scale * acc; }
+};
+
+template <typename T>
+struct AdjointContraction {
+    const T* __restrict__ y;
+    double sum;
+    __device__ __forceinline__ void operator()(int64_t i, T acc) { sum += (double)y[i] * (double)acc; }
+};
+
 // Planes of an octile copied to shared memory: the weights, plus the edge kernel's feature
 // plane (shortcut forms) or every feature plane (the general interpreter).
 template <typename T, int FORM>
@@ -88,7 +161,9 @@ __device__ __forceinline__ void stage_octile(T* __restrict__ dst, const T* __res
 template <typename T, int FORM>
 __device__ __forceinline__ T edge_shortcut(T e1, T e2, T ek_theta, T ek_aux) {
     if (FORM == EDGE_KRONECKER) return e1 == e2 ? T(1) : ek_theta;
+    if (FORM == EDGE_KRONECKER_DERIVATIVE) return e1 == e2 ? T(0) : T(1);
     const T diff = e1 - e2;
+    if (FORM == EDGE_SQEXP_DERIVATIVE) return diff * diff * mgk::exp_of(ek_aux * diff * diff);
     return mgk::exp_of(ek_aux * diff * diff);
 }
 
@@ -109,7 +184,7 @@ __device__ __forceinline__ void octile_product(const T* __restrict__ t1, const T
             acc_u += t1[a * kOctile + c] * s;
             acc_l += t1[(a + 4) * kOctile + c] * s;
         }
-    } else if (FORM == EDGE_KRONECKER || FORM == EDGE_SQEXP) {
+    } else if (single_feature<FORM>()) {
         T w2[kOctile], e2[kOctile];
 #pragma unroll
         for (int d = 0; d < kOctile; ++d) {
@@ -148,97 +223,60 @@ __device__ __forceinline__ void octile_product(const T* __restrict__ t1, const T
     }
 }
 
-// Ap = diag .* p - ek_scale * (A1 (x) A2 (.) E) p for one pair; the warp's shared staging area is
-// s_t1 (octile of G1), s_t2 (octile of G2), s_x (slice of p), each `staged` planes of 64.
-template <typename T, int FORM>
-__device__ void xmv(const GraphSet<T>& s1, const GraphSet<T>& s2, const int32_t* trp1, const int32_t* trp2,
-                    int n1, int n2, const T* __restrict__ p, const T* __restrict__ diag, T* __restrict__ Ap,
-                    T* s_t1, T* s_t2, T* s_x, T ek_scale, T ek_theta, T ek_aux, int ek_channel,
-                    const int* ecode, const T* epar, int lane) {
+// out(i, ((A1 (x) A2 (.) E) p)[i]) for every output i of one pair, each called by the lane that
+// owns it (see the top of the file); the warp's staging area is in `tiles`.
+template <typename T, int FORM, typename Output>
+__device__ void xmv(const GraphSet<T>& s1, const GraphSet<T>& s2, const PairTiles<T>& pt, const T* __restrict__ p,
+                    Output& out, const EdgeKernel<T>& ek, int lane) {
     const int a = lane / kOctile, b = lane % kOctile;
+    const int n1 = pt.n1, n2 = pt.n2;
     const int nb1 = (n1 + kOctile - 1) / kOctile, nb2 = (n2 + kOctile - 1) / kOctile;
     const int64_t val_stride1 = (int64_t)s1.channels * kOctileSize, val_stride2 = (int64_t)s2.channels * kOctileSize;
     for (int R1 = 0; R1 < nb1; ++R1) {
-        const int t1_begin = trp1[R1], t1_end = trp1[R1 + 1];
+        const int t1_begin = pt.trp1[R1], t1_end = pt.trp1[R1 + 1];
         for (int R2 = 0; R2 < nb2; ++R2) {
-            const int t2_begin = trp2[R2], t2_end = trp2[R2 + 1];
+            const int t2_begin = pt.trp2[R2], t2_end = pt.trp2[R2 + 1];
             T acc_u = 0, acc_l = 0;
             for (int t1 = t1_begin; t1 < t1_end; ++t1) {
                 const int J1 = s1.tile_col[t1];
                 __syncwarp();  // every lane is done reading the previous octile of G1
-                stage_octile<T, FORM>(s_t1, s1.tile_val + t1 * val_stride1, s1.channels, ek_channel, lane);
+                stage_octile<T, FORM>(pt.s_t1, s1.tile_val + t1 * val_stride1, s1.channels, ek.channel, lane);
                 for (int t2 = t2_begin; t2 < t2_end; ++t2) {
                     const int J2 = s2.tile_col[t2];
                     __syncwarp();  // ... and of the previous octile of G2 and slice of p
-                    stage_octile<T, FORM>(s_t2, s2.tile_val + t2 * val_stride2, s2.channels, ek_channel, lane);
+                    stage_octile<T, FORM>(pt.s_t2, s2.tile_val + t2 * val_stride2, s2.channels, ek.channel, lane);
                     for (int e = lane; e < kOctileSize; e += kWarp) {
                         const int j1 = J1 * kOctile + e / kOctile, j2 = J2 * kOctile + e % kOctile;
-                        s_x[e] = (j1 < n1 && j2 < n2) ? p[(int64_t)j1 * n2 + j2] : T(0);
+                        pt.s_x[e] = (j1 < n1 && j2 < n2) ? p[(int64_t)j1 * n2 + j2] : T(0);
                     }
                     __syncwarp();  // staged octiles and slice visible to the whole warp
-                    octile_product<T, FORM>(s_t1, s_t2, s_x, a, b, acc_u, acc_l, ek_theta, ek_aux, ecode, epar);
+                    octile_product<T, FORM>(pt.s_t1, pt.s_t2, pt.s_x, a, b, acc_u, acc_l, ek.theta, ek.aux, ek.code,
+                                            ek.par);
                 }
             }
             const int o1u = R1 * kOctile + a, o1l = o1u + 4, o2 = R2 * kOctile + b;
             if (o2 < n2) {
-                if (o1u < n1) {
-                    const int64_t i = (int64_t)o1u * n2 + o2;
-                    Ap[i] = diag[i] * p[i] - ek_scale * acc_u;
-                }
-                if (o1l < n1) {
-                    const int64_t i = (int64_t)o1l * n2 + o2;
-                    Ap[i] = diag[i] * p[i] - ek_scale * acc_l;
-                }
+                if (o1u < n1) out((int64_t)o1u * n2 + o2, acc_u);
+                if (o1l < n1) out((int64_t)o1l * n2 + o2, acc_l);
             }
         }
     }
 }
 
+// CG iterations on M x = b from the state the caller set up: x, the residual r, the direction
+// p = r / diag and rz = r^T p; bnorm = ||b||.  Returns the iterations; *rnorm_out = ||r||.
 template <typename T, int FORM>
-__device__ void solve_pair(const GraphSet<T>& s1, const GraphSet<T>& s2, int64_t g1, int64_t g2,
-                           const int* ncode, const T* npar, const int* ecode, const T* epar, T ek_scale,
-                           T ek_theta, T ek_aux, int ek_channel, T q, T p2, double tol, int max_iter,
-                           T* __restrict__ work, int64_t stride, T* s_t1, T* s_t2, T* s_x, int lane,
-                           double* k_out, int32_t* it_out, double* res_out, T* nodal) {
-    T* __restrict__ x = work + VEC_X * stride;
-    T* __restrict__ r = work + VEC_R * stride;
-    T* __restrict__ p = work + VEC_P * stride;
-    T* __restrict__ Ap = work + VEC_AP * stride;
-    T* __restrict__ diag = work + VEC_DIAG * stride;
-    const int64_t v1 = s1.node_off[g1], v2 = s2.node_off[g2];
-    const int n1 = (int)(s1.node_off[g1 + 1] - v1), n2 = (int)(s2.node_off[g2 + 1] - v2);
-    const int64_t N = (int64_t)n1 * n2;
-    const int32_t* trp1 = s1.tile_rowptr + s1.rowptr_off[g1];
-    const int32_t* trp2 = s2.tile_rowptr + s2.rowptr_off[g2];
-    const T floor_v = T(kVertexKernelFloor);
-
-    // x0 = 0, r0 = b = D q_x, z0 = p0 = r0 / diag with diag = D / V (the preconditioner)
-    double rz = 0, bb = 0;
-    for (int64_t i = lane; i < N; i += kWarp) {
-        const int i1 = (int)(i / n2), i2 = (int)(i - (int64_t)i1 * n2);
-        const T d = (s1.degree[v1 + i1] + q) * (s2.degree[v2 + i2] + q);
-        T v = mgk::eval_program(ncode, npar, s1.node_feat + (v1 + i1) * s1.n_feat, 1,
-                                s2.node_feat + (v2 + i2) * s2.n_feat, 1);
-        if (v < floor_v) v = floor_v;
-        const T m = d / v;
-        const T bi = d * q * q;
-        const T z = bi / m;
-        diag[i] = m;
-        x[i] = 0;
-        r[i] = bi;
-        p[i] = z;
-        rz += (double)bi * z;
-        bb += (double)bi * bi;
-    }
-    rz = warp_sum(rz);
-    bb = warp_sum(bb);
-    const double bnorm = sqrt(bb);
+__device__ int conjugate_gradient(const GraphSet<T>& s1, const GraphSet<T>& s2, const PairTiles<T>& pt,
+                                  const EdgeKernel<T>& ek, T ek_scale, T* __restrict__ x, T* __restrict__ r,
+                                  T* __restrict__ p, T* __restrict__ Ap, const T* __restrict__ diag, double rz,
+                                  double bnorm, double tol, int max_iter, int lane, double* rnorm_out) {
+    const int64_t N = (int64_t)pt.n1 * pt.n2;
     double rnorm = bnorm;
     int it = 0;
     __syncwarp();
     while (it < max_iter) {
-        xmv<T, FORM>(s1, s2, trp1, trp2, n1, n2, p, diag, Ap, s_t1, s_t2, s_x, ek_scale, ek_theta, ek_aux,
-                     ek_channel, ecode, epar, lane);
+        SystemProduct<T> product{p, diag, Ap, ek_scale};
+        xmv<T, FORM>(s1, s2, pt, p, product, ek, lane);
         __syncwarp();  // Ap was written by the lanes owning each output block
         double pAp = 0;
         for (int64_t i = lane; i < N; i += kWarp) pAp += (double)p[i] * Ap[i];
@@ -264,18 +302,122 @@ __device__ void solve_pair(const GraphSet<T>& s1, const GraphSet<T>& s2, int64_t
         for (int64_t i = lane; i < N; i += kWarp) p[i] = r[i] / diag[i] + beta * p[i];
         __syncwarp();  // the next XMV reads p across lanes
     }
-    double total = 0;
+    *rnorm_out = rnorm;
+    return it;
+}
+
+// The pair's system (diag = D / V, x0 = 0, r0 = b = D q_x, z0 = p0 = r0 / diag) and the CG on it;
+// returns sum(x) with x left in the work vectors, writes the iterations and relative residual.
+template <typename T, int FORM>
+__device__ double solve_forward(const GraphSet<T>& s1, const GraphSet<T>& s2, int64_t v1, int64_t v2,
+                                const PairTiles<T>& pt, const int* ncode, const T* npar, const EdgeKernel<T>& ek,
+                                T ek_scale, T q, double tol, int max_iter, T* __restrict__ work, int64_t stride,
+                                int lane, int32_t* it_out, double* res_out) {
+    T* __restrict__ x = work + VEC_X * stride;
+    T* __restrict__ r = work + VEC_R * stride;
+    T* __restrict__ p = work + VEC_P * stride;
+    T* __restrict__ diag = work + VEC_DIAG * stride;
+    const int n2 = pt.n2;
+    const int64_t N = (int64_t)pt.n1 * n2;
+    const T floor_v = T(kVertexKernelFloor);
+    double rz = 0, bb = 0;
     for (int64_t i = lane; i < N; i += kWarp) {
-        total += (double)x[i];
-        if (nodal != nullptr) nodal[i] = (T)((double)p2 * x[i]);
+        const int i1 = (int)(i / n2), i2 = (int)(i - (int64_t)i1 * n2);
+        const T d = (s1.degree[v1 + i1] + q) * (s2.degree[v2 + i2] + q);
+        T v = mgk::eval_program(ncode, npar, s1.node_feat + (v1 + i1) * s1.n_feat, 1,
+                                s2.node_feat + (v2 + i2) * s2.n_feat, 1);
+        if (v < floor_v) v = floor_v;
+        const T m = d / v;
+        const T bi = d * q * q;
+        const T z = bi / m;
+        diag[i] = m;
+        x[i] = 0;
+        r[i] = bi;
+        p[i] = z;
+        rz += (double)bi * z;
+        bb += (double)bi * bi;
     }
+    rz = warp_sum(rz);
+    bb = warp_sum(bb);
+    const double bnorm = sqrt(bb);
+    double rnorm;
+    const int it = conjugate_gradient<T, FORM>(s1, s2, pt, ek, ek_scale, x, r, p, work + VEC_AP * stride, diag, rz,
+                                               bnorm, tol, max_iter, lane, &rnorm);
+    double total = 0;
+    for (int64_t i = lane; i < N; i += kWarp) total += (double)x[i];
     total = warp_sum(total);
     if (lane == 0) {
-        *k_out = (double)p2 * total;
         *it_out = it;
         *res_out = bnorm > 0 ? rnorm / bnorm : 0.0;
     }
+    return total;
+}
+
+template <typename T, int FORM>
+__device__ void solve_pair(const GraphSet<T>& s1, const GraphSet<T>& s2, int64_t g1, int64_t g2,
+                           const int* ncode, const T* npar, const EdgeKernel<T>& ek, T ek_scale, T q, T p2,
+                           double tol, int max_iter, T* __restrict__ work, int64_t stride, T* s_t1, T* s_t2, T* s_x,
+                           int lane, double* k_out, int32_t* it_out, double* res_out, T* nodal) {
+    const int64_t v1 = s1.node_off[g1], v2 = s2.node_off[g2];
+    const PairTiles<T> pt{s1.tile_rowptr + s1.rowptr_off[g1], s2.tile_rowptr + s2.rowptr_off[g2],
+                          (int)(s1.node_off[g1 + 1] - v1), (int)(s2.node_off[g2 + 1] - v2), s_t1, s_t2, s_x};
+    const double total = solve_forward<T, FORM>(s1, s2, v1, v2, pt, ncode, npar, ek, ek_scale, q, tol, max_iter,
+                                                work, stride, lane, it_out, res_out);
+    if (nodal != nullptr) {
+        const T* __restrict__ x = work + VEC_X * stride;
+        const int64_t N = (int64_t)pt.n1 * pt.n2;
+        for (int64_t i = lane; i < N; i += kWarp) nodal[i] = (T)((double)p2 * x[i]);
+    }
+    if (lane == 0) *k_out = (double)p2 * total;
     __syncwarp();  // the next pair reuses the scratch vectors
+}
+
+// A block's shared memory, filled with the programs, and one warp's share of it:
+//   [params of both programs (2 kMaxParams)][extra params][per warp: octile of G1, octile of G2,
+//   slice of the vector][code of both programs][extra code]
+// (the extra program tables are the gradient's edge contractions; none for K).
+template <typename T>
+struct WarpShare {
+    T* par;
+    T* extra_par;
+    int* code;
+    int* extra_code;
+    T* s_t1;
+    T* s_t2;
+    T* s_x;
+    int lane;
+    int64_t warp_global;
+    int64_t n_warps;
+};
+
+template <typename T, int FORM>
+__device__ WarpShare<T> share_block(const int* code, const T* params, int code_len, int param_len,
+                                    const int* extra_code, const T* extra_par, int extra_code_len, int extra_par_len,
+                                    int channels) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    WarpShare<T> w;
+    w.par = reinterpret_cast<T*>(smem);
+    w.extra_par = w.par + 2 * kMaxParams;
+    T* s_warps = w.extra_par + extra_par_len;
+    const int staged = fixed_staged_channels<FORM>() ? fixed_staged_channels<FORM>() : channels;
+    const int per_warp = (2 * staged + 1) * kOctileSize;
+    w.code = reinterpret_cast<int*>(s_warps + kWarpsPerBlock * per_warp);
+    w.extra_code = w.code + code_len;
+    for (int i = threadIdx.x; i < code_len; i += blockDim.x) w.code[i] = code[i];
+    for (int i = threadIdx.x; i < param_len; i += blockDim.x) w.par[i] = params[i];
+    for (int i = threadIdx.x; i < extra_code_len; i += blockDim.x) w.extra_code[i] = extra_code[i];
+    for (int i = threadIdx.x; i < extra_par_len; i += blockDim.x) w.extra_par[i] = extra_par[i];
+    __syncthreads();
+
+    const int warp_local = threadIdx.x / kWarp;
+    w.lane = threadIdx.x % kWarp;
+    w.s_t1 = s_warps + warp_local * per_warp;
+    w.s_t2 = w.s_t1 + staged * kOctileSize;
+    w.s_x = w.s_t2 + staged * kOctileSize;
+    const int64_t warps_per_block = blockDim.x / kWarp;
+    w.warp_global = (int64_t)blockIdx.x * warps_per_block + warp_local;
+    w.n_warps = (int64_t)gridDim.x * warps_per_block;
+    return w;
 }
 
 template <typename T, int FORM>
@@ -286,37 +428,150 @@ __device__ void mgk_solve(const GraphSet<T> s1, const GraphSet<T> s2, const int6
                           int max_iter, T* __restrict__ scratch, int64_t stride, double* __restrict__ k_out,
                           int32_t* __restrict__ it_out, double* __restrict__ res_out, T* __restrict__ nodal,
                           const int64_t* __restrict__ nodal_off) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    // [params of both programs][per warp: octile of G1, octile of G2, slice of p][code of both programs]
-    T* s_par = reinterpret_cast<T*>(smem);
-    T* s_warps = s_par + 2 * kMaxParams;
-    const int staged = fixed_staged_channels<FORM>() ? fixed_staged_channels<FORM>() : s1.channels;
-    const int per_warp = (2 * staged + 1) * kOctileSize;
-    int* s_code = reinterpret_cast<int*>(s_warps + kWarpsPerBlock * per_warp);
-    for (int i = threadIdx.x; i < ncode_len + ecode_len; i += blockDim.x) s_code[i] = code[i];
-    for (int i = threadIdx.x; i < nparam_len + eparam_len; i += blockDim.x) s_par[i] = params[i];
-    __syncthreads();
-
-    const int warp_local = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    T* s_t1 = s_warps + warp_local * per_warp;
-    T* s_t2 = s_t1 + staged * kOctileSize;
-    T* s_x = s_t2 + staged * kOctileSize;
-    const int64_t warps_per_block = blockDim.x / kWarp;
-    const int64_t warp_global = (int64_t)blockIdx.x * warps_per_block + warp_local;
-    const int64_t n_warps = (int64_t)gridDim.x * warps_per_block;
-    T* work = scratch + warp_global * N_VECTORS * stride;
-    for (int64_t k = warp_global; k < n_pairs; k += n_warps) {
-        solve_pair<T, FORM>(s1, s2, pair_g1[k], pair_g2[k], s_code, s_par, s_code + ncode_len, s_par + nparam_len,
-                            ek_scale, ek_theta, ek_aux, ek_channel, q, p2, tol, max_iter, work, stride, s_t1, s_t2,
-                            s_x, lane, k_out + k, it_out + k, res_out + k,
+    const WarpShare<T> w = share_block<T, FORM>(code, params, ncode_len + ecode_len, nparam_len + eparam_len,
+                                                nullptr, nullptr, 0, 0, s1.channels);
+    T* work = scratch + w.warp_global * N_VECTORS * stride;
+    const EdgeKernel<T> ek{ek_theta, ek_aux, ek_channel, w.code + ncode_len, w.par + nparam_len};
+    for (int64_t k = w.warp_global; k < n_pairs; k += w.n_warps) {
+        solve_pair<T, FORM>(s1, s2, pair_g1[k], pair_g2[k], w.code, w.par, ek, ek_scale, q, p2, tol, max_iter, work,
+                            stride, w.s_t1, w.s_t2, w.s_x, w.lane, k_out + k, it_out + k, res_out + k,
                             nodal != nullptr ? nodal + nodal_off[k] : nullptr);
+    }
+}
+
+// The derivative programs and edge contractions of a gradient launch (graphkern/_mgk_gradient.py).
+template <typename T>
+struct GradientTerms {
+    int n_node;                // vertex-kernel derivative programs, read from global memory:
+    const int* ncode;          //   program j at ncode + ncode_off[j], npar + npar_off[j]
+    const T* npar;
+    const int64_t* ncode_off;
+    const int64_t* npar_off;
+    int n_contractions;        // edge contractions: form, shortcut parameters and (general form)
+    const int* cform;          //   program, staged in shared memory
+    const T* ctheta;
+    const T* caux;
+    const int* ccode;
+    const T* cpar;
+    const int64_t* ccode_off;
+    const int64_t* cpar_off;
+};
+
+// K of one pair and its raw derivatives grad = [p^2 y^T D V^-2 dV_j x for each vertex-kernel
+// derivative program j, dK/dq, p^2 y^T (A1 (x) A2 (.) dE_c) x for each edge contraction c].
+template <typename T, int FORM>
+__device__ void gradient_pair(const GraphSet<T>& s1, const GraphSet<T>& s2, int64_t g1, int64_t g2,
+                              const int* ncode, const T* npar, const EdgeKernel<T>& ek, T ek_scale, T q, T p2,
+                              double tol, int max_iter, T* __restrict__ work, int64_t stride, T* s_t1, T* s_t2,
+                              T* s_x, int lane, const GradientTerms<T>& gt, double* k_out, int32_t* it_out,
+                              double* res_out, int32_t* adj_it_out, double* adj_res_out, double* grad) {
+    const int64_t v1 = s1.node_off[g1], v2 = s2.node_off[g2];
+    const PairTiles<T> pt{s1.tile_rowptr + s1.rowptr_off[g1], s2.tile_rowptr + s2.rowptr_off[g2],
+                          (int)(s1.node_off[g1 + 1] - v1), (int)(s2.node_off[g2 + 1] - v2), s_t1, s_t2, s_x};
+    const double total = solve_forward<T, FORM>(s1, s2, v1, v2, pt, ncode, npar, ek, ek_scale, q, tol, max_iter,
+                                                work, stride, lane, it_out, res_out);
+    if (lane == 0) *k_out = (double)p2 * total;
+    const T* __restrict__ x = work + VEC_X * stride;
+    T* __restrict__ r = work + VEC_R * stride;
+    T* __restrict__ p = work + VEC_P * stride;
+    const T* __restrict__ diag = work + VEC_DIAG * stride;
+    T* __restrict__ y = work + VEC_Y * stride;
+    const int n2 = pt.n2;
+    const int64_t N = (int64_t)pt.n1 * n2;
+
+    // the adjoint M y = 1, same preconditioner
+    double rz = 0;
+    for (int64_t i = lane; i < N; i += kWarp) {
+        const T z = T(1) / diag[i];
+        y[i] = 0;
+        r[i] = 1;
+        p[i] = z;
+        rz += (double)z;
+    }
+    rz = warp_sum(rz);
+    const double bnorm = sqrt((double)N);
+    double rnorm;
+    const int adj_it = conjugate_gradient<T, FORM>(s1, s2, pt, ek, ek_scale, y, r, p, work + VEC_AP * stride, diag,
+                                                   rz, bnorm, tol, max_iter, lane, &rnorm);
+    if (lane == 0) {
+        *adj_it_out = adj_it;
+        *adj_res_out = bnorm > 0 ? rnorm / bnorm : 0.0;
+    }
+    __syncwarp();  // x and y are read across lanes below
+
+    // vertex-kernel terms: dM/dtheta = -D V^-2 dV/dtheta (diag = D / V; a floored V has no derivative)
+    const T floor_v = T(kVertexKernelFloor);
+    for (int j = 0; j < gt.n_node; ++j) {
+        const int* dcode = gt.ncode + gt.ncode_off[j];
+        const T* dpar = gt.npar + gt.npar_off[j];
+        double acc = 0;
+        for (int64_t i = lane; i < N; i += kWarp) {
+            const int i1 = (int)(i / n2), i2 = (int)(i - (int64_t)i1 * n2);
+            const T* f1 = s1.node_feat + (v1 + i1) * s1.n_feat;
+            const T* f2 = s2.node_feat + (v2 + i2) * s2.n_feat;
+            const T v = mgk::eval_program(ncode, npar, f1, 1, f2, 1);
+            if (v < floor_v) continue;
+            const T dv = mgk::eval_program(dcode, dpar, f1, 1, f2, 1);
+            acc += (double)y[i] * x[i] * ((double)diag[i] / v) * dv;
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) grad[j] = (double)p2 * acc;
+    }
+    // q: D = (deg1 + q)(deg2 + q) and b = D q^2, so dD/dq = d1 + d2 and db/dq = q^2 dD/dq + 2 q D
+    {
+        const double qd = q;
+        double acc = 0;
+        for (int64_t i = lane; i < N; i += kWarp) {
+            const int i1 = (int)(i / n2), i2 = (int)(i - (int64_t)i1 * n2);
+            const double d1 = (double)(s1.degree[v1 + i1] + q), d2 = (double)(s2.degree[v2 + i2] + q);
+            const double d = d1 * d2;
+            acc += (double)y[i] * ((qd * qd * (d1 + d2) + 2 * qd * d) - (double)x[i] * (d1 + d2) * diag[i] / d);
+        }
+        acc = warp_sum(acc);
+        if (lane == 0) grad[gt.n_node] = (double)p2 * acc;
+    }
+    // edge-kernel terms: y^T (A1 (x) A2 (.) dE) x, the XMV of x contracted with y
+    for (int c = 0; c < gt.n_contractions; ++c) {
+        const EdgeKernel<T> ck{gt.ctheta[c], gt.caux[c], ek.channel, gt.ccode + gt.ccode_off[c],
+                               gt.cpar + gt.cpar_off[c]};
+        AdjointContraction<T> contraction{y, 0.0};
+        if (gt.cform[c] == FORM) {
+            xmv<T, FORM>(s1, s2, pt, x, contraction, ck, lane);
+        } else if constexpr (derivative_form<FORM>() != FORM) {
+            xmv<T, derivative_form<FORM>()>(s1, s2, pt, x, contraction, ck, lane);
+        }
+        const double sum = warp_sum(contraction.sum);
+        if (lane == 0) grad[gt.n_node + 1 + c] = (double)p2 * sum;
+    }
+    __syncwarp();  // the next pair reuses the scratch vectors and the staging area
+}
+
+template <typename T, int FORM>
+__device__ void mgk_gradient(const GraphSet<T> s1, const GraphSet<T> s2, const int64_t* __restrict__ pair_g1,
+                             const int64_t* __restrict__ pair_g2, int64_t n_pairs, const int* __restrict__ code,
+                             const T* __restrict__ params, int ncode_len, int nparam_len, int ecode_len,
+                             int eparam_len, T ek_scale, T ek_theta, T ek_aux, int ek_channel, T q, T p2, double tol,
+                             int max_iter, T* __restrict__ scratch, int64_t stride, GradientTerms<T> gt,
+                             int ccode_len, int cpar_len, int n_raw, double* __restrict__ k_out,
+                             int32_t* __restrict__ it_out, double* __restrict__ res_out,
+                             int32_t* __restrict__ adj_it_out, double* __restrict__ adj_res_out,
+                             double* __restrict__ grad_out) {
+    const WarpShare<T> w = share_block<T, FORM>(code, params, ncode_len + ecode_len, nparam_len + eparam_len,
+                                                gt.ccode, gt.cpar, ccode_len, cpar_len, s1.channels);
+    gt.ccode = w.extra_code;  // the contractions' programs are read from shared memory
+    gt.cpar = w.extra_par;
+    T* work = scratch + w.warp_global * N_GRADIENT_VECTORS * stride;
+    const EdgeKernel<T> ek{ek_theta, ek_aux, ek_channel, w.code + ncode_len, w.par + nparam_len};
+    for (int64_t k = w.warp_global; k < n_pairs; k += w.n_warps) {
+        gradient_pair<T, FORM>(s1, s2, pair_g1[k], pair_g2[k], w.code, w.par, ek, ek_scale, q, p2, tol, max_iter,
+                               work, stride, w.s_t1, w.s_t2, w.s_x, w.lane, gt, k_out + k, it_out + k, res_out + k,
+                               adj_it_out + k, adj_res_out + k, grad_out + k * n_raw);
     }
 }
 
 }  // namespace
 
-// Argument list shared by every entry point: the two graph sets, the pairs, the programs, the
-// edge-kernel shortcut, the hyperparameters, the scratch and the outputs.
+// Argument list shared by every entry point: the two graph sets ...
 #define MGK_SET_ARGS(T, S)                                                                          \
     const int64_t *node_off##S, const int64_t *rowptr_off##S, const int32_t *tile_rowptr##S,        \
         const int32_t *tile_col##S, const T *tile_val##S, const T *degree##S, const T *node_feat##S, \
@@ -324,23 +579,48 @@ __device__ void mgk_solve(const GraphSet<T> s1, const GraphSet<T> s2, const int6
 #define MGK_SET(T, S) \
     GraphSet<T> { node_off##S, rowptr_off##S, tile_rowptr##S, tile_col##S, tile_val##S, degree##S, node_feat##S, n_feat##S, channels##S }
 
-#define MGK_ENTRY(NAME, T, FORM)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kMinBlocksPerSM)                                        \
-        NAME(MGK_SET_ARGS(T, 1), MGK_SET_ARGS(T, 2), const int64_t* pair_g1, const int64_t* pair_g2,               \
-             int64_t n_pairs, const int* code, const T* params, int ncode_len, int nparam_len, int ecode_len,     \
-             int eparam_len, T ek_scale, T ek_theta, T ek_aux, int ek_channel, T q, T p2, double tol, int max_iter, \
-             T* scratch, int64_t stride, double* k_out, int32_t* it_out, double* res_out, T* nodal,                \
-             const int64_t* nodal_off) {                                                                          \
-        mgk_solve<T, FORM>(MGK_SET(T, 1), MGK_SET(T, 2), pair_g1, pair_g2, n_pairs, code, params, ncode_len,     \
-                           nparam_len, ecode_len, eparam_len, ek_scale, ek_theta, ek_aux, ek_channel, q, p2, tol,  \
-                           max_iter, scratch, stride, k_out, it_out, res_out, nodal, nodal_off);                  \
+// ... then the pairs, the programs, the edge-kernel shortcut, the hyperparameters and the scratch.
+#define MGK_PAIR_ARGS(T)                                                                                    \
+    const int64_t *pair_g1, const int64_t *pair_g2, int64_t n_pairs, const int *code, const T *params,      \
+        int ncode_len, int nparam_len, int ecode_len, int eparam_len, T ek_scale, T ek_theta, T ek_aux,     \
+        int ek_channel, T q, T p2, double tol, int max_iter, T *scratch, int64_t stride
+#define MGK_PAIRS                                                                                          \
+    pair_g1, pair_g2, n_pairs, code, params, ncode_len, nparam_len, ecode_len, eparam_len, ek_scale, ek_theta, \
+        ek_aux, ek_channel, q, p2, tol, max_iter, scratch, stride
+
+#define MGK_ENTRY(NAME, T, FORM)                                                                           \
+    extern "C" __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kMinBlocksPerSM)                 \
+        NAME(MGK_SET_ARGS(T, 1), MGK_SET_ARGS(T, 2), MGK_PAIR_ARGS(T), double* k_out, int32_t* it_out,      \
+             double* res_out, T* nodal, const int64_t* nodal_off) {                                        \
+        mgk_solve<T, FORM>(MGK_SET(T, 1), MGK_SET(T, 2), MGK_PAIRS, k_out, it_out, res_out, nodal, nodal_off); \
     }
 
-MGK_ENTRY(mgk_solve_general_f32, float, EDGE_GENERAL)
-MGK_ENTRY(mgk_solve_constant_f32, float, EDGE_CONSTANT)
-MGK_ENTRY(mgk_solve_kronecker_f32, float, EDGE_KRONECKER)
-MGK_ENTRY(mgk_solve_sqexp_f32, float, EDGE_SQEXP)
-MGK_ENTRY(mgk_solve_general_f64, double, EDGE_GENERAL)
-MGK_ENTRY(mgk_solve_constant_f64, double, EDGE_CONSTANT)
-MGK_ENTRY(mgk_solve_kronecker_f64, double, EDGE_KRONECKER)
-MGK_ENTRY(mgk_solve_sqexp_f64, double, EDGE_SQEXP)
+// Gradient entry points: the same head (no nodal output), then the derivative programs, the edge
+// contractions and the gradient outputs (graphkern/_mgk_gpu.py: GPUEngine.solve_gradient).
+#define MGK_GRADIENT_ENTRY(NAME, T, FORM)                                                                   \
+    extern "C" __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kMinBlocksPerSM)                  \
+        NAME(MGK_SET_ARGS(T, 1), MGK_SET_ARGS(T, 2), MGK_PAIR_ARGS(T), int n_node, const int* ncode,         \
+             const T* npar, const int64_t* ncode_off, const int64_t* npar_off, int n_contractions,          \
+             const int* cform, const T* ctheta, const T* caux, const int* ccode, const T* cpar,             \
+             const int64_t* ccode_off, const int64_t* cpar_off, int ccode_len, int cpar_len, int n_raw,     \
+             double* k_out, int32_t* it_out, double* res_out, int32_t* adj_it_out, double* adj_res_out,     \
+             double* grad_out) {                                                                            \
+        const GradientTerms<T> gt{n_node, ncode, npar, ncode_off, npar_off, n_contractions, cform,          \
+                                  ctheta, caux,  ccode, cpar, ccode_off, cpar_off};                          \
+        mgk_gradient<T, FORM>(MGK_SET(T, 1), MGK_SET(T, 2), MGK_PAIRS, gt, ccode_len, cpar_len, n_raw, k_out, \
+                              it_out, res_out, adj_it_out, adj_res_out, grad_out);                          \
+    }
+
+// <prefix>_<form>_<f32|f64> for every edge-kernel form and both precisions
+#define MGK_EVERY_FORM(ENTRY, PREFIX)                          \
+    ENTRY(PREFIX##_general_f32, float, EDGE_GENERAL)           \
+    ENTRY(PREFIX##_constant_f32, float, EDGE_CONSTANT)         \
+    ENTRY(PREFIX##_kronecker_f32, float, EDGE_KRONECKER)       \
+    ENTRY(PREFIX##_sqexp_f32, float, EDGE_SQEXP)               \
+    ENTRY(PREFIX##_general_f64, double, EDGE_GENERAL)          \
+    ENTRY(PREFIX##_constant_f64, double, EDGE_CONSTANT)        \
+    ENTRY(PREFIX##_kronecker_f64, double, EDGE_KRONECKER)      \
+    ENTRY(PREFIX##_sqexp_f64, double, EDGE_SQEXP)
+
+MGK_EVERY_FORM(MGK_ENTRY, mgk_solve)
+MGK_EVERY_FORM(MGK_GRADIENT_ENTRY, mgk_gradient)

@@ -7,14 +7,22 @@
 // An interpreter (rather than code generated per composition) lets any user composition run
 // with no CUDA toolkit on the user's machine; the common edge kernels also have shortcuts in
 // mgk.cu.  The terms keep their raw hyperparameter (theta) so that derivatives with respect
-// to it can be evaluated from the same encoding.
+// to it can be evaluated from the same encoding: the derivative of a kernel by one term's
+// hyperparameter is a program in which that term has a derivative kind (d/dh of the Kronecker
+// delta: 1 where the labels differ; d/dl of the square exponential: exp(aux d^2) d^2 / l^3).
 #pragma once
 
 #include <cstdint>
 
 namespace mgk {
 
-enum : int { KIND_CONSTANT = 0, KIND_KRONECKER_DELTA = 1, KIND_SQUARE_EXPONENTIAL = 2 };
+enum : int {
+    KIND_CONSTANT = 0,
+    KIND_KRONECKER_DELTA = 1,
+    KIND_SQUARE_EXPONENTIAL = 2,
+    KIND_KRONECKER_DELTA_DERIVATIVE = 3,
+    KIND_SQUARE_EXPONENTIAL_DERIVATIVE = 4
+};
 
 __device__ __forceinline__ float exp_of(float v) { return expf(v); }
 __device__ __forceinline__ double exp_of(double v) { return exp(v); }
@@ -37,13 +45,20 @@ __device__ __forceinline__ T eval_program(const int* __restrict__ code, const T*
                 prod = prod * par[pp];
             } else if (kind == KIND_KRONECKER_DELTA) {
                 if (a[slot * sa] != b[slot * sb]) prod = prod * par[pp];
+            } else if (kind == KIND_KRONECKER_DELTA_DERIVATIVE) {
+                if (a[slot * sa] == b[slot * sb]) prod = T(0);
             } else {
                 T d2 = 0;
                 for (int c = 0; c < width; ++c) {
                     const T diff = a[(slot + c) * sa] - b[(slot + c) * sb];
                     d2 = d2 + diff * diff;
                 }
-                prod = prod * exp_of(par[pp + 1] * d2);
+                if (kind == KIND_SQUARE_EXPONENTIAL) {
+                    prod = prod * exp_of(par[pp + 1] * d2);
+                } else {
+                    const T ell = par[pp];
+                    prod = prod * (exp_of(par[pp + 1] * d2) * d2 / (ell * ell * ell));
+                }
             }
             pp += 2;
         }

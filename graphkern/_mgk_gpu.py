@@ -4,7 +4,8 @@ One launch solves every pair of a call: a warp per pair (grid-stride over the pa
 are ordered by decreasing cost so that the long ones start first), CG vectors in a global
 scratch slot per resident warp.  Datasets are uploaded once per device and kept on the
 :class:`~graphkern._mgk_data.MGKDataset`, so a new call with other hyperparameters only
-ships the programs and the pair list.
+ships the programs and the pair list.  ``solve_gradient`` launches the gradient entry points
+(two solves per pair and the contractions of graphkern/_mgk_gradient.py) the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ WARPS_PER_BLOCK = 4           # cuda_src/mgk.cu: kWarpsPerBlock
 THREADS_PER_BLOCK = 32 * WARPS_PER_BLOCK
 MAX_PARAMS = 96               # cuda_src/mgk.cu: kMaxParams (per program)
 N_VECTORS = 5                 # x, r, p, Ap, diagonal
+N_GRADIENT_VECTORS = 6        # ... and the adjoint y (cuda_src/mgk.cu: N_GRADIENT_VECTORS)
 OCTILE_SIZE = 64
 # Leave room for other users of the device: the scratch takes at most this share of free memory.
 SCRATCH_SHARE = 0.6
@@ -54,57 +56,49 @@ def _set_args(copy):
             copy["degree"], copy["node_feat"], copy["n_feat"], copy["channels"])
 
 
-class GPUEngine:
-    """Runs the CUDA solver over a list of pairs on one device."""
+class _Launch:
+    """What both entry points of a call share: the pairs in launch order, the kernel, shared memory,
+    the grid, the scratch vectors and the device copies of the pairs and programs."""
 
-    name = "gpu"
+    def __init__(self, engine, ds1, ds2, pair_arr, entry, *, n_vectors, extra_shared, out_bytes_per_pair,
+                 out_values_per_vertex_pair=0):
+        from graphkern.mgk import solver_arguments
 
-    def __init__(self, ordinal, s):
-        self.dev = rt.get_device(ordinal)
-        self.s = s
-
-    def solve(self, ds1, ds2, pair_arr, *, nodal):
-        from graphkern.mgk import _Solved, solver_arguments
-
-        s = self.s
+        s = engine.s
         dt = s["dtype"]
-        T = dt.type
-        dev = self.dev
-        m = len(pair_arr)
-        args = solver_arguments(ds1, ds2, s)
-        g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
-        g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
-        sizes = ds1.n_nodes[g1] * ds2.n_nodes[g2]
-        tile_pairs = ds1.octiles.tiles_per_graph()[g1] * ds2.octiles.tiles_per_graph()[g2]
+        dev = engine.dev
+        self.m = m = len(pair_arr)
+        self.args = args = solver_arguments(ds1, ds2, s)
+        self.g1 = g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
+        self.g2 = g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
+        self.sizes = sizes = ds1.n_nodes[g1] * ds2.n_nodes[g2]
+        self.tile_pairs = tile_pairs = ds1.octiles.tiles_per_graph()[g1] * ds2.octiles.tiles_per_graph()[g2]
         if m == 0:
-            return _Solved(K=np.zeros(0), iterations=np.zeros(0, np.int32), residuals=np.zeros(0),
-                           nodal=[] if nodal else None, octile_pairs=tile_pairs, seconds=0.0)
+            return
         if len(args["nparam"]) > MAX_PARAMS or len(args["eparam"]) > MAX_PARAMS:
             raise ValueError(f"a kernel program has more than {MAX_PARAMS} parameters")
-
-        set1 = _set_args(device_dataset(dev, ds1))
-        set2 = set1 if ds2 is ds1 else _set_args(device_dataset(dev, ds2))
+        self.set1 = _set_args(device_dataset(dev, ds1))
+        self.set2 = self.set1 if ds2 is ds1 else _set_args(device_dataset(dev, ds2))
 
         # Longest pairs first: with a static grid-stride order they would otherwise finish last.
-        order = np.argsort(-(tile_pairs.astype(np.float64) * 64 + sizes), kind="stable")
+        self.order = order = np.argsort(-(tile_pairs.astype(np.float64) * 64 + sizes), kind="stable")
         form = args["form_name"]
-        fn = rt.kernel(dev, "mgk", f"mgk_solve_{form}_{'f32' if dt == np.float32 else 'f64'}")
+        self.fn = fn = rt.kernel(dev, "mgk", f"{entry}_{form}_{'f32' if dt == np.float32 else 'f64'}")
         staged = _STAGED_CHANNELS.get(form, ds1.octiles.channels)
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
-        shared = ((2 * MAX_PARAMS + WARPS_PER_BLOCK * (2 * staged + 1) * OCTILE_SIZE) * dt.itemsize
-                  + code.nbytes)
+        self.shared = shared = ((2 * MAX_PARAMS + WARPS_PER_BLOCK * (2 * staged + 1) * OCTILE_SIZE) * dt.itemsize
+                                + code.nbytes + extra_shared)
         limit = dev.properties.get("max_shared_memory_per_block_optin", 48 * 1024)
         if shared > limit:
-            raise ValueError(f"the edge kernel reads {staged - 1} feature values per edge, whose octiles need "
-                             f"{shared} bytes of shared memory per block; device {dev.ordinal} allows {limit}")
+            raise ValueError(f"the kernel programs and octile planes ({staged} per octile) need {shared} bytes of "
+                             f"shared memory per block; device {dev.ordinal} allows {limit}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
-        stride = int(-(-int(sizes.max()) // 32) * 32)
+        self.stride = stride = int(-(-int(sizes.max()) // 32) * 32)
 
-        nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
-        out_bytes = m * (8 + 4 + 8) + (int(nodal_off[-1]) * dt.itemsize if nodal else 0)
-        per_warp = N_VECTORS * stride * dt.itemsize
+        out_bytes = m * out_bytes_per_pair + int(sizes.sum()) * out_values_per_vertex_pair * dt.itemsize
+        per_warp = n_vectors * stride * dt.itemsize
         free, _ = dev.memory_info()
         sms = dev.properties["multiprocessor_count"]
         resident = sms * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK, shared))
@@ -115,48 +109,86 @@ class GPUEngine:
                 f"the CG vectors of one block of pairs need {per_warp * WARPS_PER_BLOCK / 2**30:.2f} GiB "
                 f"(largest product graph: {int(sizes.max())} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of "
                 f"results on device {dev.ordinal}, but only {free / 2**30:.2f} GiB is free")
-        blocks = min(blocks, affordable)
+        self.blocks = blocks = min(blocks, affordable)
         rt.check_fits(dev, blocks * WARPS_PER_BLOCK * per_warp + out_bytes, "the CG work vectors and results")
 
-        scratch = rt.alloc(dev, blocks * WARPS_PER_BLOCK * N_VECTORS * stride, dt)
-        d_g1 = rt.to_device(dev, g1[order])
-        d_g2 = rt.to_device(dev, g2[order])
-        d_code = rt.to_device(dev, code)
-        d_params = rt.to_device(dev, params)
-        d_k = rt.alloc(dev, m, np.float64)
-        d_it = rt.alloc(dev, m, np.int32)
-        d_res = rt.alloc(dev, m, np.float64)
-        for buf in (d_k, d_res):
-            buf.memset32(0xFFFFFFFF)  # NaN: a pair the kernel never wrote shows up
-        d_it.memset32(0xFFFFFFFF)
+        self.scratch = rt.alloc(dev, blocks * WARPS_PER_BLOCK * n_vectors * stride, dt)
+        self.d_g1 = rt.to_device(dev, g1[order])
+        self.d_g2 = rt.to_device(dev, g2[order])
+        self.d_code = rt.to_device(dev, code)
+        self.d_params = rt.to_device(dev, params)
+        T = dt.type
+        self.head = self.set1 + self.set2 + (
+            self.d_g1, self.d_g2, np.int64(m), self.d_code, self.d_params,
+            np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
+            np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
+            T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]),
+            np.int32(1 + args["ek_slot"]), T(s["q"]), T(s["p"] * s["p"]),
+            np.float64(s["tol"]), np.int32(s["max_iter"]), self.scratch, np.int64(stride))
+
+    def run(self, dev, tail):
+        """Launch with the shared arguments then ``tail``; returns the kernel's seconds (CUDA events)."""
+        start, end = rt.Event(dev), rt.Event(dev)
+        start.record()
+        rt.launch(self.fn, self.blocks, THREADS_PER_BLOCK, self.head + tail, shared_mem=self.shared)
+        end.record()
+        return start.elapsed_ms(end) / 1e3
+
+    def unsort(self, d_buf, dtype, width=None):
+        """A per-pair device output back in the caller's pair order."""
+        flat = d_buf.to_host()
+        out = np.empty((self.m,) if width is None else (self.m, width), dtype=dtype)
+        out[self.order] = flat if width is None else flat.reshape(self.m, width)
+        return out
+
+
+def _poisoned(dev, shape, dtype):
+    """A device buffer filled with NaN (int: -1): an output the kernel never wrote shows up."""
+    buf = rt.alloc(dev, shape, dtype)
+    buf.memset32(0xFFFFFFFF)
+    return buf
+
+
+def _check_written(K, iters, m):
+    if not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
+        raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(K)))} of {m} pairs unwritten")
+
+
+class GPUEngine:
+    """Runs the CUDA solver over a list of pairs on one device."""
+
+    name = "gpu"
+
+    def __init__(self, ordinal, s):
+        self.dev = rt.get_device(ordinal)
+        self.s = s
+
+    def solve(self, ds1, ds2, pair_arr, *, nodal):
+        from graphkern.mgk import _Solved
+
+        dt = self.s["dtype"]
+        dev = self.dev
+        launch = _Launch(self, ds1, ds2, pair_arr, "mgk_solve", n_vectors=N_VECTORS, extra_shared=0,
+                         out_bytes_per_pair=8 + 4 + 8, out_values_per_vertex_pair=1 if nodal else 0)
+        m, order, g1, g2 = launch.m, getattr(launch, "order", None), launch.g1, launch.g2
+        if m == 0:
+            return _Solved(K=np.zeros(0), iterations=np.zeros(0, np.int32), residuals=np.zeros(0),
+                           nodal=[] if nodal else None, octile_pairs=launch.tile_pairs, seconds=0.0)
+        d_k = _poisoned(dev, m, np.float64)
+        d_it = _poisoned(dev, m, np.int32)
+        d_res = _poisoned(dev, m, np.float64)
         if nodal:
+            nodal_off = np.concatenate([[0], np.cumsum(launch.sizes[order])]).astype(np.int64)
             d_nodal = rt.alloc(dev, max(int(nodal_off[-1]), 1), dt)
             d_nodal_off = rt.to_device(dev, nodal_off)
         else:
             d_nodal = d_nodal_off = None
+        seconds = launch.run(dev, (d_k, d_it, d_res, d_nodal, d_nodal_off))
 
-        start, end = rt.Event(dev), rt.Event(dev)
-        start.record()
-        rt.launch(fn, blocks, THREADS_PER_BLOCK,
-                  set1 + set2 + (d_g1, d_g2, np.int64(m), d_code, d_params,
-                                 np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
-                                 np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
-                                 T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]),
-                                 np.int32(1 + args["ek_slot"]), T(s["q"]), T(s["p"] * s["p"]),
-                                 np.float64(s["tol"]), np.int32(s["max_iter"]), scratch, np.int64(stride),
-                                 d_k, d_it, d_res, d_nodal, d_nodal_off),
-                  shared_mem=shared)
-        end.record()
-        seconds = start.elapsed_ms(end) / 1e3
-
-        K = np.empty(m)
-        iters = np.empty(m, dtype=np.int32)
-        resid = np.empty(m)
-        K[order] = d_k.to_host()
-        iters[order] = d_it.to_host()
-        resid[order] = d_res.to_host()
-        if not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
-            raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(K)))} of {m} pairs unwritten")
+        K = launch.unsort(d_k, np.float64)
+        iters = launch.unsort(d_it, np.int32)
+        resid = launch.unsort(d_res, np.float64)
+        _check_written(K, iters, m)
         blocks_out = None
         if nodal:
             flat = d_nodal.to_host()
@@ -164,5 +196,49 @@ class GPUEngine:
             for k_sorted, k in enumerate(order.tolist()):
                 lo, hi = nodal_off[k_sorted], nodal_off[k_sorted + 1]
                 blocks_out[k] = flat[lo:hi].reshape(ds1.n_nodes[g1[k]], ds2.n_nodes[g2[k]]).copy()
-        return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks_out, octile_pairs=tile_pairs,
+        return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks_out, octile_pairs=launch.tile_pairs,
                        seconds=seconds)
+
+    def solve_gradient(self, ds1, ds2, pair_arr, plan):
+        """K and the raw derivatives of :class:`graphkern._mgk_gradient.GradientPlan` for each pair."""
+        from graphkern._mgk_gradient import EDGE_FORMS
+        from graphkern.mgk import gradient_result
+
+        dt = self.s["dtype"]
+        dev = self.dev
+        nd, ct = plan.node_programs, plan.contraction_programs
+        launch = _Launch(self, ds1, ds2, pair_arr, "mgk_gradient", n_vectors=N_GRADIENT_VECTORS,
+                         extra_shared=len(ct.params) * dt.itemsize + ct.code.nbytes,
+                         out_bytes_per_pair=2 * (8 + 4 + 8) + 8 * plan.n_raw)
+        m = launch.m
+        if m == 0:
+            empty = np.zeros(0)
+            return gradient_result(empty, np.zeros(0, np.int32), empty, np.zeros(0, np.int32), empty,
+                                   np.zeros((0, plan.n_raw)), launch.tile_pairs, 0.0)
+        form = launch.args["form_name"]
+        allowed = {EDGE_FORMS[form], EDGE_FORMS.get(f"{form}_derivative", EDGE_FORMS[form])}
+        if not set(plan.contraction_form.tolist()) <= allowed or np.any(plan.contraction_slot != launch.args["ek_slot"]):
+            raise ValueError(f"edge contractions {plan.contraction_form.tolist()} do not fit the {form!r} edge kernel")
+        d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
+        d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
+        d_grad = _poisoned(dev, m * plan.n_raw, np.float64)
+        terms = (np.int32(len(nd)), rt.to_device(dev, nd.code), rt.to_device(dev, nd.params.astype(dt)),
+                 rt.to_device(dev, nd.code_off), rt.to_device(dev, nd.param_off),
+                 np.int32(plan.n_contractions), rt.to_device(dev, _nonempty(plan.contraction_form)),
+                 rt.to_device(dev, _nonempty(plan.contraction_theta.astype(dt))),
+                 rt.to_device(dev, _nonempty(plan.contraction_aux.astype(dt))),
+                 rt.to_device(dev, ct.code), rt.to_device(dev, ct.params.astype(dt)),
+                 rt.to_device(dev, ct.code_off), rt.to_device(dev, ct.param_off),
+                 np.int32(len(ct.code)), np.int32(len(ct.params)), np.int32(plan.n_raw))
+        seconds = launch.run(dev, terms + (d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad))
+
+        K = launch.unsort(d_k, np.float64)
+        iters = launch.unsort(d_it, np.int32)
+        adj_iters = launch.unsort(d_adj_it, np.int32)
+        raw = launch.unsort(d_grad, np.float64, plan.n_raw)
+        _check_written(K, np.minimum(iters, adj_iters), m)
+        if not np.all(np.isfinite(raw)):
+            raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "
+                               "unwritten")
+        return gradient_result(K, iters, launch.unsort(d_res, np.float64), adj_iters,
+                               launch.unsort(d_adj_res, np.float64), raw, launch.tile_pairs, seconds)
