@@ -84,7 +84,9 @@ REORDER_METHODS = ("pbr", "rcm", None)
 FORM_THRESHOLDS = {"constant": (8, 24), "kronecker": (16, 40), "sqexp": (20, 40), "general": (24, 48)}
 #: octile slots for G1 and output-slab values per team, by team kind
 ROW_SLOTS = {"warp": 8, "block": 16}
-SLAB = {"warp": 2048, "block": 4096}
+# warp teams: 4 teams of (8 slots + own slot and slice + a slab of 1024 values) = 57 KB in float32
+# with the shortcut forms, so 3 blocks fit an SM as their 164 registers allow (12 warps)
+SLAB = {"warp": 1024, "block": 4096}
 # choose_team: warp teams once every SM gets this many pairs, if pairs are this small (octile pairs)
 WARP_TEAM_MIN_PAIRS_PER_SM = 64
 WARP_TEAM_MAX_OCTILE_PAIRS = 4096

@@ -72,6 +72,8 @@ def add_arguments(parser):
                         help="graphs GraKeL runs on (default 6, dense set 3)")
     parser.add_argument("--dense-pairs", type=int, default=None, help="pairs the dense solver runs (default 2, dense set 1)")
     parser.add_argument("--no-peers", action="store_true", help="skip the dense NumPy and GraKeL peers")
+    parser.add_argument("--techniques", action="store_true",
+                        help="run the tiled solver's technique benchmark instead (the mgk-techniques suite)")
 
 
 # ---------------------------------------------------------------------------- data
@@ -221,6 +223,9 @@ def run(args, ctx):
     from graphkern.bench.timing import scaled_estimate, time_cpu
     from graphkern.mgk import MarginalizedGraphKernel
 
+    if getattr(args, "techniques", False):
+        from graphkern.bench.suites import mgk_techniques
+        return mgk_techniques.run(mgk_techniques.from_mgk_args(args), ctx)
     quick = ctx.quick
     repeat = ctx.repeat or (1 if quick else 3)
     dtype = np.dtype(args.dtype)

@@ -1,0 +1,445 @@
+"""Benchmark suite ``mgk-techniques``: the tiled MGK solver's techniques added one at a time (issue 7).
+
+Also reached as ``graphkern-bench mgk --techniques``.  Sets (``--sets``):
+
+* ``nws``, ``ba`` (and ``-labeled``): the core suite's 160 Newman-Watts-Strogatz / Barabasi-Albert
+  graphs of 96 vertices (graphkern.bench.suites.mgk.build_set; ``--quick``: 20 of 32 vertices);
+* ``molecules``: the packaged NCI molecules (``--sdf`` for another SD file), element and bond-order
+  labels compared by ``KroneckerDelta(0.5)``;
+* ``protein``: 3D contact graphs (``contact_graph_3d``, 500-1000 residues, ``--protein-graphs``),
+  residue types (20 categories, ``KroneckerDelta(0.5)``) and distance-labeled edges compared by
+  ``SquareExponential(1.0)``.
+
+Printed per set:
+
+1. non-empty octiles summed over the set under natural, RCM and PBR order, stored entries per
+   octile, and PBR's time for the whole set (CPU, all threads; measured without a GPU too);
+2. on the GPU, the time to solution of the whole Gram matrix (upper triangle) with the techniques
+   added one at a time: Dense, +Sparse, +Reorder, +Adaptive, +Compact, +Block, +DynSched
+   (graphkern._mgk_tiled.INCREMENTAL_STEPS), and the core solver of issue 6 (``techniques="core"``).
+   A row whose kernel time, predicted from a measured row with the same octile products (dense x
+   dense: the core solver, Dense, +Sparse, +Reorder) scaled by the ratio of octile products (per
+   pair: CG iterations x octiles of G1 x octiles of G2), exceeds ``--budget`` seconds is that
+   prediction, marked estimated (Dense on the protein-like set: a 1000-residue graph has 15625
+   octiles).
+   Columns: warm wall time of the call, kernel time (CUDA events), speedups over Dense and over
+   the core solver, CG iterations, and the distance from the cost floor;
+3. one GPU against all visible GPUs (at least two) on the largest Gram matrix;
+4. with ``--thresholds`` (and in a full run): the adaptive-primitive microbenchmark.
+
+Cost floor (one H100: FP32 67 TFLOP/s, FP64 34, SFU 132 SMs x 16 / clock x 1.755 GHz = 3.7e12
+exponentials/s, 3.0 TB/s): per pair and CG iteration the XMV needs nnz1 x nnz2 nonzero terms
+(2 flops each; one exponential each with a square-exponential edge kernel), and CG streams at
+least 9 vectors of n1 n2 values (fused: read p, diag; write Ap; read x, r, Ap; write x, r, p).
+The floor of a set is the largest of sum(iterations x nnz1 nnz2) x 2 / peak, the exponentials
+over the SFU rate, and sum(iterations x 9 n1 n2 x itemsize) / 3.0 TB/s, with each pair's
+iterations as measured.  The 160 x 96-vertex sets are bound by the vector traffic (a 96 x 96
+pair's vectors, 184 KB in float32, do not stay in L2 once the GPU holds ~1600 pairs at once:
+NWS ~30 iterations, 12880 pairs: ~46 ms; BA ~10 iterations: ~15 ms), the molecules by
+latency (27-atom pairs: ~10 KB of vectors, 3500 terms per iteration: the floor is microseconds,
+so the measured time is all overhead).
+
+Targets on one H100: every technique together >= 5x faster than the core solver on the molecular
+and protein-like sets; PBR with fewer non-empty octiles than RCM on every set; two GPUs >= 1.8x
+one GPU on the largest Gram matrix.
+
+Threshold microbenchmark: graphs of 64 vertices whose octiles (a band of three tile diagonals)
+all hold about k nonzeros, solved with each primitive forced (``primitives="dd"|"ds"|"ss"``)
+for k from 1 to 64 and every edge-kernel form; it prints the kernel time per octile product and
+the k up to which sparse x sparse and dense x sparse win, the values for
+graphkern._mgk_tiled.FORM_THRESHOLDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+NAME = "mgk-techniques"
+HELP = "tiled MGK solver: Dense/+Sparse/+Reorder/+Adaptive/+Compact/+Block/+DynSched, octile counts, GPUs"
+
+SETS = ("nws", "ba", "nws-labeled", "ba-labeled", "molecules", "protein")
+DEFAULT_SETS = ("nws", "ba", "molecules", "protein")
+FP32_PEAK, FP64_PEAK = 67e12, 34e12
+SFU_RATE = 132 * 16 * 1.755e9
+BANDWIDTH = 3.0e12
+CG_VECTOR_PASSES = 9
+THRESHOLD_NNZ = (1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64)
+OPTIONS = dict(sets=",".join(DEFAULT_SETS), graphs=None, vertices=None, protein_graphs=None, protein_sizes="500,1000",
+               q=0.05, dtype="float32", sdf=None, budget=None, thresholds=False, no_core=False, seed=0)
+
+
+def add_arguments(parser):
+    parser.add_argument("--sets", default=OPTIONS["sets"], help=f"comma-separated subset of {','.join(SETS)}")
+    parser.add_argument("--graphs", type=int, default=None, help="graphs per NWS/BA/molecule set (default 160; --quick 20)")
+    parser.add_argument("--vertices", type=int, default=None, help="vertices per NWS/BA graph (default 96; --quick 32)")
+    parser.add_argument("--protein-graphs", type=int, default=None, help="protein-like graphs (default 32; --quick 3)")
+    parser.add_argument("--protein-sizes", default=OPTIONS["protein_sizes"],
+                        help="smallest,largest residue count (default 500,1000; --quick uses the smallest)")
+    parser.add_argument("--q", type=float, default=OPTIONS["q"], help="stopping probability (default 0.05)")
+    parser.add_argument("--dtype", choices=("float32", "float64"), default=OPTIONS["dtype"])
+    parser.add_argument("--sdf", default=None, help="SD file of the molecular set (default: the packaged NCI set)")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="predicted kernel seconds above which a row is estimated, not run (default 120; --quick 5)")
+    parser.add_argument("--thresholds", action="store_true",
+                        help="run the adaptive-primitive threshold microbenchmark (always in a full GPU run)")
+    parser.add_argument("--no-core", action="store_true", help="skip the core (issue 6) solver row")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the generated sets")
+
+
+def from_mgk_args(args):
+    """This suite's options for ``graphkern-bench mgk --techniques`` (the mgk suite's parser)."""
+    from graphkern.bench.suites import mgk as core_suite
+
+    opts = dict(OPTIONS)
+    for key in ("graphs", "vertices", "q", "dtype", "sdf"):
+        if getattr(args, key, None) is not None:
+            opts[key] = getattr(args, key)
+    chosen = getattr(args, "sets", None)
+    if chosen and chosen != ",".join(core_suite.SETS):  # sets named on the command line: the ones this suite has
+        opts["sets"] = ",".join(s for s in chosen.split(",") if s.strip() in SETS) or opts["sets"]
+    return argparse.Namespace(**opts)
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def protein_set(count, sizes, seed):
+    """Contact graphs of folded chains with residue types and distance-labeled edges."""
+    from graphkern import generators as gen
+
+    rng = np.random.default_rng(seed)
+    lo, hi = sizes
+    graphs = []
+    for s, n in enumerate(rng.integers(lo, hi + 1, size=count)):
+        g = gen.contact_graph_3d(int(n), seed=seed + s)
+        g.node_labels["residue"] = rng.integers(0, 20, g.n_nodes)
+        graphs.append(g)
+    return graphs
+
+
+def build_sets(args, quick):
+    """(name, graphs, node_kernel, edge_kernel, description) of every requested set."""
+    from graphkern.basekernels import KroneckerDelta, SquareExponential, TensorProduct
+    from graphkern.bench.suites import mgk as core_suite
+
+    names = [s.strip() for s in args.sets.split(",") if s.strip()]
+    for name in names:
+        if name not in SETS:
+            raise ValueError(f"unknown set {name!r}; choose from {', '.join(SETS)}")
+        if name == "protein":
+            lo, hi = (int(v) for v in args.protein_sizes.split(","))
+            count = args.protein_graphs or (3 if quick else 32)
+            graphs = protein_set(count, (lo, lo if quick else hi), args.seed)
+            yield (name, graphs, TensorProduct(residue=KroneckerDelta(0.5)),
+                   TensorProduct(distance=SquareExponential(1.0)),
+                   f"{count} 3D contact graphs, {min(g.n_nodes for g in graphs)}-{max(g.n_nodes for g in graphs)} "
+                   "residues, residue types and distance-labeled edges")
+        else:
+            yield (name, *core_suite.build_set(name, args, quick, seed=args.seed))
+
+
+# ---------------------------------------------------------------------------- octile counts (CPU)
+
+
+def octile_rows(name, graphs, threads):
+    from graphkern.reorder import octile_count, reorder_many
+
+    row = {"set": name, "graphs": len(graphs), "mean_n": float(np.mean([g.n_nodes for g in graphs]))}
+    for method in (None, "rcm", "pbr"):
+        key = "natural" if method is None else method
+        t0 = time.perf_counter()
+        perms = reorder_many(graphs, method, n_threads=threads)
+        seconds = time.perf_counter() - t0
+        stats = [octile_count(g, p) for g, p in zip(graphs, perms)]
+        tiles = sum(s["nonempty_tiles"] for s in stats)
+        row[f"{key}_tiles"] = tiles
+        row[f"{key}_nnz_per_tile"] = sum(s["nnz"] for s in stats) / tiles if tiles else 0.0
+        if method == "pbr":
+            row["pbr_seconds"] = seconds
+    row["threads"] = threads
+    row["pbr_fewer_than_rcm"] = row["pbr_tiles"] < row["rcm_tiles"]
+    return row
+
+
+# ---------------------------------------------------------------------------- GPU rows
+
+
+def _upper_pairs(n):
+    i, j = np.triu_indices(n)
+    return np.stack([i, j], axis=1).astype(np.int64)
+
+
+def _octile_work(kern, graphs, pairs, iterations):
+    """Octile products of solving ``pairs`` with these iterations under the kernel's variant (its octiles)."""
+    from graphkern._mgk_tiled import resolve_techniques
+
+    s = kern._settings()
+    ds = kern._dataset(graphs, s)
+    if resolve_techniques(kern.techniques) is None:
+        tiles = ds.octiles.tiles_per_graph()
+    else:
+        td, _, _ = kern._engine(s).datasets(ds, ds)
+        tiles = td.tiles_per_graph
+    return float(np.sum(np.asarray(iterations, dtype=np.float64) * tiles[pairs[:, 0]] * tiles[pairs[:, 1]]))
+
+
+def run_variant(label, graphs, nk, ek, args, repeat, budget, *, techniques, reorder, iterations=None, known=(),
+                device=0):
+    """Time one variant on the whole upper triangle (warm calls, CUDA-event kernel time).
+
+    When ``iterations`` (per pair, from a converged run) and ``known`` (rows measured with the
+    same primitives) are given and the nearest known row, scaled by the ratio of octile
+    products, predicts more than ``budget`` kernel seconds, the row is that prediction, marked
+    estimated.
+    """
+    from graphkern.bench.timing import time_cpu
+    from graphkern.mgk import MarginalizedGraphKernel
+
+    dtype = np.dtype(args.dtype)
+    kern = MarginalizedGraphKernel(nk, ek, q=args.q, dtype=dtype, backend="gpu", techniques=techniques,
+                                   reorder=reorder, device=device)
+    pairs = _upper_pairs(len(graphs))
+    t0 = time.perf_counter()
+    kern(graphs, pairs=pairs[:1])  # packing, octiles (reordering), upload
+    row = {"variant": label, "pairs": len(pairs), "cold_s": time.perf_counter() - t0, "K": None}
+    if iterations is not None:
+        row["octile_products"] = _octile_work(kern, graphs, pairs, iterations)
+        base = min(known, key=lambda r: abs(np.log(r["octile_products"] / row["octile_products"])), default=None)
+        if base is not None:
+            scale = row["octile_products"] / base["octile_products"]
+            if base["kernel_s"] * scale > budget:
+                row.update(seconds=base["seconds"] * scale, kernel_s=base["kernel_s"] * scale, estimated=True,
+                           iterations=base["iterations"], estimated_from=base["variant"])
+                return row, None
+    kernel_times = []
+
+    def call():
+        row["K"] = kern(graphs)
+        kernel_times.append(kern.info_.solve_seconds)
+
+    first = time_cpu(call, repeat=1, warmup=0)
+    more = repeat if first.median * (repeat + 1) <= budget else 0
+    wall = time_cpu(call, repeat=more, warmup=1) if more else first
+    info = kern.info_
+    row.update(seconds=wall.median, kernel_s=float(np.median(kernel_times[-max(more, 1):])), estimated=False,
+               iterations=float(info.iterations.mean()))
+    if iterations is None:
+        row["octile_products"] = _octile_work(kern, graphs, pairs, info.iterations)
+    return row, info
+
+
+def floor_seconds(graphs, pairs, iterations, edge_form, dtype):
+    """The cost floor of solving ``pairs`` with these iterations (module docstring), and what bounds it."""
+    nnz = np.array([g.nnz for g in graphs], dtype=np.float64)
+    n = np.array([g.n_nodes for g in graphs], dtype=np.float64)
+    it = np.asarray(iterations, dtype=np.float64)
+    terms = float(np.sum(it * nnz[pairs[:, 0]] * nnz[pairs[:, 1]]))
+    values = float(np.sum(it * n[pairs[:, 0]] * n[pairs[:, 1]]))
+    peak = FP32_PEAK if np.dtype(dtype) == np.float32 else FP64_PEAK
+    parts = {"flops": 2 * terms / peak, "sfu": terms / SFU_RATE if edge_form == "sqexp" else 0.0,
+             "memory": CG_VECTOR_PASSES * values * np.dtype(dtype).itemsize / BANDWIDTH}
+    bound = max(parts, key=parts.get)
+    return parts[bound], bound
+
+
+# the order rows are measured in: the fastest first (its iterations price the others), then the
+# dense-product rows from fewest to most octiles, so each can be predicted from one measured before
+_MEASURE_ORDER = ("+DynSched", "+Block", "+Compact", "+Adaptive", "+Reorder", "+Sparse", "core (issue 6)", "Dense")
+_DENSE_PRODUCT_ROWS = ("+Reorder", "+Sparse", "core (issue 6)", "Dense")
+
+
+def incremental_table(name, graphs, nk, ek, args, ctx, budget):
+    from graphkern._mgk_tiled import INCREMENTAL_STEPS
+    from graphkern.bench.cli import print_table
+
+    repeat = ctx.repeat or (1 if ctx.quick else 3)
+    variants = {label: (tech, reorder) for label, tech, reorder in INCREMENTAL_STEPS}
+    if not args.no_core:
+        variants["core (issue 6)"] = ("core", None)
+    measured = {}
+    iterations = None
+    pairs = _upper_pairs(len(graphs))
+    for label in ctx.progress([v for v in _MEASURE_ORDER if v in variants], desc=f"{name} techniques"):
+        tech, reorder = variants[label]
+        same_family = [r for r in measured.values() if (r["variant"] in _DENSE_PRODUCT_ROWS) ==
+                       (label in _DENSE_PRODUCT_ROWS) and not r["estimated"]]
+        row, info = run_variant(label, graphs, nk, ek, args, repeat, budget, techniques=tech, reorder=reorder,
+                                iterations=iterations, known=same_family)
+        if iterations is None:
+            iterations = info.iterations
+            floor, bound = floor_seconds(graphs, pairs, iterations, info.edge_form, args.dtype)
+        measured[label] = row
+    rows = [measured[label] for label in ["core (issue 6)"] + [s[0] for s in INCREMENTAL_STEPS] if label in measured]
+    dense, core = measured["Dense"], measured.get("core (issue 6)")
+    ref_K = core["K"] if core is not None and core["K"] is not None else measured["+DynSched"]["K"]
+    for r in rows:
+        r["set"] = name
+        r["vs_dense"] = dense["seconds"] / r["seconds"]
+        if core is not None:
+            r["vs_core"] = core["seconds"] / r["seconds"]
+            r["kernel_vs_core"] = core["kernel_s"] / r["kernel_s"]
+        r["floor_s"] = floor
+        r["floor_bound"] = bound
+        r["x_floor"] = r["kernel_s"] / floor if floor > 0 else float("nan")
+        if r["K"] is not None and ref_K is not None and r["K"] is not ref_K:
+            r["max_rel_diff"] = float(np.max(np.abs(r["K"] - ref_K) / np.abs(ref_K)))
+    print_table(rows, [("variant", "variant"), ("seconds", "time s", "{:.4g}"), ("estimated", "est."),
+                       ("kernel_s", "kernel s", "{:.4g}"), ("vs_dense", "x Dense", "{:.3g}"),
+                       ("vs_core", "x core", "{:.3g}"), ("iterations", "CG it/pair", "{:.1f}"),
+                       ("octile_products", "octile products", "{:.3g}"), ("x_floor", "x floor", "{:.3g}"),
+                       ("max_rel_diff", "max rel diff", "{:.1e}"), ("cold_s", "first call s", "{:.3g}"),
+                       ("estimated_from", "estimated from")],
+                title=f"{name}: techniques added one at a time ({len(pairs)} pairs; cost floor {floor * 1e3:.3g} ms, "
+                      f"{bound}-bound; 'est.': scaled by octile products from a measured row)")
+    for r in rows:
+        r.pop("K", None)
+    return rows
+
+
+def multi_gpu_rows(name, graphs, nk, ek, args, ctx, n_devices):
+    from graphkern.bench.timing import time_cpu
+    from graphkern.mgk import MarginalizedGraphKernel
+
+    repeat = ctx.repeat or (1 if ctx.quick else 3)
+    rows = []
+    for devices in ([0], list(range(n_devices))):
+        kern = MarginalizedGraphKernel(nk, ek, q=args.q, dtype=np.dtype(args.dtype), backend="gpu", device=devices)
+        kern(graphs)
+        wall = time_cpu(lambda: kern(graphs), repeat=repeat, warmup=0)
+        rows.append({"set": name, "devices": len(devices), "seconds": wall.median,
+                     "kernel_s": kern.info_.solve_seconds, "pairs": len(kern.info_.pairs)})
+    rows[1]["speedup"] = rows[0]["seconds"] / rows[1]["seconds"]
+    return rows
+
+
+# ---------------------------------------------------------------------------- threshold microbenchmark
+
+
+def banded_octile_graph(k, rng, n_tiles=8):
+    """A graph of 8 n_tiles vertices whose non-empty octiles (tile diagonals -1, 0, 1) hold ~k nonzeros."""
+    from graphkern.graph import Graph
+
+    rows, cols = [], []
+    upper = [(r, s) for r in range(8) for s in range(r + 1, 8)]
+    for R in range(n_tiles):
+        pairs = min(k // 2, len(upper))
+        diagonal = min(8, k - 2 * pairs)
+        for idx in rng.choice(len(upper), pairs, replace=False):
+            rows.append(8 * R + upper[idx][0])
+            cols.append(8 * R + upper[idx][1])
+        for d in rng.choice(8, diagonal, replace=False):
+            rows.append(8 * R + d)
+            cols.append(8 * R + d)
+        if R + 1 < n_tiles:
+            for e in rng.choice(64, k, replace=False):
+                rows.append(8 * R + e // 8)
+                cols.append(8 * (R + 1) + e % 8)
+    edges = np.stack([rows, cols], axis=1)
+    m = len(edges)
+    return Graph.from_edges(edges, 8 * n_tiles, node_labels={"label": rng.integers(0, 3, 8 * n_tiles)},
+                            edge_labels={"category": rng.integers(0, 3, m), "length": rng.uniform(1.0, 2.0, m)})
+
+
+def threshold_rows(args, ctx):
+    from graphkern.basekernels import Constant, KroneckerDelta, SquareExponential, TensorProduct
+    from graphkern.mgk import MarginalizedGraphKernel
+
+    forms = {"constant": Constant(1.0), "kronecker": TensorProduct(category=KroneckerDelta(0.5)),
+             "sqexp": TensorProduct(length=SquareExponential(1.0))}
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    for k in ctx.progress(THRESHOLD_NNZ, desc="thresholds"):
+        graphs = [banded_octile_graph(k, rng) for _ in range(16)]
+        for form, ek in forms.items():
+            row = {"form": form, "k": k}
+            for prim in ("dd", "ds", "ss"):
+                kern = MarginalizedGraphKernel(TensorProduct(label=KroneckerDelta(0.5)), ek, q=args.q,
+                                               dtype=np.dtype(args.dtype), backend="gpu", reorder=None,
+                                               techniques=dict(primitives=prim, team="warp", schedule="static"))
+                kern(graphs)
+                times = []
+                for _ in range(ctx.repeat or 3):
+                    kern(graphs)
+                    times.append(kern.info_.solve_seconds)
+                products = float(np.sum(kern.info_.iterations.astype(np.float64) * kern.info_.octile_pairs))
+                row[f"{prim}_ns"] = 1e9 * float(np.median(times)) / products
+            rows.append(row)
+    from graphkern.bench.cli import print_table
+    verdicts = []
+    for form in forms:
+        mine = [r for r in rows if r["form"] == form]
+        ss_best = [r["k"] for r in mine if r["ss_ns"] <= min(r["dd_ns"], r["ds_ns"])]
+        ds_best = [r["k"] for r in mine if r["ds_ns"] <= r["dd_ns"]]
+        verdicts.append({"form": form, "ss_max": max(ss_best, default=-1), "ds_max": max(ds_best, default=-1)})
+        print_table(mine, [("k", "nnz/octile"), ("dd_ns", "dd ns/product", "{:.3g}"),
+                           ("ds_ns", "ds ns/product", "{:.3g}"), ("ss_ns", "ss ns/product", "{:.3g}")],
+                    title=f"octile-pair products, {form} edge kernel (kernel time / (iterations x octile pairs))")
+    print_table(verdicts, ["form", ("ss_max", "measured ss_max"), ("ds_max", "measured ds_max")],
+                title="measured thresholds (largest k at which the primitive is the fastest / beats dense x dense)")
+    return rows + verdicts
+
+
+# ---------------------------------------------------------------------------- run
+
+
+def run(args, ctx):
+    from graphkern._backend import resolve_threads
+    from graphkern._cuda import runtime as rt
+    from graphkern.bench.cli import print_table
+
+    quick = ctx.quick
+    budget = args.budget or (5.0 if quick else 120.0)
+    threads = resolve_threads(None)
+    n_devices = len(ctx.system.get("gpus") or [])
+    rows, targets, gpu_rows = [], [], {}
+    octiles = []
+    for name, graphs, nk, ek, desc in build_sets(args, quick):
+        ctx.log(f"-- {name}: {desc}; {len(graphs) * (len(graphs) + 1) // 2} pairs")
+        octiles.append(octile_rows(name, graphs, threads))
+        if ctx.gpu:
+            gpu_rows[name] = (incremental_table(name, graphs, nk, ek, args, ctx, budget), graphs, nk, ek)
+            rows += gpu_rows[name][0]
+        else:
+            rows.append({"set": name, "variant": "all", "skipped": f"no GPU ({rt.unavailable_reason()})"})
+    print_table(octiles, ["set", "graphs", ("mean_n", "mean n", "{:.0f}"), ("natural_tiles", "natural", "{}"),
+                          ("rcm_tiles", "RCM", "{}"), ("pbr_tiles", "PBR", "{}"),
+                          ("natural_nnz_per_tile", "nnz/octile nat.", "{:.2f}"),
+                          ("pbr_nnz_per_tile", "nnz/octile PBR", "{:.2f}"),
+                          ("pbr_seconds", "PBR s (set)", "{:.3f}"), "threads"],
+                title="non-empty octiles summed over each set, and PBR's time for the whole set")
+    rows += octiles
+    missed = [r["set"] for r in octiles if not r["pbr_fewer_than_rcm"]]
+    targets.append({"target": "PBR fewer non-empty octiles than RCM on every set",
+                    "value": min(r["pbr_tiles"] / r["rcm_tiles"] for r in octiles if r["rcm_tiles"]),
+                    "status": "PASS" if not missed else f"MISS ({', '.join(missed)})"})
+    for name in ("molecules", "protein"):
+        if name not in [r["set"] for r in octiles]:
+            continue
+        status, value = "not measured (no GPU)", float("nan")
+        if name in gpu_rows:
+            table = gpu_rows[name][0]
+            best = next(r for r in table if r["variant"] == "+DynSched")
+            value = best.get("vs_core", float("nan"))
+            status = "PASS" if value >= 5 else ("MISS" if np.isfinite(value) else "not measured (--no-core)")
+        targets.append({"target": f"{name}: all techniques >= 5x the core solver", "value": value, "status": status})
+    if n_devices >= 2 and gpu_rows:
+        largest = max(gpu_rows, key=lambda s: next(r for r in gpu_rows[s][0] if r["variant"] == "+DynSched")["kernel_s"])
+        _, graphs, nk, ek = gpu_rows[largest]
+        multi = multi_gpu_rows(largest, graphs, nk, ek, args, ctx, n_devices)
+        print_table(multi, ["set", "devices", "pairs", ("seconds", "time s", "{:.4g}"), ("kernel_s", "kernel s", "{:.4g}"),
+                            ("speedup", "speedup", "{:.3g}")], title=f"one GPU against {n_devices} on {largest}")
+        rows += multi
+        value = multi[1]["speedup"]
+        targets.append({"target": f"{n_devices} GPUs >= 1.8x one GPU ({largest})", "value": value,
+                        "status": "PASS" if value >= 1.8 else "MISS"})
+    else:
+        targets.append({"target": "two GPUs >= 1.8x one GPU on the largest Gram matrix", "value": float("nan"),
+                        "status": f"not measured ({n_devices} GPU)"})
+    if ctx.gpu and (args.thresholds or not quick):
+        rows += threshold_rows(args, ctx)
+    print_table(targets, [("target", "target"), ("value", "measured", "{:.4g}"), ("status", "status")],
+                title="targets (one H100)")
+    return rows + targets
