@@ -108,7 +108,7 @@ __device__ __forceinline__ void for_each_2d(const Team<BLOCK>& team, int rows, i
     }
 }
 
-// A team's shared working space (layout: graphkern/_mgk_tiled.py, shared_layout).
+// A team's shared working space (the layout is mirrored by graphkern/_mgk_tiled.py: shared_bytes).
 template <typename T>
 struct TeamSpace {
     unsigned char* slots1;  // row_slots octiles of G1

@@ -11,11 +11,18 @@
 // 4096 terms of which only nnz(t1) * nnz(t2) are not zero.  Three ways to compute it:
 //   dense x dense  (dd): lane (a, b) owns O[a][b] and O[a + 4][b] and sums all 128 of their
 //                        terms, zeros included (the core solver's product);
-//   dense x sparse (ds): the sparse octile as a list of its nonzeros; lane (r, part) takes
-//                        every 4th nonzero and sums the 8 terms it meets in dense row r;
-//   sparse x sparse (ss): both as lists; the nnz1 x nnz2 nonzero terms spread over the lanes.
-// ds and ss scatter into O with shared-memory atomics (several lanes can meet one output).
-// Which one runs is decided per octile pair from the two nonzero counts (octile_pair).
+//   dense x sparse (ds): the sparser octile as the list of its nonzeros, cut into 4 runs;
+//                        lane (r, part) sums, for each nonzero of its run, the 8 terms it meets
+//                        in row r of the other octile;
+//   sparse x sparse (ss): the same with only the nonzeros of row r: lane (r, part) sums, for
+//                        each nonzero of its run of the denser octile, the terms it meets among
+//                        the nonzeros in row r of the sparser one.
+// ds and ss add each sum into O with a shared-memory atomic (lanes of one row can meet one
+// output).  On sm_90 a float atomicAdd to shared memory is a compare-and-swap loop
+// (ATOMS.CAST.SPIN), so the products sum along a row first and the runs are contiguous
+// (neighbouring nonzeros of a list share a row: spreading them over the parts would make the
+// parts' atomics collide).  Which product runs is decided per octile pair from the two nonzero
+// counts (octile_pair).
 #pragma once
 
 #include <cstdint>
@@ -57,10 +64,12 @@ struct TiledSet {
 
 __host__ __device__ constexpr size_t align16(size_t n) { return (n + 15) & ~size_t(15); }
 
+constexpr int kSlotMetaInts = 8;  // nnz, tile row, tile column, unused, the bitmap (two words), unused
+
 // Bytes of one octile slot with `planes` values per element (graphkern/_mgk_tiled.py: slot_bytes).
 template <typename T>
 __host__ __device__ constexpr size_t slot_bytes(int planes) {
-    return align16(2 * (size_t)planes * kOctileSize * sizeof(T) + 4 * sizeof(int) + kOctileSize);
+    return align16(2 * (size_t)planes * kOctileSize * sizeof(T) + kSlotMetaInts * sizeof(int) + kOctileSize);
 }
 
 // An octile staged in shared memory in both forms: dense planes (what dd reads, zeros included)
@@ -69,14 +78,18 @@ template <typename T>
 struct Slot {
     T* dense;            // [planes][64]: plane 0 the weights, plane 1 + f edge feature f
     T* list;             // [planes][64]: entry k of every plane is the k-th nonzero element
-    int* meta;           // nnz, tile row, tile column
+    int* meta;           // nnz, tile row, tile column, -, bitmap
     unsigned char* pos;  // element index 8 r + s of list entry k
     __device__ __forceinline__ Slot(unsigned char* base, int planes) {
         dense = reinterpret_cast<T*>(base);
         list = dense + planes * kOctileSize;
         meta = reinterpret_cast<int*>(list + planes * kOctileSize);
-        pos = reinterpret_cast<unsigned char*>(meta + 4);
+        pos = reinterpret_cast<unsigned char*>(meta + kSlotMetaInts);
     }
+    __device__ __forceinline__ uint64_t bitmap() const { return *reinterpret_cast<const uint64_t*>(meta + 4); }
+    // list entries [first, first + count) are the nonzeros of row r (the list is row-major)
+    __device__ __forceinline__ int row_first(int r) const { return __popcll(bitmap() & ((1ull << (8 * r)) - 1ull)); }
+    __device__ __forceinline__ int row_count(int r) const { return __popc((unsigned)(bitmap() >> (8 * r)) & 0xffu); }
 };
 
 // A warp copies octile t into slot s.  Lane l handles elements l and l + 32; the rank of an
@@ -103,6 +116,7 @@ __device__ __forceinline__ void stage_octile(const Slot<T>& s, const TiledSet<T>
         s.meta[0] = __popcll(bitmap);
         s.meta[1] = g.tile_row[t];
         s.meta[2] = g.tile_col[t];
+        *reinterpret_cast<uint64_t*>(s.meta + 4) = bitmap;
     }
 }
 
@@ -200,21 +214,29 @@ __device__ __forceinline__ void product_dd(const Slot<T>& s1, const Slot<T>& s2,
     atomicAdd(out + (a + 4) * ld + b, acc_l);
 }
 
+// The run of list entries lane part (0..3) takes: [first, last).
+__device__ __forceinline__ void list_run(int length, int part, int& first, int& last) {
+    const int per = (length + 3) >> 2;
+    first = min(length, part * per);
+    last = min(length, first + per);
+}
+
 // dense x sparse.  SPARSE_IS_2: the list is t2's (entries (b, d)) and D is t1 (rows a, columns
 // c); otherwise the list is t1's (entries (a, c)) and D is t2 (rows b, columns d).  Lane
-// (r, part) keeps dense row r in registers and takes list entries part, part + 4, ...
+// (r, part) keeps row r of D in registers and walks its run of the list.
 template <typename T, int FORM, bool SPARSE_IS_2>
 __device__ __forceinline__ void product_ds(const Slot<T>& D, const Slot<T>& S, const T* __restrict__ xs, T* out,
                                            int ld, int lane, const EdgeKernel<T>& ek) {
-    const int ks = S.meta[0];
-    const int r = lane >> 2, part = lane & 3;
+    const int r = lane >> 2;
+    int first, last;
+    list_run(S.meta[0], lane & 3, first, last);
     T wd[kOctile], ed[kOctile];
 #pragma unroll
     for (int c = 0; c < kOctile; ++c) {
         wd[c] = D.dense[r * kOctile + c];
         ed[c] = is_shortcut<FORM>() ? D.dense[kOctileSize + r * kOctile + c] : T(0);
     }
-    for (int j = part; j < ks; j += 4) {
+    for (int j = first; j < last; ++j) {
         const int where = S.pos[j];
         const int rs = where >> 3, cs = where & 7;
         const T ws = S.list[j];
@@ -237,46 +259,52 @@ __device__ __forceinline__ void product_ds(const Slot<T>& D, const Slot<T>& S, c
     }
 }
 
-// sparse x sparse: term (i, j) pairs nonzero i of t1 with nonzero j of t2.  A warp step covers
-// `width` (the power of two >= nnz2, at most 32) consecutive j for 32 / width values of i.
-template <typename T, int FORM>
-__device__ __forceinline__ void product_ss(const Slot<T>& s1, const Slot<T>& s2, const T* __restrict__ xs, T* out,
+// sparse x sparse.  ROWS_OF_1: R (walked by rows) is t1, L (the list cut into runs) is t2;
+// otherwise R is t2 and L is t1.  Lane (r, part): for each entry of its run of L, the sum
+// over the nonzeros in row r of R.
+template <typename T, int FORM, bool ROWS_OF_1>
+__device__ __forceinline__ void product_ss(const Slot<T>& R, const Slot<T>& L, const T* __restrict__ xs, T* out,
                                            int ld, int lane, const EdgeKernel<T>& ek) {
-    const int k1 = s1.meta[0], k2 = s2.meta[0];
-    if (k1 == 0 || k2 == 0) return;
-    const int shift = k2 <= 1 ? 0 : min(5, 32 - __clz(k2 - 1));
-    const int width = 1 << shift, step = kWarp >> shift;
-    const int jl = lane & (width - 1), il = lane >> shift;
-    for (int jb = 0; jb < k2; jb += width) {
-        const int j = jb + jl;
-        if (j >= k2) continue;
-        const int where2 = s2.pos[j];
-        const int b = where2 >> 3, d = where2 & 7;
-        const T w2 = s2.list[j];
-        const T e2 = is_shortcut<FORM>() ? s2.list[kOctileSize + j] : T(0);
-        for (int i = il; i < k1; i += step) {
-            const int where1 = s1.pos[i];
-            const int a = where1 >> 3, c = where1 & 7;
-            T v = s1.list[i] * w2 * xs[c * kOctile + d];
+    const int r = lane >> 2;
+    const int row_first = R.row_first(r), row_last = row_first + R.row_count(r);
+    if (row_first == row_last) return;
+    int first, last;
+    list_run(L.meta[0], lane & 3, first, last);
+    for (int j = first; j < last; ++j) {
+        const int where = L.pos[j];
+        const int rl = where >> 3, cl = where & 7;
+        const T el = is_shortcut<FORM>() ? L.list[kOctileSize + j] : T(0);
+        T acc = 0;
+        for (int i = row_first; i < row_last; ++i) {
+            const int cr = R.pos[i] & 7;
+            T term = R.list[i] * (ROWS_OF_1 ? xs[cr * kOctile + cl] : xs[cl * kOctile + cr]);
             if (is_shortcut<FORM>()) {
-                v *= kappa_value<T, FORM>(s1.list[kOctileSize + i], e2, ek);
+                term *= kappa_value<T, FORM>(R.list[kOctileSize + i], el, ek);
             } else if (FORM == EDGE_GENERAL) {
-                v *= kappa_program(s1.list + kOctileSize + i, s2.list + kOctileSize + j, ek);
+                const T* ef_r = R.list + kOctileSize + i;
+                const T* ef_l = L.list + kOctileSize + j;
+                term *= ROWS_OF_1 ? kappa_program(ef_r, ef_l, ek) : kappa_program(ef_l, ef_r, ek);
             }
-            atomicAdd(out + a * ld + b, v);
+            acc += term;
         }
+        atomicAdd(out + (ROWS_OF_1 ? r * ld + rl : rl * ld + r), L.list[j] * acc);
     }
 }
 
 // One octile pair with the primitive its nonzero counts call for: sparse x sparse while both
-// have at most ss_max nonzeros, dense x sparse while the sparser has at most ds_max (it becomes
-// the list), dense x dense otherwise.  ss_max = ds_max = -1 always runs dense x dense.
+// have at most ss_max nonzeros (the sparser walked by rows, the denser cut into runs), dense x
+// sparse while the sparser has at most ds_max (it becomes the list), dense x dense otherwise.
+// ss_max = ds_max = -1 always runs dense x dense.
 template <typename T, int FORM>
 __device__ __forceinline__ void octile_pair(const Slot<T>& s1, const Slot<T>& s2, const T* __restrict__ xs, T* out,
                                             int ld, int lane, const EdgeKernel<T>& ek, int ss_max, int ds_max) {
     const int k1 = s1.meta[0], k2 = s2.meta[0];
     if (max(k1, k2) <= ss_max) {
-        product_ss<T, FORM>(s1, s2, xs, out, ld, lane, ek);
+        if (k1 <= k2) {
+            product_ss<T, FORM, true>(s1, s2, xs, out, ld, lane, ek);
+        } else {
+            product_ss<T, FORM, false>(s2, s1, xs, out, ld, lane, ek);
+        }
     } else if (min(k1, k2) <= ds_max) {
         if (k2 <= k1) {
             product_ds<T, FORM, true>(s1, s2, xs, out, ld, lane, ek);

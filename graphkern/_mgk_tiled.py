@@ -32,22 +32,23 @@ largest first to the least loaded device), and every device runs its share from 
 thread.
 
 Thresholds of the adaptive choice (:data:`FORM_THRESHOLDS`) come from a cost model in warp
-instructions per octile pair on sm_90, read off the loops of ``mgk_tiled_octile.cuh``
-(k nonzeros per octile; an SFU instruction counts 8 issue slots: 4 SFUs per SM sub-partition):
+instructions per octile pair on sm_90, read off the loops of ``mgk_tiled_octile.cuh`` (both
+octiles with k nonzeros; ``m`` the most nonzeros in one row of the sparser, k/8 to k/4; an SFU
+instruction counts 8 issue slots: 4 SFUs per SM sub-partition; a shared-memory float atomic is a
+compare-and-swap loop, ~8):
 
-=========  =================  ==========================  ===============================
-form       dense x dense      dense x sparse (k listed)   sparse x sparse (k x k)
-=========  =================  ==========================  ===============================
-constant   ~170 (W1 X W2^T)   20 + 24 ceil(k/4)           21 + 10 steps
-kronecker  ~560               20 + 50 ceil(k/4)           21 + 14 steps
-sqexp      ~1000 (SFU-bound)  20 + 90 ceil(k/4)           21 + 22 steps
-=========  =================  ==========================  ===============================
+=========  =================  ===========================  ============================
+form       dense x dense      dense x sparse               sparse x sparse
+=========  =================  ===========================  ============================
+constant   ~170 (W1 X W2^T)   20 + 28 ceil(k/4)            15 + ceil(k/4) (4 m + 12)
+kronecker  ~560               20 + 52 ceil(k/4)            15 + ceil(k/4) (7 m + 12)
+sqexp      ~1000 (SFU-bound)  20 + 100 ceil(k/4)           15 + ceil(k/4) (15 m + 12)
+=========  =================  ===========================  ============================
 
-where ``steps = ceil(k / w) * ceil(k w / 32)`` with w the power of two >= k (a warp step
-covers w nonzeros of one octile against 32/w of the other), and sparse x sparse pays about
-30% more for atomic conflicts.  Sparse x sparse then wins up to k ~ 8 (constant), 16
-(kronecker), 20 (sqexp); dense x sparse up to k ~ 24, 40, 40.  The general interpreter costs
-more per term than sqexp, which favours the sparse primitives: 24 and 48.  The paper measured
+Sparse x sparse then wins up to k ~ 16 (constant), 24-28 (kronecker), 28-32 (sqexp), dense x
+sparse up to 20, 40, 40 (the sparse products' thresholds sit a little low: rows of octiles cut
+from real graphs are less even than the model's).  The general interpreter costs tens of
+instructions per term, which favours the sparse products: 32 and 56.  The paper measured
 sparse x sparse best up to 8-16 nonzeros.  ``graphkern-bench mgk-techniques --thresholds``
 measures the crossovers on the GPU.
 """
@@ -77,11 +78,12 @@ MAX_WARPS = 32             # kMaxWarps (per block)
 MAX_BLOCK_WARPS = 16       # kMaxBlockTeamThreads / 32: the block teams' launch bound
 WARP_TEAMS_PER_BLOCK = 4   # kWarpTeamsPerBlock
 N_VECTORS = 5              # x, r, p, Ap, diag
+SLOT_META_INTS = 8         # mgk_tiled_octile.cuh: kSlotMetaInts
 SCRATCH_SHARE = 0.6        # the CG scratch takes at most this share of the free device memory
 REORDER_METHODS = ("pbr", "rcm", None)
 
 #: (ss_max, ds_max) per edge-kernel form (module docstring: the cost model)
-FORM_THRESHOLDS = {"constant": (8, 24), "kronecker": (16, 40), "sqexp": (20, 40), "general": (24, 48)}
+FORM_THRESHOLDS = {"constant": (16, 20), "kronecker": (24, 40), "sqexp": (28, 40), "general": (32, 56)}
 #: octile slots for G1 and output-slab values per team, by team kind
 ROW_SLOTS = {"warp": 8, "block": 16}
 # warp teams: 4 teams of (8 slots + own slot and slice + a slab of 1024 values) = 57 KB in float32
@@ -402,7 +404,7 @@ def edge_channels(form, args, edge_feature_width):
 
 def slot_bytes(planes, itemsize):
     """Bytes of a shared octile slot (mgk_tiled_octile.cuh: slot_bytes)."""
-    return _align16(2 * planes * OCTILE_SIZE * itemsize + 4 * 4 + OCTILE_SIZE)
+    return _align16(2 * planes * OCTILE_SIZE * itemsize + SLOT_META_INTS * 4 + OCTILE_SIZE)
 
 
 def _align16(n):
