@@ -325,7 +325,9 @@ class TiledData:
         if nonempty.any():
             self.max_degree[nonempty] = np.maximum.reduceat(ds.degree[:int(ds.node_offsets[-1])].astype(np.float64),
                                                             ds.node_offsets[:-1][nonempty])
-        self._device = {}
+        # device copies live with the dataset's others (MGKDataset.device_copies), keyed by these options
+        self._device = ds.device_copies
+        self._key = ("tiled", reorder, tiles, storage, self.channels_used)
         self._lock = threading.Lock()
 
     @property
@@ -343,8 +345,9 @@ class TiledData:
         """The arrays and the TiledSet descriptor on ``dev`` (uploaded once per device)."""
         from graphkern._cuda import runtime as rt
 
+        key = self._key + (dev.ordinal,)
         with self._lock:
-            copy = self._device.get(dev.ordinal)
+            copy = self._device.get(key)
         if copy is not None:
             return copy
         host = self.host_arrays()
@@ -354,7 +357,7 @@ class TiledData:
         bufs["descriptor"] = rt.to_device(dev, np.array(fields, dtype=np.uint64), stream)
         stream.synchronize()
         with self._lock:
-            self._device[dev.ordinal] = bufs
+            self._device[key] = bufs
         return bufs
 
     def unpermute(self, g, R_block, other, g_other):

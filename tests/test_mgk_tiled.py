@@ -345,11 +345,13 @@ def test_dataset_and_device_copies_are_reused(rng):
     ds = next(iter(kern._datasets._entries.values()))[2]
     engine = kern._engine(kern._settings())
     td, _, _ = engine.datasets(ds, ds)
-    copies = dict(td._device)
-    assert copies and isinstance(td, TiledData)
+    assert isinstance(td, TiledData)
+    # the tiled octiles' device copies are kept with the dataset's, one per option set and device
+    copies = {k: v for k, v in ds.device_copies.items() if k[0] == "tiled"}
+    assert list(copies) == [("tiled", "pbr", "sparse", "compact", (0, 1), 0)]
     kern.q = 0.3
     K = kern(X)
-    assert all(td._device[k] is v for k, v in copies.items())
+    assert all(ds.device_copies[k] is v for k, v in copies.items())
     assert rel_err(K, dense_mgk(X, None, nk.compile(), ek.compile(), q=0.3)) < 1e-10
     assert kern.info_.octile_pairs is not None and np.all(kern.info_.octile_pairs >= 0)
 
