@@ -191,3 +191,12 @@ def test_check_fits_names_the_size(gpu_device):
     _, total = gpu_device.memory_info()
     with pytest.raises(GraphTooLargeError, match=r"graph CSR needs .* GiB on device 0"):
         rt.check_fits(gpu_device, 4 * total, "graph CSR")
+
+
+@pytest.mark.gpu
+def test_many_kernel_arguments_are_marshalled(gpu_device):
+    # the gradient solvers pass about 60 arguments; extra trailing ones must not disturb the first
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_iota_i32")
+    out = rt.alloc(gpu_device, (8,), np.int32)
+    with pytest.raises(ValueError, match="at most 128 kernel arguments"):
+        rt.launch(fn, 1, 8, (out, np.int32(3), np.int32(8)) + (np.int32(0),) * 126)

@@ -541,7 +541,7 @@ cdef class Event:
 # --------------------------------------------------------------------------- launch
 
 cdef enum:
-    MAX_ARGS = 48
+    MAX_ARGS = 128  # the gradient solver passes ~60; parameter space (4 KiB) allows far more
 
 cdef object _np_int32 = np.int32
 cdef object _np_uint32 = np.uint32
