@@ -33,11 +33,16 @@ exponentials/s, 3.0 TB/s): per pair and CG iteration the XMV needs nnz1 x nnz2 n
 least 9 vectors of n1 n2 values (fused: read p, diag; write Ap; read x, r, Ap; write x, r, p).
 The floor of a set is the largest of sum(iterations x nnz1 nnz2) x 2 / peak, the exponentials
 over the SFU rate, and sum(iterations x 9 n1 n2 x itemsize) / 3.0 TB/s, with each pair's
-iterations as measured.  The 160 x 96-vertex sets are bound by the vector traffic (a 96 x 96
-pair's vectors, 184 KB in float32, do not stay in L2 once the GPU holds ~1600 pairs at once:
-NWS ~30 iterations, 12880 pairs: ~46 ms; BA ~10 iterations: ~15 ms), the molecules by
-latency (27-atom pairs: ~10 KB of vectors, 3500 terms per iteration: the floor is microseconds,
-so the measured time is all overhead).
+iterations as measured.  With the iterations of the CPU solver (same CG) on samples of pairs,
+q = 0.05, float32: NWS (160 x 96, 37 iterations) 53 ms and BA (11 iterations) 16 ms, both bound
+by the vector traffic (a 96 x 96 pair's five vectors, 184 KB, do not stay in L2 once the GPU
+holds ~1600 pairs at once), labeled NWS / BA 16 / 8.5 ms; the 160 NCI molecules (15
+iterations) 2.1 ms of vector traffic at DRAM speed and 0.02 ms of arithmetic, though 1600
+resident pairs' vectors (18 KB each) fit in L2, so their true floor is lower still and their
+time is latency and per-pair overhead; the 32 protein-like graphs (5 iterations) 253 ms, bound
+by the exponentials.  Counting 8192 flops per
+octile pair instead (the core suite's XMV rate), NWS / BA / molecules would be 79 / 208 / 2.5 ms
+at FP32 peak under PBR order.
 
 Targets on one H100: every technique together >= 5x faster than the core solver on the molecular
 and protein-like sets; PBR with fewer non-empty octiles than RCM on every set; two GPUs >= 1.8x
@@ -67,6 +72,8 @@ SFU_RATE = 132 * 16 * 1.755e9
 BANDWIDTH = 3.0e12
 CG_VECTOR_PASSES = 9
 THRESHOLD_NNZ = (1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64)
+# 2080 pairs: more warp teams than an H100 holds at once, so the sweep measures throughput, not latency
+THRESHOLD_GRAPHS = 64
 OPTIONS = dict(sets=",".join(DEFAULT_SETS), graphs=None, vertices=None, protein_graphs=None, protein_sizes="500,1000",
                q=0.05, dtype="float32", sdf=None, budget=None, thresholds=False, no_core=False, seed=0)
 
@@ -352,7 +359,7 @@ def threshold_rows(args, ctx):
     rng = np.random.default_rng(args.seed)
     rows = []
     for k in ctx.progress(THRESHOLD_NNZ, desc="thresholds"):
-        graphs = [banded_octile_graph(k, rng) for _ in range(16)]
+        graphs = [banded_octile_graph(k, rng) for _ in range(THRESHOLD_GRAPHS)]
         for form, ek in forms.items():
             row = {"form": form, "k": k}
             for prim in ("dd", "ds", "ss"):
