@@ -20,11 +20,13 @@
 // CG vectors live in global scratch, one slot per resident warp (grid-stride over pairs);
 // dot products are accumulated in double in both precisions and reduced by warp shuffles.
 //
-// Gradients (mgk_gradient_*): the same warp also solves the adjoint M y = 1 (M is symmetric)
-// with the same CG, then contracts x and y into dK/dtheta (graphkern/_mgk_gradient.py):
-// a diagonal sum per vertex-kernel derivative program and for q, and per edge contraction
-// the XMV of x with the edge kernel's derivative, dotted with y in registers instead of
-// stored.  Two solves plus a few XMVs: about twice the cost of K.
+// Gradients (mgk_gradient_*): the same warp also solves the adjoint M y = 1 (M is symmetric),
+// in lockstep with M x = b: each iteration's XMV stages the octiles and evaluates the edge
+// kernel once and applies them to both search directions (two slices of the vector staged),
+// so an iteration of the pair of solves costs ~1.5 XMVs rather than 2.  Then x and y are
+// contracted into dK/dtheta (graphkern/_mgk_gradient.py): a diagonal sum per vertex-kernel
+// derivative program and for q, and per edge contraction the XMV of x with the edge kernel's
+// derivative, dotted with y in registers instead of stored.
 #include <cstdint>
 
 #include "mgk_program.cuh"
@@ -38,6 +40,12 @@ constexpr int kWarpsPerBlock = 4;  // graphkern/_mgk_gpu.py launches 128 threads
 // ptxas -v (sm_90): 136-168 registers and no spills with 3 resident blocks (12 warps) per SM;
 // asking for 4 or more blocks spills inside the XMV.
 constexpr int kMinBlocksPerSM = 3;
+// The gradient's paired XMV keeps two slices' sums and, in double, the octile row in registers:
+// at 3 blocks/SM its f64 shortcut forms spill (ptxas -v), so f64 gradients ask for 2.
+template <typename T>
+constexpr int gradient_min_blocks() {
+    return sizeof(T) == 8 ? 2 : kMinBlocksPerSM;
+}
 constexpr int kMaxParams = 96;     // params per program (graphkern.basekernels.MAX_TERMS = 24 terms fit)
 constexpr unsigned kFullMask = 0xffffffffu;
 
@@ -52,8 +60,9 @@ enum : int {
     EDGE_KRONECKER_DERIVATIVE = 4,
     EDGE_SQEXP_DERIVATIVE = 5
 };
-// VEC_Y: gradient launches only (graphkern/_mgk_gpu.py: N_GRADIENT_VECTORS)
-enum : int { VEC_X = 0, VEC_R = 1, VEC_P = 2, VEC_AP = 3, VEC_DIAG = 4, N_VECTORS = 5, VEC_Y = 5, N_GRADIENT_VECTORS = 6 };
+// The adjoint's y, r, p, Ap: gradient launches only (graphkern/_mgk_gpu.py: N_GRADIENT_VECTORS)
+enum : int { VEC_X = 0, VEC_R = 1, VEC_P = 2, VEC_AP = 3, VEC_DIAG = 4, N_VECTORS = 5 };
+enum : int { VEC_Y = 5, VEC_RY = 6, VEC_PY = 7, VEC_APY = 8, N_GRADIENT_VECTORS = 9 };
 
 // Vertex-kernel values that underflow would make the diagonal D/V infinite (same floor as the CPU).
 constexpr double kVertexKernelFloor = 1e-20;
@@ -108,7 +117,7 @@ struct EdgeKernel {
 };
 
 // One pair's two graphs as the XMV walks them, and the warp's shared staging area: an octile of
-// each graph and the matching 64-entry slice of the vector, each `staged` planes of 64.
+// each graph (`staged` planes of 64) and the matching 64-entry slice of each vector.
 template <typename T>
 struct PairTiles {
     const int32_t* trp1;  // tile-row pointers of G1 and G2
@@ -120,26 +129,42 @@ struct PairTiles {
     T* s_x;
 };
 
-// What the XMV does with each output i of acc = (A1 (x) A2 (.) E) p: the CG's system product,
-// or the gradient's contraction with the adjoint y.
+// What the XMV does with each output i of acc[r] = ((A1 (x) A2 (.) E) p_r)[i]: the CG's system
+// product (for one direction, or for the forward and adjoint ones together), or the gradient's
+// contraction with the adjoint y.
 template <typename T>
 struct SystemProduct {
     const T* __restrict__ p;
     const T* __restrict__ diag;
     T* __restrict__ Ap;
     T scale;
-    __device__ __forceinline__ void operator()(int64_t i, T acc) { Ap[i] = diag[i] * p[i] - scale * acc; }
+    __device__ __forceinline__ void operator()(int64_t i, const T (&acc)[1]) {
+        Ap[i] = diag[i] * p[i] - scale * acc[0];
+    }
+};
+
+template <typename T>
+struct PairedSystemProduct {
+    const T* __restrict__ px;
+    const T* __restrict__ py;
+    const T* __restrict__ diag;
+    T* __restrict__ Apx;
+    T* __restrict__ Apy;
+    T scale;
+    __device__ __forceinline__ void operator()(int64_t i, const T (&acc)[2]) {
+        const T d = diag[i];
+        Apx[i] = d * px[i] - scale * acc[0];
+        Apy[i] = d * py[i] - scale * acc[1];
+    }
 };
 
 template <typename T>
 struct AdjointContraction {
     const T* __restrict__ y;
     double sum;
-    __device__ __forceinline__ void operator()(int64_t i, T acc) { sum += (double)y[i] * (double)acc; }
+    __device__ __forceinline__ void operator()(int64_t i, const T (&acc)[1]) { sum += (double)y[i] * (double)acc[0]; }
 };
 
-// Planes of an octile copied to shared memory: the weights, plus the edge kernel's feature
-// plane (shortcut forms) or every feature plane (the general interpreter).
 template <typename T, int FORM>
 __device__ __forceinline__ void stage_octile(T* __restrict__ dst, const T* __restrict__ tile, int channels,
                                              int ek_channel, int lane) {
@@ -167,22 +192,49 @@ __device__ __forceinline__ T edge_shortcut(T e1, T e2, T ek_theta, T ek_aux) {
     return mgk::exp_of(ek_aux * diff * diff);
 }
 
-// acc_u/acc_l += rows a and a + 4 (against column b) of (W1 (x) W2 (.) E) applied to the slice xs.
-template <typename T, int FORM>
+// su[r] / sl[r] += the edge kernel (ku / kl for rows u / l) times w2 times the staged x_r at column
+// (c, d) (xs points at slice 0's element; the slices are 64 apart).
+template <typename T, int NRHS>
+__device__ __forceinline__ void add_edge(T ku, T kl, T w2, const T* __restrict__ xs, T (&su)[NRHS], T (&sl)[NRHS]) {
+#pragma unroll
+    for (int r = 0; r < NRHS; ++r) {
+        const T s = w2 * xs[r * kOctileSize];
+        su[r] += ku * s;
+        sl[r] += kl * s;
+    }
+}
+
+template <typename T, int NRHS>
+__device__ __forceinline__ void add_rows(T w1u, T w1l, const T (&su)[NRHS], const T (&sl)[NRHS], T (&acc_u)[NRHS],
+                                         T (&acc_l)[NRHS]) {
+#pragma unroll
+    for (int r = 0; r < NRHS; ++r) {
+        acc_u[r] += w1u * su[r];
+        acc_l[r] += w1l * sl[r];
+    }
+}
+
+// acc_u[r]/acc_l[r] += rows a and a + 4 (against column b) of (W1 (x) W2 (.) E) applied to slice r
+// of xs (NRHS slices of 64, one per vector: the edge kernel is evaluated once for all of them).
+template <typename T, int FORM, int NRHS>
 __device__ __forceinline__ void octile_product(const T* __restrict__ t1, const T* __restrict__ t2,
-                                               const T* __restrict__ xs, int a, int b, T& acc_u, T& acc_l,
-                                               T ek_theta, T ek_aux, const int* ecode, const T* epar) {
+                                               const T* __restrict__ xs, int a, int b, T (&acc_u)[NRHS],
+                                               T (&acc_l)[NRHS], T ek_theta, T ek_aux, const int* ecode,
+                                               const T* epar) {
     if (FORM == EDGE_CONSTANT) {
         T w2[kOctile];
 #pragma unroll
         for (int d = 0; d < kOctile; ++d) w2[d] = t2[b * kOctile + d];
 #pragma unroll 1  // unrolling the columns too costs registers (spills at 4 blocks/SM)
         for (int c = 0; c < kOctile; ++c) {
-            T s = 0;
+            const T w1u = t1[a * kOctile + c], w1l = t1[(a + 4) * kOctile + c];
+            T s[NRHS] = {};
 #pragma unroll
-            for (int d = 0; d < kOctile; ++d) s += w2[d] * xs[c * kOctile + d];
-            acc_u += t1[a * kOctile + c] * s;
-            acc_l += t1[(a + 4) * kOctile + c] * s;
+            for (int r = 0; r < NRHS; ++r) {
+#pragma unroll
+                for (int d = 0; d < kOctile; ++d) s[r] += w2[d] * xs[r * kOctileSize + c * kOctile + d];
+            }
+            add_rows(w1u, w1l, s, s, acc_u, acc_l);
         }
     } else if (single_feature<FORM>()) {
         T w2[kOctile], e2[kOctile];
@@ -195,39 +247,37 @@ __device__ __forceinline__ void octile_product(const T* __restrict__ t1, const T
         for (int c = 0; c < kOctile; ++c) {
             const T w1u = t1[a * kOctile + c], w1l = t1[(a + 4) * kOctile + c];
             const T e1u = t1[kOctileSize + a * kOctile + c], e1l = t1[kOctileSize + (a + 4) * kOctile + c];
-            T su = 0, sl = 0;
+            T su[NRHS] = {}, sl[NRHS] = {};
 #pragma unroll
             for (int d = 0; d < kOctile; ++d) {
-                const T s = w2[d] * xs[c * kOctile + d];
-                su += edge_shortcut<T, FORM>(e1u, e2[d], ek_theta, ek_aux) * s;
-                sl += edge_shortcut<T, FORM>(e1l, e2[d], ek_theta, ek_aux) * s;
+                add_edge(edge_shortcut<T, FORM>(e1u, e2[d], ek_theta, ek_aux),
+                         edge_shortcut<T, FORM>(e1l, e2[d], ek_theta, ek_aux), w2[d], xs + c * kOctile + d, su, sl);
             }
-            acc_u += w1u * su;
-            acc_l += w1l * sl;
+            add_rows(w1u, w1l, su, sl, acc_u, acc_l);
         }
     } else {
         for (int c = 0; c < kOctile; ++c) {
             const int iu = a * kOctile + c, il = (a + 4) * kOctile + c;
-            T su = 0, sl = 0;
+            T su[NRHS] = {}, sl[NRHS] = {};
             for (int d = 0; d < kOctile; ++d) {
                 const int j = b * kOctile + d;
-                const T s = t2[j] * xs[c * kOctile + d];
-                su += mgk::eval_program(ecode, epar, t1 + kOctileSize + iu, kOctileSize, t2 + kOctileSize + j,
-                                        kOctileSize) * s;
-                sl += mgk::eval_program(ecode, epar, t1 + kOctileSize + il, kOctileSize, t2 + kOctileSize + j,
-                                        kOctileSize) * s;
+                add_edge(mgk::eval_program(ecode, epar, t1 + kOctileSize + iu, kOctileSize, t2 + kOctileSize + j,
+                                           kOctileSize),
+                         mgk::eval_program(ecode, epar, t1 + kOctileSize + il, kOctileSize, t2 + kOctileSize + j,
+                                           kOctileSize),
+                         t2[j], xs + c * kOctile + d, su, sl);
             }
-            acc_u += t1[iu] * su;
-            acc_l += t1[il] * sl;
+            add_rows(t1[iu], t1[il], su, sl, acc_u, acc_l);
         }
     }
 }
 
-// out(i, ((A1 (x) A2 (.) E) p)[i]) for every output i of one pair, each called by the lane that
-// owns it (see the top of the file); the warp's staging area is in `tiles`.
-template <typename T, int FORM, typename Output>
-__device__ void xmv(const GraphSet<T>& s1, const GraphSet<T>& s2, const PairTiles<T>& pt, const T* __restrict__ p,
-                    Output& out, const EdgeKernel<T>& ek, int lane) {
+// out(i, acc) with acc[r] = ((A1 (x) A2 (.) E) p_r)[i] for every output i of one pair and each of
+// the NRHS vectors p0 (, p1), called by the lane that owns i (see the top of the file).
+template <typename T, int FORM, int NRHS, typename Output>
+__device__ void xmv(const GraphSet<T>& s1, const GraphSet<T>& s2, const PairTiles<T>& pt, const T* __restrict__ p0,
+                    const T* __restrict__ p1, Output& out, const EdgeKernel<T>& ek, int lane) {
+    static_assert(NRHS == 1 || NRHS == 2, "one or two vectors");
     const int a = lane / kOctile, b = lane % kOctile;
     const int n1 = pt.n1, n2 = pt.n2;
     const int nb1 = (n1 + kOctile - 1) / kOctile, nb2 = (n2 + kOctile - 1) / kOctile;
@@ -236,22 +286,27 @@ __device__ void xmv(const GraphSet<T>& s1, const GraphSet<T>& s2, const PairTile
         const int t1_begin = pt.trp1[R1], t1_end = pt.trp1[R1 + 1];
         for (int R2 = 0; R2 < nb2; ++R2) {
             const int t2_begin = pt.trp2[R2], t2_end = pt.trp2[R2 + 1];
-            T acc_u = 0, acc_l = 0;
+            T acc_u[NRHS], acc_l[NRHS];
+#pragma unroll
+            for (int r = 0; r < NRHS; ++r) acc_u[r] = acc_l[r] = 0;
             for (int t1 = t1_begin; t1 < t1_end; ++t1) {
                 const int J1 = s1.tile_col[t1];
                 __syncwarp();  // every lane is done reading the previous octile of G1
                 stage_octile<T, FORM>(pt.s_t1, s1.tile_val + t1 * val_stride1, s1.channels, ek.channel, lane);
                 for (int t2 = t2_begin; t2 < t2_end; ++t2) {
                     const int J2 = s2.tile_col[t2];
-                    __syncwarp();  // ... and of the previous octile of G2 and slice of p
+                    __syncwarp();  // ... and of the previous octile of G2 and slices of the vectors
                     stage_octile<T, FORM>(pt.s_t2, s2.tile_val + t2 * val_stride2, s2.channels, ek.channel, lane);
                     for (int e = lane; e < kOctileSize; e += kWarp) {
                         const int j1 = J1 * kOctile + e / kOctile, j2 = J2 * kOctile + e % kOctile;
-                        pt.s_x[e] = (j1 < n1 && j2 < n2) ? p[(int64_t)j1 * n2 + j2] : T(0);
+                        const bool inside = j1 < n1 && j2 < n2;
+                        const int64_t j = (int64_t)j1 * n2 + j2;
+                        pt.s_x[e] = inside ? p0[j] : T(0);
+                        if (NRHS == 2) pt.s_x[kOctileSize + e] = inside ? p1[j] : T(0);
                     }
-                    __syncwarp();  // staged octiles and slice visible to the whole warp
-                    octile_product<T, FORM>(pt.s_t1, pt.s_t2, pt.s_x, a, b, acc_u, acc_l, ek.theta, ek.aux, ek.code,
-                                            ek.par);
+                    __syncwarp();  // staged octiles and slices visible to the whole warp
+                    octile_product<T, FORM, NRHS>(pt.s_t1, pt.s_t2, pt.s_x, a, b, acc_u, acc_l, ek.theta, ek.aux,
+                                                  ek.code, ek.par);
                 }
             }
             const int o1u = R1 * kOctile + a, o1l = o1u + 4, o2 = R2 * kOctile + b;
@@ -263,47 +318,104 @@ __device__ void xmv(const GraphSet<T>& s1, const GraphSet<T>& s2, const PairTile
     }
 }
 
+// One CG system: its vectors and scalars (rz = r^T z, the norms, the iterations done).
+template <typename T>
+struct CGSystem {
+    T* __restrict__ x;
+    T* __restrict__ r;
+    T* __restrict__ p;
+    T* __restrict__ Ap;
+    double rz;
+    double bnorm;
+    double rnorm;
+    int it;
+};
+
+// The rest of a CG iteration once Ap = M p is known (Ap written by other lanes: the caller
+// synchronizes the warp first).  Returns false when the system has converged (or has an exactly
+// zero residual, the only way to get pAp <= 0 here); then x is final and p untouched.
+template <typename T>
+__device__ bool cg_update(CGSystem<T>& cg, const T* __restrict__ diag, int64_t N, double tol, int lane) {
+    double pAp = 0;
+    for (int64_t i = lane; i < N; i += kWarp) pAp += (double)cg.p[i] * cg.Ap[i];
+    pAp = warp_sum(pAp);
+    if (!(pAp > 0)) return false;
+    const double alpha = cg.rz / pAp;
+    const T a = (T)alpha;
+    double rr = 0, rzn = 0;
+    for (int64_t i = lane; i < N; i += kWarp) {
+        cg.x[i] = cg.x[i] + a * cg.p[i];
+        const T ri = cg.r[i] - a * cg.Ap[i];
+        cg.r[i] = ri;
+        rr += (double)ri * ri;
+        rzn += (double)ri * (ri / diag[i]);
+    }
+    rr = warp_sum(rr);
+    rzn = warp_sum(rzn);
+    ++cg.it;
+    cg.rnorm = sqrt(rr);
+    if (cg.rnorm <= tol * cg.bnorm) return false;
+    const T beta = (T)(rzn / cg.rz);
+    cg.rz = rzn;
+    for (int64_t i = lane; i < N; i += kWarp) cg.p[i] = cg.r[i] / diag[i] + beta * cg.p[i];
+    return true;
+}
+
 // CG iterations on M x = b from the state the caller set up: x, the residual r, the direction
-// p = r / diag and rz = r^T p; bnorm = ||b||.  Returns the iterations; *rnorm_out = ||r||.
+// p = r / diag, rz = r^T p, bnorm = ||b|| and rnorm = bnorm.
 template <typename T, int FORM>
-__device__ int conjugate_gradient(const GraphSet<T>& s1, const GraphSet<T>& s2, const PairTiles<T>& pt,
-                                  const EdgeKernel<T>& ek, T ek_scale, T* __restrict__ x, T* __restrict__ r,
-                                  T* __restrict__ p, T* __restrict__ Ap, const T* __restrict__ diag, double rz,
-                                  double bnorm, double tol, int max_iter, int lane, double* rnorm_out) {
+__device__ void conjugate_gradient(const GraphSet<T>& s1, const GraphSet<T>& s2, const PairTiles<T>& pt,
+                                   const EdgeKernel<T>& ek, T ek_scale, CGSystem<T>& cg, const T* __restrict__ diag,
+                                   double tol, int max_iter, int lane) {
     const int64_t N = (int64_t)pt.n1 * pt.n2;
-    double rnorm = bnorm;
-    int it = 0;
     __syncwarp();
-    while (it < max_iter) {
-        SystemProduct<T> product{p, diag, Ap, ek_scale};
-        xmv<T, FORM>(s1, s2, pt, p, product, ek, lane);
+    while (cg.it < max_iter) {
+        SystemProduct<T> product{cg.p, diag, cg.Ap, ek_scale};
+        xmv<T, FORM, 1>(s1, s2, pt, cg.p, nullptr, product, ek, lane);
         __syncwarp();  // Ap was written by the lanes owning each output block
-        double pAp = 0;
-        for (int64_t i = lane; i < N; i += kWarp) pAp += (double)p[i] * Ap[i];
-        pAp = warp_sum(pAp);
-        if (!(pAp > 0)) break;  // only an exactly zero residual gets here
-        const double alpha = rz / pAp;
-        const T a = (T)alpha;
-        double rr = 0, rzn = 0;
-        for (int64_t i = lane; i < N; i += kWarp) {
-            x[i] = x[i] + a * p[i];
-            const T ri = r[i] - a * Ap[i];
-            r[i] = ri;
-            rr += (double)ri * ri;
-            rzn += (double)ri * (ri / diag[i]);
-        }
-        rr = warp_sum(rr);
-        rzn = warp_sum(rzn);
-        ++it;
-        rnorm = sqrt(rr);
-        if (rnorm <= tol * bnorm) break;
-        const T beta = (T)(rzn / rz);
-        rz = rzn;
-        for (int64_t i = lane; i < N; i += kWarp) p[i] = r[i] / diag[i] + beta * p[i];
+        if (!cg_update(cg, diag, N, tol, lane)) break;
         __syncwarp();  // the next XMV reads p across lanes
     }
-    *rnorm_out = rnorm;
-    return it;
+}
+
+// Two CG systems with the same matrix in lockstep: while both run, one XMV serves both.
+template <typename T, int FORM>
+__device__ void paired_conjugate_gradient(const GraphSet<T>& s1, const GraphSet<T>& s2, const PairTiles<T>& pt,
+                                          const EdgeKernel<T>& ek, T ek_scale, CGSystem<T>& cx, CGSystem<T>& cy,
+                                          const T* __restrict__ diag, double tol, int max_iter, int lane) {
+    const int64_t N = (int64_t)pt.n1 * pt.n2;
+    bool run_x = true, run_y = true;
+    __syncwarp();
+    while (true) {
+        run_x = run_x && cx.it < max_iter;
+        run_y = run_y && cy.it < max_iter;
+        if (run_x && run_y) {
+            PairedSystemProduct<T> product{cx.p, cy.p, diag, cx.Ap, cy.Ap, ek_scale};
+            xmv<T, FORM, 2>(s1, s2, pt, cx.p, cy.p, product, ek, lane);
+        } else if (run_x || run_y) {
+            T* p = run_x ? cx.p : cy.p;
+            SystemProduct<T> product{p, diag, run_x ? cx.Ap : cy.Ap, ek_scale};
+            xmv<T, FORM, 1>(s1, s2, pt, p, nullptr, product, ek, lane);
+        } else {
+            break;
+        }
+        __syncwarp();  // Ap was written by the lanes owning each output block
+        if (run_x) run_x = cg_update(cx, diag, N, tol, lane);
+        if (run_y) run_y = cg_update(cy, diag, N, tol, lane);
+        __syncwarp();  // the next XMV reads p across lanes
+    }
+}
+
+// diag_i = D_i / V_i of the pair's system at vertex pair (i1, i2), and D_i (V floored as on the CPU).
+template <typename T>
+__device__ __forceinline__ T system_diagonal(const GraphSet<T>& s1, const GraphSet<T>& s2, int64_t v1, int64_t v2,
+                                             int i1, int i2, const int* ncode, const T* npar, T q, T& d) {
+    d = (s1.degree[v1 + i1] + q) * (s2.degree[v2 + i2] + q);
+    T v = mgk::eval_program(ncode, npar, s1.node_feat + (v1 + i1) * s1.n_feat, 1, s2.node_feat + (v2 + i2) * s2.n_feat,
+                            1);
+    const T floor_v = T(kVertexKernelFloor);
+    if (v < floor_v) v = floor_v;
+    return d / v;
 }
 
 // The pair's system (diag = D / V, x0 = 0, r0 = b = D q_x, z0 = p0 = r0 / diag) and the CG on it;
@@ -313,42 +425,34 @@ __device__ double solve_forward(const GraphSet<T>& s1, const GraphSet<T>& s2, in
                                 const PairTiles<T>& pt, const int* ncode, const T* npar, const EdgeKernel<T>& ek,
                                 T ek_scale, T q, double tol, int max_iter, T* __restrict__ work, int64_t stride,
                                 int lane, int32_t* it_out, double* res_out) {
-    T* __restrict__ x = work + VEC_X * stride;
-    T* __restrict__ r = work + VEC_R * stride;
-    T* __restrict__ p = work + VEC_P * stride;
+    CGSystem<T> cg{work + VEC_X * stride, work + VEC_R * stride, work + VEC_P * stride, work + VEC_AP * stride,
+                   0.0, 0.0, 0.0, 0};
     T* __restrict__ diag = work + VEC_DIAG * stride;
     const int n2 = pt.n2;
     const int64_t N = (int64_t)pt.n1 * n2;
-    const T floor_v = T(kVertexKernelFloor);
-    double rz = 0, bb = 0;
+    double bb = 0;
     for (int64_t i = lane; i < N; i += kWarp) {
         const int i1 = (int)(i / n2), i2 = (int)(i - (int64_t)i1 * n2);
-        const T d = (s1.degree[v1 + i1] + q) * (s2.degree[v2 + i2] + q);
-        T v = mgk::eval_program(ncode, npar, s1.node_feat + (v1 + i1) * s1.n_feat, 1,
-                                s2.node_feat + (v2 + i2) * s2.n_feat, 1);
-        if (v < floor_v) v = floor_v;
-        const T m = d / v;
+        T d;
+        const T m = system_diagonal(s1, s2, v1, v2, i1, i2, ncode, npar, q, d);
         const T bi = d * q * q;
         const T z = bi / m;
         diag[i] = m;
-        x[i] = 0;
-        r[i] = bi;
-        p[i] = z;
-        rz += (double)bi * z;
+        cg.x[i] = 0;
+        cg.r[i] = bi;
+        cg.p[i] = z;
+        cg.rz += (double)bi * z;
         bb += (double)bi * bi;
     }
-    rz = warp_sum(rz);
-    bb = warp_sum(bb);
-    const double bnorm = sqrt(bb);
-    double rnorm;
-    const int it = conjugate_gradient<T, FORM>(s1, s2, pt, ek, ek_scale, x, r, p, work + VEC_AP * stride, diag, rz,
-                                               bnorm, tol, max_iter, lane, &rnorm);
+    cg.rz = warp_sum(cg.rz);
+    cg.bnorm = cg.rnorm = sqrt(warp_sum(bb));
+    conjugate_gradient<T, FORM>(s1, s2, pt, ek, ek_scale, cg, diag, tol, max_iter, lane);
     double total = 0;
-    for (int64_t i = lane; i < N; i += kWarp) total += (double)x[i];
+    for (int64_t i = lane; i < N; i += kWarp) total += (double)cg.x[i];
     total = warp_sum(total);
     if (lane == 0) {
-        *it_out = it;
-        *res_out = bnorm > 0 ? rnorm / bnorm : 0.0;
+        *it_out = cg.it;
+        *res_out = cg.bnorm > 0 ? cg.rnorm / cg.bnorm : 0.0;
     }
     return total;
 }
@@ -374,8 +478,9 @@ __device__ void solve_pair(const GraphSet<T>& s1, const GraphSet<T>& s2, int64_t
 
 // A block's shared memory, filled with the programs, and one warp's share of it:
 //   [params of both programs (2 kMaxParams)][extra params][per warp: octile of G1, octile of G2,
-//   slice of the vector][code of both programs][extra code]
-// (the extra program tables are the gradient's edge contractions; none for K).
+//   SLICES slices of vectors][code of both programs][extra code]
+// (the extra program tables are the gradient's edge contractions and its XMVs stage two
+// slices, the forward and adjoint directions; K has no extra tables and one slice).
 template <typename T>
 struct WarpShare {
     T* par;
@@ -390,7 +495,7 @@ struct WarpShare {
     int64_t n_warps;
 };
 
-template <typename T, int FORM>
+template <typename T, int FORM, int SLICES>
 __device__ WarpShare<T> share_block(const int* code, const T* params, int code_len, int param_len,
                                     const int* extra_code, const T* extra_par, int extra_code_len, int extra_par_len,
                                     int channels) {
@@ -400,7 +505,7 @@ __device__ WarpShare<T> share_block(const int* code, const T* params, int code_l
     w.extra_par = w.par + 2 * kMaxParams;
     T* s_warps = w.extra_par + extra_par_len;
     const int staged = fixed_staged_channels<FORM>() ? fixed_staged_channels<FORM>() : channels;
-    const int per_warp = (2 * staged + 1) * kOctileSize;
+    const int per_warp = (2 * staged + SLICES) * kOctileSize;
     w.code = reinterpret_cast<int*>(s_warps + kWarpsPerBlock * per_warp);
     w.extra_code = w.code + code_len;
     for (int i = threadIdx.x; i < code_len; i += blockDim.x) w.code[i] = code[i];
@@ -428,8 +533,8 @@ __device__ void mgk_solve(const GraphSet<T> s1, const GraphSet<T> s2, const int6
                           int max_iter, T* __restrict__ scratch, int64_t stride, double* __restrict__ k_out,
                           int32_t* __restrict__ it_out, double* __restrict__ res_out, T* __restrict__ nodal,
                           const int64_t* __restrict__ nodal_off) {
-    const WarpShare<T> w = share_block<T, FORM>(code, params, ncode_len + ecode_len, nparam_len + eparam_len,
-                                                nullptr, nullptr, 0, 0, s1.channels);
+    const WarpShare<T> w = share_block<T, FORM, 1>(code, params, ncode_len + ecode_len, nparam_len + eparam_len,
+                                                   nullptr, nullptr, 0, 0, s1.channels);
     T* work = scratch + w.warp_global * N_VECTORS * stride;
     const EdgeKernel<T> ek{ek_theta, ek_aux, ek_channel, w.code + ncode_len, w.par + nparam_len};
     for (int64_t k = w.warp_global; k < n_pairs; k += w.n_warps) {
@@ -468,34 +573,49 @@ __device__ void gradient_pair(const GraphSet<T>& s1, const GraphSet<T>& s2, int6
     const int64_t v1 = s1.node_off[g1], v2 = s2.node_off[g2];
     const PairTiles<T> pt{s1.tile_rowptr + s1.rowptr_off[g1], s2.tile_rowptr + s2.rowptr_off[g2],
                           (int)(s1.node_off[g1 + 1] - v1), (int)(s2.node_off[g2 + 1] - v2), s_t1, s_t2, s_x};
-    const double total = solve_forward<T, FORM>(s1, s2, v1, v2, pt, ncode, npar, ek, ek_scale, q, tol, max_iter,
-                                                work, stride, lane, it_out, res_out);
-    if (lane == 0) *k_out = (double)p2 * total;
-    const T* __restrict__ x = work + VEC_X * stride;
-    T* __restrict__ r = work + VEC_R * stride;
-    T* __restrict__ p = work + VEC_P * stride;
-    const T* __restrict__ diag = work + VEC_DIAG * stride;
-    T* __restrict__ y = work + VEC_Y * stride;
+    CGSystem<T> cx{work + VEC_X * stride, work + VEC_R * stride, work + VEC_P * stride, work + VEC_AP * stride,
+                   0.0, 0.0, 0.0, 0};
+    CGSystem<T> cy{work + VEC_Y * stride, work + VEC_RY * stride, work + VEC_PY * stride, work + VEC_APY * stride,
+                   0.0, 0.0, 0.0, 0};
+    T* __restrict__ diag = work + VEC_DIAG * stride;
+    const T* x = cx.x;  // the solutions, read-only once the solves are done
+    const T* y = cy.x;
     const int n2 = pt.n2;
     const int64_t N = (int64_t)pt.n1 * n2;
 
-    // the adjoint M y = 1, same preconditioner
-    double rz = 0;
+    // M x = b = D q_x and the adjoint M y = 1, both from 0 with the preconditioner diag = D / V
+    double bb = 0;
     for (int64_t i = lane; i < N; i += kWarp) {
-        const T z = T(1) / diag[i];
-        y[i] = 0;
-        r[i] = 1;
-        p[i] = z;
-        rz += (double)z;
+        const int i1 = (int)(i / n2), i2 = (int)(i - (int64_t)i1 * n2);
+        T d;
+        const T m = system_diagonal(s1, s2, v1, v2, i1, i2, ncode, npar, q, d);
+        const T bi = d * q * q;
+        const T zx = bi / m, zy = T(1) / m;
+        diag[i] = m;
+        cx.x[i] = 0;
+        cx.r[i] = bi;
+        cx.p[i] = zx;
+        cy.x[i] = 0;
+        cy.r[i] = 1;
+        cy.p[i] = zy;
+        cx.rz += (double)bi * zx;
+        cy.rz += (double)zy;
+        bb += (double)bi * bi;
     }
-    rz = warp_sum(rz);
-    const double bnorm = sqrt((double)N);
-    double rnorm;
-    const int adj_it = conjugate_gradient<T, FORM>(s1, s2, pt, ek, ek_scale, y, r, p, work + VEC_AP * stride, diag,
-                                                   rz, bnorm, tol, max_iter, lane, &rnorm);
+    cx.rz = warp_sum(cx.rz);
+    cy.rz = warp_sum(cy.rz);
+    cx.bnorm = cx.rnorm = sqrt(warp_sum(bb));
+    cy.bnorm = cy.rnorm = sqrt((double)N);
+    paired_conjugate_gradient<T, FORM>(s1, s2, pt, ek, ek_scale, cx, cy, diag, tol, max_iter, lane);
+    double total = 0;
+    for (int64_t i = lane; i < N; i += kWarp) total += (double)x[i];
+    total = warp_sum(total);
     if (lane == 0) {
-        *adj_it_out = adj_it;
-        *adj_res_out = bnorm > 0 ? rnorm / bnorm : 0.0;
+        *k_out = (double)p2 * total;
+        *it_out = cx.it;
+        *res_out = cx.bnorm > 0 ? cx.rnorm / cx.bnorm : 0.0;
+        *adj_it_out = cy.it;
+        *adj_res_out = cy.bnorm > 0 ? cy.rnorm / cy.bnorm : 0.0;
     }
     __syncwarp();  // x and y are read across lanes below
 
@@ -536,9 +656,9 @@ __device__ void gradient_pair(const GraphSet<T>& s1, const GraphSet<T>& s2, int6
                                gt.cpar + gt.cpar_off[c]};
         AdjointContraction<T> contraction{y, 0.0};
         if (gt.cform[c] == FORM) {
-            xmv<T, FORM>(s1, s2, pt, x, contraction, ck, lane);
+            xmv<T, FORM, 1>(s1, s2, pt, x, nullptr, contraction, ck, lane);
         } else if constexpr (derivative_form<FORM>() != FORM) {
-            xmv<T, derivative_form<FORM>()>(s1, s2, pt, x, contraction, ck, lane);
+            xmv<T, derivative_form<FORM>(), 1>(s1, s2, pt, x, nullptr, contraction, ck, lane);
         }
         const double sum = warp_sum(contraction.sum);
         if (lane == 0) grad[gt.n_node + 1 + c] = (double)p2 * sum;
@@ -556,8 +676,8 @@ __device__ void mgk_gradient(const GraphSet<T> s1, const GraphSet<T> s2, const i
                              int32_t* __restrict__ it_out, double* __restrict__ res_out,
                              int32_t* __restrict__ adj_it_out, double* __restrict__ adj_res_out,
                              double* __restrict__ grad_out) {
-    const WarpShare<T> w = share_block<T, FORM>(code, params, ncode_len + ecode_len, nparam_len + eparam_len,
-                                                gt.ccode, gt.cpar, ccode_len, cpar_len, s1.channels);
+    const WarpShare<T> w = share_block<T, FORM, 2>(code, params, ncode_len + ecode_len, nparam_len + eparam_len,
+                                                   gt.ccode, gt.cpar, ccode_len, cpar_len, s1.channels);
     gt.ccode = w.extra_code;  // the contractions' programs are read from shared memory
     gt.cpar = w.extra_par;
     T* work = scratch + w.warp_global * N_GRADIENT_VECTORS * stride;
@@ -598,7 +718,7 @@ __device__ void mgk_gradient(const GraphSet<T> s1, const GraphSet<T> s2, const i
 // Gradient entry points: the same head (no nodal output), then the derivative programs, the edge
 // contractions and the gradient outputs (graphkern/_mgk_gpu.py: GPUEngine.solve_gradient).
 #define MGK_GRADIENT_ENTRY(NAME, T, FORM)                                                                   \
-    extern "C" __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kMinBlocksPerSM)                  \
+    extern "C" __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, gradient_min_blocks<T>())         \
         NAME(MGK_SET_ARGS(T, 1), MGK_SET_ARGS(T, 2), MGK_PAIR_ARGS(T), int n_node, const int* ncode,         \
              const T* npar, const int64_t* ncode_off, const int64_t* npar_off, int n_contractions,          \
              const int* cform, const T* ctheta, const T* caux, const int* ccode, const T* cpar,             \

@@ -5,7 +5,8 @@ are ordered by decreasing cost so that the long ones start first), CG vectors in
 scratch slot per resident warp.  Datasets are uploaded once per device and kept on the
 :class:`~graphkern._mgk_data.MGKDataset`, so a new call with other hyperparameters only
 ships the programs and the pair list.  ``solve_gradient`` launches the gradient entry points
-(two solves per pair and the contractions of graphkern/_mgk_gradient.py) the same way.
+(the forward and adjoint solves of a pair in lockstep, sharing each XMV, then the
+contractions of graphkern/_mgk_gradient.py) the same way.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ WARPS_PER_BLOCK = 4           # cuda_src/mgk.cu: kWarpsPerBlock
 THREADS_PER_BLOCK = 32 * WARPS_PER_BLOCK
 MAX_PARAMS = 96               # cuda_src/mgk.cu: kMaxParams (per program)
 N_VECTORS = 5                 # x, r, p, Ap, diagonal
-N_GRADIENT_VECTORS = 6        # ... and the adjoint y (cuda_src/mgk.cu: N_GRADIENT_VECTORS)
+N_GRADIENT_VECTORS = 9        # ... and the adjoint's y, r, p, Ap (cuda_src/mgk.cu: N_GRADIENT_VECTORS)
 OCTILE_SIZE = 64
 # Leave room for other users of the device: the scratch takes at most this share of free memory.
 SCRATCH_SHARE = 0.6
@@ -60,7 +61,7 @@ class _Launch:
     """What both entry points of a call share: the pairs in launch order, the kernel, shared memory,
     the grid, the scratch vectors and the device copies of the pairs and programs."""
 
-    def __init__(self, engine, ds1, ds2, pair_arr, entry, *, n_vectors, extra_shared, out_bytes_per_pair,
+    def __init__(self, engine, ds1, ds2, pair_arr, entry, *, n_vectors, slices, extra_shared, out_bytes_per_pair,
                  out_values_per_vertex_pair=0):
         from graphkern.mgk import solver_arguments
 
@@ -87,7 +88,8 @@ class _Launch:
         staged = _STAGED_CHANNELS.get(form, ds1.octiles.channels)
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
-        self.shared = shared = ((2 * MAX_PARAMS + WARPS_PER_BLOCK * (2 * staged + 1) * OCTILE_SIZE) * dt.itemsize
+        # cuda_src/mgk.cu share_block: programs, then per warp two octiles and `slices` vector slices
+        self.shared = shared = ((2 * MAX_PARAMS + WARPS_PER_BLOCK * (2 * staged + slices) * OCTILE_SIZE) * dt.itemsize
                                 + code.nbytes + extra_shared)
         limit = dev.properties.get("max_shared_memory_per_block_optin", 48 * 1024)
         if shared > limit:
@@ -168,7 +170,7 @@ class GPUEngine:
 
         dt = self.s["dtype"]
         dev = self.dev
-        launch = _Launch(self, ds1, ds2, pair_arr, "mgk_solve", n_vectors=N_VECTORS, extra_shared=0,
+        launch = _Launch(self, ds1, ds2, pair_arr, "mgk_solve", n_vectors=N_VECTORS, slices=1, extra_shared=0,
                          out_bytes_per_pair=8 + 4 + 8, out_values_per_vertex_pair=1 if nodal else 0)
         m, order, g1, g2 = launch.m, getattr(launch, "order", None), launch.g1, launch.g2
         if m == 0:
@@ -207,7 +209,7 @@ class GPUEngine:
         dt = self.s["dtype"]
         dev = self.dev
         nd, ct = plan.node_programs, plan.contraction_programs
-        launch = _Launch(self, ds1, ds2, pair_arr, "mgk_gradient", n_vectors=N_GRADIENT_VECTORS,
+        launch = _Launch(self, ds1, ds2, pair_arr, "mgk_gradient", n_vectors=N_GRADIENT_VECTORS, slices=2,
                          extra_shared=len(ct.params) * dt.itemsize + ct.code.nbytes,
                          out_bytes_per_pair=2 * (8 + 4 + 8) + 8 * plan.n_raw)
         m = launch.m

@@ -46,7 +46,8 @@ are left out of ``theta``, the logarithms of the free ones (``p`` is fixed by de
 only scales K by p^2, and ``normalize=True`` cancels it).  ``kernel(X, Y,
 eval_gradient=True)`` returns ``(K, dK)`` with ``dK[i, j, k] = dK_ij / dlog(theta_k)``,
 exact up to the solver's tolerance: with ``M = D_x V_x^-1 - A_x (.) E_x`` each pair also
-solves the adjoint ``M y = 1`` (one more CG solve) and
+solves the adjoint ``M y = 1`` (one more CG solve; the GPU runs it in lockstep with the
+forward one, both directions sharing each Kronecker product) and
 
     dK/dtheta = p^2 (y^T d(D_x q_x)/dtheta - y^T (dM/dtheta) x),
 

@@ -34,6 +34,22 @@ bytes per pair-iteration over 3.0 TB/s) is a lower floor than the arithmetic.
 
 Targets on one H100: >= 1000x GraKeL per pair on every labeled set, and the dense-graph XMV
 above 30% of FP32 peak.
+
+``--gradient``: the time of K alone against ``(K, dK) = kernel(X, eval_gradient=True)`` on
+the same sets, with every base-kernel hyperparameter and q free (p fixed).  On the GPU both
+run on the core solver of cuda_src/mgk.cu (the gradient's; ``techniques="core"``), and K of
+the default (tiled) solver is shown beside them.  The gradient also solves the adjoint
+system, then runs one XMV per distinct edge-kernel derivative ("contractions").  The CPU
+solves the two systems one after the other: its cost floor relative to K is the ratio of
+XMVs, ``(forward + adjoint iterations + contractions) / forward iterations``; the GPU runs
+them in lockstep, one XMV pass serving both directions while both run (the octiles staged
+and the edge kernel evaluated once; the multiply-adds doubled), so it makes
+``max(forward, adjoint) + contractions`` passes.  "XMV passes" prints that count over K's
+iterations: with a paired pass costing ~1.5 XMVs, the GPU's floor is about 1.5 to 2x on
+these sets (few iterations make the contractions and the adjoint's extra iterations
+weigh more).  Target on one H100: (K, dK) <= 2.5x K on every set.  The CPU pair (on
+``--cpu-graphs``, scaled) and the largest difference between the GPU's and the CPU's dK
+on the CPU's graphs are printed too.
 """
 
 from __future__ import annotations
@@ -74,6 +90,8 @@ def add_arguments(parser):
     parser.add_argument("--no-peers", action="store_true", help="skip the dense NumPy and GraKeL peers")
     parser.add_argument("--techniques", action="store_true",
                         help="run the tiled solver's technique benchmark instead (the mgk-techniques suite)")
+    parser.add_argument("--gradient", action="store_true",
+                        help="time K alone against K with its hyperparameter gradient (K, dK) instead")
 
 
 # ---------------------------------------------------------------------------- data
@@ -137,14 +155,14 @@ def _n_pairs(n):
     return n * (n + 1) // 2
 
 
-def _measure(kernel, graphs, repeat):
-    """Cold call (packing, octiles, upload) then timed warm calls: (cold_s, Timing, info, K)."""
+def _measure(kernel, graphs, repeat, **call):
+    """Cold call (packing, octiles, upload) then timed warm calls: (cold_s, Timing, info, result)."""
     from graphkern.bench.timing import time_cpu
 
     t0 = time.perf_counter()
-    K = kernel(graphs)
+    K = kernel(graphs, **call)
     cold = time.perf_counter() - t0
-    timing = time_cpu(lambda: kernel(graphs), repeat=repeat, warmup=0)
+    timing = time_cpu(lambda: kernel(graphs, **call), repeat=repeat, warmup=0)
     return cold, timing, kernel.info_, K
 
 
@@ -226,6 +244,8 @@ def run(args, ctx):
     if getattr(args, "techniques", False):
         from graphkern.bench.suites import mgk_techniques
         return mgk_techniques.run(mgk_techniques.from_mgk_args(args), ctx)
+    if getattr(args, "gradient", False):
+        return run_gradient(args, ctx)
     quick = ctx.quick
     repeat = ctx.repeat or (1 if quick else 3)
     dtype = np.dtype(args.dtype)
@@ -301,4 +321,97 @@ def run(args, ctx):
     if targets:
         print_table(targets, [("target", "target"), ("value", "measured", "{:.4g}"), ("status", "status")],
                     title="targets (one H100)")
+    return rows + targets
+
+
+# ---------------------------------------------------------------------------- --gradient
+
+GRADIENT_TARGET = 2.5
+
+
+def _gradient_rows(set_name, solver, kernel, graphs, repeat, total, measured, scale):
+    """Rows for K alone and for (K, dK) of one kernel on ``graphs`` (``scale``: to the whole set)."""
+    from graphkern.bench.timing import scaled_estimate
+
+    _, t_k, info_k, K = _measure(kernel, graphs, repeat)
+    _, t_g, info_g, (K_g, dK) = _measure(kernel, graphs, repeat, eval_gradient=True)
+    if scale != 1:
+        t_k, t_g = scaled_estimate(t_k, scale), scaled_estimate(t_g, scale)
+    forward = info_g.iterations - info_g.adjoint_iterations
+    contractions = _contractions(kernel, graphs)
+    # XMV passes per pair: the GPU pairs the two solves, the CPU runs them one after the other
+    solves = np.maximum(forward, info_g.adjoint_iterations) if info_g.backend == "gpu" else info_g.iterations
+    xmv_ratio = float(np.sum(solves) + contractions * len(info_g.pairs)) / max(info_k.total_iterations, 1)
+    k_row = _row(set_name, f"{solver}: K", total, t_k.median, estimated=scale != 1, measured_pairs=measured,
+                 kernel_seconds=info_k.solve_seconds, iterations_per_pair=info_k.iterations.mean())
+    g_row = _row(set_name, f"{solver}: K, dK ({kernel.n_dims} hyperparameters)", total, t_g.median,
+                 estimated=scale != 1, measured_pairs=measured, kernel_seconds=info_g.solve_seconds,
+                 iterations_per_pair=forward.mean(), adjoint_iterations_per_pair=info_g.adjoint_iterations.mean(),
+                 x_of_K=t_g.median / t_k.median, xmv_ratio=xmv_ratio, n_dims=kernel.n_dims)
+    return k_row, g_row, dK
+
+
+def _contractions(kernel, graphs):
+    """Edge contractions per pair of a gradient call (the XMVs after the two solves)."""
+    s = kernel._settings()
+    ds = kernel._dataset(graphs, s)
+    return kernel._gradient_plan(s, ds, ds).n_contractions
+
+
+def run_gradient(args, ctx):
+    """``mgk --gradient``: K alone against (K, dK) on the GPU and the CPU (module docstring)."""
+    from graphkern._backend import resolve_threads
+    from graphkern.bench.cli import print_table
+    from graphkern.mgk import MarginalizedGraphKernel
+
+    quick = ctx.quick
+    repeat = ctx.repeat or (1 if quick else 3)
+    dtype = np.dtype(args.dtype)
+    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    rows, targets = [], []
+    for set_name in sets:
+        graphs, nk, ek, desc = build_set(set_name, args, quick)
+        total = _n_pairs(len(graphs))
+        ctx.log(f"-- {set_name} --gradient: {desc}; {total} pairs")
+        set_rows = []
+        dK_gpu = g_row = None
+        if ctx.gpu:
+            core = MarginalizedGraphKernel(nk, ek, q=args.q, dtype=dtype, backend="gpu", techniques="core")
+            k_row, g_row, dK_gpu = _gradient_rows(set_name, "GPU core solver", core, graphs, repeat, total, total, 1)
+            set_rows += [k_row, g_row]
+            try:
+                tiled = MarginalizedGraphKernel(nk, ek, q=args.q, dtype=dtype, backend="gpu")
+                _, t_tiled, info_tiled, _ = _measure(tiled, graphs, repeat)
+                set_rows.append(_row(set_name, "GPU default solver: K", total, t_tiled.median,
+                                     kernel_seconds=info_tiled.solve_seconds))
+            except Exception as exc:  # the default solver failing is a result worth printing
+                set_rows.append({"set": set_name, "solver": "GPU default solver: K", "skipped": f"failed: {exc}"})
+        defaults = DENSE_SET_DEFAULTS if set_name == "dense-labeled" else SUBSET_DEFAULTS
+        n_cpu = len(graphs) if quick else min(len(graphs), args.cpu_graphs or defaults["cpu_graphs"])
+        cpu = MarginalizedGraphKernel(nk, ek, q=args.q, dtype=dtype, backend="cpu")
+        k_cpu, g_cpu, dK_cpu = _gradient_rows(set_name, f"CPU ({resolve_threads(None)} threads)", cpu,
+                                              graphs[:n_cpu], repeat, total, _n_pairs(n_cpu), total / _n_pairs(n_cpu))
+        set_rows += [k_cpu, g_cpu]
+        if dK_gpu is not None:
+            sub = dK_gpu[:n_cpu, :n_cpu]
+            g_row["max_rel_diff_dK_vs_cpu"] = float(np.max(np.abs(sub - dK_cpu)) / np.max(np.abs(dK_cpu)))
+        rows += set_rows
+        print_table(set_rows, [("solver", "solver"), ("pairs", "pairs"), ("seconds", "time s", "{:.4g}"),
+                               ("estimated", "est."), ("kernel_seconds", "kernel s", "{:.4g}"),
+                               ("iterations_per_pair", "CG it/pair", "{:.1f}"),
+                               ("adjoint_iterations_per_pair", "adjoint it/pair", "{:.1f}"),
+                               ("x_of_K", "x of K", "{:.2f}"), ("xmv_ratio", "XMV passes", "{:.2f}"),
+                               ("max_rel_diff_dK_vs_cpu", "dK GPU vs CPU", "{:.1e}"), ("skipped", "skipped")],
+                    title=f"{set_name} --gradient ({desc})")
+        ratio = g_row["x_of_K"] if g_row else float("nan")
+        targets.append({"target": f"{set_name}: GPU (K, dK) <= {GRADIENT_TARGET}x K", "value": ratio,
+                        "status": ("PASS" if ratio <= GRADIENT_TARGET else "MISS") if g_row
+                        else "not measured (no GPU)"})
+        fastest = min((r["seconds"] for r in set_rows if r.get("solver", "").startswith("GPU") and
+                       r["solver"].endswith(": K") and "seconds" in r), default=None)
+        if g_row and fastest:
+            targets.append({"target": f"{set_name}: GPU (K, dK) / fastest GPU K", "value": g_row["seconds"] / fastest,
+                            "status": "info"})
+    print_table(targets, [("target", "target"), ("value", "measured", "{:.3g}"), ("status", "status")],
+                title="targets (one H100)")
     return rows + targets
