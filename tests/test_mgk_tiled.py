@@ -53,11 +53,19 @@ def star_graph(rng, n):
     return labeled_graph(rng, n, edges=[(0, j) for j in range(1, n)] + [(j, j + 1) for j in range(1, n - 1, 3)])
 
 
+def spread_row_graph(rng, n, fan_out=4):
+    """Vertices 0-7 each joined to ``fan_out`` random others, the rest a path: the first tile row
+    touches most octile columns while every degree stays small (float32 stays well conditioned)."""
+    edges = {(i, int(j)) for i in range(8) for j in rng.choice(np.arange(8, n), fan_out, replace=False)}
+    edges |= {(j, j + 1) for j in range(8, n - 1)}
+    return labeled_graph(rng, n, edges=sorted(edges))
+
+
 def edge_case_set(rng):
     """n < 8, n not a multiple of 8, a single vertex, no edges, disconnected parts, a long tile row."""
     return [labeled_graph(rng, 1), labeled_graph(rng, 5, 0.6), labeled_graph(rng, 9, components=3),
             labeled_graph(rng, 12, weighted=False), labeled_graph(rng, 6, 0.0), labeled_graph(rng, 17, 0.25),
-            labeled_graph(rng, 26, 0.15, components=2), star_graph(rng, 70)]
+            labeled_graph(rng, 26, 0.15, components=2), spread_row_graph(rng, 70)]
 
 
 def rel_err(a, b):
@@ -249,12 +257,14 @@ def _all_combinations():
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_every_combination_matches_core_and_dense_reference(rng, name):
-    X = edge_case_set(rng) + [labeled_graph(rng, 40, 0.12)]
+    X = edge_case_set(rng) + [labeled_graph(rng, 40, 0.1)]
     nk, ek = KERNELS[name]
-    ref = dense_mgk(X, None, nk.compile(), ek.compile(), q=0.05)
-    core = MarginalizedGraphKernel(nk, ek, q=0.05, backend="gpu", techniques="core")(X)
+    # the condition number grows like max degree / q: q = 0.1 and degrees below ~10 keep it near 100,
+    # where float32 CG to tol 1e-6 matches the dense solve to a few 1e-6, as in the core suite
+    ref = dense_mgk(X, None, nk.compile(), ek.compile(), q=0.1)
+    core = MarginalizedGraphKernel(nk, ek, q=0.1, backend="gpu", techniques="core")(X)
     assert rel_err(core, ref) < 3e-5
-    kern = MarginalizedGraphKernel(nk, ek, q=0.05, backend="gpu")
+    kern = MarginalizedGraphKernel(nk, ek, q=0.1, backend="gpu")
     failures = []
     for reorder in (None, "rcm", "pbr"):
         for tech in _all_combinations():
