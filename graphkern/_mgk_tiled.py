@@ -18,7 +18,7 @@ a preset name: :data:`PRESETS`):
 ``schedule``    ``"dynamic"``: teams take pairs from a global atomic counter, largest predicted
                 cost first; ``"static"``: pair k goes to team k mod (number of teams).
 ``row_slots``, ``slab``  shared slots for octiles of G1 and values of the output slab per team
-                (None: :data:`ROW_SLOTS` / :data:`SLAB` of the team kind).
+                (None: :func:`default_row_slots` / :data:`SLAB` of the team kind).
 
 Reordering (``reorder="pbr"|"rcm"|None``) renumbers every graph's vertices with
 :func:`graphkern.reorder.reorder_many` before its octiles are cut; the kernel's value does not
@@ -68,7 +68,7 @@ from graphkern._mgk_data import OCTILE, _nonempty, build_octiles
 
 __all__ = ["PRESETS", "TECHNIQUE_OPTIONS", "INCREMENTAL_STEPS", "resolve_techniques", "check_reorder",
            "tiled_engine", "TiledData", "tiled_data", "TiledGPUEngine", "split_pairs", "predicted_cost",
-           "choose_team", "shared_bytes", "slot_bytes", "FORM_THRESHOLDS"]
+           "choose_team", "default_row_slots", "shared_bytes", "slot_bytes", "FORM_THRESHOLDS"]
 
 OCTILE_SIZE = OCTILE * OCTILE
 WARP = 32
@@ -85,7 +85,11 @@ REORDER_METHODS = ("pbr", "rcm", None)
 #: (ss_max, ds_max) per edge-kernel form (module docstring: the cost model)
 FORM_THRESHOLDS = {"constant": (16, 20), "kronecker": (24, 40), "sqexp": (28, 40), "general": (32, 56)}
 #: octile slots for G1 and output-slab values per team, by team kind
-ROW_SLOTS = {"warp": 8, "block": 16}
+ROW_SLOTS = {"warp": 8, "block": 32}
+# block teams: slots up to this much shared memory per block (two blocks of 8 warps per SM, as
+# their 128 registers per thread allow), at least ROW_SLOTS_MIN
+BLOCK_SHARED_BUDGET = 96 * 1024
+ROW_SLOTS_MIN = 8
 # warp teams: 4 teams of (8 slots + own slot and slice + a slab of 1024 values) = 57 KB in float32
 # with the shortcut forms, so 3 blocks fit an SM as their 164 registers allow (12 warps)
 SLAB = {"warp": 1024, "block": 4096}
@@ -422,6 +426,16 @@ def shared_bytes(itemsize, planes, row_slots, slab, warps_per_team, teams_per_bl
     return header + teams_per_block * team
 
 
+def default_row_slots(team, itemsize, planes, slab, warps_per_team):
+    """G1 octile slots per team: 8 for warp teams; for a block, as many as the shared budget leaves
+    after its warps' own slots and the slab, at most 32 (more slots: fewer groups of G1 tile rows,
+    so each octile of G2 is staged fewer times per XMV)."""
+    if team == "warp":
+        return ROW_SLOTS["warp"]
+    rest = BLOCK_SHARED_BUDGET - shared_bytes(itemsize, planes, 0, slab, warps_per_team, 1)
+    return int(min(ROW_SLOTS["block"], max(ROW_SLOTS_MIN, rest // slot_bytes(planes, itemsize))))
+
+
 def expected_iterations(max_deg1, max_deg2, q):
     """A relative guess of the CG iterations of a pair, from its diagonally dominant structure.
 
@@ -578,8 +592,8 @@ class TiledGPUEngine:
         n2 = td2.n_nodes[g2]
         padded = int(np.max(-(-n1 // OCTILE) * -(-n2 // OCTILE))) * OCTILE_SIZE
         slab = min(tech["slab"] or SLAB[team], max(padded, OCTILE_SIZE))
-        row_slots = tech["row_slots"] or ROW_SLOTS[team]
         planes = td1.channels
+        row_slots = tech["row_slots"] or default_row_slots(team, dt.itemsize, planes, slab, warps_per_team)
         shared = shared_bytes(dt.itemsize, planes, row_slots, slab, warps_per_team, teams_per_block)
         limit = dev.properties.get("max_shared_memory_per_block_optin", 48 * 1024)
         if shared > limit:

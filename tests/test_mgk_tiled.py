@@ -9,9 +9,10 @@ import pytest
 
 from graphkern import NotConvergedError
 from graphkern._mgk_dense import dense_mgk, dense_mgk_pair
-from graphkern._mgk_tiled import (FORM_THRESHOLDS, INCREMENTAL_STEPS, PRESETS, ROW_SLOTS, SLAB, TiledData,
-                                  bitmap_mask, choose_team, expected_iterations, resolve_techniques, shared_bytes,
-                                  split_pairs, thresholds, tiled_data)
+from graphkern._mgk_tiled import (BLOCK_SHARED_BUDGET, FORM_THRESHOLDS, INCREMENTAL_STEPS, PRESETS, ROW_SLOTS,
+                                  ROW_SLOTS_MIN, SLAB, TiledData, bitmap_mask, choose_team, default_row_slots,
+                                  expected_iterations, resolve_techniques, shared_bytes, split_pairs, thresholds,
+                                  tiled_data)
 from graphkern.basekernels import Additive, Constant, KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.graph import Graph
 from graphkern.mgk import MarginalizedGraphKernel
@@ -239,8 +240,13 @@ def test_predicted_cost_model():
 @pytest.mark.parametrize("planes", [1, 2, 4])
 def test_default_launch_fits_shared_memory(itemsize, planes):
     for team, warps, teams in (("warp", 1, 4), ("block", 8, 1), ("block", 16, 1)):
-        nbytes = shared_bytes(itemsize, planes, ROW_SLOTS[team], SLAB[team], warps, teams)
+        slots = default_row_slots(team, itemsize, planes, SLAB[team], warps)
+        assert ROW_SLOTS_MIN <= slots <= ROW_SLOTS[team]
+        nbytes = shared_bytes(itemsize, planes, slots, SLAB[team], warps, teams)
         assert nbytes <= H100_SHARED_LIMIT, (team, warps)
+        if team == "block" and slots > ROW_SLOTS_MIN:
+            assert nbytes <= BLOCK_SHARED_BUDGET
+    assert default_row_slots("block", 4, 2, SLAB["block"], 8) == 32  # the shortcut forms in float32
     # three blocks of warp teams per SM with the shortcut forms in float32 (1 KB per block is reserved)
     assert 3 * (shared_bytes(4, 2, ROW_SLOTS["warp"], SLAB["warp"], 1, 4) + 1024) <= 228 * 1024
 
