@@ -209,3 +209,31 @@ def test_gpu_gradient_matches_cpu(rng):
             Kg, dg = gpu(X, eval_gradient=True)
             assert np.max(np.abs(Kg - Kc) / Kc) < rtol, (form, dtype)
             assert np.max(np.abs(dg - dc)) <= rtol * np.max(np.abs(dc)), (form, dtype)
+
+
+def test_works_without_scikit_learn():
+    """scikit-learn is optional: with it hidden, the kernel keeps its theta/bounds/gradient manners."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name == "sklearn" or name.startswith("sklearn."):
+            raise ImportError("hidden")
+sys.meta_path.insert(0, Hide())
+import numpy as np
+from graphkern.basekernels import Constant, KroneckerDelta, TensorProduct
+from graphkern.graph import Graph
+from graphkern.mgk import MarginalizedGraphKernel
+G = Graph.from_edges([(0, 1), (1, 2)], 3, node_labels={"el": [0, 1, 0]})
+k = MarginalizedGraphKernel(TensorProduct(el=KroneckerDelta(0.5)), Constant(0.8), backend="cpu", dtype=np.float64)
+K, dK = k([G, G], eval_gradient=True)
+assert type(k).__mro__[1] is object and "sklearn" not in sys.modules
+assert dK.shape == (2, 2, 3) and k.bounds.shape == (3, 2) and not k.hyperparameters[0].fixed
+k.clone_with_theta(k.theta + 0.1)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
