@@ -521,7 +521,8 @@ class MarginalizedGraphKernel(_KernelBase):
         if backend == "gpu":
             devices = resolve_devices(self.device)
             if len(devices) != 1:
-                raise ValueError(f"device: the marginalized graph kernel runs on one GPU; got {devices}")
+                raise ValueError(f"device: the core solver (techniques='core', and every eval_gradient=True call) "
+                                 f"runs on one GPU; got {devices}")
             from graphkern._mgk_gpu import GPUEngine
             return GPUEngine(devices[0], s)
         return _CPUEngine(resolve_threads(self.n_threads), s)
