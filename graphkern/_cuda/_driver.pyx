@@ -522,6 +522,8 @@ cdef class Event:
             cydriver.cuEventDestroy(self.e)
 
     def record(self, Stream stream=None):
+        # with no stream the legacy default stream of the *current* context is meant: make it ours
+        self.device.activate()
         _check(cydriver.cuEventRecord(self.e, _stream_handle(stream)), "cuEventRecord")
 
     def synchronize(self):
