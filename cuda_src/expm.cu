@@ -1,5 +1,5 @@
-// Lanczos for f(beta A) x on the GPU: fused SpMV variants, the vector update, device reductions
-// and the final basis combination (driven by graphkern/_expm_gpu.py).
+// Lanczos for f(beta A) x on the GPU: fused SpMV variants, the vector update, device reductions,
+// the final basis combination and the output scaling (driven by graphkern/_expm_gpu.py).
 //
 // Conventions shared with the CPU kernels (graphkern/_cpu/expm.pyx):
 // * Lanczos vectors are stored unnormalised, w_k = beta_{k-1} q_k, with q_k = rscale_k * w_k, so that
@@ -19,6 +19,19 @@
 //   coef (no reductions: null slot pointers), regenerating bit-identical vectors.
 // Dot products and norms accumulate in float64 also for float32 vectors; row sums accumulate in the
 // vector type.
+//
+// Memory traffic.  An SpMV is bound by memory, not flops: it streams the column indices (and values)
+// once and gathers x at random.  On power-law and mesh graphs with random vertex order the gathers
+// dominate: every one moves a 32-byte sector from L2 (x fits in L2: 33 MB for 4M float64 rows), so
+// x must stay there.  Hence (1) the index, value and w_{k-1} streams are read with evict-first loads
+// (an L2 evict-first cache policy), which keeps the once-read stream from pushing x out of L2, while
+// x goes through the read-only path (__ldg); (2) the nonzero-balanced kernels read the indices as
+// aligned int4 quads
+// (the index and value arrays are padded to a multiple of 4 on the device) and issue
+// kQuadsPerThread quads, i.e. 4 * kQuadsPerThread gathers, before using any of them, so each thread
+// keeps several gathers in flight instead of one dependent load chain per nonzero; (3) task-driven
+// kernels are persistent (a grid of resident blocks walks the task table), so the alpha reduction
+// adds a few hundred block partials, not one per task.
 #include <cstdint>
 
 namespace {
@@ -26,18 +39,23 @@ namespace {
 constexpr int kBlock = 256;
 constexpr int kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
-// Products staged in shared memory by one row block of the rowblock variant (16 KiB in float64).
-// The host builds row blocks of at most this many nonzeros; longer rows become long-row segments.
+// Products staged in shared memory by one row block of the rowblock variant (16 KiB in float64), and
+// the most rows such a block may have.  The host builds row blocks within both limits (longer rows
+// become long-row segments); a block beyond them falls back to a warp per row.
 constexpr int kStreamCapacity = 2048;
+constexpr int kStreamRows = 1023;
+constexpr int kRowPointersPerThread = (kStreamRows + 1 + kBlock - 1) / kBlock;
 constexpr int kTaskWidth = 8;
+// int4 index loads each thread issues before it uses their gathers.
+constexpr int kQuadsPerThread = 2;
 
-// Work item of the task-driven kernel (rowblock and hybrid plans); one per thread block.
+// Work item of the task-driven kernel (rowblock and hybrid plans); the persistent blocks take
+// tasks blockIdx.x, blockIdx.x + gridDim.x, ...
 enum TaskType : int64_t {
-    kStreamRows = 0,    // {type, r0, r1}: rows [r0, r1) with <= kStreamCapacity nonzeros via shared memory
-    kWarpRange = 1,     // {type, r0, r1}: rows [r0, r1), one warp per row
-    kThreadList = 2,    // {type, l0, l1}: rows rowlist[l0..l1), one thread per row
-    kWarpList = 3,      // {type, l0, l1}: rows rowlist[l0..l1), one warp per row
-    kLongSegment = 4,   // {type, row, e0, e1, seg_base, seg_index, n_seg, long_index}: part of one long row
+    kTaskStream = 0,      // {type, r0, r1, e0, e1}: rows [r0, r1), entries [e0, e1), via shared memory
+    kTaskThreadList = 1,  // {type, l0, l1}: rows rowlist[l0..l1), one thread per row
+    kTaskWarpList = 2,    // {type, l0, l1}: rows rowlist[l0..l1), one warp per row
+    kTaskLongSegment = 3, // {type, row, e0, e1, seg_base, seg_index, n_seg, long_index}: part of one long row
 };
 
 struct Coefficients {
@@ -115,23 +133,138 @@ __device__ void grid_sum(double v, double* partials, unsigned* counter, double* 
     }
 }
 
+// ------------------------------------------------------------------------------- streamed loads
+// Data read once per SpMV (column indices, values, w_{k-1}, the task table) is loaded with an L2
+// evict-first policy (sm_80+), so that the stream does not push x out of L2; scalar loads keep L1's
+// normal policy because a thread reading a row one entry at a time reuses each sector a few loads
+// later, while the vector loads (quads), which nobody reads twice, skip L1.  Older devices use
+// __ldg / __ldcs.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define GK_L2_HINTS 1
+#endif
+
+__device__ __forceinline__ uint64_t stream_policy() {
+#ifdef GK_L2_HINTS
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+#else
+    return 0;
+#endif
+}
+
+#ifdef GK_L2_HINTS
+#define DEFINE_LD_ONCE(TYPE, PTX, REG)                                                                    \
+    __device__ __forceinline__ TYPE ld_once(const TYPE* p, uint64_t policy) {                             \
+        TYPE v;                                                                                           \
+        asm("ld.global.nc.L2::cache_hint." PTX " %0, [%1], %2;" : "=" REG(v) : "l"(p), "l"(policy));      \
+        return v;                                                                                         \
+    }
+#define DEFINE_LD_ONCE_V4(TYPE, PTX, REG)                                                                 \
+    __device__ __forceinline__ TYPE ld_once(const TYPE* p, uint64_t policy) {                             \
+        TYPE v;                                                                                           \
+        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4." PTX " {%0, %1, %2, %3}, [%4], %5;"          \
+            : "=" REG(v.x), "=" REG(v.y), "=" REG(v.z), "=" REG(v.w) : "l"(p), "l"(policy));              \
+        return v;                                                                                         \
+    }
+#define DEFINE_LD_ONCE_V2(TYPE, PTX, REG)                                                                 \
+    __device__ __forceinline__ TYPE ld_once(const TYPE* p, uint64_t policy) {                             \
+        TYPE v;                                                                                           \
+        asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v2." PTX " {%0, %1}, [%2], %3;"                  \
+            : "=" REG(v.x), "=" REG(v.y) : "l"(p), "l"(policy));                                          \
+        return v;                                                                                         \
+    }
+#else
+#define DEFINE_LD_ONCE(TYPE, PTX, REG) \
+    __device__ __forceinline__ TYPE ld_once(const TYPE* p, uint64_t) { return __ldg(p); }
+#define DEFINE_LD_ONCE_V4(TYPE, PTX, REG) \
+    __device__ __forceinline__ TYPE ld_once(const TYPE* p, uint64_t) { return __ldcs(p); }
+#define DEFINE_LD_ONCE_V2 DEFINE_LD_ONCE_V4
+#endif
+DEFINE_LD_ONCE(int32_t, "s32", "r")
+DEFINE_LD_ONCE(int64_t, "s64", "l")
+DEFINE_LD_ONCE(float, "f32", "f")
+DEFINE_LD_ONCE(double, "f64", "d")
+DEFINE_LD_ONCE_V4(int4, "s32", "r")
+DEFINE_LD_ONCE_V4(float4, "f32", "f")
+DEFINE_LD_ONCE_V2(double2, "f64", "d")
+
+// Four consecutive values starting at a multiple of 4 (the value arrays are padded and 16-byte aligned).
+__device__ __forceinline__ void load_quad(const float* __restrict__ p, int64_t q, float v[4], uint64_t policy) {
+    const float4 f = ld_once(reinterpret_cast<const float4*>(p) + q, policy);
+    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+}
+__device__ __forceinline__ void load_quad(const double* __restrict__ p, int64_t q, double v[4], uint64_t policy) {
+    const double2* d = reinterpret_cast<const double2*>(p) + 2 * q;
+    const double2 lo = ld_once(d, policy), hi = ld_once(d + 1, policy);
+    v[0] = lo.x; v[1] = lo.y; v[2] = hi.x; v[3] = hi.y;
+}
+
+// One stored entry's product a_ij x_j, loaded one at a time (scalar, vector and thread-list rows).
 template <typename T, bool kWeighted, typename P>
 __device__ __forceinline__ T entry(const T* __restrict__ values, const int32_t* __restrict__ indices,
-                                   const T* __restrict__ x, P e) {
-    const T xv = __ldg(x + __ldg(indices + e));
+                                   const T* __restrict__ x, P e, uint64_t policy) {
+    const T xv = __ldg(x + ld_once(indices + e, policy));
     if constexpr (kWeighted) {
-        return __ldg(values + e) * xv;
+        return ld_once(values + e, policy) * xv;
     } else {
         return xv;
+    }
+}
+
+// Calls use(e, a_e x_col(e)) for every entry e in [e0, e1), shared by `count` threads of which this
+// is number `rank`.  Indices are read as the aligned int4 quads that cover [e0, e1) (entries outside
+// it are masked), kQuadsPerThread quads per thread at a time, and all their gathers are issued
+// before the first use.
+template <typename T, bool kWeighted, typename Use>
+__device__ __forceinline__ void for_each_product(const int32_t* __restrict__ indices, const T* __restrict__ values,
+                                                 const T* __restrict__ x, int64_t e0, int64_t e1, int rank,
+                                                 int count, uint64_t policy, Use use) {
+    const int4* __restrict__ quads = reinterpret_cast<const int4*>(indices);
+    const int64_t q_end = (e1 + 3) >> 2;
+    for (int64_t q_base = (e0 >> 2) + rank; q_base < q_end; q_base += (int64_t)kQuadsPerThread * count) {
+        int col[kQuadsPerThread][4];
+        T val[kQuadsPerThread][4];
+#pragma unroll
+        for (int u = 0; u < kQuadsPerThread; ++u) {
+            const int64_t q = q_base + (int64_t)u * count;
+            int4 c = make_int4(0, 0, 0, 0);
+            if (q < q_end) {
+                c = ld_once(quads + q, policy);
+                if constexpr (kWeighted) load_quad(values, q, val[u], policy);
+            }
+            col[u][0] = c.x; col[u][1] = c.y; col[u][2] = c.z; col[u][3] = c.w;
+        }
+        T prod[kQuadsPerThread][4];
+#pragma unroll
+        for (int u = 0; u < kQuadsPerThread; ++u) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int64_t e = 4 * (q_base + (int64_t)u * count) + i;
+                prod[u][i] = 0;
+                if (e >= e0 && e < e1) {
+                    prod[u][i] = __ldg(x + col[u][i]);
+                    if constexpr (kWeighted) prod[u][i] *= val[u][i];
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kQuadsPerThread; ++u) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int64_t e = 4 * (q_base + (int64_t)u * count) + i;
+                if (e >= e0 && e < e1) use(e, prod[u][i]);
+            }
+        }
     }
 }
 
 // Finish local row i: v = rscale * dot - sub * w_prev, store it, return its share of alpha.
 template <typename T>
 __device__ __forceinline__ double finish_row(T dot, int64_t r, StepScalars s, const T* __restrict__ w_cur,
-                                             const T* __restrict__ w_prev, T* __restrict__ w_out) {
+                                             const T* __restrict__ w_prev, T* __restrict__ w_out, uint64_t policy) {
     T v = static_cast<T>(s.rscale) * dot;
-    if (w_prev != nullptr) v -= static_cast<T>(s.sub) * w_prev[r];
+    if (w_prev != nullptr) v -= static_cast<T>(s.sub) * ld_once(w_prev + r, policy);
     w_out[r] = v;
     return static_cast<double>(v) * (static_cast<double>(w_cur[r]) * s.rscale);
 }
@@ -139,9 +272,10 @@ __device__ __forceinline__ double finish_row(T dot, int64_t r, StepScalars s, co
 template <typename T, typename P>
 struct SpmvArgs {
     const P* __restrict__ indptr;       // local row pointers (nrows + 1, starting at 0)
-    const int32_t* __restrict__ indices;  // global column indices
-    const T* __restrict__ values;       // null for an unweighted graph
-    const int64_t* __restrict__ tasks;  // kTaskWidth per block (rowblock, hybrid)
+    const int32_t* __restrict__ indices;  // global column indices, padded to a multiple of 4
+    const T* __restrict__ values;       // null for an unweighted graph; padded like indices
+    const int64_t* __restrict__ tasks;  // kTaskWidth per task (rowblock, hybrid)
+    int64_t n_tasks;
     const int32_t* __restrict__ rowlist;  // local row ids for list tasks (hybrid)
     const T* __restrict__ w_cur;        // w_k, full length
     const T* __restrict__ w_prev;       // w_{k-1}, full length, or null on the first step
@@ -150,6 +284,7 @@ struct SpmvArgs {
     StepScalars s;
     double* seg_partials;               // one per long-row segment
     unsigned* seg_counters;             // one per long row, zero between launches
+    uint64_t policy;                    // L2 evict-first, for the streamed loads
 };
 
 // ---------------------------------------------------------------------------------------- variants
@@ -162,8 +297,8 @@ __device__ double rows_scalar(const SpmvArgs<T, P>& a) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.nrows; i += stride) {
         T dot = 0;
         const P end = a.indptr[i + 1];
-        for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e);
-        part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+        for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
+        part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
     }
     return part;
 }
@@ -185,42 +320,10 @@ __device__ double rows_vector(const SpmvArgs<T, P>& a) {
         if (active) {
             const P end = a.indptr[i + 1];
             for (P e = a.indptr[i] + lane; e < end; e += kGroup)
-                dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e);
+                dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
         }
         for (int o = kGroup / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, kGroup);
-        if (active && lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
-    }
-    return part;
-}
-
-// Rows [r0, r1) whose nonzeros fit in shared memory: products are loaded with coalesced reads over
-// the block's whole nonzero range, then each row is summed from shared memory by a group of
-// threads sized to the block's row count (CSR-stream of Greathouse and Daga's CSR-Adaptive).
-template <typename T, typename P, bool kWeighted>
-__device__ double stream_rows(const SpmvArgs<T, P>& a, int64_t r0, int64_t r1) {
-    __shared__ T staged[kStreamCapacity];
-    const P e0 = a.indptr[r0];
-    const int64_t count = (int64_t)(a.indptr[r1] - e0);
-    for (int64_t j = threadIdx.x; j < count; j += blockDim.x)
-        staged[j] = entry<T, kWeighted>(a.values, a.indices, a.w_cur, e0 + (P)j);
-    __syncthreads();
-    const int64_t rows = r1 - r0;
-    int group = 1;
-    while (group < kWarp && (int64_t)group * 2 * rows <= (int64_t)blockDim.x) group *= 2;
-    const int lane = threadIdx.x % group;
-    const int64_t groups = blockDim.x / group;
-    const int64_t my_group = threadIdx.x / group;
-    double part = 0.0;
-    for (int64_t base = 0; base < rows; base += groups) {
-        const int64_t i = r0 + base + my_group;
-        const bool active = base + my_group < rows;
-        T dot = 0;
-        if (active) {
-            const int64_t end = (int64_t)(a.indptr[i + 1] - e0);
-            for (int64_t j = (int64_t)(a.indptr[i] - e0) + lane; j < end; j += group) dot += staged[j];
-        }
-        for (int o = group / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, group);
-        if (active && lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+        if (active && lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
     }
     return part;
 }
@@ -234,11 +337,56 @@ __device__ double warp_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1, con
     for (int64_t t = t0 + threadIdx.x / kWarp; t < t1; t += warps) {
         const int64_t i = list != nullptr ? (int64_t)list[t] : t;
         T dot = 0;
-        const P end = a.indptr[i + 1];
-        for (P e = a.indptr[i] + lane; e < end; e += kWarp)
-            dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e);
+        for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, (int64_t)a.indptr[i], (int64_t)a.indptr[i + 1],
+                                       lane, kWarp, a.policy, [&](int64_t, T p) { dot += p; });
         for (int o = kWarp / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o);
-        if (lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+        if (lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
+    }
+    return part;
+}
+
+// Rows [r0, r1) with entries [e0, e1) within kStreamRows and kStreamCapacity: products are gathered
+// with coalesced index loads over the block's whole entry range and staged in shared memory, with
+// the row pointers (loaded alongside, so no second round trip); then each row is summed from shared
+// memory by a group of threads sized to the block's row count (CSR-stream of Greathouse and Daga's
+// CSR-Adaptive).
+template <typename T, typename P, bool kWeighted>
+__device__ double stream_rows(const SpmvArgs<T, P>& a, int64_t r0, int64_t r1, int64_t e0, int64_t e1) {
+    __shared__ T staged[kStreamCapacity];
+    __shared__ int32_t row_start[kStreamRows + 1];
+    const int64_t rows = r1 - r0;
+    P pointer[kRowPointersPerThread];
+#pragma unroll
+    for (int j = 0; j < kRowPointersPerThread; ++j) {
+        const int64_t t = threadIdx.x + (int64_t)j * kBlock;
+        pointer[j] = t <= rows ? a.indptr[r0 + t] : P(0);
+    }
+    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, e0, e1, threadIdx.x, blockDim.x, a.policy,
+                                   [&](int64_t e, T p) { staged[e - e0] = p; });
+#pragma unroll
+    for (int j = 0; j < kRowPointersPerThread; ++j) {
+        const int64_t t = threadIdx.x + (int64_t)j * kBlock;
+        if (t <= rows) row_start[t] = (int32_t)((int64_t)pointer[j] - e0);
+    }
+    __syncthreads();
+    int group = 1;
+    while (group < kWarp && (int64_t)group * 2 * rows <= (int64_t)blockDim.x) group *= 2;
+    const int lane = threadIdx.x % group;
+    const int64_t groups = blockDim.x / group;
+    const int64_t my_group = threadIdx.x / group;
+    double part = 0.0;
+    for (int64_t base = 0; base < rows; base += groups) {
+        const int64_t local = base + my_group;
+        const bool active = local < rows;
+        T dot = 0;
+        if (active) {
+            const int32_t end = row_start[local + 1];
+            for (int32_t j = row_start[local] + lane; j < end; j += group) dot += staged[j];
+        }
+        for (int o = group / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, group);
+        if (active && lane == 0) {
+            part += finish_row(dot, a.row0 + r0 + local, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
+        }
     }
     return part;
 }
@@ -251,21 +399,19 @@ __device__ double thread_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1) {
     const int64_t i = a.rowlist[t];
     T dot = 0;
     const P end = a.indptr[i + 1];
-    for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e);
-    return finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+    for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
+    return finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
 }
 
 // A segment [e0, e1) of long row i summed by the whole block; the last segment of the row to finish
 // (atomic ticket per row) adds the segment sums in segment order and finishes the row.
 template <typename T, typename P, bool kWeighted>
-__device__ double long_segment(const SpmvArgs<T, P>& a, const int64_t* task) {
+__device__ double long_segment(const SpmvArgs<T, P>& a, int64_t i, int64_t e0, int64_t e1, int64_t seg_base,
+                               int64_t seg_index, int64_t n_seg, int64_t long_index) {
     __shared__ bool is_last;
-    const int64_t i = task[1];
-    const P e0 = (P)task[2], e1 = (P)task[3];
-    const int64_t seg_base = task[4], seg_index = task[5], n_seg = task[6], long_index = task[7];
     T dot = 0;
-    for (P e = e0 + (P)threadIdx.x; e < e1; e += (P)blockDim.x)
-        dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e);
+    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, e0, e1, threadIdx.x, blockDim.x, a.policy,
+                                   [&](int64_t, T p) { dot += p; });
     const double s = block_sum(static_cast<double>(dot));
     if (threadIdx.x == 0) {
         a.seg_partials[seg_base + seg_index] = s;
@@ -280,27 +426,39 @@ __device__ double long_segment(const SpmvArgs<T, P>& a, const int64_t* task) {
         acc = block_sum(acc);
         if (threadIdx.x == 0) {
             a.seg_counters[long_index] = 0u;
-            part = finish_row(static_cast<T>(acc), a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out);
+            part = finish_row(static_cast<T>(acc), a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
         }
     }
     return part;
 }
 
+// Persistent blocks over the task table, in task order per block (so alpha's block partials, and
+// therefore alpha, do not depend on scheduling, long rows aside).
 template <typename T, typename P, bool kWeighted>
 __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
     __shared__ int64_t task[kTaskWidth];
-    if (threadIdx.x < kTaskWidth) task[threadIdx.x] = a.tasks[(int64_t)blockIdx.x * kTaskWidth + threadIdx.x];
-    __syncthreads();
-    switch (task[0]) {
-        case kStreamRows:
-            if (a.indptr[task[2]] - a.indptr[task[1]] <= (P)kStreamCapacity) return stream_rows<T, P, kWeighted>(a, task[1], task[2]);
-            return warp_rows<T, P, kWeighted>(a, task[1], task[2], nullptr);
-        case kWarpRange: return warp_rows<T, P, kWeighted>(a, task[1], task[2], nullptr);
-        case kThreadList: return thread_rows<T, P, kWeighted>(a, task[1], task[2]);
-        case kWarpList: return warp_rows<T, P, kWeighted>(a, task[1], task[2], a.rowlist);
-        case kLongSegment: return long_segment<T, P, kWeighted>(a, task);
-        default: return 0.0;
+    double part = 0.0;
+    for (int64_t t = blockIdx.x; t < a.n_tasks; t += gridDim.x) {
+        __syncthreads();  // the previous task's readers of `task` and of the staged products are done
+        if (threadIdx.x < kTaskWidth) task[threadIdx.x] = ld_once(a.tasks + t * kTaskWidth + threadIdx.x, a.policy);
+        __syncthreads();
+        const int64_t kind = task[0], f1 = task[1], f2 = task[2], f3 = task[3], f4 = task[4];
+        const int64_t f5 = task[5], f6 = task[6], f7 = task[7];
+        switch (kind) {
+            case kTaskStream:
+                if (f2 - f1 <= kStreamRows && f4 - f3 <= kStreamCapacity) {
+                    part += stream_rows<T, P, kWeighted>(a, f1, f2, f3, f4);
+                } else {
+                    part += warp_rows<T, P, kWeighted>(a, f1, f2, nullptr);
+                }
+                break;
+            case kTaskThreadList: part += thread_rows<T, P, kWeighted>(a, f1, f2); break;
+            case kTaskWarpList: part += warp_rows<T, P, kWeighted>(a, f1, f2, a.rowlist); break;
+            case kTaskLongSegment: part += long_segment<T, P, kWeighted>(a, f1, f2, f3, f4, f5, f6, f7); break;
+            default: break;
+        }
     }
+    return part;
 }
 
 }  // namespace
@@ -309,15 +467,16 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
 
 // Every SpMV entry point takes the same arguments (unused ones null) so the host launches them alike.
 #define LANCZOS_SPMV_PARAMS(T, P)                                                                          \
-    const P *indptr, const int32_t *indices, const T *values, const int64_t *tasks, const int32_t *rowlist, \
-        const T *w_cur, const T *w_prev, T *w_out, double *coef, int64_t cap, int64_t k,                   \
-        const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows,            \
+    const P *indptr, const int32_t *indices, const T *values, const int64_t *tasks, int64_t n_tasks,       \
+        const int32_t *rowlist, const T *w_cur, const T *w_prev, T *w_out, double *coef, int64_t cap,      \
+        int64_t k, const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows, \
         double *partials, unsigned *counter, double *alpha_out, double *seg_partials, unsigned *seg_counters
 
-#define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                 \
-    SpmvArgs<T, P> a{indptr, indices, values, tasks, rowlist, w_cur, w_prev, w_out, row0, nrows,     \
-                     step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters}; \
-    const double part = ROWS(a);                                                                      \
+#define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                     \
+    SpmvArgs<T, P> a{indptr, indices, values, tasks, n_tasks, rowlist, w_cur, w_prev, w_out, row0, nrows, \
+                     step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters, \
+                     stream_policy()};                                                                    \
+    const double part = ROWS(a);                                                                          \
     if (alpha_out != nullptr) grid_sum(part, partials, counter, alpha_out);
 
 #define DEFINE_SPMV(NAME, ROWS, T, TN, P, PN, W, WN)                                              \
@@ -395,6 +554,27 @@ __device__ void combine(const uint64_t* __restrict__ columns, const double* __re
     }
 }
 
+template <typename T>
+__device__ void fill_ones(T* __restrict__ x, int64_t n) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) x[i] = T(1);
+}
+
+// out = y * f0 * f1 * f2 in the output type: the answer's scale exp(log_factor) applied in the same
+// steps as on the host (each factor finite), so y never crosses the host in float64.
+template <typename T>
+__device__ void scale_out(const double* __restrict__ y, int64_t nrows, double f0, double f1, double f2,
+                          T* __restrict__ out) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += stride) {
+        double v = y[i];
+        v = __dmul_rn(v, f0);
+        v = __dmul_rn(v, f1);
+        v = __dmul_rn(v, f2);
+        out[i] = static_cast<T>(v);
+    }
+}
+
 }  // namespace
 
 #define DEFINE_VECTOR_KERNELS(T, TN)                                                                          \
@@ -407,7 +587,32 @@ __device__ void combine(const uint64_t* __restrict__ columns, const double* __re
     extern "C" __global__ void __launch_bounds__(kBlock) lanczos_combine_##TN(                                \
         const uint64_t *columns, const double *g, int64_t n_cols, int64_t row0, int64_t nrows, double *y) {   \
         combine<T>(columns, g, n_cols, row0, nrows, y);                                                       \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(kBlock) lanczos_fill_ones_##TN(T *x, int64_t n) {           \
+        fill_ones<T>(x, n);                                                                                   \
+    }                                                                                                         \
+    extern "C" __global__ void __launch_bounds__(kBlock) lanczos_scale_out_##TN(                              \
+        const double *y, int64_t nrows, double f0, double f1, double f2, T *out) {                            \
+        scale_out<T>(y, nrows, f0, f1, f2, out);                                                              \
     }
 
 DEFINE_VECTOR_KERNELS(float, f32)
 DEFINE_VECTOR_KERNELS(double, f64)
+
+// max_i |y_i| over rows [0, nrows) into *peak_bits, as the bit pattern of a non-negative double: for
+// those the integer order is the numeric order, and a NaN (exponent all ones, non-zero mantissa)
+// sorts above inf, so a NaN anywhere shows in the peak.  *peak_bits must be zero before the launch.
+extern "C" __global__ void __launch_bounds__(kBlock) lanczos_peak(const double *y, int64_t nrows,
+                                                                   unsigned long long *peak_bits) {
+    unsigned long long m = 0ull;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < nrows; i += stride) {
+        const unsigned long long bits = (unsigned long long)__double_as_longlong(fabs(y[i]));
+        m = bits > m ? bits : m;
+    }
+    for (int o = kWarp / 2; o > 0; o >>= 1) {
+        const unsigned long long other = __shfl_down_sync(kFullMask, m, o);
+        m = other > m ? other : m;
+    }
+    if ((threadIdx.x & (kWarp - 1)) == 0 && m != 0ull) atomicMax(peak_bits, m);
+}

@@ -1,5 +1,18 @@
-"""GPU solver of the Lanczos engine (graphkern._expm_lanczos): SpMV plans, one or more devices,
-and the three basis modes.  Kernels: ``cuda_src/expm.cu``.
+"""GPU solver of the Lanczos engine (graphkern._expm_lanczos): SpMV plans, device-resident
+operators, one or more devices, and the basis modes.  Kernels: ``cuda_src/expm.cu``.
+
+Residency (what is kept between calls).  Uploading A and building an SpMV plan costs more than a
+whole Lanczos run on a warm device (R-MAT scale 22: 0.5 GB of column indices; the run is 16 SpMVs
+of about 1 ms), and allocating work vectors is not free either.  A :class:`Residency` -- A's rows
+on a tuple of devices (:class:`DeviceRows`: row pointers, padded column indices, values per dtype,
+SpMV plans per variant) and the work vectors, scratch, streams, events and pinned staging per dtype
+(:class:`Workspace`) -- hangs on the validated :class:`~graphkern._expm_lanczos.CsrMatrix`
+(``mat.gpu[devices]``), which graphkern.expm caches per user matrix, and is reused by every later
+call.  It is released with its CsrMatrix (the user's matrix collected, edited or replaced, or
+``clear_cache()``), when more than MAX_RESIDENT residencies exist (least recently used first), and
+when an allocation made here would not fit (other residencies on that device first, least recently
+used first; then this one's other dtypes and plans).  Callers serialise GPU solves (graphkern.expm
+holds a lock), since a residency's work vectors serve one solve at a time.
 
 Devices.  The rows of A are split into one contiguous block per device with about the same
 ``nonzeros + rows`` each.  Every device holds its row block (global column indices) and full-length
@@ -25,33 +38,48 @@ Basis modes (``basis=``):
 Check points: alpha/beta/rscale are copied to pinned host memory asynchronously after the last
 step of an interval, and the next interval is queued before the host waits for them (the engine's
 lookahead), so the GPU keeps working while the host solves the small eigenproblem.
+
+Output: y = Q g is formed on the devices in float64; a kernel finds max |y| (8 bytes to the host),
+the host decides the answer's scale (OutputScaling), and a last kernel applies it and casts to the
+output dtype, so y crosses to the host once, in its final dtype, with no host pass over it.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
+
 import numpy as np
 
 from graphkern._cuda import runtime as rt
-from graphkern._expm_lanczos import COLUMN_CHUNK, row_chunks
+from graphkern._expm_lanczos import COLUMN_CHUNK, finish_on_host
 
 VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
 BLOCK = 256
 WARP = 32
 # Must match cuda_src/expm.cu.
 STREAM_CAPACITY = 2048
+STREAM_ROWS = 1023
 TASK_WIDTH = 8
-TASK_STREAM, TASK_WARP_RANGE, TASK_THREAD_LIST, TASK_WARP_LIST, TASK_LONG = range(5)
+TASK_STREAM, TASK_THREAD_LIST, TASK_WARP_LIST, TASK_LONG = range(4)
+# Column indices and values are read as aligned quads: their device arrays are padded to a multiple of 4.
+QUAD = 4
 # Row-block construction: blocks target ROWBLOCK_COST nonzeros + rows; rows longer than LONG_ROW
-# get blocks of their own, split into LONG_SEGMENT-nonzero segments.  With these two values every
-# other row block has fewer than STREAM_CAPACITY nonzeros (see _rowblock_tasks).
-ROWBLOCK_COST = STREAM_CAPACITY // 2
+# get blocks of their own, split into LONG_SEGMENT-nonzero segments.  With these values every other
+# row block has at most STREAM_ROWS rows and fewer than STREAM_CAPACITY nonzeros (_rowblock_tasks).
+ROWBLOCK_COST = STREAM_ROWS
 LONG_ROW = STREAM_CAPACITY // 2
 LONG_SEGMENT = 4096
 # Hybrid split: rows of at most HYBRID_SHORT entries go one per thread, up to LONG_ROW one per warp.
 HYBRID_SHORT = 16
 HYBRID_ROWS_PER_WARP_BLOCK = 16
+# spmv="auto": a thread per row on near-regular graphs of at most this degree (grids, road networks).
+SCALAR_MAX_DEGREE = 8
 # Free memory left untouched by the "auto" basis so that other work on the device keeps room.
 AUTO_RESERVE_FRACTION = 0.10
+# Residencies (matrix x device tuple) kept at most; the least recently used goes first.
+MAX_RESIDENT = 4
 # int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
 _INT32_POINTER_LIMIT = np.iinfo(np.int32).max - 2 * LONG_SEGMENT
 
@@ -61,13 +89,16 @@ _INT32_POINTER_LIMIT = np.iinfo(np.int32).max - 2 * LONG_SEGMENT
 def choose_variant(mat):
     """The SpMV variant for ``spmv="auto"`` from the degree statistics.
 
-    Near-regular degrees (coefficient of variation <= 0.5, no row beyond 64 entries: grids, meshes)
-    suit a fixed sub-warp per row; skewed degrees (power laws) suit nonzero-balanced row blocks,
-    which also split the longest rows over several thread blocks.
+    Near-regular graphs of small degree (coefficient of variation <= 0.5, no row beyond
+    SCALAR_MAX_DEGREE entries: grids, road networks) take a thread per row, which reads each row
+    as one short contiguous run (3200^2 grid on an H200: 107 us, against 154 for "vector" and 325
+    for cuSPARSE).  Everything else takes the nonzero-balanced row blocks, which stage short rows
+    through shared memory and split long ones over several thread blocks (fastest or tied on the
+    Barabasi-Albert, Delaunay and R-MAT graphs of the benchmark).
     """
     mean, dmax, cv = mat.degree_stats()
-    if cv <= 0.5 and dmax <= 64:
-        return "vector"
+    if cv <= 0.5 and dmax <= SCALAR_MAX_DEGREE:
+        return "scalar"
     return "rowblock"
 
 
@@ -80,8 +111,8 @@ def sub_warp_size(mean_degree):
 
 
 class SpmvPlan:
-    """How one device's row block is cut into work: the kernel and, for task-driven variants,
-    the task table (TASK_WIDTH int64 per thread block) and row list."""
+    """How one device's row block is cut into work (host arrays): the kernel and, for task-driven
+    variants, the task table (TASK_WIDTH int64 per task) and row list."""
 
     def __init__(self, variant, indptr, mean_degree):
         self.variant = variant
@@ -102,10 +133,6 @@ class SpmvPlan:
             self.tasks, self.rowlist = _hybrid_tasks(indptr, self)
         else:  # pragma: no cover - validated by the caller
             raise ValueError(variant)
-
-    def nbytes(self):
-        return sum(a.nbytes for a in (self.tasks, self.rowlist) if a is not None) \
-            + 12 * max(self.n_segments, 1)
 
 
 def _long_row_tasks(indptr, rows, plan):
@@ -136,9 +163,10 @@ def _rowblock_tasks(indptr, plan):
     """Nonzero-balanced row blocks, found by binary search over ``indptr + row`` (no sort).
 
     A block is cut every ROWBLOCK_COST of ``nonzeros + rows`` and around every row longer than
-    LONG_ROW.  A block then has cost below ROWBLOCK_COST + (its last row's degree) + 1, so its
-    nonzeros stay below ROWBLOCK_COST + LONG_ROW = STREAM_CAPACITY and it is staged in shared
-    memory; long rows get segment tasks.
+    LONG_ROW.  A block then has cost below ROWBLOCK_COST + (its last row's degree) + 1, hence at
+    most ROWBLOCK_COST rows (each row costs its degree + 1) and fewer than ROWBLOCK_COST + LONG_ROW
+    + 1 = STREAM_CAPACITY nonzeros, so it is staged in shared memory; long rows get segment tasks.
+    Stream tasks carry their entry range, so the kernel needs no row pointer before its gathers.
     """
     n = len(indptr) - 1
     if n == 0:
@@ -156,6 +184,8 @@ def _rowblock_tasks(indptr, plan):
     stream[:, 0] = TASK_STREAM
     stream[:, 1] = starts
     stream[:, 2] = ends
+    stream[:, 3] = indptr[starts]
+    stream[:, 4] = indptr[ends]
     if not is_long.any():
         return stream
     # each long row's segments take the place of its block, so the tasks stay in row order
@@ -194,78 +224,389 @@ def _hybrid_tasks(indptr, plan):
     return np.concatenate(parts), (rowlist if len(rowlist) else np.zeros(1, dtype=np.int32))
 
 
-# ----------------------------------------------------------------------------- one device's share
+# ----------------------------------------------------------------------------- device-resident operator
 
-class _Share:
-    """One device: its row block of A, its SpMV plan, its vectors, scratch and streams."""
+_stats = {"uploads": 0, "plans": 0}
 
-    def __init__(self, ordinal, index, n_dev, row0, row1, mat, dtype, variant, cap, ring, basis_columns):
-        self.ordinal = ordinal
-        self.index = index
+
+def _type_name(dtype):
+    return "f32" if np.dtype(dtype) == np.float32 else "f64"
+
+
+def _padded(count):
+    """Entries allocated for ``count`` quad-read entries: a multiple of QUAD, at least one quad."""
+    return max(QUAD, -(-count // QUAD) * QUAD)
+
+
+def _upload_padded(dev, array, dtype):
+    """``array`` on ``dev`` in a buffer padded with zeros to :func:`_padded` entries."""
+    count = len(array)
+    buf = rt.alloc(dev, _padded(count), dtype)
+    buf.copy_from_host(np.ascontiguousarray(array, dtype=dtype))
+    tail = buf.nbytes - count * np.dtype(dtype).itemsize
+    if tail:
+        buf.view(buf.nbytes - tail, tail).zero()
+    return buf
+
+
+def _buffers_nbytes(buffers):
+    return sum(b.nbytes for b in buffers if b is not None)
+
+
+class DevicePlan:
+    """An :class:`SpmvPlan` on one device: the uploaded task table and row list, the long-row
+    scratch, and per dtype the kernel and its grid."""
+
+    def __init__(self, rows, plan):
+        dev = rows.dev
+        self.variant = plan.variant
+        self.kernel = plan.kernel
+        self.threads_per_row = plan.threads_per_row
+        self.n_tasks = 0 if plan.tasks is None else len(plan.tasks)
+        self.tasks = rt.to_device(dev, plan.tasks) if plan.tasks is not None else None
+        self.rowlist = rt.to_device(dev, plan.rowlist) if plan.rowlist is not None else None
+        self.seg_partials = rt.alloc(dev, max(plan.n_segments, 1), np.float64)
+        self.seg_counters = rt.alloc(dev, max(plan.n_long, 1), np.uint32)
+        self.seg_counters.zero()
+        self._launch = {}
+
+    def launch_config(self, rows, dtype, weighted):
+        """``(kernel, grid)`` of the SpMV for ``dtype``: persistent blocks for task tables (at most
+        the resident ones), a grid-stride grid of at most the resident blocks otherwise."""
+        key = (np.dtype(dtype), weighted)
+        config = self._launch.get(key)
+        if config is None:
+            pn = "i32" if rows.ptr_type == np.int32 else "i64"
+            fn = rt.kernel(rows.dev, "expm", f"lanczos_spmv_{self.kernel}_{_type_name(dtype)}_{'w' if weighted else 'u'}_{pn}")
+            resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * rows.dev.properties["multiprocessor_count"]
+            if self.tasks is not None:
+                grid = min(self.n_tasks, resident)
+            else:
+                threads = max(1, rows.nrows) * self.threads_per_row
+                grid = min(-(-threads // BLOCK), resident)
+            config = self._launch[key] = (fn, int(grid))
+        return config
+
+    def nbytes(self):
+        return _buffers_nbytes((self.tasks, self.rowlist, self.seg_partials, self.seg_counters))
+
+
+class DeviceRows:
+    """One device's row block of A, uploaded once: local row pointers (int32 where they fit),
+    global column indices padded to quads, values per dtype, and SpMV plans per variant."""
+
+    def __init__(self, residency, ordinal, index, mat, row0, row1):
         self.dev = rt.get_device(ordinal)
+        self.ordinal, self.index = ordinal, index
         self.row0, self.row1 = int(row0), int(row1)
         self.nrows = self.row1 - self.row0
-        self.dtype = dtype
-        n = mat.n
-        e0, e1 = int(mat.indptr[row0]), int(mat.indptr[row1])
-        ptr_type = np.int32 if e1 - e0 <= _INT32_POINTER_LIMIT else np.int64
-        indptr = (mat.indptr[row0:row1 + 1] - e0).astype(ptr_type)
-        self.plan = SpmvPlan(variant, indptr, mat.degree_stats()[0])
-        sm = self.dev.properties["multiprocessor_count"]
-        tn = "f32" if dtype == np.float32 else "f64"
-        wn = "w" if mat.weighted else "u"
-        pn = "i32" if ptr_type == np.int32 else "i64"
-        self.spmv_fn = rt.kernel(self.dev, "expm", f"lanczos_spmv_{self.plan.kernel}_{tn}_{wn}_{pn}")
+        self.e0 = int(mat.indptr[row0])
+        self.nnz = int(mat.indptr[row1]) - self.e0
+        self.ptr_type = np.int32 if self.nnz <= _INT32_POINTER_LIMIT else np.int64
+        need = (self.nrows + 1) * np.dtype(self.ptr_type).itemsize + _padded(self.nnz) * 4
+        _ensure_free(self.dev, need, residency, f"exp(beta A) x: A's rows on device {ordinal} ({self.nrows} rows, "
+                                               f"{self.nnz} nonzeros)")
+        self.indptr = rt.to_device(self.dev, (mat.indptr[row0:row1 + 1] - self.e0).astype(self.ptr_type))
+        self.indices = _upload_padded(self.dev, mat.indices[self.e0:self.e0 + self.nnz], np.int32)
+        self.values = {}
+        self.plans = {}
+        residency.uploaded = True
+        _stats["uploads"] += 1
+
+    def values_for(self, residency, mat, dtype):
+        """The values in ``dtype`` on this device (None when unweighted), uploaded on first use."""
+        if not mat.weighted:
+            return None
+        dtype = np.dtype(dtype)
+        buf = self.values.get(dtype)
+        if buf is None:
+            _ensure_free(self.dev, _padded(self.nnz) * dtype.itemsize, residency,
+                         f"exp(beta A) x: A's {dtype.name} values on device {self.ordinal}")
+            buf = self.values[dtype] = _upload_padded(self.dev, mat.values_as(dtype)[self.e0:self.e0 + self.nnz], dtype)
+            residency.uploaded = True
+        return buf
+
+    def plan_for(self, residency, mat, variant):
+        plan = self.plans.get(variant)
+        if plan is None:
+            indptr = (mat.indptr[self.row0:self.row1 + 1] - self.e0).astype(self.ptr_type)
+            host_plan = SpmvPlan(variant, indptr, mat.degree_stats()[0])
+            size = sum(a.nbytes for a in (host_plan.tasks, host_plan.rowlist) if a is not None)
+            _ensure_free(self.dev, size + 12 * (host_plan.n_segments + 1), residency,
+                         f"exp(beta A) x: the {variant} SpMV plan on device {self.ordinal}")
+            plan = self.plans[variant] = DevicePlan(self, host_plan)
+            residency.uploaded = True
+            _stats["plans"] += 1
+        return plan
+
+    def nbytes(self):
+        return (_buffers_nbytes((self.indptr, self.indices, *self.values.values()))
+                + sum(p.nbytes() for p in self.plans.values()))
+
+
+class Workspace:
+    """One device's work memory for one dtype, kept between solves: the vector ring, the stored
+    basis blocks, the start vector of the basis-free modes, reduction scratch, coefficients, the
+    output rows, streams, events and pinned staging (the last two used on the lead device)."""
+
+    def __init__(self, rows, dtype, n, n_dev):
+        dev = self.dev = rows.dev
+        self.dtype = np.dtype(dtype)
+        self.n = n
+        self.nrows, self.row0 = rows.nrows, rows.row0
+        self.stream = rt.Stream(dev)
+        self.copy_stream = None
+        self.ring = []
+        self.blocks = []
+        self.columns = {}
+        self.start = None
+        self.partials = None
+        self.counter = rt.alloc(dev, 1, np.uint32)
+        self.counter.zero()
+        self.cap = 0
+        self.coef = self.g = self.table = None
+        self.alpha_slots = rt.alloc(dev, n_dev, np.float64)
+        self.beta_slots = rt.alloc(dev, n_dev, np.float64)
+        self.alpha_out = self.alpha_slots.view(8 * rows.index, 8, dtype=np.float64, shape=(1,))
+        self.beta_out = self.beta_slots.view(8 * rows.index, 8, dtype=np.float64, shape=(1,))
+        self.y = rt.alloc(dev, max(self.nrows, 1), np.float64)
+        self.peak = rt.alloc(dev, 1, np.uint64)
+        self.out = None  # view of ring[0] at this device's rows: the scaled output in dtype
+        pinned = rt.PinnedBuffer(16)
+        self.rscale_host = pinned.array(np.float64, (2,))[:1]
+        self.peak_host = pinned.array(np.uint64, (2,))[1:]
+        self.ev_alpha = rt.Event(dev, timing=False)   # this device's alpha share was sent
+        self.ev_step = rt.Event(dev, timing=False)    # its beta share and rows of w_{k+1} were sent
+        self.ev_vector = rt.Event(dev, timing=False)  # w_{k+1} is complete (host mode copy-out)
+        self.copy_done = []                           # host mode: ring slot's copy-out finished
+        self.timing_events = []                       # lead: (start, after SpMV, after update) per step
+        self.staging = []                             # lead: two pinned check-point buffers
+        self.staging_done = [rt.Event(dev, timing=False), rt.Event(dev, timing=False)]
+        self.combine_events = (rt.Event(dev), rt.Event(dev))
+
+    def ensure(self, residency, cap, grid, ring_size):
+        """Grow what this solve needs: coefficients for ``cap`` steps, ``grid`` block partials,
+        ``ring_size`` ring vectors."""
+        isz = self.dtype.itemsize
+        need = 0
+        if cap > self.cap:
+            need += 8 * (3 * cap + 1) + 16 * (cap + 1)
+        if self.partials is None or self.partials.shape[0] < grid:
+            need += 8 * grid
+        need += max(0, ring_size - len(self.ring)) * self.n * isz
+        if need:
+            _ensure_free(self.dev, need, residency, f"exp(beta A) x: {ring_size} work vectors of {self.n} on device "
+                                                    f"{self.dev.ordinal}")
+        if cap > self.cap:
+            self.coef = rt.alloc(self.dev, 3 * cap + 1, np.float64)
+            self.g = rt.alloc(self.dev, cap + 1, np.float64)
+            self.table = rt.alloc(self.dev, cap + 1, np.uint64)
+            self.staging = [rt.PinnedBuffer(8 * (3 * cap + 1)).array(np.float64, (3 * cap + 1,)) for _ in range(2)]
+            self.cap = cap
+        if self.partials is None or self.partials.shape[0] < grid:
+            self.partials = rt.alloc(self.dev, grid, np.float64)
+        while len(self.ring) < ring_size:
+            self.ring.append(rt.alloc(self.dev, self.n, self.dtype))
+        while len(self.copy_done) < ring_size:
+            self.copy_done.append(rt.Event(self.dev, timing=False))
+        if self.out is None and self.nrows:
+            self.out = self.ring[0].view(self.row0 * isz, self.nrows * isz, dtype=self.dtype)
+        return self
+
+    def column(self, j):
+        """Stored basis column j (a view into its block)."""
+        view = self.columns.get(j)
+        if view is None:
+            block, r = divmod(j, COLUMN_CHUNK)
+            nbytes = self.n * self.dtype.itemsize
+            view = self.columns[j] = self.blocks[block].view(r * nbytes, nbytes, dtype=self.dtype, shape=(self.n,))
+        return view
+
+    def timing(self, i):
+        while len(self.timing_events) <= i:
+            self.timing_events.append((rt.Event(self.dev), rt.Event(self.dev), rt.Event(self.dev)))
+        return self.timing_events[i]
+
+    def nbytes(self):
+        return _buffers_nbytes((*self.ring, *self.blocks, self.start, self.partials, self.counter, self.coef, self.g,
+                                self.table, self.alpha_slots, self.beta_slots, self.y, self.peak))
+
+
+class Residency:
+    """A on a tuple of devices (one :class:`DeviceRows` each) and its workspaces per dtype.
+
+    ``active`` is the (dtype, variant) of the solve using it (kept under memory pressure);
+    ``uploaded`` says that host-to-device copies were issued since the last :meth:`settle`."""
+
+    def __init__(self, mat, devices):
+        self.devices = tuple(devices)
+        self.n = mat.n
+        self.active = None
+        self.uploaded = False
+        self.work = {}
+        bounds = mat.chunks(len(self.devices))
+        self.rows = []
+        for i, d in enumerate(self.devices):
+            self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1]))
+        for a in self.rows:
+            for b in self.rows:
+                if a is not b and a.dev.can_access_peer(b.dev):
+                    a.dev.enable_peer_access(b.dev)
+
+    def settle(self):
+        """Wait for uploads: a pageable copy may still be in flight when it returns, and the solve's
+        streams do not synchronise with the legacy stream that carried it."""
+        if self.uploaded:
+            for r in self.rows:
+                r.dev.synchronize()
+            self.uploaded = False
+
+    def workspaces(self, dtype):
+        dtype = np.dtype(dtype)
+        ws = self.work.get(dtype)
+        if ws is None:
+            ws = self.work[dtype] = [Workspace(r, dtype, self.n, len(self.rows)) for r in self.rows]
+        return ws
+
+    def trim(self):
+        """Drop the workspaces, values and plans that the active solve does not use (memory pressure)."""
+        if self.active is None:
+            return
+        dtype, variant = self.active
+        for other in [d for d in self.work if d != np.dtype(dtype)]:
+            del self.work[other]
+        for r in self.rows:
+            for other in [d for d in r.values if d != np.dtype(dtype)]:
+                del r.values[other]
+            for other in [v for v in r.plans if v != variant]:
+                del r.plans[other]
+
+    def nbytes(self):
+        return (sum(r.nbytes() for r in self.rows)
+                + sum(w.nbytes() for ws in self.work.values() for w in ws))
+
+
+# Residencies by registration, least recently used first: key -> (weakref to the CsrMatrix, devices).
+_registry = OrderedDict()
+_registry_lock = threading.RLock()
+
+
+def residency(mat, devices):
+    """``(Residency, reused)`` of ``mat`` on ``devices``: the kept one, or a new one (uploading A)."""
+    devices = tuple(devices)
+    res = mat.gpu.get(devices)
+    key = (id(mat), devices)
+    if res is not None:
+        with _registry_lock:
+            _registry[key] = (weakref.ref(mat), devices)  # a stale entry of a dead matrix with this id is replaced
+            _registry.move_to_end(key)
+        return res, True
+    res = Residency(mat, devices)
+    mat.gpu[devices] = res
+    with _registry_lock:
+        _registry[key] = (weakref.ref(mat), devices)
+        _sweep()
+        while len(_registry) > MAX_RESIDENT:
+            _evict(next(iter(_registry)))
+    return res, False
+
+
+def _sweep():
+    """Forget registry entries whose matrix or residency is gone."""
+    for key in [k for k, (ref, devices) in _registry.items() if ref() is None or devices not in ref().gpu]:
+        del _registry[key]
+
+
+def _evict(key):
+    ref, devices = _registry.pop(key)
+    mat = ref()
+    if mat is not None:
+        mat.gpu.pop(devices, None)  # the device memory goes with the last reference
+
+
+def _make_room(dev, nbytes, keep):
+    """Whether ``nbytes`` are free on ``dev``, after evicting other residencies there (least
+    recently used first) and then ``keep``'s parts that its active solve does not use, while they
+    are not."""
+    if dev.memory_info()[0] >= nbytes:
+        return True
+    with _registry_lock:
+        _sweep()
+        for key in list(_registry):
+            ref, devices = _registry[key]
+            mat = ref()
+            res = mat.gpu.get(devices) if mat is not None else None
+            if res is None or res is keep or dev.ordinal not in devices:
+                continue
+            _evict(key)
+            if dev.memory_info()[0] >= nbytes:
+                return True
+    if keep is not None:
+        keep.trim()
+    return dev.memory_info()[0] >= nbytes
+
+
+def _ensure_free(dev, nbytes, keep, what):
+    """Make ``nbytes`` free on ``dev`` (:func:`_make_room`) or raise GraphTooLargeError naming ``what``."""
+    if not _make_room(dev, nbytes, keep):
+        rt.check_fits(dev, nbytes, what)
+
+
+def release_all():
+    """Drop every residency (graphkern.expm.clear_cache)."""
+    with _registry_lock:
+        for key in list(_registry):
+            _evict(key)
+
+
+def residency_info():
+    """``resident`` residencies, their ``device_bytes``, and the ``uploads`` and ``plans`` made so far."""
+    with _registry_lock:
+        _sweep()
+        alive = [ref().gpu[devices] for ref, devices in _registry.values()]
+        return {"resident": len(alive), "device_bytes": sum(r.nbytes() for r in alive), **_stats}
+
+
+# ----------------------------------------------------------------------------- one device's share of a solve
+
+class _Share:
+    """One device in one solve: its rows of A, the plan, the kernels and grids, its workspace."""
+
+    def __init__(self, res, rows, mat, dtype, variant, cap, ring_size):
+        self.rows = rows
+        self.dev = rows.dev
+        self.index = rows.index
+        self.row0, self.row1, self.nrows = rows.row0, rows.row1, rows.nrows
+        self.values = rows.values_for(res, mat, dtype)
+        self.plan = rows.plan_for(res, mat, variant)
+        self.spmv_fn, self.spmv_grid = self.plan.launch_config(rows, dtype, mat.weighted)
+        tn = _type_name(dtype)
         self.update_fn = rt.kernel(self.dev, "expm", f"lanczos_update_{tn}")
         self.combine_fn = rt.kernel(self.dev, "expm", f"lanczos_combine_{tn}")
-        resident = max(1, self.spmv_fn.max_active_blocks_per_sm(BLOCK, 0)) * sm
-        if self.plan.tasks is not None:
-            self.spmv_grid = len(self.plan.tasks)
-        else:
-            threads = max(1, self.nrows) * self.plan.threads_per_row
-            self.spmv_grid = int(min(-(-threads // BLOCK), resident))
+        self.fill_fn = rt.kernel(self.dev, "expm", f"lanczos_fill_ones_{tn}")
+        self.scale_fn = rt.kernel(self.dev, "expm", f"lanczos_scale_out_{tn}")
+        self.peak_fn = rt.kernel(self.dev, "expm", "lanczos_peak")
+        sm = self.dev.properties["multiprocessor_count"]
         self.vector_grid = int(min(-(-max(1, self.nrows) // BLOCK), 4 * sm))
+        self.full_grid = int(min(-(-max(1, mat.n) // BLOCK), 4 * sm))
+        self.ws = res.workspaces(dtype)[rows.index].ensure(res, cap, max(self.spmv_grid, self.vector_grid), ring_size)
+        self.stream = self.ws.stream
 
-        isz = np.dtype(dtype).itemsize
-        needed = (indptr.nbytes + (e1 - e0) * 4 + (e1 - e0) * isz * mat.weighted + self.plan.nbytes()
-                  + (ring + basis_columns) * n * isz + self.nrows * 8
-                  + 8 * (max(self.spmv_grid, self.vector_grid) + 3 * cap + 2 + 2 * n_dev + 2 * cap))
-        rt.check_fits(self.dev, needed, f"exp(beta A) x on device {ordinal} (its {self.nrows} rows of A, "
-                                        f"{e1 - e0} nonzeros, and {ring + basis_columns} vectors of {n})")
-        self.indptr = rt.to_device(self.dev, indptr)
-        self.indices = rt.to_device(self.dev, mat.indices[e0:e1])
-        self.values = rt.to_device(self.dev, mat.weights[e0:e1].astype(dtype)) if mat.weighted else None
-        self.tasks = rt.to_device(self.dev, self.plan.tasks) if self.plan.tasks is not None else None
-        self.rowlist = rt.to_device(self.dev, self.plan.rowlist) if self.plan.rowlist is not None else None
-        self.partials = rt.alloc(self.dev, max(self.spmv_grid, self.vector_grid), np.float64)
-        self.counter = rt.alloc(self.dev, 1, np.uint32)
-        self.counter.zero()
-        self.seg_partials = rt.alloc(self.dev, max(self.plan.n_segments, 1), np.float64)
-        self.seg_counters = rt.alloc(self.dev, max(self.plan.n_long, 1), np.uint32)
-        self.seg_counters.zero()
-        self.coef = rt.alloc(self.dev, 3 * cap + 1, np.float64)
-        self.alpha_slots = rt.alloc(self.dev, n_dev, np.float64)
-        self.beta_slots = rt.alloc(self.dev, n_dev, np.float64)
-        self.alpha_out = self.alpha_slots.view(8 * index, 8, dtype=np.float64, shape=(1,))
-        self.beta_out = self.beta_slots.view(8 * index, 8, dtype=np.float64, shape=(1,))
-        self.g = rt.alloc(self.dev, cap + 1, np.float64)
-        self.y = rt.alloc(self.dev, max(self.nrows, 1), np.float64)
-        self.ring = [rt.alloc(self.dev, n, dtype) for _ in range(ring)]
-        self.blocks = []  # stored basis, COLUMN_CHUNK full-length columns each
-        self.columns = {}  # views of the stored columns, by index
-        self.stream = rt.Stream(self.dev)
-        self.copy_stream = None
-        self.ev_alpha = rt.Event(self.dev, timing=False)   # this device's alpha share was sent
-        self.ev_step = rt.Event(self.dev, timing=False)    # its beta share and rows of w_{k+1} were sent
-        self.ev_vector = rt.Event(self.dev, timing=False)  # w_{k+1} is complete (host mode copy-out)
-        # pageable uploads on the legacy stream may still be in flight when they return
-        self.dev.synchronize()
+    def spmv_args(self, w_cur, w_prev, w_out, cap, k, beta_slots, n_dev, breakdown, alpha_out):
+        p = self.plan
+        return (self.rows.indptr, self.rows.indices, self.values, p.tasks, np.int64(p.n_tasks), p.rowlist,
+                w_cur, w_prev, w_out, self.ws.coef, np.int64(cap), np.int64(k), beta_slots, n_dev,
+                np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials, self.ws.counter,
+                alpha_out, p.seg_partials, p.seg_counters)
 
 
 # ----------------------------------------------------------------------------- the solver
 
 class GpuLanczos:
-    """The Lanczos recurrence on one or more devices (solver interface of graphkern._expm_lanczos)."""
+    """The Lanczos recurrence on one or more devices (solver interface of graphkern._expm_lanczos).
+
+    Construction finds (or builds) the matrix's :class:`Residency` on ``devices``; ``reused`` says
+    whether it was already there."""
 
     lookahead = True
 
@@ -282,71 +623,46 @@ class GpuLanczos:
         self.devices = list(devices)
         self.n_spmv = 0
         self.ring_size = 4 if basis == "host" else 3
+        self.res, self.reused = residency(mat, self.devices)
+        self.res.active = (self.dtype, variant)
+        self.shares = [_Share(self.res, r, mat, self.dtype, variant, self.cap, self.ring_size) for r in self.res.rows]
+        self.res.settle()
+        self.lead = self.shares[0]
         self.storing = basis in ("device", "auto")
-        bounds = row_chunks(mat.indptr, len(self.devices))
-        if basis == "auto" and not self._first_block_fits(bounds):
-            self.storing = False  # not even one block of the basis: regenerate it all, as "none" does
-        first_block = COLUMN_CHUNK if self.storing else (1 if basis != "host" else 0)
-        self.shares = [_Share(d, i, len(self.devices), bounds[i], bounds[i + 1], mat, self.dtype, variant,
-                              self.cap, self.ring_size, first_block)
-                       for i, d in enumerate(self.devices)]
-        for a in self.shares:
-            for b in self.shares:
-                if a is not b and a.dev.can_access_peer(b.dev):
-                    a.dev.enable_peer_access(b.dev)
+        self._blocked = False  # the stored columns (column 0 included) live in basis blocks
         self._host_blocks = []
         if basis == "host":
             for s in self.shares:
-                s.copy_stream = rt.Stream(s.dev)
-            self._copy_done = [[rt.Event(s.dev, timing=False) for _ in range(self.ring_size)]
-                               for s in self.shares]
-        self._stored = 0  # columns [0, _stored) are kept (device blocks); the others live in the ring
-        self._coef_len = 3 * self.cap + 1
-        self._staging = [rt.PinnedBuffer(8 * self._coef_len).array(np.float64, (self._coef_len,))
-                         for _ in range(2)]
+                if s.ws.copy_stream is None:
+                    s.ws.copy_stream = rt.Stream(s.dev)
+        self._stored = 0  # columns [0, _stored) are kept; the others live in the ring
         self._checkpoints = {}
         self._n_checkpoints = 0
         self._step_events = []
-        self._combine_events = None
-
-    def _first_block_fits(self, bounds):
-        """Whether each device has room for its rows of A, the ring and one block of basis columns."""
-        mat, isz = self.mat, self.isz
-        for i, d in enumerate(self.devices):
-            nnz = int(mat.indptr[bounds[i + 1]]) - int(mat.indptr[bounds[i]])
-            need = (nnz * (4 + isz * mat.weighted) + 8 * (int(bounds[i + 1] - bounds[i]) + 1)
-                    + (self.ring_size + COLUMN_CHUNK) * self.n * isz)
-            if need > rt.get_device(d).memory_info()[0] * (1.0 - AUTO_RESERVE_FRACTION):
-                return False
-        return True
+        self._combined = False
 
     # -------------------------------------------------------------- columns
     def _column(self, share, j):
         if j < self._stored:
-            view = share.columns.get(j)
-            if view is None:
-                block, r = divmod(j, COLUMN_CHUNK)
-                nbytes = self.n * self.isz
-                view = share.columns[j] = share.blocks[block].view(r * nbytes, nbytes, dtype=self.dtype,
-                                                                   shape=(self.n,))
-            return view
-        return share.ring[j % self.ring_size]
+            return share.ws.column(j) if self._blocked else share.ws.start
+        return share.ws.ring[j % self.ring_size]
 
     def _reserve(self, j):
         """Make column j, about to be written, a kept column when the basis mode keeps it."""
         if not self.storing or j != self._stored:
             return
-        if j // COLUMN_CHUNK == len(self.shares[0].blocks):
-            nbytes = COLUMN_CHUNK * self.n * self.isz
-            for s in self.shares:
-                if self.basis == "device":
-                    rt.check_fits(s.dev, nbytes, f"the Krylov basis (columns {j}..{j + COLUMN_CHUNK - 1} of "
-                                                 f"length {self.n}; basis='none' or 'host' needs no such space)")
-                elif nbytes > s.dev.memory_info()[0] * (1.0 - AUTO_RESERVE_FRACTION):
-                    self.storing = False  # the remaining columns are regenerated by the second pass
-                    return
-            for s in self.shares:
-                s.blocks.append(rt.alloc(s.dev, (COLUMN_CHUNK, self.n), self.dtype))
+        block = j // COLUMN_CHUNK
+        missing = [s for s in self.shares if len(s.ws.blocks) <= block]
+        nbytes = COLUMN_CHUNK * self.n * self.isz
+        for s in missing:
+            if self.basis == "device":
+                _ensure_free(s.dev, nbytes, self.res, f"the Krylov basis (columns {j}..{j + COLUMN_CHUNK - 1} of "
+                                                      f"length {self.n}; basis='none' or 'host' needs no such space)")
+            elif not _make_room(s.dev, int(nbytes / (1.0 - AUTO_RESERVE_FRACTION)), self.res):
+                self.storing = False  # the remaining columns are regenerated by the second pass
+                return
+        for s in missing:
+            s.ws.blocks.append(rt.alloc(s.dev, (COLUMN_CHUNK, self.n), self.dtype))
         self._stored = j + 1
 
     def _host_column(self, j):
@@ -358,30 +674,40 @@ class GpuLanczos:
 
     # -------------------------------------------------------------- solver interface
     def start(self, x, rscale0):
-        coef = np.zeros(self._coef_len)
-        coef[2 * self.cap] = rscale0
-        if self.basis != "host":
-            for s in self.shares:
-                if not s.blocks:
-                    s.blocks.append(rt.alloc(s.dev, (COLUMN_CHUNK if self.storing else 1, self.n), self.dtype))
-            self._stored = 1
+        """Load x (None: the vector of ones, made on the device) and rscale_0."""
+        if self.basis == "host":
+            self._host_column(0)[:] = 1.0 if x is None else x
         else:
-            self._host_column(0)[:] = x
+            if self.storing:
+                self._reserve(0)
+            self._blocked = self.storing
+            if not self._blocked:
+                for s in self.shares:
+                    if s.ws.start is None:
+                        _ensure_free(s.dev, self.n * self.isz, self.res, f"exp(beta A) x: the start vector on "
+                                                                         f"device {s.dev.ordinal}")
+                        s.ws.start = rt.alloc(s.dev, self.n, self.dtype)
+                self._stored = 1
         for s in self.shares:
-            s.coef.copy_from_host(coef, stream=s.stream)
-            self._column(s, 0).copy_from_host(x, stream=s.stream)
+            s.ws.rscale_host[0] = rscale0
+            s.ws.coef.copy_from_host(s.ws.rscale_host, stream=s.stream, offset=8 * 2 * self.cap)
+            x0 = self._column(s, 0)
+            if x is None:
+                rt.launch(s.fill_fn, s.full_grid, BLOCK, (x0, np.int64(self.n)), stream=s.stream)
+            else:
+                x0.copy_from_host(x, stream=s.stream)
 
     def enqueue(self, k0, k1):
         for k in range(k0, k1):
             self._step(k)
 
     def checkpoint(self, m):
-        lead = self.shares[0]
-        host = self._staging[self._n_checkpoints % 2]  # at most two check points are ever pending
+        ws = self.lead.ws
+        slot = self._n_checkpoints % 2  # at most two check points are ever pending
         self._n_checkpoints += 1
-        lead.coef.copy_to_host(host, stream=lead.stream)
-        done = rt.Event(lead.dev, timing=False)
-        done.record(lead.stream)
+        host, done = ws.staging[slot], ws.staging_done[slot]
+        ws.coef.copy_to_host(host, stream=ws.stream)
+        done.record(ws.stream)
         self._checkpoints[m] = (host, done)
 
     def fetch(self, m):
@@ -390,52 +716,74 @@ class GpuLanczos:
         cap = self.cap
         return host[:m].copy(), host[cap:cap + max(m - 1, 0)].copy(), host[2 * cap:2 * cap + m].copy()
 
-    def combine(self, m, g):
+    def result(self, m, g, scaling):
+        """``(y, log_scale)``: y = sum_j g_j w_j formed on the devices, scaled and cast there."""
         for s in self.shares:
             s.stream.synchronize()
-            if s.copy_stream is not None:
-                s.copy_stream.synchronize()
-        y = np.zeros(self.n)
+            if s.ws.copy_stream is not None:
+                s.ws.copy_stream.synchronize()
         if self.basis == "host":
             from graphkern._cpu import expm as cpu
+            y = np.zeros(self.n)
             for b, block in enumerate(self._host_blocks):
                 j0 = b * COLUMN_CHUNK
                 count = min(m - j0, COLUMN_CHUNK)
                 if count > 0:
                     cpu.accumulate_columns(y, block[:count], g[j0:j0 + count], self.n_threads)
-            return y
+            return finish_on_host(y, scaling)
+        self._combine(m, g)
+        for s in self.shares:
+            s.ws.peak.zero(stream=s.stream)
+            rt.launch(s.peak_fn, s.vector_grid, BLOCK, (s.ws.y, np.int64(s.nrows), s.ws.peak), stream=s.stream)
+            s.ws.peak.copy_to_host(s.ws.peak_host, stream=s.stream)
+        for s in self.shares:
+            s.stream.synchronize()
+        peak = float(np.max([s.ws.peak_host.view(np.float64)[0] for s in self.shares]))  # NaN propagates
+        log_factor, log_scale, ok = scaling.decide(peak)
+        if not ok:
+            y = np.empty(self.n)
+            for s in self.shares:
+                s.ws.y.copy_to_host(y[s.row0:s.row1])
+            raise scaling.error(y, log_factor)
+        f0, f1, f2 = (np.float64(f) for f in scaling.factors(log_factor))
+        out = np.empty(self.n, dtype=self.dtype)
+        for s in self.shares:
+            if s.nrows:
+                rt.launch(s.scale_fn, s.vector_grid, BLOCK, (s.ws.y, np.int64(s.nrows), f0, f1, f2, s.ws.out),
+                          stream=s.stream)
+                s.ws.out.copy_to_host(out[s.row0:s.row1], stream=s.stream)
+        for s in self.shares:
+            s.stream.synchronize()
+        return out, log_scale
+
+    def _combine(self, m, g):
+        """Each device's rows of y = sum_{j<m} g_j w_j (float64) into its ws.y."""
         g_full = np.zeros(self.cap + 1)
         g_full[:m] = g
         stored = min(m, self._stored)
-        lead = self.shares[0]
-        self._combine_events = (rt.Event(lead.dev), rt.Event(lead.dev))
-        self._combine_events[0].record(lead.stream)
-        tables = []  # alive until the streams are synchronised below
+        lead = self.lead
+        lead.ws.combine_events[0].record(lead.stream)
         for s in self.shares:
-            s.g.copy_from_host(g_full, stream=s.stream)
-            table = rt.alloc(s.dev, stored, np.uint64)
-            table.copy_from_host(np.array([self._column(s, j).ptr for j in range(stored)], dtype=np.uint64),
-                                 stream=s.stream)
-            tables.append(table)
+            s.ws.g.copy_from_host(g_full, stream=s.stream)
+            s.ws.table.copy_from_host(np.array([self._column(s, j).ptr for j in range(stored)], dtype=np.uint64),
+                                      stream=s.stream)
             rt.launch(s.combine_fn, s.vector_grid, BLOCK,
-                      (table, s.g, np.int64(stored), np.int64(s.row0), np.int64(s.nrows), s.y), stream=s.stream)
-        self._combine_events[1].record(lead.stream)
+                      (s.ws.table, s.ws.g, np.int64(stored), np.int64(s.row0), np.int64(s.nrows), s.ws.y),
+                      stream=s.stream)
+        lead.ws.combine_events[1].record(lead.stream)
+        self._combined = True
         # columns that were not kept are regenerated from the last two kept ones
         for k in range(stored - 1, m - 1):
             self._step(k, second_pass=True)
-        for s in self.shares:
-            if s.nrows:
-                s.y.copy_to_host(y[s.row0:s.row1], stream=s.stream)
-            s.stream.synchronize()
-        return y
 
     def timings(self):
         spmv = vector = 0.0
         for e0, e1, e2 in self._step_events:
             spmv += e0.elapsed_ms(e1) / 1e3
             vector += e1.elapsed_ms(e2) / 1e3
-        if self._combine_events is not None:
-            vector += self._combine_events[0].elapsed_ms(self._combine_events[1]) / 1e3
+        if self._combined:
+            events = self.lead.ws.combine_events
+            vector += events[0].elapsed_ms(events[1]) / 1e3
         return {"spmv": spmv, "vector": vector}
 
     # -------------------------------------------------------------- one step on every device
@@ -446,42 +794,42 @@ class GpuLanczos:
             self._reserve(j)
         shares = self.shares
         multi = len(shares) > 1
-        lead = shares[0]
-        timing = (rt.Event(lead.dev), rt.Event(lead.dev), rt.Event(lead.dev))
+        lead = self.lead
+        timing = lead.ws.timing(len(self._step_events))
         n_dev = np.int32(len(shares))
         for s in shares:
+            ws = s.ws
             if self.basis == "host" and j > self.ring_size:
-                s.stream.wait_event(self._copy_done[s.index][j % self.ring_size])  # slot j's last copy-out
+                s.stream.wait_event(ws.copy_done[j % self.ring_size])  # slot j's last copy-out
             if multi and k > 0:
                 for o in shares:
                     if o is not s:
-                        s.stream.wait_event(o.ev_step)
+                        s.stream.wait_event(o.ws.ev_step)
             if s is lead:
                 timing[0].record(s.stream)
-            rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, (
-                s.indptr, s.indices, s.values, s.tasks, s.rowlist,
-                self._column(s, k), self._column(s, k - 1) if k > 0 else None, self._column(s, j),
-                s.coef, np.int64(self.cap), np.int64(k), None if second_pass else s.beta_slots, n_dev,
-                np.float64(self.breakdown), np.int64(s.row0), np.int64(s.nrows), s.partials, s.counter,
-                None if second_pass else s.alpha_out, s.seg_partials, s.seg_counters), stream=s.stream)
+            rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, s.spmv_args(
+                self._column(s, k), self._column(s, k - 1) if k > 0 else None, self._column(s, j), self.cap, k,
+                None if second_pass else ws.beta_slots, n_dev, self.breakdown,
+                None if second_pass else ws.alpha_out), stream=s.stream)
             if s is lead:
                 timing[1].record(s.stream)
             if multi and not second_pass:
                 for o in shares:
                     if o is not s:
-                        o.alpha_slots.copy_from_device(s.alpha_slots, 8, s.stream, dst_offset=8 * s.index,
-                                                       src_offset=8 * s.index)
-                s.ev_alpha.record(s.stream)
+                        o.ws.alpha_slots.copy_from_device(ws.alpha_slots, 8, s.stream, dst_offset=8 * s.index,
+                                                          src_offset=8 * s.index)
+                ws.ev_alpha.record(s.stream)
         for s in shares:
+            ws = s.ws
             if multi and not second_pass:
                 for o in shares:
                     if o is not s:
-                        s.stream.wait_event(o.ev_alpha)
+                        s.stream.wait_event(o.ws.ev_alpha)
             rt.launch(s.update_fn, s.vector_grid, BLOCK, (
-                self._column(s, k), self._column(s, j), s.coef, np.int64(self.cap), np.int64(k),
-                None if second_pass else s.alpha_slots, n_dev, np.int64(s.row0), np.int64(s.nrows),
-                s.partials, s.counter, None if second_pass else s.beta_out,
-                s.y if second_pass else None, s.g if second_pass else None), stream=s.stream)
+                self._column(s, k), self._column(s, j), ws.coef, np.int64(self.cap), np.int64(k),
+                None if second_pass else ws.alpha_slots, n_dev, np.int64(s.row0), np.int64(s.nrows),
+                ws.partials, ws.counter, None if second_pass else ws.beta_out,
+                ws.y if second_pass else None, ws.g if second_pass else None), stream=s.stream)
             if s is lead:
                 timing[2].record(s.stream)
             if multi:
@@ -489,20 +837,20 @@ class GpuLanczos:
                     if o is s:
                         continue
                     if not second_pass:
-                        o.beta_slots.copy_from_device(s.beta_slots, 8, s.stream, dst_offset=8 * s.index,
-                                                      src_offset=8 * s.index)
+                        o.ws.beta_slots.copy_from_device(ws.beta_slots, 8, s.stream, dst_offset=8 * s.index,
+                                                         src_offset=8 * s.index)
                     if s.nrows:
                         self._column(o, j).copy_from_device(self._column(s, j), s.nrows * self.isz, s.stream,
                                                             dst_offset=s.row0 * self.isz,
                                                             src_offset=s.row0 * self.isz)
-                s.ev_step.record(s.stream)
+                ws.ev_step.record(s.stream)
             if self.basis == "host":
-                s.ev_vector.record(s.stream)
-                s.copy_stream.wait_event(s.ev_vector)
+                ws.ev_vector.record(s.stream)
+                ws.copy_stream.wait_event(ws.ev_vector)
                 if s.nrows:
-                    self._column(s, j).copy_to_host(self._host_column(j)[s.row0:s.row1], stream=s.copy_stream,
+                    self._column(s, j).copy_to_host(self._host_column(j)[s.row0:s.row1], stream=ws.copy_stream,
                                                     offset=s.row0 * self.isz)
-                self._copy_done[s.index][j % self.ring_size].record(s.copy_stream)
+                ws.copy_done[j % self.ring_size].record(ws.copy_stream)
         self._step_events.append(timing)
         self.n_spmv += 1
 
@@ -511,12 +859,9 @@ class GpuLanczos:
         """Queue ``column[dst] = A column[src]`` on every device: the fused kernel with rscale_0 = 1,
         no previous vector and no reductions."""
         for s in self.shares:
-            rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, (
-                s.indptr, s.indices, s.values, s.tasks, s.rowlist,
-                self._column(s, src), None, self._column(s, dst),
-                s.coef, np.int64(self.cap), np.int64(0), None, np.int32(len(self.shares)),
-                np.float64(0.0), np.int64(s.row0), np.int64(s.nrows), s.partials, s.counter, None,
-                s.seg_partials, s.seg_counters), stream=s.stream)
+            rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, s.spmv_args(
+                self._column(s, src), None, self._column(s, dst), self.cap, 0, None, np.int32(len(self.shares)),
+                0.0, None), stream=s.stream)
 
     def spmv_prepare(self, x):
         """Load x as column 0 so that :meth:`spmv_launch` computes ``A x`` into column 1."""
@@ -537,5 +882,5 @@ class GpuLanczos:
     def spmv_bytes(self):
         """Compulsory DRAM traffic of one SpMV: row pointers, column indices (and values) once,
         x gathered once, y written once."""
-        ptr = sum(s.indptr.nbytes for s in self.shares)
+        ptr = sum(s.rows.indptr.nbytes for s in self.shares)
         return ptr + self.mat.nnz * (4 + self.isz * self.mat.weighted) + 2 * self.n * self.isz

@@ -20,13 +20,18 @@ caller decides whether ``exp(shift)`` can be applied in the requested dtype.
 Solver interface (see :class:`CpuLanczos` and ``graphkern._expm_gpu.GpuLanczos``)::
 
     lookahead        True when steps are queued asynchronously (run one check interval ahead)
-    start(x, rscale0)  load the start vector (already scaled to max |x| = 1, in the solver's dtype)
+    start(x, rscale0)  load the start vector (scaled to max |x| = 1, in the solver's dtype; None: ones)
     enqueue(k0, k1)  run (or queue) steps k0 .. k1-1; step k makes alpha_k, beta_k and w_{k+1}
     checkpoint(m)    snapshot alpha[:m], beta[:m-1], rscale[:m] as they stand after step m-1
     fetch(m)         those arrays (float64 copies), waiting for the snapshot
-    combine(m, g)    y = sum_{j<m} g_j w_j as a float64 host array
+    result(m, g, scaling)  ``(y, log_scale)``: y = sum_{j<m} g_j w_j (float64), then scaled and cast
+                     as ``scaling`` (an :class:`OutputScaling`) decides from max |y|
     timings()        {"spmv": s, "vector": s, ...} spent on the hardware
     n_spmv           SpMVs performed (including speculative steps and a second pass)
+
+Everything a solver derives from the matrix alone (values in the solver's dtype, row chunks, on the
+GPU the device copy and SpMV plans) is cached on the :class:`CsrMatrix`, which graphkern.expm keeps
+per user matrix, so a repeated call pays for none of it.
 """
 
 from __future__ import annotations
@@ -50,9 +55,12 @@ CHUNKS_PER_THREAD = 4
 
 class CsrMatrix:
     """A validated symmetric CSR matrix: ``indptr`` (int32/int64), ``indices`` (int32), ``weights``
-    (float64, or None when every stored entry is 1)."""
+    (float64, or None when every stored entry is 1), with what solvers derive from it cached:
+    ``||A||_inf``, degree statistics, values per dtype, row chunks, and ``gpu`` (device copies,
+    keyed by device tuple; see graphkern._expm_gpu)."""
 
-    __slots__ = ("indptr", "indices", "weights", "n", "_anorm", "_degree_stats")
+    __slots__ = ("indptr", "indices", "weights", "n", "_anorm", "_degree_stats", "_values", "_chunks", "gpu",
+                 "__weakref__")
 
     def __init__(self, indptr, indices, weights):
         self.indptr = indptr
@@ -61,6 +69,9 @@ class CsrMatrix:
         self.n = len(indptr) - 1
         self._anorm = None
         self._degree_stats = None
+        self._values = {}
+        self._chunks = {}
+        self.gpu = {}
 
     @property
     def nnz(self):
@@ -81,6 +92,23 @@ class CsrMatrix:
                 self._degree_stats = (mean, int(deg.max()), float(deg.std()) / mean if mean > 0 else 0.0)
         return self._degree_stats
 
+    def values_as(self, dtype):
+        """The stored values in ``dtype`` (an empty array when unweighted), converted once."""
+        dtype = np.dtype(dtype)
+        values = self._values.get(dtype)
+        if values is None:
+            values = (np.empty(0, dtype=dtype) if self.weights is None
+                      else np.ascontiguousarray(self.weights, dtype=dtype))
+            self._values[dtype] = values
+        return values
+
+    def chunks(self, parts):
+        """:func:`row_chunks` of this matrix into ``parts`` parts, computed once."""
+        bounds = self._chunks.get(parts)
+        if bounds is None:
+            bounds = self._chunks[parts] = row_chunks(self.indptr, parts)
+        return bounds
+
     def inf_norm(self, n_threads):
         """``||A||_inf`` (max absolute row sum), an upper bound of the spectral radius."""
         if self._anorm is None:
@@ -90,8 +118,7 @@ class CsrMatrix:
                 self._anorm = float(self.degree_stats()[1])
             else:
                 from graphkern._cpu import expm as cpu
-                self._anorm = cpu.max_abs_row_sum(self.indptr, self.weights, row_chunks(self.indptr, n_threads),
-                                                  n_threads)
+                self._anorm = cpu.max_abs_row_sum(self.indptr, self.weights, self.chunks(n_threads), n_threads)
         return self._anorm
 
 
@@ -204,10 +231,10 @@ def relative_change(c, shift, prev, prev_shift):
 
 @dataclass
 class LanczosOutcome:
-    """What :func:`run_lanczos` found: ``f(beta A) x_unit = exp(shift) * y_scaled`` where
-    ``x_unit`` is the start vector the solver was given."""
+    """What :func:`run_lanczos` found: ``f(beta A) x_unit = exp(shift) * sum_{j<m} g_j w_j`` where
+    ``x_unit`` is the start vector the solver was given and w_j its (unnormalised) Lanczos vectors."""
 
-    y_scaled: np.ndarray
+    g: np.ndarray
     shift: float
     theta_max: float
     krylov_dim: int
@@ -260,8 +287,90 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim):
             solver.checkpoint(nxt)
         prev, prev_shift = c, shift
         check = nxt
-    y = solver.combine(m, c * rscale)
-    return LanczosOutcome(y, shift, theta_max, m, error, converged, breakdown, host)
+    return LanczosOutcome(c * rscale, shift, theta_max, m, error, converged, breakdown, host)
+
+
+# ----------------------------------------------------------------------------- the answer's scale
+
+# The answer's scale is applied in factors of at most e^600 (each finite in float64), as few as needed.
+_FACTOR_STEP = 600.0
+# Below this log factor every finite float64 scaled to it underflows to zero (log(max) + 745 < 1465).
+_LOG_FACTOR_FLOOR = -1465.0
+
+
+class OutputScaling:
+    """How ``y_scaled * exp(shift + rest)`` is returned finite in ``dtype`` (see graphkern.expm: Overflow).
+
+    :meth:`decide` takes ``peak = max |y_scaled|`` and returns ``(log_factor, log_scale, ok)``: y is
+    ``y_scaled * exp(log_factor)`` cast to dtype and the true answer is ``y * exp(log_scale)``;
+    ``ok`` is False when y would have a non-finite entry (then :meth:`error` says where).  A callable
+    f gets no log scaling: an answer that overflows raises FloatingPointError at once.
+    """
+
+    def __init__(self, shift, rest, dtype, scalable, caller):
+        self.shift, self.rest = float(shift), float(rest)
+        self.dtype = np.dtype(dtype)
+        self.scalable = scalable
+        self.caller = caller
+
+    def decide(self, peak):
+        if peak == 0.0:
+            return 0.0, 0.0, True
+        if not math.isfinite(peak):
+            return 0.0, 0.0, False
+        log_max = math.log(float(np.finfo(self.dtype).max))
+        limit = log_max - 1.0
+        log_peak = math.log(peak)
+        shift, rest = self.shift, self.rest
+        if log_peak + shift + rest < limit:
+            log_factor, log_scale = shift + rest, 0.0
+        elif not self.scalable:
+            raise FloatingPointError(
+                f"{self.caller}: the result overflows {self.dtype.name} (its largest entry is about "
+                f"e^{log_peak + shift + rest:.1f}); a callable f gets no log scaling -- use dtype=np.float64 "
+                "or a smaller beta")
+        elif log_peak + rest < limit:
+            log_factor, log_scale = rest, shift
+        else:
+            log_factor, log_scale = 0.0, shift + rest
+        return max(log_factor, _LOG_FACTOR_FLOOR), log_scale, log_peak + log_factor < log_max
+
+    @staticmethod
+    def factors(log_factor):
+        """Three finite float64 factors whose product, applied left to right, is ``exp(log_factor)``."""
+        steps = []
+        while abs(log_factor) > _FACTOR_STEP:
+            step = math.copysign(_FACTOR_STEP, log_factor)
+            steps.append(math.exp(step))
+            log_factor -= step
+        if len(steps) > 2:  # pragma: no cover - decide() keeps |log_factor| below 3 steps
+            raise AssertionError(f"log factor {log_factor} needs {len(steps) + 1} steps")
+        return [1.0] * (2 - len(steps)) + steps + [math.exp(log_factor)]
+
+    def error(self, y_scaled, log_factor):
+        """The FloatingPointError for a y_scaled (float64, host) whose result is not finite."""
+        y = y_scaled.copy()
+        with np.errstate(over="ignore", invalid="ignore"):
+            for f in self.factors(log_factor):
+                y *= f
+            y = y.astype(self.dtype)
+        bad = np.flatnonzero(~np.isfinite(y))
+        where = f"first at index {int(bad[0])}" if bad.size else "overflow"
+        return FloatingPointError(
+            f"{self.caller}: the {self.dtype.name} result has non-finite entries ({where}); the matrix values "
+            "or x are too large for this dtype")
+
+
+def finish_on_host(y, scaling):
+    """``(y * exp(log_factor) in the output dtype, log_scale)`` for a float64 host y (modified in place)."""
+    peak = float(np.maximum(y.max(), -y.min())) if y.size else 0.0
+    log_factor, log_scale, ok = scaling.decide(peak)
+    if not ok:
+        raise scaling.error(y, log_factor)
+    for f in scaling.factors(log_factor):
+        if f != 1.0:
+            y *= f
+    return y.astype(scaling.dtype, copy=False), log_scale
 
 
 # ----------------------------------------------------------------------------- the CPU solver
@@ -281,10 +390,9 @@ class CpuLanczos:
         self.mat = mat
         self.dtype = np.dtype(dtype)
         self.n_threads = n_threads
-        self.values = (np.empty(0, dtype=self.dtype) if mat.weights is None
-                       else mat.weights.astype(self.dtype, copy=False))
+        self.values = mat.values_as(self.dtype)
         parts = n_threads * CHUNKS_PER_THREAD if n_threads > 1 else 1
-        self.spmv_chunks = row_chunks(mat.indptr, parts)
+        self.spmv_chunks = mat.chunks(parts)
         self.vector_chunks = even_chunks(mat.n, parts)
         self.breakdown = float(breakdown)
         self.store_basis = store_basis
@@ -302,7 +410,7 @@ class CpuLanczos:
 
     def start(self, x, rscale0):
         self._blocks = [np.empty((COLUMN_CHUNK if self.store_basis else 1, self.mat.n), dtype=self.dtype)]
-        self._blocks[0][0] = x
+        self._blocks[0][0] = 1.0 if x is None else x  # None: the default x, ones
         self._stored = 1
         self.rscale[0] = rscale0
 
@@ -374,6 +482,9 @@ class CpuLanczos:
         for k in range(stored - 1, m - 1):
             self._step(k, y=y, g=g)
         return y
+
+    def result(self, m, g, scaling):
+        return finish_on_host(self.combine(m, g), scaling)
 
     def timings(self):
         return dict(self._t)

@@ -46,12 +46,28 @@ and ignores it.  ``basis`` chooses where the Lanczos vectors live on the GPU: "d
 or "auto" (on the device while it fits, the rest regenerated); on the CPU "none" regenerates and
 the others keep them in memory.  float32 vectors accumulate dot products and norms in float64.
 
+Caching.  Validating A (symmetry, finiteness), converting it, and on the GPU uploading it and
+building the SpMV plan cost more than a Lanczos run on a warm device (A - A.T alone is several
+passes over the nonzeros).  So the validated matrix is cached per user matrix (a Graph or a
+scipy.sparse matrix in csr, csc, coo, bsr or dia format), and on the GPU so is its device-resident
+operator: A's rows on each device (row pointers, column indices, values in the dtype used), the
+SpMV plans, and the work vectors (basis blocks included) and streams.  A later call with the same
+object finds them (``info.cached``; ``info.times["setup"]`` is then near zero).  Entries are keyed
+on the object's identity and hold only a weak reference to it: a matrix that is deleted frees its
+device memory.  Each call checks a fingerprint (format, shape, dtypes, the identity of every backing
+array, and a strided sample of their contents), so a new matrix, replaced arrays or an in-place
+edit like ``A.data *= 2`` are seen; an in-place edit that touches none of the sampled entries is
+not -- call :func:`clear_cache` (with A, or with nothing to drop everything) after one.  At most
+MAX_RESIDENT matrices keep device memory (least recently used go first), and a GPU allocation
+that would not fit first evicts other matrices.  GPU calls from several threads run one at a time.
+
 Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -59,15 +75,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphkern._backend import finite_real, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
-from graphkern._expm_lanczos import CpuLanczos, CsrMatrix, MatrixFunction, breakdown_threshold, run_lanczos
+from graphkern._expm_cache import MatrixCache
+from graphkern._expm_lanczos import (CpuLanczos, CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold,
+                                     run_lanczos)
 from graphkern.graph import Graph, as_csr_matrix
 
-__all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo"]
+__all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo", "clear_cache", "cache_info"]
 
 SPMV_VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
 BASIS_MODES = ("auto", "device", "host", "none")
 DEFAULT_MAX_KRYLOV = 1000
 NORMALIZE = (None, "n", "lambda_max")
+
+_matrices = MatrixCache()
+_gpu_lock = threading.RLock()  # one GPU solve at a time: they share the cached device work vectors
 
 
 @dataclass(frozen=True)
@@ -82,10 +103,15 @@ class ExpmInfo:
     log_scale: 0.0, or the shift ``max_j beta theta_j`` (beta theta_1 for beta > 0; max |beta theta_j| for
         cosh and sinh) when the answer overflows the dtype: y_true = y * exp(log_scale).
     lambda_max: the largest Ritz value theta_1 (an estimate, from below, of A's largest eigenvalue).
-    times: seconds -- spmv (the fused SpMV kernels), vector (updates, basis combination), host
-        (tridiagonal eigenproblems and checks), setup (copies of A to the devices, plans), total.
+    times: seconds -- setup (everything before the first Lanczos step: checking the arguments and x,
+        validating A, and on the GPU uploading it, building the SpMV plan and allocating the work
+        vectors; near zero when ``cached``), spmv (the fused SpMV kernels), vector (updates, basis
+        combination), host (tridiagonal eigenproblems and checks), output (combining the basis,
+        scaling y and copying it back), total.
     spmv: SpMV variant used ("cpu" on the CPU).  backend: "cpu" or "gpu".  devices: GPU ordinals.
     basis: basis storage mode used.  n_spmv: SpMVs run (speculative steps and a second pass included).
+    cached: the validated A (and on the GPU its device copy for these devices) came from the cache
+        (see the module documentation); the SpMV plan and work vectors may still have been built.
     """
 
     krylov_dim: int
@@ -101,6 +127,7 @@ class ExpmInfo:
     basis: str = "auto"
     dtype: str = "float64"
     n_spmv: int = 0
+    cached: bool = False
 
 
 def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
@@ -161,9 +188,35 @@ def total_communicability(G, *, beta=1.0, normalize=None, tol=1e-10, max_krylov=
                 caller="total_communicability", normalize=normalize)
 
 
+def clear_cache(A=None):
+    """Drop the cached validated matrix and device-resident operator of ``A`` (of every matrix when
+    None), freeing the device memory they hold.  Needed only after an in-place edit of A that the
+    fingerprint may miss (see the module documentation); a deleted matrix frees its entry itself."""
+    from graphkern._expm_gpu import release_all
+    with _gpu_lock:
+        if A is None:
+            for mat in _matrices.values():
+                mat.gpu.clear()
+            _matrices.clear()
+            release_all()
+        else:
+            mat = _matrices.peek(A)
+            if mat is not None:
+                mat.gpu.clear()
+            _matrices.discard(A)
+
+
+def cache_info():
+    """What the cache holds: ``matrices`` (validated), ``hits``/``misses`` (lookups), ``resident``
+    (device-resident operators), ``device_bytes`` (their device memory), ``uploads`` (matrix uploads
+    to a device so far) and ``plans`` (SpMV plans built so far)."""
+    from graphkern._expm_gpu import residency_info
+    return {"matrices": len(_matrices), "hits": _matrices.hits, "misses": _matrices.misses, **residency_info()}
+
+
 # ----------------------------------------------------------------------------- implementation
 
-def _matrix(A):
+def _validate(A):
     """The validated CSR of a Graph (as stored) or a scipy.sparse matrix (checked symmetric, finite)."""
     if isinstance(A, Graph):
         indptr, indices, weights, n = A.indptr, A.indices, A.weights, A.n_nodes
@@ -176,11 +229,22 @@ def _matrix(A):
     return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights)
 
 
+def _lookup(A):
+    """``(CsrMatrix, cached)`` for A: validated once per matrix while it is unchanged."""
+    return _matrices.get(A, _validate)
+
+
+def _matrix(A):
+    return _lookup(A)[0]
+
+
 def _start_vector(x, n):
+    """``(x_unit, peak, unit_norm)``: x / max|x| in float64 (None for the default x = ones, which the
+    solvers make themselves), max|x| and ||x_unit||."""
     if x is None:
         if n == 0:
             raise ValueError("x is empty: A has no rows")
-        return np.ones(n)
+        return None, 1.0, math.sqrt(n)
     x = np.asarray(x)
     if x.dtype.kind == "c":
         raise TypeError("x must be real; complex vectors are not supported")
@@ -192,11 +256,15 @@ def _start_vector(x, n):
         raise ValueError("x is empty: it must have one entry per row of A")
     if len(x) != n:
         raise ValueError(f"x has length {len(x)} but A has {n} rows")
-    x = x.astype(np.float64)
-    bad = ~np.isfinite(x)
-    if bad.any():
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    peak = float(np.maximum(x.max(), -x.min()))  # NaN propagates, inf shows
+    if not math.isfinite(peak):
+        bad = ~np.isfinite(x)
         raise ValueError(f"x contains a non-finite value ({x[bad][0]}) at index {int(np.flatnonzero(bad)[0])}")
-    return x
+    if peak == 0.0:
+        return None, 0.0, 0.0
+    x_unit = x / peak
+    return x_unit, peak, float(np.linalg.norm(x_unit))
 
 
 def _positive_int(value, name):
@@ -225,85 +293,54 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     dtype = resolve_dtype(dtype)
     n_threads = resolve_threads(n_threads)
     backend = resolve_backend(backend)
-    mat = _matrix(A)
-    x = _start_vector(x, mat.n)
-    n = mat.n
-    k_max = min(n, max_krylov if max_krylov is not None else DEFAULT_MAX_KRYLOV)
     devices = tuple(resolve_devices(device)) if backend == "gpu" else ()
-
-    peak = float(np.abs(x).max())
+    mat, cached = _lookup(A)
+    n = mat.n
+    x_unit, peak, unit_norm = _start_vector(x, n)
+    k_max = min(n, max_krylov if max_krylov is not None else DEFAULT_MAX_KRYLOV)
     if peak == 0.0:
         info = ExpmInfo(0, 0.0, True, True, 0.0, float("nan"), {"total": time.perf_counter() - t_start},
-                        "none", backend, devices, basis, dtype.name, 0)
+                        "none", backend, devices, basis, dtype.name, 0, cached)
         return np.zeros(n, dtype=dtype), info
-    x_unit = (x / peak).astype(dtype)
-    unit_norm = float(np.linalg.norm(x_unit.astype(np.float64)))
     breakdown = breakdown_threshold(mat.inf_norm(n_threads), dtype, tol, beta, fn)
+    if backend == "cpu":
+        return _solve(mat, cached, x_unit, peak, unit_norm, fn, beta, tol, k_max, check_every, dtype, n_threads,
+                      basis, "cpu", backend, devices, breakdown, caller, normalize, t_start)
+    from graphkern._expm_gpu import choose_variant
+    variant = choose_variant(mat) if spmv == "auto" else spmv
+    with _gpu_lock:
+        return _solve(mat, cached, x_unit, peak, unit_norm, fn, beta, tol, k_max, check_every, dtype, n_threads,
+                      basis, variant, backend, devices, breakdown, caller, normalize, t_start)
 
+
+def _solve(mat, cached, x_unit, peak, unit_norm, fn, beta, tol, k_max, check_every, dtype, n_threads, basis,
+           variant, backend, devices, breakdown, caller, normalize, t_start):
     t0 = time.perf_counter()
     if backend == "cpu":
-        variant = "cpu"
         solver = CpuLanczos(mat, dtype, n_threads=n_threads, store_basis=basis != "none", max_krylov=k_max,
                             breakdown=breakdown)
     else:
-        from graphkern._expm_gpu import GpuLanczos, choose_variant
-        variant = choose_variant(mat) if spmv == "auto" else spmv
+        from graphkern._expm_gpu import GpuLanczos
         solver = GpuLanczos(mat, dtype, devices=devices, variant=variant, basis=basis, max_krylov=k_max,
                             breakdown=breakdown, n_threads=n_threads)
-    solver.start(x_unit, 1.0 / unit_norm)
-    setup = time.perf_counter() - t0
-    out = run_lanczos(solver, fn, beta, tol=tol, max_krylov=k_max, check_every=check_every, full_dim=n)
-
+        cached = cached and solver.reused
+    solver.start(None if x_unit is None else x_unit.astype(dtype, copy=False), 1.0 / unit_norm)
+    setup = t0 - t_start + time.perf_counter() - t0
+    out = run_lanczos(solver, fn, beta, tol=tol, max_krylov=k_max, check_every=check_every, full_dim=mat.n)
+    t_out = time.perf_counter()
     rest = math.log(peak * unit_norm)
     if normalize == "n":
-        rest -= math.log(n)
+        rest -= math.log(mat.n)
     elif normalize == "lambda_max":
         rest -= beta * out.theta_max
-    y, log_scale = _finish(out.y_scaled, out.shift, rest, dtype, fn.scalable, caller)
+    scaling = OutputScaling(out.shift, rest, dtype, fn.scalable, caller)
+    y, log_scale = solver.result(out.krylov_dim, out.g, scaling)
     times = solver.timings()
-    times.update(host=out.host_seconds, setup=setup, total=time.perf_counter() - t_start)
+    end = time.perf_counter()
+    times.update(host=out.host_seconds, setup=setup, output=end - t_out, total=end - t_start)
     info = ExpmInfo(out.krylov_dim, out.error_estimate, out.converged, out.breakdown, log_scale,
-                    out.theta_max, times, variant, backend, devices, basis, dtype.name, solver.n_spmv)
+                    out.theta_max, times, variant, backend, devices, basis, dtype.name, solver.n_spmv, cached)
     if not out.converged:
         warnings.warn(f"{caller}: not converged after {out.krylov_dim} Lanczos steps (estimated relative error "
-                      f"{out.error_estimate:.2e} > tol {tol:g}); raise max_krylov", RuntimeWarning, stacklevel=3)
+                      f"{out.error_estimate:.2e} > tol {tol:g}); raise max_krylov", RuntimeWarning, stacklevel=4)
     return y, info
-
-
-def _scale_by_exp(y, log_factor):
-    """``y * exp(log_factor)`` in float64, in steps that cannot overflow on their own."""
-    y = y.copy()
-    while abs(log_factor) > 600.0:
-        step = math.copysign(600.0, log_factor)
-        y *= math.exp(step)
-        log_factor -= step
-    y *= math.exp(log_factor)
-    return y
-
-
-def _finish(y_scaled, shift, rest, dtype, scalable, caller):
-    """``(y, log_scale)`` with ``y * exp(log_scale) = y_scaled * exp(shift + rest)`` and y finite in dtype."""
-    peak = float(np.abs(y_scaled).max()) if y_scaled.size else 0.0
-    if peak == 0.0 or not math.isfinite(peak):
-        y, log_scale = y_scaled, 0.0
-    else:
-        limit = math.log(float(np.finfo(dtype).max)) - 1.0
-        log_peak = math.log(peak)
-        if log_peak + shift + rest < limit:
-            y, log_scale = _scale_by_exp(y_scaled, shift + rest), 0.0
-        elif not scalable:
-            raise FloatingPointError(
-                f"{caller}: the result overflows {dtype.name} (its largest entry is about "
-                f"e^{log_peak + shift + rest:.1f}); a callable f gets no log scaling -- use dtype=np.float64 "
-                "or a smaller beta")
-        elif log_peak + rest < limit:
-            y, log_scale = _scale_by_exp(y_scaled, rest), shift
-        else:
-            y, log_scale = y_scaled, shift + rest
-    with np.errstate(over="ignore", invalid="ignore"):
-        y = y.astype(dtype)
-    if not np.all(np.isfinite(y)):
-        raise FloatingPointError(
-            f"{caller}: the {dtype.name} result has non-finite entries (first at index "
-            f"{int(np.flatnonzero(~np.isfinite(y))[0])}); the matrix values or x are too large for this dtype")
-    return y, float(log_scale)
