@@ -9,8 +9,8 @@
 // * A step is two kernels.  lanczos_spmv_*: v = rscale_k (A w_k) - beta_{k-1} rscale_{k-1} w_{k-1}
 //   written into w_{k+1}, plus partial sums of alpha_k = v . q_k; lanczos_update_*: w_{k+1} = v -
 //   alpha_k q_k plus partial sums of ||w_{k+1}||^2.  The last block to finish (atomic ticket) adds the
-//   block partials in block order, so a reduction needs no extra launch and is deterministic (except
-//   that a long row's share of alpha joins whichever of its segment blocks finishes last).
+//   block partials in block order (then each long row's share of alpha, in row order), so a reduction
+//   needs no extra launch and is deterministic: the same inputs give the same bits on every run.
 // * Several devices: each owns a row range [row0, row0 + nrows) of A (global column indices) and a
 //   full copy of the vectors.  A reduction writes this device's share into its slot of a per-device
 //   array of n_dev slots; the host copies the slot to the other devices; the consumer adds all slots
@@ -112,8 +112,10 @@ __device__ double block_sum(double v) {
 }
 
 // Grid-wide sum of v into *out: block partials, then the last block (atomic ticket) adds them in
-// block order and re-arms the counter for the next launch.  Every thread of every block must call it.
-__device__ void grid_sum(double v, double* partials, unsigned* counter, double* out) {
+// block order, followed by the n_extra values of `extra` (written before their blocks took a ticket),
+// and re-arms the counter for the next launch.  Every thread of every block must call it.
+__device__ void grid_sum(double v, double* partials, unsigned* counter, double* out, const double* extra,
+                         int64_t n_extra) {
     __shared__ bool is_last;
     const double s = block_sum(v);
     if (threadIdx.x == 0) {
@@ -124,7 +126,9 @@ __device__ void grid_sum(double v, double* partials, unsigned* counter, double* 
     __syncthreads();
     if (is_last) {
         double acc = 0.0;
-        for (unsigned b = threadIdx.x; b < gridDim.x; b += blockDim.x) acc += __ldcg(partials + b);
+        const int64_t total = (int64_t)gridDim.x + n_extra;
+        for (int64_t b = threadIdx.x; b < total; b += blockDim.x)
+            acc += b < gridDim.x ? __ldcg(partials + b) : __ldcg(extra + (b - gridDim.x));
         acc = block_sum(acc);
         if (threadIdx.x == 0) {
             *out = acc;
@@ -284,6 +288,7 @@ struct SpmvArgs {
     StepScalars s;
     double* seg_partials;               // one per long-row segment
     unsigned* seg_counters;             // one per long row, zero between launches
+    double* long_alpha;                 // one per long row: its share of alpha
     uint64_t policy;                    // L2 evict-first, for the streamed loads
 };
 
@@ -404,9 +409,10 @@ __device__ double thread_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1) {
 }
 
 // A segment [e0, e1) of long row i summed by the whole block; the last segment of the row to finish
-// (atomic ticket per row) adds the segment sums in segment order and finishes the row.
+// (atomic ticket per row) adds the segment sums in segment order, finishes the row and writes its
+// share of alpha to long_alpha (which block finishes the row varies, so it joins no block partial).
 template <typename T, typename P, bool kWeighted>
-__device__ double long_segment(const SpmvArgs<T, P>& a, int64_t i, int64_t e0, int64_t e1, int64_t seg_base,
+__device__ void long_segment(const SpmvArgs<T, P>& a, int64_t i, int64_t e0, int64_t e1, int64_t seg_base,
                                int64_t seg_index, int64_t n_seg, int64_t long_index) {
     __shared__ bool is_last;
     T dot = 0;
@@ -419,21 +425,20 @@ __device__ double long_segment(const SpmvArgs<T, P>& a, int64_t i, int64_t e0, i
         is_last = atomicAdd(a.seg_counters + long_index, 1u) == (unsigned)(n_seg - 1);
     }
     __syncthreads();
-    double part = 0.0;
     if (is_last) {
         double acc = 0.0;
         for (int64_t j = threadIdx.x; j < n_seg; j += blockDim.x) acc += __ldcg(a.seg_partials + seg_base + j);
         acc = block_sum(acc);
         if (threadIdx.x == 0) {
             a.seg_counters[long_index] = 0u;
-            part = finish_row(static_cast<T>(acc), a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
+            a.long_alpha[long_index] = finish_row(static_cast<T>(acc), a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out,
+                                                  a.policy);
         }
     }
-    return part;
 }
 
 // Persistent blocks over the task table, in task order per block (so alpha's block partials, and
-// therefore alpha, do not depend on scheduling, long rows aside).
+// therefore alpha, do not depend on scheduling).
 template <typename T, typename P, bool kWeighted>
 __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
     __shared__ int64_t task[kTaskWidth];
@@ -454,7 +459,7 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
                 break;
             case kTaskThreadList: part += thread_rows<T, P, kWeighted>(a, f1, f2); break;
             case kTaskWarpList: part += warp_rows<T, P, kWeighted>(a, f1, f2, a.rowlist); break;
-            case kTaskLongSegment: part += long_segment<T, P, kWeighted>(a, f1, f2, f3, f4, f5, f6, f7); break;
+            case kTaskLongSegment: long_segment<T, P, kWeighted>(a, f1, f2, f3, f4, f5, f6, f7); break;
             default: break;
         }
     }
@@ -470,14 +475,15 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
     const P *indptr, const int32_t *indices, const T *values, const int64_t *tasks, int64_t n_tasks,       \
         const int32_t *rowlist, const T *w_cur, const T *w_prev, T *w_out, double *coef, int64_t cap,      \
         int64_t k, const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows, \
-        double *partials, unsigned *counter, double *alpha_out, double *seg_partials, unsigned *seg_counters
+        double *partials, unsigned *counter, double *alpha_out, double *seg_partials, unsigned *seg_counters,  \
+        double *long_alpha, int64_t n_long
 
 #define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                     \
     SpmvArgs<T, P> a{indptr, indices, values, tasks, n_tasks, rowlist, w_cur, w_prev, w_out, row0, nrows, \
                      step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters, \
-                     stream_policy()};                                                                    \
+                     long_alpha, stream_policy()};                                                        \
     const double part = ROWS(a);                                                                          \
-    if (alpha_out != nullptr) grid_sum(part, partials, counter, alpha_out);
+    if (alpha_out != nullptr) grid_sum(part, partials, counter, alpha_out, long_alpha, n_long);
 
 #define DEFINE_SPMV(NAME, ROWS, T, TN, P, PN, W, WN)                                              \
     extern "C" __global__ void __launch_bounds__(kBlock)                                       \
@@ -539,7 +545,7 @@ __device__ void update(const T* __restrict__ w_cur, T* __restrict__ w_out, doubl
         part += static_cast<double>(w) * static_cast<double>(w);
         if (y != nullptr) y[i] += gk * static_cast<double>(w);
     }
-    if (beta_out != nullptr) grid_sum(part, partials, counter, beta_out);
+    if (beta_out != nullptr) grid_sum(part, partials, counter, beta_out, nullptr, 0);
 }
 
 // y[i] = sum_j g[j] * column_j[row0 + i] over the stored basis columns (pointer table), in float64.

@@ -268,6 +268,8 @@ class DevicePlan:
         self.seg_partials = rt.alloc(dev, max(plan.n_segments, 1), np.float64)
         self.seg_counters = rt.alloc(dev, max(plan.n_long, 1), np.uint32)
         self.seg_counters.zero()
+        self.n_long = plan.n_long
+        self.long_alpha = rt.alloc(dev, max(plan.n_long, 1), np.float64)
         self._launch = {}
 
     def launch_config(self, rows, dtype, weighted):
@@ -288,7 +290,7 @@ class DevicePlan:
         return config
 
     def nbytes(self):
-        return _buffers_nbytes((self.tasks, self.rowlist, self.seg_partials, self.seg_counters))
+        return _buffers_nbytes((self.tasks, self.rowlist, self.seg_partials, self.seg_counters, self.long_alpha))
 
 
 class DeviceRows:
@@ -332,7 +334,7 @@ class DeviceRows:
             indptr = (mat.indptr[self.row0:self.row1 + 1] - self.e0).astype(self.ptr_type)
             host_plan = SpmvPlan(variant, indptr, mat.degree_stats()[0])
             size = sum(a.nbytes for a in (host_plan.tasks, host_plan.rowlist) if a is not None)
-            _ensure_free(self.dev, size + 12 * (host_plan.n_segments + 1), residency,
+            _ensure_free(self.dev, size + 8 * (host_plan.n_segments + 1) + 12 * (host_plan.n_long + 1), residency,
                          f"exp(beta A) x: the {variant} SpMV plan on device {self.ordinal}")
             plan = self.plans[variant] = DevicePlan(self, host_plan)
             residency.uploaded = True
@@ -597,7 +599,7 @@ class _Share:
         return (self.rows.indptr, self.rows.indices, self.values, p.tasks, np.int64(p.n_tasks), p.rowlist,
                 w_cur, w_prev, w_out, self.ws.coef, np.int64(cap), np.int64(k), beta_slots, n_dev,
                 np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials, self.ws.counter,
-                alpha_out, p.seg_partials, p.seg_counters)
+                alpha_out, p.seg_partials, p.seg_counters, p.long_alpha, np.int64(p.n_long))
 
 
 # ----------------------------------------------------------------------------- the solver
