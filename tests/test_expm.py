@@ -688,6 +688,11 @@ def test_auto_variant_from_degree_statistics(rng):
     assert choose_variant(expm_module._matrix(random_graph(rng, 400, 0.1))) == "rowblock"
 
 
+def test_vector_lanes_round_the_mean_degree_on_a_log_scale():
+    from graphkern._expm_gpu import sub_warp_size
+    assert [sub_warp_size(m) for m in (1.0, 3.9, 5.9, 10.0, 12.0, 40.0, 300.0)] == [2, 4, 8, 8, 16, 32, 32]
+
+
 # ----------------------------------------------------------------------------- the answer's scale
 
 def test_output_scaling_factors_are_finite_and_exact_in_log_space():
