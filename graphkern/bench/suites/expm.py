@@ -5,9 +5,10 @@ and a CuPy Lanczos with cuSPARSE SpMV on the GPU.
 Graphs (fixed seeds): Barabási–Albert n=10^6, m=5 (~10^7 nonzeros); Delaunay of 2^22 points;
 R-MAT scale 22, edge factor 16 (~1.3e8 nonzeros); a 3200 x 3200 grid (1.02e7 vertices).
 ``--quick``: a Barabási–Albert graph of 20,000 vertices.  ``--graphs`` takes names or a preset:
-``default``, ``two-gpu`` (R-MAT and the grid, the largest graphs: with ``--no-scipy`` the run for a
-two-GPU machine takes about two minutes) or ``all``.  The default run takes about four minutes on
-16 cores and an H100, a minute of it generating the Delaunay graph.
+``default``, ``two-gpu`` (R-MAT and the grid, the largest graphs; with ``--no-scipy`` this is the
+run for a two-GPU machine) or ``all``.  The default run is meant to take under eight minutes on 16
+cores and an H100 (generating the graphs takes about 70 s of it, Delaunay 47 s); the suite prints
+its own time at the end.
 
 First call and warm calls.  graphkern keeps the validated matrix and, on the GPU, its device copy,
 SpMV plan and work vectors between calls on the same matrix (graphkern.expm: Caching).  Each
