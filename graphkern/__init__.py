@@ -2,7 +2,8 @@
 
 Capabilities (each with ``backend="auto" | "cpu" | "gpu"``):
 
-* :func:`jaccard`, :func:`sorensen`, :func:`overlap` -- edge similarity weights;
+* :func:`jaccard`, :func:`sorensen`, :func:`overlap` -- edge similarity weights
+  (module ``graphkern.similarity``);
 * :func:`expm_multiply`, :func:`total_communicability`, :func:`funm_multiply` --
   exp(beta A) x by Lanczos;
 * :class:`ShortestPathKernel` -- the shortest-path graph kernel (FCSP);
@@ -20,9 +21,10 @@ __version__ = "0.1.0"
 # Public names provided by capability modules, imported on first use so that
 # `import graphkern` stays fast and one capability's import problem cannot hide the rest.
 _LAZY = {
-    "jaccard": "graphkern.jaccard",
-    "sorensen": "graphkern.jaccard",
-    "overlap": "graphkern.jaccard",
+    "jaccard": "graphkern.similarity",
+    "sorensen": "graphkern.similarity",
+    "overlap": "graphkern.similarity",
+    "expm": "graphkern.expm",
     "expm_multiply": "graphkern.expm",
     "funm_multiply": "graphkern.expm",
     "total_communicability": "graphkern.expm",
@@ -42,7 +44,7 @@ def __getattr__(name):
     if module is None:
         raise AttributeError(f"module 'graphkern' has no attribute {name!r}")
     mod = import_module(module)
-    value = mod if module.endswith("." + name) else getattr(mod, name)
+    value = getattr(mod, name, mod) if not module.endswith("." + name) else mod
     globals()[name] = value
     return value
 

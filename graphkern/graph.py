@@ -477,8 +477,11 @@ def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
     if not allow_asymmetric:
         diff = A - A.T
         diff.eliminate_zeros()
-        pattern_diff = (A != 0).astype(np.int8) - (A != 0).T.astype(np.int8)
-        if diff.nnz or abs(pattern_diff).sum() or A.nnz != A.T.tocsr().nnz:
+        # the stored pattern, explicit zeros included: an unmirrored stored zero is an asymmetric edge
+        P = sp.csr_matrix((np.ones(A.nnz, dtype=np.int8), A.indices, A.indptr), shape=A.shape)
+        pattern_diff = P - P.T
+        pattern_diff.eliminate_zeros()
+        if diff.nnz or pattern_diff.nnz:
             raise ValueError(f"{name} is not symmetric: graphkern treats graphs as undirected "
                              "(symmetrize it, e.g. A.maximum(A.T), or use Graph.from_scipy(A, symmetrize=True))")
     weighted = not (data.size == 0 or np.all(data == 1))

@@ -172,3 +172,10 @@ def test_as_graph_list_names_the_bad_item():
         as_graph_list([G, 3], "Y")
     with pytest.raises(TypeError, match="sequence of graphkern.Graph, got int"):
         as_graph_list(5)
+
+
+def test_as_csr_matrix_sees_an_unmirrored_explicit_zero():
+    A = sp.csr_matrix((np.array([1.0, 1.0, 0.0]), np.array([1, 0, 2]), np.array([0, 1, 3, 3])), shape=(3, 3))
+    assert A.nnz == 3  # (1, 2) stored as an explicit zero, (2, 1) absent
+    with pytest.raises(ValueError, match="not symmetric"):
+        as_csr_matrix(A)

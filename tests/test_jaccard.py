@@ -6,10 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import graphkern
 from graphkern import Graph, GraphTooLargeError
-from graphkern import jaccard as jaccard_module
-from graphkern.jaccard import DeviceSimilarity, SymmetricPattern, choose_variant, jaccard, overlap, sorensen
+from graphkern.similarity import DeviceSimilarity, SymmetricPattern, choose_variant, jaccard, overlap, sorensen
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 GPU_VARIANTS = ["element", "binary", "warp", "balanced"]
@@ -310,66 +308,21 @@ def test_input_is_not_modified(rng):
         np.testing.assert_array_equal(a, b)
 
 
-def test_module_stays_callable():
-    import graphkern.jaccard  # binds graphkern.jaccard to the module
+def test_public_names_are_the_functions():
+    import graphkern
+    import graphkern.similarity  # importing the module must not shadow the function
 
     A = sp.csr_matrix(np.ones((3, 3)) - np.eye(3))
     np.testing.assert_allclose(graphkern.jaccard(A, backend="cpu").data, 1 / 3, rtol=1e-6)
-    assert callable(jaccard_module)
-
-
-# --------------------------------------------------------------------------- errors
-
-
-def test_errors_name_the_problem():
-    sym = sp.csr_matrix(np.array([[0, 1.0], [1.0, 0]]))
-    with pytest.raises(ValueError, match="not symmetric"):
-        jaccard(sp.csr_matrix(np.array([[0, 1.0], [0, 0]])), backend="cpu")
-    with pytest.raises(ValueError, match="not symmetric"):  # an explicit zero without its mirror
-        jaccard(sp.csr_matrix((np.array([0.0]), np.array([1]), np.array([0, 1, 1])), shape=(2, 2)), backend="cpu")
-    with pytest.raises(ValueError, match="negative weight"):
-        jaccard(sp.csr_matrix(np.array([[0, -1.0], [-1.0, 0]])), weighted=True, backend="cpu")
-    # values other than their presence do not matter unweighted
-    assert jaccard(sp.csr_matrix(np.array([[0, -1.0], [-1.0, 0]])), backend="cpu").nnz == 2
-    with pytest.raises(ValueError, match="NaN"):
-        jaccard(sp.csr_matrix(np.array([[0, np.nan], [np.nan, 0]])), backend="cpu")
-    with pytest.raises(ValueError, match="square"):
-        jaccard(sp.csr_matrix(np.ones((2, 3))), backend="cpu")
-    with pytest.raises(TypeError, match="scipy.sparse"):
-        jaccard(np.ones((2, 2)), backend="cpu")
-    with pytest.raises(ValueError, match="dtype"):
-        jaccard(sym, dtype=np.int32, backend="cpu")
-    with pytest.raises(ValueError, match="variant"):
-        jaccard(sym, variant="fastest", backend="cpu")
-    with pytest.raises(TypeError, match="weighted"):
-        jaccard(sym, weighted="yes", backend="cpu")
-    with pytest.raises(TypeError, match="self_loops"):
-        jaccard(sym, self_loops=1, backend="cpu")
-    with pytest.raises(ValueError, match="backend"):
-        jaccard(sym, backend="tpu")
-    with pytest.raises(ValueError, match="n_threads"):
-        jaccard(sym, backend="cpu", n_threads=0)
+    assert graphkern.jaccard is jaccard and graphkern.sorensen is sorensen
 
 
 @pytest.mark.gpu
-def test_gpu_graph_too_large_names_the_size(gpu_device):
-    # 10^11 stored entries (a broadcast view: no host memory) need about 800 GB on the device
-    n = 10
-    indptr = np.linspace(0, 10**11, n + 1).astype(np.int64)
-    huge = SymmetricPattern(n, indptr, np.broadcast_to(np.int32(0), (10**11,)), None)
-    with pytest.raises(GraphTooLargeError, match="GiB"):
-        DeviceSimilarity(gpu_device, huge, metric=0, self_loops=False, dtype=np.float32, variant="binary")
-
-
-@pytest.mark.gpu
-def test_gpu_public_call_auto_and_repeated_compute(rng, gpu_device):
-    A = skewed_graph(rng)
-    cpu = jaccard(A, backend="cpu")
-    np.testing.assert_array_equal(jaccard(A, backend="gpu").data, cpu.data)
-    # compute() twice on one set of buffers: every pass must start from clean accumulators
-    run = DeviceSimilarity(gpu_device, jaccard_module.symmetric_pattern(A), metric=0, self_loops=False,
-                           dtype=np.float32, variant="balanced")
-    run.upload()
-    run.compute()
-    run.compute()
-    np.testing.assert_array_equal(run.download(np.empty(A.nnz, np.float32)), cpu.data)
+def test_graph_too_large_for_the_device_names_the_size(gpu_device):
+    # 2e10 stored entries (no host memory: the index array is a broadcast view); over 160 GB on the card
+    n, per_row = 100_000, 200_000
+    indptr = np.arange(n + 1, dtype=np.int64) * per_row
+    indices = np.broadcast_to(np.int32(0), (n * per_row,))
+    pattern = SymmetricPattern(n, indptr, indices, None)
+    with pytest.raises(GraphTooLargeError, match=r"similarity \(element variant\) of a graph with 100000 nodes.*GiB"):
+        DeviceSimilarity(gpu_device, pattern, metric=0, self_loops=False, dtype=np.float32, variant="element")

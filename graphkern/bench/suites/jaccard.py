@@ -35,8 +35,8 @@ import scipy.sparse as sp
 
 from graphkern.bench.cli import print_table
 from graphkern.bench.timing import time_cpu, time_gpu
-from graphkern.jaccard import VARIANTS, DeviceSimilarity, choose_variant, symmetric_pattern
-from graphkern.jaccard import _cpu_values as cpu_values
+from graphkern.similarity import VARIANTS, DeviceSimilarity, choose_variant, symmetric_pattern
+from graphkern.similarity import _cpu_values as cpu_values
 
 NAME = "jaccard"
 HELP = "Jaccard edge weights: CPU and every GPU variant against SciPy, igraph, NetworkX and CuPy"

@@ -38,8 +38,6 @@ ignores ``variant``.
 
 from __future__ import annotations
 
-import sys
-import types
 
 import numpy as np
 import scipy.sparse as sp
@@ -148,8 +146,6 @@ def symmetric_pattern(G, *, weighted=False):
     if not A.has_sorted_indices:
         A = A.sorted_indices()
     data = A.data
-    if data.size and np.any(data == 0):
-        _require_symmetric_storage(A)  # as_csr_matrix compares values, which hides explicit zeros
     weights = None
     if weighted:
         weights = np.asarray(data, dtype=np.float64)
@@ -159,17 +155,6 @@ def symmetric_pattern(G, *, weighted=False):
             raise ValueError(f"G has a negative weight {weights[k]} at ({i}, {int(A.indices[k])}); "
                              "weighted similarity needs non-negative weights")
     return SymmetricPattern(n, A.indptr.astype(np.int64), A.indices.astype(np.int32, copy=False), weights)
-
-
-def _require_symmetric_storage(A):
-    stored = sp.csr_matrix((np.ones(A.nnz, dtype=np.int8), A.indices, A.indptr), shape=A.shape)
-    diff = (stored - stored.T).tocoo()
-    diff.eliminate_zeros()
-    if diff.nnz:
-        i, j = int(diff.row[0]), int(diff.col[0])
-        a, b = (i, j) if diff.data[0] > 0 else (j, i)
-        raise ValueError(f"G is not symmetric: entry ({a}, {b}) is stored (an explicit zero) but ({b}, {a}) is "
-                         "not; graphkern treats graphs as undirected")
 
 
 # --------------------------------------------------------------------------- dispatch
@@ -379,18 +364,3 @@ class DeviceSimilarity:
         self.out.copy_to_host(out, self.stream)
         self.stream.synchronize()
         return out
-
-
-class _CallableModule(types.ModuleType):
-    """This module, callable as :func:`jaccard`.
-
-    The function shares its name with its module, and importing ``graphkern.jaccard`` binds the
-    package attribute ``graphkern.jaccard`` to the module; making the module callable keeps
-    ``graphkern.jaccard(G)`` working whichever of the two the attribute holds.
-    """
-
-    def __call__(self, G, **options):
-        return jaccard(G, **options)
-
-
-sys.modules[__name__].__class__ = _CallableModule
