@@ -165,14 +165,15 @@ def test_gpu_skewed_graph(rng, variant, weighted):
     np.testing.assert_allclose(gpu.data[sample], reference(A, "jaccard", weighted=weighted)[sample], atol=1e-12)
 
 
-def test_auto_picks_balanced_for_skewed_degrees(rng):
-    A = skewed_graph(rng)
-    assert choose_variant(np.diff(A.indptr)) == "balanced"
+def test_auto_variant_follows_the_degree_distribution():
     ring = sp.diags([np.ones(999), np.ones(999)], [1, -1], shape=(1000, 1000)).tocsr()
-    assert choose_variant(np.diff(ring.indptr)) == "binary"
-    dense = np.full(500, 200)
-    assert choose_variant(dense) == "warp"
-    assert choose_variant(np.zeros(10, dtype=np.int64)) == "binary"
+    assert choose_variant(np.diff(ring.indptr)) == "element"  # short lists everywhere
+    ba_like = np.r_[np.full(10_000, 10), [1000, 700, 400]]
+    assert choose_variant(ba_like) == "warp"  # moderate hubs
+    assert choose_variant(np.full(500, 200)) == "warp"  # long lists everywhere
+    chung_lu_like = np.r_[np.full(100_000, 16), [180_000]]
+    assert choose_variant(chung_lu_like) == "balanced"  # a hub that dwarfs the mean
+    assert choose_variant(np.zeros(10, dtype=np.int64)) == "element"
 
 
 # --------------------------------------------------------------------------- conventions
