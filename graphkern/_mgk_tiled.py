@@ -82,8 +82,13 @@ SLOT_META_INTS = 8         # mgk_tiled_octile.cuh: kSlotMetaInts
 SCRATCH_SHARE = 0.6        # the CG scratch takes at most this share of the free device memory
 REORDER_METHODS = ("pbr", "rcm", None)
 
-#: (ss_max, ds_max) per edge-kernel form (module docstring: the cost model)
-FORM_THRESHOLDS = {"constant": (16, 20), "kronecker": (24, 40), "sqexp": (28, 40), "general": (32, 56)}
+#: (ss_max, ds_max) per edge-kernel form, measured by `graphkern-bench mgk-techniques --thresholds`
+#: on an H200 (2026-11-26: the largest nonzeros per octile at which the sparse primitive beat
+#: dense x dense).  The cost model of the module docstring had predicted (16, 20) .. (32, 56): far
+#: too high, since the dense product runs at 1.3-2.8 ns whatever the fill.  'general' was not
+#: swept; it evaluates the edge kernel by interpretation, so sparsity saves more there than for
+#: sqexp and its thresholds sit a little above sqexp's.
+FORM_THRESHOLDS = {"constant": (2, 2), "kronecker": (4, 8), "sqexp": (6, 20), "general": (8, 24)}
 #: octile slots for G1 and output-slab values per team, by team kind
 ROW_SLOTS = {"warp": 8, "block": 32}
 # block teams: slots up to this much shared memory per block (two blocks of 8 warps per SM, as
