@@ -1,5 +1,10 @@
 """Shared test set-up: GPU tests skip cleanly (with the reason) where no device is usable."""
 
+import os
+import subprocess
+import sys
+import tempfile
+
 import numpy as np
 import pytest
 
@@ -32,3 +37,17 @@ def gpu_device():
 
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def run_python(code, *, env=None, timeout=120):
+    """Run ``code`` in a fresh interpreter that imports the same graphkern as this test run.
+
+    The child starts in an empty folder (so ``-c`` does not put the source tree first on
+    sys.path) with PYTHONPATH pointing at the graphkern being tested, installed or in-place.
+    """
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(graphkern.__file__)))
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONPATH"] = os.pathsep.join(p for p in (parent, child_env.get("PYTHONPATH")) if p)
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env,
+                              cwd=cwd, timeout=timeout)

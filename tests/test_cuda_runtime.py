@@ -1,8 +1,6 @@
 """The CUDA runtime layer: discovery, memory, launches from the packaged fatbin, errors."""
 
 import pickle
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -11,6 +9,8 @@ import graphkern
 from graphkern import CudaError, GPUUnavailableError
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._cuda import runtime as rt
+
+from conftest import run_python
 
 
 def test_cuda_error_is_picklable_and_named():
@@ -33,7 +33,7 @@ def test_no_driver_reports_false_in_a_fresh_process():
     # Importing and asking must never crash, whatever the machine has.
     code = ("import graphkern; ok = graphkern.gpu_available(); "
             "print(ok, graphkern.gpu_unavailable_reason())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = run_python(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] in ("True", "False")
 
@@ -41,7 +41,7 @@ def test_no_driver_reports_false_in_a_fresh_process():
 def test_disabled_gpu_reason():
     code = "import graphkern; print(graphkern.gpu_available(), graphkern.gpu_unavailable_reason())"
     env = {"GRAPHKERN_DISABLE_GPU": "1", "PATH": ""}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    out = run_python(code, env=env)
     assert out.stdout.startswith("False disabled by GRAPHKERN_DISABLE_GPU"), out.stderr
 
 

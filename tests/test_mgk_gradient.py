@@ -7,6 +7,7 @@ from graphkern import NotConvergedError
 from graphkern.basekernels import Additive, Constant, KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.mgk import MarginalizedGraphKernel
 
+from conftest import run_python
 from test_mgk import random_graph
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
@@ -213,9 +214,6 @@ def test_gpu_gradient_matches_cpu(rng):
 
 def test_works_without_scikit_learn():
     """scikit-learn is optional: with it hidden, the kernel keeps its theta/bounds/gradient manners."""
-    import subprocess
-    import sys
-
     code = """
 import sys
 class Hide:
@@ -235,5 +233,5 @@ assert dK.shape == (2, 2, 3) and k.bounds.shape == (3, 2) and not k.hyperparamet
 k.clone_with_theta(k.theta + 0.1)
 print("ok")
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = run_python(code)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
