@@ -58,9 +58,10 @@ from __future__ import annotations
 
 import inspect
 import math
-import numbers
 
 import numpy as np
+
+from graphkern._backend import finite_real
 
 __all__ = ["Kernel", "BaseKernel", "Constant", "KroneckerDelta", "SquareExponential", "TensorProduct",
            "Additive", "KernelProgram", "KIND_CONSTANT", "KIND_KRONECKER_DELTA", "KIND_SQUARE_EXPONENTIAL",
@@ -79,15 +80,6 @@ MAX_TERMS = 24
 _MAX_CATEGORIES = 1 << 24
 
 
-def _real(value, name, owner):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}: {name} must be a real number, got {value!r}")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{owner}: {name} must be finite, got {value}")
-    return value
-
-
 def check_bounds(bounds, name, owner, *, upper=math.inf):
     """Validate ``"fixed"`` or a ``(low, high)`` pair with ``0 < low <= high <= upper``; return it as given.
 
@@ -103,8 +95,8 @@ def check_bounds(bounds, name, owner, *, upper=math.inf):
         low, high = bounds
     except (TypeError, ValueError):
         raise ValueError(f"{owner}: {name}_bounds must be 'fixed' or a (low, high) pair, got {bounds!r}") from None
-    low = _real(low, f"{name}_bounds[0]", owner)
-    high = _real(high, f"{name}_bounds[1]", owner)
+    low = finite_real(low, f"{owner}: {name}_bounds[0]")
+    high = finite_real(high, f"{owner}: {name}_bounds[1]")
     if not 0 < low <= high <= upper:
         limit = f" <= {upper:g}" if math.isfinite(upper) else ""
         raise ValueError(f"{owner}: {name}_bounds must satisfy 0 < low <= high{limit} (the search runs over "
@@ -153,7 +145,7 @@ def _hyperparameter_property(name):
         return self._value
 
     def set(self, value):
-        value = _real(value, name, type(self).__name__)
+        value = finite_real(value, f"{type(self).__name__}: {name}")
         if not (value > 0 if self.upper is None else 0.0 <= value <= self.upper):
             need = "be > 0" if self.upper is None else f"lie in [0, {self.upper:g}]"
             raise ValueError(f"{type(self).__name__}: {name} must {need}{self.range_reason}, got {value}")
