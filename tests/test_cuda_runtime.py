@@ -1,6 +1,7 @@
 """The CUDA runtime layer: discovery, memory, launches from the packaged fatbin, errors."""
 
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -145,6 +146,44 @@ def test_launch_packaged_kernel(rng, gpu_device):
     # the module is loaded once per device and functions are cached
     assert rt.kernel(gpu_device, "runtime_selftest", "selftest_axpy_f64") is fn
     assert fn.attributes["num_regs"] > 0
+
+
+@pytest.mark.gpu
+def test_hold_stream_delays_work_and_events_see_it(gpu_device):
+    s = rt.Stream(gpu_device)
+    start, held, after = rt.Event(gpu_device), rt.Event(gpu_device), rt.Event(gpu_device)
+    start.record(s)
+    rt.hold_stream(s, 0.05)
+    held.record(s)
+    assert not held.query()  # 50 ms on the device: still running right after enqueueing
+    out = rt.alloc(gpu_device, 8, np.int32)
+    rt.launch(rt.kernel(gpu_device, "runtime_selftest", "selftest_iota_i32"), 1, 32,
+              (out, np.int32(7), np.int32(8)), stream=s)
+    after.record(s)
+    after.synchronize()
+    assert held.query() and after.query()
+    assert 45 <= start.elapsed_ms(held) <= 500
+    np.testing.assert_array_equal(out.to_host(), np.arange(7, 15))
+
+
+@pytest.mark.gpu
+def test_time_gpu_excludes_host_launch_overhead(gpu_device):
+    from graphkern.bench.timing import time_gpu
+
+    s = rt.Stream(gpu_device)
+    out = rt.alloc(gpu_device, 32, np.int32)
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_iota_i32")
+
+    def slow_host_launches():  # 5 tiny kernels, each after 2 ms of host work
+        for _ in range(5):
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < 2e-3:
+                pass
+            rt.launch(fn, 1, 32, (out, np.int32(0), np.int32(32)), stream=s)
+
+    t = time_gpu(slow_host_launches, s, repeat=3, warmup=1)
+    assert len(t.times) == 3
+    assert t.median < 2e-3  # the host's 10 ms are not counted, only five tiny kernels
 
 
 @pytest.mark.gpu

@@ -532,6 +532,14 @@ cdef class Event:
             st = cydriver.cuEventSynchronize(self.e)
         _check(st, "cuEventSynchronize")
 
+    def query(self):
+        """True when the work recorded before this event has finished."""
+        st = cydriver.cuEventQuery(self.e)
+        if st == cydriver.CUDA_ERROR_NOT_READY:
+            return False
+        _check(st, "cuEventQuery")
+        return True
+
     def elapsed_ms(self, Event end):
         """Milliseconds from this event to ``end`` (both recorded and complete)."""
         cdef float ms = 0

@@ -185,6 +185,12 @@ def Event(device, timing=True):
     return _driver.Event(device, timing)
 
 
+def hold_stream(stream, seconds):
+    """Keep ``stream`` busy for ``seconds`` on the device (work enqueued after it waits)."""
+    fn = kernel(stream.device, "timing", "hold_stream")
+    launch(fn, 1, 1, (np.uint64(max(0, int(seconds * 1e9))),), stream=stream)
+
+
 def PinnedBuffer(nbytes):
     require_gpu()
     return _driver.PinnedBuffer(int(nbytes))

@@ -44,20 +44,38 @@ def time_cpu(fn, *, repeat=5, warmup=1, max_seconds=None):
 
 
 def time_gpu(fn, stream, *, repeat=10, warmup=2, max_seconds=None):
-    """Time ``fn()`` (which enqueues work on ``stream``) with CUDA events around it."""
+    """Time the device work ``fn()`` enqueues on ``stream``, with CUDA events around it.
+
+    Launching from Python costs microseconds per kernel, which is as long as a small kernel
+    runs: with events simply recorded around ``fn()`` the device would sit idle between
+    launches and the host's overhead would be timed.  So every repeat first enqueues a kernel
+    that holds the stream for several times the host's enqueue time, then the start event,
+    ``fn()`` and the end event: the device starts on ``fn``'s work only once all of it is
+    queued.  If the hold ran out before the end event was enqueued (the start event has
+    already completed), the repeat is discarded and retried with a hold twice as long.
+    """
     from graphkern._cuda import runtime as rt
 
     dev = stream.device
     start, end = rt.Event(dev), rt.Event(dev)
-    for _ in range(warmup):
+    enqueue = 0.0
+    for _ in range(max(1, warmup)):
+        t0 = time.perf_counter()
         fn()
+        enqueue = max(enqueue, time.perf_counter() - t0)
     stream.synchronize()
+    hold = 4 * enqueue + 100e-6
     t = Timing()
     spent = 0.0
-    for _ in range(repeat):
+    while len(t.times) < repeat:
+        rt.hold_stream(stream, hold)
         start.record(stream)
         fn()
         end.record(stream)
+        if start.query() and hold < 1.0:  # the device waited on the host: not a clean measurement
+            stream.synchronize()
+            hold *= 2
+            continue
         dt = start.elapsed_ms(end) / 1e3
         t.times.append(dt)
         spent += dt
