@@ -64,11 +64,11 @@ definition above regrouped.  ``method`` picks the algorithm:
                           gpu_batched on the GPU, the hybrid split for "hybrid"
 =================== ===== ========================================================
 
-``backend="hybrid"`` runs the pairs with the least work (``|P| * |P'|``) on the CPU
-threads (openmp_out in a Python thread that releases the GIL) while the others run on
-the GPU (gpu_batched) at the same time.  The split comes from a cost model
-``t = overhead + alpha * pairs + beta * sum(|P| |P'|)`` per side, measured on this
-machine at first use by timing samples of the pairs on both, and cached per process.
+``backend="hybrid"`` sorts the pairs by work (``|P| * |P'|``) and runs them from both
+ends at once: the CPU threads (openmp_out in a Python thread that releases the GIL) take
+small chunks from the light end, the GPU (gpu_batched) takes half the remaining work per
+launch from the heavy end, until they meet.  The split follows the measured speed of both
+sides on the very pairs being computed, with no cost model to calibrate or mispredict.
 
 Precision: sums are accumulated in float64 everywhere.  With ``dtype=float32`` the
 vertex-kernel matrix, the continuous labels and the products are float32 (path lengths
@@ -421,75 +421,86 @@ class _GpuRunner:
 
 # --------------------------------------------------------------------------- hybrid
 
-# cost models measured at first use, per device, thread count and kernel shape
-_HYBRID_MODELS = {}
-_HYBRID_LOCK = threading.Lock()
+def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_seconds=2e-3):
+    """Run every pair once, the CPU from the light end of the work order, the GPU from the heavy end.
 
-
-class HybridCostModel:
-    """Predicted seconds of a set of pairs: ``overhead + alpha * n_pairs + beta * work``, per side."""
-
-    def __init__(self, cpu, gpu):
-        self.cpu = tuple(float(x) for x in cpu)
-        self.gpu = tuple(float(x) for x in gpu)
-
-    @staticmethod
-    def _time(coef, n, work):
-        overhead, alpha, beta = coef
-        return np.where(n > 0, overhead + alpha * n + beta * work, 0.0)
-
-    def split(self, works):
-        """How many of the pairs, sorted by ascending work, go to the CPU, and the predicted times."""
-        works = np.sort(np.asarray(works, dtype=np.float64))
-        n = len(works)
-        k = np.arange(n + 1)
-        prefix = np.concatenate([[0.0], np.cumsum(works)])
-        t_cpu = self._time(self.cpu, k, prefix)
-        t_gpu = self._time(self.gpu, n - k, prefix[-1] - prefix)
-        best = int(np.argmin(np.maximum(t_cpu, t_gpu)))
-        return best, float(t_cpu[best]), float(t_gpu[best])
-
-    def __repr__(self):
-        fmt = lambda c: f"{c[0] * 1e6:.1f} us + {c[1] * 1e6:.3f} us/pair + {c[2] * 1e9:.4f} ns/path-pair"
-        return f"HybridCostModel(cpu: {fmt(self.cpu)}; gpu: {fmt(self.gpu)})"
-
-
-def _fit_cost(samples):
-    """Non-negative least squares of ``t = overhead + alpha * n + beta * work`` on (n, work, seconds)."""
-    from scipy.optimize import nnls
-
-    M = np.array([[1.0, n, w] for n, w, _ in samples])
-    t = np.array([s for _, _, s in samples])
-    scale = M.max(axis=0)
-    scale[scale == 0] = 1.0
-    coef, _ = nnls(M / scale, t)
-    return coef / scale
-
-
-def _calibrate_hybrid(runner, A, B, pa, pb, n_cpu_threads, dtype, edge_kernel):
-    """Time samples of the pairs on the CPU threads and on the GPU; fit both cost lines."""
-    works = _pair_work(A, B, pa, pb)
+    ``run_cpu(idx)`` / ``run_gpu(idx)`` compute the pairs ``idx`` (positions into ``works``); the
+    CPU side runs in a Python thread (its kernels release the GIL) while the calling thread
+    drives the GPU.  The CPU takes chunks of about ``cpu_chunk_seconds`` (from its measured
+    rate), so it never holds back much work when the GPU runs dry; the GPU takes half the
+    remaining work per launch, so launches stay few and large.  The two meet where their
+    rates balance: no cost model to calibrate, and nothing to mispredict.
+    Returns the split's record (pairs, chunks and busy seconds per side, and the lightest
+    work sent to the GPU).
+    """
+    works = np.asarray(works, dtype=np.float64)
     order = np.argsort(works, kind="stable")
-    n = len(order)
-    sets = [order[:1], order[:min(n, 64 * n_cpu_threads)], order[max(0, n - 4 * n_cpu_threads):]]
+    prefix = np.concatenate([[0.0], np.cumsum(works[order])])
+    lock = threading.Lock()
+    state = dict(lo=0, hi=len(order))
+    record = dict(cpu_pairs=0, gpu_pairs=0, cpu_chunks=0, gpu_chunks=0, cpu_seconds=0.0, gpu_seconds=0.0,
+                  threshold_work=np.inf)
+    failure = []
+    min_cpu = 2 * n_cpu_threads
 
-    def best_of(fn, repeat=3):
-        best = np.inf
-        for _ in range(repeat):
+    def take_light(rate):
+        with lock:
+            lo, hi = state["lo"], state["hi"]
+            if lo >= hi:
+                return None
+            if rate is None:
+                end = lo + 4 * n_cpu_threads
+            else:  # as many pairs as the CPU does in cpu_chunk_seconds
+                end = int(np.searchsorted(prefix, prefix[lo] + rate * cpu_chunk_seconds, side="right")) - 1
+            end = min(hi, max(end, lo + min_cpu))
+            state["lo"] = end
+            return order[lo:end], prefix[end] - prefix[lo]
+
+    def take_heavy():
+        with lock:
+            lo, hi = state["lo"], state["hi"]
+            if lo >= hi:
+                return None
+            half = prefix[hi] - 0.5 * (prefix[hi] - prefix[lo])  # half of the remaining work
+            start = min(hi - 1, max(lo, int(np.searchsorted(prefix, half, side="left"))))
+            if hi - start < 4 * min_cpu:  # the tail: not worth another launch later
+                start = lo
+            state["hi"] = start
+            return order[start:hi]
+
+    def cpu_side():
+        rate = None
+        try:
+            while (chunk := take_light(rate)) is not None:
+                idx, work = chunk
+                t0 = time.perf_counter()
+                run_cpu(idx)
+                dt = time.perf_counter() - t0
+                record["cpu_pairs"] += len(idx)
+                record["cpu_chunks"] += 1
+                record["cpu_seconds"] += dt
+                if work > 0 and dt > 0:
+                    rate = work / dt
+        except BaseException as exc:  # re-raised in the calling thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=cpu_side, name="graphkern-spgk-cpu")
+    worker.start()
+    try:
+        while (idx := take_heavy()) is not None:
             t0 = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - t0)
-        return best
-
-    runner.run("gpu_batched", A, B, pa[order[:1]], pb[order[:1]])  # module load and first launch, untimed
-    cpu_samples, gpu_samples = [], []
-    for idx in sets:
-        sa, sb = pa[idx], pb[idx]
-        w = float(works[idx].sum())
-        cpu_samples.append((len(idx), w, best_of(lambda: _run_cpu("openmp_out", A, B, sa, sb, edge_kernel,
-                                                                  n_cpu_threads, dtype))))
-        gpu_samples.append((len(idx), w, best_of(lambda: runner.run("gpu_batched", A, B, sa, sb))))
-    return HybridCostModel(_fit_cost(cpu_samples), _fit_cost(gpu_samples))
+            run_gpu(idx)
+            record["gpu_seconds"] += time.perf_counter() - t0
+            record["gpu_pairs"] += len(idx)
+            record["gpu_chunks"] += 1
+            record["threshold_work"] = min(record["threshold_work"], float(works[idx].min()))
+            if failure:
+                break
+    finally:
+        worker.join()
+    if failure:
+        raise failure[0]
+    return record
 
 
 # --------------------------------------------------------------------------- the kernel
@@ -525,11 +536,9 @@ class ShortestPathKernel:
         The graphs given to :meth:`fit`.
     method_, backend_ : str
         What the last call ran.
-    hybrid_model_ : HybridCostModel
-        The measured cost model of the last hybrid call.
     hybrid_split_ : dict
-        The last hybrid call's split: pairs on each side, the work threshold and the
-        predicted seconds of each side.
+        The last hybrid call's split: pairs, chunks and busy seconds on each side, and the
+        lightest pair's work sent to the GPU.
 
     Examples
     --------
@@ -711,41 +720,15 @@ class ShortestPathKernel:
         runner.upload(A, B)
         # one core drives the GPU; the others run the CPU share
         n_cpu = max(1, cfg["n_threads"] - 1)
-        edge = cfg["edge_kernel"]
-        key = (runner.dev.ordinal, runner.dev.properties["name"], n_cpu, edge.code, A.discrete.shape[1],
-               A.continuous.shape[1], cfg["dtype"].name)
-        with _HYBRID_LOCK:
-            model = _HYBRID_MODELS.get(key)
-            if model is None:
-                model = _HYBRID_MODELS[key] = _calibrate_hybrid(runner, A, B, pa, pb, n_cpu, cfg["dtype"], edge)
-        self.hybrid_model_ = model
-        works = _pair_work(A, B, pa, pb)
-        order = np.argsort(works, kind="stable")
-        n_cpu_pairs, t_cpu, t_gpu = model.split(works)
-        cpu_idx, gpu_idx = order[:n_cpu_pairs], order[n_cpu_pairs:]
-        self.hybrid_split_ = dict(cpu_pairs=len(cpu_idx), gpu_pairs=len(gpu_idx),
-                                  threshold_work=float(works[gpu_idx[0]]) if len(gpu_idx) else np.inf,
-                                  predicted_cpu_s=t_cpu, predicted_gpu_s=t_gpu)
-        failure = []
+        edge, dtype = cfg["edge_kernel"], cfg["dtype"]
 
-        def cpu_share():
-            try:
-                out[cpu_idx] = _run_cpu("openmp_out", A, B, pa[cpu_idx], pb[cpu_idx], edge, n_cpu, cfg["dtype"])
-            except BaseException as exc:  # re-raised in the calling thread
-                failure.append(exc)
+        def run_cpu(idx):
+            out[idx] = _run_cpu("openmp_out", A, B, pa[idx], pb[idx], edge, n_cpu, dtype)
 
-        worker = None
-        if len(cpu_idx):
-            worker = threading.Thread(target=cpu_share, name="graphkern-spgk-cpu")
-            worker.start()
-        try:
-            if len(gpu_idx):
-                out[gpu_idx] = runner.run("gpu_batched", A, B, pa[gpu_idx], pb[gpu_idx])
-        finally:
-            if worker is not None:
-                worker.join()
-        if failure:
-            raise failure[0]
+        def run_gpu(idx):
+            out[idx] = runner.run("gpu_batched", A, B, pa[idx], pb[idx])
+
+        self.hybrid_split_ = share_from_both_ends(_pair_work(A, B, pa, pb), run_cpu, run_gpu, n_cpu_threads=n_cpu)
         return out
 
 

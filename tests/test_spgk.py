@@ -9,6 +9,8 @@ graphkern.spgk but the Graph container.
 import gc
 import pickle
 
+import time
+
 import numpy as np
 import pytest
 
@@ -421,29 +423,44 @@ def test_empty_input():
 
 # --------------------------------------------------------------------------- hybrid split
 
-def test_hybrid_split_balances_predicted_times():
-    model = spgk.HybridCostModel(cpu=(1e-4, 1e-6, 4e-9), gpu=(2e-4, 2e-7, 1e-10))
-    works = np.concatenate([np.full(1000, 2e3), np.full(100, 1.5e6)])
-    k, t_cpu, t_gpu = model.split(works)
-    sorted_works = np.sort(works)
+@pytest.mark.parametrize("gpu_speed", [0.0, 1.0, 50.0, np.inf])
+def test_sharing_from_both_ends_runs_every_pair_once(rng, gpu_speed):
+    # fake sides that sleep in proportion to their work: every pair runs exactly once, and the
+    # work divides as the speeds do (a stalled GPU, speed 0, spends 50 ms on every launch)
+    works = np.concatenate([rng.uniform(1, 10, 3000), rng.uniform(1e3, 5e3, 300)])
+    rng.shuffle(works)
+    runs = np.zeros(len(works), dtype=int)
+    on_gpu = np.zeros(len(works), dtype=bool)
+    cpu_rate = 2e6  # work per second: the CPU alone needs ~0.5 s
 
-    def predicted(coef, w):
-        return coef[0] + coef[1] * len(w) + coef[2] * w.sum() if len(w) else 0.0
+    def side(rate, idx, gpu):
+        runs[idx] += 1
+        on_gpu[idx] = gpu
+        if rate == 0:
+            time.sleep(0.05)
+        elif np.isfinite(rate):
+            time.sleep(works[idx].sum() / rate)
 
-    totals = [max(predicted(model.cpu, sorted_works[:j]), predicted(model.gpu, sorted_works[j:]))
-              for j in range(len(works) + 1)]
-    assert max(t_cpu, t_gpu) == pytest.approx(min(totals))
-    assert 0 < k < len(works)  # both sides get work here
-    assert k == int(np.argmin(totals))
-    # a GPU with no per-pair cost takes everything; a free CPU takes everything
-    assert spgk.HybridCostModel(cpu=(1, 1, 1), gpu=(0, 0, 0)).split(works)[0] == 0
-    assert spgk.HybridCostModel(cpu=(0, 0, 0), gpu=(1, 1, 1)).split(works)[0] == len(works)
+    record = spgk.share_from_both_ends(works, lambda idx: side(cpu_rate, idx, False),
+                                       lambda idx: side(gpu_speed * cpu_rate, idx, True), n_cpu_threads=4)
+    assert (runs == 1).all()
+    assert record["cpu_pairs"] == (~on_gpu).sum() and record["gpu_pairs"] == on_gpu.sum()
+    gpu_work = works[on_gpu].sum() / works.sum()
+    assert record["gpu_pairs"] > 0  # the GPU starts on the heaviest pairs
+    if gpu_speed == 1.0:
+        assert 0.3 < gpu_work < 0.7
+    elif gpu_speed >= 50:
+        assert gpu_work > 0.9
+    else:  # the stalled GPU took half the work in one launch while the CPU did the rest
+        assert record["gpu_chunks"] <= 6 and record["cpu_pairs"] > record["gpu_pairs"]
 
 
-def test_cost_fit_recovers_coefficients():
-    true = (2e-5, 3e-7, 1.5e-9)
-    samples = [(n, w, true[0] + true[1] * n + true[2] * w) for n, w in [(1, 2e3), (256, 5e5), (16, 2.4e7)]]
-    assert np.allclose(spgk._fit_cost(samples), true, rtol=1e-6)
+def test_sharing_from_both_ends_reraises_the_cpu_side_error():
+    def broken(idx):
+        raise RuntimeError("cpu side broke")
+
+    with pytest.raises(RuntimeError, match="cpu side broke"):
+        spgk.share_from_both_ends(np.ones(500), broken, lambda idx: time.sleep(0.01), n_cpu_threads=2)
 
 
 # --------------------------------------------------------------------------- GPU specifics
@@ -483,16 +500,14 @@ def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
     spec, vertex = NODE["mixed"]
     expected = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE["gaussian"], backend="cpu",
                                   method="naive")(graphs)
-    # the measured model first (whatever split it picks) ...
     kernel = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE["gaussian"], backend="hybrid")
     assert_close(kernel(graphs), expected, 1e-12)
-    assert isinstance(kernel.hybrid_model_, spgk.HybridCostModel)
     split = kernel.hybrid_split_
     assert split["cpu_pairs"] + split["gpu_pairs"] == len(graphs) * (len(graphs) + 1) // 2
-    # ... then a model that forces work onto both sides
-    monkeypatch.setattr(spgk, "_HYBRID_MODELS", {})
-    monkeypatch.setattr(spgk, "_calibrate_hybrid",
-                        lambda *a: spgk.HybridCostModel(cpu=(1e-5, 1e-6, 1e-9), gpu=(1e-5, 1e-7, 1e-10)))
+    assert split["gpu_pairs"] > 0  # the GPU always starts on the heaviest pairs
+    # a slowed GPU side leaves the CPU work to do: both sides busy, same answer
+    runner_run = spgk._GpuRunner.run
+    monkeypatch.setattr(spgk._GpuRunner, "run", lambda self, *a: (time.sleep(0.05), runner_run(self, *a))[1])
     K = kernel(graphs)
     assert kernel.hybrid_split_["cpu_pairs"] > 0 and kernel.hybrid_split_["gpu_pairs"] > 0
     assert_close(K, expected, 1e-12)

@@ -173,7 +173,7 @@ class _Budget:
         if rate is not None and rate * probe_work > self.seconds:
             return Timing([rate * self.total], estimated=True), 0
         t0 = time.perf_counter()
-        run(probe_graphs)  # warms caches (shortest paths, GPU modules, the hybrid cost model)
+        run(probe_graphs)  # warms caches (shortest paths, GPU modules)
         first = time.perf_counter() - t0
         if first < self.seconds / 20:
             t0 = time.perf_counter()
@@ -300,9 +300,8 @@ def _run_dataset(ds, methods, budget, repeat, threads, args, ctx):
         if method == "hybrid" and hasattr(kernel, "hybrid_split_"):
             split = kernel.hybrid_split_
             row.update({f"hybrid_{k}": v for k, v in split.items()})
-            row["hybrid_model"] = repr(kernel.hybrid_model_)
-            row["note"] = (f"last call: {split['cpu_pairs']} pairs on the CPU, {split['gpu_pairs']} on the GPU "
-                           f"(work threshold {split['threshold_work']:.3g})")
+            row["note"] = (f"last call: {split['cpu_pairs']} pairs on the CPU in {split['cpu_chunks']} chunks, "
+                           f"{split['gpu_pairs']} on the GPU in {split['gpu_chunks']} launches")
         rows.append(row)
     if ds["peer"] and not args.no_peers:
         peer, reason = _grakel_runner(ds["peer"], ds)
