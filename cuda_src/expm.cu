@@ -33,6 +33,7 @@
 // kernels are persistent (a grid of resident blocks walks the task table), so the alpha reduction
 // adds a few hundred block partials, not one per task.
 #include <cstdint>
+#include <type_traits>
 
 namespace {
 
@@ -604,6 +605,73 @@ __device__ void scale_out(const double* __restrict__ y, int64_t nrows, double f0
 
 DEFINE_VECTOR_KERNELS(float, f32)
 DEFINE_VECTOR_KERNELS(double, f64)
+
+// ------------------------------------------------------------------------------- locality reordering
+// The operator of a skewed graph may be relabelled by decreasing degree (graphkern/_expm_gpu.py:
+// DegreeOrder): A' = P A P^T with new row i = old row order[i] and old column j = new column
+// inverse[j].  The host computes order, inverse and A''s row pointers (O(n)); these kernels move the
+// nonzeros, so the host never passes over them.
+
+namespace {
+
+// New local row i (of nrows) receives old row order[i]: dst[new_indptr[i] + t] = src[old_indptr[old] + t],
+// mapped through `inverse` when it is given (column indices).  A warp per row keeps reads and writes
+// coalesced; the order of entries within a row is kept, though the mapped column ids are no longer
+// sorted (no SpMV variant needs them sorted: a row's products are only summed).
+template <typename V, typename P>
+__device__ void permute_rows(const int64_t* __restrict__ old_indptr, const int32_t* __restrict__ order,
+                             const P* __restrict__ new_indptr, int64_t nrows, const V* __restrict__ src,
+                             const int32_t* __restrict__ inverse, V* __restrict__ dst) {
+    const int lane = threadIdx.x % kWarp;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / kWarp;
+    const int64_t n_warps = (int64_t)gridDim.x * blockDim.x / kWarp;
+    for (int64_t i = warp; i < nrows; i += n_warps) {
+        const int64_t old = order[i];
+        const int64_t s0 = old_indptr[old];
+        const int64_t d0 = new_indptr[i];
+        const int64_t len = (int64_t)new_indptr[i + 1] - d0;
+        for (int64_t t = lane; t < len; t += kWarp) {
+            const V v = src[s0 + t];
+            if constexpr (std::is_integral_v<V>) {
+                dst[d0 + t] = inverse != nullptr ? static_cast<V>(inverse[v]) : v;
+            } else {
+                dst[d0 + t] = v;
+            }
+        }
+    }
+}
+
+// dst[i] = src[index[i]], i < n: x into the new order (index = order), y back (index = inverse).
+template <typename T>
+__device__ void gather(const T* __restrict__ src, const int32_t* __restrict__ index, int64_t n, T* __restrict__ dst) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[index[i]];
+}
+
+}  // namespace
+
+#define DEFINE_PERMUTE(V, VN, P, PN)                                                                           \
+    extern "C" __global__ void __launch_bounds__(kBlock) lanczos_permute_rows_##VN##_##PN(                     \
+        const int64_t *old_indptr, const int32_t *order, const P *new_indptr, int64_t nrows, const V *src,     \
+        const int32_t *inverse, V *dst) {                                                                      \
+        permute_rows<V, P>(old_indptr, order, new_indptr, nrows, src, inverse, dst);                          \
+    }
+
+DEFINE_PERMUTE(int32_t, idx, int32_t, i32)
+DEFINE_PERMUTE(int32_t, idx, int64_t, i64)
+DEFINE_PERMUTE(float, f32, int32_t, i32)
+DEFINE_PERMUTE(float, f32, int64_t, i64)
+DEFINE_PERMUTE(double, f64, int32_t, i32)
+DEFINE_PERMUTE(double, f64, int64_t, i64)
+
+extern "C" __global__ void __launch_bounds__(kBlock) lanczos_gather_f32(const float *src, const int32_t *index,
+                                                                         int64_t n, float *dst) {
+    gather<float>(src, index, n, dst);
+}
+extern "C" __global__ void __launch_bounds__(kBlock) lanczos_gather_f64(const double *src, const int32_t *index,
+                                                                         int64_t n, double *dst) {
+    gather<double>(src, index, n, dst);
+}
 
 // max_i |y_i| over rows [0, nrows) into *peak_bits, as the bit pattern of a non-negative double: for
 // those the integer order is the numeric order, and a NaN (exponent all ones, non-zero mantissa)

@@ -7,8 +7,11 @@ of about 1 ms), and allocating work vectors is not free either.  A :class:`Resid
 on a tuple of devices (:class:`DeviceRows`: row pointers, padded column indices, values per dtype,
 SpMV plans per variant) and the work vectors, scratch, streams, events and pinned staging per dtype
 (:class:`Workspace`) -- hangs on the validated :class:`~graphkern._expm_lanczos.CsrMatrix`
-(``mat.gpu[devices]``), which graphkern.expm caches per user matrix, and is reused by every later
-call.  It is released with its CsrMatrix (the user's matrix collected, edited or replaced, or
+(``mat.gpu[(devices, reorder)]``), which graphkern.expm caches per user matrix, and is reused by
+every later call.  A degree-ordered operator (``reorder="degree"``: A' = P A P^T with the vertices by
+decreasing degree, see :func:`choose_reorder`) is its own residency: the host computes the order
+once (cached on the CsrMatrix), the device moves the nonzeros (:meth:`DeviceRows._permuted`), and
+x and y are permuted on the devices on entry and exit.  It is released with its CsrMatrix (the user's matrix collected, edited or replaced, or
 ``clear_cache()``), when more than MAX_RESIDENT residencies exist (least recently used first), and
 when an allocation made here would not fit (other residencies on that device first, least recently
 used first; then this one's other dtypes and plans).  Callers serialise GPU solves (graphkern.expm
@@ -47,15 +50,17 @@ output dtype, so y crosses to the host once, in its final dtype, with no host pa
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import OrderedDict
 
 import numpy as np
 
 from graphkern._cuda import runtime as rt
-from graphkern._expm_lanczos import COLUMN_CHUNK, finish_on_host
+from graphkern._expm_lanczos import COLUMN_CHUNK, finish_on_host, row_chunks
 
 VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
+REORDERS = ("degree", "none")
 BLOCK = 256
 WARP = 32
 # Must match cuda_src/expm.cu.
@@ -76,6 +81,10 @@ HYBRID_SHORT = 16
 HYBRID_ROWS_PER_WARP_BLOCK = 16
 # spmv="auto": a thread per row on near-regular graphs of at most this degree (grids, road networks).
 SCALAR_MAX_DEGREE = 8
+# reorder="auto": relabel by decreasing degree from this many nonzeros, when the largest degree is at
+# least REORDER_SKEW times the mean (provisional thresholds; to be confirmed from measurements).
+REORDER_MIN_NNZ = 1_000_000
+REORDER_SKEW = 32
 # Free memory left untouched by the "auto" basis so that other work on the device keeps room.
 AUTO_RESERVE_FRACTION = 0.10
 # Residencies (matrix x device tuple) kept at most; the least recently used goes first.
@@ -100,6 +109,19 @@ def choose_variant(mat):
     if cv <= 0.5 and dmax <= SCALAR_MAX_DEGREE:
         return "scalar"
     return "rowblock"
+
+
+def choose_reorder(mat):
+    """The vertex order for ``reorder="auto"``: "degree" for large skewed graphs, else "none".
+
+    On a power-law graph in random vertex order nearly every gather of x misses L1 and moves its
+    own 32-byte L2 sector (R-MAT scale 22: 4.1 GB per SpMV against 0.6 GB of DRAM traffic).  Most
+    nonzeros point at a few hubs; numbered first, the hubs' entries of x share a few cache lines
+    that stay in L1 and L2.  Small graphs fit in L2 anyway, and near-regular ones gain nothing.
+    The thresholds (REORDER_MIN_NNZ, REORDER_SKEW) are provisional, pending measurements.
+    """
+    mean, dmax, _ = mat.degree_stats()
+    return "degree" if mat.nnz >= REORDER_MIN_NNZ and dmax >= REORDER_SKEW * mean else "none"
 
 
 def sub_warp_size(mean_degree):
@@ -297,25 +319,76 @@ class DevicePlan:
 
 class DeviceRows:
     """One device's row block of A, uploaded once: local row pointers (int32 where they fit),
-    global column indices padded to quads, values per dtype, and SpMV plans per variant."""
+    global column indices padded to quads, values per dtype, and SpMV plans per variant.
 
-    def __init__(self, residency, ordinal, index, mat, row0, row1):
+    With a :class:`~graphkern._expm_lanczos.DegreeOrder` the rows are those of the reordered
+    A' = P A P^T: the host uploads A as it is (all of it, with the old row pointers; freed after)
+    and a kernel moves each row to its new place, mapping column ids through ``inverse``.  The
+    order and inverse stay on the device (``order_dev``, ``inverse_dev``) to permute x on entry
+    and y on exit."""
+
+    def __init__(self, residency, ordinal, index, mat, row0, row1, order=None):
         self.dev = rt.get_device(ordinal)
         self.ordinal, self.index = ordinal, index
+        self.order = order
         self.row0, self.row1 = int(row0), int(row1)
         self.nrows = self.row1 - self.row0
-        self.e0 = int(mat.indptr[row0])
-        self.nnz = int(mat.indptr[row1]) - self.e0
+        source_indptr = mat.indptr if order is None else order.indptr
+        self.e0 = int(source_indptr[row0])
+        self.nnz = int(source_indptr[row1]) - self.e0
         self.ptr_type = np.int32 if self.nnz <= _INT32_POINTER_LIMIT else np.int64
+        what = f"exp(beta A) x: A's rows on device {ordinal} ({self.nrows} rows, {self.nnz} nonzeros)"
         need = (self.nrows + 1) * np.dtype(self.ptr_type).itemsize + _padded(self.nnz) * 4
-        _ensure_free(self.dev, need, residency, f"exp(beta A) x: A's rows on device {ordinal} ({self.nrows} rows, "
-                                               f"{self.nnz} nonzeros)")
-        self.indptr = rt.to_device(self.dev, (mat.indptr[row0:row1 + 1] - self.e0).astype(self.ptr_type))
-        self.indices = _upload_padded(self.dev, mat.indices[self.e0:self.e0 + self.nnz], np.int32)
+        if order is not None:
+            need += 8 * mat.n + self._permute_scratch(mat, 4)
+            what += " and, while they are reordered, A as given"
+        _ensure_free(self.dev, need, residency, what)
+        self.indptr = rt.to_device(self.dev, self.local_indptr(mat))
+        self.order_dev = self.inverse_dev = None
+        if order is None:
+            self.indices = _upload_padded(self.dev, mat.indices[self.e0:self.e0 + self.nnz], np.int32)
+        else:
+            self.order_dev = rt.to_device(self.dev, order.order)
+            self.inverse_dev = rt.to_device(self.dev, order.inverse)
+            self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True)
         self.values = {}
         self.plans = {}
         residency.uploaded = True
         _stats["uploads"] += 1
+
+    def local_indptr(self, mat):
+        """This block's row pointers (host, from 0, in ``ptr_type``)."""
+        source = mat.indptr if self.order is None else self.order.indptr
+        return (source[self.row0:self.row1 + 1] - self.e0).astype(self.ptr_type)
+
+    @staticmethod
+    def _permute_scratch(mat, itemsize):
+        """Device bytes held while a reordered array is built: A's row pointers and the whole array."""
+        return 8 * (mat.n + 1) + mat.nnz * itemsize
+
+    def _permuted(self, residency, mat, source, type_name, map_columns=False):
+        """This block's part of ``source`` (indices or values of A, host) in the reordered rows,
+        built on the device into a quad-padded buffer; the time goes to ``residency.reorder_seconds``."""
+        t0 = time.perf_counter()
+        dtype = source.dtype
+        out = rt.alloc(self.dev, _padded(self.nnz), dtype)
+        tail = out.nbytes - self.nnz * dtype.itemsize
+        if tail:
+            out.view(out.nbytes - tail, tail).zero()
+        if self.nrows:
+            old_indptr = rt.to_device(self.dev, mat.indptr, dtype=np.int64)
+            whole = rt.to_device(self.dev, source)
+            pn = "i32" if self.ptr_type == np.int32 else "i64"
+            fn = rt.kernel(self.dev, "expm", f"lanczos_permute_rows_{type_name}_{pn}")
+            resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * self.dev.properties["multiprocessor_count"]
+            grid = int(min(-(-self.nrows * WARP // BLOCK), resident))
+            rows_order = self.order_dev.view(4 * self.row0, 4 * self.nrows, dtype=np.int32, shape=(self.nrows,))
+            rt.launch(fn, grid, BLOCK, (old_indptr, rows_order, self.indptr, np.int64(self.nrows), whole,
+                                        self.inverse_dev if map_columns else None, out))
+            self.dev.synchronize()  # before the scratch is freed; also times the build
+            del old_indptr, whole
+        residency.reorder_seconds += time.perf_counter() - t0
+        return out
 
     def values_for(self, residency, mat, dtype):
         """The values in ``dtype`` on this device (None when unweighted), uploaded on first use."""
@@ -324,17 +397,22 @@ class DeviceRows:
         dtype = np.dtype(dtype)
         buf = self.values.get(dtype)
         if buf is None:
-            _ensure_free(self.dev, _padded(self.nnz) * dtype.itemsize, residency,
-                         f"exp(beta A) x: A's {dtype.name} values on device {self.ordinal}")
-            buf = self.values[dtype] = _upload_padded(self.dev, mat.values_as(dtype)[self.e0:self.e0 + self.nnz], dtype)
+            need = _padded(self.nnz) * dtype.itemsize
+            if self.order is not None:
+                need += self._permute_scratch(mat, dtype.itemsize)
+            _ensure_free(self.dev, need, residency, f"exp(beta A) x: A's {dtype.name} values on device {self.ordinal}")
+            if self.order is None:
+                buf = _upload_padded(self.dev, mat.values_as(dtype)[self.e0:self.e0 + self.nnz], dtype)
+            else:
+                buf = self._permuted(residency, mat, mat.values_as(dtype), _type_name(dtype))
+            self.values[dtype] = buf
             residency.uploaded = True
         return buf
 
     def plan_for(self, residency, mat, variant):
         plan = self.plans.get(variant)
         if plan is None:
-            indptr = (mat.indptr[self.row0:self.row1 + 1] - self.e0).astype(self.ptr_type)
-            host_plan = SpmvPlan(variant, indptr, mat.degree_stats()[0])
+            host_plan = SpmvPlan(variant, self.local_indptr(mat), mat.degree_stats()[0])
             size = sum(a.nbytes for a in (host_plan.tasks, host_plan.rowlist) if a is not None)
             _ensure_free(self.dev, size + 8 * (host_plan.n_segments + 1) + 12 * (host_plan.n_long + 1), residency,
                          f"exp(beta A) x: the {variant} SpMV plan on device {self.ordinal}")
@@ -344,7 +422,7 @@ class DeviceRows:
         return plan
 
     def nbytes(self):
-        return (_buffers_nbytes((self.indptr, self.indices, *self.values.values()))
+        return (_buffers_nbytes((self.indptr, self.indices, self.order_dev, self.inverse_dev, *self.values.values()))
                 + sum(p.nbytes() for p in self.plans.values()))
 
 
@@ -437,25 +515,43 @@ class Workspace:
 
 
 class Residency:
-    """A on a tuple of devices (one :class:`DeviceRows` each) and its workspaces per dtype.
+    """A (reordered or not) on a tuple of devices (one :class:`DeviceRows` each) and its workspaces
+    per dtype.
 
     ``active`` is the (dtype, variant) of the solve using it (kept under memory pressure);
-    ``uploaded`` says that host-to-device copies were issued since the last :meth:`settle`."""
+    ``uploaded`` says that host-to-device copies were issued since the last :meth:`settle`;
+    ``reorder_seconds`` accumulates the time spent reordering until a solve takes it."""
 
-    def __init__(self, mat, devices):
+    def __init__(self, mat, devices, reorder="none"):
         self.devices = tuple(devices)
         self.n = mat.n
+        self.reorder = reorder
         self.active = None
         self.uploaded = False
         self.work = {}
-        bounds = mat.chunks(len(self.devices))
+        self.reorder_seconds = 0.0
+        order = None
+        if reorder == "degree":
+            t0 = time.perf_counter()
+            order = mat.degree_order()
+            self.reorder_seconds += time.perf_counter() - t0
+            # the rows of A' split by nonzeros, like A's: the hubs, first, make a short first block
+            bounds = row_chunks(order.indptr, len(self.devices))
+        else:
+            bounds = mat.chunks(len(self.devices))
+        self.order = order
         self.rows = []
         for i, d in enumerate(self.devices):
-            self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1]))
+            self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], order))
         for a in self.rows:
             for b in self.rows:
                 if a is not b and a.dev.can_access_peer(b.dev):
                     a.dev.enable_peer_access(b.dev)
+
+    def take_reorder_seconds(self):
+        """Reordering time not yet reported by a solve (and reset it)."""
+        seconds, self.reorder_seconds = self.reorder_seconds, 0.0
+        return seconds
 
     def settle(self):
         """Wait for uploads: a pageable copy may still be in flight when it returns, and the solve's
@@ -490,25 +586,27 @@ class Residency:
                 + sum(w.nbytes() for ws in self.work.values() for w in ws))
 
 
-# Residencies by registration, least recently used first: key -> (weakref to the CsrMatrix, devices).
+# Residencies by registration, least recently used first: key -> (weakref to the CsrMatrix, layout),
+# where layout = (devices, reorder) is the residency's key in ``mat.gpu``.
 _registry = OrderedDict()
 _registry_lock = threading.RLock()
 
 
-def residency(mat, devices):
-    """``(Residency, reused)`` of ``mat`` on ``devices``: the kept one, or a new one (uploading A)."""
-    devices = tuple(devices)
-    res = mat.gpu.get(devices)
-    key = (id(mat), devices)
+def residency(mat, devices, reorder="none"):
+    """``(Residency, reused)`` of ``mat`` on ``devices`` in vertex order ``reorder``: the kept one,
+    or a new one (uploading A)."""
+    layout = (tuple(devices), reorder)
+    res = mat.gpu.get(layout)
+    key = (id(mat), layout)
     if res is not None:
         with _registry_lock:
-            _registry[key] = (weakref.ref(mat), devices)  # a stale entry of a dead matrix with this id is replaced
+            _registry[key] = (weakref.ref(mat), layout)  # a stale entry of a dead matrix with this id is replaced
             _registry.move_to_end(key)
         return res, True
-    res = Residency(mat, devices)
-    mat.gpu[devices] = res
+    res = Residency(mat, layout[0], reorder)
+    mat.gpu[layout] = res
     with _registry_lock:
-        _registry[key] = (weakref.ref(mat), devices)
+        _registry[key] = (weakref.ref(mat), layout)
         _sweep()
         while len(_registry) > MAX_RESIDENT:
             _evict(next(iter(_registry)))
@@ -517,15 +615,15 @@ def residency(mat, devices):
 
 def _sweep():
     """Forget registry entries whose matrix or residency is gone."""
-    for key in [k for k, (ref, devices) in _registry.items() if ref() is None or devices not in ref().gpu]:
+    for key in [k for k, (ref, layout) in _registry.items() if ref() is None or layout not in ref().gpu]:
         del _registry[key]
 
 
 def _evict(key):
-    ref, devices = _registry.pop(key)
+    ref, layout = _registry.pop(key)
     mat = ref()
     if mat is not None:
-        mat.gpu.pop(devices, None)  # the device memory goes with the last reference
+        mat.gpu.pop(layout, None)  # the device memory goes with the last reference
 
 
 def _make_room(dev, nbytes, keep):
@@ -537,10 +635,10 @@ def _make_room(dev, nbytes, keep):
     with _registry_lock:
         _sweep()
         for key in list(_registry):
-            ref, devices = _registry[key]
+            ref, layout = _registry[key]
             mat = ref()
-            res = mat.gpu.get(devices) if mat is not None else None
-            if res is None or res is keep or dev.ordinal not in devices:
+            res = mat.gpu.get(layout) if mat is not None else None
+            if res is None or res is keep or dev.ordinal not in layout[0]:
                 continue
             _evict(key)
             if dev.memory_info()[0] >= nbytes:
@@ -567,7 +665,7 @@ def residency_info():
     """``resident`` residencies, their ``device_bytes``, and the ``uploads`` and ``plans`` made so far."""
     with _registry_lock:
         _sweep()
-        alive = [ref().gpu[devices] for ref, devices in _registry.values()]
+        alive = [ref().gpu[layout] for ref, layout in _registry.values()]
         return {"resident": len(alive), "device_bytes": sum(r.nbytes() for r in alive), **_stats}
 
 
@@ -589,6 +687,7 @@ class _Share:
         self.combine_fn = rt.kernel(self.dev, "expm", f"lanczos_combine_{tn}")
         self.fill_fn = rt.kernel(self.dev, "expm", f"lanczos_fill_ones_{tn}")
         self.scale_fn = rt.kernel(self.dev, "expm", f"lanczos_scale_out_{tn}")
+        self.gather_fn = rt.kernel(self.dev, "expm", f"lanczos_gather_{tn}")
         self.peak_fn = rt.kernel(self.dev, "expm", "lanczos_peak")
         sm = self.dev.properties["multiprocessor_count"]
         self.vector_grid = int(min(-(-max(1, self.nrows) // BLOCK), 4 * sm))
@@ -609,12 +708,15 @@ class _Share:
 class GpuLanczos:
     """The Lanczos recurrence on one or more devices (solver interface of graphkern._expm_lanczos).
 
-    Construction finds (or builds) the matrix's :class:`Residency` on ``devices``; ``reused`` says
-    whether it was already there."""
+    Construction finds (or builds) the matrix's :class:`Residency` on ``devices`` in vertex order
+    ``reorder`` ("none" or "degree"); ``reused`` says whether it was already there and
+    ``reorder_seconds`` is the reordering time this construction spent (0 when reused).  With
+    "degree" the solve runs on A' = P A P^T: x is gathered into the new order on the devices,
+    and y gathered back on the lead device before it crosses to the host."""
 
     lookahead = True
 
-    def __init__(self, mat, dtype, *, devices, variant, basis, max_krylov, breakdown, n_threads):
+    def __init__(self, mat, dtype, *, devices, variant, basis, max_krylov, breakdown, n_threads, reorder="none"):
         self.mat = mat
         self.n = mat.n
         self.dtype = np.dtype(dtype)
@@ -627,10 +729,15 @@ class GpuLanczos:
         self.devices = list(devices)
         self.n_spmv = 0
         self.ring_size = 4 if basis == "host" else 3
-        self.res, self.reused = residency(mat, self.devices)
+        if reorder not in REORDERS:
+            raise ValueError(f"reorder must be one of {', '.join(map(repr, REORDERS))}; got {reorder!r}")
+        self.reorder = reorder
+        self.res, self.reused = residency(mat, self.devices, reorder)
+        self.order = self.res.order  # a DegreeOrder, or None
         self.res.active = (self.dtype, variant)
         self.shares = [_Share(self.res, r, mat, self.dtype, variant, self.cap, self.ring_size) for r in self.res.rows]
         self.res.settle()
+        self.reorder_seconds = self.res.take_reorder_seconds()
         self.lead = self.shares[0]
         self.storing = basis in ("device", "auto")
         self._blocked = False  # the stored columns (column 0 included) live in basis blocks
@@ -679,6 +786,10 @@ class GpuLanczos:
     # -------------------------------------------------------------- solver interface
     def start(self, x, rscale0):
         """Load x (None: the vector of ones, made on the device) and rscale_0."""
+        gather_x = self.order is not None and x is not None
+        if gather_x and self.basis == "host":
+            x = x[self.order.order]  # the host basis keeps the new order, like the device vectors
+            gather_x = False
         if self.basis == "host":
             self._host_column(0)[:] = 1.0 if x is None else x
         else:
@@ -698,6 +809,12 @@ class GpuLanczos:
             x0 = self._column(s, 0)
             if x is None:
                 rt.launch(s.fill_fn, s.full_grid, BLOCK, (x0, np.int64(self.n)), stream=s.stream)
+            elif gather_x:
+                # ring[1] is never column 0, and column 1 is written only by step 0, queued after this
+                landing = s.ws.ring[1]
+                landing.copy_from_host(x, stream=s.stream)
+                rt.launch(s.gather_fn, s.full_grid, BLOCK, (landing, s.rows.order_dev, np.int64(self.n), x0),
+                          stream=s.stream)
             else:
                 x0.copy_from_host(x, stream=s.stream)
 
@@ -734,7 +851,7 @@ class GpuLanczos:
                 count = min(m - j0, COLUMN_CHUNK)
                 if count > 0:
                     cpu.accumulate_columns(y, block[:count], g[j0:j0 + count], self.n_threads)
-            return finish_on_host(y, scaling)
+            return finish_on_host(self._original_order(y), scaling)
         self._combine(m, g)
         for s in self.shares:
             s.ws.peak.zero(stream=s.stream)
@@ -748,17 +865,43 @@ class GpuLanczos:
             y = np.empty(self.n)
             for s in self.shares:
                 s.ws.y.copy_to_host(y[s.row0:s.row1])
-            raise scaling.error(y, log_factor)
+            raise scaling.error(self._original_order(y), log_factor)
         f0, f1, f2 = (np.float64(f) for f in scaling.factors(log_factor))
         out = np.empty(self.n, dtype=self.dtype)
         for s in self.shares:
             if s.nrows:
                 rt.launch(s.scale_fn, s.vector_grid, BLOCK, (s.ws.y, np.int64(s.nrows), f0, f1, f2, s.ws.out),
                           stream=s.stream)
-                s.ws.out.copy_to_host(out[s.row0:s.row1], stream=s.stream)
+                if self.order is None:
+                    s.ws.out.copy_to_host(out[s.row0:s.row1], stream=s.stream)
+        if self.order is not None:
+            self._gather_output(out)
         for s in self.shares:
             s.stream.synchronize()
         return out, log_scale
+
+    def _gather_output(self, out):
+        """Queue y back into the original order and onto the host (``out``): every device's scaled
+        rows (ws.out, in its ring[0]) go to the lead's ring[0], which the lead gathers through
+        ``inverse`` into its ring[1] (free once the output is formed)."""
+        lead = self.lead
+        assembled, gathered = lead.ws.ring[0], lead.ws.ring[1]
+        # every stream was idle when the scaling was queued (the host read the peak), and each
+        # device writes only its own rows of the lead's ring[0]: the copies need no wait
+        for s in self.shares:
+            if s is lead or not s.nrows:
+                continue
+            assembled.copy_from_device(s.ws.ring[0], s.nrows * self.isz, s.stream, dst_offset=s.row0 * self.isz,
+                                       src_offset=s.row0 * self.isz)
+            s.ws.ev_step.record(s.stream)
+            lead.stream.wait_event(s.ws.ev_step)
+        rt.launch(lead.gather_fn, lead.full_grid, BLOCK, (assembled, lead.rows.inverse_dev, np.int64(self.n),
+                                                          gathered), stream=lead.stream)
+        gathered.copy_to_host(out, stream=lead.stream)
+
+    def _original_order(self, y):
+        """A host vector in the solve's vertex order, back in A's."""
+        return y if self.order is None else y[self.order.inverse]
 
     def _combine(self, m, g):
         """Each device's rows of y = sum_{j<m} g_j w_j (float64) into its ws.y."""
@@ -881,7 +1024,7 @@ class GpuLanczos:
             if s.nrows:
                 self._column(s, 1).copy_to_host(out[s.row0:s.row1], stream=s.stream, offset=s.row0 * self.isz)
             s.stream.synchronize()
-        return out
+        return self._original_order(out)
 
     def spmv_bytes(self):
         """Compulsory DRAM traffic of one SpMV: row pointers, column indices (and values) once,

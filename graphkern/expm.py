@@ -46,6 +46,19 @@ and ignores it.  ``basis`` chooses where the Lanczos vectors live on the GPU: "d
 or "auto" (on the device while it fits, the rest regenerated); on the CPU "none" regenerates and
 the others keep them in memory.  float32 vectors accumulate dot products and norms in float64.
 
+Vertex order (GPU only).  ``reorder="degree"`` runs the GPU solve on A' = P A P^T with the
+vertices relabelled by decreasing degree (ties keep their order): on a power-law graph most
+nonzeros point at a few hubs, whose entries of x then share a few cache lines that stay in L1/L2,
+instead of each gather moving its own L2 sector.  Since exp(beta P A P^T) P x = P exp(beta A) x,
+the answer is the same up to rounding (Lanczos on A' and Px makes the same coefficients); x is
+permuted on the device on entry and y on exit, so the caller sees A's order.  The order and the
+reordered operator are built once (the nonzeros are moved on the device) and cached with the
+device-resident operator; ``info.reorder`` says which order ran and ``info.times["reorder"]`` what
+building it cost in this call.  "none" keeps A's order; "auto" (default) takes "degree" for large
+skewed graphs -- at least 10^6 nonzeros and a largest degree of at least 32 times the mean
+(provisional thresholds, to be confirmed from GPU measurements) -- and "none" otherwise and on the
+CPU, whose SpMV is not limited by L2 gathers; ``reorder="degree"`` with the CPU backend is refused.
+
 Caching.  Validating A (symmetry, finiteness), converting it, and on the GPU uploading it and
 building the SpMV plan cost more than a Lanczos run on a warm device (A - A.T alone is several
 passes over the nonzeros).  So the validated matrix is cached per user matrix (a Graph or a
@@ -83,6 +96,7 @@ from graphkern.graph import Graph, as_csr_matrix
 __all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo", "clear_cache", "cache_info"]
 
 SPMV_VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
+REORDERS = ("auto", "degree", "none")
 BASIS_MODES = ("auto", "device", "host", "none")
 DEFAULT_MAX_KRYLOV = 1000
 NORMALIZE = (None, "n", "lambda_max")
@@ -107,9 +121,11 @@ class ExpmInfo:
         validating A, and on the GPU uploading it, building the SpMV plan and allocating the work
         vectors; near zero when ``cached``), spmv (the fused SpMV kernels), vector (updates, basis
         combination), host (tridiagonal eigenproblems and checks), output (combining the basis,
-        scaling y and copying it back), total.
+        scaling y and copying it back), reorder (building the vertex order and the reordered operator
+        in this call, part of setup; 0 when they were cached or not used), total.
     spmv: SpMV variant used ("cpu" on the CPU).  backend: "cpu" or "gpu".  devices: GPU ordinals.
     basis: basis storage mode used.  n_spmv: SpMVs run (speculative steps and a second pass included).
+    reorder: vertex order the solve ran in ("degree" or "none"; see the module documentation).
     cached: the validated A (and on the GPU its device copy for these devices) came from the cache
         (see the module documentation); the SpMV plan and work vectors may still have been built.
     """
@@ -128,10 +144,11 @@ class ExpmInfo:
     dtype: str = "float64"
     n_spmv: int = 0
     cached: bool = False
+    reorder: str = "none"
 
 
 def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
-                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4):
+                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4, reorder="auto"):
     """``y ~ exp(beta A) x`` for a symmetric sparse A; returns ``(y, info)``.
 
     Parameters
@@ -149,18 +166,18 @@ def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.f
         and sets ``info.converged = False``.
     dtype : float32 or float64
         Precision of the vectors and of y.
-    backend, device, n_threads, basis, spmv, check_every
-        See the module documentation.
+    backend, device, n_threads, basis, spmv, check_every, reorder
+        See the module documentation (reorder: "auto", "degree" or "none"; "degree" is GPU-only).
 
     The answer is ``y * exp(info.log_scale)``; log_scale is 0 unless the answer overflows dtype.
     """
     return _run(A, x, "exp", beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
                 device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
-                caller="expm_multiply")
+                reorder=reorder, caller="expm_multiply")
 
 
 def funm_multiply(A, x, f, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
-                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4):
+                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4, reorder="auto"):
     """``y ~ f(beta A) x`` for f in {"exp", "cosh", "sinh"} or a callable; returns ``(y, info)``.
 
     A callable receives the eigenvalues ``z = beta * theta`` of ``beta T_m`` (float64 array) and
@@ -168,12 +185,12 @@ def funm_multiply(A, x, f, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.flo
     """
     return _run(A, x, f, beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
                 device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
-                caller="funm_multiply")
+                reorder=reorder, caller="funm_multiply")
 
 
 def total_communicability(G, *, beta=1.0, normalize=None, tol=1e-10, max_krylov=None, dtype=np.float64,
                           backend="auto", device=None, n_threads=None, basis="auto", spmv="auto",
-                          check_every=4):
+                          check_every=4, reorder="auto"):
     """Total communicability ``TC = exp(beta A) 1`` of every vertex; returns ``(tc, info)``.
 
     normalize: None (TC itself), "n" (TC / n), or "lambda_max" (``exp(beta (A - theta_1 I)) 1``,
@@ -185,7 +202,7 @@ def total_communicability(G, *, beta=1.0, normalize=None, tol=1e-10, max_krylov=
         raise ValueError(f"normalize must be None, 'n' or 'lambda_max'; got {normalize!r}")
     return _run(G, None, "exp", beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
                 device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
-                caller="total_communicability", normalize=normalize)
+                reorder=reorder, caller="total_communicability", normalize=normalize)
 
 
 def clear_cache(A=None):
@@ -276,7 +293,7 @@ def _positive_int(value, name):
 
 
 def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, basis, spmv, check_every,
-         caller, normalize=None):
+         reorder, caller, normalize=None):
     t_start = time.perf_counter()
     fn = MatrixFunction(f)
     beta = finite_real(beta, "beta")
@@ -290,40 +307,50 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         raise ValueError(f"basis must be one of {', '.join(map(repr, BASIS_MODES))}; got {basis!r}")
     if spmv != "auto" and spmv not in SPMV_VARIANTS:
         raise ValueError(f"spmv must be 'auto' or one of {', '.join(map(repr, SPMV_VARIANTS))}; got {spmv!r}")
+    if not isinstance(reorder, str) or reorder not in REORDERS:
+        raise ValueError(f"reorder must be one of {', '.join(map(repr, REORDERS))}; got {reorder!r}")
     dtype = resolve_dtype(dtype)
     n_threads = resolve_threads(n_threads)
     backend = resolve_backend(backend)
+    if backend == "cpu" and reorder == "degree":
+        raise ValueError("reorder='degree' applies to the GPU backend only (the CPU SpMV is not limited by "
+                         "gathers from a small cache); use reorder='auto' or 'none' with backend='cpu'")
     devices = tuple(resolve_devices(device)) if backend == "gpu" else ()
     mat, cached = _lookup(A)
     n = mat.n
     x_unit, peak, unit_norm = _start_vector(x, n)
     k_max = min(n, max_krylov if max_krylov is not None else DEFAULT_MAX_KRYLOV)
     if peak == 0.0:
-        info = ExpmInfo(0, 0.0, True, True, 0.0, float("nan"), {"total": time.perf_counter() - t_start},
-                        "none", backend, devices, basis, dtype.name, 0, cached)
+        times = {"total": time.perf_counter() - t_start, "reorder": 0.0}
+        info = ExpmInfo(0, 0.0, True, True, 0.0, float("nan"), times, "none", backend, devices, basis, dtype.name, 0,
+                        cached)
         return np.zeros(n, dtype=dtype), info
     breakdown = breakdown_threshold(mat.inf_norm(n_threads), dtype, tol, beta, fn)
     if backend == "cpu":
         return _solve(mat, cached, x_unit, peak, unit_norm, fn, beta, tol, k_max, check_every, dtype, n_threads,
-                      basis, "cpu", backend, devices, breakdown, caller, normalize, t_start)
-    from graphkern._expm_gpu import choose_variant
+                      basis, "cpu", "none", backend, devices, breakdown, caller, normalize, t_start)
+    from graphkern._expm_gpu import choose_reorder, choose_variant
     variant = choose_variant(mat) if spmv == "auto" else spmv
+    if reorder == "auto":
+        reorder = choose_reorder(mat)
     with _gpu_lock:
         return _solve(mat, cached, x_unit, peak, unit_norm, fn, beta, tol, k_max, check_every, dtype, n_threads,
-                      basis, variant, backend, devices, breakdown, caller, normalize, t_start)
+                      basis, variant, reorder, backend, devices, breakdown, caller, normalize, t_start)
 
 
 def _solve(mat, cached, x_unit, peak, unit_norm, fn, beta, tol, k_max, check_every, dtype, n_threads, basis,
-           variant, backend, devices, breakdown, caller, normalize, t_start):
+           variant, reorder, backend, devices, breakdown, caller, normalize, t_start):
     t0 = time.perf_counter()
+    reorder_seconds = 0.0
     if backend == "cpu":
         solver = CpuLanczos(mat, dtype, n_threads=n_threads, store_basis=basis != "none", max_krylov=k_max,
                             breakdown=breakdown)
     else:
         from graphkern._expm_gpu import GpuLanczos
         solver = GpuLanczos(mat, dtype, devices=devices, variant=variant, basis=basis, max_krylov=k_max,
-                            breakdown=breakdown, n_threads=n_threads)
+                            breakdown=breakdown, n_threads=n_threads, reorder=reorder)
         cached = cached and solver.reused
+        reorder_seconds = solver.reorder_seconds
     solver.start(None if x_unit is None else x_unit.astype(dtype, copy=False), 1.0 / unit_norm)
     setup = t0 - t_start + time.perf_counter() - t0
     out = run_lanczos(solver, fn, beta, tol=tol, max_krylov=k_max, check_every=check_every, full_dim=mat.n)
@@ -337,9 +364,10 @@ def _solve(mat, cached, x_unit, peak, unit_norm, fn, beta, tol, k_max, check_eve
     y, log_scale = solver.result(out.krylov_dim, out.g, scaling)
     times = solver.timings()
     end = time.perf_counter()
-    times.update(host=out.host_seconds, setup=setup, output=end - t_out, total=end - t_start)
+    times.update(host=out.host_seconds, setup=setup, reorder=reorder_seconds, output=end - t_out, total=end - t_start)
     info = ExpmInfo(out.krylov_dim, out.error_estimate, out.converged, out.breakdown, log_scale,
-                    out.theta_max, times, variant, backend, devices, basis, dtype.name, solver.n_spmv, cached)
+                    out.theta_max, times, variant, backend, devices, basis, dtype.name, solver.n_spmv, cached,
+                    reorder)
     if not out.converged:
         warnings.warn(f"{caller}: not converged after {out.krylov_dim} Lanczos steps (estimated relative error "
                       f"{out.error_estimate:.2e} > tol {tol:g}); raise max_krylov", RuntimeWarning, stacklevel=4)
