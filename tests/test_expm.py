@@ -313,6 +313,10 @@ def _sym(n=6):
     (lambda: expm_multiply(_sym(), check_every=0), ValueError, "check_every must be >= 1"),
     (lambda: expm_multiply(_sym(), spmv="csr5"), ValueError, "spmv must be 'auto' or one of"),
     (lambda: expm_multiply(_sym(), basis="disk"), ValueError, "basis must be one of"),
+    (lambda: expm_multiply(_sym(), reorder="rcm"), ValueError, "reorder must be one of"),
+    (lambda: total_communicability(_sym(), reorder=None), ValueError, "reorder must be one of"),
+    (lambda: funm_multiply(_sym(), np.ones(6), "cosh", backend="cpu", reorder="degree"), ValueError,
+     "GPU backend only"),
     (lambda: expm_multiply(_sym(), dtype=np.int32), ValueError, "dtype must be one of"),
     (lambda: expm_multiply(_sym(), backend="tpu"), ValueError, "backend must be one of"),
     (lambda: expm_multiply(_sym(), n_threads=0), ValueError, "n_threads must be >= 1"),
@@ -379,27 +383,33 @@ def test_gpu_bad_device_is_refused():
 @pytest.mark.multigpu
 @pytest.mark.parametrize("variant", ["scalar", "vector", "rowblock", "hybrid"])
 @pytest.mark.parametrize("basis", ["device", "host", "none"])
-def test_two_gpus_equal_one(variant, basis, rng):
+@pytest.mark.parametrize("reorder", ["none", "degree"])
+def test_two_gpus_equal_one(variant, basis, reorder, rng):
     A = skewed_graph(rng, 9000, [7000, 2000, 300], weighted=True)
     x = rng.standard_normal(9000)
-    y1, info1 = expm_multiply(A, x, beta=0.1, backend="gpu", device=0, spmv=variant, basis=basis)
-    y2, info2 = expm_multiply(A, x, beta=0.1, backend="gpu", device=[0, 1], spmv=variant, basis=basis)
-    y21, _ = expm_multiply(A, x, beta=0.1, backend="gpu", device=[1, 0], spmv=variant, basis=basis)
-    # alpha and beta are summed in another order on two devices: rounding-level differences only
-    assert info2.devices == (0, 1) and abs(info2.krylov_dim - info1.krylov_dim) <= 4
+    y1, info1 = expm_multiply(A, x, beta=0.1, backend="gpu", device=0, spmv=variant, basis=basis, reorder="none")
+    y2, info2 = expm_multiply(A, x, beta=0.1, backend="gpu", device=[0, 1], spmv=variant, basis=basis,
+                              reorder=reorder)
+    y21, _ = expm_multiply(A, x, beta=0.1, backend="gpu", device=[1, 0], spmv=variant, basis=basis, reorder=reorder)
+    # alpha and beta are summed in another order on two devices (and rows in another order when
+    # degree-ordered): rounding-level differences only
+    assert info2.devices == (0, 1) and info2.reorder == reorder and abs(info2.krylov_dim - info1.krylov_dim) <= 4
     assert rel(y2, y1) <= 1e-11 and rel(y21, y1) <= 1e-11
 
 
 @pytest.mark.gpu
 @pytest.mark.multigpu
 @pytest.mark.parametrize("variant", ["scalar", "vector", "rowblock", "hybrid"])
-def test_two_gpu_spmv_matches_scipy(variant, rng):
+@pytest.mark.parametrize("reorder", ["none", "degree"])
+def test_two_gpu_spmv_matches_scipy(variant, reorder, rng):
     from graphkern._expm_gpu import GpuLanczos
     from graphkern.expm import _matrix
     A = skewed_graph(rng, 12000, [9000, 5000, 40], weighted=True)
     x = rng.standard_normal(12000)
     solver = GpuLanczos(_matrix(A), np.float64, devices=[0, 1], variant=variant, basis="none", max_krylov=4,
-                        breakdown=0.0, n_threads=2)
+                        breakdown=0.0, n_threads=2, reorder=reorder)
+    if reorder == "degree":  # the hubs come first: device 0 takes fewer rows for the same nonzeros
+        assert solver.shares[0].nrows < solver.shares[1].nrows
     ref = A @ x
     assert np.max(np.abs(solver.spmv(x) - ref)) <= 1e-12 * np.max(np.abs(ref))
 
@@ -719,3 +729,180 @@ def test_output_scaling_decisions(dtype):
         OutputScaling(log_max + 50.0, 0.0, dtype, False, "t").decide(1.0)
     err = plain.error(np.array([1.0, np.nan, 2.0]), 0.0)
     assert isinstance(err, FloatingPointError) and "first at index 1" in str(err)
+
+
+# ----------------------------------------------------------------------------- vertex order (reorder=)
+
+def _reference_reordered(A, order):
+    """P A P^T by SciPy fancy indexing: new vertex i is old vertex order[i]."""
+    return A[order][:, order].tocsr()
+
+
+def _emulated_device_reorder(A, deg_order, row0=0, row1=None):
+    """What lanczos_permute_rows does, in NumPy: new row i (of [row0, row1)) takes old row order[i]
+    with its columns mapped through inverse, entries kept in their old order."""
+    row1 = A.shape[0] if row1 is None else row1
+    indptr = deg_order.indptr[row0:row1 + 1] - deg_order.indptr[row0]
+    indices = np.empty(int(indptr[-1]), dtype=np.int32)
+    data = np.empty(int(indptr[-1]))
+    for i in range(row1 - row0):
+        old = deg_order.order[row0 + i]
+        s0, s1 = A.indptr[old], A.indptr[old + 1]
+        indices[indptr[i]:indptr[i + 1]] = deg_order.inverse[A.indices[s0:s1]]
+        data[indptr[i]:indptr[i + 1]] = A.data[s0:s1]
+    return sp.csr_matrix((data, indices, indptr), shape=(row1 - row0, A.shape[0]))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_degree_order_relabels_by_decreasing_degree_and_gives_p_a_pt(weighted, rng):
+    from graphkern._expm_lanczos import DegreeOrder
+    A = skewed_graph(rng, 3000, [900, 400, 400, 60], weighted)
+    deg = np.diff(A.indptr)
+    o = DegreeOrder(A.indptr)
+    assert o.order.dtype == np.int32 and o.inverse.dtype == np.int32
+    assert np.array_equal(np.sort(o.order), np.arange(3000))
+    assert np.array_equal(o.inverse[o.order], np.arange(3000))
+    new_deg = deg[o.order]
+    assert np.all(np.diff(new_deg) <= 0)
+    ties = np.flatnonzero(np.diff(new_deg) == 0)
+    assert np.all(o.order[ties] < o.order[ties + 1])  # stable: equal degrees keep their order
+    assert np.array_equal(o.indptr, np.concatenate([[0], np.cumsum(new_deg)]))
+    B = _reference_reordered(A, o.order)
+    for row0, row1 in ((0, 3000), (0, 7), (7, 3000), (1200, 2990)):
+        part = _emulated_device_reorder(A, o, row0, row1)
+        assert (part != B[row0:row1]).nnz == 0
+    # exp is invariant: exp(P A P^T) P x = P exp(A) x, so y = y'[inverse]
+    x = rng.standard_normal(3000)
+    y, _ = expm_multiply(A, x, beta=0.05, backend="cpu")
+    y_new, _ = expm_multiply(B, x[o.order], beta=0.05, backend="cpu")
+    assert rel(y_new[o.inverse], y) <= 1e-12
+
+
+def test_auto_reorder_from_size_and_skew():
+    from graphkern._expm_gpu import REORDER_MIN_NNZ, REORDER_SKEW, choose_reorder
+    from graphkern._expm_lanczos import CsrMatrix
+
+    def degrees(deg):
+        indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+        return CsrMatrix(indptr, np.zeros(int(indptr[-1]), dtype=np.int32), None)  # only degrees matter here
+
+    n = REORDER_MIN_NNZ // 8
+    regular = np.full(n, 8)
+    skewed = regular.copy()
+    skewed[:3] = REORDER_SKEW * 9
+    assert choose_reorder(degrees(skewed)) == "degree"
+    assert choose_reorder(degrees(regular)) == "none"
+    assert choose_reorder(degrees(skewed[: n // 4])) == "none"  # too small to leave L2
+    mild = regular.copy()
+    mild[:3] = REORDER_SKEW * 8 - 20
+    assert choose_reorder(degrees(mild)) == "none"
+
+
+def test_cpu_runs_in_the_given_order(rng):
+    A = skewed_graph(rng, 2000, [800, 300])
+    x = rng.standard_normal(2000)
+    y, info = expm_multiply(A, x, beta=0.1, backend="cpu", reorder="auto")
+    y2, info2 = expm_multiply(A, x, beta=0.1, backend="cpu", reorder="none")
+    assert info.reorder == "none" and info2.reorder == "none" and info.times["reorder"] == 0.0
+    assert np.array_equal(y, y2)
+    assert rel(y, scipy.sparse.linalg.expm_multiply(0.1 * A, x)) <= 1e-10
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["scalar", "vector", "rowblock", "hybrid"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gpu_degree_ordered_spmv_variants_match_scipy(variant, dtype, weighted, rng):
+    from graphkern._expm_gpu import GpuLanczos
+    from graphkern.expm import _matrix
+    A = skewed_graph(rng, 12000, [9000, 5000, 1100, 700, 40], weighted)
+    mat = _matrix(A)
+    x = rng.standard_normal(A.shape[0])
+    solver = GpuLanczos(mat, dtype, devices=[0], variant=variant, basis="device", max_krylov=4,
+                        breakdown=0.0, n_threads=2, reorder="degree")
+    assert solver.order is not None
+    y = solver.spmv(x)  # in A's order: x permuted on the device, y back on the host
+    ref = A @ x.astype(dtype).astype(np.float64)
+    assert np.max(np.abs(y - ref)) <= TOL[dtype] * np.max(np.abs(ref)) * 10
+    # the operator the device built is P A P^T (row by row; columns need not be sorted)
+    rows = solver.shares[0].rows
+    B = _reference_reordered(A, solver.order.order)
+    indptr = rows.indptr.to_host()
+    assert np.array_equal(indptr, B.indptr)
+    indices = rows.indices.to_host()[:B.nnz]
+    for i in rng.choice(A.shape[0], 300, replace=False).tolist() + [0, 1, 2]:
+        got = np.sort(indices[indptr[i]:indptr[i + 1]])
+        assert np.array_equal(got, B.indices[B.indptr[i]:B.indptr[i + 1]]), i
+    if weighted:
+        values = rows.values[np.dtype(dtype)].to_host()[:B.nnz]
+        built = sp.csr_matrix((values.astype(np.float64), indices, indptr), shape=A.shape)
+        assert abs(built - B).max() <= (0.0 if dtype == np.float64 else 1e-6 * B.data.max())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("basis", ["device", "host", "none"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gpu_reordered_expm_matches_dense_and_unordered(basis, dtype, rng):
+    A = skewed_graph(rng, 700, [500, 200, 90], weighted=True)
+    x = rng.standard_normal(700)
+    ref = scipy.linalg.expm(0.05 * A.toarray()) @ x  # ||0.05 A|| ~ 1.5: expm is exact to ~1e-14
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    y1, info1 = expm_multiply(A, x, beta=0.05, backend="gpu", basis=basis, dtype=dtype, reorder="degree", tol=1e-12)
+    y0, info0 = expm_multiply(A, x, beta=0.05, backend="gpu", basis=basis, dtype=dtype, reorder="none", tol=1e-12)
+    assert info1.reorder == "degree" and info0.reorder == "none"
+    assert rel(y1, ref) <= tol and rel(y0, ref) <= tol and rel(y1, dense_funm(0.05 * A, x, np.exp)) <= tol
+    assert rel(y1, y0) <= (1e-11 if dtype == np.float64 else 3e-5)
+    assert abs(info1.krylov_dim - info0.krylov_dim) <= 4
+    # default x (ones) and total communicability take the same path
+    tc, info = total_communicability(A, beta=0.05, backend="gpu", dtype=dtype, basis=basis, reorder="degree")
+    assert rel(tc, dense_funm(0.05 * A, np.ones(700), np.exp)) <= tol and info.reorder == "degree"
+
+
+@pytest.mark.gpu
+def test_gpu_reorder_is_built_once_and_reported(rng):
+    clear_cache()
+    A = skewed_graph(rng, 20000, [9000, 3000, 200], weighted=True)
+    x = rng.standard_normal(20000)
+    y1, info1 = expm_multiply(A, x, beta=0.05, backend="gpu", reorder="degree")
+    uploads = cache_info()["uploads"]
+    y2, info2 = expm_multiply(A, x, beta=0.05, backend="gpu", reorder="degree")
+    assert info1.times["reorder"] > 0.0 and info2.times["reorder"] == 0.0 and info2.cached
+    assert 0.0 < info1.times["reorder"] <= info1.times["setup"]
+    assert cache_info()["uploads"] == uploads and np.array_equal(y1, y2)
+    # the other order is its own resident operator, and both agree with SciPy
+    y3, info3 = expm_multiply(A, x, beta=0.05, backend="gpu", reorder="none")
+    assert info3.reorder == "none" and cache_info()["uploads"] == uploads + 1
+    ref = scipy.sparse.linalg.expm_multiply(0.05 * A, x)
+    assert rel(y1, ref) <= 1e-10 and rel(y3, ref) <= 1e-10
+    # a new dtype builds its values in the new order on the device
+    y4, info4 = expm_multiply(A, x, beta=0.05, backend="gpu", reorder="degree", dtype=np.float32)
+    assert info4.times["reorder"] > 0.0 and rel(y4, ref) <= 3e-5
+
+
+@pytest.mark.gpu
+def test_gpu_auto_reorders_large_skewed_graphs(rng):
+    n = 300_000
+    A = skewed_graph(rng, n, [250_000, 150_000, 100_000])  # ~1.9e6 nonzeros, max degree >> 32 x mean
+    assert A.nnz >= 1_000_000
+    x = rng.standard_normal(n)
+    y, info = expm_multiply(A, x, beta=0.02, backend="gpu")
+    assert info.reorder == "degree"
+    y_none, info_none = expm_multiply(A, x, beta=0.02, backend="gpu", reorder="none")
+    assert info_none.reorder == "none"
+    y_cpu, _ = expm_multiply(A, x, beta=0.02, backend="cpu")  # SciPy would need ~10^4 SpMVs here
+    assert rel(y, y_none) <= 1e-11 and rel(y, y_cpu) <= 1e-11
+    _, small = expm_multiply(skewed_graph(rng, 3000, [2000]), backend="gpu")
+    assert small.reorder == "none"
+
+
+@pytest.mark.gpu
+def test_gpu_reordered_overflow_is_scaled(rng):
+    A = skewed_graph(rng, 400, [300, 120], weighted=True)
+    lam = np.linalg.eigvalsh(A.toarray())[-1]
+    beta = 900.0 / lam
+    x = rng.standard_normal(400)
+    y, info = expm_multiply(A, x, beta=beta, backend="gpu", reorder="degree")
+    y0, info0 = expm_multiply(A, x, beta=beta, backend="gpu", reorder="none")
+    assert info.log_scale > 0 and np.all(np.isfinite(y))
+    assert abs(info.log_scale - info0.log_scale) <= 1e-9 * info0.log_scale
+    assert rel(y, y0) <= 1e-10
