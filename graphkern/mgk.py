@@ -183,7 +183,8 @@ class MarginalizedGraphKernel(_KernelBase):
         results do not depend on it.
     techniques : "auto", "core", another preset name, or a dict
         The GPU solver's techniques (graphkern._mgk_tiled: PRESETS and the keys of a dict);
-        ``"core"`` runs the untiled solver of cuda_src/mgk.cu.
+        ``"core"`` runs the untiled solver of cuda_src/mgk.cu; ``"csr"`` the sparse solver of
+        cuda_src/mgk_csr.cu (graphkern._mgk_csr: one GPU; gradients run on the core solver).
 
     Calling ``kernel(X, Y=None, eval_gradient=False, *, nodal=False, pairs=None)`` returns
     the Gram matrix (``Y=None``: X against itself, solving only the upper triangle), the
@@ -259,7 +260,8 @@ class MarginalizedGraphKernel(_KernelBase):
             raise ValueError(f"MarginalizedGraphKernel: q_bounds must lie below 1 (q is a stopping probability), "
                              f"got {self.q_bounds!r}")
         check_reorder(self.reorder)
-        resolve_techniques(self.techniques)
+        if not _is_csr(self.techniques):
+            resolve_techniques(self.techniques)
         return dict(node_program=node_program, edge_program=edge_program, p=p, q=q, tol=float(tol),
                     max_iter=int(max_iter), dtype=dtype)
 
@@ -507,7 +509,10 @@ class MarginalizedGraphKernel(_KernelBase):
 
     # ------------------------------------------------------------------ helpers
     def _engine(self, s):
-        if resolve_backend(self.backend) == "gpu":  # the tiled solver, unless techniques="core"
+        if resolve_backend(self.backend) == "gpu":  # the tiled solver, unless techniques="core" or "csr"
+            if _is_csr(self.techniques):
+                from graphkern._mgk_csr import csr_engine
+                return csr_engine(resolve_devices(self.device), s)
             from graphkern._mgk_tiled import tiled_engine
             engine = tiled_engine(resolve_devices(self.device), s, techniques=self.techniques, reorder=self.reorder,
                                   n_threads=self.n_threads)
@@ -729,6 +734,11 @@ def solver_arguments(ds1, ds2, s):
                        ek_theta=form[2] if form[0] == "kronecker" else 0.0,
                        ek_aux=form[2] if form[0] == "sqexp" else 0.0, ek_slot=slot, form_name=form[0])
     return out
+
+
+def _is_csr(techniques):
+    """``techniques="csr"``: the CSR solver of graphkern/_mgk_csr.py (not a preset of the tiled solver)."""
+    return isinstance(techniques, str) and techniques == "csr"
 
 
 def _positive_real(value, name):

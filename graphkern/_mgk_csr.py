@@ -1,0 +1,278 @@
+"""The CSR GPU solver of the marginalized graph kernel (``techniques="csr"``): cuda_src/mgk_csr.cu.
+
+The core solver (cuda_src/mgk.cu) forms the Kronecker matrix-vector product (XMV) from dense
+8x8 octile products: 64 x 64 element pairs per pair of non-empty octiles, whatever their fill.
+On sparse graphs almost all of them are zero (160 Barabasi-Albert graphs of 96 vertices, m=6:
+~80M element products per XMV where nnz1 nnz2 = 1.17M are not), and the solver is bound by
+instruction issue.  This one sums over pairs of stored entries only:
+
+    (A1 (x) A2 (.) E) p [(i1, i2)] = sum_{j1 ~ i1} sum_{j2 ~ i2} E(e_i1j1, e'_i2j2) w_i1j1 w'_i2j2 p[(j1, j2)]
+
+with one thread block per pair (grid-stride over the pairs, largest first), both graphs' CSR
+and the search direction p in shared memory and the other CG vectors in a global scratch slot
+per resident block (the kernel's header comment has the layout).  The linear system,
+preconditioner, tolerance, float32/float64 handling and the nodal output are the core
+solver's; eval_gradient=True calls run on the core solver (graphkern.mgk).
+
+Cost floor (one pair, per CG iteration): nnz1 nnz2 entry pairs at ~7-8 warp instructions per
+32 of them (a broadcast 128-bit load of G1's record, a gathered load of p, the edge kernel, an
+FMA); the gathered load of p is the shared-memory bottleneck (~2-3.5 wavefronts per warp-load
+for scattered columns, one wavefront per clock per SM).  For the 96-vertex BA set: 1.17M
+entry pairs, ~0.28 us per pair-iteration at issue rate on 132 SMs, ~0.6 us at the
+shared-memory rate; ~6 iterations: 2-4 us per pair.
+
+Vertices are renumbered per graph by decreasing row length (graphkern._mgk_tiled._renumbered)
+so that the 32 outputs of a warp have rows of similar length; the nodal matrices come back in
+the caller's numbering.  Pairs whose staged data exceed the device's shared memory per block
+(:func:`shared_memory_limit`) run on the core solver instead, in the same call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphkern._mgk_data import _nonempty
+from graphkern._mgk_tiled import _renumbered
+
+__all__ = ["CSR_TECHNIQUE", "CSRData", "csr_data", "csr_engine", "CSRGPUEngine", "header_bytes",
+           "pair_shared_bytes", "shared_memory_limit"]
+
+#: the ``techniques=`` name of this solver
+CSR_TECHNIQUE = "csr"
+THREADS_PER_BLOCK = 256     # cuda_src/mgk_csr.cu: kThreads
+REDUCE_BYTES = 8 * 2 * 8    # kReduceBytes: kWarps x kMaxReduce doubles
+N_VECTORS = 4               # x, r, Ap, diagonal (p is in shared memory)
+SCRATCH_SHARE = 0.6         # the CG scratch takes at most this share of the free device memory
+_ENTRY_BYTES = {4: 16, 8: 32}  # EntrySlot<float> / EntrySlot<double>
+
+
+def _align16(n):
+    return (n + 15) & ~15
+
+
+class CSRData:
+    """One dataset's graphs renumbered by decreasing row length, as cuda_src/mgk_csr.cu reads them.
+
+    ``rowptr`` (global, int64), ``indices`` (local, int32), ``weights``, ``edge_features``,
+    ``degree`` and ``node_features`` are those of :class:`graphkern._mgk_data.MGKDataset` in the
+    new numbering; ``orig[v]`` is renumbered global vertex v's index in its graph as given.
+    """
+
+    def __init__(self, ds):
+        n_vertices = int(ds.node_offsets[-1])
+        graph_of_vertex = np.repeat(np.arange(ds.n_graphs, dtype=np.int64), ds.n_nodes)
+        row_length = np.diff(ds.rowptr)
+        # by graph, then longest row first (ties in the given order)
+        order = np.lexsort((np.arange(n_vertices), -row_length, graph_of_vertex))
+        local = order - ds.node_offsets[graph_of_vertex]  # order keeps every graph's vertices in its range
+        perms = np.split(local, ds.node_offsets[1:-1]) if ds.n_graphs else []
+        rd = _renumbered(ds, perms)
+        self.n_graphs = ds.n_graphs
+        self.node_offsets = ds.node_offsets
+        self.n_nodes = ds.n_nodes
+        self.n_entries = ds.n_entries
+        self.rowptr = rd.rowptr.astype(np.int64)
+        self.indices = rd.indices
+        self.weights = rd.weights
+        self.edge_features = rd.edge_features
+        self.degree = rd.degree
+        self.node_features = rd.node_features
+        self.orig = _nonempty((rd.perm_global - ds.node_offsets[graph_of_vertex]).astype(np.int32))
+        self.device_copies = {}
+
+    def on_device(self, dev):
+        """The arrays on ``dev`` and the two widths, in the kernel's argument order (uploaded once)."""
+        from graphkern._cuda import runtime as rt
+
+        copy = self.device_copies.get(dev.ordinal)
+        if copy is not None:
+            return copy
+        host = (self.node_offsets, self.rowptr, self.indices, self.weights, self.edge_features, self.degree,
+                self.node_features, self.orig)
+        rt.check_fits(dev, sum(a.nbytes for a in host), f"the CSR of {self.n_graphs} graphs")
+        copy = tuple(rt.to_device(dev, a) for a in host) + (np.int32(self.edge_features.shape[1]),
+                                                            np.int32(self.node_features.shape[1]))
+        self.device_copies[dev.ordinal] = copy
+        return copy
+
+
+def csr_data(ds):
+    """The :class:`CSRData` of a packed dataset, built on first use and kept on it."""
+    data = getattr(ds, "_csr_solver_data", None)
+    if data is None:
+        data = CSRData(ds)
+        ds._csr_solver_data = data
+    return data
+
+
+def header_bytes(itemsize, param_len, code_len):
+    """Shared bytes of a block's fixed part: reduction slots, parameters, code (mgk_csr.cu: header_bytes)."""
+    return REDUCE_BYTES + _align16(param_len * itemsize) + _align16(code_len * 4)
+
+
+def pair_shared_bytes(itemsize, form, n1, n2, nnz1, nnz2, n_edge_features):
+    """Shared bytes of each pair's staged data (arrays or ints): both graphs' entry records, p,
+    the general form's edge features, both row-pointer arrays (mgk_csr.cu: the pair's layout)."""
+    n1, n2, nnz1, nnz2 = (np.asarray(v, dtype=np.int64) for v in (n1, n2, nnz1, nnz2))
+    features = n_edge_features if form == "general" else 0
+    return ((nnz1 + nnz2) * _ENTRY_BYTES[itemsize] + n1 * n2 * itemsize + (nnz1 + nnz2) * features * itemsize
+            + (n1 + n2 + 2) * 4)
+
+
+def shared_memory_limit(dev):
+    """Dynamic shared memory one block of the solver may use on ``dev``."""
+    return int(dev.properties.get("max_shared_memory_per_block_optin", 48 * 1024))
+
+
+class CSRGPUEngine:
+    """Runs cuda_src/mgk_csr.cu over a list of pairs on one device; pairs too large for its shared
+    memory go to the core solver (:class:`graphkern._mgk_gpu.GPUEngine`) in the same call."""
+
+    name = "gpu"
+
+    def __init__(self, ordinal, s):
+        from graphkern._cuda import runtime as rt
+
+        self.dev = rt.get_device(ordinal)
+        self.s = s
+        #: of the last solve: pairs run here, pairs routed to the core solver, shared bytes per block
+        self.last_run = None
+
+    def solve(self, ds1, ds2, pair_arr, *, nodal):
+        from graphkern.mgk import _Solved, solver_arguments
+
+        s = self.s
+        dt = s["dtype"]
+        m = len(pair_arr)
+        g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
+        g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
+        if m == 0:
+            self.last_run = {"csr_pairs": 0, "core_pairs": 0, "shared_bytes": 0}
+            return _Solved(K=np.zeros(0), iterations=np.zeros(0, np.int32), residuals=np.zeros(0),
+                           nodal=[] if nodal else None, octile_pairs=None, seconds=0.0)
+        args = solver_arguments(ds1, ds2, s)
+        form = args["form_name"]
+        c1 = csr_data(ds1)
+        c2 = c1 if ds2 is ds1 else csr_data(ds2)
+        code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
+        params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
+        need = header_bytes(dt.itemsize, len(params), len(code)) + pair_shared_bytes(
+            dt.itemsize, form, c1.n_nodes[g1], c2.n_nodes[g2], c1.n_entries[g1], c2.n_entries[g2],
+            ds1.edge_features.shape[1])
+        fits = need <= shared_memory_limit(self.dev)
+        here, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
+
+        K = np.full(m, np.nan)
+        iters = np.full(m, -1, dtype=np.int32)
+        resid = np.full(m, np.nan)
+        blocks = [None] * m if nodal else None
+        seconds = 0.0
+        shared = int(need[here].max()) if len(here) else 0
+        if len(here):
+            k, it, res, nod, seconds = self._launch(c1, c2, g1[here], g2[here], args, code, params, shared, nodal)
+            K[here], iters[here], resid[here] = k, it, res
+            if nodal:
+                for j, block in zip(here.tolist(), nod):
+                    blocks[j] = block
+        if len(rest):
+            from graphkern._mgk_gpu import GPUEngine
+
+            sol = GPUEngine(self.dev.ordinal, s).solve(ds1, ds2, pair_arr[rest], nodal=nodal)
+            K[rest], iters[rest], resid[rest] = sol.K, sol.iterations, sol.residuals
+            seconds += sol.seconds
+            if nodal:
+                for j, block in zip(rest.tolist(), sol.nodal):
+                    blocks[j] = block
+        self.last_run = {"csr_pairs": len(here), "core_pairs": len(rest), "shared_bytes": shared}
+        return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds)
+
+    def _launch(self, c1, c2, g1, g2, args, code, params, shared, nodal):
+        """Solve pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations, residuals, nodal blocks, seconds)."""
+        from graphkern._cuda import runtime as rt
+        from graphkern._mgk_gpu import _check_written
+        from graphkern.errors import GraphTooLargeError
+
+        s = self.s
+        dt = s["dtype"]
+        T = dt.type
+        dev = self.dev
+        m = len(g1)
+        n1, n2 = c1.n_nodes[g1], c2.n_nodes[g2]
+        sizes = n1.astype(np.int64) * n2
+        # entry pairs per XMV (plus the vector work): the longest pairs start first
+        cost = c1.n_entries[g1].astype(np.float64) * c2.n_entries[g2] + sizes
+        order = np.argsort(-cost, kind="stable")
+        fn = rt.kernel(dev, "mgk_csr", f"mgk_csr_{args['form_name']}_{'f32' if dt == np.float32 else 'f64'}")
+        if shared > 48 * 1024:
+            fn.set_max_dynamic_shared_memory(shared)
+        stride = int(-(-int(sizes.max()) // 32) * 32)
+        nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
+        out_bytes = m * (8 + 4 + 8) + (int(nodal_off[-1]) * dt.itemsize if nodal else 0)
+        per_block = N_VECTORS * stride * dt.itemsize
+        free, _ = dev.memory_info()
+        resident = dev.properties["multiprocessor_count"] * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK,
+                                                                                               shared))
+        affordable = int((free - out_bytes) * SCRATCH_SHARE // per_block)
+        if affordable < 1:
+            raise GraphTooLargeError(
+                f"the CG vectors of one pair need {per_block / 2**30:.2f} GiB (largest product graph: "
+                f"{int(sizes.max())} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on device "
+                f"{dev.ordinal}, but only {free / 2**30:.2f} GiB is free")
+        n_blocks = min(m, resident, affordable)
+        rt.check_fits(dev, n_blocks * per_block + out_bytes, "the CG work vectors and results")
+
+        set1 = c1.on_device(dev)
+        set2 = set1 if c2 is c1 else c2.on_device(dev)
+        scratch = rt.alloc(dev, n_blocks * N_VECTORS * stride, dt)
+        d_g1 = rt.to_device(dev, g1[order])
+        d_g2 = rt.to_device(dev, g2[order])
+        d_code = rt.to_device(dev, _nonempty(code))
+        d_params = rt.to_device(dev, _nonempty(params))
+        d_k = rt.alloc(dev, m, np.float64)
+        d_it = rt.alloc(dev, m, np.int32)
+        d_res = rt.alloc(dev, m, np.float64)
+        for buf in (d_k, d_it, d_res):
+            buf.memset32(0xFFFFFFFF)  # NaN and -1: a pair the kernel never wrote shows up
+        if nodal:
+            d_nodal = rt.alloc(dev, max(int(nodal_off[-1]), 1), dt)
+            d_nodal_off = rt.to_device(dev, nodal_off)
+        else:
+            d_nodal = d_nodal_off = None
+        launch_args = set1 + set2 + (
+            d_g1, d_g2, np.int64(m), d_code, d_params,
+            np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
+            np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
+            T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]), np.int32(args["ek_slot"]),
+            T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]), np.int32(s["max_iter"]),
+            scratch, np.int64(stride), d_k, d_it, d_res, d_nodal, d_nodal_off)
+        start, end = rt.Event(dev), rt.Event(dev)
+        start.record()
+        rt.launch(fn, n_blocks, THREADS_PER_BLOCK, launch_args, shared_mem=shared)
+        end.record()
+        seconds = start.elapsed_ms(end) / 1e3
+
+        K, iters, resid = (_in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
+        _check_written(K, iters, m)
+        blocks = None
+        if nodal:
+            # block k_sorted of the flat output is pair order[k_sorted]
+            flat = d_nodal.to_host()
+            blocks = [None] * m
+            for k_sorted, k in enumerate(order.tolist()):
+                blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
+        return K, iters, resid, blocks, seconds
+
+
+def _in_pair_order(d_buf, order):
+    """A per-pair device output (in launch order) on the host in the caller's pair order."""
+    launched = d_buf.to_host()
+    out = np.empty_like(launched)
+    out[order] = launched
+    return out
+
+
+def csr_engine(devices, s):
+    """The CSR solver on the one device of ``devices`` (graphkern.mgk: ``techniques="csr"``)."""
+    if len(devices) != 1:
+        raise ValueError(f"device: the CSR solver (techniques='csr') runs on one GPU; got {devices}")
+    return CSRGPUEngine(devices[0], s)

@@ -1,0 +1,212 @@
+"""The CSR GPU solver of the marginalized graph kernel (techniques="csr") against the dense float64
+solve, the CPU solver and the core GPU solver; its host-side data and shared-memory sizing."""
+
+import numpy as np
+import pytest
+
+from graphkern import NotConvergedError
+from graphkern import _mgk_csr
+from graphkern._mgk_csr import csr_data, header_bytes, pair_shared_bytes
+from graphkern._mgk_dense import dense_mgk, dense_mgk_pair
+from graphkern.mgk import MarginalizedGraphKernel
+
+from test_mgk import KERNELS, programs, random_graph, rel_err
+
+gpu = pytest.mark.gpu
+
+
+def sparse_set(rng):
+    """A single vertex, no edges, self-loops, disconnected parts, an unweighted graph, a hub, very different sizes."""
+    hub = random_graph(rng, 30, 0.05)
+    return [random_graph(rng, 1), random_graph(rng, 6, 0.0), random_graph(rng, 2, 0.9),
+            random_graph(rng, 9, components=3), random_graph(rng, 12, weighted=False), random_graph(rng, 17, 0.25),
+            hub, random_graph(rng, 41, 0.08)]
+
+
+def csr_kernel(name, **kw):
+    nk, ek = KERNELS[name]
+    return MarginalizedGraphKernel(nk, ek, backend="gpu", techniques="csr", **kw)
+
+
+# ---------------------------------------------------------------------------- host side (no GPU)
+
+
+def test_renumbered_csr_holds_the_same_graphs(rng):
+    X = [random_graph(rng, n, d) for n, d in ((1, 0.5), (7, 0.0), (13, 0.3), (25, 0.15))]
+    kern = MarginalizedGraphKernel(*KERNELS["general"], dtype=np.float64, backend="cpu")
+    ds = kern._dataset(X, kern._settings())
+    cd = csr_data(ds)
+    assert csr_data(ds) is cd  # kept on the dataset
+    for g, G in enumerate(X):
+        v0, v1 = int(ds.node_offsets[g]), int(ds.node_offsets[g + 1])
+        n = v1 - v0
+        rows = cd.rowptr[v0:v1 + 1]
+        lengths = np.diff(rows)
+        assert np.all(lengths[:-1] >= lengths[1:])  # longest row first
+        orig = cd.orig[v0:v1]
+        assert sorted(orig.tolist()) == list(range(n))
+        # the renumbered adjacency, weights and edge features, mapped back, are the graph's own
+        A = np.zeros((n, n))
+        F = np.zeros((n, n, ds.edge_features.shape[1]))
+        for a in range(n):
+            for k in range(rows[a], rows[a + 1]):
+                i, j = orig[a], orig[cd.indices[k]]
+                A[i, j] = cd.weights[k]
+                F[i, j] = cd.edge_features[k]
+        np.testing.assert_array_equal(A, G.to_scipy().toarray())
+        e0 = int(ds.entry_offsets[g])
+        r = np.repeat(np.arange(n), np.diff(G.indptr))
+        F_given = np.zeros_like(F)
+        F_given[r, G.indices] = ds.edge_features[e0:e0 + G.nnz]
+        np.testing.assert_array_equal(F, F_given)
+        np.testing.assert_array_equal(cd.degree[orig.argsort() + v0], ds.degree[v0:v1])
+        np.testing.assert_array_equal(cd.node_features[v0:v1], ds.node_features[v0 + orig])
+
+
+def test_shared_memory_sizing():
+    # float: 16-byte records, p, row pointers; the general form adds the edge features
+    assert pair_shared_bytes(4, "kronecker", 96, 96, 1080, 1080, 2) == 2160 * 16 + 9216 * 4 + 194 * 4
+    assert pair_shared_bytes(8, "general", 3, 5, 4, 6, 2) == 10 * 32 + 15 * 8 + 10 * 2 * 8 + 10 * 4
+    sizes = pair_shared_bytes(4, "constant", np.array([1, 260]), np.array([1, 260]), np.array([0, 1000]),
+                              np.array([0, 3000]), 1)
+    assert sizes[0] == 4 * 4 + 4 and sizes[1] > 227 * 1024  # the second must go to the core solver
+    assert header_bytes(4, 5, 9) == _mgk_csr.REDUCE_BYTES + 32 + 48
+
+
+def test_csr_technique_is_accepted_and_leaves_the_cpu_alone(rng):
+    X = [random_graph(rng, n) for n in (1, 5, 9)]
+    nk, ek = KERNELS["kronecker"]
+    kern = MarginalizedGraphKernel(nk, ek, q=0.1, tol=1e-13, dtype=np.float64, backend="cpu", techniques="csr")
+    assert kern.get_params()["techniques"] == "csr"
+    assert rel_err(kern(X), dense_mgk(X, None, *programs("kronecker"), q=0.1)) < 1e-10
+    with pytest.raises(ValueError, match="unknown preset"):
+        MarginalizedGraphKernel(nk, ek, techniques="csv")
+
+
+# ---------------------------------------------------------------------------- the GPU solver
+
+
+@gpu
+@pytest.mark.parametrize("name", list(KERNELS))
+def test_gram_matrix_every_form_against_dense_cpu_and_core(rng, name):
+    X = sparse_set(rng)
+    nk, ek = KERNELS[name]
+    ref = dense_mgk(X, None, *programs(name), q=0.05)
+    kern = csr_kernel(name, q=0.05, tol=1e-13, dtype=np.float64)
+    K64 = kern(X)
+    assert K64.dtype == np.float64 and kern.info_.backend == "gpu"
+    assert kern._engine(kern._settings()).__class__.__name__ == "CSRGPUEngine"
+    assert rel_err(K64, ref) < 1e-10
+    np.testing.assert_array_equal(K64, K64.T)
+    cpu = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="cpu")(X)
+    assert rel_err(K64, cpu) < 1e-10
+    core64 = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu",
+                                     techniques="core")(X)
+    assert rel_err(K64, core64) < 1e-10
+    K32 = csr_kernel(name, q=0.05)(X)
+    assert K32.dtype == np.float32
+    assert rel_err(K32, ref) < 2e-5
+
+
+@gpu
+@pytest.mark.parametrize("dtype,tol,bound", [(np.float32, None, 2e-5), (np.float64, 1e-13, 1e-10)])
+def test_rectangular_pairs_and_nodal(rng, dtype, tol, bound):
+    X = [random_graph(rng, n) for n in (3, 10, 33)]
+    Y = [random_graph(rng, n) for n in (1, 8, 21, 5, 6)]
+    Y[4] = random_graph(rng, 6, 0.0)
+    kern = csr_kernel("sqexp", q=0.1, p=0.5, tol=tol, dtype=dtype)
+    ref = dense_mgk(X, Y, *programs("sqexp"), p=0.5, q=0.1)
+    K = kern(X, Y)
+    assert K.shape == (3, 5) and K.dtype == dtype
+    assert rel_err(K, ref) < bound
+    pairs = np.array([[2, 1], [0, 3], [2, 1], [1, 0], [2, 4]])
+    np.testing.assert_allclose(kern(X, Y, pairs=pairs), ref[pairs[:, 0], pairs[:, 1]], rtol=bound)
+    blocks = kern(X, Y, nodal=True, pairs=pairs)
+    for (a, b), R in zip(pairs.tolist(), blocks):
+        want = dense_mgk_pair(X[a], Y[b], *programs("sqexp"), p=0.5, q=0.1, nodal=True)
+        assert R.shape == want.shape and R.dtype == dtype
+        np.testing.assert_allclose(R, want, rtol=50 * bound, atol=bound * np.abs(want).max())
+    full = kern(X, nodal=True)  # X vs X: the lower blocks are the transposed upper ones
+    nx = [g.n_nodes for g in X]
+    off = np.concatenate([[0], np.cumsum(nx)])
+    for a in range(3):
+        for b in range(3):
+            want = dense_mgk_pair(X[a], X[b], *programs("sqexp"), p=0.5, q=0.1, nodal=True)
+            got = full[off[a]:off[a + 1], off[b]:off[b + 1]]
+            np.testing.assert_allclose(got, want, rtol=50 * bound, atol=bound * np.abs(want).max())
+    kn = csr_kernel("sqexp", q=0.1, p=0.5, tol=tol, dtype=dtype, normalize=True)
+    Kn = kn(X, Y)
+    assert rel_err(Kn, ref / np.sqrt(np.outer(np.diag(dense_mgk(X, None, *programs("sqexp"), p=0.5, q=0.1)),
+                                              np.diag(dense_mgk(Y, None, *programs("sqexp"), p=0.5, q=0.1))))) \
+        < 5 * bound
+
+
+@gpu
+@pytest.mark.parametrize("name", ["kronecker", "general"])
+def test_pairs_beyond_shared_memory_go_to_the_core_solver(rng, monkeypatch, name):
+    X = sparse_set(rng)
+    nk, ek = KERNELS[name]
+    ref = dense_mgk(X, None, *programs(name), q=0.05)
+    kern = csr_kernel(name, q=0.05, tol=1e-13, dtype=np.float64)
+    # a limit between the small and the large pairs' needs: both solvers run in one call
+    monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: 6000)
+    engine = kern._engine(kern._settings())
+    s = kern._settings()
+    ds = kern._dataset(X, s)
+    i, j = np.triu_indices(len(X))
+    pair_arr = np.stack([i, j], axis=1).astype(np.int64)
+    solved = engine.solve(ds, ds, pair_arr, nodal=True)
+    assert engine.last_run["csr_pairs"] > 0 and engine.last_run["core_pairs"] > 0
+    assert rel_err(solved.K, ref[i, j]) < 1e-10
+    for (a, b), R in zip(pair_arr.tolist(), solved.nodal):
+        want = dense_mgk_pair(X[a], X[b], *programs(name), q=0.05, nodal=True)
+        np.testing.assert_allclose(R, want, rtol=1e-8, atol=1e-12 * np.abs(want).max())
+
+
+@gpu
+def test_pair_too_large_for_any_shared_memory(rng):
+    # 260 x 260 vertex pairs: p alone (270 KB in float32) exceeds every GPU's shared memory per block
+    X = [random_graph(rng, 260, 0.01, self_loops=False), random_graph(rng, 20, 0.2)]
+    nk, ek = KERNELS["kronecker"]
+    kern = csr_kernel("kronecker", q=0.05)
+    K = kern(X)
+    cpu = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-12, dtype=np.float64, backend="cpu")(X)
+    assert rel_err(K, cpu) < 2e-5
+    engine = kern._engine(kern._settings())
+    s = kern._settings()
+    ds = kern._dataset(X, s)
+    engine.solve(ds, ds, np.array([[0, 0], [0, 1], [1, 1]]), nodal=False)
+    assert engine.last_run["core_pairs"] == 1 and engine.last_run["csr_pairs"] == 2
+
+
+@gpu
+def test_many_pairs_grid_stride_and_equal_to_core(rng):
+    # more pairs than resident blocks: every block takes several pairs, largest first
+    X = [random_graph(rng, int(n), float(d)) for n, d in zip(rng.integers(1, 40, 70), rng.uniform(0.02, 0.4, 70))]
+    nk, ek = KERNELS["kronecker"]
+    core = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu", techniques="core")(X)
+    kern = csr_kernel("kronecker", q=0.05, tol=1e-13, dtype=np.float64)
+    K = kern(X)
+    assert rel_err(K, core) < 1e-10
+    np.testing.assert_array_equal(K, K.T)
+    assert np.linalg.eigvalsh(K).min() > -1e-10 * np.abs(K).max()
+    perm = rng.permutation(len(X))
+    np.testing.assert_allclose(kern([X[k] for k in perm]), K[np.ix_(perm, perm)], rtol=1e-10)
+
+
+@gpu
+def test_small_stopping_probability_non_convergence_and_gradient(rng):
+    X = [random_graph(rng, n) for n in (4, 11, 16)]
+    nk, ek = KERNELS["general"]
+    ref = dense_mgk(X, None, *programs("general"), q=5e-4)
+    kern = csr_kernel("general", q=5e-4, tol=1e-13, dtype=np.float64, max_iter=5000)
+    assert rel_err(kern(X), ref) < 1e-9
+    with pytest.raises(NotConvergedError) as info:
+        csr_kernel("general", q=0.01, max_iter=2)(X)
+    assert len(info.value.pairs) > 0 and np.all(info.value.iterations == 2)
+    # gradients run on the core solver
+    core = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu", techniques="core")
+    K_core, dK_core = core(X, eval_gradient=True)
+    K, dK = csr_kernel("general", q=0.05, tol=1e-13, dtype=np.float64)(X, eval_gradient=True)
+    np.testing.assert_allclose(K, K_core, rtol=1e-12)
+    np.testing.assert_allclose(dK, dK_core, rtol=1e-12, atol=1e-14 * np.abs(dK_core).max())
