@@ -1,5 +1,5 @@
 // Jaccard, Sorensen and overlap similarity on every stored entry (i, j) of a symmetric CSR
-// (graphkern/jaccard.py launches these; graphkern/_cpu/jaccard.pyx is the CPU twin).
+// (graphkern/similarity.py launches these; graphkern/_cpu/jaccard.pyx is the CPU twin).
 //
 // How the pieces fit:
 //  * Kernels intersect the raw stored rows i and j, self-loops included.  The per-vertex terms
@@ -19,6 +19,18 @@
 //                entries lays all of it on one line and every thread takes `chunk` consecutive
 //                searches, so a hub-to-hub entry is spread over many threads; partial counts meet
 //                through warp-aggregated atomics, and a finalize pass writes every entry.
+//      hub       balanced, except where the long row of a pair belongs to one of the highest-
+//                degree vertices (a "hub"): each short-row element is then one bit test in a
+//                bitmap of the hub's row instead of a gallop.  Such a pair's work is carried by
+//                its entry in the hub's own row, so a stretch of the work line shares one hub's
+//                bitmap (L2/L1-resident) however many hubs there are.  The bitmaps are built by
+//                the same launch sequence.  Unweighted only: a weighted match needs the element's
+//                position in the long row, so weighted "hub" runs as balanced.
+//      shortrow  rows of at most 32 entries: a group of lanes per row i keeps N(i) in shared
+//                memory; for each upper entry (i, j) the group loads row j (a lane per element),
+//                each lane looks its element up in N(i) and a ballot counts the matches; the lane
+//                that holds i writes the mirror entry.  The per-vertex terms come from the rows
+//                the group has loaded anyway, so the whole computation is one launch.
 #include <cstdint>
 #include <type_traits>
 
@@ -50,6 +62,28 @@ struct VertexTerms {
     const T* selfw;      // weighted: the weight to add (sign +1) or remove (sign -1) for k = i
     T sign;
 };
+
+// One vertex's unweighted terms, from its stored row length and whether the row stores i itself.
+struct CountTerms {
+    int32_t deg, adj;
+};
+
+__device__ __forceinline__ CountTerms count_terms(int32_t len, int32_t stored, int32_t self_loops) {
+    if (self_loops) return {len + 1 - stored, 1 - stored};
+    return {len - stored, -stored};
+}
+
+// One vertex's weighted terms, from its row's weight sum and stored self-loop weight.
+template <typename T>
+struct WeightTerms {
+    T wsum, selfw;
+};
+
+template <typename T>
+__device__ __forceinline__ WeightTerms<T> weight_terms(T sum, T loop_w, int32_t found, int32_t self_loops) {
+    if (self_loops) return {found ? sum : sum + T(1), found ? T(0) : T(1)};
+    return {sum - loop_w, loop_w};
+}
 
 // Same arithmetic as graphkern/_cpu/jaccard.pyx: keep the two in step.
 template <typename T>
@@ -84,16 +118,27 @@ __device__ __forceinline__ T weight_ratio(int32_t metric, T inter, T wi, T wj) {
     return den > T(0) ? num / den : T(0);
 }
 
-// The similarity of off-diagonal entry (i, j) from the raw intersection of rows i and j.
+// The similarity of off-diagonal entry (i, j) from the raw intersection of rows i and j and the
+// two vertices' terms (sign: +1 puts every vertex in its own set, -1 drops stored self-loops).
+template <typename T>
+__device__ __forceinline__ T count_similarity(int32_t metric, int32_t raw, CountTerms a, CountTerms b) {
+    return count_ratio<T>(metric, (int64_t)raw + a.adj + b.adj, a.deg, b.deg);
+}
+
+template <typename T>
+__device__ __forceinline__ T weight_similarity(int32_t metric, T raw, WeightTerms<T> a, WeightTerms<T> b, T w_ij,
+                                               T sign) {
+    const T inter = raw + sign * (smaller(a.selfw, w_ij) + smaller(b.selfw, w_ij));
+    return weight_ratio<T>(metric, inter, a.wsum, b.wsum);
+}
+
 template <bool kWeighted, typename T>
 __device__ __forceinline__ T finish(int32_t metric, Acc<kWeighted, T> raw, int32_t i, int32_t j, T w_ij,
                                     const VertexTerms<T>& v) {
     if constexpr (kWeighted) {
-        const T inter = raw + v.sign * (smaller(v.selfw[i], w_ij) + smaller(v.selfw[j], w_ij));
-        return weight_ratio<T>(metric, inter, v.wsum[i], v.wsum[j]);
+        return weight_similarity<T>(metric, raw, {v.wsum[i], v.selfw[i]}, {v.wsum[j], v.selfw[j]}, w_ij, v.sign);
     } else {
-        const int64_t inter = (int64_t)raw + v.adj[i] + v.adj[j];
-        return count_ratio<T>(metric, inter, v.deg[i], v.deg[j]);
+        return count_similarity<T>(metric, raw, {v.deg[i], v.adj[i]}, {v.deg[j], v.adj[j]});
     }
 }
 
@@ -143,14 +188,32 @@ __device__ __forceinline__ Acc<kWeighted, T> gallop_intersection(const int32_t* 
 
 struct RowPair {
     int64_t short_begin, short_end, long_begin, long_end;
+    int32_t long_vertex;
 };
 
-// The shorter of rows i and j (row i on a tie): the same rule in the work prefix sum and in the
-// balanced kernel, which must agree on what item s of an entry is.
+// Whether i is the long side of pair {i, j}: the larger degree, the larger index on a tie (the
+// owner rule of graphkern/_cpu/jaccard.pyx).  The rule depends on the pair, not on the order of
+// its arguments, so the work prefix sum, the balanced kernel and its finalize pass agree on it
+// whichever of (i, j) and (j, i) they look at.
+__device__ __forceinline__ bool is_long_side(int32_t i, int64_t di, int32_t j, int64_t dj) {
+    return di > dj || (di == dj && i > j);
+}
+
 __device__ __forceinline__ RowPair row_pair(const int64_t* __restrict__ indptr, int32_t i, int32_t j) {
     const int64_t a = indptr[i], a_end = indptr[i + 1], b = indptr[j], b_end = indptr[j + 1];
-    if (a_end - a <= b_end - b) return {a, a_end, b, b_end};
-    return {b, b_end, a, a_end};
+    if (is_long_side(i, a_end - a, j, b_end - b)) return {b, b_end, a, a_end, i};
+    return {a, a_end, b, b_end, j};
+}
+
+// The row whose entry of pair {i, j} carries its work in the balanced and hub variants: the long
+// side when that vertex has a hub bitmap (hub_slot non-null and >= 0), else the smaller index.
+__device__ __forceinline__ int32_t owner_row(const int64_t* __restrict__ indptr, const int32_t* __restrict__ hub_slot,
+                                             int32_t i, int32_t j) {
+    if (hub_slot != nullptr) {
+        const int32_t l = is_long_side(i, indptr[i + 1] - indptr[i], j, indptr[j + 1] - indptr[j]) ? i : j;
+        if (hub_slot[l] >= 0) return l;
+    }
+    return i < j ? i : j;
 }
 
 // ------------------------------------------------------------------ per-vertex terms
@@ -163,14 +226,9 @@ __device__ __forceinline__ void vertex_counts(const int64_t* __restrict__ indptr
     const int64_t b = indptr[i], e = indptr[i + 1];
     const int64_t p = lower_bound(idx, b, e, (int32_t)i);
     const int32_t stored = (p < e && idx[p] == (int32_t)i) ? 1 : 0;
-    const int32_t len = (int32_t)(e - b);
-    if (self_loops) {
-        deg[i] = len + 1 - stored;
-        adj[i] = 1 - stored;
-    } else {
-        deg[i] = len - stored;
-        adj[i] = -stored;
-    }
+    const CountTerms t = count_terms((int32_t)(e - b), stored, self_loops);
+    deg[i] = t.deg;
+    adj[i] = t.adj;
 }
 
 // A warp per row: the row's weight sum and its stored self-loop weight.
@@ -196,13 +254,9 @@ __device__ __forceinline__ void vertex_weights(const int64_t* __restrict__ indpt
         found |= __shfl_xor_sync(kFullMask, found, off);
     }
     if (lane != 0) return;
-    if (self_loops) {
-        wsum[i] = found ? sum : sum + T(1);
-        selfw[i] = found ? T(0) : T(1);
-    } else {
-        wsum[i] = sum - loop_w;
-        selfw[i] = loop_w;
-    }
+    const WeightTerms<T> t = weight_terms<T>(sum, loop_w, found, self_loops);
+    wsum[i] = t.wsum;
+    selfw[i] = t.selfw;
 }
 
 // ------------------------------------------------------------------ fused variants
@@ -296,11 +350,13 @@ __device__ __forceinline__ void warp_similarity(const int64_t* __restrict__ indp
 
 // ------------------------------------------------------------------ balanced variant
 
-// Work of entry k: min(d_i, d_j) searches for an upper entry, none otherwise.  Also writes the
-// row of every entry (the later passes read it instead of searching indptr) and each tile's sum.
+// Work of entry k = (r, j): min(d_r, d_j) searches if r is the owner row of the pair (see
+// owner_row), none otherwise.  Also writes the row of every entry (the later passes read it
+// instead of searching indptr) and each tile's sum.
 __device__ __forceinline__ void balanced_work(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
-                                              int32_t n, int64_t nnz, int32_t* __restrict__ rows,
-                                              int64_t* __restrict__ work, int64_t* __restrict__ tile_sums) {
+                                              const int32_t* __restrict__ hub_slot, int32_t n, int64_t nnz,
+                                              int32_t* __restrict__ rows, int64_t* __restrict__ work,
+                                              int64_t* __restrict__ tile_sums) {
     const int64_t tile = blockIdx.x * (int64_t)kScanTile;
     const int64_t tile_last = min(nnz - 1, tile + kScanTile - 1);
     const int64_t k_first = tile + (int64_t)threadIdx.x * kScanItems;
@@ -313,7 +369,8 @@ __device__ __forceinline__ void balanced_work(const int64_t* __restrict__ indptr
         rows[k] = (int32_t)r;
         const int32_t j = idx[k];
         int64_t wk = 0;
-        if (r < j) wk = smaller(indptr[r + 1] - indptr[r], indptr[j + 1] - indptr[j]);
+        if (r != j && owner_row(indptr, hub_slot, (int32_t)r, j) == r)
+            wk = smaller(indptr[r + 1] - indptr[r], indptr[j + 1] - indptr[j]);
         work[k] = wk;
         sum += wk;
     }
@@ -358,7 +415,9 @@ __device__ __forceinline__ void scan_tiles(int64_t* __restrict__ work, int64_t n
 }
 
 // Work item t of entry e (offsets[e] <= t < offsets[e + 1]) is element t - offsets[e] of the
-// shorter row, galloped through the longer one.  Threads take `chunk` consecutive items; the 32
+// shorter row, galloped through the longer one, or tested in the long row's bitmap when that row
+// has one (hub_slot[long] >= 0; unweighted only, hub_slot null otherwise).  Bitmap s holds
+// `words` 32-bit words from bitmaps + s * words.  Threads take `chunk` consecutive items; the 32
 // lanes of a warp take 32 consecutive chunks, so lanes that end inside the same entry add their
 // partial sums by a segmented shuffle reduction before one atomic per entry.  The grid is
 // persistent (grid-stride over warps of chunks); the total work is read from offsets[nnz], so
@@ -368,7 +427,9 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
                                                        const int32_t* __restrict__ idx, const T* __restrict__ w,
                                                        const int32_t* __restrict__ rows,
                                                        const int64_t* __restrict__ offsets, int64_t nnz,
-                                                       int32_t chunk, Acc<kWeighted, T>* __restrict__ inter) {
+                                                       int32_t chunk, const int32_t* __restrict__ hub_slot,
+                                                       const uint32_t* __restrict__ bitmaps, int64_t words,
+                                                       Acc<kWeighted, T>* __restrict__ inter) {
     using A = Acc<kWeighted, T>;
     const int64_t total_work = offsets[nnz];
     const int64_t n_chunks = (total_work + chunk - 1) / chunk;
@@ -387,17 +448,29 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
             while (true) {
                 const RowPair r = row_pair(indptr, rows[e], idx[e]);
                 const int64_t stop = min(off_next, t_end);
-                int64_t p = r.long_begin;
-                for (int64_t s = r.short_begin + (t - off_cur); t < stop; ++t, ++s) {
-                    const int32_t x = idx[s];
-                    p = gallop_lower_bound(idx, p, r.long_end, x);
-                    if (p == r.long_end) {  // nothing left of this entry can match
-                        t = stop;
-                        break;
+                int32_t slot = -1;
+                if constexpr (!kWeighted) {
+                    if (hub_slot != nullptr) slot = hub_slot[r.long_vertex];
+                }
+                if (slot >= 0) {
+                    const uint32_t* __restrict__ bits = bitmaps + (int64_t)slot * words;
+                    for (int64_t s = r.short_begin + (t - off_cur); t < stop; ++t, ++s) {
+                        const int32_t x = idx[s];
+                        acc += (A)((bits[x >> 5] >> (x & 31)) & 1u);
                     }
-                    if (idx[p] == x) {
-                        acc += match_value<kWeighted, T>(w, s, p);
-                        ++p;
+                } else {
+                    int64_t p = r.long_begin;
+                    for (int64_t s = r.short_begin + (t - off_cur); t < stop; ++t, ++s) {
+                        const int32_t x = idx[s];
+                        p = gallop_lower_bound(idx, p, r.long_end, x);
+                        if (p == r.long_end) {  // nothing left of this entry can match
+                            t = stop;
+                            break;
+                        }
+                        if (idx[p] == x) {
+                            acc += match_value<kWeighted, T>(w, s, p);
+                            ++p;
+                        }
                     }
                 }
                 if (t >= t_end) break;
@@ -425,8 +498,9 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
 template <bool kWeighted, typename T>
 __device__ __forceinline__ void balanced_finalize(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
                                                   const T* __restrict__ w, const int32_t* __restrict__ rows,
-                                                  int64_t nnz, int32_t metric, const VertexTerms<T>& v,
-                                                  const Acc<kWeighted, T>* __restrict__ inter, T* __restrict__ out) {
+                                                  const int32_t* __restrict__ hub_slot, int64_t nnz, int32_t metric,
+                                                  const VertexTerms<T>& v, const Acc<kWeighted, T>* __restrict__ inter,
+                                                  T* __restrict__ out) {
     const int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (k >= nnz) return;
     const int32_t i = rows[k], j = idx[k];
@@ -434,8 +508,122 @@ __device__ __forceinline__ void balanced_finalize(const int64_t* __restrict__ in
         out[k] = T(1);
         return;
     }
-    const int64_t upper = i < j ? k : lower_bound(idx, indptr[j], indptr[j + 1], i);
-    out[k] = finish<kWeighted, T>(metric, inter[upper], i, j, kWeighted ? w[k] : T(1), v);
+    const int64_t owner = owner_row(indptr, hub_slot, i, j) == i ? k : lower_bound(idx, indptr[j], indptr[j + 1], i);
+    out[k] = finish<kWeighted, T>(metric, inter[owner], i, j, kWeighted ? w[k] : T(1), v);
+}
+
+// ------------------------------------------------------------------ hub bitmaps
+
+// Block s builds bitmap s, of hub vertex hubs[s] (bit x of word x >> 5 set iff the hub's row
+// stores x), and sets hub_slot[hubs[s]] = s (hub_slot is reset to -1 before).  Only the words
+// this row sets can hold bits of an earlier call on the same graph (the buffer is zeroed once,
+// when allocated), so clearing them replaces a pass over all the bitmaps' memory.
+__device__ __forceinline__ void hub_bitmaps(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
+                                            const int32_t* __restrict__ hubs, int64_t words,
+                                            uint32_t* __restrict__ bitmaps, int32_t* __restrict__ hub_slot) {
+    const int32_t slot = blockIdx.x;
+    const int32_t h = hubs[slot];
+    uint32_t* __restrict__ bits = bitmaps + (int64_t)slot * words;
+    const int64_t b = indptr[h], e = indptr[h + 1];
+    if (threadIdx.x == 0) hub_slot[h] = slot;
+    for (int64_t p = b + threadIdx.x; p < e; p += blockDim.x) bits[idx[p] >> 5] = 0u;
+    __syncthreads();  // every clear before any set: two elements may share a word
+    for (int64_t p = b + threadIdx.x; p < e; p += blockDim.x) {
+        const int32_t x = idx[p];
+        atomicOr(bits + (x >> 5), 1u << (x & 31));
+    }
+}
+
+// ------------------------------------------------------------------ shortrow variant
+
+// Sum over the `group` lanes of mask (xor partners stay inside an aligned group).
+template <typename V>
+__device__ __forceinline__ V group_sum(unsigned mask, V x, int32_t group) {
+    for (int off = group >> 1; off > 0; off >>= 1) x += __shfl_xor_sync(mask, x, off);
+    return x;
+}
+
+template <bool kWeighted, typename T>
+using Terms = typename std::conditional<kWeighted, WeightTerms<T>, CountTerms>::type;
+
+// A row's terms from its elements held one per lane (`has`: this lane holds one, `col`, `wt`).
+template <bool kWeighted, typename T>
+__device__ __forceinline__ Terms<kWeighted, T> group_row_terms(unsigned mask, int32_t group, int32_t vertex,
+                                                               int32_t len, bool has, int32_t col, T wt,
+                                                               int32_t self_loops) {
+    const bool loop = has && col == vertex;
+    const int32_t stored = (__ballot_sync(mask, loop) & mask) != 0u;
+    if constexpr (kWeighted) {
+        const T sum = group_sum<T>(mask, has ? wt : T(0), group);
+        const T loop_w = group_sum<T>(mask, loop ? wt : T(0), group);
+        return weight_terms<T>(sum, loop_w, stored, self_loops);
+    } else {
+        return count_terms(len, stored, self_loops);
+    }
+}
+
+constexpr int32_t kNoColumn = 0x7fffffff;  // pads a row past its length; no vertex has this index
+
+// `group` lanes (a power of two, at least the longest row, at most 32) per row i.  Row i's
+// columns (and weights) sit in this group's `group` slots of shared memory, padded with
+// kNoColumn; for every upper entry (i, j) the group loads row j, one element per lane, and each
+// lane finds its element among row i's by a branch-free binary search of log2(group) steps.
+template <bool kWeighted, typename T>
+__device__ __forceinline__ void shortrow_similarity(const int64_t* __restrict__ indptr,
+                                                    const int32_t* __restrict__ idx, const T* __restrict__ w,
+                                                    int32_t n, int32_t metric, int32_t self_loops,
+                                                    T* __restrict__ out, int32_t group) {
+    __shared__ int32_t row_cols[kBlock];
+    __shared__ T row_w[kWeighted ? kBlock : 1];
+    const int32_t rank = threadIdx.x & (group - 1);
+    const int32_t base = threadIdx.x - rank;  // this group's slots
+    const int lane = threadIdx.x & 31;
+    const unsigned mask = group == 32 ? kFullMask : ((1u << group) - 1u) << (lane & ~(group - 1));
+    const int64_t row = blockIdx.x * (int64_t)(blockDim.x / group) + threadIdx.x / group;
+    if (row >= n) return;  // uniform within a group; no block-wide barrier follows
+    const int32_t i = (int32_t)row;
+    const int64_t a0 = indptr[i];
+    const int32_t len_i = (int32_t)(indptr[i + 1] - a0);  // <= group, checked by the host
+    const bool in_i = rank < len_i;
+    const int32_t a = in_i ? idx[a0 + rank] : kNoColumn;
+    T wa = T(0);
+    if constexpr (kWeighted) {
+        wa = in_i ? w[a0 + rank] : T(0);
+        row_w[threadIdx.x] = wa;
+    }
+    row_cols[threadIdx.x] = a;
+    __syncwarp(mask);
+    const Terms<kWeighted, T> ti = group_row_terms<kWeighted, T>(mask, group, i, len_i, in_i, a, wa, self_loops);
+    for (int32_t q = 0; q < len_i; ++q) {  // uniform within the group
+        const int32_t j = __shfl_sync(mask, a, q, group);
+        const int64_t k = a0 + q;
+        if (j == i) {
+            if (rank == 0) out[k] = T(1);
+            continue;
+        }
+        if (j < i) continue;  // row j's group computes the pair and writes this entry as its mirror
+        const int64_t b0 = indptr[j];
+        const int32_t len_j = (int32_t)(indptr[j + 1] - b0);
+        const bool in_j = rank < len_j;
+        const int32_t b = in_j ? idx[b0 + rank] : -1;
+        T wb = T(0);
+        if constexpr (kWeighted) wb = in_j ? w[b0 + rank] : T(0);
+        int32_t pos = 0;  // ends at b's slot in row i if row i stores b
+        for (int32_t step = group >> 1; step > 0; step >>= 1)
+            if (row_cols[base + pos + step - 1] < b) pos += step;
+        const bool match = in_j && row_cols[base + pos] == b;
+        const Terms<kWeighted, T> tj = group_row_terms<kWeighted, T>(mask, group, j, len_j, in_j, b, wb, self_loops);
+        T value;
+        if constexpr (kWeighted) {
+            const T raw = group_sum<T>(mask, match ? smaller(row_w[base + pos], wb) : T(0), group);
+            value = weight_similarity<T>(metric, raw, ti, tj, row_w[base + q], self_loops ? T(1) : T(-1));
+        } else {
+            const int32_t raw = __popc(__ballot_sync(mask, match) & mask);
+            value = count_similarity<T>(metric, raw, ti, tj);
+        }
+        if (rank == 0) out[k] = value;
+        if (in_j && b == i) out[b0 + rank] = value;  // the mirror entry (j, i); the input is symmetric
+    }
 }
 
 }  // namespace jaccard
@@ -451,9 +639,17 @@ extern "C" __global__ void __launch_bounds__(kBlock)
 }
 
 extern "C" __global__ void __launch_bounds__(kBlock)
-    jaccard_balanced_work(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx, int32_t n, int64_t nnz,
-                          int32_t* __restrict__ rows, int64_t* __restrict__ work, int64_t* __restrict__ tile_sums) {
-    balanced_work(indptr, idx, n, nnz, rows, work, tile_sums);
+    jaccard_balanced_work(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
+                          const int32_t* __restrict__ hub_slot, int32_t n, int64_t nnz, int32_t* __restrict__ rows,
+                          int64_t* __restrict__ work, int64_t* __restrict__ tile_sums) {
+    balanced_work(indptr, idx, hub_slot, n, nnz, rows, work, tile_sums);
+}
+
+extern "C" __global__ void __launch_bounds__(kBlock)
+    jaccard_hub_bitmaps(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
+                        const int32_t* __restrict__ hubs, int64_t words, uint32_t* __restrict__ bitmaps,
+                        int32_t* __restrict__ hub_slot) {
+    hub_bitmaps(indptr, idx, hubs, words, bitmaps, hub_slot);
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
@@ -491,14 +687,21 @@ extern "C" __global__ void __launch_bounds__(kBlock)
         jaccard_balanced_##kind##_##sfx(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,     \
                                         const T* __restrict__ w, const int32_t* __restrict__ rows,               \
                                         const int64_t* __restrict__ offsets, int64_t nnz, int32_t chunk,         \
-                                        Acc<W, T>* __restrict__ inter) {                                         \
-        balanced_intersections<W, T>(indptr, idx, w, rows, offsets, nnz, chunk, inter);                        \
+                                        const int32_t* __restrict__ hub_slot, const uint32_t* __restrict__ bitmaps, \
+                                        int64_t words, Acc<W, T>* __restrict__ inter) {                          \
+        balanced_intersections<W, T>(indptr, idx, w, rows, offsets, nnz, chunk, hub_slot, bitmaps, words, inter); \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_finalize_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), const int32_t* __restrict__ rows,          \
-                                        const Acc<W, T>* __restrict__ inter) {                                   \
-        balanced_finalize<W, T>(indptr, idx, w, rows, nnz, metric, VertexTerms<T>{deg, adj, wsum, selfw, sign},  \
-                                inter, out);                                                                     \
+                                        const int32_t* __restrict__ hub_slot, const Acc<W, T>* __restrict__ inter) { \
+        balanced_finalize<W, T>(indptr, idx, w, rows, hub_slot, nnz, metric,                                     \
+                                VertexTerms<T>{deg, adj, wsum, selfw, sign}, inter, out);                        \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
+        jaccard_shortrow_##kind##_##sfx(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,     \
+                                        const T* __restrict__ w, int32_t n, int32_t metric, int32_t self_loops,  \
+                                        T* __restrict__ out, int32_t group) {                                    \
+        shortrow_similarity<W, T>(indptr, idx, w, n, metric, self_loops, out, group);                          \
     }
 
 JACCARD_FLAVOURS(JACCARD_ENTRY_POINTS)

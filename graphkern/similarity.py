@@ -30,10 +30,14 @@ GPU variants (``variant=``): ``"element"`` (the element-parallel baseline of the
 per stored entry merges both neighbour lists), ``"binary"`` (a thread per upper-triangle entry
 searches each element of the shorter list in the longer one), ``"warp"`` (a group of lanes per
 entry shares that search), ``"balanced"`` (the searches of all entries laid end to end and cut
-into equal chunks, for skewed degree distributions), and ``"auto"``, which picks one from the
-degree distribution (:func:`choose_variant`).  All but ``"element"`` compute each undirected
-pair once and write it to both ``(i, j)`` and ``(j, i)``.  The CPU backend has one method and
-ignores ``variant``.
+into equal chunks, for skewed degree distributions), ``"hub"`` (balanced, with a bitmap of the
+neighbour set of each of the highest-degree vertices, so that looking an element up in a hub's
+list is one bit test; unweighted only, weighted ``"hub"`` runs as ``"balanced"``),
+``"shortrow"`` (graphs whose rows all have at most 32 entries: a group of lanes per row holds
+its list and tests the lists of its neighbours against it, in one launch; other graphs are a
+ValueError), and ``"auto"``, which picks one from the degree distribution
+(:func:`choose_variant`).  All but ``"element"`` compute each undirected pair once and write it
+to both ``(i, j)`` and ``(j, i)``.  The CPU backend has one method and ignores ``variant``.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ from graphkern.graph import as_csr_matrix
 
 __all__ = ["jaccard", "sorensen", "overlap", "choose_variant", "VARIANTS"]
 
-VARIANTS = ("auto", "element", "binary", "warp", "balanced")
+VARIANTS = ("auto", "element", "binary", "warp", "balanced", "hub", "shortrow")
 _METRICS = {"jaccard": 0, "sorensen": 1, "overlap": 2}
 _INT32_MAX = np.iinfo(np.int32).max
 # Per-thread marks of the CPU kernel cost 4 bytes per node each; beyond this many bytes in all,
@@ -57,8 +61,15 @@ _CPU_MARK_BYTES = 4 << 30
 # ---- GPU launch shapes (the constants of cuda_src/jaccard.cu)
 _BLOCK = 256
 _SCAN_TILE = 256 * 16          # kBlock * kScanItems
-_BALANCED_CHUNK = 32           # searches per thread in the balanced variant
+_BALANCED_CHUNK = 32           # searches per thread in the balanced and hub variants
 _MAX_GRID = 2**31 - 1
+_SHORTROW_MAX_DEGREE = 32      # a row's group of lanes is at most a warp
+# The hub variant's bitmaps: vertices of at least this degree, highest first, as many as fit in
+# min(_HUB_MAX_BYTES, _HUB_FREE_FRACTION of the device's free memory).  A bit test replaces a
+# gallop through a list of this length or more; below it the list is a few cache lines anyway.
+_HUB_MIN_DEGREE = 64
+_HUB_MAX_BYTES = 1 << 30
+_HUB_FREE_FRACTION = 0.1
 
 
 def jaccard(G, *, weighted=False, self_loops=False, backend="auto", device=None, n_threads=None,
@@ -231,11 +242,48 @@ def choose_variant(degrees):
     if d.size == 0:
         return "element"
     mean, top = float(d.mean()), int(d.max())
+    # GUESS, not measured yet (the lead sets the rule from H200 runs): "shortrow" for top <= 32,
+    # "hub" wherever this rule says "warp" or "balanced" and the graph is unweighted.
     if top <= 32:
         return "element"
     if top >= 8192 and top > 64 * mean:
         return "balanced"
     return "warp"
+
+
+def shortrow_group_size(degrees):
+    """Lanes per row of the ``"shortrow"`` variant: the longest row rounded up to a power of two.
+
+    Raises ValueError when a row has more than 32 entries (the variant's lists live in one warp).
+    """
+    d = np.asarray(degrees)
+    top = int(d.max()) if d.size else 0
+    if top > _SHORTROW_MAX_DEGREE:
+        raise ValueError(f"the 'shortrow' variant needs every row to have at most {_SHORTROW_MAX_DEGREE} stored "
+                         f"entries; G has a row of {top}")
+    g = 1
+    while g < top:
+        g *= 2
+    return g
+
+
+def hub_vertices(degrees, *, min_degree, max_bytes):
+    """The vertices that get a bitmap in the ``"hub"`` variant, highest degree first.
+
+    Vertices of degree >= ``min_degree``, as many of the highest-degree ones as fit in
+    ``max_bytes`` at ``4 * ceil(n / 32)`` bytes per bitmap.  Returns an int32 array.
+    """
+    d = np.asarray(degrees)
+    n = d.size
+    words = -(-n // 32)
+    limit = int(max_bytes) // (4 * words) if words else 0
+    candidates = np.flatnonzero(d >= max(1, min_degree))
+    if limit <= 0 or candidates.size == 0:
+        return np.zeros(0, dtype=np.int32)
+    if candidates.size > limit:
+        candidates = candidates[np.argpartition(-d[candidates], limit - 1)[:limit]]
+    order = np.lexsort((candidates, -d[candidates]))  # by degree, then index: the same hubs every run
+    return candidates[order].astype(np.int32)
 
 
 def warp_group_size(degrees):
@@ -257,7 +305,10 @@ class DeviceSimilarity:
     The output is poisoned with NaN at allocation, so an entry no kernel writes shows.
     """
 
-    def __init__(self, dev, pattern, *, metric, self_loops, dtype, variant="auto", stream=None):
+    def __init__(self, dev, pattern, *, metric, self_loops, dtype, variant="auto", stream=None,
+                 hub_min_degree=_HUB_MIN_DEGREE, hub_max_bytes=None):
+        """``hub_min_degree`` and ``hub_max_bytes`` (default: min(1 GiB, 10% of free device
+        memory)) choose the bitmaps of the ``"hub"`` variant; see :func:`hub_vertices`."""
         from graphkern._cuda import runtime as rt
 
         self.rt = rt
@@ -276,19 +327,31 @@ class DeviceSimilarity:
         n, nnz, s = pattern.n, pattern.nnz, self.dtype.itemsize
         if nnz == 0:
             raise ValueError("DeviceSimilarity needs at least one stored entry")
+        self.shortrow_group = shortrow_group_size(degrees) if self.variant == "shortrow" else 0
         self.n_tiles = -(-nnz // _SCAN_TILE)
         entries_per_block = _BLOCK // self.group if self.variant == "warp" else _BLOCK
         if -(-nnz // entries_per_block) > _MAX_GRID:
             raise ValueError(f"G has {nnz} stored entries, too many for one launch of the {self.variant!r} variant")
+        self.hubs = np.zeros(0, dtype=np.int32)
+        self.hub_words = -(-n // 32)
+        if self.variant == "hub" and not self.weighted:
+            if hub_max_bytes is None:
+                hub_max_bytes = min(_HUB_MAX_BYTES, int(_HUB_FREE_FRACTION * dev.memory_info()[0]))
+            self.hubs = hub_vertices(degrees, min_degree=hub_min_degree, max_bytes=hub_max_bytes)
 
         sizes = {"indptr": 8 * (n + 1), "indices": 4 * nnz, "out": s * nnz}
         if self.weighted:
             sizes.update(weights=s * nnz, wsum=s * n, selfw=s * n)
         else:
             sizes.update(deg=4 * n, adj=4 * n)
-        if self.variant == "balanced":
+        if self.variant in ("balanced", "hub"):
             sizes.update(rows=4 * nnz, offsets=8 * (nnz + 1), tile_sums=8 * self.n_tiles,
                          inter=(s if self.weighted else 4) * nnz)
+        if self.hubs.size:
+            sizes.update(hub_list=4 * self.hubs.size, hub_slot=4 * n, bitmaps=4 * self.hub_words * self.hubs.size)
+        if self.variant == "shortrow":  # the vertex terms are computed in the kernel
+            for name in ("deg", "adj", "wsum", "selfw"):
+                sizes.pop(name, None)
         self.nbytes = sum(sizes.values())
         rt.check_fits(dev, self.nbytes, f"{('weighted ' if self.weighted else '')}similarity ({self.variant} "
                       f"variant) of a graph with {n} nodes and {nnz} stored entries")
@@ -308,15 +371,21 @@ class DeviceSimilarity:
         self.offsets = alloc("offsets", nnz + 1, np.int64)
         self.tile_sums = alloc("tile_sums", self.n_tiles, np.int64)
         self.inter = alloc("inter", nnz, self.dtype if self.weighted else np.int32)
+        self.hub_list = alloc("hub_list", self.hubs.size, np.int32)
+        self.hub_slot = alloc("hub_slot", n, np.int32)
+        self.bitmaps = alloc("bitmaps", self.hub_words * self.hubs.size, np.uint32)
+        if self.bitmaps is not None:
+            self.bitmaps.zero()  # once: each compute clears only the words it is about to set
         self.out.memset32(0x7FC00000)  # NaN in float32, and a NaN pattern in float64
 
         self._host_weights = pattern.weights.astype(self.dtype) if self.weighted else None
         flavour = f"{'weight' if self.weighted else 'count'}_{'f32' if self.dtype == np.float32 else 'f64'}"
         self._fn = {name: rt.kernel(dev, "jaccard", f"jaccard_{name}_{flavour}")
-                    for name in ("element", "binary", "warp", "balanced", "finalize")}
+                    for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow")}
         self._fn_vertex = (rt.kernel(dev, "jaccard", f"jaccard_vertex_weights_{flavour[-3:]}") if self.weighted
                            else rt.kernel(dev, "jaccard", "jaccard_vertex_counts"))
         self._fn_work = rt.kernel(dev, "jaccard", "jaccard_balanced_work")
+        self._fn_hub_bitmaps = rt.kernel(dev, "jaccard", "jaccard_hub_bitmaps")
         self._fn_scan_sums = rt.kernel(dev, "jaccard", "jaccard_scan_tile_sums")
         self._fn_scan_tiles = rt.kernel(dev, "jaccard", "jaccard_scan_tiles")
         sms = dev.properties["multiprocessor_count"]
@@ -328,13 +397,29 @@ class DeviceSimilarity:
         self.indices.copy_from_host(self.pattern.indices, self.stream)
         if self.weighted:
             self.weights.copy_from_host(self._host_weights, self.stream)
+        if self.hub_list is not None:
+            self.hub_list.copy_from_host(self.hubs, self.stream)
 
     def compute(self):
-        """Enqueue every kernel of the chosen variant on the stream (no copies, no host waits)."""
+        """Enqueue every kernel of the chosen variant on the stream (no copies, no host waits).
+
+        The hub variant's bitmaps and vertex-to-bitmap map are built here, as part of the work.
+        """
         rt, st, p = self.rt, self.stream, self.pattern
         n, nnz = p.n, p.nnz
         n32, nnz64 = np.int32(n), np.int64(nnz)
         scalar = self.dtype.type
+        if self.variant == "shortrow":
+            g = self.shortrow_group
+            rt.launch(self._fn["shortrow"], -(-n // (_BLOCK // g)), _BLOCK,
+                      (self.indptr, self.indices, self.weights, n32, np.int32(self.metric),
+                       np.int32(self.self_loops), self.out, np.int32(g)), stream=st)
+            return
+        if self.hub_slot is not None:
+            self.hub_slot.memset32(0xFFFFFFFF, st)  # -1: no bitmap
+            rt.launch(self._fn_hub_bitmaps, self.hubs.size, _BLOCK,
+                      (self.indptr, self.indices, self.hub_list, np.int64(self.hub_words), self.bitmaps,
+                       self.hub_slot), stream=st)
         if self.weighted:
             rt.launch(self._fn_vertex, -(-n // (_BLOCK // 32)), _BLOCK,
                       (self.indptr, self.indices, self.weights, n32, np.int32(self.self_loops), self.wsum,
@@ -353,14 +438,17 @@ class DeviceSimilarity:
         else:
             self.inter.zero(st)
             rt.launch(self._fn_work, self.n_tiles, _BLOCK,
-                      (self.indptr, self.indices, n32, nnz64, self.rows, self.offsets, self.tile_sums), stream=st)
+                      (self.indptr, self.indices, self.hub_slot, n32, nnz64, self.rows, self.offsets,
+                       self.tile_sums), stream=st)
             total = self.offsets.view(8 * nnz, 8, dtype=np.int64, shape=(1,))
             rt.launch(self._fn_scan_sums, 1, 1024, (self.tile_sums, np.int64(self.n_tiles), total), stream=st)
             rt.launch(self._fn_scan_tiles, self.n_tiles, _BLOCK, (self.offsets, nnz64, self.tile_sums), stream=st)
             rt.launch(self._fn["balanced"], self._balanced_grid, _BLOCK,
                       (self.indptr, self.indices, self.weights, self.rows, self.offsets, nnz64,
-                       np.int32(_BALANCED_CHUNK), self.inter), stream=st)
-            rt.launch(self._fn["finalize"], entry_grid, _BLOCK, common + (self.rows, self.inter), stream=st)
+                       np.int32(_BALANCED_CHUNK), self.hub_slot, self.bitmaps, np.int64(self.hub_words),
+                       self.inter), stream=st)
+            rt.launch(self._fn["finalize"], entry_grid, _BLOCK, common + (self.rows, self.hub_slot, self.inter),
+                      stream=st)
 
     def download(self, out):
         """Copy the result into the host array ``out`` and wait for the stream."""

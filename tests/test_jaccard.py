@@ -7,10 +7,11 @@ import pytest
 import scipy.sparse as sp
 
 from graphkern import Graph, GraphTooLargeError
-from graphkern.similarity import DeviceSimilarity, SymmetricPattern, choose_variant, jaccard, overlap, sorensen
+from graphkern.similarity import (VARIANTS, DeviceSimilarity, SymmetricPattern, choose_variant, hub_vertices, jaccard,
+                                  overlap, shortrow_group_size, sorensen, symmetric_pattern)
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
-GPU_VARIANTS = ["element", "binary", "warp", "balanced"]
+GPU_VARIANTS = [v for v in VARIANTS if v != "auto"]
 METRICS = {"jaccard": jaccard, "sorensen": sorensen, "overlap": overlap}
 # every metric x weighted x self-loop convention x output type
 CONVENTIONS = pytest.mark.parametrize(
@@ -89,6 +90,49 @@ def hub_graph(rng, n, hubs, hub_degree, extra_edges):
     return A
 
 
+def bounded_degree_graph(rng, n, max_degree, *, loops=0.3, isolated=0.1):
+    """Random weighted graph whose rows have at most max_degree entries (many exactly that many).
+
+    Some vertices are isolated; the others (an even number m of them) get max_degree - 1
+    distinct neighbours from as many random rounds of a round-robin schedule on m players (each
+    round a perfect matching, no pair met twice), and some get a self-loop.
+    """
+    alive = rng.permutation(np.flatnonzero(rng.random(n) >= isolated))
+    alive = alive[: alive.size - alive.size % 2]
+    m = alive.size
+    rows, cols = [], []
+    if m >= 2:
+        for r in rng.choice(m - 1, min(max_degree - 1, m - 1), replace=False):
+            k = np.arange(1, m // 2)
+            a = np.r_[r, (r + k) % (m - 1)]
+            b = np.r_[m - 1, (r - k) % (m - 1)]
+            rows += [alive[a], alive[b]]
+            cols += [alive[b], alive[a]]
+    looped = alive[rng.random(m) < loops] if max_degree > 0 else alive[:0]
+    rows, cols = np.concatenate(rows + [looped]), np.concatenate(cols + [looped])
+    A = sp.csr_matrix((rng.random(rows.size) + 0.05, (rows, cols)), shape=(n, n))
+    A = sp.csr_matrix((A + A.T) / 2)
+    A.sort_indices()
+    assert np.diff(A.indptr).max() <= max_degree
+    return A
+
+
+def gpu_test_graph(rng, variant, n, density):
+    """A random graph for a GPU variant; "shortrow" needs rows of at most 32 entries."""
+    if variant == "shortrow":
+        return bounded_degree_graph(rng, n, int(rng.integers(2, 33)))
+    return random_graph(rng, n, density)
+
+
+def device_values(dev, A, metric, *, weighted=False, self_loops=False, dtype=np.float64, **options):
+    """DeviceSimilarity run directly (for options the public functions do not expose)."""
+    run = DeviceSimilarity(dev, symmetric_pattern(A, weighted=weighted), metric=metric, self_loops=self_loops,
+                           dtype=dtype, **options)
+    run.upload()
+    run.compute()
+    return run.download(np.empty(run.pattern.nnz, dtype=dtype)), run
+
+
 def assert_same_pattern(R, A):
     A = sp.csr_matrix(A)
     A.sum_duplicates()
@@ -122,7 +166,7 @@ def test_matches_set_reference(rng, backend, metric, weighted, self_loops, dtype
 @pytest.mark.parametrize("variant", GPU_VARIANTS)
 @CONVENTIONS
 def test_gpu_variant_matches_reference_and_cpu(rng, variant, metric, weighted, self_loops, dtype):
-    A = random_graph(rng, int(rng.integers(60, 120)), 0.1)
+    A = gpu_test_graph(rng, variant, int(rng.integers(60, 120)), 0.1)
     opts = dict(weighted=weighted, self_loops=self_loops, dtype=dtype)
     gpu = METRICS[metric](A, backend="gpu", variant=variant, **opts)
     cpu = METRICS[metric](A, backend="cpu", **opts)
@@ -154,6 +198,10 @@ def test_cpu_skewed_graph_matches_reference(rng):
 @pytest.mark.parametrize("weighted", [False, True])
 def test_gpu_skewed_graph(rng, variant, weighted):
     A = skewed_graph(rng)
+    if variant == "shortrow":
+        with pytest.raises(ValueError, match="at most 32 stored entries; G has a row of"):
+            jaccard(A, weighted=weighted, backend="gpu", variant=variant)
+        return
     gpu = jaccard(A, weighted=weighted, backend="gpu", variant=variant, dtype=np.float64)
     cpu = jaccard(A, weighted=weighted, backend="cpu", dtype=np.float64)
     assert not np.isnan(gpu.data).any()
@@ -163,6 +211,98 @@ def test_gpu_skewed_graph(rng, variant, weighted):
         np.testing.assert_array_equal(gpu.data, cpu.data)
     sample = rng.choice(A.nnz, 300, replace=False)  # the reference is slow on 2000-degree hubs
     np.testing.assert_allclose(gpu.data[sample], reference(A, "jaccard", weighted=weighted)[sample], atol=1e-12)
+
+
+@pytest.mark.gpu
+@CONVENTIONS
+def test_gpu_hub_bitmaps_on_small_graphs(rng, gpu_device, metric, weighted, self_loops, dtype):
+    # every vertex of degree >= 1 may get a bitmap, but only as many as fit in the cap: the long
+    # rows of some pairs have bitmaps and others not, in one run
+    A = random_graph(rng, int(rng.integers(60, 120)), 0.1)
+    n = A.shape[0]
+    n_hubs = int(rng.integers(1, n // 2))
+    values, run = device_values(gpu_device, A, metric, weighted=weighted, self_loops=self_loops, dtype=dtype,
+                                variant="hub", hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32))
+    assert run.hubs.size == (0 if weighted else n_hubs)
+    assert not np.isnan(values).any()
+    np.testing.assert_allclose(values, reference(A, metric, weighted=weighted, self_loops=self_loops),
+                               rtol=0, atol=tolerance(dtype, weighted))
+    cpu = METRICS[metric](A, backend="cpu", weighted=weighted, self_loops=self_loops, dtype=dtype)
+    if not weighted:
+        np.testing.assert_array_equal(values, cpu.data)
+    # a second compute on the same buffers clears and rebuilds the bitmaps: the same result
+    run.compute()
+    np.testing.assert_array_equal(run.download(np.empty_like(values)), values)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n_hubs", [1, 3, 40])
+def test_gpu_hub_bitmaps_with_tied_degrees(gpu_device, n_hubs):
+    # a complete graph: every degree ties, so the owner of each pair is decided by the index rule,
+    # and with some hubs the owner is sometimes the lower entry
+    n = 40
+    A = sp.csr_matrix(np.ones((n, n)) - np.eye(n))
+    values, run = device_values(gpu_device, A, "jaccard", variant="hub", hub_min_degree=1,
+                                hub_max_bytes=n_hubs * 4 * -(-n // 32))
+    assert run.hubs.size == n_hubs
+    np.testing.assert_allclose(values, (n - 2) / n)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_gpu_hub_bitmaps_on_a_wide_graph(rng, gpu_device, self_loops):
+    # n well past one bitmap word per hub and hubs past the default threshold of 64
+    A = hub_graph(rng, 5000, hubs=6, hub_degree=400, extra_edges=15000)
+    A.setdiag(np.where(rng.random(5000) < 0.2, 1.0, 0.0))
+    A.eliminate_zeros()
+    A = sp.csr_matrix(A)
+    values, run = device_values(gpu_device, A, "jaccard", self_loops=self_loops, variant="hub")
+    assert run.hubs.size >= 6
+    cpu = jaccard(A, backend="cpu", self_loops=self_loops, dtype=np.float64)
+    np.testing.assert_array_equal(values, cpu.data)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("max_degree", [1, 2, 3, 8, 9, 16, 17, 31, 32])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gpu_shortrow_group_sizes(rng, max_degree, weighted):
+    A = bounded_degree_graph(rng, int(rng.integers(300, 700)), max_degree)
+    gpu = jaccard(A, weighted=weighted, backend="gpu", variant="shortrow", dtype=np.float64)
+    assert not np.isnan(gpu.data).any()
+    np.testing.assert_allclose(gpu.data, reference(A, "jaccard", weighted=weighted), rtol=0, atol=1e-12)
+    if not weighted:
+        np.testing.assert_array_equal(gpu.data, jaccard(A, backend="cpu", dtype=np.float64).data)
+
+
+def test_shortrow_group_size_and_limit():
+    assert shortrow_group_size(np.array([0, 1, 1])) == 1
+    assert shortrow_group_size(np.array([3, 5, 0])) == 8
+    assert shortrow_group_size(np.array([16])) == 16
+    assert shortrow_group_size(np.array([17, 2])) == 32
+    assert shortrow_group_size(np.array([32])) == 32
+    with pytest.raises(ValueError, match="at most 32 stored entries; G has a row of 33"):
+        shortrow_group_size(np.array([33, 1]))
+
+
+def test_hub_vertices_are_the_highest_degrees_that_fit(rng):
+    n = 1000
+    d = rng.integers(0, 300, n)
+    words = -(-n // 32)
+    hubs = hub_vertices(d, min_degree=64, max_bytes=10 * 4 * words + 3)
+    assert hubs.dtype == np.int32 and hubs.size == 10
+    assert np.all(np.diff(d[hubs]) <= 0)  # highest degree first
+    assert d[hubs].min() >= np.sort(d)[-10]  # no vertex outside has a higher degree
+    everything = hub_vertices(d, min_degree=64, max_bytes=1 << 40)
+    np.testing.assert_array_equal(np.sort(everything), np.flatnonzero(d >= 64))
+    assert hub_vertices(d, min_degree=64, max_bytes=4 * words - 1).size == 0
+    assert hub_vertices(np.zeros(5, dtype=np.int64), min_degree=0, max_bytes=1 << 20).size == 0
+
+
+def test_bounded_degree_graph_reaches_its_bound(rng):
+    A = bounded_degree_graph(rng, 400, 32)
+    d = np.diff(A.indptr)
+    assert d.max() == 32 and (d == 0).any()
+    assert (abs(A - A.T) > 0).nnz == 0
 
 
 def test_auto_variant_follows_the_degree_distribution():
