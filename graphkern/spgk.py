@@ -427,9 +427,11 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
     ``run_cpu(idx)`` / ``run_gpu(idx)`` compute the pairs ``idx`` (positions into ``works``); the
     CPU side runs in a Python thread (its kernels release the GIL) while the calling thread
     drives the GPU.  The CPU takes chunks of about ``cpu_chunk_seconds`` (from its measured
-    rate), so it never holds back much work when the GPU runs dry; the GPU takes half the
-    remaining work per launch, so launches stay few and large.  The two meet where their
-    rates balance: no cost model to calibrate, and nothing to mispredict.
+    rate), so it never holds back much work when the GPU runs dry.  The GPU's first launch
+    takes half the remaining work; once both sides have measured rates (work per second),
+    each later launch takes the share of the remaining work that makes both sides finish
+    together, so a call needs two or three launches.  The two meet where their rates
+    balance: no cost model to calibrate, and nothing to mispredict.
     Returns the split's record (pairs, chunks and busy seconds per side, and the lightest
     work sent to the GPU).
     """
@@ -439,7 +441,7 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
     lock = threading.Lock()
     state = dict(lo=0, hi=len(order))
     record = dict(cpu_pairs=0, gpu_pairs=0, cpu_chunks=0, gpu_chunks=0, cpu_seconds=0.0, gpu_seconds=0.0,
-                  threshold_work=np.inf)
+                  cpu_work=0.0, gpu_work=0.0, threshold_work=np.inf)
     failure = []
     min_cpu = 2 * n_cpu_threads
 
@@ -461,8 +463,13 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
             lo, hi = state["lo"], state["hi"]
             if lo >= hi:
                 return None
-            half = prefix[hi] - 0.5 * (prefix[hi] - prefix[lo])  # half of the remaining work
-            start = min(hi - 1, max(lo, int(np.searchsorted(prefix, half, side="left"))))
+            share = 0.5
+            if record["gpu_seconds"] > 0 and record["cpu_seconds"] > 0 and record["gpu_work"] > 0:
+                gpu_rate = record["gpu_work"] / record["gpu_seconds"]
+                cpu_rate = record["cpu_work"] / record["cpu_seconds"]
+                share = gpu_rate / (gpu_rate + cpu_rate)  # both sides finish the rest together
+            cut = prefix[hi] - share * (prefix[hi] - prefix[lo])
+            start = min(hi - 1, max(lo, int(np.searchsorted(prefix, cut, side="left"))))
             if hi - start < 4 * min_cpu:  # the tail: not worth another launch later
                 start = lo
             state["hi"] = start
@@ -476,9 +483,11 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
                 t0 = time.perf_counter()
                 run_cpu(idx)
                 dt = time.perf_counter() - t0
-                record["cpu_pairs"] += len(idx)
-                record["cpu_chunks"] += 1
-                record["cpu_seconds"] += dt
+                with lock:
+                    record["cpu_pairs"] += len(idx)
+                    record["cpu_chunks"] += 1
+                    record["cpu_seconds"] += dt
+                    record["cpu_work"] += work
                 if work > 0 and dt > 0:
                     rate = work / dt
         except BaseException as exc:  # re-raised in the calling thread
@@ -490,9 +499,11 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
         while (idx := take_heavy()) is not None:
             t0 = time.perf_counter()
             run_gpu(idx)
-            record["gpu_seconds"] += time.perf_counter() - t0
-            record["gpu_pairs"] += len(idx)
-            record["gpu_chunks"] += 1
+            with lock:
+                record["gpu_seconds"] += time.perf_counter() - t0
+                record["gpu_pairs"] += len(idx)
+                record["gpu_chunks"] += 1
+                record["gpu_work"] += float(works[idx].sum())
             record["threshold_work"] = min(record["threshold_work"], float(works[idx].min()))
             if failure:
                 break

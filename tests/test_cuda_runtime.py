@@ -187,6 +187,23 @@ def test_time_gpu_excludes_host_launch_overhead(gpu_device):
 
 
 @pytest.mark.gpu
+def test_time_gpu_of_a_call_that_waits_for_the_device(gpu_device):
+    from graphkern.bench.timing import time_gpu
+
+    s = rt.Stream(gpu_device)
+    host = np.zeros(1 << 20)
+    buf = rt.to_device(gpu_device, host)
+
+    def copy_back():  # a pageable copy: returns only once the device has done it
+        buf.copy_to_host(host, s)
+
+    t0 = time.perf_counter()
+    t = time_gpu(copy_back, s, repeat=10, warmup=1)
+    assert len(t.times) == 10 and t.median > 0
+    assert time.perf_counter() - t0 < 1.0  # no hold is wasted on a call that cannot queue behind one
+
+
+@pytest.mark.gpu
 def test_invalid_launch_raises_named_error(gpu_device):
     fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_iota_i32")
     out = rt.alloc(gpu_device, (16,), np.int32)

@@ -53,6 +53,9 @@ def time_gpu(fn, stream, *, repeat=10, warmup=2, max_seconds=None):
     ``fn()`` and the end event: the device starts on ``fn``'s work only once all of it is
     queued.  If the hold ran out before the end event was enqueued (the start event has
     already completed), the repeat is discarded and retried with a hold twice as long.
+    A ``fn`` that waits for the device itself (a copy from pageable memory, a synchronize)
+    cannot be queued behind a hold; a probe finds those, and they are timed with plain
+    events around the call.
     """
     from graphkern._cuda import runtime as rt
 
@@ -64,15 +67,22 @@ def time_gpu(fn, stream, *, repeat=10, warmup=2, max_seconds=None):
         fn()
         enqueue = max(enqueue, time.perf_counter() - t0)
     stream.synchronize()
+    probe = 20e-3 + 4 * enqueue
+    rt.hold_stream(stream, probe)
+    t0 = time.perf_counter()
+    fn()
+    waits_for_device = time.perf_counter() - t0 >= 0.5 * probe
+    stream.synchronize()
     hold = 4 * enqueue + 100e-6
     t = Timing()
     spent = 0.0
     while len(t.times) < repeat:
-        rt.hold_stream(stream, hold)
+        if not waits_for_device:
+            rt.hold_stream(stream, hold)
         start.record(stream)
         fn()
         end.record(stream)
-        if start.query() and hold < 1.0:  # the device waited on the host: not a clean measurement
+        if not waits_for_device and start.query() and hold < 0.1:  # the device waited on the host
             stream.synchronize()
             hold *= 2
             continue
