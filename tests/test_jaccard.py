@@ -7,6 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from graphkern import Graph, GraphTooLargeError
+import graphkern.similarity as similarity
 from graphkern.similarity import (VARIANTS, DeviceSimilarity, SymmetricPattern, choose_variant, hub_vertices, jaccard,
                                   overlap, shortrow_group_size, sorensen, symmetric_pattern)
 
@@ -126,8 +127,8 @@ def gpu_test_graph(rng, variant, n, density):
 
 def device_values(dev, A, metric, *, weighted=False, self_loops=False, dtype=np.float64, **options):
     """DeviceSimilarity run directly (for options the public functions do not expose)."""
-    run = DeviceSimilarity(dev, symmetric_pattern(A, weighted=weighted), metric=metric, self_loops=self_loops,
-                           dtype=dtype, **options)
+    run = DeviceSimilarity(dev, symmetric_pattern(A, weighted=weighted), metric=similarity._METRICS[metric],
+                           self_loops=self_loops, dtype=dtype, **options)
     run.upload()
     run.compute()
     return run.download(np.empty(run.pattern.nnz, dtype=dtype)), run
