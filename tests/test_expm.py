@@ -906,3 +906,124 @@ def test_gpu_reordered_overflow_is_scaled(rng):
     assert info.log_scale > 0 and np.all(np.isfinite(y))
     assert abs(info.log_scale - info0.log_scale) <= 1e-9 * info0.log_scale
     assert rel(y, y0) <= 1e-10
+
+
+# ----------------------------------------------------------------------------- L1 hot columns (gathers of x)
+
+H100_PROPERTIES = {"compute_capability": (9, 0), "shared_memory_per_multiprocessor": 228 << 10}
+
+
+def test_l1_hot_columns_from_the_l1_the_kernel_leaves():
+    from graphkern._expm_gpu import HOT_L1_SHARE, L1_LINE, l1_hot_columns
+    # rowblock in float64 (20.6 KiB of shared memory per block): 4 blocks + 1 KiB reserve each need
+    # 86.5 KiB -> the 100 KiB carveout, 156 KiB of L1; 6 blocks -> 132 KiB, 124 KiB of L1
+    assert l1_hot_columns(H100_PROPERTIES, 20617, 4, 8) == int(HOT_L1_SHARE * (156 << 10)) // 8 // 16 * 16
+    assert l1_hot_columns(H100_PROPERTIES, 20617, 6, 8) == int(HOT_L1_SHARE * (124 << 10)) // 8 // 16 * 16
+    # a kernel with almost no shared memory: 8 blocks fit the 16 KiB carveout
+    small = l1_hot_columns(H100_PROPERTIES, 65, 8, 8)
+    assert small == int(HOT_L1_SHARE * (240 << 10)) // 8 // 16 * 16
+    for shared, blocks in ((20617, 4), (12425, 6), (65, 8), (0, 1)):
+        f64 = l1_hot_columns(H100_PROPERTIES, shared, blocks, 8)
+        f32 = l1_hot_columns(H100_PROPERTIES, shared, blocks, 4)
+        assert f64 % (L1_LINE // 8) == 0 and f32 % (L1_LINE // 4) == 0 and abs(f32 - 2 * f64) < L1_LINE // 4
+        assert 0 < f64 * 8 <= HOT_L1_SHARE * (256 << 10)
+    # more resident shared memory leaves less L1; beyond the largest carveout, 28 KiB remain
+    assert l1_hot_columns(H100_PROPERTIES, 20617, 8, 8) < l1_hot_columns(H100_PROPERTIES, 20617, 4, 8)
+    assert l1_hot_columns(H100_PROPERTIES, 60000, 4, 8) == int(HOT_L1_SHARE * (28 << 10)) // 8 // 16 * 16
+    # an unknown device: its largest shared memory per SM plus a small L1
+    other = {"compute_capability": (11, 0), "shared_memory_per_multiprocessor": 100 << 10}
+    assert 0 < l1_hot_columns(other, 65, 8, 8) * 8 <= (128 << 10)
+
+
+def test_hot_setting_from_keywords_and_environment(monkeypatch):
+    import math as m
+
+    from graphkern._expm_gpu import HOT_COLUMNS_ENV, HOT_EVICT_LAST_ENV, gather_bound, hot_setting
+    monkeypatch.delenv(HOT_COLUMNS_ENV, raising=False)
+    monkeypatch.delenv(HOT_EVICT_LAST_ENV, raising=False)
+    assert hot_setting() == (None, None)
+    # defaults: A's order gathers everything through L1 with no hint; degree-ordered uses the L1 size
+    assert gather_bound(1000, False, 64) == (1000, False)
+    assert gather_bound(1000, True, 64) == (64, True)
+    assert gather_bound(1000, True, 5000) == (1000, False)  # all of x fits: the plain load
+    assert gather_bound(1000, True, 64, 0) == (0, True)
+    assert gather_bound(1000, False, 64, 10, False) == (10, False)  # an override applies in either order
+    assert gather_bound(1000, True, 64, m.inf) == (1000, False)
+    monkeypatch.setenv(HOT_COLUMNS_ENV, "123")
+    monkeypatch.setenv(HOT_EVICT_LAST_ENV, "0")
+    assert hot_setting() == (123, False)
+    assert hot_setting(7, True) == (7, True)  # keywords win
+    monkeypatch.setenv(HOT_COLUMNS_ENV, " N ")
+    assert hot_setting()[0] == m.inf
+    for bad in ("-1", "1e4", "lots"):
+        monkeypatch.setenv(HOT_COLUMNS_ENV, bad)
+        with pytest.raises(ValueError, match=HOT_COLUMNS_ENV):
+            hot_setting()
+    monkeypatch.delenv(HOT_COLUMNS_ENV)
+    monkeypatch.setenv(HOT_EVICT_LAST_ENV, "yes")
+    with pytest.raises(ValueError, match=HOT_EVICT_LAST_ENV):
+        hot_setting()
+    for bad in (-1, 2.5, "10", True):
+        with pytest.raises(ValueError, match="hot must be"):
+            hot_setting(bad, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["scalar", "vector", "rowblock", "hybrid"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gpu_hot_columns_change_no_bit_of_the_spmv(variant, dtype, weighted, rng, monkeypatch):
+    import math as m
+
+    from graphkern._expm_gpu import HOT_COLUMNS_ENV, HOT_EVICT_LAST_ENV, GpuLanczos
+    from graphkern.expm import _matrix
+    monkeypatch.delenv(HOT_COLUMNS_ENV, raising=False)
+    monkeypatch.delenv(HOT_EVICT_LAST_ENV, raising=False)
+    A = skewed_graph(rng, 12000, [9000, 5000, 1100, 700, 40], weighted)
+    n = A.shape[0]
+    mat = _matrix(A)
+    x = rng.standard_normal(n)
+    ref = A @ x.astype(dtype).astype(np.float64)
+    results = {}
+    # 0: every gather skips L1; 37: a bound inside a cache line; n // 3: most hub rows hot; inf: all
+    for hot in (None, 0, 37, n // 3, m.inf):
+        for evict_last in (True, False):
+            solver = GpuLanczos(mat, dtype, devices=[0], variant=variant, basis="device", max_krylov=4,
+                                breakdown=0.0, n_threads=2, reorder="degree", hot=hot, hot_evict_last=evict_last)
+            expected = (solver.l1_hot if hot is None else min(hot, n)) if hot != m.inf else n
+            assert solver.hot == min(expected, n)
+            assert solver.hot_evict_last == (evict_last and solver.hot < n)
+            y = solver.spmv(x)
+            assert np.max(np.abs(y - ref)) <= TOL[dtype] * np.max(np.abs(ref)) * 10, (hot, evict_last)
+            results[(hot, evict_last)] = y
+    first = next(iter(results.values()))
+    for key, y in results.items():
+        assert np.array_equal(y, first), key  # only the cache a load fills changes, not a value
+
+
+@pytest.mark.gpu
+def test_gpu_hot_columns_default_and_environment(rng, monkeypatch):
+    from graphkern._expm_gpu import HOT_COLUMNS_ENV, HOT_EVICT_LAST_ENV, GpuLanczos
+    from graphkern.expm import _matrix
+    monkeypatch.delenv(HOT_COLUMNS_ENV, raising=False)
+    monkeypatch.delenv(HOT_EVICT_LAST_ENV, raising=False)
+    A = skewed_graph(rng, 200_000, [150_000, 90_000, 4000], weighted=True)
+    n = A.shape[0]
+    mat = _matrix(A)
+    plain = GpuLanczos(mat, np.float64, devices=[0], variant="rowblock", basis="none", max_krylov=4,
+                       breakdown=0.0, n_threads=2, reorder="none")
+    assert plain.hot == n and not plain.hot_evict_last  # A's order: today's plain load
+    ordered = GpuLanczos(mat, np.float64, devices=[0], variant="rowblock", basis="none", max_krylov=4,
+                         breakdown=0.0, n_threads=2, reorder="degree")
+    assert 0 < ordered.hot == ordered.l1_hot < n and ordered.hot % 16 == 0 and ordered.hot_evict_last
+    assert ordered.hot * 8 <= 256 << 10  # at most an SM's L1 + shared memory
+    x = rng.standard_normal(n)
+    y_default, _ = expm_multiply(A, x, beta=0.02, backend="gpu", spmv="rowblock", reorder="degree")
+    for hot, last in (("0", "1"), ("n", "0"), ("4096", "0")):
+        monkeypatch.setenv(HOT_COLUMNS_ENV, hot)
+        monkeypatch.setenv(HOT_EVICT_LAST_ENV, last)
+        y, _ = expm_multiply(A, x, beta=0.02, backend="gpu", spmv="rowblock", reorder="degree")
+        assert np.array_equal(y, y_default), hot
+    monkeypatch.setenv(HOT_COLUMNS_ENV, "-3")
+    with pytest.raises(ValueError, match=HOT_COLUMNS_ENV):
+        expm_multiply(A, x, beta=0.02, backend="gpu", reorder="degree")
