@@ -204,6 +204,18 @@ def test_time_gpu_of_a_call_that_waits_for_the_device(gpu_device):
 
 
 @pytest.mark.gpu
+def test_shared_carveout_preference(gpu_device):
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_iota_i32")
+    for percent in (0, 50, 100):
+        fn.set_preferred_shared_carveout(percent)
+    with pytest.raises(ValueError, match="carveout"):
+        fn.set_preferred_shared_carveout(101)
+    out = rt.alloc(gpu_device, 32, np.int32)
+    rt.launch(fn, 1, 32, (out, np.int32(3), np.int32(32)))
+    np.testing.assert_array_equal(out.to_host(), np.arange(3, 35))
+
+
+@pytest.mark.gpu
 def test_invalid_launch_raises_named_error(gpu_device):
     fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_iota_i32")
     out = rt.alloc(gpu_device, (16,), np.int32)

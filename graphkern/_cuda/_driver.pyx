@@ -248,6 +248,13 @@ cdef class Function:
         _check(cydriver.cuFuncSetAttribute(self.f, cydriver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                            nbytes), "cuFuncSetAttribute")
 
+    def set_preferred_shared_carveout(self, int percent):
+        """Ask for ``percent`` of the SM's L1/shared storage as shared memory (the rest is L1)."""
+        if not 0 <= percent <= 100:
+            raise ValueError(f"shared-memory carveout must be a percentage in [0, 100], got {percent}")
+        _check(cydriver.cuFuncSetAttribute(self.f, cydriver.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                           percent), "cuFuncSetAttribute")
+
     def max_active_blocks_per_sm(self, int block_size, size_t dynamic_shared=0):
         cdef int n = 0
         _check(cydriver.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, self.f, block_size, dynamic_shared),
