@@ -126,15 +126,17 @@ def shared_memory_limit(dev):
 
 class CSRGPUEngine:
     """Runs cuda_src/mgk_csr.cu over a list of pairs on one device; pairs too large for its shared
-    memory go to the core solver (:class:`graphkern._mgk_gpu.GPUEngine`) in the same call."""
+    memory go to ``fallback`` (an engine; default the core solver,
+    :class:`graphkern._mgk_gpu.GPUEngine`) in the same call."""
 
     name = "gpu"
 
-    def __init__(self, ordinal, s):
+    def __init__(self, ordinal, s, fallback=None):
         from graphkern._cuda import runtime as rt
 
         self.dev = rt.get_device(ordinal)
         self.s = s
+        self.fallback = fallback
         #: of the last solve: pairs run here, pairs routed to the core solver, shared bytes per block
         self.last_run = None
 
@@ -177,7 +179,11 @@ class CSRGPUEngine:
         if len(rest):
             from graphkern._mgk_gpu import GPUEngine
 
-            sol = GPUEngine(self.dev.ordinal, s).solve(ds1, ds2, pair_arr[rest], nodal=nodal)
+            fallback = self.fallback if self.fallback is not None else GPUEngine(self.dev.ordinal, s)
+            sol = fallback.solve(ds1, ds2, pair_arr[rest], nodal=nodal)
+            if not len(here):  # all on the fallback: keep its statistics (octile pairs)
+                self.last_run = {"csr_pairs": 0, "core_pairs": len(rest), "shared_bytes": 0}
+                return sol
             K[rest], iters[rest], resid[rest] = sol.K, sol.iterations, sol.residuals
             seconds += sol.seconds
             if nodal:

@@ -127,9 +127,11 @@ INCREMENTAL_STEPS = (
     ("+Block", dict(_ALL, team="block", schedule="static"), "pbr"),
     ("+DynSched", dict(_ALL, team="block"), "pbr"),
 )
-#: preset names for ``techniques=``: "auto" (every technique, team chosen per call), "core"
-#: (the issue-6 solver, cuda_src/mgk.cu), and the incremental steps by name ("dense" ... "dynsched")
-PRESETS = {"auto": dict(_ALL), "core": None}
+#: preset names for ``techniques=``: "auto" (on one GPU: the CSR solver of graphkern._mgk_csr
+#: for the pairs it can hold, every tiled technique for the rest; on several: "tiled"), "tiled"
+#: (every technique, team chosen per call), "core" (the issue-6 solver, cuda_src/mgk.cu), and the
+#: incremental steps by name ("dense" ... "dynsched")
+PRESETS = {"auto": dict(_ALL), "tiled": dict(_ALL), "core": None}
 PRESETS.update({name.lstrip("+").lower(): tech for name, tech, _ in INCREMENTAL_STEPS if name != "+Reorder"})
 
 

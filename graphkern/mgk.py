@@ -181,10 +181,13 @@ class MarginalizedGraphKernel(_KernelBase):
     reorder : "pbr", "rcm" or None
         Vertex order in which the GPU solver cuts graphs into octiles (graphkern.reorder);
         results do not depend on it.
-    techniques : "auto", "core", another preset name, or a dict
-        The GPU solver's techniques (graphkern._mgk_tiled: PRESETS and the keys of a dict);
-        ``"core"`` runs the untiled solver of cuda_src/mgk.cu; ``"csr"`` the sparse solver of
-        cuda_src/mgk_csr.cu (graphkern._mgk_csr: one GPU; gradients run on the core solver).
+    techniques : "auto", "tiled", "csr", "core", another preset name, or a dict
+        The GPU solver.  ``"auto"``: on one GPU the sparse solver of cuda_src/mgk_csr.cu for
+        every pair whose two graphs fit its shared memory and the tiled solver for the rest;
+        on several GPUs the tiled solver.  ``"tiled"``: the tiled solver with every technique
+        (graphkern._mgk_tiled: PRESETS and the keys of a dict); ``"csr"``: the sparse solver,
+        the core one for pairs that do not fit (one GPU); ``"core"``: the untiled solver of
+        cuda_src/mgk.cu.  ``eval_gradient=True`` calls run on the core solver.
 
     Calling ``kernel(X, Y=None, eval_gradient=False, *, nodal=False, pairs=None)`` returns
     the Gram matrix (``Y=None``: X against itself, solving only the upper triangle), the
@@ -509,15 +512,22 @@ class MarginalizedGraphKernel(_KernelBase):
 
     # ------------------------------------------------------------------ helpers
     def _engine(self, s):
-        if resolve_backend(self.backend) == "gpu":  # the tiled solver, unless techniques="core" or "csr"
+        if resolve_backend(self.backend) == "gpu":
+            devices = resolve_devices(self.device)
             if _is_csr(self.techniques):
                 from graphkern._mgk_csr import csr_engine
-                return csr_engine(resolve_devices(self.device), s)
+                return csr_engine(devices, s)
             from graphkern._mgk_tiled import tiled_engine
-            engine = tiled_engine(resolve_devices(self.device), s, techniques=self.techniques, reorder=self.reorder,
+            engine = tiled_engine(devices, s, techniques=self.techniques, reorder=self.reorder,
                                   n_threads=self.n_threads)
-            if engine is not None:
-                return engine
+            if engine is None:  # techniques="core"
+                return self._core_engine(s)
+            if self.techniques in (None, "auto") and len(devices) == 1:
+                # the CSR solver where a pair fits its shared memory (5-9x the tiled one on the
+                # sparse H200 sets), the tiled solver for the rest
+                from graphkern._mgk_csr import CSRGPUEngine
+                return CSRGPUEngine(devices[0], s, fallback=engine)
+            return engine
         return self._core_engine(s)
 
     def _core_engine(self, s):

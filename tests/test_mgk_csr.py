@@ -164,6 +164,30 @@ def test_pairs_beyond_shared_memory_go_to_the_core_solver(rng, monkeypatch, name
 
 
 @gpu
+def test_auto_runs_csr_and_tiled_in_one_call(rng, monkeypatch):
+    from graphkern._mgk_tiled import TiledGPUEngine
+
+    X = sparse_set(rng)
+    nk, ek = KERNELS["kronecker"]
+    ref = dense_mgk(X, None, *programs("kronecker"), q=0.05)
+    kern = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu")  # auto
+    monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: 6000)
+    engine = kern._engine(kern._settings())
+    assert isinstance(engine, _mgk_csr.CSRGPUEngine) and isinstance(engine.fallback, TiledGPUEngine)
+    assert rel_err(kern(X), ref) < 1e-10
+    ds = kern._dataset(X, kern._settings())
+    i, j = np.triu_indices(len(X))
+    engine.solve(ds, ds, np.stack([i, j], axis=1).astype(np.int64), nodal=False)
+    assert engine.last_run["csr_pairs"] > 0 and engine.last_run["core_pairs"] > 0
+    # nothing fits: the tiled solver's own result, octile statistics included
+    monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: 0)
+    assert rel_err(kern(X), ref) < 1e-10
+    assert kern.info_.octile_pairs is not None
+    tiled = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu", techniques="tiled")
+    assert isinstance(tiled._engine(tiled._settings()), TiledGPUEngine)
+
+
+@gpu
 def test_pair_too_large_for_any_shared_memory(rng):
     # 260 x 260 vertex pairs: p alone (270 KB in float32) exceeds every GPU's shared memory per block
     X = [random_graph(rng, 260, 0.01, self_loops=False), random_graph(rng, 20, 0.2)]

@@ -356,7 +356,7 @@ def test_small_stopping_probability_and_non_convergence(rng):
 def test_dataset_and_device_copies_are_reused(rng):
     X = [labeled_graph(rng, n) for n in (5, 19, 30)]
     nk, ek = KERNELS["kronecker"]
-    kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="gpu")
+    kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="gpu", techniques="tiled")
     kern(X)
     ds = next(iter(kern._datasets._entries.values()))[2]
     engine = kern._engine(kern._settings())
