@@ -450,17 +450,20 @@ def test_gpu_matches_cpu_float64_nodal(rng):
 
 
 @pytest.mark.gpu
-def test_gpu_reuses_device_dataset(rng):
+@pytest.mark.parametrize("techniques", ["core", "auto"])
+def test_gpu_reuses_device_dataset(rng, techniques):
     X = [random_graph(rng, n) for n in (5, 19)]
     nk, ek = KERNELS["sqexp"]
-    kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="gpu")
+    kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="gpu", techniques=techniques)
     kern(X)
     ds = next(iter(kern._datasets._entries.values()))[2]
-    copies = dict(ds.device_copies)
+    # the core solver keeps its octiles with the dataset; "auto" (the CSR solver here) its CSR
+    copies = dict(ds.device_copies if techniques == "core" else ds._csr_solver_data.device_copies)
     assert copies
     kern.q = 0.3
     kern.edge_kernel = TensorProduct(length=SquareExponential(2.0), k=Constant(0.5))
     K = kern(X)
-    assert all(ds.device_copies[k] is v for k, v in copies.items())
+    now = ds.device_copies if techniques == "core" else ds._csr_solver_data.device_copies
+    assert all(now[k] is v for k, v in copies.items())
     ref = dense_mgk(X, None, nk.compile(), kern.edge_kernel.compile(), q=0.3)
     assert rel_err(K, ref) < 1e-10
