@@ -45,14 +45,6 @@ vertices relabelled by decreasing degree, so the hubs' entries of x share a few 
 SpMV is also timed on the degree-ordered matrix (built with CuPy from the same order, columns
 sorted), so that the gain of the order alone shows.
 
-L1 and the gathers.  Degree-ordered, the gathers of the first ``hot`` columns (the hubs) allocate
-in L1 and the others skip it (graphkern._expm_gpu: hot sized from the L1 the kernel leaves per SM).
-On graphs that ``reorder="auto"`` degree-orders, a second table gives every degree-ordered
-variant's SpMV alone (20 repeats each) for hot = 0 (every gather skips L1), the default (with and
-without the L1 evict-last hint) and n (every gather allocates: the plain load), so the effect of
-the split shows; GRAPHKERN_EXPM_HOT_COLUMNS / GRAPHKERN_EXPM_HOT_EVICT_LAST override the default
-for the whole run.
-
 Targets (printed with PASS/MISS): graphkern's best SpMV >= 1.2x faster than cuSPARSE on each graph
 (the best over both orders against cuSPARSE on A as given; the ratios against the degree-ordered
 cuSPARSE and of the best in A's order are printed beside it, as information);
@@ -103,8 +95,6 @@ BETA_LAMBDA_MAX = 600.0
 BIG_NNZ = 5e7
 # Bytes of one gather of x from L2: a sector.
 SECTOR = 32
-# SpMV-alone repeats of each point of the hot-columns sweep.
-HOT_SWEEP_REPEAT = 20
 
 
 def add_arguments(parser):
@@ -227,12 +217,10 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
         record("graphkern cpu", timing, y, info, spmv="cpu", **first)
 
     best = best_plain = None
-    hot_rows = []
     if on_gpu:
         from graphkern._expm_gpu import GpuLanczos
         timing, y, info, first = run_graphkern(backend="gpu", spmv="auto")
         record("graphkern gpu auto", timing, y, info, spmv=info.spmv, note=f"reorder={info.reorder} (auto)", **first)
-        sweep_hot = info.reorder == "degree"
         for variant in VARIANTS:
             for order in ORDERS:
                 timing, y, info, first = run_graphkern(backend="gpu", spmv=variant, device=0, reorder=order)
@@ -246,10 +234,8 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
                 row = record(f"graphkern gpu {variant}{' degree-ordered' if ordered else ''}", timing, y, info,
                              spmv=variant, spmv_alone_us=1e6 * alone.median, gb_s=gbps / 1e9,
                              of_copy_bw=gbps / copy_bw if copy_bw else None,
-                             note=f"degree-ordered (order + operator built in {first['reorder_s']:.3g} s); "
-                                  f"hot={solver.hot:,}" if ordered else "", **first)
-                if ordered and sweep_hot:
-                    hot_rows += _hot_sweep(G, dtype, variant, solver)
+                             note=f"degree-ordered (order + operator built in {first['reorder_s']:.3g} s)"
+                             if ordered else "", **first)
                 if best is None or row["spmv_alone_us"] < best["spmv_alone_us"]:
                     best = row
                 if not ordered and (best_plain is None or row["spmv_alone_us"] < best_plain["spmv_alone_us"]):
@@ -317,17 +303,6 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
             targets.append(_target(f"best SpMV ({_label(best)}) vs cuSPARSE degree-ordered", name,
                                    cupy_row["spmv_alone_reordered_us"] / best["spmv_alone_us"], TARGET_SPMV, "x",
                                    judged=False, note="information: both on a degree-ordered matrix"))
-    if hot_rows:
-        for r in hot_rows:
-            r["best"] = "*" if best["reorder"] == "degree" and r["variant"] == best["spmv"] else ""
-            if cupy_row:
-                r["vs_cusparse"] = cupy_row["spmv_alone_us"] / r["spmv_us"]
-        print_table(hot_rows, ["variant", "best", "setting", ("hot", "hot columns", "{:,}"), "evict_last",
-                               ("hot_kib", "x in L1 KiB", "{:.0f}"), ("spmv_us", "us/SpMV alone", "{:.1f}"),
-                               ("vs_default", "x default", "{:.3f}"), ("vs_cusparse", "x cuSPARSE", "{:.2f}")],
-                    title=f"{name}: degree-ordered SpMV alone by L1 hot columns (median of {HOT_SWEEP_REPEAT} "
-                          f"each; * = best variant; x cuSPARSE: against cuSPARSE on A as given)")
-        rows += [dict(base, kind="hot_sweep", method=f"hot sweep {r['variant']}", **r) for r in hot_rows]
     elif on_gpu:
         targets.append(_target("best SpMV vs cuSPARSE", name, None, TARGET_SPMV, "x",
                                note=f"cuSPARSE peer skipped: {cupy_reason}"))
@@ -343,30 +318,6 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
                 targets.append(_target(f"float64 agreement with {peer}", name, _rel(mine, results[peer]),
                                        TARGET_AGREEMENT, "<="))
     return rows, targets
-
-
-def _hot_sweep(G, dtype, variant, solver):
-    """SpMV alone of a degree-ordered variant for hot = 0, the default (evict-last on and off) and
-    n, on the resident operator ``solver`` runs on (its hot bound is the default)."""
-    from graphkern._expm_gpu import GpuLanczos
-    from graphkern.expm import _matrix
-
-    n, isz = G.n_nodes, dtype.itemsize
-    default = solver.hot
-    points = [("0: no gather allocates", 0, None), ("default", default, True),
-              ("default, no evict-last", default, False), ("n: every gather allocates", math.inf, None)]
-    out = []
-    for label, hot, evict_last in points:
-        probe = GpuLanczos(_matrix(G), dtype, devices=[0], variant=variant, basis="none", max_krylov=4,
-                           breakdown=0.0, n_threads=1, reorder="degree", hot=hot, hot_evict_last=evict_last)
-        probe.spmv_prepare(np.ones(n))
-        t = time_gpu(probe.spmv_launch, probe.shares[0].stream, repeat=HOT_SWEEP_REPEAT)
-        out.append({"variant": variant, "setting": label, "hot": probe.hot, "evict_last": probe.hot_evict_last,
-                    "hot_kib": probe.hot * isz / 1024, "spmv_us": 1e6 * t.median})
-        del probe
-    for r in out:
-        r["vs_default"] = out[1]["spmv_us"] / r["spmv_us"]
-    return out
 
 
 def _print_floor(G, dtype, copy_bw):
