@@ -32,15 +32,6 @@
 // keeps several gathers in flight instead of one dependent load chain per nonzero; (3) task-driven
 // kernels are persistent (a grid of resident blocks walks the task table), so the alpha reduction
 // adds a few hundred block partials, not one per task.
-//
-// L1 and the gathers.  Only an L1 hit saves a gather its L2 sector.  A degree-ordered operator
-// (graphkern/_expm_gpu.py: reorder="degree") numbers the hubs first, so the columns below a bound
-// `hot` receive most nonzeros (R-MAT: the first 0.6% of the vertices take 42% of them, the first
-// 2.3% 65%).  Gathers of columns below `hot` allocate in L1 (with an L1 evict-last hint when
-// hot_evict_last is set); the others are read with L1::no_allocate, so the cold majority no longer
-// evicts the hub lines.  The host sizes `hot` from the L1 left beside the kernel's shared memory
-// (about 100-150 KB per SM on an H100); hot = n (every gather allocates, no hint) is the plain
-// read-only load, used in A's own order.  The bound changes which cache a load fills, never a value.
 #include <cstdint>
 #include <type_traits>
 
@@ -203,39 +194,6 @@ DEFINE_LD_ONCE_V4(int4, "s32", "r")
 DEFINE_LD_ONCE_V4(float4, "f32", "f")
 DEFINE_LD_ONCE_V2(double2, "f64", "d")
 
-// Gathers of x (see "L1 and the gathers" above): hub columns below `bound` allocate in L1, the
-// others skip it.  L1 eviction-priority qualifiers need sm_70.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-#define GK_L1_HINTS 1
-#endif
-
-struct HotColumns {
-    int32_t bound;       // columns [0, bound) allocate in L1
-    int32_t evict_last;  // nonzero: and with the L1 evict-last priority
-};
-
-#ifdef GK_L1_HINTS
-#define DEFINE_LD_L1(NAME, QUALIFIER, TYPE, PTX, REG)                                         \
-    __device__ __forceinline__ TYPE NAME(const TYPE* p) {                                     \
-        TYPE v;                                                                               \
-        asm("ld.global.nc." QUALIFIER "." PTX " %0, [%1];" : "=" REG(v) : "l"(p));            \
-        return v;                                                                             \
-    }
-DEFINE_LD_L1(ld_l1_last, "L1::evict_last", float, "f32", "f")
-DEFINE_LD_L1(ld_l1_last, "L1::evict_last", double, "f64", "d")
-DEFINE_LD_L1(ld_l1_bypass, "L1::no_allocate", float, "f32", "f")
-DEFINE_LD_L1(ld_l1_bypass, "L1::no_allocate", double, "f64", "d")
-#endif
-
-template <typename T>
-__device__ __forceinline__ T gather_x(const T* __restrict__ x, int32_t col, HotColumns hot) {
-#ifdef GK_L1_HINTS
-    if (col >= hot.bound) return ld_l1_bypass(x + col);
-    if (hot.evict_last) return ld_l1_last(x + col);
-#endif
-    return __ldg(x + col);
-}
-
 // Four consecutive values starting at a multiple of 4 (the value arrays are padded and 16-byte aligned).
 __device__ __forceinline__ void load_quad(const float* __restrict__ p, int64_t q, float v[4], uint64_t policy) {
     const float4 f = ld_once(reinterpret_cast<const float4*>(p) + q, policy);
@@ -250,8 +208,8 @@ __device__ __forceinline__ void load_quad(const double* __restrict__ p, int64_t 
 // One stored entry's product a_ij x_j, loaded one at a time (scalar, vector and thread-list rows).
 template <typename T, bool kWeighted, typename P>
 __device__ __forceinline__ T entry(const T* __restrict__ values, const int32_t* __restrict__ indices,
-                                   const T* __restrict__ x, P e, uint64_t policy, HotColumns hot) {
-    const T xv = gather_x(x, ld_once(indices + e, policy), hot);
+                                   const T* __restrict__ x, P e, uint64_t policy) {
+    const T xv = __ldg(x + ld_once(indices + e, policy));
     if constexpr (kWeighted) {
         return ld_once(values + e, policy) * xv;
     } else {
@@ -266,7 +224,7 @@ __device__ __forceinline__ T entry(const T* __restrict__ values, const int32_t* 
 template <typename T, bool kWeighted, typename Use>
 __device__ __forceinline__ void for_each_product(const int32_t* __restrict__ indices, const T* __restrict__ values,
                                                  const T* __restrict__ x, int64_t e0, int64_t e1, int rank,
-                                                 int count, uint64_t policy, HotColumns hot, Use use) {
+                                                 int count, uint64_t policy, Use use) {
     const int4* __restrict__ quads = reinterpret_cast<const int4*>(indices);
     const int64_t q_end = (e1 + 3) >> 2;
     for (int64_t q_base = (e0 >> 2) + rank; q_base < q_end; q_base += (int64_t)kQuadsPerThread * count) {
@@ -290,7 +248,7 @@ __device__ __forceinline__ void for_each_product(const int32_t* __restrict__ ind
                 const int64_t e = 4 * (q_base + (int64_t)u * count) + i;
                 prod[u][i] = 0;
                 if (e >= e0 && e < e1) {
-                    prod[u][i] = gather_x(x, col[u][i], hot);
+                    prod[u][i] = __ldg(x + col[u][i]);
                     if constexpr (kWeighted) prod[u][i] *= val[u][i];
                 }
             }
@@ -333,7 +291,6 @@ struct SpmvArgs {
     unsigned* seg_counters;             // one per long row, zero between launches
     double* long_alpha;                 // one per long row: its share of alpha
     uint64_t policy;                    // L2 evict-first, for the streamed loads
-    HotColumns hot;                     // which gathers of x allocate in L1
 };
 
 // ---------------------------------------------------------------------------------------- variants
@@ -346,8 +303,7 @@ __device__ double rows_scalar(const SpmvArgs<T, P>& a) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.nrows; i += stride) {
         T dot = 0;
         const P end = a.indptr[i + 1];
-        for (P e = a.indptr[i]; e < end; ++e)
-            dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy, a.hot);
+        for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
         part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
     }
     return part;
@@ -370,7 +326,7 @@ __device__ double rows_vector(const SpmvArgs<T, P>& a) {
         if (active) {
             const P end = a.indptr[i + 1];
             for (P e = a.indptr[i] + lane; e < end; e += kGroup)
-                dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy, a.hot);
+                dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
         }
         for (int o = kGroup / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, kGroup);
         if (active && lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
@@ -388,7 +344,7 @@ __device__ double warp_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1, con
         const int64_t i = list != nullptr ? (int64_t)list[t] : t;
         T dot = 0;
         for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, (int64_t)a.indptr[i], (int64_t)a.indptr[i + 1],
-                                       lane, kWarp, a.policy, a.hot, [&](int64_t, T p) { dot += p; });
+                                       lane, kWarp, a.policy, [&](int64_t, T p) { dot += p; });
         for (int o = kWarp / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o);
         if (lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
     }
@@ -411,7 +367,7 @@ __device__ double stream_rows(const SpmvArgs<T, P>& a, int64_t r0, int64_t r1, i
         const int64_t t = threadIdx.x + (int64_t)j * kBlock;
         pointer[j] = t <= rows ? a.indptr[r0 + t] : P(0);
     }
-    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, e0, e1, threadIdx.x, blockDim.x, a.policy, a.hot,
+    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, e0, e1, threadIdx.x, blockDim.x, a.policy,
                                    [&](int64_t e, T p) { staged[e - e0] = p; });
 #pragma unroll
     for (int j = 0; j < kRowPointersPerThread; ++j) {
@@ -449,8 +405,7 @@ __device__ double thread_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1) {
     const int64_t i = a.rowlist[t];
     T dot = 0;
     const P end = a.indptr[i + 1];
-    for (P e = a.indptr[i]; e < end; ++e)
-        dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy, a.hot);
+    for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
     return finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
 }
 
@@ -462,7 +417,7 @@ __device__ void long_segment(const SpmvArgs<T, P>& a, int64_t i, int64_t e0, int
                                int64_t seg_index, int64_t n_seg, int64_t long_index) {
     __shared__ bool is_last;
     T dot = 0;
-    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, e0, e1, threadIdx.x, blockDim.x, a.policy, a.hot,
+    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, e0, e1, threadIdx.x, blockDim.x, a.policy,
                                    [&](int64_t, T p) { dot += p; });
     const double s = block_sum(static_cast<double>(dot));
     if (threadIdx.x == 0) {
@@ -522,12 +477,12 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
         const int32_t *rowlist, const T *w_cur, const T *w_prev, T *w_out, double *coef, int64_t cap,      \
         int64_t k, const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows, \
         double *partials, unsigned *counter, double *alpha_out, double *seg_partials, unsigned *seg_counters,  \
-        double *long_alpha, int64_t n_long, int32_t hot, int32_t hot_evict_last
+        double *long_alpha, int64_t n_long
 
 #define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                     \
     SpmvArgs<T, P> a{indptr, indices, values, tasks, n_tasks, rowlist, w_cur, w_prev, w_out, row0, nrows, \
                      step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters, \
-                     long_alpha, stream_policy(), HotColumns{hot, hot_evict_last}};                       \
+                     long_alpha, stream_policy()};                                                        \
     const double part = ROWS(a);                                                                          \
     if (alpha_out != nullptr) grid_sum(part, partials, counter, alpha_out, long_alpha, n_long);
 

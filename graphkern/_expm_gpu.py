@@ -42,15 +42,6 @@ Check points: alpha/beta/rscale are copied to pinned host memory asynchronously 
 step of an interval, and the next interval is queued before the host waits for them (the engine's
 lookahead), so the GPU keeps working while the host solves the small eigenproblem.
 
-L1 and the gathers (cuda_src/expm.cu).  Gathers of x from columns below a bound ``hot`` allocate in
-L1 (with an evict-last hint); the rest skip L1, so that on a degree-ordered operator the cold
-majority of gathers does not evict the hubs' lines.  In A's own order hot = n (every gather is the
-plain read-only load).  Degree-ordered, hot is sized from the L1 that the SpMV kernel leaves per SM
-(:func:`l1_hot_columns`); GRAPHKERN_EXPM_HOT_COLUMNS (a count, or "n") and
-GRAPHKERN_EXPM_HOT_EVICT_LAST (0 or 1), or GpuLanczos's private keywords ``hot`` and
-``hot_evict_last``, override it in either order, for sweeps.  The bound changes cache behaviour only,
-never a result bit.
-
 Output: y = Q g is formed on the devices in float64; a kernel finds max |y| (8 bytes to the host),
 the host decides the answer's scale (OutputScaling), and a last kernel applies it and casts to the
 output dtype, so y crosses to the host once, in its final dtype, with no host pass over it.
@@ -58,8 +49,6 @@ output dtype, so y crosses to the host once, in its final dtype, with no host pa
 
 from __future__ import annotations
 
-import math
-import os
 import threading
 import time
 import weakref
@@ -100,24 +89,6 @@ REORDER_SKEW = 32
 AUTO_RESERVE_FRACTION = 0.10
 # Residencies (matrix x device tuple) kept at most; the least recently used goes first.
 MAX_RESIDENT = 4
-# Gathers that allocate in L1 (module documentation; cuda_src/expm.cu "L1 and the gathers").
-HOT_COLUMNS_ENV = "GRAPHKERN_EXPM_HOT_COLUMNS"
-HOT_EVICT_LAST_ENV = "GRAPHKERN_EXPM_HOT_EVICT_LAST"
-# Share of the L1 left beside shared memory given to hub columns of x: the rest holds the lines of
-# the other L1-allocating loads (row pointers, w_k, the scalar variants' column indices).
-HOT_L1_SHARE = 0.75
-# Unified L1 + shared memory per SM by compute capability (NVIDIA tuning guides); other devices:
-# the largest shared memory per SM plus L1_FLOOR_BYTES.
-UNIFIED_L1_BYTES = {(7, 0): 128 << 10, (7, 5): 96 << 10, (8, 0): 192 << 10, (8, 6): 128 << 10,
-                    (8, 7): 192 << 10, (8, 9): 128 << 10, (9, 0): 256 << 10}
-L1_FLOOR_BYTES = 28 << 10
-# Shared-memory capacities (KiB per SM) the driver chooses from (those up to the device's maximum):
-# it takes the smallest that holds the resident blocks' shared memory.
-SHARED_CARVEOUTS_KIB = (0, 8, 16, 32, 64, 100, 132, 164, 196, 228)
-# Shared memory the system reserves per resident block from sm_80 on.
-RESERVED_SHARED_PER_BLOCK = 1024
-# hot is rounded down to whole 128-byte L1 lines.
-L1_LINE = 128
 # int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
 _INT32_POINTER_LIMIT = np.iinfo(np.int32).max - 2 * LONG_SEGMENT
 
@@ -161,60 +132,6 @@ def sub_warp_size(mean_degree):
     if mean_degree <= 2:
         return 2
     return int(min(WARP, 2 ** int(np.floor(np.log2(mean_degree) + 0.5))))
-
-
-def l1_hot_columns(properties, shared_per_block, blocks_per_sm, itemsize):
-    """Columns of x that fit the L1 share for hub columns (HOT_L1_SHARE of the L1 left per SM).
-
-    The SM's unified L1 + shared memory (256 KiB on an H100/H200) minus the shared-memory capacity
-    the driver configures for the kernel: the smallest carveout holding ``blocks_per_sm`` blocks of
-    ``shared_per_block`` bytes plus the per-block system reserve (the rowblock kernel in float64:
-    4-6 blocks of 20.6 KiB, a 100 or 132 KiB carveout, 124-156 KiB of L1; the vector kernels: a
-    16 KiB carveout).  Rounded down to whole L1 lines.  ``properties`` is Device.properties."""
-    cc = tuple(properties["compute_capability"])
-    max_shared = int(properties["shared_memory_per_multiprocessor"])
-    unified = UNIFIED_L1_BYTES.get(cc, max_shared + L1_FLOOR_BYTES)
-    reserve = RESERVED_SHARED_PER_BLOCK if cc >= (8, 0) else 0
-    need = blocks_per_sm * (shared_per_block + reserve)
-    choices = [kib << 10 for kib in SHARED_CARVEOUTS_KIB if kib << 10 <= max_shared] or [max_shared]
-    carveout = min((c for c in choices if c >= need), default=max(choices))
-    per_line = L1_LINE // itemsize
-    return max(0, int(HOT_L1_SHARE * (unified - carveout)) // itemsize // per_line * per_line)
-
-
-def hot_setting(hot=None, hot_evict_last=None):
-    """``(columns or None, evict_last or None)`` from the keywords, else from the environment
-    (HOT_COLUMNS_ENV: a count >= 0 or "n" for every column; HOT_EVICT_LAST_ENV: 0 or 1); None
-    means the default (sized from L1 when degree-ordered, n otherwise; evict-last on)."""
-    if hot is None:
-        text = os.environ.get(HOT_COLUMNS_ENV, "").strip()
-        if text.lower() in ("n", "all"):
-            hot = math.inf
-        elif text:
-            try:
-                hot = int(text)
-            except ValueError:
-                raise ValueError(f"{HOT_COLUMNS_ENV} must be a column count >= 0 or 'n'; got {text!r}") from None
-            if hot < 0:
-                raise ValueError(f"{HOT_COLUMNS_ENV} must be a column count >= 0 or 'n'; got {text!r}")
-    elif isinstance(hot, (bool, np.bool_)) or not (isinstance(hot, (int, np.integer)) or hot == math.inf) or hot < 0:
-        raise ValueError(f"hot must be a column count >= 0 (or math.inf for every column); got {hot!r}")
-    if hot_evict_last is None:
-        text = os.environ.get(HOT_EVICT_LAST_ENV, "").strip()
-        if text not in ("", "0", "1"):
-            raise ValueError(f"{HOT_EVICT_LAST_ENV} must be 0 or 1; got {text!r}")
-        hot_evict_last = None if not text else text == "1"
-    return hot, hot_evict_last
-
-
-def gather_bound(n, ordered, default_hot, hot=None, hot_evict_last=None):
-    """``(bound, evict_last)`` passed to the SpMV kernel: columns below ``bound`` allocate in L1;
-    evict_last applies to them only while some columns skip L1 (bound < n), so that bound = n is
-    exactly the plain read-only load."""
-    if hot is None:
-        hot = default_hot if ordered else n
-    evict_last = (True if hot_evict_last is None else bool(hot_evict_last)) and hot < n
-    return int(min(hot, n, np.iinfo(np.int32).max)), evict_last  # column ids are int32
 
 
 class SpmvPlan:
@@ -380,45 +297,24 @@ class DevicePlan:
         self._launch = {}
 
     def launch_config(self, rows, dtype, weighted):
-        """``(kernel, grid, l1_hot)`` of the SpMV for ``dtype``: persistent blocks for task tables
-        (at most the resident ones), a grid-stride grid of at most the resident blocks otherwise;
-        l1_hot is the hub columns of x that fit the L1 this kernel leaves (:func:`l1_hot_columns`)."""
+        """``(kernel, grid)`` of the SpMV for ``dtype``: persistent blocks for task tables (at most
+        the resident ones), a grid-stride grid of at most the resident blocks otherwise."""
         key = (np.dtype(dtype), weighted)
         config = self._launch.get(key)
         if config is None:
             pn = "i32" if rows.ptr_type == np.int32 else "i64"
             fn = rt.kernel(rows.dev, "expm", f"lanczos_spmv_{self.kernel}_{_type_name(dtype)}_{'w' if weighted else 'u'}_{pn}")
-            props = rows.dev.properties
-            per_sm = max(1, fn.max_active_blocks_per_sm(BLOCK, 0))
-            shared = fn.attributes["shared_size_bytes"]
-            _prefer_l1(fn, props, per_sm, shared)
-            resident = per_sm * props["multiprocessor_count"]
+            resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * rows.dev.properties["multiprocessor_count"]
             if self.tasks is not None:
                 grid = min(self.n_tasks, resident)
             else:
                 threads = max(1, rows.nrows) * self.threads_per_row
                 grid = min(-(-threads // BLOCK), resident)
-            l1_hot = l1_hot_columns(props, shared, per_sm, np.dtype(dtype).itemsize)
-            config = self._launch[key] = (fn, int(grid), l1_hot)
+            config = self._launch[key] = (fn, int(grid))
         return config
 
     def nbytes(self):
         return _buffers_nbytes((self.tasks, self.rowlist, self.seg_partials, self.seg_counters, self.long_alpha))
-
-
-def _prefer_l1(fn, properties, blocks_per_sm, shared_per_block):
-    """Ask for the smallest shared-memory carveout that keeps ``blocks_per_sm`` resident, so the
-    rest of the SM's memory is L1 for x (what :func:`l1_hot_columns` assumes the driver picks).
-    Needs ``Function.set_preferred_shared_carveout`` (a percentage; cuFuncSetAttribute with
-    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT) in graphkern._cuda; without it the
-    driver's own choice stands."""
-    setter = getattr(fn, "set_preferred_shared_carveout", None)
-    if setter is None:
-        return
-    reserve = RESERVED_SHARED_PER_BLOCK if tuple(properties["compute_capability"]) >= (8, 0) else 0
-    max_shared = int(properties["shared_memory_per_multiprocessor"])
-    need = blocks_per_sm * (shared_per_block + reserve)
-    setter(int(min(100, math.ceil(100 * need / max_shared))) if max_shared else 0)
 
 
 class DeviceRows:
@@ -778,15 +674,14 @@ def residency_info():
 class _Share:
     """One device in one solve: its rows of A, the plan, the kernels and grids, its workspace."""
 
-    def __init__(self, res, rows, mat, dtype, variant, cap, ring_size, hot=(None, None)):
+    def __init__(self, res, rows, mat, dtype, variant, cap, ring_size):
         self.rows = rows
         self.dev = rows.dev
         self.index = rows.index
         self.row0, self.row1, self.nrows = rows.row0, rows.row1, rows.nrows
         self.values = rows.values_for(res, mat, dtype)
         self.plan = rows.plan_for(res, mat, variant)
-        self.spmv_fn, self.spmv_grid, self.l1_hot = self.plan.launch_config(rows, dtype, mat.weighted)
-        self.hot, self.hot_evict_last = gather_bound(mat.n, res.order is not None, self.l1_hot, *hot)
+        self.spmv_fn, self.spmv_grid = self.plan.launch_config(rows, dtype, mat.weighted)
         tn = _type_name(dtype)
         self.update_fn = rt.kernel(self.dev, "expm", f"lanczos_update_{tn}")
         self.combine_fn = rt.kernel(self.dev, "expm", f"lanczos_combine_{tn}")
@@ -805,8 +700,7 @@ class _Share:
         return (self.rows.indptr, self.rows.indices, self.values, p.tasks, np.int64(p.n_tasks), p.rowlist,
                 w_cur, w_prev, w_out, self.ws.coef, np.int64(cap), np.int64(k), beta_slots, n_dev,
                 np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials, self.ws.counter,
-                alpha_out, p.seg_partials, p.seg_counters, p.long_alpha, np.int64(p.n_long), np.int32(self.hot),
-                np.int32(self.hot_evict_last))
+                alpha_out, p.seg_partials, p.seg_counters, p.long_alpha, np.int64(p.n_long))
 
 
 # ----------------------------------------------------------------------------- the solver
@@ -818,16 +712,11 @@ class GpuLanczos:
     ``reorder`` ("none" or "degree"); ``reused`` says whether it was already there and
     ``reorder_seconds`` is the reordering time this construction spent (0 when reused).  With
     "degree" the solve runs on A' = P A P^T: x is gathered into the new order on the devices,
-    and y gathered back on the lead device before it crosses to the host.
-
-    ``hot``, ``hot_evict_last`` (private, for sweeps; see :func:`hot_setting`): the gathers of
-    columns below ``hot`` allocate in L1.  ``self.hot``/``self.hot_evict_last`` are what the lead
-    device's kernel gets; ``self.l1_hot`` is the L1-sized default of a degree-ordered operator."""
+    and y gathered back on the lead device before it crosses to the host."""
 
     lookahead = True
 
-    def __init__(self, mat, dtype, *, devices, variant, basis, max_krylov, breakdown, n_threads, reorder="none",
-                 hot=None, hot_evict_last=None):
+    def __init__(self, mat, dtype, *, devices, variant, basis, max_krylov, breakdown, n_threads, reorder="none"):
         self.mat = mat
         self.n = mat.n
         self.dtype = np.dtype(dtype)
@@ -843,14 +732,10 @@ class GpuLanczos:
         if reorder not in REORDERS:
             raise ValueError(f"reorder must be one of {', '.join(map(repr, REORDERS))}; got {reorder!r}")
         self.reorder = reorder
-        setting = hot_setting(hot, hot_evict_last)  # a bad override fails before anything is uploaded
         self.res, self.reused = residency(mat, self.devices, reorder)
         self.order = self.res.order  # a DegreeOrder, or None
         self.res.active = (self.dtype, variant)
-        self.shares = [_Share(self.res, r, mat, self.dtype, variant, self.cap, self.ring_size, setting)
-                       for r in self.res.rows]
-        self.hot, self.hot_evict_last = self.shares[0].hot, self.shares[0].hot_evict_last
-        self.l1_hot = self.shares[0].l1_hot
+        self.shares = [_Share(self.res, r, mat, self.dtype, variant, self.cap, self.ring_size) for r in self.res.rows]
         self.res.settle()
         self.reorder_seconds = self.res.take_reorder_seconds()
         self.lead = self.shares[0]

@@ -58,11 +58,6 @@ building it cost in this call.  "none" keeps A's order; "auto" (default) takes "
 skewed graphs -- at least 10^6 nonzeros and a largest degree of at least 32 times the mean
 (provisional thresholds, to be confirmed from GPU measurements) -- and "none" otherwise and on the
 CPU, whose SpMV is not limited by L2 gathers; ``reorder="degree"`` with the CPU backend is refused.
-Degree-ordered, only the gathers of the first columns (the hubs; as many as fit the L1 the SpMV
-kernel leaves per SM) allocate in L1 and the others bypass it, so the cold gathers do not evict
-the hubs' lines; the environment variables GRAPHKERN_EXPM_HOT_COLUMNS (a count, or "n") and
-GRAPHKERN_EXPM_HOT_EVICT_LAST (0 or 1) override that bound for tuning (graphkern._expm_gpu).  It
-changes which cache a load fills, never a result.
 
 Caching.  Validating A (symmetry, finiteness), converting it, and on the GPU uploading it and
 building the SpMV plan cost more than a Lanczos run on a warm device (A - A.T alone is several
