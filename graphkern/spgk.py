@@ -429,8 +429,9 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
     drives the GPU.  The CPU takes chunks of about ``cpu_chunk_seconds`` (from its measured
     rate), so it never holds back much work when the GPU runs dry.  The GPU's first launch
     takes half the remaining work; once both sides have measured rates (work per second),
-    each later launch takes the share of the remaining work that makes both sides finish
-    together, so a call needs two or three launches.  The two meet where their rates
+    each later launch takes three quarters of the share of the remaining work that would
+    make both sides finish together, so a call needs a few launches and a misestimated rate
+    leaves the CPU, not the GPU, with the tail.  The two meet where their rates
     balance: no cost model to calibrate, and nothing to mispredict.
     Returns the split's record (pairs, chunks and busy seconds per side, and the lightest
     work sent to the GPU).
@@ -467,7 +468,9 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
             if record["gpu_seconds"] > 0 and record["cpu_seconds"] > 0 and record["gpu_work"] > 0:
                 gpu_rate = record["gpu_work"] / record["gpu_seconds"]
                 cpu_rate = record["cpu_work"] / record["cpu_seconds"]
-                share = gpu_rate / (gpu_rate + cpu_rate)  # both sides finish the rest together
+                # the share that would make both sides finish the rest together, less a quarter:
+                # rates measured on other pairs are estimates, and the CPU's share stays dynamic
+                share = 0.75 * gpu_rate / (gpu_rate + cpu_rate)
             cut = prefix[hi] - share * (prefix[hi] - prefix[lo])
             start = min(hi - 1, max(lo, int(np.searchsorted(prefix, cut, side="left"))))
             if hi - start < 4 * min_cpu:  # the tail: not worth another launch later
