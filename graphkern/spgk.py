@@ -421,20 +421,23 @@ class _GpuRunner:
 
 # --------------------------------------------------------------------------- hybrid
 
-def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_seconds=2e-3):
+# (GPU, CPU) work per second of the last hybrid call, per device, CPU threads, edge kernel, dtype
+_HYBRID_RATES = {}
+
+def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, rates=None, cpu_chunk_seconds=2e-3):
     """Run every pair once, the CPU from the light end of the work order, the GPU from the heavy end.
 
     ``run_cpu(idx)`` / ``run_gpu(idx)`` compute the pairs ``idx`` (positions into ``works``); the
     CPU side runs in a Python thread (its kernels release the GIL) while the calling thread
-    drives the GPU.  The CPU takes chunks of about ``cpu_chunk_seconds`` (from its measured
-    rate), so it never holds back much work when the GPU runs dry.  The GPU's first launch
-    takes half the remaining work; once both sides have measured rates (work per second),
-    each later launch takes three quarters of the share of the remaining work that would
-    make both sides finish together, so a call needs a few launches and a misestimated rate
-    leaves the CPU, not the GPU, with the tail.  The two meet where their rates
-    balance: no cost model to calibrate, and nothing to mispredict.
-    Returns the split's record (pairs, chunks and busy seconds per side, and the lightest
-    work sent to the GPU).
+    drives the GPU.  ``rates``: (GPU, CPU) work per second from an earlier call, or None.
+
+    The CPU takes chunks of about ``cpu_chunk_seconds`` at its rate, and stops once its next
+    chunk would outlast the GPU doing everything left.  Each GPU launch takes, of the work
+    left, 90% of the share that would make both sides finish together at the known rates (half
+    while a rate is unknown), so a call needs a few launches, and a misestimated rate leaves
+    the tail to whichever side is free.  Rates measured in this call replace the given ones.
+    Returns the split's record (pairs, chunks, work and busy seconds per side, the lightest
+    work sent to the GPU, and ``rates``, this call's measured rates for the next call).
     """
     works = np.asarray(works, dtype=np.float64)
     order = np.argsort(works, kind="stable")
@@ -446,16 +449,27 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
     failure = []
     min_cpu = 2 * n_cpu_threads
 
-    def take_light(rate):
+    def rate(side):  # this call's measurement, else the given one
+        if record[f"{side}_seconds"] > 0 and record[f"{side}_work"] > 0:
+            return record[f"{side}_work"] / record[f"{side}_seconds"]
+        if rates is not None:
+            return rates[0 if side == "gpu" else 1]
+        return None
+
+    def take_light():
         with lock:
             lo, hi = state["lo"], state["hi"]
             if lo >= hi:
                 return None
-            if rate is None:
+            cpu, gpu = rate("cpu"), rate("gpu")
+            if cpu is None:
                 end = lo + 4 * n_cpu_threads
             else:  # as many pairs as the CPU does in cpu_chunk_seconds
-                end = int(np.searchsorted(prefix, prefix[lo] + rate * cpu_chunk_seconds, side="right")) - 1
+                end = int(np.searchsorted(prefix, prefix[lo] + cpu * cpu_chunk_seconds, side="right")) - 1
             end = min(hi, max(end, lo + min_cpu))
+            if cpu is not None and gpu is not None and \
+                    (prefix[end] - prefix[lo]) / cpu > (prefix[hi] - prefix[lo]) / gpu:
+                return None  # the GPU alone finishes everything left sooner
             state["lo"] = end
             return order[lo:end], prefix[end] - prefix[lo]
 
@@ -464,24 +478,21 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
             lo, hi = state["lo"], state["hi"]
             if lo >= hi:
                 return None
-            share = 0.5
-            if record["gpu_seconds"] > 0 and record["cpu_seconds"] > 0 and record["gpu_work"] > 0:
-                gpu_rate = record["gpu_work"] / record["gpu_seconds"]
-                cpu_rate = record["cpu_work"] / record["cpu_seconds"]
-                # the share that would make both sides finish the rest together, less a quarter:
-                # rates measured on other pairs are estimates, and the CPU's share stays dynamic
-                share = 0.75 * gpu_rate / (gpu_rate + cpu_rate)
+            cpu, gpu = rate("cpu"), rate("gpu")
+            if state.get("cpu_done"):
+                share = 1.0  # the CPU has stopped: everything left in one launch
+            else:
+                share = 0.5 if cpu is None or gpu is None else 0.9 * gpu / (gpu + cpu)
             cut = prefix[hi] - share * (prefix[hi] - prefix[lo])
             start = min(hi - 1, max(lo, int(np.searchsorted(prefix, cut, side="left"))))
-            if hi - start < 4 * min_cpu:  # the tail: not worth another launch later
+            if start - lo < 4 * min_cpu:  # the rest is not worth another launch
                 start = lo
             state["hi"] = start
             return order[start:hi]
 
     def cpu_side():
-        rate = None
         try:
-            while (chunk := take_light(rate)) is not None:
+            while (chunk := take_light()) is not None:
                 idx, work = chunk
                 t0 = time.perf_counter()
                 run_cpu(idx)
@@ -491,10 +502,11 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
                     record["cpu_chunks"] += 1
                     record["cpu_seconds"] += dt
                     record["cpu_work"] += work
-                if work > 0 and dt > 0:
-                    rate = work / dt
         except BaseException as exc:  # re-raised in the calling thread
             failure.append(exc)
+        finally:
+            with lock:
+                state["cpu_done"] = True
 
     worker = threading.Thread(target=cpu_side, name="graphkern-spgk-cpu")
     worker.start()
@@ -507,13 +519,14 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, cpu_chunk_se
                 record["gpu_pairs"] += len(idx)
                 record["gpu_chunks"] += 1
                 record["gpu_work"] += float(works[idx].sum())
-            record["threshold_work"] = min(record["threshold_work"], float(works[idx].min()))
+                record["threshold_work"] = min(record["threshold_work"], float(works[idx].min()))
             if failure:
                 break
     finally:
         worker.join()
     if failure:
         raise failure[0]
+    record["rates"] = (rate("gpu"), rate("cpu"))
     return record
 
 
@@ -742,7 +755,11 @@ class ShortestPathKernel:
         def run_gpu(idx):
             out[idx] = runner.run("gpu_batched", A, B, pa[idx], pb[idx])
 
-        self.hybrid_split_ = share_from_both_ends(_pair_work(A, B, pa, pb), run_cpu, run_gpu, n_cpu_threads=n_cpu)
+        key = (runner.dev.ordinal, n_cpu, edge.code, dtype.name)
+        self.hybrid_split_ = split = share_from_both_ends(_pair_work(A, B, pa, pb), run_cpu, run_gpu,
+                                                          n_cpu_threads=n_cpu, rates=_HYBRID_RATES.get(key))
+        if None not in split["rates"]:
+            _HYBRID_RATES[key] = split["rates"]
         return out
 
 

@@ -455,6 +455,26 @@ def test_sharing_from_both_ends_runs_every_pair_once(rng, gpu_speed):
         assert record["gpu_chunks"] <= 6 and record["cpu_pairs"] > record["gpu_pairs"]
 
 
+def test_sharing_with_known_rates_leaves_a_slow_cpu_out(rng):
+    # rates from an earlier call: a GPU 30x the CPU takes about everything in one or two
+    # launches, and the CPU stops once its next chunk would outlast the GPU's whole remainder
+    works = np.concatenate([rng.uniform(1, 10, 3000), rng.uniform(1e3, 5e3, 300)])
+    cpu_rate, gpu_rate = 2e6, 6e7
+    on_gpu = np.zeros(len(works), dtype=bool)
+
+    def side(rate, idx, gpu):
+        on_gpu[idx] = gpu
+        time.sleep(works[idx].sum() / rate)
+
+    record = spgk.share_from_both_ends(works, lambda idx: side(cpu_rate, idx, False),
+                                       lambda idx: side(gpu_rate, idx, True), n_cpu_threads=4,
+                                       rates=(gpu_rate, cpu_rate))
+    assert record["gpu_chunks"] <= 3
+    assert works[on_gpu].sum() / works.sum() > 0.9
+    assert record["cpu_pairs"] + record["gpu_pairs"] == len(works)
+    assert record["rates"][0] > 0 and record["rates"][1] > 0
+
+
 def test_sharing_from_both_ends_reraises_the_cpu_side_error():
     def broken(idx):
         raise RuntimeError("cpu side broke")
