@@ -68,7 +68,7 @@ _SHORTROW_MAX_DEGREE = 32      # a row's group of lanes is at most a warp
 # min(_HUB_MAX_BYTES, _HUB_FREE_FRACTION of the device's free memory).  A bit test replaces a
 # gallop through a list of this length or more; below it the list is a few cache lines anyway.
 _HUB_MIN_DEGREE = 64
-_HUB_MAX_BYTES = 1 << 30
+_HUB_MAX_BYTES = 1 << 29     # H200 sweep: 0.5 GiB beat 1, 2 and 4 GiB on Chung-Lu 2M and R-MAT 20
 _HUB_FREE_FRACTION = 0.1
 
 
@@ -229,25 +229,24 @@ def _gpu_values(pattern, metric, self_loops, dtype, device, variant):
 def choose_variant(degrees):
     """The GPU variant ``variant="auto"`` uses for a graph with these row lengths.
 
-    Chosen from the measured variants on an H200 (graphkern-bench jaccard, 2026-11-26):
-    short lists everywhere (max degree <= 32: Watts-Strogatz, Delaunay) favour a thread per
-    entry merging both lists (``"element"``, 0.05 ms for 10^6 entries); moderately skewed
-    graphs (Barabasi-Albert, R-MAT scale 14, hubs of 10^3-10^4) favour a group of lanes per
-    entry (``"warp"``, 2.1x element); only hubs past 8192 that dwarf the mean (Chung-Lu's
-    180k hub) need the work-balanced decomposition (``"balanced"``), which matched warp at a
-    20k hub and is the one whose cost stays proportional to the work beyond it.
+    Chosen from the measured variants on an H200 (graphkern-bench jaccard, 2026-11-26, device
+    time only): short lists everywhere (max degree <= 32: Watts-Strogatz, Delaunay) favour a
+    thread per entry merging both lists (``"element"``, 0.046 ms for 10^6 entries; the fused
+    ``"shortrow"`` took 0.085 ms); moderately skewed graphs (Barabasi-Albert, hubs of 10^3)
+    favour a group of lanes per entry (``"warp"``, 2.1x element); hubs past 8192 that dwarf the
+    mean favour bitmaps of the hubs' neighbour sets (``"hub"``: Chung-Lu 2M, 180k hub, 24.7 ms
+    against 38 for ``"balanced"`` and 49 for ``"warp"``; R-MAT scale 20, 113 ms like warp and
+    against 175 for balanced).  Weighted graphs run ``"hub"`` as ``"balanced"``.
     """
     d = np.asarray(degrees)
     d = d[d > 0]
     if d.size == 0:
         return "element"
     mean, top = float(d.mean()), int(d.max())
-    # GUESS, not measured yet (the lead sets the rule from H200 runs): "shortrow" for top <= 32,
-    # "hub" wherever this rule says "warp" or "balanced" and the graph is unweighted.
     if top <= 32:
         return "element"
     if top >= 8192 and top > 64 * mean:
-        return "balanced"
+        return "hub"
     return "warp"
 
 
