@@ -423,6 +423,10 @@ class _GpuRunner:
 
 # (GPU, CPU) work per second of the last hybrid call, per device, CPU threads, edge kernel, dtype
 _HYBRID_RATES = {}
+# Below this share of the combined rate the CPU sits a call out.  H200 + 16 cores, mixed set:
+# gpu_batched 18.5 ms, openmp_out 573 ms, so the CPU could save at most 3%, and the split's
+# own cost (thread, sorting, launches) made the hybrid 21 ms.
+_HYBRID_MIN_CPU_SHARE = 0.05
 
 def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, rates=None, cpu_chunk_seconds=2e-3):
     """Run every pair once, the CPU from the light end of the work order, the GPU from the heavy end.
@@ -756,8 +760,17 @@ class ShortestPathKernel:
             out[idx] = runner.run("gpu_batched", A, B, pa[idx], pb[idx])
 
         key = (runner.dev.ordinal, n_cpu, edge.code, dtype.name)
+        rates = _HYBRID_RATES.get(key)
+        if rates is not None and rates[1] < _HYBRID_MIN_CPU_SHARE * (rates[0] + rates[1]):
+            # the CPU could take under 5% of the work: its thread, chunks and sorting would cost more
+            t0 = time.perf_counter()
+            run_gpu(np.arange(len(pa)))
+            self.hybrid_split_ = dict(cpu_pairs=0, gpu_pairs=len(pa), cpu_chunks=0, gpu_chunks=1, cpu_seconds=0.0,
+                                      gpu_seconds=time.perf_counter() - t0, threshold_work=0.0, rates=rates,
+                                      note="GPU only: the CPU's share at the known rates is below 5%")
+            return out
         self.hybrid_split_ = split = share_from_both_ends(_pair_work(A, B, pa, pb), run_cpu, run_gpu,
-                                                          n_cpu_threads=n_cpu, rates=_HYBRID_RATES.get(key))
+                                                          n_cpu_threads=n_cpu, rates=rates)
         if None not in split["rates"]:
             _HYBRID_RATES[key] = split["rates"]
         return out

@@ -526,12 +526,18 @@ def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
     assert split["cpu_pairs"] + split["gpu_pairs"] == len(graphs) * (len(graphs) + 1) // 2
     assert split["gpu_pairs"] > 0  # the GPU always starts on the heaviest pairs
     # a slowed GPU side leaves the CPU work to do: both sides busy, same answer
+    monkeypatch.setattr(spgk, "_HYBRID_RATES", {})
     runner_run = spgk._GpuRunner.run
     monkeypatch.setattr(spgk._GpuRunner, "run", lambda self, *a: (time.sleep(0.05), runner_run(self, *a))[1])
     K = kernel(graphs)
     assert kernel.hybrid_split_["cpu_pairs"] > 0 and kernel.hybrid_split_["gpu_pairs"] > 0
     assert_close(K, expected, 1e-12)
     assert_close(kernel(small, large), expected[:30, 30:], 1e-12)
+    # known rates that leave the CPU under the threshold: the GPU runs every pair itself
+    monkeypatch.setattr(spgk, "_HYBRID_MIN_CPU_SHARE", 1.1)
+    assert_close(kernel(graphs), expected, 1e-12)
+    assert kernel.hybrid_split_["cpu_pairs"] == 0
+    assert kernel.hybrid_split_["gpu_pairs"] == len(graphs) * (len(graphs) + 1) // 2
 
 
 @pytest.mark.gpu

@@ -300,8 +300,9 @@ def _run_dataset(ds, methods, budget, repeat, threads, args, ctx):
         if method == "hybrid" and hasattr(kernel, "hybrid_split_"):
             split = kernel.hybrid_split_
             row.update({f"hybrid_{k}": v for k, v in split.items()})
-            row["note"] = (f"last call: {split['cpu_pairs']} pairs on the CPU in {split['cpu_chunks']} chunks, "
-                           f"{split['gpu_pairs']} on the GPU in {split['gpu_chunks']} launches")
+            row["note"] = split.get("note") or (
+                f"last call: {split['cpu_pairs']} pairs on the CPU in {split['cpu_chunks']} chunks, "
+                f"{split['gpu_pairs']} on the GPU in {split['gpu_chunks']} launches")
         rows.append(row)
     if ds["peer"] and not args.no_peers:
         peer, reason = _grakel_runner(ds["peer"], ds)
