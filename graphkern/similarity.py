@@ -306,7 +306,7 @@ class DeviceSimilarity:
 
     def __init__(self, dev, pattern, *, metric, self_loops, dtype, variant="auto", stream=None,
                  hub_min_degree=_HUB_MIN_DEGREE, hub_max_bytes=None):
-        """``hub_min_degree`` and ``hub_max_bytes`` (default: min(1 GiB, 10% of free device
+        """``hub_min_degree`` and ``hub_max_bytes`` (default: min(0.5 GiB, 10% of free device
         memory)) choose the bitmaps of the ``"hub"`` variant; see :func:`hub_vertices`."""
         from graphkern._cuda import runtime as rt
 
