@@ -148,23 +148,34 @@ __device__ __forceinline__ Acc<kWeighted, T> match_value(const T* __restrict__ w
     else return 1;
 }
 
-// Branch-free merge of two sorted rows (the paper's inner loop).
+// Branch-free merge of two sorted rows (the paper's inner loop); `I` is the type of the offsets
+// inside the rows: int32 where rows are known to be short saves an instruction per index.
+template <bool kWeighted, typename T, typename I>
+__device__ __forceinline__ Acc<kWeighted, T> merge_rows(const int32_t* __restrict__ a, const T* __restrict__ wa,
+                                                       I la, const int32_t* __restrict__ b,
+                                                       const T* __restrict__ wb, I lb) {
+    Acc<kWeighted, T> acc = 0;
+    I p = 0, q = 0;
+    while (p < la && q < lb) {
+        const int32_t x = a[p], y = b[q];
+        if constexpr (kWeighted) {
+            if (x == y) acc += smaller(wa[p], wb[q]);
+        } else {
+            acc += (x == y);
+        }
+        p += (x <= y);
+        q += (y <= x);
+    }
+    return acc;
+}
+
+// Rows [a, a_end) and [b, b_end) of the CSR arrays idx and w (w unused when unweighted).
 template <bool kWeighted, typename T>
 __device__ __forceinline__ Acc<kWeighted, T> merge_intersection(const int32_t* __restrict__ idx,
                                                                const T* __restrict__ w, int64_t a, int64_t a_end,
                                                                int64_t b, int64_t b_end) {
-    Acc<kWeighted, T> acc = 0;
-    while (a < a_end && b < b_end) {
-        const int32_t x = idx[a], y = idx[b];
-        if constexpr (kWeighted) {
-            if (x == y) acc += smaller(w[a], w[b]);
-        } else {
-            acc += (x == y);
-        }
-        a += (x <= y);
-        b += (y <= x);
-    }
-    return acc;
+    return merge_rows<kWeighted, T, int64_t>(idx + a, kWeighted ? w + a : nullptr, a_end - a, idx + b,
+                                             kWeighted ? w + b : nullptr, b_end - b);
 }
 
 // Every `step`-th element of the short range [s, s_end) galloped through the long range.
@@ -205,13 +216,14 @@ __device__ __forceinline__ RowPair row_pair(const int64_t* __restrict__ indptr, 
     return {a, a_end, b, b_end, j};
 }
 
-// The row whose entry of pair {i, j} carries its work in the balanced and hub variants: the long
-// side when that vertex has a hub bitmap (hub_slot non-null and >= 0), else the smaller index.
+// The row whose entry of pair {i, j} carries its work in the balanced, hub and longrow variants:
+// the long side when long_owner is set (longrow) or when that vertex has a hub bitmap (hub_slot
+// non-null and >= 0), else the smaller index.
 __device__ __forceinline__ int32_t owner_row(const int64_t* __restrict__ indptr, const int32_t* __restrict__ hub_slot,
-                                             int32_t i, int32_t j) {
-    if (hub_slot != nullptr) {
+                                             int32_t long_owner, int32_t i, int32_t j) {
+    if (long_owner || hub_slot != nullptr) {
         const int32_t l = is_long_side(i, indptr[i + 1] - indptr[i], j, indptr[j + 1] - indptr[j]) ? i : j;
-        if (hub_slot[l] >= 0) return l;
+        if (long_owner || hub_slot[l] >= 0) return l;
     }
     return i < j ? i : j;
 }
@@ -354,8 +366,8 @@ __device__ __forceinline__ void warp_similarity(const int64_t* __restrict__ indp
 // owner_row), none otherwise.  Also writes the row of every entry (the later passes read it
 // instead of searching indptr) and each tile's sum.
 __device__ __forceinline__ void balanced_work(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
-                                              const int32_t* __restrict__ hub_slot, int32_t n, int64_t nnz,
-                                              int32_t* __restrict__ rows, int64_t* __restrict__ work,
+                                              const int32_t* __restrict__ hub_slot, int32_t long_owner, int32_t n,
+                                              int64_t nnz, int32_t* __restrict__ rows, int64_t* __restrict__ work,
                                               int64_t* __restrict__ tile_sums) {
     const int64_t tile = blockIdx.x * (int64_t)kScanTile;
     const int64_t tile_last = min(nnz - 1, tile + kScanTile - 1);
@@ -369,7 +381,7 @@ __device__ __forceinline__ void balanced_work(const int64_t* __restrict__ indptr
         rows[k] = (int32_t)r;
         const int32_t j = idx[k];
         int64_t wk = 0;
-        if (r != j && owner_row(indptr, hub_slot, (int32_t)r, j) == r)
+        if (r != j && owner_row(indptr, hub_slot, long_owner, (int32_t)r, j) == r)
             wk = smaller(indptr[r + 1] - indptr[r], indptr[j + 1] - indptr[j]);
         work[k] = wk;
         sum += wk;
@@ -495,12 +507,17 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
     }
 }
 
+// Writes every entry from the partial sums of the owner entries.  balanced and hub
+// (long_owner 0): each entry's thread reads its owner's sum, the non-owner one after a search of
+// the owner's row, which on Chung-Lu means 4.3M searches through hub rows of 10^3 to 1.8e5
+// entries.  longrow (long_owner 1, every owner in its pair's long row): only the thread of the
+// entry in the long row works; it finds the mirror by a search of the short row, writes both.
 template <bool kWeighted, typename T>
 __device__ __forceinline__ void balanced_finalize(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
                                                   const T* __restrict__ w, const int32_t* __restrict__ rows,
-                                                  const int32_t* __restrict__ hub_slot, int64_t nnz, int32_t metric,
-                                                  const VertexTerms<T>& v, const Acc<kWeighted, T>* __restrict__ inter,
-                                                  T* __restrict__ out) {
+                                                  const int32_t* __restrict__ hub_slot, int32_t long_owner,
+                                                  int64_t nnz, int32_t metric, const VertexTerms<T>& v,
+                                                  const Acc<kWeighted, T>* __restrict__ inter, T* __restrict__ out) {
     const int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (k >= nnz) return;
     const int32_t i = rows[k], j = idx[k];
@@ -508,8 +525,18 @@ __device__ __forceinline__ void balanced_finalize(const int64_t* __restrict__ in
         out[k] = T(1);
         return;
     }
-    const int64_t owner = owner_row(indptr, hub_slot, i, j) == i ? k : lower_bound(idx, indptr[j], indptr[j + 1], i);
-    out[k] = finish<kWeighted, T>(metric, inter[owner], i, j, kWeighted ? w[k] : T(1), v);
+    const T w_ij = kWeighted ? w[k] : T(1);
+    const int64_t bj = indptr[j], ej = indptr[j + 1];
+    if (!long_owner) {
+        const int64_t owner = owner_row(indptr, hub_slot, 0, i, j) == i ? k : lower_bound(idx, bj, ej, i);
+        out[k] = finish<kWeighted, T>(metric, inter[owner], i, j, w_ij, v);
+        return;
+    }
+    if (!is_long_side(i, indptr[i + 1] - indptr[i], j, ej - bj)) return;  // written by its mirror's thread
+    const int64_t mirror = lower_bound(idx, bj, ej, i);  // (j, i); the input is symmetric
+    const T value = finish<kWeighted, T>(metric, inter[k], i, j, w_ij, v);
+    out[k] = value;
+    out[mirror] = value;
 }
 
 // ------------------------------------------------------------------ hub bitmaps
@@ -626,6 +653,105 @@ __device__ __forceinline__ void shortrow_similarity(const int64_t* __restrict__ 
     }
 }
 
+// ------------------------------------------------------------------ pair variant
+
+constexpr int32_t kPairList = 2048;  // upper entries a block lists in shared memory per pass
+
+// First offset r in [0, len) with row[r] >= x, or len.
+__device__ __forceinline__ int32_t row_lower_bound(const int32_t* __restrict__ row, int32_t len, int32_t x) {
+    int32_t lo = 0;
+    while (len > 0) {
+        const int32_t half = len >> 1;
+        if (row[lo + half] < x) {
+            lo += half + 1;
+            len -= half + 1;
+        } else {
+            len = half;
+        }
+    }
+    return lo;
+}
+
+// Upper entry k = (i, j), i < j: merges rows i and j, writes k and its mirror (j, i).  Unweighted
+// terms come from searches of the rows the merge has just brought into L1 (i_stored: row i
+// stores i); weighted ones from the vertex kernel.
+template <bool kWeighted, typename T>
+__device__ __forceinline__ void pair_entry(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
+                                           const T* __restrict__ w, int32_t metric, int32_t self_loops,
+                                           const VertexTerms<T>& v, int64_t k, int32_t i, int32_t i_stored,
+                                           T* __restrict__ out) {
+    const int32_t j = idx[k];
+    const int64_t a0 = indptr[i], b0 = indptr[j];
+    const int32_t la = (int32_t)(indptr[i + 1] - a0), lb = (int32_t)(indptr[j + 1] - b0);
+    const T* wa = kWeighted ? w + a0 : nullptr;
+    const T* wb = kWeighted ? w + b0 : nullptr;
+    const auto raw = merge_rows<kWeighted, T, int32_t>(idx + a0, wa, la, idx + b0, wb, lb);
+    const int32_t m = row_lower_bound(idx + b0, lb, i);  // row j stores i: the input is symmetric
+    if (m >= lb) return;  // never for a validated input; no write past row j if it were not
+    T value;
+    if constexpr (kWeighted) {
+        value = finish<kWeighted, T>(metric, raw, i, j, w[k], v);
+    } else {
+        // j > i: row j stores j, if at all, after i
+        const int32_t s = m + 1 + row_lower_bound(idx + b0 + m + 1, lb - m - 1, j);
+        const int32_t j_stored = (s < lb && idx[b0 + s] == j) ? 1 : 0;
+        value = count_similarity<T>(metric, raw, count_terms(la, i_stored, self_loops),
+                                    count_terms(lb, j_stored, self_loops));
+    }
+    out[k] = value;
+    out[b0 + m] = value;
+}
+
+// Block b takes rows [b R, b R + R) (R = rows_per_block <= blockDim.x).  Thread t < R finds the
+// upper entries (j > i) of its row i = b R + t and writes the diagonal entry; a block-wide scan
+// lists the block's upper entries in shared memory, and every thread of the block takes one
+// listed entry at a time: a thread per undirected pair, with the lanes of a warp on consecutive
+// pairs of a few neighbouring rows (whose lists share cache lines) and none idle on lower
+// entries.  A block with more than kPairList upper entries lists them in several passes, so the
+// kernel is correct on any graph (if slow where rows are long: a thread merges whole lists).
+// The lower entries are the mirrors of upper ones.
+template <bool kWeighted, typename T>
+__device__ __forceinline__ void pair_similarity(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
+                                                const T* __restrict__ w, int32_t n, int32_t metric,
+                                                int32_t self_loops, const VertexTerms<T>& v, T* __restrict__ out,
+                                                int32_t rows_per_block) {
+    __shared__ int64_t listed_entry[kPairList];
+    __shared__ uint8_t listed_row[kPairList];  // the entry's row minus the block's first row
+    __shared__ uint8_t row_stored[kBlock];     // whether that row stores its own index
+    const int64_t first_row = blockIdx.x * (int64_t)rows_per_block;
+    const int32_t t = threadIdx.x;
+    const bool has_row = t < rows_per_block && first_row + t < n;
+    const int32_t i = (int32_t)(first_row + t);
+    int64_t upper = 0, count = 0;
+    if (has_row) {
+        const int64_t b = indptr[i], e = indptr[i + 1];
+        const int64_t p = lower_bound(idx, b, e, i);
+        const int32_t stored = (p < e && idx[p] == i) ? 1 : 0;
+        if (stored) out[p] = T(1);
+        row_stored[t] = (uint8_t)stored;
+        upper = p + stored;
+        count = e - upper;
+    }
+    int64_t total;
+    const int64_t at = block_exclusive_scan(count, &total);  // ends with a barrier
+    for (int64_t base = 0; base < total; base += kPairList) {  // block-uniform: total is the block's sum
+        const int64_t lo = at > base ? at : base;
+        const int64_t hi = smaller(at + count, base + kPairList);
+        for (int64_t u = lo; u < hi; ++u) {
+            listed_entry[u - base] = upper + (u - at);
+            listed_row[u - base] = (uint8_t)t;
+        }
+        __syncthreads();
+        const int32_t listed = (int32_t)smaller(total - base, (int64_t)kPairList);
+        for (int32_t u = t; u < listed; u += blockDim.x) {
+            const int32_t r = listed_row[u];
+            pair_entry<kWeighted, T>(indptr, idx, w, metric, self_loops, v, listed_entry[u],
+                                     (int32_t)(first_row + r), row_stored[r], out);
+        }
+        __syncthreads();  // the list is read before the next pass overwrites it
+    }
+}
+
 }  // namespace jaccard
 
 using namespace jaccard;
@@ -640,9 +766,9 @@ extern "C" __global__ void __launch_bounds__(kBlock)
 
 extern "C" __global__ void __launch_bounds__(kBlock)
     jaccard_balanced_work(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
-                          const int32_t* __restrict__ hub_slot, int32_t n, int64_t nnz, int32_t* __restrict__ rows,
-                          int64_t* __restrict__ work, int64_t* __restrict__ tile_sums) {
-    balanced_work(indptr, idx, hub_slot, n, nnz, rows, work, tile_sums);
+                          const int32_t* __restrict__ hub_slot, int32_t long_owner, int32_t n, int64_t nnz,
+                          int32_t* __restrict__ rows, int64_t* __restrict__ work, int64_t* __restrict__ tile_sums) {
+    balanced_work(indptr, idx, hub_slot, long_owner, n, nnz, rows, work, tile_sums);
 }
 
 extern "C" __global__ void __launch_bounds__(kBlock)
@@ -693,9 +819,15 @@ extern "C" __global__ void __launch_bounds__(kBlock)
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_finalize_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), const int32_t* __restrict__ rows,          \
-                                        const int32_t* __restrict__ hub_slot, const Acc<W, T>* __restrict__ inter) { \
-        balanced_finalize<W, T>(indptr, idx, w, rows, hub_slot, nnz, metric,                                     \
+                                        const int32_t* __restrict__ hub_slot, int32_t long_owner,                \
+                                        const Acc<W, T>* __restrict__ inter) {                                   \
+        balanced_finalize<W, T>(indptr, idx, w, rows, hub_slot, long_owner, nnz, metric,                         \
                                 VertexTerms<T>{deg, adj, wsum, selfw, sign}, inter, out);                        \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
+        jaccard_pair_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
+        pair_similarity<W, T>(indptr, idx, w, n, metric, self_loops, VertexTerms<T>{deg, adj, wsum, selfw, sign}, \
+                              out, rows_per_block);                                                              \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_shortrow_##kind##_##sfx(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,     \

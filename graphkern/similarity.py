@@ -35,8 +35,12 @@ neighbour set of each of the highest-degree vertices, so that looking an element
 list is one bit test; unweighted only, weighted ``"hub"`` runs as ``"balanced"``),
 ``"shortrow"`` (graphs whose rows all have at most 32 entries: a group of lanes per row holds
 its list and tests the lists of its neighbours against it, in one launch; other graphs are a
-ValueError), and ``"auto"``, which picks one from the degree distribution
-(:func:`choose_variant`).  All but ``"element"`` compute each undirected pair once and write it
+ValueError), ``"pair"`` (for short lists: a block lists the upper-triangle entries of a range
+of rows in shared memory and every thread merges the two lists of one of them, in one launch;
+correct on any graph, slow past a few hundred entries per row), ``"longrow"`` (``"hub"`` with
+every pair's work carried by its longer list, so that consecutive searches hit one list or one
+bitmap, and each pair finished from that side; weighted ``"longrow"`` has no bitmaps), and
+``"auto"``, which picks one from the degree distribution (:func:`choose_variant`).  All but ``"element"`` compute each undirected pair once and write it
 to both ``(i, j)`` and ``(j, i)``.  The CPU backend has one method and ignores ``variant``.
 """
 
@@ -51,7 +55,7 @@ from graphkern.graph import as_csr_matrix
 
 __all__ = ["jaccard", "sorensen", "overlap", "choose_variant", "VARIANTS"]
 
-VARIANTS = ("auto", "element", "binary", "warp", "balanced", "hub", "shortrow")
+VARIANTS = ("auto", "element", "binary", "warp", "balanced", "hub", "shortrow", "pair", "longrow")
 _METRICS = {"jaccard": 0, "sorensen": 1, "overlap": 2}
 _INT32_MAX = np.iinfo(np.int32).max
 # Per-thread marks of the CPU kernel cost 4 bytes per node each; beyond this many bytes in all,
@@ -61,7 +65,10 @@ _CPU_MARK_BYTES = 4 << 30
 # ---- GPU launch shapes (the constants of cuda_src/jaccard.cu)
 _BLOCK = 256
 _SCAN_TILE = 256 * 16          # kBlock * kScanItems
-_BALANCED_CHUNK = 32           # searches per thread in the balanced and hub variants
+_BALANCED_CHUNK = 32           # searches per thread in the balanced, hub and longrow variants
+_PAIR_ENTRIES_PER_BLOCK = 512  # "pair": rows per block sized for about this many upper entries
+_BITMAP_VARIANTS = ("hub", "longrow")
+_WORK_LINE_VARIANTS = ("balanced", "hub", "longrow")
 _MAX_GRID = 2**31 - 1
 _SHORTROW_MAX_DEGREE = 32      # a row's group of lanes is at most a warp
 # The hub variant's bitmaps: vertices of at least this degree, highest first, as many as fit in
@@ -285,6 +292,19 @@ def hub_vertices(degrees, *, min_degree, max_bytes):
     return candidates[order].astype(np.int32)
 
 
+def pair_rows_per_block(degrees, *, entries=_PAIR_ENTRIES_PER_BLOCK):
+    """Rows per block of the ``"pair"`` variant: about ``entries`` upper entries per block.
+
+    Half the mean degree is a row's expected number of upper entries; the result is a multiple
+    of 8 from 8 to 256 (one block of threads).  A block with more upper entries than its shared
+    list holds (2048) lists them in several passes.
+    """
+    d = np.asarray(degrees)
+    mean = float(d.mean()) if d.size else 1.0
+    rows = int(entries / max(mean / 2, 1.0))
+    return int(min(_BLOCK, max(8, rows - rows % 8)))
+
+
 def warp_group_size(degrees):
     """Lanes per entry of the ``"warp"`` variant: about half the mean degree, 4 to 32."""
     d = np.asarray(degrees)
@@ -305,14 +325,17 @@ class DeviceSimilarity:
     """
 
     def __init__(self, dev, pattern, *, metric, self_loops, dtype, variant="auto", stream=None,
-                 hub_min_degree=_HUB_MIN_DEGREE, hub_max_bytes=None):
+                 hub_min_degree=_HUB_MIN_DEGREE, hub_max_bytes=None, balanced_chunk=_BALANCED_CHUNK,
+                 rows_per_block=None):
         """``hub_min_degree`` and ``hub_max_bytes`` (default: min(0.5 GiB, 10% of free device
-        memory)) choose the bitmaps of the ``"hub"`` variant; see :func:`hub_vertices`."""
+        memory)) choose the bitmaps of the ``"hub"`` and ``"longrow"`` variants; see
+        :func:`hub_vertices`.  ``balanced_chunk``: consecutive searches per thread in the
+        balanced, hub and longrow variants.  ``rows_per_block``: rows per block of the ``"pair"``
+        variant (1 to 256; default :func:`pair_rows_per_block`)."""
         from graphkern._cuda import runtime as rt
 
         self.rt = rt
         self.dev = dev
-        self.stream = stream if stream is not None else rt.Stream(dev)
         self.pattern = pattern
         self.metric = int(metric)
         self.self_loops = bool(self_loops)
@@ -323,6 +346,12 @@ class DeviceSimilarity:
         degrees = pattern.degrees
         self.variant = choose_variant(degrees) if variant == "auto" else variant
         self.group = warp_group_size(degrees)
+        self.balanced_chunk = int(balanced_chunk)
+        if not 1 <= self.balanced_chunk <= 1 << 16:
+            raise ValueError(f"balanced_chunk must be 1 to 65536, got {balanced_chunk!r}")
+        self.rows_per_block = int(pair_rows_per_block(degrees) if rows_per_block is None else rows_per_block)
+        if not 1 <= self.rows_per_block <= _BLOCK:
+            raise ValueError(f"rows_per_block must be 1 to {_BLOCK}, got {rows_per_block!r}")
         n, nnz, s = pattern.n, pattern.nnz, self.dtype.itemsize
         if nnz == 0:
             raise ValueError("DeviceSimilarity needs at least one stored entry")
@@ -331,9 +360,10 @@ class DeviceSimilarity:
         entries_per_block = _BLOCK // self.group if self.variant == "warp" else _BLOCK
         if -(-nnz // entries_per_block) > _MAX_GRID:
             raise ValueError(f"G has {nnz} stored entries, too many for one launch of the {self.variant!r} variant")
+        self.stream = stream if stream is not None else rt.Stream(dev)  # the options are checked first
         self.hubs = np.zeros(0, dtype=np.int32)
         self.hub_words = -(-n // 32)
-        if self.variant == "hub" and not self.weighted:
+        if self.variant in _BITMAP_VARIANTS and not self.weighted:
             if hub_max_bytes is None:
                 hub_max_bytes = min(_HUB_MAX_BYTES, int(_HUB_FREE_FRACTION * dev.memory_info()[0]))
             self.hubs = hub_vertices(degrees, min_degree=hub_min_degree, max_bytes=hub_max_bytes)
@@ -343,13 +373,13 @@ class DeviceSimilarity:
             sizes.update(weights=s * nnz, wsum=s * n, selfw=s * n)
         else:
             sizes.update(deg=4 * n, adj=4 * n)
-        if self.variant in ("balanced", "hub"):
+        if self.variant in _WORK_LINE_VARIANTS:
             sizes.update(rows=4 * nnz, offsets=8 * (nnz + 1), tile_sums=8 * self.n_tiles,
                          inter=(s if self.weighted else 4) * nnz)
         if self.hubs.size:
             sizes.update(hub_list=4 * self.hubs.size, hub_slot=4 * n, bitmaps=4 * self.hub_words * self.hubs.size)
-        if self.variant == "shortrow":  # the vertex terms are computed in the kernel
-            for name in ("deg", "adj", "wsum", "selfw"):
+        if self.variant == "shortrow" or (self.variant == "pair" and not self.weighted):
+            for name in ("deg", "adj", "wsum", "selfw"):  # the vertex terms are computed in the kernel
                 sizes.pop(name, None)
         self.nbytes = sum(sizes.values())
         rt.check_fits(dev, self.nbytes, f"{('weighted ' if self.weighted else '')}similarity ({self.variant} "
@@ -380,7 +410,7 @@ class DeviceSimilarity:
         self._host_weights = pattern.weights.astype(self.dtype) if self.weighted else None
         flavour = f"{'weight' if self.weighted else 'count'}_{'f32' if self.dtype == np.float32 else 'f64'}"
         self._fn = {name: rt.kernel(dev, "jaccard", f"jaccard_{name}_{flavour}")
-                    for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow")}
+                    for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow", "pair")}
         self._fn_vertex = (rt.kernel(dev, "jaccard", f"jaccard_vertex_weights_{flavour[-3:]}") if self.weighted
                            else rt.kernel(dev, "jaccard", "jaccard_vertex_counts"))
         self._fn_work = rt.kernel(dev, "jaccard", "jaccard_balanced_work")
@@ -402,7 +432,7 @@ class DeviceSimilarity:
     def compute(self):
         """Enqueue every kernel of the chosen variant on the stream (no copies, no host waits).
 
-        The hub variant's bitmaps and vertex-to-bitmap map are built here, as part of the work.
+        The hub and longrow variants' bitmaps and vertex-to-bitmap map are built here, as part of the work.
         """
         rt, st, p = self.rt, self.stream, self.pattern
         n, nnz = p.n, p.nnz
@@ -413,6 +443,11 @@ class DeviceSimilarity:
             rt.launch(self._fn["shortrow"], -(-n // (_BLOCK // g)), _BLOCK,
                       (self.indptr, self.indices, self.weights, n32, np.int32(self.metric),
                        np.int32(self.self_loops), self.out, np.int32(g)), stream=st)
+            return
+        common = (self.indptr, self.indices, self.weights, n32, nnz64, np.int32(self.metric), self.deg, self.adj,
+                  self.wsum, self.selfw, scalar(1 if self.self_loops else -1), self.out)
+        if self.variant == "pair" and not self.weighted:  # one launch: the kernel finds the vertex terms
+            self._launch_pair(common)
             return
         if self.hub_slot is not None:
             self.hub_slot.memset32(0xFFFFFFFF, st)  # -1: no bitmap
@@ -426,28 +461,34 @@ class DeviceSimilarity:
         else:
             rt.launch(self._fn_vertex, -(-n // _BLOCK), _BLOCK,
                       (self.indptr, self.indices, n32, np.int32(self.self_loops), self.deg, self.adj), stream=st)
-        common = (self.indptr, self.indices, self.weights, n32, nnz64, np.int32(self.metric), self.deg, self.adj,
-                  self.wsum, self.selfw, scalar(1 if self.self_loops else -1), self.out)
         entry_grid = -(-nnz // _BLOCK)
         if self.variant in ("element", "binary"):
             rt.launch(self._fn[self.variant], entry_grid, _BLOCK, common, stream=st)
+        elif self.variant == "pair":
+            self._launch_pair(common)
         elif self.variant == "warp":
             rt.launch(self._fn["warp"], -(-nnz // (_BLOCK // self.group)), _BLOCK, common + (np.int32(self.group),),
                       stream=st)
         else:
+            long_owner = np.int32(self.variant == "longrow")
             self.inter.zero(st)
             rt.launch(self._fn_work, self.n_tiles, _BLOCK,
-                      (self.indptr, self.indices, self.hub_slot, n32, nnz64, self.rows, self.offsets,
+                      (self.indptr, self.indices, self.hub_slot, long_owner, n32, nnz64, self.rows, self.offsets,
                        self.tile_sums), stream=st)
             total = self.offsets.view(8 * nnz, 8, dtype=np.int64, shape=(1,))
             rt.launch(self._fn_scan_sums, 1, 1024, (self.tile_sums, np.int64(self.n_tiles), total), stream=st)
             rt.launch(self._fn_scan_tiles, self.n_tiles, _BLOCK, (self.offsets, nnz64, self.tile_sums), stream=st)
             rt.launch(self._fn["balanced"], self._balanced_grid, _BLOCK,
                       (self.indptr, self.indices, self.weights, self.rows, self.offsets, nnz64,
-                       np.int32(_BALANCED_CHUNK), self.hub_slot, self.bitmaps, np.int64(self.hub_words),
+                       np.int32(self.balanced_chunk), self.hub_slot, self.bitmaps, np.int64(self.hub_words),
                        self.inter), stream=st)
-            rt.launch(self._fn["finalize"], entry_grid, _BLOCK, common + (self.rows, self.hub_slot, self.inter),
-                      stream=st)
+            rt.launch(self._fn["finalize"], entry_grid, _BLOCK,
+                      common + (self.rows, self.hub_slot, long_owner, self.inter), stream=st)
+
+    def _launch_pair(self, common):
+        rows = self.rows_per_block
+        self.rt.launch(self._fn["pair"], -(-self.pattern.n // rows), _BLOCK,
+                       common + (np.int32(self.self_loops), np.int32(rows)), stream=self.stream)
 
     def download(self, out):
         """Copy the result into the host array ``out`` and wait for the stream."""

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from graphkern import Graph, GraphTooLargeError
 import graphkern.similarity as similarity
 from graphkern.similarity import (VARIANTS, DeviceSimilarity, SymmetricPattern, choose_variant, hub_vertices, jaccard,
-                                  overlap, shortrow_group_size, sorensen, symmetric_pattern)
+                                  overlap, pair_rows_per_block, shortrow_group_size, sorensen, symmetric_pattern)
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 GPU_VARIANTS = [v for v in VARIANTS if v != "auto"]
@@ -215,15 +215,16 @@ def test_gpu_skewed_graph(rng, variant, weighted):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["hub", "longrow"])
 @CONVENTIONS
-def test_gpu_hub_bitmaps_on_small_graphs(rng, gpu_device, metric, weighted, self_loops, dtype):
+def test_gpu_hub_bitmaps_on_small_graphs(rng, gpu_device, variant, metric, weighted, self_loops, dtype):
     # every vertex of degree >= 1 may get a bitmap, but only as many as fit in the cap: the long
     # rows of some pairs have bitmaps and others not, in one run
     A = random_graph(rng, int(rng.integers(60, 120)), 0.1)
     n = A.shape[0]
     n_hubs = int(rng.integers(1, n // 2))
     values, run = device_values(gpu_device, A, metric, weighted=weighted, self_loops=self_loops, dtype=dtype,
-                                variant="hub", hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32))
+                                variant=variant, hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32))
     assert run.hubs.size == (0 if weighted else n_hubs)
     assert not np.isnan(values).any()
     np.testing.assert_allclose(values, reference(A, metric, weighted=weighted, self_loops=self_loops),
@@ -237,13 +238,14 @@ def test_gpu_hub_bitmaps_on_small_graphs(rng, gpu_device, metric, weighted, self
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n_hubs", [1, 3, 40])
-def test_gpu_hub_bitmaps_with_tied_degrees(gpu_device, n_hubs):
+@pytest.mark.parametrize("variant", ["hub", "longrow"])
+@pytest.mark.parametrize("n_hubs", [0, 1, 3, 40])
+def test_gpu_hub_bitmaps_with_tied_degrees(gpu_device, variant, n_hubs):
     # a complete graph: every degree ties, so the owner of each pair is decided by the index rule,
     # and with some hubs the owner is sometimes the lower entry
     n = 40
     A = sp.csr_matrix(np.ones((n, n)) - np.eye(n))
-    values, run = device_values(gpu_device, A, "jaccard", variant="hub", hub_min_degree=1,
+    values, run = device_values(gpu_device, A, "jaccard", variant=variant, hub_min_degree=1,
                                 hub_max_bytes=n_hubs * 4 * -(-n // 32))
     assert run.hubs.size == n_hubs
     np.testing.assert_allclose(values, (n - 2) / n)
@@ -273,6 +275,106 @@ def test_gpu_shortrow_group_sizes(rng, max_degree, weighted):
     np.testing.assert_allclose(gpu.data, reference(A, "jaccard", weighted=weighted), rtol=0, atol=1e-12)
     if not weighted:
         np.testing.assert_array_equal(gpu.data, jaccard(A, backend="cpu", dtype=np.float64).data)
+
+
+def assert_matches_cpu(values, A, metric="jaccard", *, weighted=False, self_loops=False, dtype=np.float64):
+    """GPU values against the CPU backend: identical when unweighted, to rounding when weighted."""
+    assert not np.isnan(values).any(), "an entry was not written (outputs are poisoned with NaN)"
+    cpu = METRICS[metric](A, backend="cpu", weighted=weighted, self_loops=self_loops, dtype=dtype).data
+    if weighted:
+        np.testing.assert_allclose(values, cpu, rtol=0, atol=tolerance(dtype, True))
+    else:
+        np.testing.assert_array_equal(values, cpu)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows_per_block", [1, 8, 37, 64, 256])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_gpu_pair_rows_per_block(rng, gpu_device, rows_per_block, weighted, self_loops):
+    # many blocks, each listing the upper entries of its rows; self-loops and isolated vertices
+    A = random_graph(rng, int(rng.integers(300, 700)), 0.02, loops=0.3, isolated=0.15)
+    values, run = device_values(gpu_device, A, "jaccard", weighted=weighted, self_loops=self_loops,
+                                variant="pair", rows_per_block=rows_per_block)
+    assert run.rows_per_block == rows_per_block
+    np.testing.assert_allclose(values, reference(A, "jaccard", weighted=weighted, self_loops=self_loops),
+                               rtol=0, atol=1e-12)
+    assert_matches_cpu(values, A, weighted=weighted, self_loops=self_loops)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gpu_pair_entries_past_the_shared_list(rng, gpu_device, weighted):
+    # 256 rows of ~60 upper entries each: ~15000 per block, listed 2048 at a time in several
+    # passes; a star centre with 3000 upper entries needs two passes on its own
+    A = random_graph(rng, 1500, 0.04, loops=0.2, isolated=0.05)
+    star = sp.csr_matrix((np.ones(3000), (np.zeros(3000, dtype=int), np.arange(1, 3001))), shape=(3001, 3001))
+    for B in (A, star + star.T):
+        B = sp.csr_matrix(B)
+        assert np.diff(B.indptr).max() * 256 > 2 * 2048
+        values, _ = device_values(gpu_device, B, "sorensen", weighted=weighted, variant="pair", rows_per_block=256)
+        assert_matches_cpu(values, B, "sorensen", weighted=weighted)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["pair", "longrow"])
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_gpu_star_and_isolated_vertices(rng, variant, self_loops):
+    # a star whose centre is the highest index, plus isolated vertices before and after it
+    m = int(rng.integers(50, 400))
+    n = m + 20
+    centre = m + 9
+    leaves = np.r_[np.arange(0, 5), np.arange(5, m + 4) + 5][:m]
+    edges = np.stack([np.full(m, centre), leaves], axis=1)
+    G = Graph.from_edges(edges, n)
+    A = G.to_scipy()
+    J = jaccard(G, backend="gpu", variant=variant, self_loops=self_loops, dtype=np.float64)
+    assert_same_pattern(J, A)
+    np.testing.assert_allclose(J.data, 2 / (m + 1) if self_loops else 0.0)
+    assert_matches_cpu(J.data, A, self_loops=self_loops)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("chunk", [1, 7, 32, 64])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gpu_longrow_chunks_and_bitmaps(rng, gpu_device, chunk, weighted):
+    # skewed: hub-to-hub pairs span many chunks and threads; some hubs have bitmaps, some not
+    A = skewed_graph(rng)
+    n = A.shape[0]
+    for n_hubs in (0, 2, 40):
+        values, run = device_values(gpu_device, A, "jaccard", weighted=weighted, variant="longrow",
+                                    balanced_chunk=chunk, hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32))
+        assert run.hubs.size == (0 if weighted else n_hubs)
+        assert_matches_cpu(values, A, weighted=weighted)
+
+
+@pytest.mark.gpu
+def test_gpu_pair_and_longrow_agree_with_element_on_a_power_law_graph(rng, gpu_device):
+    # Chung-Lu-like degrees (a few hubs of thousands, most rows short) at a test's size
+    from graphkern.generators import chung_lu
+    A = sp.csr_matrix(chung_lu(n=20_000, gamma=2.3, avg_degree=16, max_degree=19_999,
+                               seed=int(rng.integers(1 << 30)), as_csr=True))
+    element, _ = device_values(gpu_device, A, "jaccard", variant="element")
+    for variant, options in (("pair", {}), ("longrow", {}), ("longrow", dict(balanced_chunk=8))):
+        values, _ = device_values(gpu_device, A, "jaccard", variant=variant, **options)
+        np.testing.assert_array_equal(values, element, err_msg=f"{variant} {options}")
+
+
+def test_pair_rows_per_block():
+    assert pair_rows_per_block(np.full(1000, 10)) == 96  # 512 upper entries at 5 per row: 102, to a multiple of 8
+    assert pair_rows_per_block(np.full(1000, 2)) == 256  # one block of threads at most
+    assert pair_rows_per_block(np.full(1000, 400)) == 8  # at least 8
+    assert pair_rows_per_block(np.zeros(3, dtype=np.int64)) == 256
+    assert pair_rows_per_block(np.full(10, 10), entries=1000) == 200
+
+
+def test_device_options_are_checked_before_the_device_is_used():
+    pattern = symmetric_pattern(sp.csr_matrix(np.ones((3, 3)) - np.eye(3)))
+    for options, message in ((dict(rows_per_block=0), "rows_per_block must be 1 to 256"),
+                             (dict(rows_per_block=257), "rows_per_block must be 1 to 256"),
+                             (dict(balanced_chunk=0), "balanced_chunk must be 1 to 65536")):
+        with pytest.raises(ValueError, match=message):
+            DeviceSimilarity(None, pattern, metric=0, self_loops=False, dtype=np.float32, variant="pair", **options)
 
 
 def test_shortrow_group_size_and_limit():
