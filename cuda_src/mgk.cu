@@ -25,8 +25,9 @@
 // kernel once and applies them to both search directions (two slices of the vector staged),
 // so an iteration of the pair of solves costs ~1.5 XMVs rather than 2.  Then x and y are
 // contracted into dK/dtheta (graphkern/_mgk_gradient.py): a diagonal sum per vertex-kernel
-// derivative program and for q, and per edge contraction the XMV of x with the edge kernel's
-// derivative, dotted with y in registers instead of stored.
+// derivative program, for q and for the free edge contractions (multiples of the edge kernel
+// itself), and per other edge contraction the XMV of x with the edge kernel's derivative, dotted
+// with y in registers instead of stored.
 #include <cstdint>
 
 #include "mgk_program.cuh"
@@ -560,6 +561,7 @@ struct GradientTerms {
     const T* cpar;
     const int64_t* ccode_off;
     const int64_t* cpar_off;
+    const double* cfree;       // 0, or the factor making contraction c cfree[c] y^T (D V^-1 x - b): free
 };
 
 // K of one pair and its raw derivatives grad = [p^2 y^T D V^-2 dV_j x for each vertex-kernel
@@ -637,7 +639,9 @@ __device__ void gradient_pair(const GraphSet<T>& s1, const GraphSet<T>& s2, int6
         acc = warp_sum(acc);
         if (lane == 0) grad[j] = (double)p2 * acc;
     }
-    // q: D = (deg1 + q)(deg2 + q) and b = D q^2, so dD/dq = d1 + d2 and db/dq = q^2 dD/dq + 2 q D
+    // q: D = (deg1 + q)(deg2 + q) and b = D q^2, so dD/dq = d1 + d2 and db/dq = q^2 dD/dq + 2 q D;
+    // the same pass sums y^T (D V^-1 x - b) for the free edge contractions below
+    double free_sum = 0;
     {
         const double qd = q;
         double acc = 0;
@@ -646,16 +650,23 @@ __device__ void gradient_pair(const GraphSet<T>& s1, const GraphSet<T>& s2, int6
             const double d1 = (double)(s1.degree[v1 + i1] + q), d2 = (double)(s2.degree[v2 + i2] + q);
             const double d = d1 * d2;
             acc += (double)y[i] * ((qd * qd * (d1 + d2) + 2 * qd * d) - (double)x[i] * (d1 + d2) * diag[i] / d);
+            free_sum += (double)y[i] * ((double)diag[i] * x[i] - d * qd * qd);
         }
         acc = warp_sum(acc);
+        free_sum = warp_sum(free_sum);
         if (lane == 0) grad[gt.n_node] = (double)p2 * acc;
     }
-    // edge-kernel terms: y^T (A1 (x) A2 (.) dE) x, the XMV of x contracted with y
+    // edge-kernel terms: y^T (A1 (x) A2 (.) dE) x, the XMV of x contracted with y, except for a
+    // multiple of the edge kernel itself: M x = b - r makes it y^T (D V^-1 x - b) + y^T r, a diagonal
+    // sum whose error y^T r is K's own (graphkern/_mgk_gradient.py)
     for (int c = 0; c < gt.n_contractions; ++c) {
         const EdgeKernel<T> ck{gt.ctheta[c], gt.caux[c], ek.channel, gt.ccode + gt.ccode_off[c],
                                gt.cpar + gt.cpar_off[c]};
         AdjointContraction<T> contraction{y, 0.0};
-        if (gt.cform[c] == FORM) {
+        if (gt.cfree[c] != 0) {
+            contraction.sum = gt.cfree[c] * free_sum;  // summed over the warp already: a lane's share
+            if (lane != 0) contraction.sum = 0;
+        } else if (gt.cform[c] == FORM) {
             xmv<T, FORM, 1>(s1, s2, pt, x, nullptr, contraction, ck, lane);
         } else if constexpr (derivative_form<FORM>() != FORM) {
             xmv<T, derivative_form<FORM>(), 1>(s1, s2, pt, x, nullptr, contraction, ck, lane);
@@ -722,11 +733,12 @@ __device__ void mgk_gradient(const GraphSet<T> s1, const GraphSet<T> s2, const i
         NAME(MGK_SET_ARGS(T, 1), MGK_SET_ARGS(T, 2), MGK_PAIR_ARGS(T), int n_node, const int* ncode,         \
              const T* npar, const int64_t* ncode_off, const int64_t* npar_off, int n_contractions,          \
              const int* cform, const T* ctheta, const T* caux, const int* ccode, const T* cpar,             \
-             const int64_t* ccode_off, const int64_t* cpar_off, int ccode_len, int cpar_len, int n_raw,     \
+             const int64_t* ccode_off, const int64_t* cpar_off, const double* cfree, int ccode_len,          \
+             int cpar_len, int n_raw,                                                                       \
              double* k_out, int32_t* it_out, double* res_out, int32_t* adj_it_out, double* adj_res_out,     \
              double* grad_out) {                                                                            \
         const GradientTerms<T> gt{n_node, ncode, npar, ncode_off, npar_off, n_contractions, cform,          \
-                                  ctheta, caux,  ccode, cpar, ccode_off, cpar_off};                          \
+                                  ctheta, caux,  ccode, cpar, ccode_off, cpar_off, cfree};                   \
         mgk_gradient<T, FORM>(MGK_SET(T, 1), MGK_SET(T, 2), MGK_PAIRS, gt, ccode_len, cpar_len, n_raw, k_out, \
                               it_out, res_out, adj_it_out, adj_res_out, grad_out);                          \
     }

@@ -6,7 +6,7 @@ scratch slot per resident warp.  Datasets are uploaded once per device and kept 
 :class:`~graphkern._mgk_data.MGKDataset`, so a new call with other hyperparameters only
 ships the programs and the pair list.  ``solve_gradient`` launches the gradient entry points
 (the forward and adjoint solves of a pair in lockstep, sharing each XMV, then the
-contractions of graphkern/_mgk_gradient.py) the same way.
+contractions of graphkern/_mgk_gradient.py, the free ones as diagonal sums) the same way.
 """
 
 from __future__ import annotations
@@ -151,6 +151,34 @@ def _poisoned(dev, shape, dtype):
     return buf
 
 
+def check_contractions(plan, args):
+    """The plan's edge contractions must be of the launch's edge-kernel form (or its derivative) and
+    read its feature: the kernels stage one form's data (the CSR one: theta * w where labels differ)."""
+    from graphkern._mgk_gradient import EDGE_FORMS
+
+    form = args["form_name"]
+    allowed = {EDGE_FORMS[form], EDGE_FORMS.get(f"{form}_derivative", EDGE_FORMS[form])}
+    base = plan.contraction_form == EDGE_FORMS[form]
+    if (not set(plan.contraction_form.tolist()) <= allowed or np.any(plan.contraction_slot != args["ek_slot"])
+            or (form == "kronecker" and np.any(plan.contraction_theta[base] != args["ek_theta"]))):
+        raise ValueError(f"edge contractions {plan.contraction_form.tolist()} do not fit the {form!r} edge kernel")
+
+
+def gradient_terms(dev, plan, dt):
+    """The gradient entry points' arguments after the head, up to the outputs (cuda_src/mgk.cu and
+    cuda_src/mgk_csr.cu take the same): derivative programs, edge contractions, their lengths."""
+    nd, ct = plan.node_programs, plan.contraction_programs
+    return (np.int32(len(nd)), rt.to_device(dev, nd.code), rt.to_device(dev, nd.params.astype(dt)),
+            rt.to_device(dev, nd.code_off), rt.to_device(dev, nd.param_off),
+            np.int32(plan.n_contractions), rt.to_device(dev, _nonempty(plan.contraction_form)),
+            rt.to_device(dev, _nonempty(plan.contraction_theta.astype(dt))),
+            rt.to_device(dev, _nonempty(plan.contraction_aux.astype(dt))),
+            rt.to_device(dev, ct.code), rt.to_device(dev, ct.params.astype(dt)),
+            rt.to_device(dev, ct.code_off), rt.to_device(dev, ct.param_off),
+            rt.to_device(dev, _nonempty(plan.contraction_free)),
+            np.int32(len(ct.code)), np.int32(len(ct.params)), np.int32(plan.n_raw))
+
+
 def _check_written(K, iters, m):
     if not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
         raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(K)))} of {m} pairs unwritten")
@@ -203,12 +231,11 @@ class GPUEngine:
 
     def solve_gradient(self, ds1, ds2, pair_arr, plan):
         """K and the raw derivatives of :class:`graphkern._mgk_gradient.GradientPlan` for each pair."""
-        from graphkern._mgk_gradient import EDGE_FORMS
         from graphkern.mgk import gradient_result
 
         dt = self.s["dtype"]
         dev = self.dev
-        nd, ct = plan.node_programs, plan.contraction_programs
+        ct = plan.contraction_programs
         launch = _Launch(self, ds1, ds2, pair_arr, "mgk_gradient", n_vectors=N_GRADIENT_VECTORS, slices=2,
                          extra_shared=len(ct.params) * dt.itemsize + ct.code.nbytes,
                          out_bytes_per_pair=2 * (8 + 4 + 8) + 8 * plan.n_raw)
@@ -217,22 +244,12 @@ class GPUEngine:
             empty = np.zeros(0)
             return gradient_result(empty, np.zeros(0, np.int32), empty, np.zeros(0, np.int32), empty,
                                    np.zeros((0, plan.n_raw)), launch.tile_pairs, 0.0)
-        form = launch.args["form_name"]
-        allowed = {EDGE_FORMS[form], EDGE_FORMS.get(f"{form}_derivative", EDGE_FORMS[form])}
-        if not set(plan.contraction_form.tolist()) <= allowed or np.any(plan.contraction_slot != launch.args["ek_slot"]):
-            raise ValueError(f"edge contractions {plan.contraction_form.tolist()} do not fit the {form!r} edge kernel")
+        check_contractions(plan, launch.args)
         d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
         d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
         d_grad = _poisoned(dev, m * plan.n_raw, np.float64)
-        terms = (np.int32(len(nd)), rt.to_device(dev, nd.code), rt.to_device(dev, nd.params.astype(dt)),
-                 rt.to_device(dev, nd.code_off), rt.to_device(dev, nd.param_off),
-                 np.int32(plan.n_contractions), rt.to_device(dev, _nonempty(plan.contraction_form)),
-                 rt.to_device(dev, _nonempty(plan.contraction_theta.astype(dt))),
-                 rt.to_device(dev, _nonempty(plan.contraction_aux.astype(dt))),
-                 rt.to_device(dev, ct.code), rt.to_device(dev, ct.params.astype(dt)),
-                 rt.to_device(dev, ct.code_off), rt.to_device(dev, ct.param_off),
-                 np.int32(len(ct.code)), np.int32(len(ct.params)), np.int32(plan.n_raw))
-        seconds = launch.run(dev, terms + (d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad))
+        outputs = (d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad)
+        seconds = launch.run(dev, gradient_terms(dev, plan, dt) + outputs)
 
         K = launch.unsort(d_k, np.float64)
         iters = launch.unsort(d_it, np.int32)

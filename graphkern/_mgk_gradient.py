@@ -14,6 +14,17 @@ derivatives of a pair, in this column order:
 * one per *edge contraction* ``p^2 y^T (A1 (x) A2 (.) dE) x``: the XMV with the derivative of
   the edge kernel, dotted with y.
 
+A contraction with a multiple of the edge kernel itself is free: ``M x = b - r`` (r the
+forward solve's residual) gives ``(A1 (x) A2 (.) E) x = D V^-1 x - b + r``, so
+``y^T (A1 (x) A2 (.) E) x = y^T (D V^-1 x - b) + y^T r``, a diagonal sum whose error ``y^T r``
+is K's own error (``K - 1^T M^-1 b = -y^T r``).  Such contractions are the shortcut forms'
+"base" one (a Constant factor of the edge kernel: ``kappa = scale base``, so the base
+contraction is ``1/scale`` times the full one; not where scale = 0, which leaves M without
+the edge kernel) and, for a general edge kernel of one product group, each Constant term c
+(``dkappa/dc = kappa / c``).  ``contraction_free[c]`` holds that factor (0: contract by an XMV);
+the GPU solvers use it, and the contraction's form and program stay valid for any solver that
+contracts by XMV.
+
 :class:`GradientPlan` builds the derivative programs and contractions and maps the raw
 columns to ``dK/dlog(theta)`` (scikit-learn's log-scale theta): a term of a product that
 multiplies the edge kernel by a constant shares one contraction with every other such
@@ -99,7 +110,9 @@ class GradientPlan:
     order.  Attributes the solvers read: ``node_programs`` (a :class:`ProgramTable` of
     vertex-kernel derivative programs), and per edge contraction ``contraction_form``,
     ``contraction_theta``, ``contraction_aux``, ``contraction_slot`` and
-    ``contraction_programs`` (the general form's programs; empty ones for shortcuts).
+    ``contraction_programs`` (the general form's programs; empty ones for shortcuts) and
+    ``contraction_free`` (the module docstring: nonzero where the contraction is that factor
+    times ``y^T (D V^-1 x - b)``).
     """
 
     def __init__(self, specs, s, args, widths):
@@ -122,6 +135,7 @@ class GradientPlan:
         self.contraction_slot = np.array([c.get("slot", 0) for c in contractions], dtype=np.int32)
         self.contraction_programs = ProgramTable.of(
             [(c.get("code", np.zeros(0, np.int32)), c.get("params", np.zeros(0))) for c in contractions])
+        self.contraction_free = np.array([c.get("free", 0.0) for c in contractions], dtype=np.float64)
 
         n_node = len(node_terms)
         self.n_raw = n_node + 1 + len(contractions)
@@ -171,11 +185,14 @@ def _edge_contractions(edge_program, args, free_terms, widths):
 
     form = args["form_name"]
     slot = args["ek_slot"]
+    # the base contraction is the full one over kappa = scale * base (module docstring)
+    base_free = 1.0 / args["ek_scale"] if args["ek_scale"] != 0 else 0.0
     if form == "constant":
         # every term is a Constant: d(kappa)/dc = (product of the other factors of its group)
         for g, t in free_terms:
             weight, terms = edge_program.groups[g]
-            uses.append((contraction("base", form=EDGE_FORMS["constant"]), weight * _other_factors(terms, t)))
+            uses.append((contraction("base", form=EDGE_FORMS["constant"], free=base_free),
+                         weight * _other_factors(terms, t)))
     elif form in ("kronecker", "sqexp"):
         # kappa = scale * base(labeled term), scale = weight * product of the Constants
         weight, terms = edge_program.groups[0]
@@ -185,7 +202,7 @@ def _edge_contractions(edge_program, args, free_terms, widths):
         for g, t in free_terms:
             if t != labeled:
                 base = contraction("base", form=EDGE_FORMS[form], theta=args["ek_theta"], aux=args["ek_aux"],
-                                   slot=slot)
+                                   slot=slot, free=base_free)
                 uses.append((base, weight * _other_factors(terms, t)))
             elif form == "kronecker":
                 uses.append((contraction("derivative", form=EDGE_FORMS["kronecker_derivative"], slot=slot), scale))
@@ -197,7 +214,10 @@ def _edge_contractions(edge_program, args, free_terms, widths):
         slots = edge_program.slots(widths)
         for g, t in free_terms:
             code, params = edge_program.derivative(g, t).encode(widths, slots)
-            uses.append((contraction((g, t), form=EDGE_FORMS["general"], code=code, params=params), 1.0))
+            # one product group: a Constant term c (> 0, being free) gives dkappa/dc = kappa / c
+            k = edge_program.groups[g][1][t][0]
+            free = 1.0 / k.theta if len(edge_program.groups) == 1 and k.transform is None else 0.0
+            uses.append((contraction((g, t), form=EDGE_FORMS["general"], code=code, params=params, free=free), 1.0))
     return contractions, uses
 
 
