@@ -29,7 +29,18 @@
 // and select for the Kronecker shortcut) and an FMA, ~7-8 instructions.
 //
 // Pairs whose records and p do not fit the device's shared memory per block are never launched
-// here (graphkern/_mgk_csr.py routes them to the core solver).
+// here (graphkern/_mgk_csr.py routes them to the fallback solver).
+//
+// Gradients (mgk_csr_gradient_*, graphkern/_mgk_gradient.py has the math): the block also solves
+// the adjoint M y = 1 in lockstep with M x = b.  The two search directions are interleaved in
+// shared memory (p[2 L] forward, p[2 L + 1] adjoint; G1's records then hold j1 * 2 n2), so while
+// both solves run one 64-bit (float) or 128-bit (double) gather fetches both and the record load
+// and the edge kernel of an entry pair serve both FMAs.  A side that has converged stops: the
+// other runs on alone, gathering only its half.  Then the contractions: diagonal sums for the
+// vertex-kernel derivatives, q and the edge contractions the plan marks free (a constant factor
+// of the edge kernel: y^T (A (.) E) x = y^T (D V^-1 x - b) + y^T r_x, r_x the forward residual,
+// the size of K's own error), and for the others one XMV of x (copied into p's forward half)
+// with the derivative edge kernel, dotted with y.
 #include <cstdint>
 
 #include "mgk_program.cuh"
@@ -39,13 +50,32 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kThreads = 256;               // graphkern/_mgk_csr.py: THREADS_PER_BLOCK
 constexpr int kWarps = kThreads / kWarp;
-constexpr int kMaxReduce = 2;               // values summed by one block reduction at most
+constexpr int kMaxReduce = 4;               // values summed by one block reduction at most
 constexpr int kReduceBytes = kWarps * kMaxReduce * 8;  // graphkern/_mgk_csr.py: REDUCE_BYTES
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr double kVertexKernelFloor = 1e-20;  // as cuda_src/mgk.cu and the CPU solver
 
-// Edge-kernel forms (graphkern/mgk.py: _EDGE_FORM_CODES)
-enum : int { EDGE_GENERAL = 0, EDGE_CONSTANT = 1, EDGE_KRONECKER = 2, EDGE_SQEXP = 3 };
+// Edge-kernel forms (graphkern/_mgk_gradient.py: EDGE_FORMS; the first four are graphkern/mgk.py's
+// _EDGE_FORM_CODES).  The derivative forms: d/dh of the Kronecker delta (1 where labels differ) and
+// d^2 exp(aux d^2), the square exponential's derivative by its length scale up to 1 / l^3.
+enum : int {
+    EDGE_GENERAL = 0,
+    EDGE_CONSTANT = 1,
+    EDGE_KRONECKER = 2,
+    EDGE_SQEXP = 3,
+    EDGE_KRONECKER_DERIVATIVE = 4,
+    EDGE_SQEXP_DERIVATIVE = 5
+};
+// The form of the derivative of a shortcut edge kernel by its labeled term's hyperparameter.
+template <int FORM>
+__host__ __device__ constexpr int derivative_form() {
+    return FORM == EDGE_KRONECKER ? EDGE_KRONECKER_DERIVATIVE : (FORM == EDGE_SQEXP ? EDGE_SQEXP_DERIVATIVE : FORM);
+}
+// Forms whose records carry one scalar edge feature.
+template <int FORM>
+__host__ __device__ constexpr bool single_feature() {
+    return FORM == EDGE_KRONECKER || FORM == EDGE_SQEXP;
+}
 
 // ptxas -v (sm_90): at 3 blocks per SM (80 registers) the float entry points do not spill and a
 // 96-vertex pair's ~75 KB of shared memory lets 3 blocks share an SM; the double ones spill there
@@ -161,14 +191,19 @@ __device__ __forceinline__ T weighted_edge(const CsrEntry<T>& g, const CsrEntry<
                                            const T* f1, const T* f2, int nf, int k1, int k2) {
     if (FORM == EDGE_CONSTANT) return g.w;
     if (FORM == EDGE_KRONECKER) return g.e == f.e ? g.w : g.tw;
-    if (FORM == EDGE_SQEXP) {
+    if (FORM == EDGE_KRONECKER_DERIVATIVE) return g.e == f.e ? T(0) : g.w;
+    if (FORM == EDGE_SQEXP || FORM == EDGE_SQEXP_DERIVATIVE) {
         const T diff = g.e - f.e;
-        return g.w * mgk::exp_of(ek.aux * diff * diff);
+        const T d2 = diff * diff;
+        const T k = mgk::exp_of(ek.aux * d2);
+        return FORM == EDGE_SQEXP ? g.w * k : g.w * (d2 * k);
     }
     return g.w * mgk::eval_program(ek.code, ek.par, f1 + (int64_t)k1 * nf, 1, f2 + (int64_t)k2 * nf, 1);
 }
 
-// One pair's staged data in shared memory.
+// One pair's staged data in shared memory.  The search directions: p[L S + side] (S = 1 for K;
+// S = 2 for gradients, the forward direction at side 0 and the adjoint's at side 1); G1's
+// records hold j1 * S n2, so that p + S j2 + side + col is the element (j1, j2).
 template <typename T>
 struct PairShared {
     const EntrySlot<T>* ent1;
@@ -182,40 +217,168 @@ struct PairShared {
     int n2;
 };
 
-// Ap = diag p - scale (A1 (x) A2 (.) E) p for this thread's outputs; returns its share of p^T Ap.
-template <typename T, int FORM>
-__device__ double system_product(const PairShared<T>& ps, const EdgeKernel<T>& ek, const Scratch<T>& sc, int nf) {
-    const int n2 = ps.n2;
-    const int N = ps.n1 * n2;
-    double pAp = 0;
-    for (int L = threadIdx.x; L < N; L += kThreads) {
-        const int a = L / n2, b = L - a * n2;
-        const int k1_begin = ps.rp1[a], k1_end = ps.rp1[a + 1];
-        const int k2_end = ps.rp2[b + 1];
-        T acc = 0;
-        for (int k2 = ps.rp2[b]; k2 < k2_end; ++k2) {
-            const CsrEntry<T> f = load_entry(ps.ent2 + k2);
-            const T* __restrict__ pcol = ps.p + f.col;
-            T s = 0;
+// Both elements of an interleaved pair of directions (one 64- or 128-bit load).
+__device__ __forceinline__ float2 load_both(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ double2 load_both(const double* p) { return *reinterpret_cast<const double2*>(p); }
+
+// acc[r] = ((A1 (x) A2 (.) E) v_r)[(a, b)] where v_r[(j1, j2)] = pv[S j2 + r + col(j1)] (NRHS = 2:
+// the two interleaved directions of a gradient, S = 2).  The edge kernel of each entry pair is
+// evaluated once for all NRHS vectors.
+template <typename T, int FORM, int NRHS, int S>
+__device__ __forceinline__ void entry_pair_sum(const PairShared<T>& ps, const EdgeKernel<T>& ek, int nf, int a,
+                                               int b, const T* __restrict__ pv, T (&acc)[NRHS]) {
+    static_assert(NRHS == 1 || (NRHS == 2 && S == 2), "one vector, or the interleaved pair");
+    const int k1_begin = ps.rp1[a], k1_end = ps.rp1[a + 1];
+    const int k2_end = ps.rp2[b + 1];
+#pragma unroll
+    for (int r = 0; r < NRHS; ++r) acc[r] = 0;
+    for (int k2 = ps.rp2[b]; k2 < k2_end; ++k2) {
+        const CsrEntry<T> f = load_entry(ps.ent2 + k2);
+        const T* __restrict__ pcol = pv + S * f.col;
+        T s[NRHS];
+#pragma unroll
+        for (int r = 0; r < NRHS; ++r) s[r] = 0;
 #pragma unroll 4
-            for (int k1 = k1_begin; k1 < k1_end; ++k1) {
-                const CsrEntry<T> g = load_entry(ps.ent1 + k1);
-                s += weighted_edge<T, FORM>(g, f, ek, ps.feat1, ps.feat2, nf, k1, k2) * pcol[g.col];
+        for (int k1 = k1_begin; k1 < k1_end; ++k1) {
+            const CsrEntry<T> g = load_entry(ps.ent1 + k1);
+            const T e = weighted_edge<T, FORM>(g, f, ek, ps.feat1, ps.feat2, nf, k1, k2);
+            if constexpr (NRHS == 1) {
+                s[0] += e * pcol[g.col];
+            } else {
+                const auto v = load_both(pcol + g.col);
+                s[0] += e * v.x;
+                s[1] += e * v.y;
             }
-            acc += f.w * s;
         }
-        const T pL = ps.p[L];
-        const T ap = sc.diag[L] * pL - ek.scale * acc;
-        sc.Ap[L] = ap;
-        pAp += (double)pL * ap;
+#pragma unroll
+        for (int r = 0; r < NRHS; ++r) acc[r] += f.w * s[r];
     }
-    return pAp;
 }
 
-// Bytes of the block's fixed part: the reduction slots, then the programs' parameters and code.
+// Ap_r = diag v_r - scale (A1 (x) A2 (.) E) v_r for this thread's outputs, v_r[L] = pv[L S + r];
+// adds this thread's share of v_r^T Ap_r to pAp[r].
+template <typename T, int FORM, int NRHS, int S>
+__device__ __forceinline__ void system_product(const PairShared<T>& ps, const EdgeKernel<T>& ek, const T* diag,
+                                               const T* __restrict__ pv, T* const (&Ap)[NRHS], int nf,
+                                               double (&pAp)[NRHS]) {
+    const int n2 = ps.n2;
+    const int N = ps.n1 * n2;
+    for (int L = threadIdx.x; L < N; L += kThreads) {
+        const int a = L / n2, b = L - a * n2;
+        T acc[NRHS];
+        entry_pair_sum<T, FORM, NRHS, S>(ps, ek, nf, a, b, pv, acc);
+        const T d = diag[L];
+#pragma unroll
+        for (int r = 0; r < NRHS; ++r) {
+            const T pL = pv[L * S + r];
+            const T ap = d * pL - ek.scale * acc[r];
+            Ap[r][L] = ap;
+            pAp[r] += (double)pL * ap;
+        }
+    }
+}
+
+// Bytes of the block's fixed part: the reduction slots, then the programs' parameters and code
+// (graphkern/_mgk_csr.py: header_bytes).
 template <typename T>
 __device__ __forceinline__ int header_bytes(int param_len, int code_len) {
     return kReduceBytes + align16(param_len * (int)sizeof(T)) + align16(code_len * 4);
+}
+
+// Copies the programs, then a gradient's contraction programs (`extra`), behind the reduction
+// slots; returns where the pair's data begins.  Published by the first barrier of a pair.
+template <typename T>
+__device__ __forceinline__ unsigned char* stage_programs(unsigned char* smem, const int* __restrict__ code,
+                                         const T* __restrict__ params, int code_len, int param_len,
+                                         const int* __restrict__ extra_code, const T* __restrict__ extra_par,
+                                         int extra_code_len, int extra_par_len, int*& s_code, T*& s_par) {
+    const int all_par = param_len + extra_par_len, all_code = code_len + extra_code_len;
+    s_par = reinterpret_cast<T*>(smem + kReduceBytes);
+    s_code = reinterpret_cast<int*>(smem + kReduceBytes + align16(all_par * (int)sizeof(T)));
+    for (int i = threadIdx.x; i < param_len; i += kThreads) s_par[i] = params[i];
+    for (int i = threadIdx.x; i < extra_par_len; i += kThreads) s_par[param_len + i] = extra_par[i];
+    for (int i = threadIdx.x; i < code_len; i += kThreads) s_code[i] = code[i];
+    for (int i = threadIdx.x; i < extra_code_len; i += kThreads) s_code[code_len + i] = extra_code[i];
+    return smem + header_bytes<T>(all_par, all_code);
+}
+
+// Where pair (g1, g2) lies in the sets: first global vertices, sizes, stored entries.
+struct PairDims {
+    int64_t v1, v2, e1, e2;
+    int n1, n2, nnz1, nnz2;
+};
+
+template <typename T>
+__device__ __forceinline__ PairDims pair_dims(const CsrSet<T>& s1, const CsrSet<T>& s2, int64_t g1, int64_t g2) {
+    PairDims pd;
+    pd.v1 = s1.node_off[g1];
+    pd.v2 = s2.node_off[g2];
+    pd.n1 = (int)(s1.node_off[g1 + 1] - pd.v1);
+    pd.n2 = (int)(s2.node_off[g2 + 1] - pd.v2);
+    pd.e1 = s1.rowptr[pd.v1];
+    pd.e2 = s2.rowptr[pd.v2];
+    pd.nnz1 = (int)(s1.rowptr[pd.v1 + pd.n1] - pd.e1);
+    pd.nnz2 = (int)(s2.rowptr[pd.v2 + pd.n2] - pd.e2);
+    return pd;
+}
+
+// The pair's layout in shared memory (graphkern/_mgk_csr.py: pair_shared_bytes), S directions
+// interleaved in p.  Cheap to recompute: callers form it where they need it, which keeps the
+// pointers out of registers across the set-up loops.
+template <typename T, int S>
+__device__ __forceinline__ PairShared<T> pair_layout(unsigned char* pair_area, const PairDims& pd, int nf) {
+    EntrySlot<T>* ent1 = reinterpret_cast<EntrySlot<T>*>(pair_area);
+    EntrySlot<T>* ent2 = ent1 + pd.nnz1;
+    T* p = reinterpret_cast<T*>(ent2 + pd.nnz2);
+    T* feat1 = p + S * pd.n1 * pd.n2;
+    T* feat2 = feat1 + (int64_t)pd.nnz1 * nf;
+    int* rp1 = reinterpret_cast<int*>(feat2 + (int64_t)pd.nnz2 * nf);
+    int* rp2 = rp1 + pd.n1 + 1;
+    return PairShared<T>{ent1, ent2, p, feat1, feat2, rp1, rp2, pd.n1, pd.n2};
+}
+
+// Stages the pair's records, row pointers and (general form) edge features.  Starts with a
+// barrier (the previous pair's readers are done); the caller's next barrier publishes them.
+template <typename T, int FORM, int S>
+__device__ __forceinline__ void stage_pair(const CsrSet<T>& s1, const CsrSet<T>& s2, const PairDims& pd, T ek_theta,
+                                           int ek_slot, int nf, unsigned char* pair_area) {
+    const PairShared<T> ps = pair_layout<T, S>(pair_area, pd, nf);
+    EntrySlot<T>* ent1 = const_cast<EntrySlot<T>*>(ps.ent1);
+    EntrySlot<T>* ent2 = const_cast<EntrySlot<T>*>(ps.ent2);
+    T* feat1 = const_cast<T*>(ps.feat1);
+    T* feat2 = const_cast<T*>(ps.feat2);
+    int* rp1 = const_cast<int*>(ps.rp1);
+    int* rp2 = const_cast<int*>(ps.rp2);
+    const int64_t e1 = pd.e1, e2 = pd.e2;
+    const int n2s = S * pd.n2;
+    __syncthreads();
+    for (int i = threadIdx.x; i <= pd.n1; i += kThreads) rp1[i] = (int)(s1.rowptr[pd.v1 + i] - e1);
+    for (int i = threadIdx.x; i <= pd.n2; i += kThreads) rp2[i] = (int)(s2.rowptr[pd.v2 + i] - e2);
+    for (int i = threadIdx.x; i < pd.nnz1; i += kThreads) {
+        const T w = s1.weights[e1 + i];
+        const T e = single_feature<FORM>() ? s1.edge_feat[(e1 + i) * s1.n_efeat + ek_slot] : T(0);
+        store_entry(ent1 + i, w, e, ek_theta * w, s1.indices[e1 + i] * n2s);
+    }
+    for (int i = threadIdx.x; i < pd.nnz2; i += kThreads) {
+        const T e = single_feature<FORM>() ? s2.edge_feat[(e2 + i) * s2.n_efeat + ek_slot] : T(0);
+        store_entry(ent2 + i, s2.weights[e2 + i], e, T(0), s2.indices[e2 + i]);
+    }
+    if (FORM == EDGE_GENERAL) {
+        for (int64_t i = threadIdx.x; i < (int64_t)pd.nnz1 * nf; i += kThreads) feat1[i] = s1.edge_feat[e1 * nf + i];
+        for (int64_t i = threadIdx.x; i < (int64_t)pd.nnz2 * nf; i += kThreads) feat2[i] = s2.edge_feat[e2 * nf + i];
+    }
+}
+
+// D_L = (d1 + q)(d2 + q) and the system's diagonal D_L / V_L (V floored) at vertex pair (a, b).
+template <typename T>
+__device__ __forceinline__ T system_diagonal(const CsrSet<T>& s1, const CsrSet<T>& s2, int64_t v1, int64_t v2, int a,
+                                             int b, const int* ncode, const T* npar, T q, T& d) {
+    d = (s1.degree[v1 + a] + q) * (s2.degree[v2 + b] + q);
+    T v = mgk::eval_program(ncode, npar, s1.node_feat + (v1 + a) * s1.n_nfeat, 1, s2.node_feat + (v2 + b) * s2.n_nfeat,
+                            1);
+    const T floor_v = T(kVertexKernelFloor);
+    if (v < floor_v) v = floor_v;
+    return d / v;
 }
 
 template <typename T, int FORM>
@@ -228,9 +391,11 @@ __device__ void csr_solve(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t*
                           const int64_t* __restrict__ nodal_off) {
     extern __shared__ __align__(16) unsigned char smem[];
     double* red = reinterpret_cast<double*>(smem);
+    T* s_par;
+    int* s_code;
     const int param_len = nparam_len + eparam_len, code_len = ncode_len + ecode_len;
-    T* s_par = reinterpret_cast<T*>(smem + kReduceBytes);
-    int* s_code = reinterpret_cast<int*>(smem + kReduceBytes + align16(param_len * (int)sizeof(T)));
+    s_par = reinterpret_cast<T*>(smem + kReduceBytes);
+    s_code = reinterpret_cast<int*>(smem + kReduceBytes + align16(param_len * (int)sizeof(T)));
     unsigned char* pair_area = smem + header_bytes<T>(param_len, code_len);
     for (int i = threadIdx.x; i < param_len; i += kThreads) s_par[i] = params[i];
     for (int i = threadIdx.x; i < code_len; i += kThreads) s_code[i] = code[i];
@@ -244,50 +409,18 @@ __device__ void csr_solve(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t*
 
     for (int64_t k = blockIdx.x; k < n_pairs; k += gridDim.x) {
         const int64_t g1 = pair_g1[k], g2 = pair_g2[k];
-        const int64_t v1 = s1.node_off[g1], v2 = s2.node_off[g2];
-        const int n1 = (int)(s1.node_off[g1 + 1] - v1), n2 = (int)(s2.node_off[g2 + 1] - v2);
-        const int64_t e1 = s1.rowptr[v1], e2 = s2.rowptr[v2];
-        const int nnz1 = (int)(s1.rowptr[v1 + n1] - e1), nnz2 = (int)(s2.rowptr[v2 + n2] - e2);
-        const int N = n1 * n2;
-
-        // the pair's layout (graphkern/_mgk_csr.py: pair_shared_bytes)
-        EntrySlot<T>* ent1 = reinterpret_cast<EntrySlot<T>*>(pair_area);
-        EntrySlot<T>* ent2 = ent1 + nnz1;
-        T* p = reinterpret_cast<T*>(ent2 + nnz2);
-        T* feat1 = p + N;
-        T* feat2 = feat1 + (int64_t)nnz1 * nf;
-        int* rp1 = reinterpret_cast<int*>(feat2 + (int64_t)nnz2 * nf);
-        int* rp2 = rp1 + n1 + 1;
-
-        __syncthreads();  // the programs are staged; the previous pair's readers are done
-        for (int i = threadIdx.x; i <= n1; i += kThreads) rp1[i] = (int)(s1.rowptr[v1 + i] - e1);
-        for (int i = threadIdx.x; i <= n2; i += kThreads) rp2[i] = (int)(s2.rowptr[v2 + i] - e2);
-        for (int i = threadIdx.x; i < nnz1; i += kThreads) {
-            const T w = s1.weights[e1 + i];
-            const T e = FORM == EDGE_KRONECKER || FORM == EDGE_SQEXP ? s1.edge_feat[(e1 + i) * s1.n_efeat + ek_slot]
-                                                                    : T(0);
-            store_entry(ent1 + i, w, e, ek_theta * w, s1.indices[e1 + i] * n2);
-        }
-        for (int i = threadIdx.x; i < nnz2; i += kThreads) {
-            const T e = FORM == EDGE_KRONECKER || FORM == EDGE_SQEXP ? s2.edge_feat[(e2 + i) * s2.n_efeat + ek_slot]
-                                                                    : T(0);
-            store_entry(ent2 + i, s2.weights[e2 + i], e, T(0), s2.indices[e2 + i]);
-        }
-        if (FORM == EDGE_GENERAL) {
-            for (int64_t i = threadIdx.x; i < (int64_t)nnz1 * nf; i += kThreads) feat1[i] = s1.edge_feat[e1 * nf + i];
-            for (int64_t i = threadIdx.x; i < (int64_t)nnz2 * nf; i += kThreads) feat2[i] = s2.edge_feat[e2 * nf + i];
-        }
+        const PairDims pd = pair_dims(s1, s2, g1, g2);
+        stage_pair<T, FORM, 1>(s1, s2, pd, ek_theta, ek_slot, nf, pair_area);
+        const int64_t v1 = pd.v1, v2 = pd.v2;
+        const int n1 = pd.n1, n2 = pd.n2, N = n1 * n2;
+        T* p = pair_layout<T, 1>(pair_area, pd, nf).p;
 
         // diag = D / V (V floored), x0 = 0, r0 = b = D q^2, p0 = r0 / diag: this thread's outputs
         double init[2] = {0.0, 0.0};  // r^T z, ||b||^2
-        const T floor_v = T(kVertexKernelFloor);
         for (int L = threadIdx.x; L < N; L += kThreads) {
             const int a = L / n2, b = L - a * n2;
-            const T d = (s1.degree[v1 + a] + q) * (s2.degree[v2 + b] + q);
-            T v = mgk::eval_program(ncode, npar, s1.node_feat + (v1 + a) * s1.n_nfeat, 1,
-                                    s2.node_feat + (v2 + b) * s2.n_nfeat, 1);
-            if (v < floor_v) v = floor_v;
-            const T m = d / v;
+            T d;
+            const T m = system_diagonal(s1, s2, v1, v2, a, b, ncode, npar, q, d);
             const T bi = d * q * q;
             const T z = bi / m;
             sc.diag[L] = m;
@@ -302,10 +435,12 @@ __device__ void csr_solve(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t*
         const double bnorm = sqrt(init[1]);
         double rnorm = bnorm;
         int it = 0;
-        const PairShared<T> ps{ent1, ent2, p, feat1, feat2, rp1, rp2, n1, n2};
+        const PairShared<T> ps = pair_layout<T, 1>(pair_area, pd, nf);
 
         while (it < max_iter) {
-            double pAp[1] = {system_product<T, FORM>(ps, ek, sc, nf)};
+            double pAp[1] = {0.0};
+            T* const Ap[1] = {sc.Ap};
+            system_product<T, FORM, 1, 1>(ps, ek, sc.diag, p, Ap, nf, pAp);
             block_sum(pAp, red);
             if (!(pAp[0] > 0)) break;  // an exactly zero residual (M is positive definite)
             const T alpha = (T)(rz / pAp[0]);
@@ -346,6 +481,261 @@ __device__ void csr_solve(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t*
     }
 }
 
+
+// The derivative programs and edge contractions of a gradient launch (graphkern/_mgk_gradient.py:
+// GradientPlan): vertex-kernel derivative program j at ncode + ncode_off[j] (global memory); edge
+// contraction c of form cform[c], its shortcut's theta and aux, its program (general form; in
+// shared memory once staged) and cfree[c]: 0, or the factor that makes it cfree[c] y^T (A (.) E) x
+// (the free contraction: a diagonal sum, no XMV).
+template <typename T>
+struct GradientTerms {
+    int n_node;
+    const int* ncode;
+    const T* npar;
+    const int64_t* ncode_off;
+    const int64_t* npar_off;
+    int n_contractions;
+    const int* cform;
+    const T* ctheta;
+    const T* caux;
+    const int* ccode;
+    const T* cpar;
+    const int64_t* ccode_off;
+    const int64_t* cpar_off;
+    const double* cfree;
+};
+
+// y^T (A1 (x) A2 (.) E_c) x for this thread's outputs: x at p's forward half (S = 2).
+template <typename T, int CFORM>
+__device__ double contraction_share(const PairShared<T>& ps, const EdgeKernel<T>& ck, const T* __restrict__ y,
+                                    int nf) {
+    const int n2 = ps.n2;
+    const int N = ps.n1 * n2;
+    double sum = 0;
+    for (int L = threadIdx.x; L < N; L += kThreads) {
+        const int a = L / n2, b = L - a * n2;
+        T acc[1];
+        entry_pair_sum<T, CFORM, 1, 2>(ps, ck, nf, a, b, ps.p, acc);
+        sum += (double)y[L] * (double)acc[0];
+    }
+    return sum;
+}
+
+// One CG system of a gradient's pair: its vectors (x, r, Ap in global scratch; the direction at
+// p[2 L + side]) and scalars.
+template <typename T>
+struct CGSide {
+    T* __restrict__ x;
+    T* __restrict__ r;
+    T* __restrict__ Ap;
+    int side;
+    double rz;
+    double bnorm;
+    double rnorm;
+    int it;
+    bool running;
+};
+
+// x += alpha p, r -= alpha Ap for this thread's outputs; adds its share of r^T r and r^T z.
+template <typename T>
+__device__ __forceinline__ void cg_step(CGSide<T>& cg, T alpha, const T* __restrict__ p, const T* __restrict__ diag,
+                                        int N, double& rr, double& rz) {
+    for (int L = threadIdx.x; L < N; L += kThreads) {
+        cg.x[L] = cg.x[L] + alpha * p[2 * L + cg.side];
+        const T ri = cg.r[L] - alpha * cg.Ap[L];
+        cg.r[L] = ri;
+        rr += (double)ri * ri;
+        rz += (double)ri * (ri / diag[L]);
+    }
+}
+
+// After the reduction of r^T r and r^T z: counts the iteration, stops a converged side, else
+// returns beta (0 for a stopped side, whose direction is no longer touched).
+template <typename T>
+__device__ __forceinline__ T cg_finish(CGSide<T>& cg, double rr, double rzn, double tol) {
+    ++cg.it;
+    cg.rnorm = sqrt(rr);
+    if (cg.rnorm <= tol * cg.bnorm) {
+        cg.running = false;
+        return T(0);
+    }
+    const T beta = (T)(rzn / cg.rz);
+    cg.rz = rzn;
+    return beta;
+}
+
+template <typename T, int FORM>
+__device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t* __restrict__ pair_g1,
+                             const int64_t* __restrict__ pair_g2, int64_t n_pairs, const int* __restrict__ code,
+                             const T* __restrict__ params, int ncode_len, int nparam_len, int ecode_len,
+                             int eparam_len, T ek_scale, T ek_theta, T ek_aux, int ek_slot, T q, T p2, double tol,
+                             int max_iter, T* __restrict__ scratch, int64_t stride, GradientTerms<T> gt,
+                             int ccode_len, int cpar_len, int n_raw, double* __restrict__ k_out,
+                             int32_t* __restrict__ it_out, double* __restrict__ res_out,
+                             int32_t* __restrict__ adj_it_out, double* __restrict__ adj_res_out,
+                             double* __restrict__ grad_out) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    double* red = reinterpret_cast<double*>(smem);
+    const int code_len = ncode_len + ecode_len, param_len = nparam_len + eparam_len;
+    T* s_par;
+    int* s_code;
+    unsigned char* pair_area = stage_programs<T>(smem, code, params, code_len, param_len, gt.ccode, gt.cpar,
+                                                 ccode_len, cpar_len, s_code, s_par);
+    gt.ccode = s_code + code_len;
+    gt.cpar = s_par + param_len;
+    const int* ncode = s_code;
+    const T* npar = s_par;
+    const EdgeKernel<T> ek{ek_scale, ek_theta, ek_aux, ek_slot, s_code + ncode_len, s_par + nparam_len};
+    // x, r, Ap of the forward solve, then y, r, Ap of the adjoint, then the diagonal
+    // (graphkern/_mgk_csr.py: N_GRADIENT_VECTORS)
+    T* const work = scratch + (int64_t)blockIdx.x * 7 * stride;
+    T* __restrict__ diag = work + 6 * stride;
+    const int nf = FORM == EDGE_GENERAL ? s1.n_efeat : 0;
+    bool any_free = false, any_xmv = false;
+    for (int c = 0; c < gt.n_contractions; ++c) {
+        any_free = any_free || gt.cfree[c] != 0;
+        any_xmv = any_xmv || gt.cfree[c] == 0;
+    }
+
+    for (int64_t k = blockIdx.x; k < n_pairs; k += gridDim.x) {
+        const PairDims pd = pair_dims(s1, s2, pair_g1[k], pair_g2[k]);
+        stage_pair<T, FORM, 2>(s1, s2, pd, ek_theta, ek_slot, nf, pair_area);
+        const int64_t v1 = pd.v1, v2 = pd.v2;
+        const int n2 = pd.n2, N = pd.n1 * n2;
+        T* p = pair_layout<T, 2>(pair_area, pd, nf).p;
+        CGSide<T> cx{work, work + stride, work + 2 * stride, 0, 0.0, 0.0, 0.0, 0, true};
+        CGSide<T> cy{work + 3 * stride, work + 4 * stride, work + 5 * stride, 1, 0.0, 0.0, 0.0, 0, true};
+
+        // M x = b = D q^2 and M y = 1, both from 0, preconditioned by diag = D / V
+        double init[3] = {0.0, 0.0, 0.0};  // r^T z of x, ||b||^2, r^T z of y
+        for (int L = threadIdx.x; L < N; L += kThreads) {
+            const int a = L / n2, b = L - a * n2;
+            T d;
+            const T m = system_diagonal(s1, s2, v1, v2, a, b, ncode, npar, q, d);
+            const T bi = d * q * q;
+            const T zx = bi / m, zy = T(1) / m;
+            diag[L] = m;
+            cx.x[L] = 0;
+            cx.r[L] = bi;
+            cy.x[L] = 0;
+            cy.r[L] = 1;
+            p[2 * L] = zx;
+            p[2 * L + 1] = zy;
+            init[0] += (double)bi * zx;
+            init[1] += (double)bi * bi;
+            init[2] += (double)zy;
+        }
+        block_sum(init, red);  // its barriers also publish the staged records and p
+        cx.rz = init[0];
+        cx.bnorm = cx.rnorm = sqrt(init[1]);
+        cy.rz = init[2];
+        cy.bnorm = cy.rnorm = sqrt((double)N);
+        const PairShared<T> ps = pair_layout<T, 2>(pair_area, pd, nf);
+
+        // Lockstep: one pass over the entry pairs serves both directions while both run.  Every
+        // decision below comes from block sums, the same bits in every thread.
+        while (true) {
+            cx.running = cx.running && cx.it < max_iter;
+            cy.running = cy.running && cy.it < max_iter;
+            if (!cx.running && !cy.running) break;
+            double pAp[2] = {0.0, 0.0};
+            if (cx.running && cy.running) {
+                T* const Ap[2] = {cx.Ap, cy.Ap};
+                system_product<T, FORM, 2, 2>(ps, ek, diag, p, Ap, nf, pAp);
+            } else {
+                // one side runs on alone, gathering only its half of p
+                const int side = cx.running ? 0 : 1;
+                double one[1] = {0.0};
+                T* const Ap[1] = {cx.running ? cx.Ap : cy.Ap};
+                system_product<T, FORM, 1, 2>(ps, ek, diag, p + side, Ap, nf, one);
+                pAp[0] = cx.running ? one[0] : 0.0;
+                pAp[1] = cx.running ? 0.0 : one[0];
+            }
+            block_sum(pAp, red);
+            // pAp <= 0 only for an exactly zero residual (M is positive definite): that side is done
+            cx.running = cx.running && pAp[0] > 0;
+            cy.running = cy.running && pAp[1] > 0;
+            double upd[4] = {0.0, 0.0, 0.0, 0.0};  // r^T r and r^T z of x, then of y
+            if (cx.running) cg_step(cx, (T)(cx.rz / pAp[0]), p, diag, N, upd[0], upd[1]);
+            if (cy.running) cg_step(cy, (T)(cy.rz / pAp[1]), p, diag, N, upd[2], upd[3]);
+            block_sum(upd, red);  // also: every thread is done reading p in the product
+            const bool was_x = cx.running, was_y = cy.running;
+            const T beta_x = was_x ? cg_finish(cx, upd[0], upd[1], tol) : T(0);
+            const T beta_y = was_y ? cg_finish(cy, upd[2], upd[3], tol) : T(0);
+            if (cx.running || cy.running) {
+                for (int L = threadIdx.x; L < N; L += kThreads) {
+                    const T di = diag[L];
+                    if (cx.running) p[2 * L] = cx.r[L] / di + beta_x * p[2 * L];
+                    if (cy.running) p[2 * L + 1] = cy.r[L] / di + beta_y * p[2 * L + 1];
+                }
+            }
+            __syncthreads();  // the next product reads p across threads
+        }
+
+        const T* __restrict__ x = cx.x;
+        const T* __restrict__ y = cy.x;
+        double* grad = grad_out + k * n_raw;
+        // K, dK/dq and the free contraction's y^T (D V^-1 x - b) in one pass.  q: D = (d1 + q)(d2 + q)
+        // and b = D q^2, so dD/dq = d1 + d2 and db/dq = q^2 dD/dq + 2 q D.
+        double sums[3] = {0.0, 0.0, 0.0};
+        const double qd = (double)q;
+        for (int L = threadIdx.x; L < N; L += kThreads) {
+            const int a = L / n2, b = L - a * n2;
+            const double d1 = (double)(s1.degree[v1 + a] + q), d2 = (double)(s2.degree[v2 + b] + q);
+            const double d = d1 * d2, xi = x[L], yi = y[L], m = diag[L];
+            sums[0] += xi;
+            sums[1] += yi * ((qd * qd * (d1 + d2) + 2 * qd * d) - xi * (d1 + d2) * m / d);
+            sums[2] += yi * (m * xi - d * qd * qd);
+            if (any_xmv) p[2 * L] = x[L];  // the contractions' XMVs gather x
+        }
+        block_sum(sums, red);  // also publishes x in p
+        if (threadIdx.x == 0) {
+            k_out[k] = (double)p2 * sums[0];
+            it_out[k] = cx.it;
+            res_out[k] = cx.bnorm > 0 ? cx.rnorm / cx.bnorm : 0.0;
+            adj_it_out[k] = cy.it;
+            adj_res_out[k] = cy.bnorm > 0 ? cy.rnorm / cy.bnorm : 0.0;
+            grad[gt.n_node] = (double)p2 * sums[1];
+        }
+        // vertex-kernel terms: dM/dtheta = -D V^-2 dV/dtheta (diag = D / V; a floored V has no derivative)
+        const T floor_v = T(kVertexKernelFloor);
+        for (int j = 0; j < gt.n_node; ++j) {
+            const int* dcode = gt.ncode + gt.ncode_off[j];
+            const T* dpar = gt.npar + gt.npar_off[j];
+            double acc[1] = {0.0};
+            for (int L = threadIdx.x; L < N; L += kThreads) {
+                const int a = L / n2, b = L - a * n2;
+                const T* f1 = s1.node_feat + (v1 + a) * s1.n_nfeat;
+                const T* f2 = s2.node_feat + (v2 + b) * s2.n_nfeat;
+                const T v = mgk::eval_program(ncode, npar, f1, 1, f2, 1);
+                if (v < floor_v) continue;
+                const T dv = mgk::eval_program(dcode, dpar, f1, 1, f2, 1);
+                acc[0] += (double)y[L] * x[L] * ((double)diag[L] / v) * dv;
+            }
+            block_sum(acc, red);
+            if (threadIdx.x == 0) grad[j] = (double)p2 * acc[0];
+        }
+        // edge-kernel terms: y^T (A1 (x) A2 (.) dE_c) x, free or by one XMV of x
+        for (int c = 0; c < gt.n_contractions; ++c) {
+            double acc[1] = {0.0};
+            if (gt.cfree[c] != 0) {
+                acc[0] = gt.cfree[c] * sums[2];
+            } else {
+                const EdgeKernel<T> ck{T(1), gt.ctheta[c], gt.caux[c], ek_slot, gt.ccode + gt.ccode_off[c],
+                                       gt.cpar + gt.cpar_off[c]};
+                if (gt.cform[c] == FORM) {
+                    acc[0] = contraction_share<T, FORM>(ps, ck, y, nf);
+                } else if constexpr (derivative_form<FORM>() != FORM) {
+                    acc[0] = contraction_share<T, derivative_form<FORM>()>(ps, ck, y, nf);
+                }
+                block_sum(acc, red);
+            }
+            if (threadIdx.x == 0) grad[gt.n_node + 1 + c] = (double)p2 * acc[0];
+        }
+        (void)any_free;
+    }
+}
+
 }  // namespace
 
 #define CSR_SET_ARGS(T, S)                                                                                  \
@@ -379,3 +769,37 @@ CSR_ENTRY(mgk_csr_general_f64, double, EDGE_GENERAL)
 CSR_ENTRY(mgk_csr_constant_f64, double, EDGE_CONSTANT)
 CSR_ENTRY(mgk_csr_kronecker_f64, double, EDGE_KRONECKER)
 CSR_ENTRY(mgk_csr_sqexp_f64, double, EDGE_SQEXP)
+
+// Gradient entry points mgk_csr_gradient_<form>_<f32|f64>: the same head (no nodal output), then
+// the derivative programs, the edge contractions and the outputs (graphkern/_mgk_csr.py:
+// CSRGPUEngine.solve_gradient).  ptxas -v (sm_90): at 3 blocks per SM (80 registers) the float
+// ones spill (two accumulators per output, the paired gather); 2 blocks (128 registers) do not,
+// and a 96-vertex pair's ~81-110 KB of shared memory (both directions) allows only 2 anyway.
+constexpr int kGradientMinBlocksPerSM = 2;
+#define CSR_GRADIENT_ENTRY(NAME, T, FORM)                                                                    \
+    extern "C" __global__ void __launch_bounds__(kThreads, kGradientMinBlocksPerSM)                        \
+        NAME(CSR_SET_ARGS(T, 1), CSR_SET_ARGS(T, 2), const int64_t* pair_g1, const int64_t* pair_g2,         \
+             int64_t n_pairs, const int* code, const T* params, int ncode_len, int nparam_len, int ecode_len,  \
+             int eparam_len, T ek_scale, T ek_theta, T ek_aux, int ek_slot, T q, T p2, double tol,           \
+             int max_iter, T* scratch, int64_t stride, int n_node, const int* ncode, const T* npar,          \
+             const int64_t* ncode_off, const int64_t* npar_off, int n_contractions, const int* cform,        \
+             const T* ctheta, const T* caux, const int* ccode, const T* cpar, const int64_t* ccode_off,       \
+             const int64_t* cpar_off, const double* cfree, int ccode_len, int cpar_len, int n_raw,            \
+             double* k_out, int32_t* it_out, double* res_out, int32_t* adj_it_out, double* adj_res_out,      \
+             double* grad_out) {                                                                             \
+        const GradientTerms<T> gt{n_node, ncode,  npar,  ncode_off, npar_off, n_contractions, cform,         \
+                                  ctheta, caux,   ccode, cpar, ccode_off, cpar_off,  cfree};                 \
+        csr_gradient<T, FORM>(CSR_SET(T, 1), CSR_SET(T, 2), pair_g1, pair_g2, n_pairs, code, params,         \
+                              ncode_len, nparam_len, ecode_len, eparam_len, ek_scale, ek_theta, ek_aux,      \
+                              ek_slot, q, p2, tol, max_iter, scratch, stride, gt, ccode_len, cpar_len,       \
+                              n_raw, k_out, it_out, res_out, adj_it_out, adj_res_out, grad_out);             \
+    }
+
+CSR_GRADIENT_ENTRY(mgk_csr_gradient_general_f32, float, EDGE_GENERAL)
+CSR_GRADIENT_ENTRY(mgk_csr_gradient_constant_f32, float, EDGE_CONSTANT)
+CSR_GRADIENT_ENTRY(mgk_csr_gradient_kronecker_f32, float, EDGE_KRONECKER)
+CSR_GRADIENT_ENTRY(mgk_csr_gradient_sqexp_f32, float, EDGE_SQEXP)
+CSR_GRADIENT_ENTRY(mgk_csr_gradient_general_f64, double, EDGE_GENERAL)
+CSR_GRADIENT_ENTRY(mgk_csr_gradient_constant_f64, double, EDGE_CONSTANT)
+CSR_GRADIENT_ENTRY(mgk_csr_gradient_kronecker_f64, double, EDGE_KRONECKER)
+CSR_GRADIENT_ENTRY(mgk_csr_gradient_sqexp_f64, double, EDGE_SQEXP)

@@ -12,7 +12,12 @@ with one thread block per pair (grid-stride over the pairs, largest first), both
 and the search direction p in shared memory and the other CG vectors in a global scratch slot
 per resident block (the kernel's header comment has the layout).  The linear system,
 preconditioner, tolerance, float32/float64 handling and the nodal output are the core
-solver's; eval_gradient=True calls run on the core solver (graphkern.mgk).
+solver's.  ``eval_gradient=True`` runs :meth:`CSRGPUEngine.solve_gradient`: the adjoint solve in
+lockstep with the forward one in the same block (both search directions interleaved in shared
+memory, one gather and one edge-kernel evaluation per entry pair serving both; a converged side
+stops), then the contractions of graphkern/_mgk_gradient.py, those of a constant factor of the
+edge kernel free (a diagonal sum).  Pairs whose larger footprint does not fit run the core
+solver's gradient.
 
 Cost floor (one pair, per CG iteration): nnz1 nnz2 entry pairs at ~7-8 warp instructions per
 32 of them (a broadcast 128-bit load of G1's record, a gathered load of p, the edge kernel, an
@@ -40,8 +45,9 @@ __all__ = ["CSR_TECHNIQUE", "CSRData", "csr_data", "csr_engine", "CSRGPUEngine",
 #: the ``techniques=`` name of this solver
 CSR_TECHNIQUE = "csr"
 THREADS_PER_BLOCK = 256     # cuda_src/mgk_csr.cu: kThreads
-REDUCE_BYTES = 8 * 2 * 8    # kReduceBytes: kWarps x kMaxReduce doubles
+REDUCE_BYTES = 8 * 4 * 8    # kReduceBytes: kWarps x kMaxReduce doubles
 N_VECTORS = 4               # x, r, Ap, diagonal (p is in shared memory)
+N_GRADIENT_VECTORS = 7      # x, r, Ap of both solves and the diagonal (mgk_csr.cu: csr_gradient)
 SCRATCH_SHARE = 0.6         # the CG scratch takes at most this share of the free device memory
 _ENTRY_BYTES = {4: 16, 8: 32}  # EntrySlot<float> / EntrySlot<double>
 
@@ -110,13 +116,14 @@ def header_bytes(itemsize, param_len, code_len):
     return REDUCE_BYTES + _align16(param_len * itemsize) + _align16(code_len * 4)
 
 
-def pair_shared_bytes(itemsize, form, n1, n2, nnz1, nnz2, n_edge_features):
-    """Shared bytes of each pair's staged data (arrays or ints): both graphs' entry records, p,
-    the general form's edge features, both row-pointer arrays (mgk_csr.cu: the pair's layout)."""
+def pair_shared_bytes(itemsize, form, n1, n2, nnz1, nnz2, n_edge_features, directions=1):
+    """Shared bytes of each pair's staged data (arrays or ints): both graphs' entry records, the
+    search directions (``directions=2`` for gradients: the forward and adjoint ones interleaved),
+    the general form's edge features, both row-pointer arrays (mgk_csr.cu: pair_layout)."""
     n1, n2, nnz1, nnz2 = (np.asarray(v, dtype=np.int64) for v in (n1, n2, nnz1, nnz2))
     features = n_edge_features if form == "general" else 0
-    return ((nnz1 + nnz2) * _ENTRY_BYTES[itemsize] + n1 * n2 * itemsize + (nnz1 + nnz2) * features * itemsize
-            + (n1 + n2 + 2) * 4)
+    return ((nnz1 + nnz2) * _ENTRY_BYTES[itemsize] + directions * n1 * n2 * itemsize
+            + (nnz1 + nnz2) * features * itemsize + (n1 + n2 + 2) * 4)
 
 
 def shared_memory_limit(dev):
@@ -127,7 +134,8 @@ def shared_memory_limit(dev):
 class CSRGPUEngine:
     """Runs cuda_src/mgk_csr.cu over a list of pairs on one device; pairs too large for its shared
     memory go to ``fallback`` (an engine; default the core solver,
-    :class:`graphkern._mgk_gpu.GPUEngine`) in the same call."""
+    :class:`graphkern._mgk_gpu.GPUEngine`) in the same call, and for gradients to the core solver
+    unless ``fallback`` computes them too."""
 
     name = "gpu"
 
@@ -137,31 +145,36 @@ class CSRGPUEngine:
         self.dev = rt.get_device(ordinal)
         self.s = s
         self.fallback = fallback
-        #: of the last solve: pairs run here, pairs routed to the core solver, shared bytes per block
+        #: of the last solve: pairs run here, pairs routed to the fallback solver, shared bytes per block
         self.last_run = None
 
-    def solve(self, ds1, ds2, pair_arr, *, nodal):
-        from graphkern.mgk import _Solved, solver_arguments
+    def _split(self, ds1, ds2, pair_arr, extra_code=0, extra_params=0, directions=1):
+        """What a launch needs on the host: (args, c1, c2, g1, g2, code, params, need, fits)."""
+        from graphkern.mgk import solver_arguments
 
-        s = self.s
-        dt = s["dtype"]
-        m = len(pair_arr)
+        dt = self.s["dtype"]
+        args = solver_arguments(ds1, ds2, self.s)
+        c1 = csr_data(ds1)
+        c2 = c1 if ds2 is ds1 else csr_data(ds2)
         g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
         g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
+        code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
+        params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
+        need = header_bytes(dt.itemsize, len(params) + extra_params, len(code) + extra_code) + pair_shared_bytes(
+            dt.itemsize, args["form_name"], c1.n_nodes[g1], c2.n_nodes[g2], c1.n_entries[g1], c2.n_entries[g2],
+            ds1.edge_features.shape[1], directions)
+        fits = need <= shared_memory_limit(self.dev)
+        return args, c1, c2, g1, g2, code, params, need, fits
+
+    def solve(self, ds1, ds2, pair_arr, *, nodal):
+        from graphkern.mgk import _Solved
+
+        m = len(pair_arr)
         if m == 0:
             self.last_run = {"csr_pairs": 0, "core_pairs": 0, "shared_bytes": 0}
             return _Solved(K=np.zeros(0), iterations=np.zeros(0, np.int32), residuals=np.zeros(0),
                            nodal=[] if nodal else None, octile_pairs=None, seconds=0.0)
-        args = solver_arguments(ds1, ds2, s)
-        form = args["form_name"]
-        c1 = csr_data(ds1)
-        c2 = c1 if ds2 is ds1 else csr_data(ds2)
-        code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
-        params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
-        need = header_bytes(dt.itemsize, len(params), len(code)) + pair_shared_bytes(
-            dt.itemsize, form, c1.n_nodes[g1], c2.n_nodes[g2], c1.n_entries[g1], c2.n_entries[g2],
-            ds1.edge_features.shape[1])
-        fits = need <= shared_memory_limit(self.dev)
+        args, c1, c2, g1, g2, code, params, need, fits = self._split(ds1, ds2, pair_arr)
         here, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
 
         K = np.full(m, np.nan)
@@ -179,7 +192,7 @@ class CSRGPUEngine:
         if len(rest):
             from graphkern._mgk_gpu import GPUEngine
 
-            fallback = self.fallback if self.fallback is not None else GPUEngine(self.dev.ordinal, s)
+            fallback = self.fallback if self.fallback is not None else GPUEngine(self.dev.ordinal, self.s)
             sol = fallback.solve(ds1, ds2, pair_arr[rest], nodal=nodal)
             if not len(here):  # all on the fallback: keep its statistics (octile pairs)
                 self.last_run = {"csr_pairs": 0, "core_pairs": len(rest), "shared_bytes": 0}
@@ -192,10 +205,52 @@ class CSRGPUEngine:
         self.last_run = {"csr_pairs": len(here), "core_pairs": len(rest), "shared_bytes": shared}
         return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds)
 
-    def _launch(self, c1, c2, g1, g2, args, code, params, shared, nodal):
-        """Solve pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations, residuals, nodal blocks, seconds)."""
+    def solve_gradient(self, ds1, ds2, pair_arr, plan):
+        """K and the raw derivatives of :class:`graphkern._mgk_gradient.GradientPlan` for each pair:
+        here where a pair fits with both search directions, else on the core solver."""
+        from graphkern._mgk_gpu import check_contractions
+        from graphkern.mgk import gradient_result
+
+        m = len(pair_arr)
+        ct = plan.contraction_programs
+        if m == 0:
+            self.last_run = {"csr_pairs": 0, "core_pairs": 0, "shared_bytes": 0}
+            empty = np.zeros(0)
+            return gradient_result(empty, np.zeros(0, np.int32), empty, np.zeros(0, np.int32), empty,
+                                   np.zeros((0, plan.n_raw)), None, 0.0)
+        args, c1, c2, g1, g2, code, params, need, fits = self._split(ds1, ds2, pair_arr, len(ct.code),
+                                                                     len(ct.params), directions=2)
+        check_contractions(plan, args)
+        here, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
+        K, resid, adj_resid = (np.full(m, np.nan) for _ in range(3))
+        iters, adj_iters = (np.full(m, -1, dtype=np.int32) for _ in range(2))
+        raw = np.full((m, plan.n_raw), np.nan)
+        seconds = 0.0
+        shared = int(need[here].max()) if len(here) else 0
+        if len(here):
+            out = self._launch_gradient(c1, c2, g1[here], g2[here], args, code, params, shared, plan)
+            K[here], iters[here], resid[here], adj_iters[here], adj_resid[here], raw[here], seconds = out
+        if len(rest):
+            from graphkern._mgk_gpu import GPUEngine
+
+            fallback = self.fallback if hasattr(self.fallback, "solve_gradient") else GPUEngine(self.dev.ordinal,
+                                                                                                self.s)
+            sol = fallback.solve_gradient(ds1, ds2, pair_arr[rest], plan)
+            if not len(here):
+                self.last_run = {"csr_pairs": 0, "core_pairs": len(rest), "shared_bytes": 0}
+                return sol
+            # the core solver's result counts both solves together (graphkern.mgk.gradient_result)
+            K[rest], raw[rest], adj_iters[rest] = sol.K, sol.gradient, sol.adjoint_iterations
+            iters[rest] = sol.iterations - sol.adjoint_iterations
+            resid[rest] = adj_resid[rest] = sol.residuals
+            seconds += sol.seconds
+        self.last_run = {"csr_pairs": len(here), "core_pairs": len(rest), "shared_bytes": shared}
+        return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, seconds)
+
+    def _prepare(self, c1, c2, g1, g2, args, code, params, shared, entry, n_vectors, out_bytes):
+        """The launch of ``entry`` over pairs (g1[k], g2[k]): its kernel, grid, pair order and the
+        arguments every entry point begins with (sets, pairs, programs, hyperparameters, scratch)."""
         from graphkern._cuda import runtime as rt
-        from graphkern._mgk_gpu import _check_written
         from graphkern.errors import GraphTooLargeError
 
         s = self.s
@@ -203,18 +258,15 @@ class CSRGPUEngine:
         T = dt.type
         dev = self.dev
         m = len(g1)
-        n1, n2 = c1.n_nodes[g1], c2.n_nodes[g2]
-        sizes = n1.astype(np.int64) * n2
+        sizes = c1.n_nodes[g1].astype(np.int64) * c2.n_nodes[g2]
         # entry pairs per XMV (plus the vector work): the longest pairs start first
         cost = c1.n_entries[g1].astype(np.float64) * c2.n_entries[g2] + sizes
         order = np.argsort(-cost, kind="stable")
-        fn = rt.kernel(dev, "mgk_csr", f"mgk_csr_{args['form_name']}_{'f32' if dt == np.float32 else 'f64'}")
+        fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
         stride = int(-(-int(sizes.max()) // 32) * 32)
-        nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
-        out_bytes = m * (8 + 4 + 8) + (int(nodal_off[-1]) * dt.itemsize if nodal else 0)
-        per_block = N_VECTORS * stride * dt.itemsize
+        per_block = n_vectors * stride * dt.itemsize
         free, _ = dev.memory_info()
         resident = dev.properties["multiprocessor_count"] * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK,
                                                                                                shared))
@@ -229,33 +281,49 @@ class CSRGPUEngine:
 
         set1 = c1.on_device(dev)
         set2 = set1 if c2 is c1 else c2.on_device(dev)
-        scratch = rt.alloc(dev, n_blocks * N_VECTORS * stride, dt)
-        d_g1 = rt.to_device(dev, g1[order])
-        d_g2 = rt.to_device(dev, g2[order])
-        d_code = rt.to_device(dev, _nonempty(code))
-        d_params = rt.to_device(dev, _nonempty(params))
-        d_k = rt.alloc(dev, m, np.float64)
-        d_it = rt.alloc(dev, m, np.int32)
-        d_res = rt.alloc(dev, m, np.float64)
-        for buf in (d_k, d_it, d_res):
-            buf.memset32(0xFFFFFFFF)  # NaN and -1: a pair the kernel never wrote shows up
+        scratch = rt.alloc(dev, n_blocks * n_vectors * stride, dt)
+        head = set1 + set2 + (
+            rt.to_device(dev, g1[order]), rt.to_device(dev, g2[order]), np.int64(m),
+            rt.to_device(dev, _nonempty(code)), rt.to_device(dev, _nonempty(params)),
+            np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
+            np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
+            T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]), np.int32(args["ek_slot"]),
+            T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]), np.int32(s["max_iter"]),
+            scratch, np.int64(stride))
+        return fn, n_blocks, order, sizes, head
+
+    def _run(self, fn, n_blocks, args, shared):
+        """One launch; the kernel's seconds (CUDA events)."""
+        from graphkern._cuda import runtime as rt
+
+        start, end = rt.Event(self.dev), rt.Event(self.dev)
+        start.record()
+        rt.launch(fn, n_blocks, THREADS_PER_BLOCK, args, shared_mem=shared)
+        end.record()
+        return start.elapsed_ms(end) / 1e3
+
+    def _launch(self, c1, c2, g1, g2, args, code, params, shared, nodal):
+        """Solve pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations, residuals, nodal blocks, seconds)."""
+        from graphkern._cuda import runtime as rt
+        from graphkern._mgk_gpu import _check_written, _poisoned
+
+        dt = self.s["dtype"]
+        dev = self.dev
+        m = len(g1)
+        n1, n2 = c1.n_nodes[g1], c2.n_nodes[g2]
+        sizes = n1.astype(np.int64) * n2
+        out_bytes = m * (8 + 4 + 8) + (int(sizes.sum()) * dt.itemsize if nodal else 0)
+        fn, n_blocks, order, sizes, head = self._prepare(c1, c2, g1, g2, args, code, params, shared, "mgk_csr",
+                                                         N_VECTORS, out_bytes)
+        nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
+        d_k, d_res = _poisoned(dev, m, np.float64), _poisoned(dev, m, np.float64)
+        d_it = _poisoned(dev, m, np.int32)  # NaN and -1: a pair the kernel never wrote shows up
         if nodal:
             d_nodal = rt.alloc(dev, max(int(nodal_off[-1]), 1), dt)
             d_nodal_off = rt.to_device(dev, nodal_off)
         else:
             d_nodal = d_nodal_off = None
-        launch_args = set1 + set2 + (
-            d_g1, d_g2, np.int64(m), d_code, d_params,
-            np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
-            np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
-            T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]), np.int32(args["ek_slot"]),
-            T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]), np.int32(s["max_iter"]),
-            scratch, np.int64(stride), d_k, d_it, d_res, d_nodal, d_nodal_off)
-        start, end = rt.Event(dev), rt.Event(dev)
-        start.record()
-        rt.launch(fn, n_blocks, THREADS_PER_BLOCK, launch_args, shared_mem=shared)
-        end.record()
-        seconds = start.elapsed_ms(end) / 1e3
+        seconds = self._run(fn, n_blocks, head + (d_k, d_it, d_res, d_nodal, d_nodal_off), shared)
 
         K, iters, resid = (_in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
         _check_written(K, iters, m)
@@ -267,6 +335,33 @@ class CSRGPUEngine:
             for k_sorted, k in enumerate(order.tolist()):
                 blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
         return K, iters, resid, blocks, seconds
+
+    def _launch_gradient(self, c1, c2, g1, g2, args, code, params, shared, plan):
+        """K and raw derivatives of pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations,
+        residuals, adjoint iterations, adjoint residuals, raw (m, n_raw), seconds)."""
+        from graphkern._mgk_gpu import _check_written, _poisoned, gradient_terms
+
+        dt = self.s["dtype"]
+        dev = self.dev
+        m = len(g1)
+        fn, n_blocks, order, _, head = self._prepare(c1, c2, g1, g2, args, code, params, shared,
+                                                     "mgk_csr_gradient", N_GRADIENT_VECTORS,
+                                                     m * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
+        d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
+        d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
+        d_grad = _poisoned(dev, max(m * plan.n_raw, 1), np.float64)
+        outputs = (d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad)
+        seconds = self._run(fn, n_blocks, head + gradient_terms(dev, plan, dt) + outputs, shared)
+
+        K, iters, resid, adj_iters, adj_resid = (_in_pair_order(buf, order)
+                                                 for buf in (d_k, d_it, d_res, d_adj_it, d_adj_res))
+        raw = np.empty((m, plan.n_raw))
+        raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
+        _check_written(K, np.minimum(iters, adj_iters), m)
+        if not np.all(np.isfinite(raw)):
+            raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "
+                               "unwritten")
+        return K, iters, resid, adj_iters, adj_resid, raw, seconds
 
 
 def _in_pair_order(d_buf, order):

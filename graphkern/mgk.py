@@ -52,7 +52,9 @@ forward one, both directions sharing each Kronecker product) and
     dK/dtheta = p^2 (y^T d(D_x q_x)/dtheta - y^T (dM/dtheta) x),
 
 where dM/dtheta is diagonal for vertex-kernel parameters and q, and ``-A_x (.) dE_x/dtheta``
-for edge-kernel parameters, contracted on the fly like the XMV (graphkern/_mgk_gradient.py).
+for edge-kernel parameters, contracted on the fly like the XMV (graphkern/_mgk_gradient.py;
+on the GPU a constant factor of the edge kernel costs no XMV: ``M x = b`` gives its
+contraction as a diagonal sum).
 ``normalize=True`` differentiates ``K_ij / sqrt(K_ii K_jj)``.  With ``nodal=True`` the
 derivatives of the node-by-node matrices are central finite differences in log(theta) (one
 sided where a step would leave the valid range) with step ``max(tol, 1e-15)^(1/3)``, so
@@ -187,7 +189,9 @@ class MarginalizedGraphKernel(_KernelBase):
         on several GPUs the tiled solver.  ``"tiled"``: the tiled solver with every technique
         (graphkern._mgk_tiled: PRESETS and the keys of a dict); ``"csr"``: the sparse solver,
         the core one for pairs that do not fit (one GPU); ``"core"``: the untiled solver of
-        cuda_src/mgk.cu.  ``eval_gradient=True`` calls run on the core solver.
+        cuda_src/mgk.cu.  ``eval_gradient=True`` runs the CSR solver's gradient where it
+        runs K ("auto" on one GPU, "csr"; pairs too large for it: the core solver's), and the
+        core solver's otherwise.
 
     Calling ``kernel(X, Y=None, eval_gradient=False, *, nodal=False, pairs=None)`` returns
     the Gram matrix (``Y=None``: X against itself, solving only the upper triangle), the
