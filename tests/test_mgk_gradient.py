@@ -16,7 +16,8 @@ LOG_STEP = 1e-4
 
 
 def kernels(form, rng):
-    """(node kernel, edge kernel) whose edge kernel takes the solvers' ``form`` path, random hyperparameters."""
+    """(node kernel, edge kernel) whose edge kernel takes the solvers' ``form`` path, random hyperparameters
+    (``"general-one-group"``: the general path with one product group)."""
     h = lambda: float(rng.uniform(0.2, 0.9))  # noqa: E731
     ell = lambda: float(rng.uniform(0.6, 2.0))  # noqa: E731
     if form == "constant":
@@ -28,6 +29,9 @@ def kernels(form, rng):
     if form == "sqexp":
         return (TensorProduct(element=KroneckerDelta(h()), k=Constant(h())),
                 TensorProduct(length=SquareExponential(ell()), k=Constant(h())))
+    if form == "general-one-group":  # a general edge kernel of one product: its Constant's contraction is free
+        return (TensorProduct(element=KroneckerDelta(h()), coords=SquareExponential(ell())),
+                TensorProduct(order=KroneckerDelta(h()), length=SquareExponential(ell()), k=Constant(h())))
     return (TensorProduct(element=KroneckerDelta(h()), coords=SquareExponential(ell())),
             Additive(order=KroneckerDelta(h()), length=SquareExponential(ell()), k=Constant(h())))
 
@@ -196,6 +200,43 @@ def test_derivative_programs_match_finite_differences(rng):
             setattr(base, base.hyperparameter, value)
             got = program.derivative(g, t).evaluate(a, b, {"c"})
             np.testing.assert_allclose(got, (up - down) / (2 * step), rtol=1e-7, atol=1e-9, err_msg=repr(base))
+
+
+@pytest.mark.parametrize("form,free", [("constant", {"base"}), ("kronecker", {"base"}), ("sqexp", {"base"}),
+                                       ("general", set()), ("general-one-group", {"k"})])
+def test_free_contractions_equal_the_xmv_ones(rng, form, free):
+    """Contractions the plan marks free: factor * y^T (D V^-1 x - b) from dense solves equals the CPU
+    solver's XMV contraction (it ignores the marks), and exactly the constant factors are marked."""
+    from graphkern._mgk_dense import product_system
+    from graphkern._mgk_gradient import EDGE_FORMS
+
+    X = graph_list(rng, (1, 5, 8))
+    kern = make_kernel(form, rng, "cpu", tol=1e-14)
+    s = kern._settings()
+    ds = kern._dataset(X, s)
+    plan = kern._gradient_plan(s, ds, ds)
+    if form == "general-one-group":
+        # one contraction per free edge term (order, length, k); only the Constant's is free
+        assert plan.contraction_free.tolist()[:2] == [0.0, 0.0] and plan.contraction_free[2] == pytest.approx(
+            1.0 / kern.edge_kernel.kernels["k"].c)
+    elif free:
+        base = plan.contraction_form == EDGE_FORMS[form]
+        assert np.all((plan.contraction_free != 0) == base) and base.sum() == 1
+    else:
+        assert not np.any(plan.contraction_free)
+    pairs = np.array([[0, 1], [1, 2], [2, 2]], dtype=np.int64)
+    sol = kern._core_engine(s).solve_gradient(ds, ds, pairs, plan)
+    nk, ek = s["node_program"], s["edge_program"]
+    for row, (a, b) in enumerate(pairs.tolist()):
+        M, rhs, V = product_system(X[a], X[b], nk, ek, q=s["q"])
+        x = np.linalg.solve(M, rhs)
+        y = np.linalg.solve(M, np.ones(len(rhs)))
+        D = rhs / s["q"] ** 2
+        diagonal_sum = y @ (D / V * x - rhs)
+        for c in np.flatnonzero(plan.contraction_free):
+            raw = sol.gradient[row, plan.n_raw - plan.n_contractions + c]
+            np.testing.assert_allclose(s["p"] ** 2 * plan.contraction_free[c] * diagonal_sum, raw, rtol=1e-9,
+                                       atol=1e-12 * sol.K[row])
 
 
 @pytest.mark.gpu
