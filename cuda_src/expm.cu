@@ -13,8 +13,14 @@
 //   needs no extra launch and is deterministic: the same inputs give the same bits on every run.
 // * Several devices: each owns a row range [row0, row0 + nrows) of A (global column indices) and a
 //   full copy of the vectors.  A reduction writes this device's share into its slot of a per-device
-//   array of n_dev slots; the host copies the slot to the other devices; the consumer adds all slots
-//   in slot order (the same sum, bit for bit, on every device).
+//   array of n_dev slots, and the consumer adds all slots in slot order (the same sum, bit for bit,
+//   on every device).  The share and the device's rows of w_{k+1} reach the other devices either
+//   by copies the host queues after the kernel, or -- where every pair of devices has peer access --
+//   by the kernels themselves: the reduction's last block also stores the share into the other
+//   devices' slots (peer_outs) and the update stores each row it forms into the other devices'
+//   copies of w_{k+1} (row_peer*), so the exchange runs at the same time as the update and no copy
+//   launch, with its own latency, sits between two kernels.  Kernel completion makes those stores
+//   visible to the other devices' work that waits on this device's event.
 // * The second pass of the basis-free mode reruns the same steps with the coefficients already in
 //   coef (no reductions: null slot pointers), regenerating bit-identical vectors.
 // Dot products and norms accumulate in float64 also for float32 vectors; row sums accumulate in the
@@ -112,11 +118,12 @@ __device__ double block_sum(double v) {
     return v;
 }
 
-// Grid-wide sum of v into *out: block partials, then the last block (atomic ticket) adds them in
-// block order, followed by the n_extra values of `extra` (written before their blocks took a ticket),
-// and re-arms the counter for the next launch.  Every thread of every block must call it.
-__device__ void grid_sum(double v, double* partials, unsigned* counter, double* out, const double* extra,
-                         int64_t n_extra) {
+// Grid-wide sum of v into *out (and into the n_peer_outs doubles whose addresses peer_outs lists:
+// other devices' slots): block partials, then the last block (atomic ticket) adds them in block
+// order, followed by the n_extra values of `extra` (written before their blocks took a ticket), and
+// re-arms the counter for the next launch.  Every thread of every block must call it.
+__device__ void grid_sum(double v, double* partials, unsigned* counter, double* out, const uint64_t* peer_outs,
+                         int32_t n_peer_outs, const double* extra, int64_t n_extra) {
     __shared__ bool is_last;
     const double s = block_sum(v);
     if (threadIdx.x == 0) {
@@ -133,6 +140,7 @@ __device__ void grid_sum(double v, double* partials, unsigned* counter, double* 
         acc = block_sum(acc);
         if (threadIdx.x == 0) {
             *out = acc;
+            for (int32_t p = 0; p < n_peer_outs; ++p) *reinterpret_cast<double*>(peer_outs[p]) = acc;
             *counter = 0u;
         }
     }
@@ -476,15 +484,16 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
     const P *indptr, const int32_t *indices, const T *values, const int64_t *tasks, int64_t n_tasks,       \
         const int32_t *rowlist, const T *w_cur, const T *w_prev, T *w_out, double *coef, int64_t cap,      \
         int64_t k, const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows, \
-        double *partials, unsigned *counter, double *alpha_out, double *seg_partials, unsigned *seg_counters,  \
-        double *long_alpha, int64_t n_long
+        double *partials, unsigned *counter, double *alpha_out, const uint64_t *alpha_peers,               \
+        int32_t n_alpha_peers, double *seg_partials, unsigned *seg_counters, double *long_alpha, int64_t n_long
 
 #define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                     \
     SpmvArgs<T, P> a{indptr, indices, values, tasks, n_tasks, rowlist, w_cur, w_prev, w_out, row0, nrows, \
                      step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters, \
                      long_alpha, stream_policy()};                                                        \
     const double part = ROWS(a);                                                                          \
-    if (alpha_out != nullptr) grid_sum(part, partials, counter, alpha_out, long_alpha, n_long);
+    if (alpha_out != nullptr)                                                                             \
+        grid_sum(part, partials, counter, alpha_out, alpha_peers, n_alpha_peers, long_alpha, n_long);
 
 #define DEFINE_SPMV(NAME, ROWS, T, TN, P, PN, W, WN)                                              \
     extern "C" __global__ void __launch_bounds__(kBlock)                                       \
@@ -520,12 +529,19 @@ DEFINE_SPMV_ALL_TYPES(tasks, rows_tasks)
 
 namespace {
 
-// w_out = v - alpha_k q_k over this device's rows, ||w_out||^2 into *beta_out (first pass), and in
-// the second pass of the basis-free mode y += g[k + 1] w_out (y holds this device's rows, float64).
+// Other devices an update stores its rows into (peer access): up to kMaxRowPeers, one kernel
+// parameter each (they change every step, so they are not worth a table in device memory).
+constexpr int kMaxRowPeers = 7;
+
+// w_out = v - alpha_k q_k over this device's rows, also stored into row_peers (the other devices'
+// copies of w_out), ||w_out||^2 into *beta_out and beta_peers (first pass), and in the second pass of
+// the basis-free mode y += g[k + 1] w_out (y holds this device's rows, float64).
 template <typename T>
 __device__ void update(const T* __restrict__ w_cur, T* __restrict__ w_out, double* coef, int64_t cap, int64_t k,
                        const double* alpha_slots, int32_t n_dev, int64_t row0, int64_t nrows, double* partials,
-                       unsigned* counter, double* beta_out, double* __restrict__ y, const double* __restrict__ g) {
+                       unsigned* counter, double* beta_out, const uint64_t* beta_peers, int32_t n_beta_peers,
+                       double* __restrict__ y, const double* __restrict__ g, int32_t n_row_peers,
+                       T* const (&row_peers)[kMaxRowPeers]) {
     Coefficients c(coef, cap);
     double alpha;
     if (alpha_slots != nullptr) {
@@ -543,10 +559,14 @@ __device__ void update(const T* __restrict__ w_cur, T* __restrict__ w_out, doubl
         const int64_t r = row0 + i;
         const T w = w_out[r] - scale * w_cur[r];
         w_out[r] = w;
+#pragma unroll
+        for (int p = 0; p < kMaxRowPeers; ++p) {
+            if (p < n_row_peers) row_peers[p][r] = w;
+        }
         part += static_cast<double>(w) * static_cast<double>(w);
         if (y != nullptr) y[i] += gk * static_cast<double>(w);
     }
-    if (beta_out != nullptr) grid_sum(part, partials, counter, beta_out, nullptr, 0);
+    if (beta_out != nullptr) grid_sum(part, partials, counter, beta_out, beta_peers, n_beta_peers, nullptr, 0);
 }
 
 // y[i] = sum_j g[j] * column_j[row0 + i] over the stored basis columns (pointer table), in float64.
@@ -588,8 +608,11 @@ __device__ void scale_out(const double* __restrict__ y, int64_t nrows, double f0
     extern "C" __global__ void __launch_bounds__(kBlock) lanczos_update_##TN(                                 \
         const T *w_cur, T *w_out, double *coef, int64_t cap, int64_t k, const double *alpha_slots,            \
         int32_t n_dev, int64_t row0, int64_t nrows, double *partials, unsigned *counter, double *beta_out,    \
-        double *y, const double *g) {                                                                         \
-        update<T>(w_cur, w_out, coef, cap, k, alpha_slots, n_dev, row0, nrows, partials, counter, beta_out, y, g); \
+        const uint64_t *beta_peers, int32_t n_beta_peers, double *y, const double *g, int32_t n_row_peers,    \
+        T *peer0, T *peer1, T *peer2, T *peer3, T *peer4, T *peer5, T *peer6) {                               \
+        T *const row_peers[kMaxRowPeers] = {peer0, peer1, peer2, peer3, peer4, peer5, peer6};                 \
+        update<T>(w_cur, w_out, coef, cap, k, alpha_slots, n_dev, row0, nrows, partials, counter, beta_out,   \
+                  beta_peers, n_beta_peers, y, g, n_row_peers, row_peers);                                    \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(kBlock) lanczos_combine_##TN(                                \
         const uint64_t *columns, const double *g, int64_t n_cols, int64_t row0, int64_t nrows, double *y) {   \

@@ -17,13 +17,20 @@ when an allocation made here would not fit (other residencies on that device fir
 used first; then this one's other dtypes and plans).  Callers serialise GPU solves (graphkern.expm
 holds a lock), since a residency's work vectors serve one solve at a time.
 
-Devices.  The rows of A are split into one contiguous block per device with about the same
-``nonzeros + rows`` each.  Every device holds its row block (global column indices) and full-length
-copies of the Lanczos vectors it needs; a step is two kernels per device (the fused SpMV and the
-update).  With several devices, after the SpMV each device copies its share of alpha to the others
-(one float64 each), and after the update its share of ||w||^2 and its rows of the new vector;
-copies are issued on the producing device's stream (peer-to-peer when peer access is possible,
-through the driver otherwise) and consumers wait on its event.  No step waits for the host.
+Devices.  The rows of A are split into one contiguous block per device: with the degree order,
+the vertices are dealt round robin by decreasing degree (DegreeOrder with parts = devices), so every
+block has the same mix of hubs and short rows, n/devices rows and about nnz/devices nonzeros, and
+takes the same time whatever the SpMV variant; in A's order, blocks of about the same ``nonzeros +
+rows``.  Every device holds its row block (global column indices) and full-length copies of the
+Lanczos vectors it needs; a step is two kernels per device (the fused SpMV and the update).  Each
+device's share of alpha (after the SpMV), of ||w||^2 and its rows of the new vector (after the
+update) reach the other devices in one of two ways (``exchange``, EXCHANGES): with peer access
+between every pair, the kernels store them into the other devices' memory themselves (the update
+writes each row it forms locally and into every other device's copy: the exchange runs inside the
+update instead of after it, and no copy launch adds its latency between kernels); otherwise the
+host queues copies on the producing device's stream.  Either way consumers wait on the producer's
+event, and no step waits for the host.  The output in A's order is split among the devices too,
+and each copies its part to the host from its own host thread.
 
 Basis modes (``basis=``):
   "device"  every Lanczos vector stays on the device (allocated COLUMN_CHUNK columns at a time);
@@ -49,15 +56,17 @@ output dtype, so y crosses to the host once, in its final dtype, with no host pa
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from graphkern._cuda import runtime as rt
-from graphkern._expm_lanczos import COLUMN_CHUNK, finish_on_host, row_chunks
+from graphkern._expm_lanczos import COLUMN_CHUNK, even_chunks, finish_on_host
 
 VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
 REORDERS = ("degree", "none")
@@ -91,6 +100,15 @@ REORDER_SKEW = 1000
 AUTO_RESERVE_FRACTION = 0.10
 # Residencies (matrix x device tuple) kept at most; the least recently used goes first.
 MAX_RESIDENT = 4
+# How the devices of a multi-GPU solve exchange their shares of alpha, beta and their rows of each new
+# vector (see the module documentation): "store" (the kernels store into the other devices' memory;
+# needs peer access between every pair and at most MAX_ROW_PEERS + 1 devices), "copy" (the host queues
+# copies after each kernel), "auto" ("store" where possible).  GRAPHKERN_EXPM_EXCHANGE overrides
+# "auto" (the benchmark compares the two).
+EXCHANGES = ("auto", "store", "copy")
+EXCHANGE_ENV = "GRAPHKERN_EXPM_EXCHANGE"
+# Must match kMaxRowPeers in cuda_src/expm.cu: the update kernel's peer row pointers.
+MAX_ROW_PEERS = 7
 # int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
 _INT32_POINTER_LIMIT = np.iinfo(np.int32).max - 2 * LONG_SEGMENT
 
@@ -451,8 +469,11 @@ class Workspace:
         self.coef = self.g = self.table = None
         self.alpha_slots = rt.alloc(dev, n_dev, np.float64)
         self.beta_slots = rt.alloc(dev, n_dev, np.float64)
+        self.index = rows.index
         self.alpha_out = self.alpha_slots.view(8 * rows.index, 8, dtype=np.float64, shape=(1,))
         self.beta_out = self.beta_slots.view(8 * rows.index, 8, dtype=np.float64, shape=(1,))
+        self.alpha_peers = self.beta_peers = None  # this device's slot on the other devices (peer stores)
+        self.n_peers = 0
         self.y = rt.alloc(dev, max(self.nrows, 1), np.float64)
         self.peak = rt.alloc(dev, 1, np.uint64)
         self.out = None  # view of ring[0] at this device's rows: the scaled output in dtype
@@ -497,6 +518,15 @@ class Workspace:
             self.out = self.ring[0].view(self.row0 * isz, self.nrows * isz, dtype=self.dtype)
         return self
 
+    def link_peers(self, workspaces):
+        """Tables of the addresses of this device's alpha and beta slots on the other devices
+        (``workspaces``: every device's, in device order), where the reductions store its shares."""
+        others = [w for w in workspaces if w is not self]
+        self.n_peers = len(others)
+        for name, slots in (("alpha_peers", "alpha_slots"), ("beta_peers", "beta_slots")):
+            table = np.array([getattr(w, slots).ptr + 8 * self.index for w in others], dtype=np.uint64)
+            setattr(self, name, rt.to_device(self.dev, table))
+
     def column(self, j):
         """Stored basis column j (a view into its block)."""
         view = self.columns.get(j)
@@ -513,7 +543,8 @@ class Workspace:
 
     def nbytes(self):
         return _buffers_nbytes((*self.ring, *self.blocks, self.start, self.partials, self.counter, self.coef, self.g,
-                                self.table, self.alpha_slots, self.beta_slots, self.y, self.peak))
+                                self.table, self.alpha_slots, self.beta_slots, self.alpha_peers, self.beta_peers,
+                                self.y, self.peak))
 
 
 class Residency:
@@ -535,20 +566,25 @@ class Residency:
         order = None
         if reorder == "degree":
             t0 = time.perf_counter()
-            order = mat.degree_order()
+            # the vertices dealt round robin in decreasing degree: equal blocks of every row length
+            order = mat.degree_order(len(self.devices))
             self.reorder_seconds += time.perf_counter() - t0
-            # the rows of A' split by nonzeros, like A's: the hubs, first, make a short first block
-            bounds = row_chunks(order.indptr, len(self.devices))
+            bounds = order.bounds
         else:
             bounds = mat.chunks(len(self.devices))
         self.order = order
         self.rows = []
         for i, d in enumerate(self.devices):
             self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], order))
+        self.peer_access = True  # between every pair of devices
         for a in self.rows:
             for b in self.rows:
-                if a is not b and a.dev.can_access_peer(b.dev):
+                if a is b:
+                    continue
+                if a.dev.can_access_peer(b.dev):
                     a.dev.enable_peer_access(b.dev)
+                else:
+                    self.peer_access = False
 
     def take_reorder_seconds(self):
         """Reordering time not yet reported by a solve (and reset it)."""
@@ -568,6 +604,9 @@ class Residency:
         ws = self.work.get(dtype)
         if ws is None:
             ws = self.work[dtype] = [Workspace(r, dtype, self.n, len(self.rows)) for r in self.rows]
+            if len(ws) > 1 and self.peer_access:
+                for w in ws:
+                    w.link_peers(ws)
         return ws
 
     def trim(self):
@@ -656,6 +695,19 @@ def _ensure_free(dev, nbytes, keep, what):
         rt.check_fits(dev, nbytes, what)
 
 
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _copy_pool():
+    """Threads that copy the devices' parts of an output to the host side by side (GpuLanczos._copy_out)."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=MAX_ROW_PEERS, thread_name_prefix="graphkern-expm-copy")
+        return _pool
+
+
 def release_all():
     """Drop every residency (graphkern.expm.clear_cache)."""
     with _registry_lock:
@@ -697,12 +749,16 @@ class _Share:
         self.ws = res.workspaces(dtype)[rows.index].ensure(res, cap, max(self.spmv_grid, self.vector_grid), ring_size)
         self.stream = self.ws.stream
 
-    def spmv_args(self, w_cur, w_prev, w_out, cap, k, beta_slots, n_dev, breakdown, alpha_out):
+    def spmv_args(self, w_cur, w_prev, w_out, cap, k, beta_slots, n_dev, breakdown, alpha_out, store_alpha=False):
+        """The SpMV kernel's arguments; ``store_alpha``: the reduction also stores this device's share of
+        alpha into the other devices' slots."""
         p = self.plan
+        peers = self.ws.alpha_peers if store_alpha else None
         return (self.rows.indptr, self.rows.indices, self.values, p.tasks, np.int64(p.n_tasks), p.rowlist,
                 w_cur, w_prev, w_out, self.ws.coef, np.int64(cap), np.int64(k), beta_slots, n_dev,
                 np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials, self.ws.counter,
-                alpha_out, p.seg_partials, p.seg_counters, p.long_alpha, np.int64(p.n_long))
+                alpha_out, peers, np.int32(self.ws.n_peers if store_alpha else 0), p.seg_partials, p.seg_counters,
+                p.long_alpha, np.int64(p.n_long))
 
 
 # ----------------------------------------------------------------------------- the solver
@@ -718,7 +774,8 @@ class GpuLanczos:
 
     lookahead = True
 
-    def __init__(self, mat, dtype, *, devices, variant, basis, max_krylov, breakdown, n_threads, reorder="none"):
+    def __init__(self, mat, dtype, *, devices, variant, basis, max_krylov, breakdown, n_threads, reorder="none",
+                 exchange=None):
         self.mat = mat
         self.n = mat.n
         self.dtype = np.dtype(dtype)
@@ -738,6 +795,7 @@ class GpuLanczos:
         self.order = self.res.order  # a DegreeOrder, or None
         self.res.active = (self.dtype, variant)
         self.shares = [_Share(self.res, r, mat, self.dtype, variant, self.cap, self.ring_size) for r in self.res.rows]
+        self.exchange = self._exchange_mode(exchange)
         self.res.settle()
         self.reorder_seconds = self.res.take_reorder_seconds()
         self.lead = self.shares[0]
@@ -753,6 +811,19 @@ class GpuLanczos:
         self._n_checkpoints = 0
         self._step_events = []
         self._combined = False
+
+    def _exchange_mode(self, requested):
+        """"store", "copy", or None for one device (see EXCHANGES); None asks GRAPHKERN_EXPM_EXCHANGE,
+        then "auto"."""
+        if requested is None:
+            requested = os.environ.get(EXCHANGE_ENV, "").strip().lower() or "auto"
+        if requested not in EXCHANGES:
+            raise ValueError(f"exchange ({EXCHANGE_ENV}) must be one of {', '.join(map(repr, EXCHANGES))}; "
+                             f"got {requested!r}")
+        if len(self.shares) == 1:
+            return None
+        can_store = self.res.peer_access and len(self.shares) <= MAX_ROW_PEERS + 1
+        return "store" if requested != "copy" and can_store else "copy"
 
     # -------------------------------------------------------------- columns
     def _column(self, share, j):
@@ -874,32 +945,68 @@ class GpuLanczos:
             if s.nrows:
                 rt.launch(s.scale_fn, s.vector_grid, BLOCK, (s.ws.y, np.int64(s.nrows), f0, f1, f2, s.ws.out),
                           stream=s.stream)
-                if self.order is None:
-                    s.ws.out.copy_to_host(out[s.row0:s.row1], stream=s.stream)
         if self.order is not None:
-            self._gather_output(out)
-        for s in self.shares:
-            s.stream.synchronize()
+            self._gather_output()
+        self._copy_out(out)
         return out, log_scale
 
-    def _gather_output(self, out):
-        """Queue y back into the original order and onto the host (``out``): every device's scaled
-        rows (ws.out, in its ring[0]) go to the lead's ring[0], which the lead gathers through
-        ``inverse`` into its ring[1] (free once the output is formed)."""
-        lead = self.lead
-        assembled, gathered = lead.ws.ring[0], lead.ws.ring[1]
+    def _output_bounds(self):
+        """Per device, the part [c0, c1) of the output (in A's order) it copies to the host: its own
+        rows, or in a degree order an equal share of A's order (:meth:`_gather_output`)."""
+        if self.order is None:
+            return [(s.row0, s.row1) for s in self.shares]
+        bounds = even_chunks(self.n, len(self.shares))
+        return [(int(bounds[i]), int(bounds[i + 1])) for i in range(len(self.shares))]
+
+    def _gather_output(self):
+        """Queue y back into A's order: every device's scaled rows (ws.out, in its ring[0]) go to the
+        other devices' ring[0], and each device gathers its share of A's order through ``inverse``
+        into its ring[1] (free once the output is formed), so that every device copies a part of the
+        output to the host."""
+        shares = self.shares
         # every stream was idle when the scaling was queued (the host read the peak), and each
-        # device writes only its own rows of the lead's ring[0]: the copies need no wait
-        for s in self.shares:
-            if s is lead or not s.nrows:
-                continue
-            assembled.copy_from_device(s.ws.ring[0], s.nrows * self.isz, s.stream, dst_offset=s.row0 * self.isz,
-                                       src_offset=s.row0 * self.isz)
-            s.ws.ev_step.record(s.stream)
-            lead.stream.wait_event(s.ws.ev_step)
-        rt.launch(lead.gather_fn, lead.full_grid, BLOCK, (assembled, lead.rows.inverse_dev, np.int64(self.n),
-                                                          gathered), stream=lead.stream)
-        gathered.copy_to_host(out, stream=lead.stream)
+        # device writes only its own rows of the others' ring[0]: the copies need no wait
+        for s in shares:
+            if len(shares) > 1:
+                for o in shares:
+                    if o is not s and s.nrows:
+                        o.ws.ring[0].copy_from_device(s.ws.ring[0], s.nrows * self.isz, s.stream,
+                                                      dst_offset=s.row0 * self.isz, src_offset=s.row0 * self.isz)
+                s.ws.ev_step.record(s.stream)
+        for s, (c0, c1) in zip(shares, self._output_bounds()):
+            for o in shares:
+                if o is not s:
+                    s.stream.wait_event(o.ws.ev_step)
+            count = c1 - c0
+            if count:
+                grid = int(min(-(-count // BLOCK), 4 * s.dev.properties["multiprocessor_count"]))
+                rt.launch(s.gather_fn, grid, BLOCK, (
+                    s.ws.ring[0], s.rows.inverse_dev.view(4 * c0, 4 * count, dtype=np.int32, shape=(count,)),
+                    np.int64(count), s.ws.ring[1].view(c0 * self.isz, count * self.isz, dtype=self.dtype)),
+                    stream=s.stream)
+
+    def _copy_out(self, out):
+        """Each device's part of the output (ring[1] when gathered, else its scaled rows in ring[0]) into
+        ``out``, one host thread per device: copies into pageable memory are paced by the host
+        (staging, first touch of the pages), so devices copy side by side, each over its own link."""
+        source = 1 if self.order is not None else 0
+        jobs = [(s, c0, c1) for s, (c0, c1) in zip(self.shares, self._output_bounds())]
+
+        def copy(job):
+            s, c0, c1 = job
+            if c1 > c0:
+                s.ws.ring[source].copy_to_host(out[c0:c1], stream=s.stream, offset=c0 * self.isz)
+            s.stream.synchronize()
+
+        if len(jobs) == 1:
+            copy(jobs[0])
+            return
+        pending = [_copy_pool().submit(copy, job) for job in jobs[1:]]
+        try:
+            copy(jobs[0])
+        finally:
+            for f in pending:
+                f.result()  # every copy ends before ``out`` is returned; the first error is raised
 
     def _original_order(self, y):
         """A host vector in the solve's vertex order, back in A's."""
@@ -937,12 +1044,26 @@ class GpuLanczos:
 
     # -------------------------------------------------------------- one step on every device
     def _step(self, k, second_pass=False):
-        """Queue step k on every device: the fused SpMV and the update, making w_{k+1}."""
+        """Queue step k on every device: the fused SpMV and the update, making w_{k+1}.
+
+        Ordering between devices (each stream is one device's): a device's SpMV of step k reads all
+        of w_k and w_{k-1}, so it waits for every other device's ``ev_step`` of step k-1 (its rows of
+        w_k stored or copied); its update reads every device's share of alpha_k, so it waits for
+        their ``ev_alpha``.  The same waits keep a buffer from being overwritten while another device
+        still reads it: the update of step k writes w_{k+1} (on every device, in "store" mode), whose
+        ring slot last held w_{k-2}, read by the SpMVs of step k-1, which every device's SpMV of step
+        k (hence its update) waited for; a share of alpha_{k+1} or beta_{k+1} lands in a slot read by
+        the update or SpMV of step k, which the writer's SpMV of step k+1 or update of step k+1
+        waited for.  The second pass has no reductions, hence no alpha waits: its update follows its
+        own SpMV, which waited for the other devices' previous update.
+        """
         j = k + 1
         if not second_pass:
             self._reserve(j)
         shares = self.shares
         multi = len(shares) > 1
+        stores = self.exchange == "store"
+        reductions = not second_pass
         lead = self.lead
         timing = lead.ws.timing(len(self._step_events))
         n_dev = np.int32(len(shares))
@@ -958,40 +1079,47 @@ class GpuLanczos:
                 timing[0].record(s.stream)
             rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, s.spmv_args(
                 self._column(s, k), self._column(s, k - 1) if k > 0 else None, self._column(s, j), self.cap, k,
-                None if second_pass else ws.beta_slots, n_dev, self.breakdown,
-                None if second_pass else ws.alpha_out), stream=s.stream)
+                ws.beta_slots if reductions else None, n_dev, self.breakdown,
+                ws.alpha_out if reductions else None, store_alpha=stores and reductions), stream=s.stream)
             if s is lead:
                 timing[1].record(s.stream)
-            if multi and not second_pass:
-                for o in shares:
-                    if o is not s:
-                        o.ws.alpha_slots.copy_from_device(ws.alpha_slots, 8, s.stream, dst_offset=8 * s.index,
-                                                          src_offset=8 * s.index)
+            if multi and reductions:
+                if not stores:
+                    for o in shares:
+                        if o is not s:
+                            o.ws.alpha_slots.copy_from_device(ws.alpha_slots, 8, s.stream, dst_offset=8 * s.index,
+                                                              src_offset=8 * s.index)
                 ws.ev_alpha.record(s.stream)
         for s in shares:
             ws = s.ws
-            if multi and not second_pass:
+            if multi and reductions:
                 for o in shares:
                     if o is not s:
                         s.stream.wait_event(o.ws.ev_alpha)
+            row_peers = [self._column(o, j) for o in shares if o is not s] if stores else []
+            store_beta = stores and reductions
             rt.launch(s.update_fn, s.vector_grid, BLOCK, (
                 self._column(s, k), self._column(s, j), ws.coef, np.int64(self.cap), np.int64(k),
-                None if second_pass else ws.alpha_slots, n_dev, np.int64(s.row0), np.int64(s.nrows),
-                ws.partials, ws.counter, None if second_pass else ws.beta_out,
-                ws.y if second_pass else None, ws.g if second_pass else None), stream=s.stream)
+                ws.alpha_slots if reductions else None, n_dev, np.int64(s.row0), np.int64(s.nrows),
+                ws.partials, ws.counter, ws.beta_out if reductions else None,
+                ws.beta_peers if store_beta else None, np.int32(ws.n_peers if store_beta else 0),
+                ws.y if second_pass else None, ws.g if second_pass else None,
+                np.int32(len(row_peers)), *row_peers, *([None] * (MAX_ROW_PEERS - len(row_peers)))),
+                stream=s.stream)
             if s is lead:
                 timing[2].record(s.stream)
             if multi:
-                for o in shares:
-                    if o is s:
-                        continue
-                    if not second_pass:
-                        o.ws.beta_slots.copy_from_device(ws.beta_slots, 8, s.stream, dst_offset=8 * s.index,
-                                                         src_offset=8 * s.index)
-                    if s.nrows:
-                        self._column(o, j).copy_from_device(self._column(s, j), s.nrows * self.isz, s.stream,
-                                                            dst_offset=s.row0 * self.isz,
-                                                            src_offset=s.row0 * self.isz)
+                if not stores:
+                    for o in shares:
+                        if o is s:
+                            continue
+                        if reductions:
+                            o.ws.beta_slots.copy_from_device(ws.beta_slots, 8, s.stream, dst_offset=8 * s.index,
+                                                             src_offset=8 * s.index)
+                        if s.nrows:
+                            self._column(o, j).copy_from_device(self._column(s, j), s.nrows * self.isz, s.stream,
+                                                                dst_offset=s.row0 * self.isz,
+                                                                src_offset=s.row0 * self.isz)
                 ws.ev_step.record(s.stream)
             if self.basis == "host":
                 ws.ev_vector.record(s.stream)

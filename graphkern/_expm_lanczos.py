@@ -71,7 +71,7 @@ class CsrMatrix:
         self._degree_stats = None
         self._values = {}
         self._chunks = {}
-        self._degree_order = None
+        self._degree_order = {}
         self.gpu = {}
 
     @property
@@ -110,11 +110,12 @@ class CsrMatrix:
             bounds = self._chunks[parts] = row_chunks(self.indptr, parts)
         return bounds
 
-    def degree_order(self):
-        """:class:`DegreeOrder` of this matrix, computed once."""
-        if self._degree_order is None:
-            self._degree_order = DegreeOrder(self.indptr)
-        return self._degree_order
+    def degree_order(self, parts=1):
+        """:class:`DegreeOrder` of this matrix for ``parts`` devices, computed once per ``parts``."""
+        order = self._degree_order.get(parts)
+        if order is None:
+            order = self._degree_order[parts] = DegreeOrder(self.indptr, parts)
+        return order
 
     def inf_norm(self, n_threads):
         """``||A||_inf`` (max absolute row sum), an upper bound of the spectral radius."""
@@ -137,16 +138,32 @@ class DegreeOrder:
     int32), ``indptr`` A''s row pointers (int64).  ``seconds``: host time spent building them.
     Since exp(beta P A P^T) P x = P exp(beta A) x, a solve on A' with x' = x[order] gives
     y = y'[inverse]; Lanczos on A' and x' makes the same coefficients up to rounding.
+
+    ``parts`` > 1 (several devices, each taking one contiguous block of rows, ``bounds``): the
+    vertices in decreasing degree are dealt round robin to the parts, and each part's block lists
+    its share in decreasing degree.  Cutting the plain degree order into blocks of equal nonzeros
+    would give the first device every hub (few long rows) and the last the millions of short rows:
+    different kernels' costs, most of the update and most of the vector exchange on one device.
+    Dealt, every block has the same mix of row lengths -- about n/parts rows and nnz/parts
+    nonzeros -- so equal blocks take equal time whatever the SpMV variant, and each block's hubs
+    still sit together at its start, where their entries of x share a few cache lines.
     """
 
-    __slots__ = ("order", "inverse", "indptr", "seconds")
+    __slots__ = ("order", "inverse", "indptr", "bounds", "seconds")
 
-    def __init__(self, indptr):
+    def __init__(self, indptr, parts=1):
         t0 = time.perf_counter()
         deg = np.diff(indptr)
         n = len(deg)
+        parts = max(1, int(parts))
         # stable: equal degrees keep their relative order, so the permutation is deterministic
-        self.order = np.argsort(-deg, kind="stable").astype(np.int32)
+        by_degree = np.argsort(-deg, kind="stable").astype(np.int32)
+        if parts == 1:
+            self.order = by_degree
+        else:
+            self.order = np.concatenate([by_degree[p::parts] for p in range(parts)])
+        counts = [len(range(p, n, parts)) for p in range(parts)]
+        self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.inverse = np.empty(n, dtype=np.int32)
         self.inverse[self.order] = np.arange(n, dtype=np.int32)
         self.indptr = np.zeros(n + 1, dtype=np.int64)

@@ -408,8 +408,9 @@ def test_two_gpu_spmv_matches_scipy(variant, reorder, rng):
     x = rng.standard_normal(12000)
     solver = GpuLanczos(_matrix(A), np.float64, devices=[0, 1], variant=variant, basis="none", max_krylov=4,
                         breakdown=0.0, n_threads=2, reorder=reorder)
-    if reorder == "degree":  # the hubs come first: device 0 takes fewer rows for the same nonzeros
-        assert solver.shares[0].nrows < solver.shares[1].nrows
+    if reorder == "degree":  # the vertices dealt round robin by degree: equal rows, nonzeros within a hub
+        assert abs(solver.shares[0].nrows - solver.shares[1].nrows) <= 1
+        assert abs(solver.shares[0].rows.nnz - solver.shares[1].rows.nnz) <= 9000
     ref = A @ x
     assert np.max(np.abs(solver.spmv(x) - ref)) <= 1e-12 * np.max(np.abs(ref))
 
