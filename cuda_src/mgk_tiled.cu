@@ -10,6 +10,13 @@
 //   tile sharing         TEAM_BLOCK: the warps of a block solve one pair together, each warp
 //                        staging octiles into shared memory for all of them, the outputs
 //                        accumulated with shared-memory atomics; otherwise a warp per pair;
+//   clusters (sm_90+)    the block team spread over a thread-block cluster of kClusterBlocks
+//                        blocks: each block takes every kClusterBlocks-th group of G1 tile rows
+//                        of the XMV (disjoint outputs, so no inter-block atomics), the CG vector
+//                        loops are split over the whole cluster, and the reductions go through
+//                        distributed shared memory.  A few large pairs (protein-sized graphs)
+//                        then fill the GPU: a block per pair leaves most SMs idle below one
+//                        pair per resident block.
 //   dynamic scheduling   teams take the next pair from a global atomic counter (the host sorts
 //                        the pairs by predicted cost, largest first); otherwise a static stride.
 //
@@ -27,6 +34,15 @@
 #include "mgk_program.cuh"
 #include "mgk_tiled_octile.cuh"
 
+// Thread-block clusters exist from sm_90 on.  Older targets compile the cluster entry points as
+// plain block teams of one rank; the host launches them only on devices of compute capability 9+.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define MGK_TILED_CLUSTERS 1
+#include <cooperative_groups.h>
+#else
+#define MGK_TILED_CLUSTERS 0
+#endif
+
 namespace mgk_tiled {
 
 constexpr int kMaxParams = 96;   // params per program (graphkern._mgk_tiled.MAX_PARAMS)
@@ -39,6 +55,7 @@ constexpr int kMaxBlockTeamThreads = 16 * kWarp;
 // ptxas -v (sm_90, f32): the warp teams need 160-170 registers without spilling; their shared
 // memory allows about 3 blocks of 4 teams per SM anyway.
 constexpr int kWarpTeamMinBlocks = 3;
+constexpr int kClusterBlocks = 8;  // graphkern._mgk_tiled.CLUSTER_BLOCKS (the portable cluster size)
 constexpr double kVertexKernelFloor = 1e-20;  // as mgk.cu and the CPU solver
 
 enum : int { VEC_X = 0, VEC_R = 1, VEC_P = 2, VEC_AP = 3, VEC_DIAG = 4, N_VECTORS = 5 };
@@ -49,15 +66,68 @@ __device__ __forceinline__ double warp_sum(double v) {
     return v;
 }
 
-// The threads that solve one pair together: a warp, or a whole block.  Every thread of a team
-// gets the same sums (the butterfly and the per-warp partials are added in one order), so
-// the CG's branches agree across the team.
+__device__ __forceinline__ int cluster_rank() {
+#if MGK_TILED_CLUSTERS
+    return (int)cooperative_groups::this_cluster().block_rank();
+#else
+    return 0;
+#endif
+}
+
+__device__ __forceinline__ int cluster_blocks() {
+#if MGK_TILED_CLUSTERS
+    return (int)cooperative_groups::this_cluster().num_blocks();
+#else
+    return 1;
+#endif
+}
+
+// A barrier over the cluster's blocks; it also orders their global and shared memory accesses
+// (arrive has release, wait acquire semantics at cluster scope).
+__device__ __forceinline__ void cluster_sync() {
+#if MGK_TILED_CLUSTERS
+    cooperative_groups::this_cluster().sync();
+#else
+    __syncthreads();
+#endif
+}
+
+// `ptr` (this block's shared memory) as it lies in block `rank` of the cluster.
+template <typename P>
+__device__ __forceinline__ P* cluster_peer(P* ptr, int rank) {
+#if MGK_TILED_CLUSTERS
+    return cooperative_groups::this_cluster().map_shared_rank(ptr, (unsigned)rank);
+#else
+    return ptr;
+#endif
+}
+
+// The threads that solve one pair together: a warp, a whole block, or (block teams launched in
+// clusters) the blocks of a cluster.  Every thread of a team gets the same sums (the butterfly,
+// the per-warp partials and the per-block totals are added in one order), so the CG's branches
+// agree across the team.  tid/size number the team's threads (the CG vector loops), btid/bsize
+// the block's (its shared memory: the XMV's staging and slab).
 template <bool BLOCK>
 struct Team {
     int tid, size, warp, n_warps, lane;
-    double* red;  // block teams: 2 kMaxWarps partial sums
+    int btid, bsize;
+    int rank, ranks;  // this block in the cluster, and the cluster's blocks (1 without clusters)
+    double* red;      // block teams: 2 kMaxWarps partial sums
+    double* cred;     // cluster teams: this block's 2 totals, read by the other blocks
 
+    // the whole team (a cluster barrier when the team spans several blocks)
     __device__ __forceinline__ void sync() const {
+        if (!BLOCK) {
+            __syncwarp();
+        } else if (ranks > 1) {
+            cluster_sync();
+        } else {
+            __syncthreads();
+        }
+    }
+
+    // this block's share of the team (its shared memory)
+    __device__ __forceinline__ void block_sync() const {
         if (BLOCK) {
             __syncthreads();
         } else {
@@ -66,7 +136,7 @@ struct Team {
     }
 
     __device__ void sum2(double& a, double& b) const {
-        sync();  // also publishes the vectors written before the reduction
+        block_sync();
         a = warp_sum(a);
         b = warp_sum(b);
         if (!BLOCK) return;
@@ -80,7 +150,25 @@ struct Team {
             ta += red[w];
             tb += red[kMaxWarps + w];
         }
-        __syncthreads();  // everyone has read red before it is written again
+        if (ranks > 1) {
+            if (btid == 0) {
+                cred[0] = ta;
+                cred[1] = tb;
+            }
+            // publishes cred and every vector the team wrote before the reduction; red is
+            // read by then too
+            cluster_sync();
+            ta = 0;
+            tb = 0;
+            for (int r = 0; r < ranks; ++r) {
+                const double* peer = cluster_peer(cred, r);
+                ta += peer[0];
+                tb += peer[1];
+            }
+            cluster_sync();  // every block has read cred before it is written again
+        } else {
+            __syncthreads();  // everyone has read red before it is written again
+        }
         a = ta;
         b = tb;
     }
@@ -92,17 +180,17 @@ struct Team {
     }
 };
 
-// f(r, c) for every r < rows, c < cols, spread over the team with consecutive threads on
-// consecutive c (coalesced along rows of the n1 x n2 vectors).
-template <bool BLOCK, typename F>
-__device__ __forceinline__ void for_each_2d(const Team<BLOCK>& team, int rows, int cols, F&& f) {
+// f(r, c) for every r < rows, c < cols, spread over threads tid of size with consecutive threads
+// on consecutive c (coalesced along rows of the n1 x n2 vectors).
+template <typename F>
+__device__ __forceinline__ void for_each_2d(int tid, int size, int rows, int cols, F&& f) {
     if (cols <= 0 || rows <= 0) return;
-    if (cols >= team.size) {
+    if (cols >= size) {
         for (int r = 0; r < rows; ++r)
-            for (int c = team.tid; c < cols; c += team.size) f(r, c);
+            for (int c = tid; c < cols; c += size) f(r, c);
     } else {
-        const int per = team.size / cols;
-        const int r0 = team.tid / cols, c = team.tid - r0 * cols;
+        const int per = size / cols;
+        const int r0 = tid / cols, c = tid - r0 * cols;
         if (r0 < per)
             for (int r = r0; r < rows; r += per) f(r, c);
     }
@@ -174,10 +262,15 @@ __device__ double xmv(const Team<BLOCK>& team, TeamSpace<T>& sp, const TiledSet<
     const int nb1 = (n1 + kOctile - 1) / kOctile, nb2 = (n2 + kOctile - 1) / kOctile;
     const int max_rows = sp.slab_cap / kOctileSize;  // >= 1 (the host sizes the slab)
     double pap = 0;
-    for (int Ra = 0; Ra < nb1;) {
+    int group = 0;
+    for (int Ra = 0; Ra < nb1; ++group) {
         // the next group: consecutive tile rows whose octiles fit the slots (at least one row)
         int Rb = Ra + 1;
         while (Rb < nb1 && Rb - Ra < max_rows && trp1[Rb + 1] - trp1[Ra] <= sp.row_slots) ++Rb;
+        if (group % team.ranks != team.rank) {  // another block of the cluster computes it
+            Ra = Rb;
+            continue;
+        }
         const int rows = Rb - Ra;
         const int t_lo = trp1[Ra], t_hi = trp1[Rb];
         const int win = max(1, sp.slab_cap / (kOctileSize * rows));
@@ -188,21 +281,21 @@ __device__ double xmv(const Team<BLOCK>& team, TeamSpace<T>& sp, const TiledSet<
             for (int c0 = t_lo; c0 < t_hi; c0 += sp.row_slots) {
                 const int c1 = min(t_hi, c0 + sp.row_slots);
                 if (c0 != sp.loaded_lo || c1 != sp.loaded_hi) {
-                    team.sync();  // every warp is done with the octiles staged before
+                    team.block_sync();  // every warp is done with the octiles staged before
                     for (int s = team.warp; s < c1 - c0; s += team.n_warps)
                         stage_octile<T, COMPACT>(Slot<T>(sp.slots1 + s * sp.slot_size, sp.planes), g1, c0 + s,
                                                  sp.planes, team.lane);
                     sp.loaded_lo = c0;
                     sp.loaded_hi = c1;
-                    team.sync();
+                    team.block_sync();
                 }
                 multiply_window<T, FORM, BLOCK, COMPACT>(team, sp, g2, trp2[W0], trp2[W1], c1 - c0, Ra, W0, ld,
                                                          n1, n2, p, ek, ss_max, ds_max);
             }
-            team.sync();  // the slab is complete
+            team.block_sync();  // the slab is complete
             const int out_rows = min(kOctile * rows, n1 - kOctile * Ra);
             const int out_cols = min(ld, n2 - kOctile * W0);
-            for_each_2d(team, kOctile * rows, ld, [&](int r, int c) {
+            for_each_2d(team.btid, team.bsize, kOctile * rows, ld, [&](int r, int c) {
                 T& cell = sp.slab[r * ld + c];
                 if (r < out_rows && c < out_cols) {
                     const int64_t i = (int64_t)(kOctile * Ra + r) * n2 + kOctile * W0 + c;
@@ -213,7 +306,7 @@ __device__ double xmv(const Team<BLOCK>& team, TeamSpace<T>& sp, const TiledSet<
                 }
                 cell = T(0);
             });
-            team.sync();  // the slab is zero again before the next products
+            team.block_sync();  // the slab is zero again before the next products
         }
         Ra = Rb;
     }
@@ -254,7 +347,7 @@ __device__ void solve_pair(const Team<BLOCK>& team, TeamSpace<T>& sp, const Prob
 
     // x0 = 0, r0 = b = D q_x, z0 = p0 = r0 / diag with diag = D / V (the preconditioner)
     double rz = 0, bb = 0;
-    for_each_2d(team, n1, n2, [&](int i1, int i2) {
+    for_each_2d(team.tid, team.size, n1, n2, [&](int i1, int i2) {
         const int64_t i = (int64_t)i1 * n2 + i2;
         const T d = (g1.degree[v1 + i1] + q) * (g2.degree[v2 + i2] + q);
         T v = mgk::eval_program(pb.ncode, pb.npar, g1.node_feat + (v1 + i1) * g1.n_feat, 1,
@@ -327,15 +420,16 @@ __device__ void tiled_solve(const TiledSet<T>* __restrict__ set1, const TiledSet
                             double* __restrict__ k_out, int32_t* __restrict__ it_out, double* __restrict__ res_out,
                             T* __restrict__ nodal, const int64_t* __restrict__ nodal_off) {
     extern __shared__ __align__(16) unsigned char smem[];
-    // Block header: the two graph sets, the programs, the reduction partials and the next pair;
-    // then one TeamSpace per team: [row_slots slots][per warp: slot, slice][slab].
+    // Block header: the two graph sets, the programs, the reduction partials, the next pair and
+    // the block's two totals for its cluster; then one TeamSpace per team: [row_slots slots]
+    // [per warp: slot, slice][slab].
     const int warps_in_block = blockDim.x / kWarp;
     const int teams_per_block = BLOCK ? 1 : warps_in_block;
     const int warps_per_team = BLOCK ? warps_in_block : 1;
     const int planes = (int)set1->channels;
     const size_t sb = slot_bytes<T>(planes);
     const size_t header = 256 + align16(2 * kMaxParams * sizeof(T)) + kMaxCode * sizeof(int) +
-                          2 * kMaxWarps * sizeof(double) + 16;
+                          2 * kMaxWarps * sizeof(double) + 32;
     const size_t team_bytes = row_slots * sb + warps_per_team * (sb + kOctileSize * sizeof(T)) +
                               align16((size_t)slab_cap * sizeof(T));
     // The host sizes the launch with the same formula; a mismatch leaves the outputs unwritten
@@ -349,6 +443,7 @@ __device__ void tiled_solve(const TiledSet<T>* __restrict__ set1, const TiledSet
     int* s_code = reinterpret_cast<int*>(smem + 256 + align16(2 * kMaxParams * sizeof(T)));
     double* s_red = reinterpret_cast<double*>(s_code + kMaxCode);
     unsigned long long* s_next = reinterpret_cast<unsigned long long*>(s_red + 2 * kMaxWarps);
+    double* s_cred = s_red + 2 * kMaxWarps + 2;  // after s_next and its padding
     if (threadIdx.x == 0) {
         s_sets[0] = *set1;
         s_sets[1] = *set2;
@@ -363,7 +458,14 @@ __device__ void tiled_solve(const TiledSet<T>* __restrict__ set1, const TiledSet
     team.warp = BLOCK ? warp_in_block : 0;
     team.n_warps = warps_per_team;
     team.lane = threadIdx.x % kWarp;
+    team.btid = team.tid;
+    team.bsize = team.size;
+    team.rank = BLOCK ? cluster_rank() : 0;
+    team.ranks = BLOCK ? cluster_blocks() : 1;
+    team.tid += team.rank * team.bsize;
+    team.size *= team.ranks;
     team.red = s_red;
+    team.cred = s_cred;
 
     const int team_in_block = BLOCK ? 0 : warp_in_block;
     unsigned char* team_base = smem + header + team_in_block * team_bytes;
@@ -377,7 +479,7 @@ __device__ void tiled_solve(const TiledSet<T>* __restrict__ set1, const TiledSet
     sp.xs = reinterpret_cast<T*>(sp.slot2 + sb);
     sp.slab = reinterpret_cast<T*>(team_base + row_slots * sb + warps_per_team * (sb + kOctileSize * sizeof(T)));
     sp.loaded_lo = sp.loaded_hi = -1;
-    for (int i = team.tid; i < slab_cap; i += team.size) sp.slab[i] = T(0);
+    for (int i = team.btid; i < slab_cap; i += team.bsize) sp.slab[i] = T(0);
     __syncthreads();
 
     Problem<T> pb;
@@ -397,8 +499,9 @@ __device__ void tiled_solve(const TiledSet<T>* __restrict__ set1, const TiledSet
     pb.ss_max = ss_max;
     pb.ds_max = ds_max;
 
-    const int64_t team_global = (int64_t)blockIdx.x * teams_per_block + team_in_block;
-    const int64_t n_teams = (int64_t)gridDim.x * teams_per_block;
+    // a cluster's blocks are consecutive in the (one-dimensional) grid
+    const int64_t team_global = (int64_t)(blockIdx.x / team.ranks) * teams_per_block + team_in_block;
+    const int64_t n_teams = (int64_t)(gridDim.x / team.ranks) * teams_per_block;
     T* work = scratch + team_global * N_VECTORS * stride;
     int64_t k = team_global;
     while (k < n_pairs) {
@@ -407,10 +510,10 @@ __device__ void tiled_solve(const TiledSet<T>* __restrict__ set1, const TiledSet
         if (dynamic) {
             // the first n_teams pairs went to the teams in order; the rest are claimed
             if (BLOCK) {
-                if (threadIdx.x == 0) *s_next = atomicAdd(counter, 1ull) + (unsigned long long)n_teams;
-                __syncthreads();
-                k = (int64_t)*s_next;
-                __syncthreads();  // read before the next claim overwrites it
+                if (team.tid == 0) *s_next = atomicAdd(counter, 1ull) + (unsigned long long)n_teams;
+                team.sync();
+                k = (int64_t)*cluster_peer(s_next, 0);  // block 0's claim (its own without clusters)
+                team.sync();  // read before the next claim overwrites it
             } else {
                 unsigned long long claimed = 0;
                 if (team.lane == 0) claimed = atomicAdd(counter, 1ull);
@@ -441,11 +544,23 @@ using namespace mgk_tiled;
                                              scratch, stride, k_out, it_out, res_out, nodal, nodal_off);           \
     }
 
+// Cluster teams: block teams whose kernels carry a compile-time cluster size (sm_90+), so a plain
+// launch (a grid of a multiple of kClusterBlocks blocks) forms the clusters.
+#if MGK_TILED_CLUSTERS
+#define MGK_TILED_CLUSTER_DIMS __cluster_dims__(kClusterBlocks, 1, 1)
+#else
+#define MGK_TILED_CLUSTER_DIMS
+#endif
+
 #define MGK_TILED_TEAMS(FORM_NAME, FORM, T, TN)                                                                 \
     MGK_TILED_ENTRY(mgk_tiled_##FORM_NAME##_warp_full_##TN, T, FORM, false, false, kWarpTeamThreads, kWarpTeamMinBlocks)            \
     MGK_TILED_ENTRY(mgk_tiled_##FORM_NAME##_warp_compact_##TN, T, FORM, false, true, kWarpTeamThreads, kWarpTeamMinBlocks)          \
     MGK_TILED_ENTRY(mgk_tiled_##FORM_NAME##_block_full_##TN, T, FORM, true, false, kMaxBlockTeamThreads, 1)        \
-    MGK_TILED_ENTRY(mgk_tiled_##FORM_NAME##_block_compact_##TN, T, FORM, true, true, kMaxBlockTeamThreads, 1)
+    MGK_TILED_ENTRY(mgk_tiled_##FORM_NAME##_block_compact_##TN, T, FORM, true, true, kMaxBlockTeamThreads, 1)      \
+    MGK_TILED_ENTRY(MGK_TILED_CLUSTER_DIMS mgk_tiled_##FORM_NAME##_cluster_full_##TN, T, FORM, true, false,        \
+                    kMaxBlockTeamThreads, 1)                                                                     \
+    MGK_TILED_ENTRY(MGK_TILED_CLUSTER_DIMS mgk_tiled_##FORM_NAME##_cluster_compact_##TN, T, FORM, true, true,      \
+                    kMaxBlockTeamThreads, 1)
 
 #define MGK_TILED_FORMS(T, TN)                                \
     MGK_TILED_TEAMS(general, EDGE_GENERAL, T, TN)             \

@@ -14,7 +14,12 @@ a preset name: :data:`PRESETS`):
                 64 values per channel, zeros included.
 ``team``        ``"block"``: a block per pair, its ``block_warps`` warps staging octiles into
                 shared memory for one another (atomics accumulate the output); ``"warp"``: a
-                warp per pair; ``"auto"``: :func:`choose_team`.
+                warp per pair; ``"cluster"`` (compute capability 9.0+): a thread-block cluster
+                of :data:`CLUSTER_BLOCKS` such blocks per pair, each block computing every
+                CLUSTER_BLOCKS-th group of the XMV's G1 tile rows, the CG vectors split over
+                the cluster and its reductions exchanged through distributed shared memory
+                (so a few large pairs fill the GPU: beyond the paper); ``"auto"``:
+                :func:`choose_team`.
 ``schedule``    ``"dynamic"``: teams take pairs from a global atomic counter, largest predicted
                 cost first; ``"static"``: pair k goes to team k mod (number of teams).
 ``row_slots``, ``slab``  shared slots for octiles of G1 and values of the output slab per team
@@ -68,13 +73,14 @@ from graphkern._mgk_data import OCTILE, _nonempty, build_octiles
 
 __all__ = ["PRESETS", "TECHNIQUE_OPTIONS", "INCREMENTAL_STEPS", "resolve_techniques", "check_reorder",
            "tiled_engine", "TiledData", "tiled_data", "TiledGPUEngine", "split_pairs", "predicted_cost",
-           "choose_team", "default_row_slots", "shared_bytes", "slot_bytes", "FORM_THRESHOLDS"]
+           "choose_team", "supports_clusters", "CLUSTER_BLOCKS", "default_row_slots", "shared_bytes", "slot_bytes", "FORM_THRESHOLDS"]
 
 OCTILE_SIZE = OCTILE * OCTILE
 WARP = 32
 MAX_PARAMS = 96            # cuda_src/mgk_tiled.cu: kMaxParams (per program)
 MAX_CODE = 256             # kMaxCode (both programs)
 MAX_WARPS = 32             # kMaxWarps (per block)
+CLUSTER_BLOCKS = 8         # kClusterBlocks: blocks per cluster team
 MAX_BLOCK_WARPS = 16       # kMaxBlockTeamThreads / 32: the block teams' launch bound
 WARP_TEAMS_PER_BLOCK = 4   # kWarpTeamsPerBlock
 N_VECTORS = 5              # x, r, p, Ap, diag
@@ -90,17 +96,22 @@ REORDER_METHODS = ("pbr", "rcm", None)
 #: sqexp and its thresholds sit a little above sqexp's.
 FORM_THRESHOLDS = {"constant": (2, 2), "kronecker": (4, 8), "sqexp": (6, 20), "general": (8, 24)}
 #: octile slots for G1 and output-slab values per team, by team kind
-ROW_SLOTS = {"warp": 8, "block": 32}
+ROW_SLOTS = {"warp": 8, "block": 32, "cluster": 32}
 # block teams: slots up to this much shared memory per block (two blocks of 8 warps per SM, as
 # their 128 registers per thread allow), at least ROW_SLOTS_MIN
 BLOCK_SHARED_BUDGET = 96 * 1024
 ROW_SLOTS_MIN = 8
 # warp teams: 4 teams of (8 slots + own slot and slice + a slab of 1024 values) = 57 KB in float32
 # with the shortcut forms, so 3 blocks fit an SM as their 164 registers allow (12 warps)
-SLAB = {"warp": 1024, "block": 4096}
+SLAB = {"warp": 1024, "block": 4096, "cluster": 4096}
 # choose_team: warp teams once every SM gets this many pairs, if pairs are this small (octile pairs)
 WARP_TEAM_MIN_PAIRS_PER_SM = 64
 WARP_TEAM_MAX_OCTILE_PAIRS = 4096
+# choose_team: cluster teams while the pairs are fewer than this many per SM (a block per pair
+# would leave SMs idle: two blocks of 8 warps fit an SM), if G1 has this many octiles (enough
+# groups of tile rows to share among the cluster's blocks)
+CLUSTER_MAX_PAIRS_PER_SM = 2
+CLUSTER_MIN_OCTILES = 128
 
 _FORM_INDEX = {"general": 0, "constant": 1, "kronecker": 2, "sqexp": 3}
 
@@ -108,7 +119,7 @@ TECHNIQUE_OPTIONS = {
     "tiles": ("sparse", "dense"),
     "primitives": ("adaptive", "dd", "ds", "ss"),
     "storage": ("compact", "full"),
-    "team": ("auto", "warp", "block"),
+    "team": ("auto", "warp", "block", "cluster"),
     "schedule": ("dynamic", "static"),
 }
 _INT_OPTIONS = {"block_warps": (1, MAX_BLOCK_WARPS), "ss_max": (-1, 64), "ds_max": (-1, 64),
@@ -427,7 +438,7 @@ def _align16(n):
 
 def shared_bytes(itemsize, planes, row_slots, slab, warps_per_team, teams_per_block):
     """Dynamic shared memory of one block (cuda_src/mgk_tiled.cu: tiled_solve's layout)."""
-    header = 256 + _align16(2 * MAX_PARAMS * itemsize) + MAX_CODE * 4 + 2 * MAX_WARPS * 8 + 16
+    header = 256 + _align16(2 * MAX_PARAMS * itemsize) + MAX_CODE * 4 + 2 * MAX_WARPS * 8 + 32
     sb = slot_bytes(planes, itemsize)
     team = row_slots * sb + warps_per_team * (sb + OCTILE_SIZE * itemsize) + _align16(slab * itemsize)
     return header + teams_per_block * team
@@ -462,12 +473,22 @@ def predicted_cost(td1, td2, g1, g2, q):
     return (octile_pairs + vector_work + 1.0) * expected_iterations(td1.max_degree[g1], td2.max_degree[g2], q)
 
 
-def choose_team(n_pairs, octile_pairs, sms):
+def choose_team(n_pairs, octile_pairs, sms, *, g1_octiles=None, clusters=False):
     """Warp teams when the pairs are many and small enough to fill every SM's warps on their own;
-    a block per pair otherwise (a few large pairs still fill the GPU)."""
+    cluster teams (where the device has ``clusters``) when the pairs are too few to give every
+    SM its blocks and large enough (``g1_octiles``, the octiles of each pair's first graph) to
+    split; a block per pair otherwise."""
     if n_pairs >= WARP_TEAM_MIN_PAIRS_PER_SM * sms and np.median(octile_pairs) <= WARP_TEAM_MAX_OCTILE_PAIRS:
         return "warp"
+    if clusters and g1_octiles is not None and n_pairs < CLUSTER_MAX_PAIRS_PER_SM * sms \
+            and np.median(g1_octiles) >= CLUSTER_MIN_OCTILES:
+        return "cluster"
     return "block"
+
+
+def supports_clusters(dev):
+    """Thread-block clusters: compute capability 9.0 and newer."""
+    return tuple(dev.properties["compute_capability"]) >= (9, 0)
 
 
 def split_pairs(pair_arr, cost, n_devices, *, tiles_per_device=32):
@@ -591,9 +612,15 @@ class TiledGPUEngine:
         d2 = d1 if td2 is td1 else td2.on_device(dev, stream)
 
         sms = dev.properties["multiprocessor_count"]
-        team = tech["team"] if tech["team"] != "auto" else choose_team(m, octile_pairs, sms)
-        warps_per_team = tech["block_warps"] if team == "block" else 1
-        teams_per_block = 1 if team == "block" else WARP_TEAMS_PER_BLOCK
+        clusters = supports_clusters(dev)
+        team = tech["team"] if tech["team"] != "auto" else choose_team(
+            m, octile_pairs, sms, g1_octiles=td1.tiles_per_graph[g1], clusters=clusters)
+        if team == "cluster" and not clusters:
+            raise ValueError(f"techniques['team']='cluster' needs thread-block clusters (compute capability 9.0+); "
+                             f"device {dev.ordinal} has {'.'.join(map(str, dev.properties['compute_capability']))}")
+        warps_per_team = 1 if team == "warp" else tech["block_warps"]
+        teams_per_block = WARP_TEAMS_PER_BLOCK if team == "warp" else 1
+        blocks_per_team = CLUSTER_BLOCKS if team == "cluster" else 1
         threads = WARP * warps_per_team * teams_per_block
         n1 = td1.n_nodes[g1]
         n2 = td2.n_nodes[g2]
@@ -608,9 +635,13 @@ class TiledGPUEngine:
                              f"edge, {row_slots} octile slots, a slab of {slab} values); device {dev.ordinal} allows "
                              f"{limit}: lower techniques['row_slots'] / ['slab'] or block_warps")
         form = args["form_name"]
-        fn = rt.kernel(dev, "mgk_tiled", f"mgk_tiled_{form}_{team}_{tech['storage']}_{'f32' if dt == np.float32 else 'f64'}")
+        suffix = f"{tech['storage']}_{'f32' if dt == np.float32 else 'f64'}"
+        fn = rt.kernel(dev, "mgk_tiled", f"mgk_tiled_{form}_{team}_{suffix}")
+        # a cluster kernel's blocks are its block twin's: that one answers the occupancy query
+        twin = rt.kernel(dev, "mgk_tiled", f"mgk_tiled_{form}_block_{suffix}") if team == "cluster" else fn
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
+            twin.set_max_dynamic_shared_memory(shared)
         ss_max, ds_max = thresholds(tech, form)
 
         sizes = n1.astype(np.int64) * n2
@@ -620,20 +651,22 @@ class TiledGPUEngine:
         out_bytes = m * (8 + 4 + 8 + 16) + (int(nodal_off[-1]) * dt.itemsize if nodal else 0)
         per_team = N_VECTORS * stride * dt.itemsize
         free, _ = dev.memory_info()
-        resident_blocks = sms * max(1, fn.max_active_blocks_per_sm(threads, shared))
-        blocks = min(-(-m // teams_per_block), resident_blocks)
+        resident_blocks = sms * max(1, twin.max_active_blocks_per_sm(threads, shared))
+        # units: a block of warp teams, a block team, or a cluster of blocks (one team each)
+        units = min(-(-m // teams_per_block), max(1, resident_blocks // blocks_per_team))
         affordable = int((free - out_bytes) * SCRATCH_SHARE // (per_team * teams_per_block))
         if affordable < 1:
             raise GraphTooLargeError(
                 f"the CG vectors of one block of pairs need {per_team * teams_per_block / 2**30:.2f} GiB (largest "
                 f"product graph: {int(sizes.max())} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on "
                 f"device {dev.ordinal}, but only {free / 2**30:.2f} GiB is free")
-        blocks = min(blocks, affordable)
-        rt.check_fits(dev, blocks * teams_per_block * per_team + out_bytes, "the CG work vectors and results")
+        units = min(units, affordable)
+        blocks = units * blocks_per_team
+        rt.check_fits(dev, units * teams_per_block * per_team + out_bytes, "the CG work vectors and results")
 
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
-        scratch = rt.alloc(dev, blocks * teams_per_block * N_VECTORS * stride, dt)
+        scratch = rt.alloc(dev, units * teams_per_block * N_VECTORS * stride, dt)
         d_g1 = rt.to_device(dev, g1[order], stream)
         d_g2 = rt.to_device(dev, g2[order], stream)
         d_code = rt.to_device(dev, code, stream)

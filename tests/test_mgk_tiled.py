@@ -9,10 +9,10 @@ import pytest
 
 from graphkern import NotConvergedError
 from graphkern._mgk_dense import dense_mgk, dense_mgk_pair
-from graphkern._mgk_tiled import (BLOCK_SHARED_BUDGET, FORM_THRESHOLDS, INCREMENTAL_STEPS, PRESETS, ROW_SLOTS,
-                                  ROW_SLOTS_MIN, SLAB, TiledData, bitmap_mask, choose_team, default_row_slots,
-                                  expected_iterations, resolve_techniques, shared_bytes, split_pairs, thresholds,
-                                  tiled_data)
+from graphkern._mgk_tiled import (BLOCK_SHARED_BUDGET, CLUSTER_BLOCKS, FORM_THRESHOLDS, INCREMENTAL_STEPS, PRESETS,
+                                  ROW_SLOTS, ROW_SLOTS_MIN, SLAB, TiledData, bitmap_mask, choose_team,
+                                  default_row_slots, expected_iterations, resolve_techniques, shared_bytes,
+                                  split_pairs, supports_clusters, thresholds, tiled_data)
 from graphkern.basekernels import Additive, Constant, KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.graph import Graph
 from graphkern.mgk import MarginalizedGraphKernel
@@ -27,7 +27,7 @@ KERNELS = {
                 TensorProduct(order=KroneckerDelta(0.5), length=SquareExponential(0.9))),
 }
 TECHNIQUE_GRID = dict(tiles=("sparse", "dense"), primitives=("adaptive", "dd", "ds", "ss"), storage=("compact", "full"),
-                      team=("warp", "block"), schedule=("dynamic", "static"))
+                      team=("warp", "block", "cluster"), schedule=("dynamic", "static"))
 H100_SHARED_LIMIT = 227 * 1024
 
 
@@ -67,6 +67,13 @@ def edge_case_set(rng):
     return [labeled_graph(rng, 1), labeled_graph(rng, 5, 0.6), labeled_graph(rng, 9, components=3),
             labeled_graph(rng, 12, weighted=False), labeled_graph(rng, 6, 0.0), labeled_graph(rng, 17, 0.25),
             labeled_graph(rng, 26, 0.15, components=2), spread_row_graph(rng, 70)]
+
+
+def gpu_teams(device=0):
+    """The team kinds device ``device`` runs: clusters need compute capability 9.0."""
+    from graphkern._cuda import runtime as rt
+
+    return ("warp", "block", "cluster") if supports_clusters(rt.get_device(device)) else ("warp", "block")
 
 
 def rel_err(a, b):
@@ -234,17 +241,23 @@ def test_predicted_cost_model():
     assert choose_team(200_000, np.full(10, 120), 132) == "warp"
     assert choose_team(500, np.full(10, 120), 132) == "block"
     assert choose_team(200_000, np.full(10, 700_000), 132) == "block"
+    # few large pairs: a cluster of blocks each, where the device has clusters and G1 is large
+    big = dict(g1_octiles=np.full(21, 600))
+    assert choose_team(21, np.full(21, 360_000), 132, clusters=True, **big) == "cluster"
+    assert choose_team(21, np.full(21, 360_000), 132, clusters=False, **big) == "block"
+    assert choose_team(21, np.full(21, 360_000), 132, clusters=True, g1_octiles=np.full(21, 20)) == "block"
+    assert choose_team(5000, np.full(10, 360_000), 132, clusters=True, **big) == "block"
 
 
 @pytest.mark.parametrize("itemsize", [4, 8])
 @pytest.mark.parametrize("planes", [1, 2, 4])
 def test_default_launch_fits_shared_memory(itemsize, planes):
-    for team, warps, teams in (("warp", 1, 4), ("block", 8, 1), ("block", 16, 1)):
+    for team, warps, teams in (("warp", 1, 4), ("block", 8, 1), ("block", 16, 1), ("cluster", 8, 1)):
         slots = default_row_slots(team, itemsize, planes, SLAB[team], warps)
         assert ROW_SLOTS_MIN <= slots <= ROW_SLOTS[team]
         nbytes = shared_bytes(itemsize, planes, slots, SLAB[team], warps, teams)
         assert nbytes <= H100_SHARED_LIMIT, (team, warps)
-        if team == "block" and slots > ROW_SLOTS_MIN:
+        if team != "warp" and slots > ROW_SLOTS_MIN:
             assert nbytes <= BLOCK_SHARED_BUDGET
     assert default_row_slots("block", 4, 2, SLAB["block"], 8) == 32  # the shortcut forms in float32
     # three blocks of warp teams per SM with the shortcut forms in float32 (1 KB per block is reserved)
@@ -272,8 +285,9 @@ def test_every_combination_matches_core_and_dense_reference(rng, name):
     assert rel_err(core, ref) < 3e-5
     kern = MarginalizedGraphKernel(nk, ek, q=0.1, backend="gpu")
     failures = []
+    teams = gpu_teams()
     for reorder in (None, "rcm", "pbr"):
-        for tech in _all_combinations():
+        for tech in (t for t in _all_combinations() if t["team"] in teams):
             kern.reorder, kern.techniques = reorder, tech
             K = kern(X)
             assert K.dtype == np.float32
@@ -292,7 +306,7 @@ def test_float64_every_primitive_and_team(rng, name):
     ref = dense_mgk(X, None, nk.compile(), ek.compile(), q=0.05)
     kern = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu")
     for primitives, storage, team in itertools.product(("adaptive", "dd", "ds", "ss"), ("compact", "full"),
-                                                       ("warp", "block")):
+                                                       gpu_teams()):
         kern.techniques = dict(primitives=primitives, storage=storage, team=team)
         assert rel_err(kern(X), ref) < 1e-10, (primitives, storage, team)
 
@@ -305,7 +319,10 @@ def test_windows_chunks_and_block_sizes(rng):
     nk, ek = KERNELS["kronecker"]
     ref = dense_mgk(X, None, nk.compile(), ek.compile(), q=0.05)
     kern = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu")
-    for team, warps in (("warp", 1), ("block", 1), ("block", 2), ("block", 5), ("block", 16)):
+    teams = [("warp", 1), ("block", 1), ("block", 2), ("block", 5), ("block", 16)]
+    if "cluster" in gpu_teams():
+        teams += [("cluster", 1), ("cluster", 3), ("cluster", 8)]
+    for team, warps in teams:
         for row_slots, slab in ((1, 64), (2, 128), (3, 192), (None, None)):
             kern.techniques = dict(team=team, block_warps=warps, row_slots=row_slots, slab=slab)
             assert rel_err(kern(X), ref) < 1e-10, (team, warps, row_slots, slab)
@@ -313,8 +330,10 @@ def test_windows_chunks_and_block_sizes(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("reorder", [None, "pbr"])
-@pytest.mark.parametrize("team", ["warp", "block"])
+@pytest.mark.parametrize("team", ["warp", "block", "cluster"])
 def test_nodal_rectangular_pairs_and_normalize(rng, reorder, team):
+    if team not in gpu_teams():
+        pytest.skip("thread-block clusters need compute capability 9.0")
     X = [labeled_graph(rng, n) for n in (1, 6, 11, 20)]
     Y = [labeled_graph(rng, n) for n in (4, 9, 17)]
     nk, ek = KERNELS["sqexp"]
@@ -336,6 +355,37 @@ def test_nodal_rectangular_pairs_and_normalize(rng, reorder, team):
     gpu = MarginalizedGraphKernel(nk, ek, backend="gpu", normalize=True, **kw)
     assert rel_err(gpu(X, Y), cpu(X, Y)) < 1e-10
     np.testing.assert_allclose(gpu.diag(X), np.ones(len(X)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", ["dynamic", "static"])
+def test_cluster_teams_on_large_pairs(rng, schedule):
+    """A cluster of blocks per pair on graphs with many groups of tile rows (every block of the
+    cluster gets groups) and on small ones (some blocks get none), more pairs than clusters fit
+    at once in float64, the same matrix as block teams and the CPU; "auto" picks clusters for a
+    few large pairs."""
+    if "cluster" not in gpu_teams():
+        pytest.skip("thread-block clusters need compute capability 9.0")
+    X = [labeled_graph(rng, int(n), 6.0 / n) for n in (260, 190, 133)] + [labeled_graph(rng, 7), star_graph(rng, 70)]
+    nk, ek = KERNELS["sqexp"]
+    kw = dict(q=0.05, tol=1e-12, dtype=np.float64, reorder="pbr")
+    cpu = MarginalizedGraphKernel(nk, ek, backend="cpu", **kw)(X)
+    block = MarginalizedGraphKernel(nk, ek, backend="gpu", techniques=dict(team="block", schedule=schedule), **kw)
+    for warps, row_slots in ((8, None), (4, 2), (16, 1)):
+        tech = dict(team="cluster", schedule=schedule, block_warps=warps, row_slots=row_slots)
+        kern = MarginalizedGraphKernel(nk, ek, backend="gpu", techniques=tech, **kw)
+        K = kern(X)
+        assert rel_err(K, cpu) < 1e-10, (warps, row_slots)
+        assert [r[3] for r in kern._engine(kern._settings()).last_run] == ["cluster"]
+    assert rel_err(block(X), cpu) < 1e-10
+    # float32, the default techniques: a few pairs of large graphs go to clusters
+    big = [labeled_graph(rng, int(n), 3.0 / n) for n in (600, 560)]
+    auto = MarginalizedGraphKernel(nk, ek, q=0.05, backend="gpu", techniques="tiled")
+    K = auto(big)
+    assert [r[3] for r in auto._engine(auto._settings()).last_run] == ["cluster"]
+    ref = MarginalizedGraphKernel(nk, ek, q=0.05, backend="gpu", techniques=dict(team="block"))(big)
+    assert rel_err(K, ref) < 3e-5
+    assert CLUSTER_BLOCKS == 8
 
 
 @pytest.mark.gpu
@@ -374,8 +424,10 @@ def test_dataset_and_device_copies_are_reused(rng):
 
 @pytest.mark.gpu
 @pytest.mark.multigpu
-@pytest.mark.parametrize("team", ["warp", "block"])
+@pytest.mark.parametrize("team", ["warp", "block", "cluster"])
 def test_two_gpus_equal_one(rng, team):
+    if team not in gpu_teams(0) or team not in gpu_teams(1):
+        pytest.skip("thread-block clusters need compute capability 9.0")
     X = [labeled_graph(rng, int(n), 0.15) for n in rng.integers(5, 60, 24)]
     nk, ek = KERNELS["sqexp"]
     kw = dict(q=0.05, tol=1e-13, dtype=np.float64, backend="gpu", techniques={"team": team})
