@@ -591,11 +591,8 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
     T* const work = scratch + (int64_t)blockIdx.x * 7 * stride;
     T* __restrict__ diag = work + 6 * stride;
     const int nf = FORM == EDGE_GENERAL ? s1.n_efeat : 0;
-    bool any_free = false, any_xmv = false;
-    for (int c = 0; c < gt.n_contractions; ++c) {
-        any_free = any_free || gt.cfree[c] != 0;
-        any_xmv = any_xmv || gt.cfree[c] == 0;
-    }
+    bool any_xmv = false;  // a contraction that gathers x (not free)
+    for (int c = 0; c < gt.n_contractions; ++c) any_xmv = any_xmv || gt.cfree[c] == 0;
 
     for (int64_t k = blockIdx.x; k < n_pairs; k += gridDim.x) {
         const PairDims pd = pair_dims(s1, s2, pair_g1[k], pair_g2[k]);
@@ -732,7 +729,6 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
             }
             if (threadIdx.x == 0) grad[gt.n_node + 1 + c] = (double)p2 * acc[0];
         }
-        (void)any_free;
     }
 }
 
@@ -773,8 +769,9 @@ CSR_ENTRY(mgk_csr_sqexp_f64, double, EDGE_SQEXP)
 // Gradient entry points mgk_csr_gradient_<form>_<f32|f64>: the same head (no nodal output), then
 // the derivative programs, the edge contractions and the outputs (graphkern/_mgk_csr.py:
 // CSRGPUEngine.solve_gradient).  ptxas -v (sm_90): at 3 blocks per SM (80 registers) the float
-// ones spill (two accumulators per output, the paired gather); 2 blocks (128 registers) do not,
-// and a 96-vertex pair's ~81-110 KB of shared memory (both directions) allows only 2 anyway.
+// ones spill (two accumulators per output, the paired gather); at 2 (128 registers) the constant
+// and Kronecker forms do not, general f32 and sqexp f64 spill ~24 bytes; a 96-vertex pair's
+// ~81-110 KB of shared memory (both directions) allows only 2 blocks per SM anyway.
 constexpr int kGradientMinBlocksPerSM = 2;
 #define CSR_GRADIENT_ENTRY(NAME, T, FORM)                                                                    \
     extern "C" __global__ void __launch_bounds__(kThreads, kGradientMinBlocksPerSM)                        \
