@@ -415,6 +415,166 @@ def test_two_gpu_spmv_matches_scipy(variant, reorder, rng):
     assert np.max(np.abs(solver.spmv(x) - ref)) <= 1e-12 * np.max(np.abs(ref))
 
 
+def mirrored_halves_graph(rng, half, weighted=False):
+    """A graph whose two halves mirror each other (vertex v and v + half have the same neighbourhood
+    up to the shift), so that two devices in A's order split it exactly at ``half``: a random graph
+    on the first fifth of each half (rows whose columns are all local), a random bipartite graph
+    between the second fifths of the two halves (all remote), a few vertices joined to both (mixed),
+    and the rest isolated (empty rows)."""
+    q = half // 5
+    a = sp.triu(sp.random(q, q, density=6.0 / q, random_state=rng, format="coo"), k=1)
+    local_r, local_c = a.row, a.col
+    b = sp.random(q, q, density=5.0 / q, random_state=rng, format="coo")  # (u, v): u in half 0, v in half 1
+    cross_r, cross_c = q + b.row, q + b.col
+    mixed = rng.choice(q, 3, replace=False)  # local vertices that also reach the other half
+    rows, cols = [local_r, local_r + half], [local_c, local_c + half]
+    rows += [cross_r, cross_c]
+    cols += [cross_c + half, cross_r + half]  # (u, v + half) and its mirror (v, u + half)
+    for m in mixed:
+        far = rng.choice(q, 40, replace=False)
+        rows += [np.full(40, m), np.full(40, m + half)]
+        cols += [far + half, far]
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    values = rng.uniform(0.5, 2.0, len(r)) if weighted else np.ones(len(r))
+    upper = sp.csr_matrix((values, (r, c)), shape=(2 * half, 2 * half))
+    upper.sum_duplicates()
+    upper.data[:] = np.minimum(upper.data, 2.0)
+    return (upper + upper.T).tocsr()
+
+
+def test_mirrored_halves_graph_has_local_remote_and_empty_rows(rng):
+    from graphkern._expm_lanczos import row_chunks
+    half = 1500
+    A = mirrored_halves_graph(rng, half)
+    assert abs(A - A.T).max() == 0
+    assert row_chunks(A.indptr, 2)[1] == half  # two devices split it between the halves
+    owner = (np.arange(2 * half) >= half)
+    deg = np.diff(A.indptr)
+    row_of = np.repeat(np.arange(2 * half), deg)
+    remote = owner[A.indices] != owner[row_of]
+    remote_per_row = np.bincount(row_of, weights=remote, minlength=2 * half)
+    assert np.any((deg > 0) & (remote_per_row == 0))      # all columns local
+    assert np.any((deg > 0) & (remote_per_row == deg))    # all columns remote
+    assert np.any((remote_per_row > 0) & (remote_per_row < deg))  # both
+    assert np.any(deg == 0)                                # empty rows
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_degree_order_is_dealt_round_robin_across_devices(parts, rng):
+    from graphkern._expm_lanczos import CsrMatrix, DegreeOrder
+    A = skewed_graph(rng, 3001, [900, 400, 400, 60])
+    deg = np.diff(A.indptr)
+    by_degree = DegreeOrder(A.indptr).order
+    assert np.all(np.diff(deg[by_degree]) <= 0)
+    o = DegreeOrder(A.indptr, parts)
+    assert np.array_equal(np.sort(o.order), np.arange(3001))
+    assert np.array_equal(o.inverse[o.order], np.arange(3001))
+    assert np.array_equal(o.indptr, np.concatenate([[0], np.cumsum(deg[o.order])]))
+    assert o.bounds[0] == 0 and o.bounds[-1] == 3001 and len(o.bounds) == parts + 1
+    assert np.all(np.abs(np.diff(o.bounds) - 3001 / parts) < 1)
+    block_nnz = np.diff(o.indptr[o.bounds])
+    assert block_nnz.max() - block_nnz.min() <= deg.max()  # each block gets every parts-th row by degree
+    for p in range(parts):
+        block = o.order[o.bounds[p]:o.bounds[p + 1]]
+        assert np.array_equal(block, by_degree[p::parts])  # its hubs first, degrees decreasing
+    # the device reorder of each block is that block of P A P^T, and exp is invariant
+    B = _reference_reordered(A, o.order)
+    for p in range(parts):
+        part = _emulated_device_reorder(A, o, int(o.bounds[p]), int(o.bounds[p + 1]))
+        assert (part != B[o.bounds[p]:o.bounds[p + 1]]).nnz == 0
+    mat = CsrMatrix(A.indptr, A.indices.astype(np.int32), None)
+    assert mat.degree_order(parts) is mat.degree_order(parts)  # computed once per device count
+    if parts == 1:
+        assert np.array_equal(mat.degree_order(1).order, by_degree)
+
+
+def _devices_available():
+    from graphkern._cuda import runtime
+    return runtime.device_count() if runtime.unavailable_reason() is None else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.multigpu
+@pytest.mark.parametrize("exchange", ["store", "copy"])
+@pytest.mark.parametrize("basis", ["device", "none", "host"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("kind", ["mirrored halves", "skewed degree-ordered"])
+def test_multi_gpu_exchanges_agree_with_one_gpu_and_scipy(exchange, basis, dtype, kind, rng, monkeypatch):
+    from graphkern._expm_gpu import EXCHANGE_ENV, GpuLanczos
+    from graphkern.expm import _matrix
+    monkeypatch.setenv(EXCHANGE_ENV, exchange)
+    if kind == "mirrored halves":
+        A, reorder, beta = mirrored_halves_graph(rng, 1500, weighted=True), "none", 0.2
+    else:
+        A, reorder, beta = skewed_graph(rng, 9001, [7000, 2000, 300, 300], weighted=True), "degree", 0.1
+    n = A.shape[0]
+    x = rng.standard_normal(n)
+    ref = scipy.sparse.linalg.expm_multiply(beta * A, x)
+    y1, info1 = expm_multiply(A, x, beta=beta, backend="gpu", device=0, basis=basis, dtype=dtype, reorder=reorder)
+    tol = 1e-11 if dtype == np.float64 else 3e-5
+    counts = [2, 3] if _devices_available() >= 3 else [2]
+    for count in counts:
+        devices = list(range(count))
+        solver = GpuLanczos(_matrix(A), dtype, devices=devices, variant="rowblock", basis=basis, max_krylov=8,
+                            breakdown=0.0, n_threads=2, reorder=reorder)
+        assert solver.exchange == ("copy" if exchange == "copy" or not solver.res.peer_access else "store")
+        if kind == "mirrored halves" and count == 2:
+            assert solver.shares[0].row1 == 1500  # rows with all columns local, all remote, none
+        del solver
+        for variant in ("scalar", "rowblock", "hybrid"):
+            y, info = expm_multiply(A, x, beta=beta, backend="gpu", device=devices, basis=basis, dtype=dtype,
+                                    spmv=variant, reorder=reorder)
+            assert info.devices == tuple(devices) and info.reorder == reorder
+            assert abs(info.krylov_dim - info1.krylov_dim) <= 4
+            assert rel(y, y1) <= tol, (count, variant)
+            assert rel(y, ref) <= (1e-10 if dtype == np.float64 else 3e-5), (count, variant)
+        # the device list in another order: another lead device, the same answer
+        y_rev, _ = expm_multiply(A, x, beta=beta, backend="gpu", device=devices[::-1], basis=basis, dtype=dtype,
+                                 reorder=reorder)
+        assert rel(y_rev, y1) <= tol
+
+
+@pytest.mark.gpu
+@pytest.mark.multigpu
+def test_multi_gpu_exchanges_give_the_same_bits(rng, monkeypatch):
+    """Stores and copies move the same numbers: the two exchanges give bit-identical answers (and
+    repeated runs too), with the default x, overflow scaling, and a device left without rows."""
+    from graphkern._expm_gpu import EXCHANGE_ENV
+    A = skewed_graph(rng, 6000, [4000, 900], weighted=True)
+    x = rng.standard_normal(6000)
+    out = {}
+    _, probe = expm_multiply(A, x, beta=0.1, backend="cpu")
+    beta_big = 800.0 / probe.lambda_max  # e^800 overflows float64: a scaled answer
+    for exchange in ("store", "copy", "store"):
+        monkeypatch.setenv(EXCHANGE_ENV, exchange)
+        for reorder in ("none", "degree"):
+            y, info = expm_multiply(A, x, beta=0.1, backend="gpu", device=[0, 1], reorder=reorder)
+            tc, _ = total_communicability(A, beta=0.1, backend="gpu", device=[0, 1], reorder=reorder)
+            big, big_info = expm_multiply(A, x, beta=beta_big, backend="gpu", device=[0, 1], reorder=reorder)
+            assert big_info.log_scale > 0 and np.all(np.isfinite(big))
+            key = (exchange, reorder)
+            if key in out:
+                assert all(np.array_equal(a, b) for a, b in zip(out[key], (y, tc, big)))
+            out[key] = (y, tc, big)
+    for reorder in ("none", "degree"):
+        assert all(np.array_equal(a, b) for a, b in zip(out[("store", reorder)], out[("copy", reorder)]))
+    y_one, _ = expm_multiply(A, x, beta=0.1, backend="gpu", device=0, reorder="none")
+    assert rel(out[("store", "none")][0], y_one) <= 1e-11
+    # fewer rows than devices leave one device with none
+    tiny = sp.csr_matrix(np.array([[0.0]]))
+    y_tiny, _ = expm_multiply(tiny, np.array([2.0]), beta=1.0, backend="gpu", device=[0, 1])
+    assert np.allclose(y_tiny, [2.0], rtol=1e-15)
+
+
+@pytest.mark.gpu
+@pytest.mark.multigpu
+def test_bad_exchange_is_refused(monkeypatch):
+    from graphkern._expm_gpu import EXCHANGE_ENV
+    monkeypatch.setenv(EXCHANGE_ENV, "teleport")
+    with pytest.raises(ValueError, match="exchange"):
+        expm_multiply(_sym(), backend="gpu", device=[0, 1])
+
+
 # ----------------------------------------------------------------------------- the matrix cache
 
 import gc
