@@ -268,3 +268,13 @@ def test_too_many_kernel_arguments_refused(gpu_device):
     out = rt.alloc(gpu_device, (8,), np.int32)
     with pytest.raises(ValueError, match="at most 128 kernel arguments"):
         rt.launch(fn, 1, 8, (out, np.int32(3), np.int32(8)) + (np.int32(0),) * 126)
+
+
+def test_stream_and_event_refuse_a_missing_device():
+    """No device object is a TypeError, not a crash (this needs no GPU: the argument is checked first)."""
+    from graphkern._cuda import _driver
+
+    with pytest.raises(TypeError):
+        rt.Stream(None)
+    with pytest.raises(TypeError):
+        _driver.Event(None)

@@ -480,7 +480,7 @@ cdef class Stream:
     cdef cydriver.CUstream s
     cdef readonly Device device
 
-    def __cinit__(self, Device device):
+    def __cinit__(self, Device device not None):
         self.device = device
         self.s = NULL
         device.activate()
@@ -517,7 +517,7 @@ cdef class Event:
     cdef cydriver.CUevent e
     cdef readonly Device device
 
-    def __cinit__(self, Device device, bint timing=True):
+    def __cinit__(self, Device device not None, bint timing=True):
         self.device = device
         self.e = NULL
         device.activate()
