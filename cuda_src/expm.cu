@@ -534,14 +534,15 @@ namespace {
 constexpr int kMaxRowPeers = 7;
 
 // w_out = v - alpha_k q_k over this device's rows, also stored into row_peers (the other devices'
-// copies of w_out), ||w_out||^2 into *beta_out and beta_peers (first pass), and in the second pass of
+// copies of w_out) where bit p of peer_mask[i] says that peer p's rows of A read column row0 + i
+// (null: every row), ||w_out||^2 into *beta_out and beta_peers (first pass), and in the second pass of
 // the basis-free mode y += g[k + 1] w_out (y holds this device's rows, float64).
 template <typename T>
 __device__ void update(const T* __restrict__ w_cur, T* __restrict__ w_out, double* coef, int64_t cap, int64_t k,
                        const double* alpha_slots, int32_t n_dev, int64_t row0, int64_t nrows, double* partials,
                        unsigned* counter, double* beta_out, const uint64_t* beta_peers, int32_t n_beta_peers,
                        double* __restrict__ y, const double* __restrict__ g, int32_t n_row_peers,
-                       T* const (&row_peers)[kMaxRowPeers]) {
+                       const uint8_t* __restrict__ peer_mask, T* const (&row_peers)[kMaxRowPeers]) {
     Coefficients c(coef, cap);
     double alpha;
     if (alpha_slots != nullptr) {
@@ -559,9 +560,12 @@ __device__ void update(const T* __restrict__ w_cur, T* __restrict__ w_out, doubl
         const int64_t r = row0 + i;
         const T w = w_out[r] - scale * w_cur[r];
         w_out[r] = w;
+        if (n_row_peers > 0) {
+            const unsigned wanted = peer_mask != nullptr ? peer_mask[i] : 0xffu;
 #pragma unroll
-        for (int p = 0; p < kMaxRowPeers; ++p) {
-            if (p < n_row_peers) row_peers[p][r] = w;
+            for (int p = 0; p < kMaxRowPeers; ++p) {
+                if (p < n_row_peers && ((wanted >> p) & 1u)) row_peers[p][r] = w;
+            }
         }
         part += static_cast<double>(w) * static_cast<double>(w);
         if (y != nullptr) y[i] += gk * static_cast<double>(w);
@@ -609,10 +613,10 @@ __device__ void scale_out(const double* __restrict__ y, int64_t nrows, double f0
         const T *w_cur, T *w_out, double *coef, int64_t cap, int64_t k, const double *alpha_slots,            \
         int32_t n_dev, int64_t row0, int64_t nrows, double *partials, unsigned *counter, double *beta_out,    \
         const uint64_t *beta_peers, int32_t n_beta_peers, double *y, const double *g, int32_t n_row_peers,    \
-        T *peer0, T *peer1, T *peer2, T *peer3, T *peer4, T *peer5, T *peer6) {                               \
+        const uint8_t *peer_mask, T *peer0, T *peer1, T *peer2, T *peer3, T *peer4, T *peer5, T *peer6) {     \
         T *const row_peers[kMaxRowPeers] = {peer0, peer1, peer2, peer3, peer4, peer5, peer6};                 \
         update<T>(w_cur, w_out, coef, cap, k, alpha_slots, n_dev, row0, nrows, partials, counter, beta_out,   \
-                  beta_peers, n_beta_peers, y, g, n_row_peers, row_peers);                                    \
+                  beta_peers, n_beta_peers, y, g, n_row_peers, peer_mask, row_peers);                         \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(kBlock) lanczos_combine_##TN(                                \
         const uint64_t *columns, const double *g, int64_t n_cols, int64_t row0, int64_t nrows, double *y) {   \
@@ -694,6 +698,15 @@ extern "C" __global__ void __launch_bounds__(kBlock) lanczos_gather_f32(const fl
 extern "C" __global__ void __launch_bounds__(kBlock) lanczos_gather_f64(const double *src, const int32_t *index,
                                                                          int64_t n, double *dst) {
     gather<double>(src, index, n, dst);
+}
+
+// reads[indices[e]] = 1 for every stored entry e < nnz: the columns of A (entries of x) that one
+// device's rows read, from which the host builds the other devices' peer masks (only rows some
+// device reads cross to it).  Concurrent writes store the same byte.
+extern "C" __global__ void __launch_bounds__(kBlock) lanczos_mark_columns(const int32_t *indices, int64_t nnz,
+                                                                           uint8_t *reads) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < nnz; e += stride) reads[indices[e]] = 1;
 }
 
 // max_i |y_i| over rows [0, nrows) into *peak_bits, as the bit pattern of a non-negative double: for

@@ -26,8 +26,10 @@ Lanczos vectors it needs; a step is two kernels per device (the fused SpMV and t
 device's share of alpha (after the SpMV), of ||w||^2 and its rows of the new vector (after the
 update) reach the other devices in one of two ways (``exchange``, EXCHANGES): with peer access
 between every pair, the kernels store them into the other devices' memory themselves (the update
-writes each row it forms locally and into every other device's copy: the exchange runs inside the
-update instead of after it, and no copy launch adds its latency between kernels); otherwise the
+writes each row it forms locally and into the copy of every other device whose rows read that
+column -- a per-row peer mask built once with the residency -- so the exchange runs inside the
+update instead of after it, sends a grid only its cut, and no copy launch adds its latency between
+kernels); otherwise the
 host queues copies on the producing device's stream.  Either way consumers wait on the producer's
 event, and no step waits for the host.  The output in A's order is split among the devices too,
 and each copies its part to the host from its own host thread.
@@ -373,6 +375,7 @@ class DeviceRows:
             self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True)
         self.values = {}
         self.plans = {}
+        self.peer_mask = None  # several devices: which rows each other device reads (Residency)
         residency.uploaded = True
         _stats["uploads"] += 1
 
@@ -442,7 +445,8 @@ class DeviceRows:
         return plan
 
     def nbytes(self):
-        return (_buffers_nbytes((self.indptr, self.indices, self.order_dev, self.inverse_dev, *self.values.values()))
+        return (_buffers_nbytes((self.indptr, self.indices, self.order_dev, self.inverse_dev, self.peer_mask,
+                                 *self.values.values()))
                 + sum(p.nbytes() for p in self.plans.values()))
 
 
@@ -585,6 +589,34 @@ class Residency:
                     a.dev.enable_peer_access(b.dev)
                 else:
                     self.peer_access = False
+        if 1 < len(self.rows) <= MAX_ROW_PEERS + 1 and self.peer_access:
+            self._build_peer_masks()
+
+    def _build_peer_masks(self):
+        """Each device's ``peer_mask``: bit p of byte i is set when the p-th other device (in device
+        order) has a row that reads column row0 + i, so that the peer-store exchange sends a device
+        only the entries of the new vector its rows read.  On a power-law graph that is nearly every
+        row; on a grid or mesh in its natural order, a boundary (3200 of the 5.1M rows of a 3200^2
+        grid's half), which turns the exchange from n/2 values per device per step into almost none.
+        The marks are made on the devices (one pass over the column indices), the masks on the host."""
+        reads = []
+        for r in self.rows:
+            _ensure_free(r.dev, self.n + r.nrows, self, f"exp(beta A) x: the columns device {r.ordinal}'s rows read")
+            marks = rt.alloc(r.dev, max(self.n, 1), np.uint8)
+            marks.zero()
+            if r.nnz:
+                fn = rt.kernel(r.dev, "expm", "lanczos_mark_columns")
+                grid = int(min(-(-r.nnz // BLOCK), 4 * r.dev.properties["multiprocessor_count"]))
+                rt.launch(fn, grid, BLOCK, (r.indices, np.int64(r.nnz), marks))
+            reads.append(marks.to_host())  # the legacy stream: after the marks
+            del marks
+        for r in self.rows:
+            others = [o for o in self.rows if o is not r]  # the order of GpuLanczos._step's row peers
+            mask = np.zeros(r.nrows, dtype=np.uint8)
+            for p, o in enumerate(others):
+                mask |= (reads[o.index][r.row0:r.row1] != 0).astype(np.uint8) << np.uint8(p)
+            if r.nrows:
+                r.peer_mask = rt.to_device(r.dev, mask)
 
     def take_reorder_seconds(self):
         """Reordering time not yet reported by a solve (and reset it)."""
@@ -607,6 +639,7 @@ class Residency:
             if len(ws) > 1 and self.peer_access:
                 for w in ws:
                     w.link_peers(ws)
+                self.uploaded = True  # the tables' pageable copies: settle() before a kernel reads them
         return ws
 
     def trim(self):
@@ -770,7 +803,9 @@ class GpuLanczos:
     ``reorder`` ("none" or "degree"); ``reused`` says whether it was already there and
     ``reorder_seconds`` is the reordering time this construction spent (0 when reused).  With
     "degree" the solve runs on A' = P A P^T: x is gathered into the new order on the devices,
-    and y gathered back on the lead device before it crosses to the host."""
+    and y back into A's order, each device gathering its share, before it crosses to the host.
+    ``exchange`` (None: GRAPHKERN_EXPM_EXCHANGE, else "auto"; see EXCHANGES) picks how several
+    devices exchange their shares."""
 
     lookahead = True
 
@@ -813,8 +848,8 @@ class GpuLanczos:
         self._combined = False
 
     def _exchange_mode(self, requested):
-        """"store", "copy", or None for one device (see EXCHANGES); None asks GRAPHKERN_EXPM_EXCHANGE,
-        then "auto"."""
+        """The exchange of this solve: "store", "copy", or None on one device (see EXCHANGES);
+        ``requested`` None takes GRAPHKERN_EXPM_EXCHANGE, else "auto"."""
         if requested is None:
             requested = os.environ.get(EXCHANGE_ENV, "").strip().lower() or "auto"
         if requested not in EXCHANGES:
@@ -1104,7 +1139,8 @@ class GpuLanczos:
                 ws.partials, ws.counter, ws.beta_out if reductions else None,
                 ws.beta_peers if store_beta else None, np.int32(ws.n_peers if store_beta else 0),
                 ws.y if second_pass else None, ws.g if second_pass else None,
-                np.int32(len(row_peers)), *row_peers, *([None] * (MAX_ROW_PEERS - len(row_peers)))),
+                np.int32(len(row_peers)), s.rows.peer_mask if stores else None,
+                *row_peers, *([None] * (MAX_ROW_PEERS - len(row_peers)))),
                 stream=s.stream)
             if s is lead:
                 timing[2].record(s.stream)

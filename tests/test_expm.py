@@ -568,6 +568,29 @@ def test_multi_gpu_exchanges_give_the_same_bits(rng, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.multigpu
+@pytest.mark.parametrize("kind", ["mirrored halves", "grid"])
+def test_peer_masks_mark_the_rows_other_devices_read(kind, rng):
+    from graphkern._expm_gpu import GpuLanczos
+    from graphkern.expm import _matrix
+    A = mirrored_halves_graph(rng, 1500) if kind == "mirrored halves" else grid_graph(80, 75)
+    n = A.shape[0]
+    solver = GpuLanczos(_matrix(A), np.float64, devices=[0, 1], variant="scalar", basis="none", max_krylov=4,
+                        breakdown=0.0, n_threads=2, reorder="none")
+    if not solver.res.peer_access:
+        pytest.skip("no peer access between devices 0 and 1: the copy exchange sends every row")
+    for r, other in ((solver.res.rows[0], solver.res.rows[1]), (solver.res.rows[1], solver.res.rows[0])):
+        read = np.zeros(n, dtype=bool)
+        read[A[other.row0:other.row1].indices] = True
+        assert np.array_equal(r.peer_mask.to_host()[:r.nrows] != 0, read[r.row0:r.row1])
+    if kind == "grid":  # only the rows along the cut cross: one grid row of 75 (and a neighbour when cut mid-row)
+        assert int(np.count_nonzero(solver.res.rows[0].peer_mask.to_host()[:solver.res.rows[0].nrows])) <= 76
+    x = rng.standard_normal(n)
+    y, _ = expm_multiply(A, x, beta=0.3, backend="gpu", device=[0, 1], spmv="scalar", reorder="none")
+    assert rel(y, scipy.sparse.linalg.expm_multiply(0.3 * A, x)) <= 1e-10
+
+
+@pytest.mark.gpu
+@pytest.mark.multigpu
 def test_bad_exchange_is_refused(monkeypatch):
     from graphkern._expm_gpu import EXCHANGE_ENV
     monkeypatch.setenv(EXCHANGE_ENV, "teleport")
