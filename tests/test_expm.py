@@ -438,7 +438,7 @@ def mirrored_halves_graph(rng, half, weighted=False):
     values = rng.uniform(0.5, 2.0, len(r)) if weighted else np.ones(len(r))
     upper = sp.csr_matrix((values, (r, c)), shape=(2 * half, 2 * half))
     upper.sum_duplicates()
-    upper.data[:] = np.minimum(upper.data, 2.0)
+    upper.data[:] = np.minimum(upper.data, 2.0) if weighted else 1.0
     return (upper + upper.T).tocsr()
 
 
