@@ -64,11 +64,17 @@ definition above regrouped.  ``method`` picks the algorithm:
                           gpu_batched on the GPU, the hybrid split for "hybrid"
 =================== ===== ========================================================
 
-``backend="hybrid"`` sorts the pairs by work (``|P| * |P'|``) and runs them from both
-ends at once: the CPU threads (openmp_out in a Python thread that releases the GIL) take
-small chunks from the light end, the GPU (gpu_batched) takes half the remaining work per
-launch from the heavy end, until they meet.  The split follows the measured speed of both
-sides on the very pairs being computed, with no cost model to calibrate or mispredict.
+``backend="hybrid"`` sorts the pairs by work (``|P| * |P'|``); the CPU threads (openmp_out in
+a Python thread that releases the GIL) take the light end while the GPU (gpu_batched) runs the
+heavy end.  The first call on a device, thread count, edge kernel and dtype runs from both
+ends at once (the CPU in small chunks, the GPU in a few launches of a shrinking share of the
+work left) until they meet, and so measures both sides' speed on the very pairs being
+computed: the GPU's over all its work, the CPU's over the light pairs it takes.  Later calls
+split once at those rates (:func:`split_at_rates`): the CPU gets the longest light prefix it
+finishes within 80% of the GPU's time for the rest, in one call, and the GPU the rest in one
+launch, so the split costs one thread and no extra launches.  Light pairs are where a GPU is
+least efficient per unit of work (a launch's pairs share the fixed per-pair cost), so the
+prefix saves the GPU more time than its share of the work.
 
 Precision: sums are accumulated in float64 everywhere.  With ``dtype=float32`` the
 vertex-kernel matrix, the continuous labels and the products are float32 (path lengths
@@ -423,10 +429,12 @@ class _GpuRunner:
 
 # (GPU, CPU) work per second of the last hybrid call, per device, CPU threads, edge kernel, dtype
 _HYBRID_RATES = {}
-# Below this share of the combined rate the CPU sits a call out.  H200 + 16 cores, mixed set:
-# gpu_batched 18.5 ms, openmp_out 573 ms, so the CPU could save at most 3%, and the split's
-# own cost (thread, sorting, launches) made the hybrid 21 ms.
-_HYBRID_MIN_CPU_SHARE = 0.05
+# split_at_rates: the CPU's predicted time for its prefix stays within this share of the GPU's
+# predicted time for the rest (the CPU threads also slow the host thread that drives the GPU)
+_HYBRID_CPU_SLACK = 0.8
+# cores left to the thread that drives the GPU (H100 machine, mixed set: with 15 of 16 cores on
+# the CPU share, the GPU side took 13.6-13.9 ms instead of 13.4 ms)
+_HYBRID_HOST_CORES = 2
 
 def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, rates=None, cpu_chunk_seconds=2e-3):
     """Run every pair once, the CPU from the light end of the work order, the GPU from the heavy end.
@@ -531,6 +539,55 @@ def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, rates=None, 
     if failure:
         raise failure[0]
     record["rates"] = (rate("gpu"), rate("cpu"))
+    return record
+
+
+def split_at_rates(works, run_cpu, run_gpu, *, rates, slack=None):
+    """Run every pair once: the longest light prefix the CPU finishes (at ``rates``) within
+    ``slack`` times the GPU's predicted time for the rest on the CPU, the rest on the GPU, both at
+    once (the CPU in a Python thread).
+
+    ``rates`` = (GPU, CPU) work per second, the CPU's measured on light pairs.  Returns the
+    split's record, as :func:`share_from_both_ends`, with this call's measured rates (a side
+    that got no pairs keeps the given rate).
+    """
+    slack = _HYBRID_CPU_SLACK if slack is None else slack
+    works = np.asarray(works, dtype=np.float64)
+    gpu_rate, cpu_rate = rates
+    order = np.argsort(works, kind="stable")
+    prefix = np.concatenate([[0.0], np.cumsum(works[order])])
+    fits = prefix / cpu_rate <= slack * (prefix[-1] - prefix) / gpu_rate  # true at 0, then false for good
+    k = int(np.flatnonzero(fits)[-1])
+    cpu_idx, gpu_idx = order[:k], order[k:]
+    record = dict(cpu_pairs=len(cpu_idx), gpu_pairs=len(gpu_idx), cpu_chunks=int(k > 0), gpu_chunks=int(k < len(order)),
+                  cpu_seconds=0.0, gpu_seconds=0.0, cpu_work=float(prefix[k]), gpu_work=float(prefix[-1] - prefix[k]),
+                  threshold_work=float(works[gpu_idx].min()) if len(gpu_idx) else np.inf)
+    failure = []
+
+    def cpu_side():
+        try:
+            t0 = time.perf_counter()
+            run_cpu(cpu_idx)
+            record["cpu_seconds"] = time.perf_counter() - t0
+        except BaseException as exc:  # re-raised in the calling thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=cpu_side, name="graphkern-spgk-cpu") if k else None
+    if worker is not None:
+        worker.start()
+    try:
+        if len(gpu_idx):
+            t0 = time.perf_counter()
+            run_gpu(gpu_idx)
+            record["gpu_seconds"] = time.perf_counter() - t0
+    finally:
+        if worker is not None:
+            worker.join()
+    if failure:
+        raise failure[0]
+    measured = [record[f"{side}_work"] / record[f"{side}_seconds"] if record[f"{side}_seconds"] > 0 else None
+                for side in ("gpu", "cpu")]
+    record["rates"] = (measured[0] or gpu_rate, measured[1] or cpu_rate)
     return record
 
 
@@ -749,8 +806,8 @@ class ShortestPathKernel:
             return out
         runner = self._runner(cfg)
         runner.upload(A, B)
-        # one core drives the GPU; the others run the CPU share
-        n_cpu = max(1, cfg["n_threads"] - 1)
+        # a core or two drive the GPU; the others run the CPU share
+        n_cpu = max(1, cfg["n_threads"] - _HYBRID_HOST_CORES)
         edge, dtype = cfg["edge_kernel"], cfg["dtype"]
 
         def run_cpu(idx):
@@ -761,16 +818,12 @@ class ShortestPathKernel:
 
         key = (runner.dev.ordinal, n_cpu, edge.code, dtype.name)
         rates = _HYBRID_RATES.get(key)
-        if rates is not None and rates[1] < _HYBRID_MIN_CPU_SHARE * (rates[0] + rates[1]):
-            # the CPU could take under 5% of the work: its thread, chunks and sorting would cost more
-            t0 = time.perf_counter()
-            run_gpu(np.arange(len(pa)))
-            self.hybrid_split_ = dict(cpu_pairs=0, gpu_pairs=len(pa), cpu_chunks=0, gpu_chunks=1, cpu_seconds=0.0,
-                                      gpu_seconds=time.perf_counter() - t0, threshold_work=0.0, rates=rates,
-                                      note="GPU only: the CPU's share at the known rates is below 5%")
-            return out
-        self.hybrid_split_ = split = share_from_both_ends(_pair_work(A, B, pa, pb), run_cpu, run_gpu,
-                                                          n_cpu_threads=n_cpu, rates=rates)
+        works = _pair_work(A, B, pa, pb)
+        if rates is None or None in rates:  # measure both sides on these pairs
+            split = share_from_both_ends(works, run_cpu, run_gpu, n_cpu_threads=n_cpu, rates=rates)
+        else:
+            split = split_at_rates(works, run_cpu, run_gpu, rates=rates)
+        self.hybrid_split_ = split
         if None not in split["rates"]:
             _HYBRID_RATES[key] = split["rates"]
         return out

@@ -475,6 +475,48 @@ def test_sharing_with_known_rates_leaves_a_slow_cpu_out(rng):
     assert record["rates"][0] > 0 and record["rates"][1] > 0
 
 
+def test_split_at_rates_gives_the_cpu_the_light_prefix_it_finishes_in_time(rng):
+    # rates known: the CPU (30x slower per unit of work) gets the lightest pairs, as many as it
+    # finishes within 80% of the GPU's predicted time for the rest, in one call; the GPU the rest
+    works = np.concatenate([rng.uniform(1, 10, 3000), rng.uniform(1e3, 5e3, 300)])
+    rng.shuffle(works)
+    cpu_rate, gpu_rate = 2e6, 6e7
+    calls = {"cpu": [], "gpu": []}
+
+    def side(name, rate, idx):
+        calls[name].append(np.array(idx))
+        time.sleep(works[idx].sum() / rate)
+
+    record = spgk.split_at_rates(works, lambda idx: side("cpu", cpu_rate, idx),
+                                 lambda idx: side("gpu", gpu_rate, idx), rates=(gpu_rate, cpu_rate))
+    assert len(calls["cpu"]) == 1 and len(calls["gpu"]) == 1
+    cpu_idx, gpu_idx = calls["cpu"][0], calls["gpu"][0]
+    assert np.array_equal(np.sort(np.concatenate([cpu_idx, gpu_idx])), np.arange(len(works)))
+    assert works[cpu_idx].max() <= works[gpu_idx].min()  # a light prefix
+    cpu_time = works[cpu_idx].sum() / cpu_rate
+    gpu_time = works[gpu_idx].sum() / gpu_rate
+    assert cpu_time <= 0.8 * gpu_time
+    next_pair = works[gpu_idx].min()  # one more pair would break the bound
+    assert (works[cpu_idx].sum() + next_pair) / cpu_rate > 0.8 * (works[gpu_idx].sum() - next_pair) / gpu_rate
+    assert record["cpu_pairs"] == len(cpu_idx) > 0 and record["gpu_pairs"] == len(gpu_idx)
+    assert record["rates"][0] == pytest.approx(gpu_rate, rel=0.5) and record["rates"][1] == pytest.approx(cpu_rate,
+                                                                                                          rel=0.5)
+    # a CPU too slow for even the lightest pair sits out; the GPU runs everything in one launch
+    calls = {"cpu": [], "gpu": []}
+    record = spgk.split_at_rates(works, lambda idx: side("cpu", cpu_rate, idx),
+                                 lambda idx: side("gpu", gpu_rate, idx), rates=(1e12, 1.0))
+    assert not calls["cpu"] and len(calls["gpu"][0]) == len(works)
+    assert record["cpu_pairs"] == 0 and record["rates"][1] == 1.0
+
+
+def test_split_at_rates_reraises_the_cpu_side_error():
+    def broken(idx):
+        raise RuntimeError("cpu side broke")
+
+    with pytest.raises(RuntimeError, match="cpu side broke"):
+        spgk.split_at_rates(np.ones(500), broken, lambda idx: time.sleep(0.01), rates=(1.0, 1.0))
+
+
 def test_sharing_from_both_ends_reraises_the_cpu_side_error():
     def broken(idx):
         raise RuntimeError("cpu side broke")
@@ -533,8 +575,15 @@ def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
     assert kernel.hybrid_split_["cpu_pairs"] > 0 and kernel.hybrid_split_["gpu_pairs"] > 0
     assert_close(K, expected, 1e-12)
     assert_close(kernel(small, large), expected[:30, 30:], 1e-12)
-    # known rates that leave the CPU under the threshold: the GPU runs every pair itself
-    monkeypatch.setattr(spgk, "_HYBRID_MIN_CPU_SHARE", 1.1)
+    # later calls split once at the kept rates: one CPU call, one GPU launch
+    monkeypatch.setattr(spgk._GpuRunner, "run", runner_run)
+    for _ in range(2):
+        assert_close(kernel(graphs), expected, 1e-12)
+        split = kernel.hybrid_split_
+        assert split["gpu_chunks"] == 1 and split["cpu_chunks"] <= 1
+        assert split["cpu_pairs"] + split["gpu_pairs"] == len(graphs) * (len(graphs) + 1) // 2
+    # rates that leave the CPU nothing: the GPU runs every pair itself
+    monkeypatch.setattr(spgk, "_HYBRID_RATES", {k: (1e15, 1.0) for k in spgk._HYBRID_RATES})
     assert_close(kernel(graphs), expected, 1e-12)
     assert kernel.hybrid_split_["cpu_pairs"] == 0
     assert kernel.hybrid_split_["gpu_pairs"] == len(graphs) * (len(graphs) + 1) // 2
