@@ -552,7 +552,7 @@ def split_at_rates(works, run_cpu, run_gpu, *, rates, slack=None):
     that got no pairs keeps the given rate).
     """
     slack = _HYBRID_CPU_SLACK if slack is None else slack
-    works = np.asarray(works, dtype=np.float64)
+    works = np.maximum(np.asarray(works, dtype=np.float64), 1.0)  # a pair without paths still costs a call
     gpu_rate, cpu_rate = rates
     order = np.argsort(works, kind="stable")
     prefix = np.concatenate([[0.0], np.cumsum(works[order])])

@@ -183,10 +183,15 @@ class _Budget:
         while m < n and per_work * self.subset(m + 1)[1] <= self.seconds:
             m += 1
         graphs, work = self.subset(m)
-        predicted = per_work * work
-        fast = predicted < self.seconds / 5
-        timing = time_cpu(lambda: run(graphs), repeat=self.repeat if fast else 1, warmup=1 if fast else 0,
-                          max_seconds=self.seconds)
+        # the first run on these graphs is the warm-up (it also lets the hybrid measure both
+        # sides on them); it is the timing itself when repeats would not fit the budget
+        t0 = time.perf_counter()
+        run(graphs)
+        full = time.perf_counter() - t0
+        if full < self.seconds / 5:
+            timing = time_cpu(lambda: run(graphs), repeat=self.repeat, warmup=0, max_seconds=self.seconds)
+        else:
+            timing = Timing([full])
         if m < n:
             timing = scaled_estimate(timing, self.total / work)
         return timing, m
