@@ -31,6 +31,10 @@
 //                each lane looks its element up in N(i) and a ballot counts the matches; the lane
 //                that holds i writes the mirror entry.  The per-vertex terms come from the rows
 //                the group has loaded anyway, so the whole computation is one launch.
+//      pair      a block lists the upper entries of its rows in shared memory and a thread merges
+//                each pair once (by V-element aligned vector loads where V = 2 or 4, unweighted)
+//                and writes its mirror; one launch.
+//      longrow   hub, with every pair's work carried by its long row (see balanced_finalize).
 #include <cstdint>
 #include <type_traits>
 
@@ -406,9 +410,13 @@ __device__ __forceinline__ void scan_tile_sums(int64_t* __restrict__ tile_sums, 
     if (threadIdx.x == 0) *work_total = carry;
 }
 
-// Turns the per-entry work of one tile into exclusive offsets (in place).
+// Turns the per-entry work of one tile into exclusive offsets (in place), and writes
+// group_entry[g] = the entry holding work item g * group_items, for every group start the tile's
+// entries hold (each lies in exactly one entry with work, so each has one writer).  The balanced
+// kernel reads a warp's entry range from it instead of searching all nnz offsets per chunk.
 __device__ __forceinline__ void scan_tiles(int64_t* __restrict__ work, int64_t nnz,
-                                           const int64_t* __restrict__ tile_sums) {
+                                           const int64_t* __restrict__ tile_sums, int64_t group_items,
+                                           int64_t* __restrict__ group_entry) {
     const int64_t k_first = blockIdx.x * (int64_t)kScanTile + (int64_t)threadIdx.x * kScanItems;
     int64_t v[kScanItems];
     int64_t local = 0;
@@ -422,6 +430,8 @@ __device__ __forceinline__ void scan_tiles(int64_t* __restrict__ work, int64_t n
 #pragma unroll
     for (int q = 0; q < kScanItems; ++q) {
         if (k_first + q < nnz) work[k_first + q] = run;
+        for (int64_t g = (run + group_items - 1) / group_items; g * group_items < run + v[q]; ++g)
+            group_entry[g] = k_first + q;
         run += v[q];
     }
 }
@@ -433,29 +443,37 @@ __device__ __forceinline__ void scan_tiles(int64_t* __restrict__ work, int64_t n
 // lanes of a warp take 32 consecutive chunks, so lanes that end inside the same entry add their
 // partial sums by a segmented shuffle reduction before one atomic per entry.  The grid is
 // persistent (grid-stride over warps of chunks); the total work is read from offsets[nnz], so
-// the host never waits for the prefix sum.
+// the host never waits for the prefix sum.  A warp's 32 chunks start at item g * 32 chunk and
+// end before (g + 1) * 32 chunk, so their entries lie between group_entry[g] and
+// group_entry[g + 1] (scan_tiles): each lane searches that span, a few offsets, where a search
+// of all nnz offsets was ~25 dependent loads per chunk.
 template <bool kWeighted, typename T>
 __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict__ indptr,
                                                        const int32_t* __restrict__ idx, const T* __restrict__ w,
                                                        const int32_t* __restrict__ rows,
                                                        const int64_t* __restrict__ offsets, int64_t nnz,
-                                                       int32_t chunk, const int32_t* __restrict__ hub_slot,
+                                                       int32_t chunk, const int64_t* __restrict__ group_entry,
+                                                       const int32_t* __restrict__ hub_slot,
                                                        const uint32_t* __restrict__ bitmaps, int64_t words,
                                                        Acc<kWeighted, T>* __restrict__ inter) {
     using A = Acc<kWeighted, T>;
     const int64_t total_work = offsets[nnz];
     const int64_t n_chunks = (total_work + chunk - 1) / chunk;
+    const int64_t n_groups = (n_chunks + 31) / 32;
     const int lane = threadIdx.x & 31;
     const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) >> 5;
     const int64_t n_warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t c0 = warp * 32; c0 < n_chunks; c0 += n_warps * 32) {  // warp-uniform
         const int64_t c = c0 + lane;
+        const int64_t g = c0 / 32;
+        const int64_t e_lo = group_entry[g];
+        const int64_t e_hi = g + 1 < n_groups ? group_entry[g + 1] : nnz - 1;
         int64_t e = -1;
         A acc = 0;
         if (c < n_chunks) {
             int64_t t = c * chunk;
             const int64_t t_end = min(total_work, t + chunk);
-            e = last_not_above(offsets, 0, nnz, t);
+            e = last_not_above(offsets, e_lo, e_hi + 1, t);
             int64_t off_cur = offsets[e], off_next = offsets[e + 1];
             while (true) {
                 const RowPair r = row_pair(indptr, rows[e], idx[e]);
@@ -471,7 +489,10 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
                         acc += (A)((bits[x >> 5] >> (x & 31)) & 1u);
                     }
                 } else {
+                    // a chunk that starts inside the short row: its first element sits anywhere in
+                    // the long row, where a binary search beats a gallop from the row's start
                     int64_t p = r.long_begin;
+                    if (t > off_cur) p = lower_bound(idx, p, r.long_end, idx[r.short_begin + (t - off_cur)]);
                     for (int64_t s = r.short_begin + (t - off_cur); t < stop; ++t, ++s) {
                         const int32_t x = idx[s];
                         p = gallop_lower_bound(idx, p, r.long_end, x);
@@ -672,17 +693,130 @@ __device__ __forceinline__ int32_t row_lower_bound(const int32_t* __restrict__ r
     return lo;
 }
 
+// ---- the pair variant's vector merge (unweighted): rows read V aligned elements per load
+
+template <int V>
+struct IntVector;
+template <>
+struct IntVector<2> {
+    using type = int2;
+};
+template <>
+struct IntVector<4> {
+    using type = int4;
+};
+
+// Stand-ins for the elements of an aligned block that lie outside its row, below the row
+// (kBefore*) and after it (kAfter*): sorted with the row's elements (every vertex index lies in
+// [0, 2^31 - 3], the host's limit for the vector merge) and never equal across the two rows.
+constexpr int32_t kBeforeA = -1, kBeforeB = -2;
+constexpr int32_t kAfterA = 0x7fffffff, kAfterB = 0x7ffffffe;
+
+// Elements row[pos .. pos + V) (row + pos aligned to V elements), those outside [0, len) replaced
+// by `before` and `after`.  The caller's buffer is padded to a multiple of 4 elements, so the
+// aligned load never leaves it.
+template <int V>
+__device__ __forceinline__ void load_row_block(const int32_t* __restrict__ row, int32_t pos, int32_t len,
+                                               int32_t before, int32_t after, int32_t (&x)[V]) {
+    const auto v = *reinterpret_cast<const typename IntVector<V>::type*>(row + pos);
+    int32_t raw[V];
+    if constexpr (V == 2) {
+        raw[0] = v.x, raw[1] = v.y;
+    } else {
+        raw[0] = v.x, raw[1] = v.y, raw[2] = v.z, raw[3] = v.w;
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e) x[e] = pos + e < 0 ? before : (pos + e >= len ? after : raw[e]);
+}
+
+// Offset (<= 0) of the aligned block holding a row's first element: the index buffer starts
+// aligned, so the row's position modulo V says it.
+template <int V>
+__device__ __forceinline__ int32_t first_block(int64_t row_begin) {
+    return -(int32_t)(row_begin & (V - 1));
+}
+
+// |row a ∩ row b| by blocks of V: all V x V pairs of the two current blocks are compared, then
+// the block with the smaller last element moves on (both on a tie).  A match (x, x) is counted
+// when the blocks holding it meet, which happens exactly once in sorted rows without repeats.
+// Against the scalar merge's two 4-byte loads per step, this issues one V-wide load per V
+// elements: a warp whose lanes merge rows scattered over a few cache lines pays the L1 by
+// wavefronts per load instruction, so fewer, wider loads are what shorten the merge.
+template <int V>
+__device__ __forceinline__ int32_t block_merge_count(const int32_t* __restrict__ a_row, int64_t a_begin, int32_t la,
+                                                     const int32_t* __restrict__ b_row, int64_t b_begin,
+                                                     int32_t lb) {
+    int32_t pa = first_block<V>(a_begin), pb = first_block<V>(b_begin);
+    int32_t x[V], y[V];
+    load_row_block<V>(a_row, pa, la, kBeforeA, kAfterA, x);
+    load_row_block<V>(b_row, pb, lb, kBeforeB, kAfterB, y);
+    int32_t count = 0;
+    while (true) {
+#pragma unroll
+        for (int e = 0; e < V; ++e)
+#pragma unroll
+            for (int f = 0; f < V; ++f) count += (x[e] == y[f]);
+        const int32_t x_last = x[V - 1], y_last = y[V - 1];
+        if (x_last <= y_last) {
+            pa += V;
+            if (pa >= la) break;
+            load_row_block<V>(a_row, pa, la, kBeforeA, kAfterA, x);
+        }
+        if (y_last <= x_last) {
+            pb += V;
+            if (pb >= lb) break;
+            load_row_block<V>(b_row, pb, lb, kBeforeB, kAfterB, y);
+        }
+    }
+    return count;
+}
+
+struct MirrorSlot {
+    int32_t offset;    // elements of row j below i: the offset of (j, i) in row j
+    int32_t j_stored;  // row j stores j
+};
+
+// Row j scanned by blocks (L1-resident after the merge) up to the block that reaches j; i < j.
+// Outside elements count as neither below i nor equal to j.
+template <int V>
+__device__ __forceinline__ MirrorSlot mirror_slot(const int32_t* __restrict__ b_row, int64_t b_begin, int32_t lb,
+                                                  int32_t i, int32_t j) {
+    MirrorSlot m{0, 0};
+    for (int32_t pb = first_block<V>(b_begin); pb < lb; pb += V) {
+        int32_t y[V];
+        load_row_block<V>(b_row, pb, lb, kAfterA, kAfterA, y);
+#pragma unroll
+        for (int f = 0; f < V; ++f) {
+            m.offset += (y[f] < i);
+            m.j_stored |= (y[f] == j);
+        }
+        if (y[V - 1] >= j) break;  // an outside element here is kAfterA, past j too
+    }
+    return m;
+}
+
 // Upper entry k = (i, j), i < j: merges rows i and j, writes k and its mirror (j, i).  Unweighted
 // terms come from searches of the rows the merge has just brought into L1 (i_stored: row i
-// stores i); weighted ones from the vertex kernel.
-template <bool kWeighted, typename T>
+// stores i); weighted ones from the vertex kernel.  V > 1 (unweighted only): the vector merge.
+template <bool kWeighted, typename T, int V>
 __device__ __forceinline__ void pair_entry(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
                                            const T* __restrict__ w, int32_t metric, int32_t self_loops,
                                            const VertexTerms<T>& v, int64_t k, int32_t i, int32_t i_stored,
                                            T* __restrict__ out) {
+    static_assert(V == 1 || !kWeighted, "the vector merge counts; weighted pairs merge by element");
     const int32_t j = idx[k];
     const int64_t a0 = indptr[i], b0 = indptr[j];
     const int32_t la = (int32_t)(indptr[i + 1] - a0), lb = (int32_t)(indptr[j + 1] - b0);
+    if constexpr (V > 1) {
+        const int32_t raw = block_merge_count<V>(idx + a0, a0, la, idx + b0, b0, lb);
+        const MirrorSlot m = mirror_slot<V>(idx + b0, b0, lb, i, j);
+        if (m.offset >= lb) return;  // never for a validated input; no write past row j if it were not
+        const T value = count_similarity<T>(metric, raw, count_terms(la, i_stored, self_loops),
+                                            count_terms(lb, m.j_stored, self_loops));
+        out[k] = value;
+        out[b0 + m.offset] = value;
+        return;
+    }
     const T* wa = kWeighted ? w + a0 : nullptr;
     const T* wb = kWeighted ? w + b0 : nullptr;
     const auto raw = merge_rows<kWeighted, T, int32_t>(idx + a0, wa, la, idx + b0, wb, lb);
@@ -710,7 +844,7 @@ __device__ __forceinline__ void pair_entry(const int64_t* __restrict__ indptr, c
 // entries.  A block with more than kPairList upper entries lists them in several passes, so the
 // kernel is correct on any graph (if slow where rows are long: a thread merges whole lists).
 // The lower entries are the mirrors of upper ones.
-template <bool kWeighted, typename T>
+template <bool kWeighted, typename T, int V>
 __device__ __forceinline__ void pair_similarity(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
                                                 const T* __restrict__ w, int32_t n, int32_t metric,
                                                 int32_t self_loops, const VertexTerms<T>& v, T* __restrict__ out,
@@ -745,7 +879,7 @@ __device__ __forceinline__ void pair_similarity(const int64_t* __restrict__ indp
         const int32_t listed = (int32_t)smaller(total - base, (int64_t)kPairList);
         for (int32_t u = t; u < listed; u += blockDim.x) {
             const int32_t r = listed_row[u];
-            pair_entry<kWeighted, T>(indptr, idx, w, metric, self_loops, v, listed_entry[u],
+            pair_entry<kWeighted, T, V>(indptr, idx, w, metric, self_loops, v, listed_entry[u],
                                      (int32_t)(first_row + r), row_stored[r], out);
         }
         __syncthreads();  // the list is read before the next pass overwrites it
@@ -784,8 +918,9 @@ extern "C" __global__ void __launch_bounds__(1024)
 }
 
 extern "C" __global__ void __launch_bounds__(kBlock)
-    jaccard_scan_tiles(int64_t* __restrict__ work, int64_t nnz, const int64_t* __restrict__ tile_sums) {
-    scan_tiles(work, nnz, tile_sums);
+    jaccard_scan_tiles(int64_t* __restrict__ work, int64_t nnz, const int64_t* __restrict__ tile_sums,
+                       int64_t group_items, int64_t* __restrict__ group_entry) {
+    scan_tiles(work, nnz, tile_sums, group_items, group_entry);
 }
 
 // Entry points per flavour: count (unweighted; `w`, `wsum`, `selfw` unused) or weight, and the
@@ -813,9 +948,11 @@ extern "C" __global__ void __launch_bounds__(kBlock)
         jaccard_balanced_##kind##_##sfx(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,     \
                                         const T* __restrict__ w, const int32_t* __restrict__ rows,               \
                                         const int64_t* __restrict__ offsets, int64_t nnz, int32_t chunk,         \
+                                        const int64_t* __restrict__ group_entry,                                 \
                                         const int32_t* __restrict__ hub_slot, const uint32_t* __restrict__ bitmaps, \
                                         int64_t words, Acc<W, T>* __restrict__ inter) {                          \
-        balanced_intersections<W, T>(indptr, idx, w, rows, offsets, nnz, chunk, hub_slot, bitmaps, words, inter); \
+        balanced_intersections<W, T>(indptr, idx, w, rows, offsets, nnz, chunk, group_entry, hub_slot, bitmaps,  \
+                                     words, inter);                                                              \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_finalize_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), const int32_t* __restrict__ rows,          \
@@ -826,8 +963,8 @@ extern "C" __global__ void __launch_bounds__(kBlock)
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_pair_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
-        pair_similarity<W, T>(indptr, idx, w, n, metric, self_loops, VertexTerms<T>{deg, adj, wsum, selfw, sign}, \
-                              out, rows_per_block);                                                              \
+        pair_similarity<W, T, 1>(indptr, idx, w, n, metric, self_loops, VertexTerms<T>{deg, adj, wsum, selfw, sign}, \
+                                 out, rows_per_block);                                                           \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_shortrow_##kind##_##sfx(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,     \
@@ -837,6 +974,20 @@ extern "C" __global__ void __launch_bounds__(kBlock)
     }
 
 JACCARD_FLAVOURS(JACCARD_ENTRY_POINTS)
+
+// The pair variant with the vector merge, unweighted only: V = 2 or 4 elements per load.
+#define JACCARD_PAIR_VECTOR_ENTRY_POINTS(V, T, sfx)                                                             \
+    extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
+        jaccard_pair_vec##V##_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops,                     \
+                                          int32_t rows_per_block) {                                              \
+        pair_similarity<false, T, V>(indptr, idx, w, n, metric, self_loops,                                      \
+                                     VertexTerms<T>{deg, adj, wsum, selfw, sign}, out, rows_per_block);         \
+    }
+
+JACCARD_PAIR_VECTOR_ENTRY_POINTS(2, float, f32)
+JACCARD_PAIR_VECTOR_ENTRY_POINTS(2, double, f64)
+JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, float, f32)
+JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, double, f64)
 
 #define JACCARD_WEIGHT_ENTRY_POINTS(T, sfx)                                                                        \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                           \

@@ -65,8 +65,17 @@ _CPU_MARK_BYTES = 4 << 30
 # ---- GPU launch shapes (the constants of cuda_src/jaccard.cu)
 _BLOCK = 256
 _SCAN_TILE = 256 * 16          # kBlock * kScanItems
-_BALANCED_CHUNK = 32           # searches per thread in the balanced, hub and longrow variants
-_PAIR_ENTRIES_PER_BLOCK = 512  # "pair": rows per block sized for about this many upper entries
+# H100 sweep of 2026-11-26 (Chung-Lu 2M): chunk 8 beat 16 and 32 in hub and longrow
+_BALANCED_CHUNK = 8            # searches per thread in the balanced, hub and longrow variants
+# H100 sweep of 2026-11-26 (Watts-Strogatz 100k, k=10): 192 rows per block (960 upper entries)
+# was the fastest, 48 to 256 within 10%
+_PAIR_ENTRIES_PER_BLOCK = 960  # "pair": rows per block sized for about this many upper entries
+_PAIR_WIDTHS = (1, 2, 4)       # "pair": column indices per load of its merge (1: element by element)
+_PAIR_WIDTH = 4
+# The vector merge pads rows with the indices 2^31 - 2 and 2^31 - 1, so it needs every vertex
+# index below them; the index buffer is padded to a multiple of 4 for its aligned loads.
+_PAIR_VECTOR_MAX_NODES = _INT32_MAX - 2
+_INDEX_PADDING = 4
 _BITMAP_VARIANTS = ("hub", "longrow")
 _WORK_LINE_VARIANTS = ("balanced", "hub", "longrow")
 _MAX_GRID = 2**31 - 1
@@ -75,7 +84,9 @@ _SHORTROW_MAX_DEGREE = 32      # a row's group of lanes is at most a warp
 # min(_HUB_MAX_BYTES, _HUB_FREE_FRACTION of the device's free memory).  A bit test replaces a
 # gallop through a list of this length or more; below it the list is a few cache lines anyway.
 _HUB_MIN_DEGREE = 64
-_HUB_MAX_BYTES = 1 << 29     # H200 sweep: 0.5 GiB beat 1, 2 and 4 GiB on Chung-Lu 2M and R-MAT 20
+# H100 sweep of 2026-11-26, longrow on Chung-Lu 2M: 0.25 GiB (bitmaps of degree >= 1198) beat
+# 0.5 and 1 GiB; a bit test is a random L2 sector, a gallop through a list of ~10^3 is L1 hits.
+_HUB_MAX_BYTES = 1 << 28
 _HUB_FREE_FRACTION = 0.1
 
 
@@ -236,14 +247,16 @@ def _gpu_values(pattern, metric, self_loops, dtype, device, variant):
 def choose_variant(degrees):
     """The GPU variant ``variant="auto"`` uses for a graph with these row lengths.
 
-    Chosen from the measured variants on an H200 (graphkern-bench jaccard, 2026-11-26, device
-    time only): short lists everywhere (max degree <= 32: Watts-Strogatz, Delaunay) favour a
-    thread per entry merging both lists (``"element"``, 0.046 ms for 10^6 entries; the fused
-    ``"shortrow"`` took 0.085 ms); moderately skewed graphs (Barabasi-Albert, hubs of 10^3)
-    favour a group of lanes per entry (``"warp"``, 2.1x element); hubs past 8192 that dwarf the
-    mean favour bitmaps of the hubs' neighbour sets (``"hub"``: Chung-Lu 2M, 180k hub, 24.7 ms
-    against 38 for ``"balanced"`` and 49 for ``"warp"``; R-MAT scale 20, 113 ms like warp and
-    against 175 for balanced).  Weighted graphs run ``"hub"`` as ``"balanced"``.
+    From the H100 sweep of 2026-11-26 (device time only; the H200 sweep before it ranked the
+    others the same): short lists everywhere (max degree <= 32: Watts-Strogatz, Delaunay) favour
+    computing each pair once by a thread that merges both lists (``"pair"``, 0.025 ms for 10^6
+    entries against 0.048 for ``"element"`` and 0.085 for ``"shortrow"``); moderately skewed
+    graphs (Barabasi-Albert, hubs of 10^3) favour a group of lanes per entry (``"warp"``, 2.4x
+    element; ``"pair"`` is slow there: one thread merges a hub's list); hubs past 8192 that dwarf
+    the mean favour the work line carried by each pair's long list, with bitmaps of the largest
+    lists (``"longrow"``, chunk 8, 0.25 GiB of bitmaps: Chung-Lu 2M, 180k hub, 25.0 ms against
+    29.3 for ``"hub"``, 38 for ``"balanced"`` and 49 for ``"warp"``).  Weighted graphs run
+    ``"longrow"`` without bitmaps.
     """
     d = np.asarray(degrees)
     d = d[d > 0]
@@ -251,9 +264,9 @@ def choose_variant(degrees):
         return "element"
     mean, top = float(d.mean()), int(d.max())
     if top <= 32:
-        return "element"
+        return "pair"
     if top >= 8192 and top > 64 * mean:
-        return "hub"
+        return "longrow"
     return "warp"
 
 
@@ -305,6 +318,15 @@ def pair_rows_per_block(degrees, *, entries=_PAIR_ENTRIES_PER_BLOCK):
     return int(min(_BLOCK, max(8, rows - rows % 8)))
 
 
+def work_line_length(pattern):
+    """Work items of the balanced, hub and longrow variants: ``min(d_i, d_j)`` summed over the
+    undirected off-diagonal pairs (each pair's work is carried by one of its two entries)."""
+    d = pattern.degrees
+    rows = np.repeat(np.arange(pattern.n, dtype=np.int32), d)
+    upper = rows < pattern.indices
+    return int(np.minimum(d[rows[upper]], d[pattern.indices[upper]]).sum())
+
+
 def warp_group_size(degrees):
     """Lanes per entry of the ``"warp"`` variant: about half the mean degree, 4 to 32."""
     d = np.asarray(degrees)
@@ -326,12 +348,15 @@ class DeviceSimilarity:
 
     def __init__(self, dev, pattern, *, metric, self_loops, dtype, variant="auto", stream=None,
                  hub_min_degree=_HUB_MIN_DEGREE, hub_max_bytes=None, balanced_chunk=_BALANCED_CHUNK,
-                 rows_per_block=None):
-        """``hub_min_degree`` and ``hub_max_bytes`` (default: min(0.5 GiB, 10% of free device
+                 rows_per_block=None, pair_width=_PAIR_WIDTH):
+        """``hub_min_degree`` and ``hub_max_bytes`` (default: min(0.25 GiB, 10% of free device
         memory)) choose the bitmaps of the ``"hub"`` and ``"longrow"`` variants; see
         :func:`hub_vertices`.  ``balanced_chunk``: consecutive searches per thread in the
         balanced, hub and longrow variants.  ``rows_per_block``: rows per block of the ``"pair"``
-        variant (1 to 256; default :func:`pair_rows_per_block`)."""
+        variant (1 to 256; default :func:`pair_rows_per_block`).  ``pair_width``: column indices
+        per load in the ``"pair"`` merge, 1, 2 or 4 (aligned vector loads; weighted graphs and
+        graphs of 2^31 - 2 nodes or more merge element by element, ``self.pair_width`` says
+        which ran)."""
         from graphkern._cuda import runtime as rt
 
         self.rt = rt
@@ -352,7 +377,10 @@ class DeviceSimilarity:
         self.rows_per_block = int(pair_rows_per_block(degrees) if rows_per_block is None else rows_per_block)
         if not 1 <= self.rows_per_block <= _BLOCK:
             raise ValueError(f"rows_per_block must be 1 to {_BLOCK}, got {rows_per_block!r}")
+        if pair_width not in _PAIR_WIDTHS:
+            raise ValueError(f"pair_width must be one of {_PAIR_WIDTHS}, got {pair_width!r}")
         n, nnz, s = pattern.n, pattern.nnz, self.dtype.itemsize
+        self.pair_width = 1 if self.weighted or n > _PAIR_VECTOR_MAX_NODES else int(pair_width)
         if nnz == 0:
             raise ValueError("DeviceSimilarity needs at least one stored entry")
         self.shortrow_group = shortrow_group_size(degrees) if self.variant == "shortrow" else 0
@@ -368,14 +396,17 @@ class DeviceSimilarity:
                 hub_max_bytes = min(_HUB_MAX_BYTES, int(_HUB_FREE_FRACTION * dev.memory_info()[0]))
             self.hubs = hub_vertices(degrees, min_degree=hub_min_degree, max_bytes=hub_max_bytes)
 
-        sizes = {"indptr": 8 * (n + 1), "indices": 4 * nnz, "out": s * nnz}
+        padded_nnz = nnz + (-nnz) % _INDEX_PADDING
+        self.group_items = 32 * self.balanced_chunk  # work items of one warp's 32 chunks
+        sizes = {"indptr": 8 * (n + 1), "indices": 4 * padded_nnz, "out": s * nnz}
         if self.weighted:
             sizes.update(weights=s * nnz, wsum=s * n, selfw=s * n)
         else:
             sizes.update(deg=4 * n, adj=4 * n)
         if self.variant in _WORK_LINE_VARIANTS:
+            n_groups = max(1, -(-work_line_length(pattern) // self.group_items))
             sizes.update(rows=4 * nnz, offsets=8 * (nnz + 1), tile_sums=8 * self.n_tiles,
-                         inter=(s if self.weighted else 4) * nnz)
+                         inter=(s if self.weighted else 4) * nnz, group_entry=8 * n_groups)
         if self.hubs.size:
             sizes.update(hub_list=4 * self.hubs.size, hub_slot=4 * n, bitmaps=4 * self.hub_words * self.hubs.size)
         if self.variant == "shortrow" or (self.variant == "pair" and not self.weighted):
@@ -389,7 +420,9 @@ class DeviceSimilarity:
             return rt.alloc(dev, (count,), dt) if name in sizes else None
 
         self.indptr = alloc("indptr", n + 1, np.int64)
-        self.indices = alloc("indices", nnz, np.int32)
+        self.indices = alloc("indices", padded_nnz, np.int32)
+        if padded_nnz > nnz:  # never read as a column: the vector merge masks what lies past a row
+            self.indices.view(4 * nnz, 4 * (padded_nnz - nnz)).zero()
         self.weights = alloc("weights", nnz, self.dtype)
         self.out = alloc("out", nnz, self.dtype)
         self.deg = alloc("deg", n, np.int32)
@@ -399,6 +432,7 @@ class DeviceSimilarity:
         self.rows = alloc("rows", nnz, np.int32)
         self.offsets = alloc("offsets", nnz + 1, np.int64)
         self.tile_sums = alloc("tile_sums", self.n_tiles, np.int64)
+        self.group_entry = alloc("group_entry", sizes.get("group_entry", 0) // 8, np.int64)
         self.inter = alloc("inter", nnz, self.dtype if self.weighted else np.int32)
         self.hub_list = alloc("hub_list", self.hubs.size, np.int32)
         self.hub_slot = alloc("hub_slot", n, np.int32)
@@ -410,7 +444,9 @@ class DeviceSimilarity:
         self._host_weights = pattern.weights.astype(self.dtype) if self.weighted else None
         flavour = f"{'weight' if self.weighted else 'count'}_{'f32' if self.dtype == np.float32 else 'f64'}"
         self._fn = {name: rt.kernel(dev, "jaccard", f"jaccard_{name}_{flavour}")
-                    for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow", "pair")}
+                    for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow")}
+        pair_kernel = "pair" if self.pair_width == 1 else f"pair_vec{self.pair_width}"
+        self._fn["pair"] = rt.kernel(dev, "jaccard", f"jaccard_{pair_kernel}_{flavour}")
         self._fn_vertex = (rt.kernel(dev, "jaccard", f"jaccard_vertex_weights_{flavour[-3:]}") if self.weighted
                            else rt.kernel(dev, "jaccard", "jaccard_vertex_counts"))
         self._fn_work = rt.kernel(dev, "jaccard", "jaccard_balanced_work")
@@ -477,11 +513,12 @@ class DeviceSimilarity:
                        self.tile_sums), stream=st)
             total = self.offsets.view(8 * nnz, 8, dtype=np.int64, shape=(1,))
             rt.launch(self._fn_scan_sums, 1, 1024, (self.tile_sums, np.int64(self.n_tiles), total), stream=st)
-            rt.launch(self._fn_scan_tiles, self.n_tiles, _BLOCK, (self.offsets, nnz64, self.tile_sums), stream=st)
+            rt.launch(self._fn_scan_tiles, self.n_tiles, _BLOCK,
+                      (self.offsets, nnz64, self.tile_sums, np.int64(self.group_items), self.group_entry), stream=st)
             rt.launch(self._fn["balanced"], self._balanced_grid, _BLOCK,
                       (self.indptr, self.indices, self.weights, self.rows, self.offsets, nnz64,
-                       np.int32(self.balanced_chunk), self.hub_slot, self.bitmaps, np.int64(self.hub_words),
-                       self.inter), stream=st)
+                       np.int32(self.balanced_chunk), self.group_entry, self.hub_slot, self.bitmaps,
+                       np.int64(self.hub_words), self.inter), stream=st)
             rt.launch(self._fn["finalize"], entry_grid, _BLOCK,
                       common + (self.rows, self.hub_slot, long_owner, self.inter), stream=st)
 

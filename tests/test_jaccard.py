@@ -9,7 +9,8 @@ import scipy.sparse as sp
 from graphkern import Graph, GraphTooLargeError
 import graphkern.similarity as similarity
 from graphkern.similarity import (VARIANTS, DeviceSimilarity, SymmetricPattern, choose_variant, hub_vertices, jaccard,
-                                  overlap, pair_rows_per_block, shortrow_group_size, sorensen, symmetric_pattern)
+                                  overlap, pair_rows_per_block, shortrow_group_size, sorensen, symmetric_pattern,
+                                  work_line_length)
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 GPU_VARIANTS = [v for v in VARIANTS if v != "auto"]
@@ -303,6 +304,45 @@ def test_gpu_pair_rows_per_block(rng, gpu_device, rows_per_block, weighted, self
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("pair_width", [1, 2, 4])
+@pytest.mark.parametrize("rows_per_block", [1, 48, 192])
+@pytest.mark.parametrize("metric", ["jaccard", "overlap"])
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_gpu_pair_widths(rng, gpu_device, pair_width, rows_per_block, metric, self_loops):
+    # rows of 0 to ~20 entries start at every offset modulo 4 and end anywhere in their last
+    # aligned block; nnz is rarely a multiple of 4, so the last row's block reads the padding
+    A = random_graph(rng, int(rng.integers(300, 700)), 0.015, loops=0.3, isolated=0.1)
+    values, run = device_values(gpu_device, A, metric, self_loops=self_loops, variant="pair",
+                                rows_per_block=rows_per_block, pair_width=pair_width)
+    assert run.pair_width == pair_width
+    assert len(set(A.indptr[:-1] % 4)) == 4
+    np.testing.assert_allclose(values, reference(A, metric, self_loops=self_loops), rtol=0, atol=1e-12)
+    assert_matches_cpu(values, A, metric, self_loops=self_loops)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pair_width", [2, 4])
+def test_gpu_pair_vector_merge_on_long_and_dense_rows(rng, gpu_device, pair_width):
+    # long rows (a star centre, a dense block) and rows of 1 entry: many blocks per row, and pairs
+    # whose last blocks meet with either one ahead
+    star = hub_graph(rng, 3000, hubs=2, hub_degree=1500, extra_edges=3000)
+    dense = sp.csr_matrix(np.triu(rng.random((120, 120)) < 0.7, 1).astype(float))
+    for B in (star, dense + dense.T):
+        B = sp.csr_matrix(B)
+        values, run = device_values(gpu_device, B, "jaccard", variant="pair", pair_width=pair_width)
+        assert run.pair_width == pair_width
+        assert_matches_cpu(values, B)
+
+
+@pytest.mark.gpu
+def test_gpu_weighted_pair_merges_by_element(rng, gpu_device):
+    A = random_graph(rng, 300, 0.03)
+    values, run = device_values(gpu_device, A, "jaccard", weighted=True, variant="pair", pair_width=4)
+    assert run.pair_width == 1  # the vector merge counts; weights need the merge by element
+    assert_matches_cpu(values, A, weighted=True)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("weighted", [False, True])
 def test_gpu_pair_entries_past_the_shared_list(rng, gpu_device, weighted):
     # 256 rows of ~60 upper entries each: ~15000 per block, listed 2048 at a time in several
@@ -335,7 +375,7 @@ def test_gpu_star_and_isolated_vertices(rng, variant, self_loops):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("chunk", [1, 7, 32, 64])
+@pytest.mark.parametrize("chunk", [1, 2, 4, 7, 32, 64])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_gpu_longrow_chunks_and_bitmaps(rng, gpu_device, chunk, weighted):
     # skewed: hub-to-hub pairs span many chunks and threads; some hubs have bitmaps, some not
@@ -349,19 +389,38 @@ def test_gpu_longrow_chunks_and_bitmaps(rng, gpu_device, chunk, weighted):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["balanced", "hub"])
+@pytest.mark.parametrize("chunk", [1, 2, 3, 8])
+def test_gpu_work_line_chunks(rng, gpu_device, variant, chunk):
+    # a warp's 32 chunks find their entries between two group starts written by the prefix sum:
+    # small chunks put many group starts inside one hub-to-hub entry, and entries without work
+    # (lower triangle, diagonal) between others
+    A = skewed_graph(rng)
+    A.setdiag(np.where(rng.random(A.shape[0]) < 0.1, 1.0, 0.0))
+    A.eliminate_zeros()
+    A = sp.csr_matrix(A)
+    values, run = device_values(gpu_device, A, "jaccard", variant=variant, balanced_chunk=chunk)
+    assert run.group_items == 32 * chunk
+    assert_matches_cpu(values, A)
+
+
+@pytest.mark.gpu
 def test_gpu_pair_and_longrow_agree_with_element_on_a_power_law_graph(rng, gpu_device):
     # Chung-Lu-like degrees (a few hubs of thousands, most rows short) at a test's size
     from graphkern.generators import chung_lu
     A = sp.csr_matrix(chung_lu(n=20_000, gamma=2.3, avg_degree=16, max_degree=19_999,
                                seed=int(rng.integers(1 << 30)), as_csr=True))
     element, _ = device_values(gpu_device, A, "jaccard", variant="element")
-    for variant, options in (("pair", {}), ("longrow", {}), ("longrow", dict(balanced_chunk=8))):
+    for variant, options in (("pair", {}), ("pair", dict(pair_width=2)), ("pair", dict(pair_width=1)),
+                             ("longrow", {}), ("longrow", dict(balanced_chunk=2)),
+                             ("longrow", dict(balanced_chunk=32, hub_max_bytes=0))):
         values, _ = device_values(gpu_device, A, "jaccard", variant=variant, **options)
         np.testing.assert_array_equal(values, element, err_msg=f"{variant} {options}")
 
 
 def test_pair_rows_per_block():
-    assert pair_rows_per_block(np.full(1000, 10)) == 96  # 512 upper entries at 5 per row: 102, to a multiple of 8
+    assert pair_rows_per_block(np.full(1000, 10)) == 192  # 960 upper entries at 5 per row
+    assert pair_rows_per_block(np.full(1000, 14)) == 136  # 137, to a multiple of 8
     assert pair_rows_per_block(np.full(1000, 2)) == 256  # one block of threads at most
     assert pair_rows_per_block(np.full(1000, 400)) == 8  # at least 8
     assert pair_rows_per_block(np.zeros(3, dtype=np.int64)) == 256
@@ -372,9 +431,19 @@ def test_device_options_are_checked_before_the_device_is_used():
     pattern = symmetric_pattern(sp.csr_matrix(np.ones((3, 3)) - np.eye(3)))
     for options, message in ((dict(rows_per_block=0), "rows_per_block must be 1 to 256"),
                              (dict(rows_per_block=257), "rows_per_block must be 1 to 256"),
-                             (dict(balanced_chunk=0), "balanced_chunk must be 1 to 65536")):
+                             (dict(balanced_chunk=0), "balanced_chunk must be 1 to 65536"),
+                             (dict(pair_width=3), r"pair_width must be one of \(1, 2, 4\)")):
         with pytest.raises(ValueError, match=message):
             DeviceSimilarity(None, pattern, metric=0, self_loops=False, dtype=np.float32, variant="pair", **options)
+
+
+def test_work_line_length_is_the_sum_of_shorter_degrees(rng):
+    A = random_graph(rng, 200, 0.05, loops=0.3, isolated=0.1)
+    pattern = symmetric_pattern(A)
+    d = pattern.degrees
+    expected = sum(min(d[i], d[j]) for i in range(pattern.n)
+                   for j in pattern.indices[pattern.indptr[i]:pattern.indptr[i + 1]] if i < j)
+    assert work_line_length(pattern) == expected
 
 
 def test_shortrow_group_size_and_limit():
@@ -410,12 +479,12 @@ def test_bounded_degree_graph_reaches_its_bound(rng):
 
 def test_auto_variant_follows_the_degree_distribution():
     ring = sp.diags([np.ones(999), np.ones(999)], [1, -1], shape=(1000, 1000)).tocsr()
-    assert choose_variant(np.diff(ring.indptr)) == "element"  # short lists everywhere
+    assert choose_variant(np.diff(ring.indptr)) == "pair"  # short lists everywhere
     ba_like = np.r_[np.full(10_000, 10), [1000, 700, 400]]
     assert choose_variant(ba_like) == "warp"  # moderate hubs
     assert choose_variant(np.full(500, 200)) == "warp"  # long lists everywhere
     chung_lu_like = np.r_[np.full(100_000, 16), [180_000]]
-    assert choose_variant(chung_lu_like) == "hub"  # a hub that dwarfs the mean
+    assert choose_variant(chung_lu_like) == "longrow"  # a hub that dwarfs the mean
     assert choose_variant(np.zeros(10, dtype=np.int64)) == "element"
 
 
