@@ -59,6 +59,15 @@ Floors of the newer variants (H100; "ps/work" in the tables is time per unit of 
   both entries.  Bit tests stay at ~27 GB of L2 sectors (~4-5 ms).  Expected ~18-19 ms against
   hub's 24.9 and the 20 ms target; a smaller chunk (8, 16) puts fewer lanes' short-list reads on
   separate cache lines per load instruction, at the price of more searches of the work line.
+* Measured on an H100 (2026-11-26): pair 25 us (1.93x element; 48-256 rows per block within
+  10%), longrow 25.0 ms (89x; chunk 8 < 16 < 32, bitmap cap 0.25 < 0.5 < 1 GiB).  Both sit at
+  about twice the floors above.  pair: a warp's 32 merges read rows over ~5-8 cache lines, so
+  each 4-byte load costs ~5-8 L1 wavefronts and element and pair both spend ~11 SM cycles per
+  merge; the vector merge (pair_width 4) issues one 16-byte load per 4 indices (~8 loads per pair
+  against ~34), ~2.5x fewer wavefronts if the L1 stays the limit: expected 15-20 us.  longrow:
+  every chunk began with a search of all 31M offsets (~25 dependent loads, 1.4e8 chunks at
+  chunk 8); the prefix sum now writes each warp's first entry, so a chunk searches a few
+  offsets, and chunks of 2-4 (more lanes in flight per list) stop paying that search per item.
 """
 
 from __future__ import annotations
