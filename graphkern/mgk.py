@@ -183,11 +183,14 @@ class MarginalizedGraphKernel(_KernelBase):
     reorder : "pbr", "rcm" or None
         Vertex order in which the GPU solver cuts graphs into octiles (graphkern.reorder);
         results do not depend on it.
-    techniques : "auto", "tiled", "csr", "core", another preset name, or a dict
-        The GPU solver.  ``"auto"``: on one GPU the sparse solver of cuda_src/mgk_csr.cu for
-        every pair whose two graphs fit its shared memory and the tiled solver for the rest;
-        on several GPUs the tiled solver.  ``"tiled"``: the tiled solver with every technique
-        (graphkern._mgk_tiled: PRESETS and the keys of a dict); ``"csr"``: the sparse solver,
+    techniques : "auto", "tiled", "csr", "gemm", "core", another preset name, or a dict
+        The GPU solver.  ``"auto"``: on one GPU the dense-graph solver of cuda_src/mgk_gemm.cu
+        for the pairs where it does less work (graphkern._mgk_gemm: constant or Kronecker edge
+        kernels), the sparse solver of cuda_src/mgk_csr.cu for every other pair whose two
+        graphs fit its shared memory and the tiled solver for the rest; on several GPUs the
+        tiled solver.  ``"gemm"``: the dense-graph solver for every pair it can take, the CSR
+        solver (then the core one) for the rest (one GPU).  ``"tiled"``: the tiled solver with
+        every technique (graphkern._mgk_tiled: PRESETS and the keys of a dict); ``"csr"``: the sparse solver,
         the core one for pairs that do not fit (one GPU); ``"core"``: the untiled solver of
         cuda_src/mgk.cu.  ``eval_gradient=True`` runs the CSR solver's gradient where it
         runs K ("auto" on one GPU, "csr"; pairs too large for it: the core solver's), and the
@@ -267,7 +270,7 @@ class MarginalizedGraphKernel(_KernelBase):
             raise ValueError(f"MarginalizedGraphKernel: q_bounds must lie below 1 (q is a stopping probability), "
                              f"got {self.q_bounds!r}")
         check_reorder(self.reorder)
-        if not _is_csr(self.techniques):
+        if not _is_csr(self.techniques) and not _is_gemm(self.techniques):
             resolve_techniques(self.techniques)
         return dict(node_program=node_program, edge_program=edge_program, p=p, q=q, tol=float(tol),
                     max_iter=int(max_iter), dtype=dtype)
@@ -521,16 +524,22 @@ class MarginalizedGraphKernel(_KernelBase):
             if _is_csr(self.techniques):
                 from graphkern._mgk_csr import csr_engine
                 return csr_engine(devices, s)
+            if _is_gemm(self.techniques):
+                from graphkern._mgk_gemm import gemm_engine
+                return gemm_engine(devices, s)
             from graphkern._mgk_tiled import tiled_engine
             engine = tiled_engine(devices, s, techniques=self.techniques, reorder=self.reorder,
                                   n_threads=self.n_threads)
             if engine is None:  # techniques="core"
                 return self._core_engine(s)
             if self.techniques in (None, "auto") and len(devices) == 1:
-                # the CSR solver where a pair fits its shared memory (5-9x the tiled one on the
-                # sparse H200 sets), the tiled solver for the rest
+                # the GEMM solver for the pairs where it does less work (dense graphs), the CSR
+                # solver where a pair fits its shared memory (5-9x the tiled one on the sparse
+                # H200 sets), the tiled solver for the rest
                 from graphkern._mgk_csr import CSRGPUEngine
-                return CSRGPUEngine(devices[0], s, fallback=engine)
+                from graphkern._mgk_gemm import GEMMGPUEngine
+                return GEMMGPUEngine(devices[0], s, fallback=CSRGPUEngine(devices[0], s, fallback=engine),
+                                     by_cost=True)
             return engine
         return self._core_engine(s)
 
@@ -748,6 +757,11 @@ def solver_arguments(ds1, ds2, s):
                        ek_theta=form[2] if form[0] == "kronecker" else 0.0,
                        ek_aux=form[2] if form[0] == "sqexp" else 0.0, ek_slot=slot, form_name=form[0])
     return out
+
+
+def _is_gemm(techniques):
+    """``techniques="gemm"``: the GEMM solver of graphkern/_mgk_gemm.py (not a preset of the tiled solver)."""
+    return isinstance(techniques, str) and techniques == "gemm"
 
 
 def _is_csr(techniques):

@@ -1,0 +1,496 @@
+"""The GEMM GPU solver of the marginalized graph kernel for dense graphs (``techniques="gemm"``): cuda_src/mgk_gemm.cu.
+
+The octile and CSR solvers evaluate the edge kernel once per pair of stored entries: nnz1 nnz2
+terms per XMV (67M for two 96-vertex graphs of density 0.9).  When the edge kernel is a
+constant or ``scale * KroneckerDelta(h)`` of one edge-label column
+(:meth:`graphkern.basekernels.KernelProgram.edge_form` ``("constant", c)`` or ``("kronecker",
+scale, h, column)``), the product-graph operator factorizes exactly: with X the ``n1 x n2``
+matrix of a product vector and W^c the entries of W whose edge label is category c,
+
+    (A1 (x) A2 (.) E) vec(X)  =  scale [h W1 X W2^T + (1 - h) sum_c W1^c X W2^cT],
+
+a sum of T terms ``alpha L X R^T`` over masked adjacency matrices.  :func:`pair_terms` picks the
+fewest: 1 for a constant kernel; for the Kronecker delta ``min(1 + common categories,
+categories of G1, categories of G2)`` (regrouping the sum over one graph's categories, each term
+``W1^c X (h W2 + (1 - h) W2^c)^T``); only the common ones when h = 0.  A term is two small dense
+GEMMs, ``2 (n1^2 n2 + n1 n2^2)`` flops: 10.6 MFLOP per XMV for the 96-vertex dense set with 3
+edge categories (T = 3), where the element-wise solvers evaluate 67M edge-kernel terms.
+
+The kernel (its header comment has the details) solves a pair per block of 16 x 16 threads with
+the other GPU solvers' preconditioned CG (same system, preconditioner, stopping rule, float64
+scalars, nodal output), each thread owning an R x R register tile of the n1 x n2 output; the
+entry point of tile R takes pairs with ``max(n1, n2) <= 16 R`` (R <= 8 in float32, <= 6 in
+float64: three ``16 R x 16 R`` arrays of shared memory per block).  Its data (:class:`GemmData`,
+built on the host once per dataset and edge-label column, uploaded once per device):
+
+* per graph the dense weights, transposed (``wt[k n4 + a] = W[a][k]``, rows of ``n4`` = n
+  rounded up to 4 for 16-byte loads), and the same layout of each entry's *local* category
+  (the index of its label among the graph's sorted distinct labels, uint8): the masks of the
+  terms are applied while an operand is staged into shared memory, so one copy of W serves
+  every category;
+* per graph its sorted category codes (at most :data:`MAX_CATEGORIES`), from which the kernel
+  forms a pair's terms;
+* vertex degrees and features in the caller's numbering (no renumbering: the nodal matrices
+  come out as they are).
+
+Dense layouts are built only for graphs that some pair routed here needs (grown on demand), so a
+sparse data set that never reaches this solver costs nothing but its category lists.
+
+Routing (:func:`route_pairs`): a pair runs here when the edge form is constant or Kronecker on
+a scalar column, both graphs fit a tile, each has at most :data:`MAX_CATEGORIES` edge
+categories, and -- under ``techniques="auto"`` -- :func:`gemm_wins`: the GEMM's work per XMV,
+``T (LD^2 + 4 LD)(n1 + n2)`` FMA-equivalents (``LD = 16 R``, the padded side; the second term
+is the operand staging) plus ``4 n1 n2`` for the vector updates, is at most
+:data:`CSR_ENTRY_PAIR_FMAS` times the CSR solver's ``nnz1 nnz2`` entry pairs.  The CSR solver
+measured ~2e12 entry pairs/s on the dense set (H200, 35 us per pair-iteration) against the
+~10e12 FMA/s a GEMM at 30% of FP32 peak does; 4 leaves room for the per-term barriers that the
+FMA count ignores.  ``techniques="gemm"`` runs every pair that fits here, whatever the cost.
+The others go to ``fallback`` in the same call (default: the CSR solver, whose own fallback is
+the core solver); pairs whose dense layout or CG vectors do not fit the free device memory fall
+back too, never raising :class:`~graphkern.errors.GraphTooLargeError` themselves.
+``eval_gradient=True`` calls never run here: :attr:`GEMMGPUEngine.solve_gradient` is the
+fallback's.
+
+Cost floor (an H100, FP32 67 TFLOP/s): 10.6 MFLOP per pair-iteration of the dense set is 0.16 us
+of the whole GPU (21 us of one SM); its 820 pairs x 3 iterations 0.39 ms.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from graphkern._mgk_data import _nonempty
+
+__all__ = ["GEMM_TECHNIQUE", "GemmData", "gemm_data", "GEMMGPUEngine", "gemm_engine", "pair_terms", "term_counts",
+           "tile_of", "shared_bytes", "gemm_work", "gemm_wins", "route_pairs", "xmv_flops", "MAX_CATEGORIES"]
+
+#: the ``techniques=`` name of this solver
+GEMM_TECHNIQUE = "gemm"
+TILE_THREADS = 16           # cuda_src/mgk_gemm.cu: kTileThreads
+THREADS_PER_BLOCK = TILE_THREADS * TILE_THREADS
+REDUCE_BYTES = 8 * 2 * 8    # kReduceBytes: kWarps x kMaxReduce doubles
+MAX_CATEGORIES = 16         # kMaxCategories: edge categories per graph
+MAX_TERMS = MAX_CATEGORIES  # kMaxTerms
+TERM_BYTES = {4: 20, 8: 32}  # sizeof(Term<float>) / sizeof(Term<double>)
+MAX_TILE = {4: 8, 8: 6}     # the largest tile R with an entry point, by itemsize
+N_VECTORS = 4               # kVectors: x, r, D / V, the XMV
+SCRATCH_SHARE = 0.6         # the CG scratch takes at most this share of the free device memory
+FORM_CODES = {"constant": 0, "kronecker": 1}  # FORM_CONSTANT / FORM_KRONECKER
+#: GEMM FMA-equivalents one entry pair of the CSR solver is worth (module docstring)
+CSR_ENTRY_PAIR_FMAS = 4
+_CODE_BITS = 25             # category codes are below 2^24 (graphkern.basekernels)
+
+
+def _align16(n):
+    return (n + 15) & ~15
+
+
+def tile_of(n1, n2):
+    """The tile R of pairs of sizes n1, n2: the smallest with ``16 R >= max(n1, n2)`` (arrays)."""
+    n = np.maximum(np.asarray(n1, dtype=np.int64), np.asarray(n2, dtype=np.int64))
+    return np.maximum(1, -(-n // TILE_THREADS))
+
+
+def shared_bytes(itemsize, tile, ncode_len, nparam_len):
+    """Dynamic shared memory of a block of tile R (mgk_gemm.cu: terms_end, the node program, Xs, Zt, op)."""
+    side = TILE_THREADS * np.asarray(tile, dtype=np.int64)
+    header = (REDUCE_BYTES + _align16(MAX_TERMS * TERM_BYTES[itemsize]) + 16 + _align16(nparam_len * itemsize)
+              + _align16(ncode_len * 4))
+    return header + 3 * side * side * itemsize
+
+
+def edge_shape(args):
+    """``(form, scale, h)`` of the edge kernel this solver can factorize, or None.
+
+    ``args``: :func:`graphkern.mgk.solver_arguments`.  A Kronecker delta with h = 1 is constant.
+    """
+    name = args["form_name"]
+    if name == "constant":
+        return "constant", float(args["ek_scale"]), 1.0
+    if name == "kronecker":
+        h = float(args["ek_theta"])
+        return ("constant" if h == 1 else "kronecker"), float(args["ek_scale"]), h
+    return None
+
+
+def pair_terms(cats1, cats2, form, scale, h):
+    """The terms ``(c1, c2, lam1, lam2, alpha)`` of one pair, as cuda_src/mgk_gemm.cu's pair_terms forms them.
+
+    Term t is ``alpha L X R^T`` with ``L = W1 (cat1 == c1 ? 1 : lam1)`` and ``R = W2 (cat2 == c2 ?
+    1 : lam2)``, c1 / c2 local category indices (-1: none).  ``cats1``, ``cats2``: the graphs'
+    distinct category codes in local order.
+    """
+    if scale == 0:
+        return []
+    if form == "constant":
+        return [(-1, -1, 1.0, 1.0, scale)]
+    cats1, cats2 = list(cats1), list(cats2)
+    in2 = [cats2.index(c) if c in cats2 else -1 for c in cats1]
+    in1 = [cats1.index(c) if c in cats1 else -1 for c in cats2]
+    common = sum(j >= 0 for j in in2)
+    if h == 0:
+        return [(i, j, 0.0, 0.0, scale) for i, j in enumerate(in2) if j >= 0]
+    if 1 + common <= len(cats1) and 1 + common <= len(cats2):
+        shared = [(i, j, 0.0, 0.0, scale * (1 - h)) for i, j in enumerate(in2) if j >= 0]
+        return [(-1, -1, 1.0, 1.0, scale * h)] + shared
+    if len(cats1) <= len(cats2):
+        return [(i, j, 0.0, h, scale) for i, j in enumerate(in2)]
+    return [(i, j, h, 0.0, scale) for j, i in enumerate(in1)]
+
+
+def term_counts(form, scale, h, n_cats1, n_cats2, common):
+    """The number of terms :func:`pair_terms` forms, for arrays of pairs."""
+    n_cats1, n_cats2, common = (np.asarray(v, dtype=np.int64) for v in (n_cats1, n_cats2, common))
+    shape = np.broadcast(n_cats1, n_cats2, common).shape
+    if scale == 0:
+        return np.zeros(shape, dtype=np.int64)
+    if form == "constant":
+        return np.ones(shape, dtype=np.int64)
+    if h == 0:
+        return np.broadcast_to(common, shape).copy()
+    return np.minimum(1 + common, np.minimum(n_cats1, n_cats2))
+
+
+def gemm_work(terms, n1, n2):
+    """FMA-equivalents of one XMV and CG update of the kernel (module docstring), arrays of pairs."""
+    terms, n1, n2 = (np.asarray(v, dtype=np.float64) for v in (terms, n1, n2))
+    side = TILE_THREADS * tile_of(n1.astype(np.int64), n2.astype(np.int64)).astype(np.float64)
+    return terms * (side * side + 4 * side) * (n1 + n2) + 4 * n1 * n2
+
+
+def gemm_wins(terms, n1, n2, nnz1, nnz2):
+    """The cost rule of ``techniques="auto"``: the GEMM solver's work is at most the CSR solver's."""
+    csr = CSR_ENTRY_PAIR_FMAS * np.asarray(nnz1, dtype=np.float64) * np.asarray(nnz2, dtype=np.float64)
+    return gemm_work(terms, n1, n2) <= csr
+
+
+def xmv_flops(terms, n1, n2):
+    """The flops one XMV of the kernel performs on the unpadded matrices: ``2 T n1 n2 (n1 + n2)``."""
+    terms, n1, n2 = (np.asarray(v, dtype=np.float64) for v in (terms, n1, n2))
+    return 2 * terms * n1 * n2 * (n1 + n2)
+
+
+class GemmData:
+    """One dataset's graphs as cuda_src/mgk_gemm.cu reads them, for one edge-label column (``slot``;
+    None for a constant edge kernel, which needs no categories).
+
+    ``n_cats[g]``: graph g's distinct edge labels, ``codes[g, :n_cats[g]]`` their codes sorted
+    (-1 beyond; graphs with more than :data:`MAX_CATEGORIES` keep only ``n_cats``), ``local``:
+    each stored entry's index among its graph's codes.  The dense layout covers the graphs of
+    ``included`` (:meth:`require` adds more); ``dense_off[g]`` is -1 for the others.
+    """
+
+    def __init__(self, ds, slot):
+        self.ds = ds
+        self.slot = slot
+        n_graphs = ds.n_graphs
+        n_entries = int(ds.entry_offsets[-1])
+        self.graph_of_entry = np.repeat(np.arange(n_graphs, dtype=np.int64), ds.n_entries)
+        self.codes = np.full((max(n_graphs, 1), MAX_CATEGORIES), -1, dtype=np.int32)
+        if slot is None or n_entries == 0:
+            self.n_cats = np.zeros(max(n_graphs, 1), dtype=np.int32)
+            self.local = np.zeros(n_entries, dtype=np.int64)
+        else:
+            code = ds.edge_features[:n_entries, slot].astype(np.int64)
+            key = (self.graph_of_entry << _CODE_BITS) | code
+            uniq, inverse = np.unique(key, return_inverse=True)
+            graph_of_uniq = uniq >> _CODE_BITS
+            first = np.searchsorted(graph_of_uniq, np.arange(n_graphs))
+            self.n_cats = _nonempty(np.bincount(graph_of_uniq, minlength=n_graphs).astype(np.int32))
+            rank = np.arange(len(uniq)) - first[graph_of_uniq]
+            keep = rank < MAX_CATEGORIES
+            self.codes[graph_of_uniq[keep], rank[keep]] = uniq[keep] & ((1 << _CODE_BITS) - 1)
+            self.local = rank[np.asarray(inverse).reshape(-1)]
+        self.masks = _category_masks(self.codes)
+        self.n4 = (ds.n_nodes.astype(np.int64) + 3) & ~3
+        self.included = np.zeros(n_graphs, dtype=bool)
+        self.dense_off = np.full(max(n_graphs, 1), -1, dtype=np.int64)
+        self.wt = np.zeros(1, dtype=ds.dtype)
+        self.cat = np.zeros(4, dtype=np.uint8)
+        self.device_copies = {}
+
+    @property
+    def dense_bytes(self):
+        return self.wt.nbytes + self.cat.nbytes
+
+    def require(self, graphs):
+        """Lay out the graphs of ``graphs`` (indices) too, if not yet; drops stale device copies."""
+        graphs = np.asarray(graphs, dtype=np.int64)
+        if np.all(self.included[graphs]):
+            return
+        self.included[graphs] = True
+        ds = self.ds
+        size = np.where(self.included, self.n4 * self.n4, 0)
+        offsets = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
+        self.dense_off[:ds.n_graphs] = np.where(self.included, offsets, -1)
+        total = int(size.sum())
+        wt = np.zeros(max(total, 1), dtype=ds.dtype)
+        cat = np.zeros(max(total, 4), dtype=np.uint8)
+        g = self.graph_of_entry
+        sel = self.included[g]
+        n_entries = len(g)
+        row_global = np.repeat(np.arange(int(ds.node_offsets[-1]), dtype=np.int64), np.diff(ds.rowptr))
+        row = row_global[sel] - ds.node_offsets[g[sel]]
+        col = ds.indices[:n_entries][sel].astype(np.int64)
+        pos = offsets[g[sel]] + col * self.n4[g[sel]] + row  # wt[k n4 + a] = W[a][k]
+        wt[pos] = ds.weights[:n_entries][sel]
+        cat[pos] = np.minimum(self.local[sel], 255).astype(np.uint8)
+        self.wt, self.cat = wt, cat
+        self.device_copies = {}
+
+    def on_device(self, dev):
+        """The set's kernel arguments on ``dev`` (uploaded once per layout); GraphTooLargeError if they do not fit."""
+        from graphkern._cuda import runtime as rt
+
+        copy = self.device_copies.get(dev.ordinal)
+        if copy is not None:
+            return copy
+        ds = self.ds
+        host = (ds.node_offsets, ds.degree, ds.node_features, self.dense_off, self.wt, self.cat, self.codes,
+                self.n_cats)
+        rt.check_fits(dev, sum(a.nbytes for a in host), f"the dense layout of {int(self.included.sum())} graphs")
+        copy = tuple(rt.to_device(dev, a) for a in host) + (np.int32(ds.node_features.shape[1]),)
+        self.device_copies[dev.ordinal] = copy
+        return copy
+
+
+def gemm_data(ds, slot):
+    """The :class:`GemmData` of a packed dataset for edge-feature ``slot``, built on first use and kept on it."""
+    cache = getattr(ds, "_gemm_solver_data", None)
+    if cache is None:
+        cache = ds._gemm_solver_data = {}
+    data = cache.get(slot)
+    if data is None:
+        data = cache[slot] = GemmData(ds, slot)
+    return data
+
+
+def _category_masks(codes):
+    """Each graph's category codes as bits of a uint64 (None when a code passes 63)."""
+    if codes.max(initial=-1) >= 64:
+        return None
+    bits = np.where(codes >= 0, np.left_shift(np.uint64(1), np.maximum(codes, 0).astype(np.uint64)), np.uint64(0))
+    return np.bitwise_or.reduce(bits, axis=1)
+
+
+def _common_categories(d1, d2, g1, g2):
+    """How many category codes graphs d1[g1[k]] and d2[g2[k]] share (arrays of pairs; only
+    meaningful for graphs of at most MAX_CATEGORIES categories)."""
+    if d1.masks is not None and d2.masks is not None and hasattr(np, "bitwise_count"):  # NumPy 2: the usual case
+        return np.bitwise_count(d1.masks[g1] & d2.masks[g2]).astype(np.int64)
+    codes1, codes2 = d1.codes[g1], d2.codes[g2]
+    common = np.zeros(len(g1), dtype=np.int64)
+    for c in range(MAX_CATEGORIES):  # codes are distinct within a graph; -1 pads never match (codes >= 0)
+        col = codes1[:, c:c + 1]
+        common += np.any((codes2 == col) & (col >= 0), axis=1)
+    return common
+
+
+def route_pairs(ds1, ds2, pair_arr, s, *, shared_limit, by_cost):
+    """Which pairs the GEMM solver takes, and their tiles and terms.
+
+    Returns a namespace with ``take`` (bool per pair), ``tile``, ``terms`` (as the kernel forms
+    them; 0 where not taken), ``shape`` (:func:`edge_shape`) and the two :class:`GemmData`
+    (None when the edge kernel does not factorize).  ``by_cost``: apply :func:`gemm_wins`
+    (``techniques="auto"``); else every pair that fits.
+    """
+    from graphkern.mgk import solver_arguments
+
+    dt = np.dtype(s["dtype"])
+    m = len(pair_arr)
+    g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
+    g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
+    n1, n2 = ds1.n_nodes[g1], ds2.n_nodes[g2]
+    tile = tile_of(n1, n2)
+    none = SimpleNamespace(take=np.zeros(m, dtype=bool), tile=tile, terms=np.zeros(m, dtype=np.int64), shape=None,
+                           data=(None, None), g1=g1, g2=g2)
+    args = solver_arguments(ds1, ds2, s)
+    shape = edge_shape(args)
+    if shape is None or m == 0:
+        return none
+    form, scale, h = shape
+    slot = int(args["ek_slot"]) if form == "kronecker" else None
+    d1 = gemm_data(ds1, slot)
+    d2 = d1 if ds2 is ds1 else gemm_data(ds2, slot)
+    need = shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]))
+    take = (tile <= MAX_TILE[dt.itemsize]) & (need <= shared_limit)
+    if form == "kronecker":
+        nc1, nc2 = d1.n_cats[g1], d2.n_cats[g2]
+        take &= (nc1 <= MAX_CATEGORIES) & (nc2 <= MAX_CATEGORIES)
+        terms = term_counts(form, scale, h, nc1, nc2, _common_categories(d1, d2, g1, g2))
+    else:
+        terms = term_counts(form, scale, h, 0, 0, 0)
+    if by_cost:
+        take &= gemm_wins(terms, n1, n2, ds1.n_entries[g1], ds2.n_entries[g2])
+    return SimpleNamespace(take=take, tile=tile, terms=np.where(take, terms, 0), shape=shape, data=(d1, d2),
+                           g1=g1, g2=g2)
+
+
+class GEMMGPUEngine:
+    """Runs cuda_src/mgk_gemm.cu over the pairs it takes (:func:`route_pairs`) on one device; the
+    rest go to ``fallback`` (an engine; default :class:`graphkern._mgk_csr.CSRGPUEngine`) in the
+    same call.  ``by_cost``: take only the pairs where :func:`gemm_wins` (``techniques="auto"``)."""
+
+    name = "gpu"
+
+    def __init__(self, ordinal, s, fallback=None, *, by_cost=False):
+        from graphkern._cuda import runtime as rt
+
+        self.dev = rt.get_device(ordinal)
+        self.s = s
+        self.by_cost = by_cost
+        if fallback is None:
+            from graphkern._mgk_csr import CSRGPUEngine
+
+            fallback = CSRGPUEngine(ordinal, s)
+        self.fallback = fallback
+        #: of the last solve: pairs run here and on the fallback, terms per pair (0 = not here), seconds here
+        self.last_run = None
+
+    @property
+    def solve_gradient(self):
+        """Gradients run on the fallback's engines (an AttributeError when it has none, so that
+        graphkern.mgk uses the core solver as it would without this one)."""
+        return self.fallback.solve_gradient
+
+    def route(self, ds1, ds2, pair_arr):
+        from graphkern._mgk_csr import shared_memory_limit
+
+        return route_pairs(ds1, ds2, pair_arr, self.s, shared_limit=shared_memory_limit(self.dev),
+                           by_cost=self.by_cost)
+
+    def solve(self, ds1, ds2, pair_arr, *, nodal):
+        from graphkern.errors import GraphTooLargeError
+        from graphkern.mgk import _Solved
+
+        m = len(pair_arr)
+        plan = self.route(ds1, ds2, pair_arr)
+        here = np.flatnonzero(plan.take)
+        K = np.full(m, np.nan)
+        iters = np.full(m, -1, dtype=np.int32)
+        resid = np.full(m, np.nan)
+        blocks = [None] * m if nodal else None
+        seconds = 0.0
+        done = np.zeros(m, dtype=bool)
+        if len(here):
+            d1, d2 = plan.data
+            try:
+                if d2 is d1:
+                    d1.require(np.union1d(plan.g1[here], plan.g2[here]))
+                else:
+                    d1.require(np.unique(plan.g1[here]))
+                    d2.require(np.unique(plan.g2[here]))
+                set1 = d1.on_device(self.dev)
+                set2 = set1 if d2 is d1 else d2.on_device(self.dev)
+            except GraphTooLargeError:  # the fallback needs far less device memory for these pairs
+                here = here[:0]
+            for tile in np.unique(plan.tile[here]).tolist():
+                idx = here[plan.tile[here] == tile]
+                out = self._launch(ds1, ds2, plan, set1, set2, idx, int(tile), nodal)
+                if out is None:  # no room for the CG vectors of even one block: the fallback's
+                    continue
+                k, it, res, nod, sec = out
+                K[idx], iters[idx], resid[idx] = k, it, res
+                seconds += sec
+                done[idx] = True
+                if nodal:
+                    for j, block in zip(idx.tolist(), nod):
+                        blocks[j] = block
+        rest = np.flatnonzero(~done)
+        n_here = int(done.sum())
+        terms = np.where(done, plan.terms, 0)
+        self.last_run = {"gemm_pairs": n_here, "fallback_pairs": len(rest), "terms": terms, "gemm_seconds": seconds}
+        if len(rest):
+            sol = self.fallback.solve(ds1, ds2, pair_arr[rest], nodal=nodal)
+            if not n_here:  # all on the fallback: keep its statistics (octile pairs)
+                return sol
+            K[rest], iters[rest], resid[rest] = sol.K, sol.iterations, sol.residuals
+            seconds += sol.seconds
+            if nodal:
+                for j, block in zip(rest.tolist(), sol.nodal):
+                    blocks[j] = block
+        return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds)
+
+    def _launch(self, ds1, ds2, plan, set1, set2, idx, tile, nodal):
+        """Solve pairs ``idx`` of tile ``tile``: (K, iterations, residuals, nodal blocks, seconds), or
+        None when the free device memory holds no block's CG vectors."""
+        from graphkern._cuda import runtime as rt
+        from graphkern._mgk_csr import _in_pair_order
+        from graphkern._mgk_gpu import _check_written
+        from graphkern.mgk import solver_arguments
+
+        s = self.s
+        dt = np.dtype(s["dtype"])
+        T = dt.type
+        dev = self.dev
+        args = solver_arguments(ds1, ds2, s)
+        form, scale, h = plan.shape
+        g1, g2 = plan.g1[idx], plan.g2[idx]
+        m = len(idx)
+        n1, n2 = ds1.n_nodes[g1], ds2.n_nodes[g2]
+        # the longest pairs first: with a static grid-stride order they would otherwise finish last
+        order = np.argsort(-(gemm_work(plan.terms[idx], n1, n2)), kind="stable")
+        ncode = _nonempty(np.asarray(args["ncode"], dtype=np.int32))
+        nparam = _nonempty(np.asarray(args["nparam"]).astype(dt))
+        shared = int(shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"])))
+        fn = rt.kernel(dev, "mgk_gemm", f"mgk_gemm_r{tile}_{'f32' if dt == np.float32 else 'f64'}")
+        if shared > 48 * 1024:
+            fn.set_max_dynamic_shared_memory(shared)
+        sizes = n1.astype(np.int64) * n2
+        nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
+        out_bytes = m * (8 + 4 + 8) + (int(nodal_off[-1]) * dt.itemsize if nodal else 0)
+        per_block = N_VECTORS * tile * tile * THREADS_PER_BLOCK * dt.itemsize
+        free, _ = dev.memory_info()
+        resident = dev.properties["multiprocessor_count"] * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK,
+                                                                                               shared))
+        affordable = int((free - out_bytes) * SCRATCH_SHARE // per_block)
+        if affordable < 1:
+            return None
+        n_blocks = min(m, resident, affordable)
+        rt.check_fits(dev, n_blocks * per_block + out_bytes, "the CG work vectors and results")
+
+        scratch = rt.alloc(dev, n_blocks * N_VECTORS * tile * tile * THREADS_PER_BLOCK, dt)
+        d_g1 = rt.to_device(dev, g1[order])
+        d_g2 = rt.to_device(dev, g2[order])
+        d_ncode = rt.to_device(dev, ncode)
+        d_nparam = rt.to_device(dev, nparam)
+        d_k = rt.alloc(dev, m, np.float64)
+        d_it = rt.alloc(dev, m, np.int32)
+        d_res = rt.alloc(dev, m, np.float64)
+        for buf in (d_k, d_it, d_res):
+            buf.memset32(0xFFFFFFFF)  # NaN and -1: a pair the kernel never wrote shows up
+        if nodal:
+            d_nodal = rt.alloc(dev, max(int(nodal_off[-1]), 1), dt)
+            d_nodal.memset32(0xFFFFFFFF)
+            d_nodal_off = rt.to_device(dev, nodal_off)
+        else:
+            d_nodal = d_nodal_off = None
+        launch_args = set1 + set2 + (
+            d_g1, d_g2, np.int64(m), d_ncode, d_nparam, np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
+            np.int32(FORM_CODES[form]), T(scale), T(h), T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]),
+            np.int32(s["max_iter"]), scratch, d_k, d_it, d_res, d_nodal, d_nodal_off)
+        start, end = rt.Event(dev), rt.Event(dev)
+        start.record()
+        rt.launch(fn, n_blocks, THREADS_PER_BLOCK, launch_args, shared_mem=shared)
+        end.record()
+        seconds = start.elapsed_ms(end) / 1e3
+
+        K, iters, resid = (_in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
+        _check_written(K, iters, m)
+        blocks = None
+        if nodal:
+            flat = d_nodal.to_host()
+            blocks = [None] * m
+            for k_sorted, k in enumerate(order.tolist()):
+                blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
+        return K, iters, resid, blocks, seconds
+
+
+def gemm_engine(devices, s):
+    """The GEMM solver on the one device of ``devices`` for every pair that fits it, the CSR solver
+    (then the core one) for the rest (graphkern.mgk: ``techniques="gemm"``)."""
+    if len(devices) != 1:
+        raise ValueError(f"device: the GEMM solver (techniques='gemm') runs on one GPU; got {devices}")
+    return GEMMGPUEngine(devices[0], s)
