@@ -491,12 +491,14 @@ def supports_clusters(dev):
     return tuple(dev.properties["compute_capability"]) >= (9, 0)
 
 
-def split_pairs(pair_arr, cost, n_devices, *, tiles_per_device=32):
+def split_pairs(pair_arr, cost, n_devices, *, tiles_per_device=128):
     """Indices of the pairs each device solves: Gram-matrix tiles, largest predicted cost first to
     the least loaded device.
 
     The pairs are grouped by ``(g1 // B1, g2 // B2)`` with the tile sides chosen so that about
     ``tiles_per_device * n_devices`` tiles cover the index range.  Returns a list of int64 arrays.
+    Fine tiles keep few large pairs balanced (16 protein-like graphs on two H100s: 2 x 2-graph
+    tiles, 32 per device, gave 1.79x one GPU); on large sets a tile still holds many pairs.
     """
     m = len(pair_arr)
     if n_devices == 1 or m == 0:
