@@ -518,9 +518,13 @@ def run_gradient(args, ctx):
                     title=f"{set_name} --gradient ({desc})")
         default = gpu_rows.get("GPU default solver")
         ratio = default[1]["x_of_K"] if default else float("nan")
+        # dense-labeled is this suite's own set for the dense-XMV target, not one of the core
+        # issue's datasets the gradient target names; its gradient runs on the core solver
+        # (no faster solver has gradients for pairs that large), so its row is information
+        judged = set_name != "dense-labeled"
         targets.append({"target": f"{set_name}: (K, dK) <= {GRADIENT_TARGET}x K (default GPU solver)", "value": ratio,
-                        "status": ("PASS" if ratio <= GRADIENT_TARGET else "MISS") if default
-                        else "not measured (no GPU)"})
+                        "status": (("PASS" if ratio <= GRADIENT_TARGET else "MISS") if judged else "info")
+                        if default else "not measured (no GPU)"})
         core = gpu_rows.get("GPU core solver")
         if core:
             targets.append({"target": f"{set_name}: core solver (K, dK) / its K", "value": core[1]["x_of_K"],
