@@ -27,7 +27,7 @@
 // K = p^2 sum(x), the nodal matrix p^2 x on request.  Each term is two GEMMs over shared memory,
 //
 //   GEMM1  Z = L_t X        (n1 x n1 times n1 x n2; stored transposed, Zt[j][a] = Z[a][j])
-//   GEMM2  Y += Z R_t^T     (n1 x n2 times n2 x n2; Y in registers across the terms)
+//   GEMM2  Y += Z R_t^T     (n1 x n2 times n2 x n2; Y kept in the scratch slot between terms)
 //
 // register-tiled: thread (ty, tx) owns an R x R tile of each output (GEMM2: rows ty R.., columns
 // tx R..; GEMM1 the transposed roles, so that its tile is stored into Zt as contiguous rows), and
@@ -43,8 +43,9 @@
 // Global (graphkern/_mgk_gemm.py: GemmData): per graph the transposed dense weights
 // wt[k n4 + a] = W[a][k] and local edge categories cat[k n4 + a] (uint8) with rows of n4 =
 // n rounded up to 4 (16-byte vector loads), its sorted category codes (at most kMaxCategories);
-// the CG vectors x, r and D / V of the thread's own tile in a scratch slot per block, laid out
-// [tile element][thread] so that every access of a warp is one coalesced line.
+// the CG vectors x, r, D / V and the XMV's running sum Y of the thread's own tile in a scratch slot
+// per block, laid out [tile element][thread] so that every access of a warp is one coalesced line
+// (only their owner reads them: no barrier orders them).
 //
 // Cost floor: 2 T (n1^2 n2 + n1 n2^2) flops per XMV, 10.6 MFLOP for two 96-vertex graphs with
 // 3 edge categories (T = 3), 14 MFLOP in the 1 + C form, against 135 MFLOP of element terms
@@ -94,10 +95,10 @@ __host__ __device__ constexpr int terms_end() {
 
 // Blocks per SM each tile class asks for.  ptxas -v (sm_90, CUDA 13.0): float R = 4..6 fit 128
 // registers (two blocks: 16 warps to hide the staging loads and barriers; at R = 6 shared memory
-// allows no more), R = 7, 8 take 160-167 with one block (their shared memory allows one); R <= 3
-// at 80 registers (three blocks) spill 4-44 bytes outside the GEMM loops at R = 1, 2; double
-// R <= 4 at 128 (R = 4: 4 bytes), R = 5, 6 at ~175.  None spills in a GEMM: the XMV sum over the
-// terms waits in the scratch slot, so one R x R accumulator is live at a time.
+// allows no more), R = 7, 8 take 167-205 with one block (their shared memory allows one); R <= 3
+// at 80 registers (three blocks) spill at most 16 bytes; double R <= 4 at 128 (R = 3: 8 bytes),
+// R = 5, 6 at 192-208.  The XMV sum over the terms waits in the scratch slot, so one R x R
+// accumulator is live at a time.
 template <typename T, int R>
 __host__ __device__ constexpr int min_blocks_per_sm() {
     return sizeof(T) == 4 ? (R <= 3 ? 3 : (R <= 6 ? 2 : 1)) : (R <= 4 ? 2 : 1);
@@ -314,6 +315,8 @@ __device__ __noinline__ int pair_terms(const int32_t* __restrict__ cats1, int nc
         terms[0] = Term<T>{-1, -1, T(1), T(1), scale};
         return 1;
     }
+    nc1 = min(nc1, kMaxCategories);  // the host routes no pair with more; this only keeps in bounds
+    nc2 = min(nc2, kMaxCategories);
     int in2[kMaxCategories];  // G1's category i is G2's category in2[i] (-1: G2 has none)
     int in1[kMaxCategories];  // and G2's category j is G1's in1[j]
     int common = 0;

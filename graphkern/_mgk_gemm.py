@@ -211,10 +211,6 @@ class GemmData:
         self.cat = np.zeros(4, dtype=np.uint8)
         self.device_copies = {}
 
-    @property
-    def dense_bytes(self):
-        return self.wt.nbytes + self.cat.nbytes
-
     def require(self, graphs):
         """Lay out the graphs of ``graphs`` (indices) too, if not yet; drops stale device copies."""
         graphs = np.asarray(graphs, dtype=np.int64)
