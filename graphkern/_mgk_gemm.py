@@ -39,12 +39,16 @@ sparse data set that never reaches this solver costs nothing but its category li
 Routing (:func:`route_pairs`): a pair runs here when the edge form is constant or Kronecker on
 a scalar column, both graphs fit a tile, each has at most :data:`MAX_CATEGORIES` edge
 categories, and -- under ``techniques="auto"`` -- :func:`gemm_wins`: the GEMM's work per XMV,
-``T (LD^2 + 4 LD)(n1 + n2)`` FMA-equivalents (``LD = 16 R``, the padded side; the second term
-is the operand staging) plus ``4 n1 n2`` for the vector updates, is at most
-:data:`CSR_ENTRY_PAIR_FMAS` times the CSR solver's ``nnz1 nnz2`` entry pairs.  The CSR solver
-measured ~2e12 entry pairs/s on the dense set (H200, 35 us per pair-iteration) against the
-~10e12 FMA/s a GEMM at 30% of FP32 peak does; 4 leaves room for the per-term barriers that the
-FMA count ignores.  ``techniques="gemm"`` runs every pair that fits here, whatever the cost.
+``T ((LD^2 + 4 LD)(n1 + n2) + 65536)`` FMA-equivalents (``LD = 16 R``, the padded side; then the
+operand staging, and a term's fixed cost, :data:`TERM_OVERHEAD_FMAS`) plus ``4 n1 n2`` for the
+vector updates, is at most :data:`CSR_ENTRY_PAIR_FMAS` times the CSR solver's ``nnz1 nnz2``
+entry pairs.  The CSR solver measured ~2e12 entry pairs/s on the dense set (H200, 35 us per
+pair-iteration) against the ~10e12 FMA/s a GEMM at 30% of FP32 peak does: one entry pair is
+worth ~5 FMAs, 4 errs towards the measured solver.  Both constants are estimates made without a
+GPU.  At 96 vertices a pair comes here from a density of ~0.075 with one term (a constant edge
+kernel: the unlabeled Barabasi-Albert set, 0.12) and ~0.13 with three (the labeled sets: the
+dense set comes here, labeled BA and NWS stay on the CSR solver); the molecules (~30 vertices,
+~60 entries) stay there too.  ``techniques="gemm"`` runs every pair that fits here, whatever the cost.
 The others go to ``fallback`` in the same call (default: the CSR solver, whose own fallback is
 the core solver); pairs whose dense layout or CG vectors do not fit the free device memory fall
 back too, never raising :class:`~graphkern.errors.GraphTooLargeError` themselves.
@@ -80,6 +84,9 @@ SCRATCH_SHARE = 0.6         # the CG scratch takes at most this share of the fre
 FORM_CODES = {"constant": 0, "kronecker": 1}  # FORM_CONSTANT / FORM_KRONECKER
 #: GEMM FMA-equivalents one entry pair of the CSR solver is worth (module docstring)
 CSR_ENTRY_PAIR_FMAS = 4
+#: FMA-equivalents of a term's fixed cost: two stagings that each wait ~1000 cycles on L2 (half of
+#: an SM's 128 FMA/cycle, the other resident block computing meanwhile) and four barriers
+TERM_OVERHEAD_FMAS = 1 << 16
 _CODE_BITS = 25             # category codes are below 2^24 (graphkern.basekernels)
 
 
@@ -157,7 +164,7 @@ def gemm_work(terms, n1, n2):
     """FMA-equivalents of one XMV and CG update of the kernel (module docstring), arrays of pairs."""
     terms, n1, n2 = (np.asarray(v, dtype=np.float64) for v in (terms, n1, n2))
     side = TILE_THREADS * tile_of(n1.astype(np.int64), n2.astype(np.int64)).astype(np.float64)
-    return terms * (side * side + 4 * side) * (n1 + n2) + 4 * n1 * n2
+    return terms * ((side * side + 4 * side) * (n1 + n2) + TERM_OVERHEAD_FMAS) + 4 * n1 * n2
 
 
 def gemm_wins(terms, n1, n2, nnz1, nnz2):

@@ -426,9 +426,9 @@ def test_auto_routes_dense_pairs_here_and_sparse_pairs_to_csr(rng):
 @gpu
 def test_a_pair_that_does_not_converge_is_reported(rng):
     X = [labeled_graph(rng, n, 0.9, [0, 1]) for n in (30, 41)]
-    kern = kernel("kronecker", q=0.01, max_iter=2, backend="gpu", techniques="gemm")
+    kern = kernel("kronecker", q=0.01, max_iter=1, backend="gpu", techniques="gemm")
     with pytest.raises(NotConvergedError) as info:
         kern(X)
     err = info.value
-    assert len(err.pairs) == 3 and np.all(err.iterations == 2) and np.all(err.residuals > kern._settings()["tol"])
+    assert len(err.pairs) == 3 and np.all(err.iterations == 1) and np.all(err.residuals > kern._settings()["tol"])
     assert np.all(np.isfinite(err.result))
