@@ -71,7 +71,9 @@ _BALANCED_CHUNK = 8            # searches per thread in the balanced, hub and lo
 # was the fastest, 48 to 256 within 10%
 _PAIR_ENTRIES_PER_BLOCK = 960  # "pair": rows per block sized for about this many upper entries
 _PAIR_WIDTHS = (1, 2, 4)       # "pair": column indices per load of its merge (1: element by element)
-_PAIR_WIDTH = 4
+# H100 sweep of 2026-11-26 (Watts-Strogatz 100k, k=10, rows/block 192): width 1 0.0250 ms, 2
+# 0.0288 ms, 4 0.0298 ms: the vector merge's extra compares cost more than its fewer loads save
+_PAIR_WIDTH = 1
 # The vector merge pads rows with the indices 2^31 - 2 and 2^31 - 1, so it needs every vertex
 # index below them; the index buffer is padded to a multiple of 4 for its aligned loads.
 _PAIR_VECTOR_MAX_NODES = _INT32_MAX - 2

@@ -68,6 +68,11 @@ Floors of the newer variants (H100; "ps/work" in the tables is time per unit of 
   every chunk began with a search of all 31M offsets (~25 dependent loads, 1.4e8 chunks at
   chunk 8); the prefix sum now writes each warp's first entry, so a chunk searches a few
   offsets, and chunks of 2-4 (more lanes in flight per list) stop paying that search per item.
+* Measured on an H100 after those changes (2026-11-26): longrow chunk 8, cap 0.25 GiB 20.2 ms
+  (110x element; chunks 2 and 4 and caps 1/16, 1/8 GiB slower); the vector merge did not pay
+  (width 1 25.0 us, 2 28.8, 4 29.8: its 16 compares per block pair cost more than the loads it
+  saves), so pair merges element by element, and now notes the mirror offset and whether row j
+  stores j as the merge's walk passes them instead of two binary searches of row j afterwards.
 """
 
 from __future__ import annotations
