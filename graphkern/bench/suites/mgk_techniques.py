@@ -79,7 +79,8 @@ THRESHOLD_NNZ = (1, 2, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64)
 # 2080 pairs: more warp teams than an H100 holds at once, so the sweep measures throughput, not latency
 THRESHOLD_GRAPHS = 64
 OPTIONS = dict(sets=",".join(DEFAULT_SETS), graphs=None, vertices=None, protein_graphs=None, protein_sizes="500,1000",
-               q=0.05, dtype="float32", sdf=None, budget=None, thresholds=False, no_core=False, seed=0)
+               q=0.05, dtype="float32", sdf=None, budget=None, thresholds=False, no_thresholds=False, no_core=False,
+               seed=0)
 
 
 def add_arguments(parser):
@@ -96,6 +97,8 @@ def add_arguments(parser):
                         help="predicted kernel seconds above which a row is estimated, not run (default 120; --quick 5)")
     parser.add_argument("--thresholds", action="store_true",
                         help="run the adaptive-primitive threshold microbenchmark (always in a full GPU run)")
+    parser.add_argument("--no-thresholds", action="store_true",
+                        help="skip the threshold microbenchmark in a full GPU run")
     parser.add_argument("--no-core", action="store_true", help="skip the core (issue 6) solver row")
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated sets")
 
@@ -460,7 +463,7 @@ def run(args, ctx):
     else:
         targets.append({"target": "two GPUs >= 1.8x one GPU on the largest Gram matrix", "value": float("nan"),
                         "status": f"not measured ({n_devices} GPU)"})
-    if ctx.gpu and (args.thresholds or not quick):
+    if ctx.gpu and (args.thresholds or not quick) and not args.no_thresholds:
         rows += threshold_rows(args, ctx)
     print_table(targets, [("target", "target"), ("value", "measured", "{:.4g}"), ("status", "status")],
                 title="targets (one H100)")
