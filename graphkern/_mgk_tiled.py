@@ -60,6 +60,7 @@ measures the crossovers on the GPU.
 
 from __future__ import annotations
 
+import heapq
 import math
 import threading
 import time
@@ -107,11 +108,17 @@ SLAB = {"warp": 1024, "block": 4096, "cluster": 4096}
 # choose_team: warp teams once every SM gets this many pairs, if pairs are this small (octile pairs)
 WARP_TEAM_MIN_PAIRS_PER_SM = 64
 WARP_TEAM_MAX_OCTILE_PAIRS = 4096
-# choose_team: cluster teams while the pairs are fewer than this many per SM (a block per pair
-# would leave SMs idle: two blocks of 8 warps fit an SM), if G1 has this many octiles (enough
-# groups of tile rows to share among the cluster's blocks)
-CLUSTER_MAX_PAIRS_PER_SM = 2
+# choose_team: clusters are considered where G1 has this many octiles (enough groups of tile rows
+# to share among the cluster's blocks), then chosen where the predicted makespan of the pairs on
+# the cluster teams (largest first) beats that on block teams (two blocks of 8 warps per SM).
 CLUSTER_MIN_OCTILES = 128
+BLOCK_TEAMS_PER_SM = 2
+# A cluster's speed against CLUSTER_BLOCKS block teams, from an H200 on 32 protein-like graphs
+# (500-1000 residues): 528 pairs on 264 block teams took 2.96 s for a makespan of ~2.2 average
+# pairs, 1.35 s per pair; 263 pairs on 33 cluster teams 1.87 s for ~8.2 average pairs, 0.23 s
+# per pair: a cluster is 5.9x a block, 0.74 of 8.  Its blocks wait for each other at every
+# reduction and share a pair's groups of tile rows unevenly.
+CLUSTER_EFFICIENCY = 0.74
 
 _FORM_INDEX = {"general": 0, "constant": 1, "kronecker": 2, "sqexp": 3}
 
@@ -473,17 +480,36 @@ def predicted_cost(td1, td2, g1, g2, q):
     return (octile_pairs + vector_work + 1.0) * expected_iterations(td1.max_degree[g1], td2.max_degree[g2], q)
 
 
-def choose_team(n_pairs, octile_pairs, sms, *, g1_octiles=None, clusters=False):
-    """Warp teams when the pairs are many and small enough to fill every SM's warps on their own;
-    cluster teams (where the device has ``clusters``) when the pairs are too few to give every
-    SM its blocks and large enough (``g1_octiles``, the octiles of each pair's first graph) to
-    split; a block per pair otherwise."""
+def lpt_makespan(cost, slots):
+    """The finishing time of ``cost`` (per pair) on ``slots`` equal teams that take the pairs
+    largest first, each the next pair when free (the kernel's dynamic schedule)."""
+    cost = np.sort(np.asarray(cost, dtype=np.float64))[::-1]
+    slots = max(1, int(slots))
+    if len(cost) <= slots:
+        return float(cost[0]) if len(cost) else 0.0
+    load = [0.0] * slots
+    for c in cost:
+        heapq.heapreplace(load, load[0] + c)
+    return max(load)
+
+
+def choose_team(n_pairs, octile_pairs, sms, *, g1_octiles=None, clusters=False, cost=None):
+    """Warp teams when the pairs are many and small enough to fill every SM's warps on their own.
+    Otherwise block teams, or cluster teams where the device has ``clusters``, the pairs are
+    large enough to split (``g1_octiles``, the octiles of each pair's first graph) and the
+    predicted makespan (``cost`` per pair, :func:`lpt_makespan`) on ``sms`` x BLOCK_TEAMS_PER_SM /
+    CLUSTER_BLOCKS cluster teams, each CLUSTER_BLOCKS x CLUSTER_EFFICIENCY times as fast as a
+    block, is shorter than on as many block teams as the SMs hold: few pairs, or a count just
+    past a whole number of waves, leave block teams idle while the largest pairs finish."""
     if n_pairs >= WARP_TEAM_MIN_PAIRS_PER_SM * sms and np.median(octile_pairs) <= WARP_TEAM_MAX_OCTILE_PAIRS:
         return "warp"
-    if clusters and g1_octiles is not None and n_pairs < CLUSTER_MAX_PAIRS_PER_SM * sms \
-            and np.median(g1_octiles) >= CLUSTER_MIN_OCTILES:
-        return "cluster"
-    return "block"
+    if not clusters or g1_octiles is None or np.median(g1_octiles) < CLUSTER_MIN_OCTILES:
+        return "block"
+    cost = np.asarray(octile_pairs if cost is None else cost, dtype=np.float64)
+    blocks = sms * BLOCK_TEAMS_PER_SM
+    on_blocks = lpt_makespan(cost, blocks)
+    on_clusters = lpt_makespan(cost, blocks // CLUSTER_BLOCKS) / (CLUSTER_BLOCKS * CLUSTER_EFFICIENCY)
+    return "cluster" if on_clusters < on_blocks else "block"
 
 
 def supports_clusters(dev):
@@ -616,7 +642,7 @@ class TiledGPUEngine:
         sms = dev.properties["multiprocessor_count"]
         clusters = supports_clusters(dev)
         team = tech["team"] if tech["team"] != "auto" else choose_team(
-            m, octile_pairs, sms, g1_octiles=td1.tiles_per_graph[g1], clusters=clusters)
+            m, octile_pairs, sms, g1_octiles=td1.tiles_per_graph[g1], clusters=clusters, cost=cost)
         if team == "cluster" and not clusters:
             raise ValueError(f"techniques['team']='cluster' needs thread-block clusters (compute capability 9.0+); "
                              f"device {dev.ordinal} has {'.'.join(map(str, dev.properties['compute_capability']))}")

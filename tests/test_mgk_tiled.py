@@ -11,7 +11,7 @@ from graphkern import NotConvergedError
 from graphkern._mgk_dense import dense_mgk, dense_mgk_pair
 from graphkern._mgk_tiled import (BLOCK_SHARED_BUDGET, CLUSTER_BLOCKS, FORM_THRESHOLDS, INCREMENTAL_STEPS, PRESETS,
                                   ROW_SLOTS, ROW_SLOTS_MIN, SLAB, TiledData, bitmap_mask, choose_team,
-                                  default_row_slots, expected_iterations, resolve_techniques, shared_bytes,
+                                  default_row_slots, expected_iterations, lpt_makespan, resolve_techniques, shared_bytes,
                                   split_pairs, supports_clusters, thresholds, tiled_data)
 from graphkern.basekernels import Additive, Constant, KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.graph import Graph
@@ -246,7 +246,15 @@ def test_predicted_cost_model():
     assert choose_team(21, np.full(21, 360_000), 132, clusters=True, **big) == "cluster"
     assert choose_team(21, np.full(21, 360_000), 132, clusters=False, **big) == "block"
     assert choose_team(21, np.full(21, 360_000), 132, clusters=True, g1_octiles=np.full(21, 20)) == "block"
-    assert choose_team(5000, np.full(10, 360_000), 132, clusters=True, **big) == "block"
+    # by predicted makespan: costs of pairs of 500-1000-vertex graphs (4x apart), one wave of
+    # block teams or a pair past it -> clusters; two even waves or many pairs -> blocks
+    sizes = np.linspace(500, 1000, 2000)
+    for m, team in ((136, "cluster"), (264, "cluster"), (265, "cluster"), (528, "block"), (2000, "block")):
+        cost = (sizes[np.linspace(0, 1999, m).astype(int)]) ** 2
+        assert choose_team(m, cost, 132, clusters=True, g1_octiles=np.full(m, 600), cost=cost) == team, m
+    assert lpt_makespan([5.0, 1.0, 1.0, 1.0], 2) == 5.0
+    assert lpt_makespan([3.0, 3.0, 2.0, 2.0, 2.0], 2) == 7.0
+    assert lpt_makespan([4.0, 1.0], 8) == 4.0
 
 
 @pytest.mark.parametrize("itemsize", [4, 8])
