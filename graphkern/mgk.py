@@ -702,7 +702,7 @@ class _CPUEngine:
             *arguments,
             nd.code, nd.params.astype(dt), nd.code_off, nd.param_off,
             plan.contraction_form, plan.contraction_theta, plan.contraction_aux, plan.contraction_slot,
-            ct.code, ct.params.astype(dt), ct.code_off, ct.param_off,
+            ct.code, ct.params.astype(dt), ct.code_off, ct.param_off, plan.contraction_free,
             K, iters, resid, adj_iters, adj_resid, raw, self.n_threads)
         return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, time.perf_counter() - t0)
 

@@ -352,11 +352,13 @@ cdef void gradient_pair(floating* work, int64_t stride,
                         int n_node_derivatives, const int32_t* dcode, const floating* dpar, const int64_t* dcode_off,
                         const int64_t* dpar_off,
                         int n_contractions, const EdgeForm* cforms, const int32_t* ccode, const floating* cpar,
-                        const int64_t* ccode_off, const int64_t* cpar_off,
+                        const int64_t* ccode_off, const int64_t* cpar_off, const double* cfree,
                         double* k_out, int32_t* it_out, double* res_out, int32_t* adj_it_out, double* adj_res_out,
                         double* grad) noexcept nogil:
     """K of one pair and its raw derivatives ``grad = [dK/dtheta of each node derivative program,
-    dK/dq, y^T (A1 (x) A2 (.) E_c) x of each edge contraction c]``, all times p^2."""
+    dK/dq, y^T (A1 (x) A2 (.) E_c) x of each edge contraction c]``, all times p^2.  A contraction
+    with ``cfree[c] != 0`` is ``cfree[c] y^T (D V^-1 x - b)`` (M x = b: no XMV; see
+    graphkern._mgk_gradient)."""
     cdef int64_t N = <int64_t>n1 * n2, i
     cdef int i1, i2, j
     cdef floating* x = work + VEC_X * stride
@@ -367,7 +369,7 @@ cdef void gradient_pair(floating* work, int64_t stride,
     cdef floating* tmp = work + VEC_TMP * stride
     cdef floating* y = work + VEC_ADJOINT * stride
     cdef floating z, v, dv, d1, d2, d
-    cdef double rz = 0, acc, qq = <double>q * q
+    cdef double rz = 0, acc, free_sum, qq = <double>q * q
     cdef floating floor_v = <floating>VERTEX_KERNEL_FLOOR
     k_out[0] = p2 * solve_forward(work, stride, n1, rp1, ind1, w1, deg1, nf1, fv1, ef1, fe1,
                                   n2, rp2, ind2, w2, deg2, nf2, fv2, ef2, fe2, ncode, npar, ek, ecode, epar,
@@ -394,8 +396,10 @@ cdef void gradient_pair(floating* work, int64_t stride,
                                   nf2 + <int64_t>i2 * fv2)
                 acc += <double>y[i] * x[i] * (<double>m[i] / v) * dv
         grad[j] = p2 * acc
-    # q: D = (deg1 + q)(deg2 + q) and b = D q^2, so dD/dq = d1 + d2 and db/dq = q^2 dD/dq + 2 q D
+    # q: D = (deg1 + q)(deg2 + q) and b = D q^2, so dD/dq = d1 + d2 and db/dq = q^2 dD/dq + 2 q D;
+    # in the same pass y^T (D V^-1 x - b), the free contractions' sum
     acc = 0
+    free_sum = 0
     for i1 in range(n1):
         d1 = deg1[i1] + q
         for i2 in range(n2):
@@ -403,9 +407,13 @@ cdef void gradient_pair(floating* work, int64_t stride,
             d2 = deg2[i2] + q
             d = d1 * d2
             acc += <double>y[i] * ((qq * (d1 + d2) + 2 * <double>q * d) - <double>x[i] * (d1 + d2) * m[i] / d)
+            free_sum += <double>y[i] * (<double>m[i] * x[i] - <double>d * qq)
     grad[n_node_derivatives] = p2 * acc
     # edge-kernel hyperparameters: y^T (A1 (x) A2 (.) dE) x
     for j in range(n_contractions):
+        if cfree[j] != 0:
+            grad[n_node_derivatives + 1 + j] = p2 * cfree[j] * free_sum
+            continue
         xmv_offdiag(u, x, tmp, n1, rp1, ind1, w1, ef1, fe1, n2, rp2, ind2, w2, ef2, fe2, &cforms[j],
                     ccode + ccode_off[j], cpar + cpar_off[j])
         acc = 0
@@ -485,7 +493,7 @@ def solve_pairs_gradient(
         const int64_t[::1] dparam_off,
         const int32_t[::1] cform, const double[::1] ctheta, const double[::1] caux, const int32_t[::1] cslot,
         const int32_t[::1] ccode, const floating[::1] cparam, const int64_t[::1] ccode_off,
-        const int64_t[::1] cparam_off,
+        const int64_t[::1] cparam_off, const double[::1] cfree,
         double[::1] k_out, int32_t[::1] iters_out, double[::1] resid_out, int32_t[::1] adj_iters_out,
         double[::1] adj_resid_out, double[:, ::1] grad_out, int n_threads):
     """K and its raw derivatives for every listed pair (arguments as :func:`solve_pairs`).
@@ -493,7 +501,8 @@ def solve_pairs_gradient(
     ``dcode``/``dparam`` hold the derivative programs of the vertex kernel back to back
     (program j at ``dcode_off[j]``/``dparam_off[j]``, ``len(dcode_off) - 1`` of them); edge
     contraction c is the XMV of form ``cform[c]`` (scale 1, ``ctheta``/``caux`` its
-    shortcut's parameters, ``cslot`` its feature) or of the program at ``ccode_off[c]``.
+    shortcut's parameters, ``cslot`` its feature) or of the program at ``ccode_off[c]``; where
+    ``cfree[c]`` is not 0 the contraction is that factor times y^T (D V^-1 x - b), no XMV.
     Row k of ``grad_out`` receives ``[node derivatives, dK/dq, contractions]`` (see
     :func:`gradient_pair`); ``adj_iters_out``/``adj_resid_out`` describe the adjoint solves.
     """
@@ -510,6 +519,8 @@ def solve_pairs_gradient(
     cdef int64_t stride = largest_product(node_off1, node_off2, pair_g1, pair_g2)
     if grad_out.shape[0] != n_pairs or grad_out.shape[1] != n_node_derivatives + 1 + n_contractions:
         raise ValueError(f"grad_out must have shape ({n_pairs}, {n_node_derivatives + 1 + n_contractions})")
+    if cfree.shape[0] != n_contractions:
+        raise ValueError(f"cfree must have one factor per contraction ({n_contractions}), got {cfree.shape[0]}")
     if n_pairs == 0:
         return
     cforms = <EdgeForm*>malloc((n_contractions + 1) * sizeof(EdgeForm))
@@ -517,6 +528,7 @@ def solve_pairs_gradient(
         raise MemoryError("could not allocate the edge contractions")
     for c in range(n_contractions):
         cforms[c] = edge_form_of(cform[c], 1.0, ctheta[c], caux[c], cslot[c])
+    cdef const double* cfree_ptr = &cfree[0] if n_contractions else NULL
     try:
         with nogil, parallel(num_threads=n_threads):
             work = <floating*>malloc(N_GRADIENT_VECTORS * stride * sizeof(floating))
@@ -536,7 +548,8 @@ def solve_pairs_gradient(
                                   &ncode[0], &nparam[0], &ek, &ecode[0], &eparam[0], <floating>q, tol, max_iter, p2,
                                   n_node_derivatives, &dcode[0], &dparam[0], &dcode_off[0], &dparam_off[0],
                                   n_contractions, cforms, &ccode[0], &cparam[0], &ccode_off[0], &cparam_off[0],
-                                  &k_out[k], &iters_out[k], &resid_out[k], &adj_iters_out[k], &adj_resid_out[k],
+                                  cfree_ptr, &k_out[k], &iters_out[k], &resid_out[k], &adj_iters_out[k],
+                                  &adj_resid_out[k],
                                   &grad_out[k, 0])
                 free(work)
     finally:

@@ -459,16 +459,12 @@ def _gradient_rows(set_name, solver, kernel, graphs, repeat, total, measured, sc
 
 
 def _contractions(kernel, graphs):
-    """Edge contractions per pair of a gradient call that cost an XMV after the two solves (on the
-    GPU; the free ones are diagonal sums there, the CPU contracts every one by an XMV)."""
-    from graphkern._backend import resolve_backend
-
+    """Edge contractions per pair of a gradient call that cost an XMV after the two solves (the
+    free ones are diagonal sums on both backends)."""
     s = kernel._settings()
     ds = kernel._dataset(graphs, s)
     plan = kernel._gradient_plan(s, ds, ds)
-    if resolve_backend(kernel.backend) == "gpu":
-        return int(np.count_nonzero(plan.contraction_free == 0))
-    return plan.n_contractions
+    return int(np.count_nonzero(plan.contraction_free == 0))
 
 
 def run_gradient(args, ctx):
