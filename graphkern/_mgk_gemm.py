@@ -42,13 +42,12 @@ categories, and -- under ``techniques="auto"`` -- :func:`gemm_wins`: the GEMM's 
 ``T ((LD^2 + 4 LD)(n1 + n2) + 65536)`` FMA-equivalents (``LD = 16 R``, the padded side; then the
 operand staging, and a term's fixed cost, :data:`TERM_OVERHEAD_FMAS`) plus ``4 n1 n2`` for the
 vector updates, is at most :data:`CSR_ENTRY_PAIR_FMAS` times the CSR solver's ``nnz1 nnz2``
-entry pairs.  The CSR solver measured ~2e12 entry pairs/s on the dense set (H200, 35 us per
-pair-iteration) against the ~10e12 FMA/s a GEMM at 30% of FP32 peak does: one entry pair is
-worth ~5 FMAs, 4 errs towards the measured solver.  Both constants are estimates made without a
-GPU.  At 96 vertices a pair comes here from a density of ~0.075 with one term (a constant edge
-kernel: the unlabeled Barabasi-Albert set, 0.12) and ~0.13 with three (the labeled sets: the
-dense set comes here, labeled BA and NWS stay on the CSR solver); the molecules (~30 vertices,
-~60 entries) stay there too.  ``techniques="gemm"`` runs every pair that fits here, whatever the cost.
+entry pairs.  The first estimate, without a GPU, was 4 (the CSR solver's ~2e12 entry pairs/s on
+the dense set against ~10e12 FMA/s for a GEMM at 30% of FP32 peak); the H200 run of the
+labeled sets measured 10-20 (see the constant), now 12.  At 96 vertices a pair comes here from
+a density of ~0.04 with one term (a constant edge kernel: the unlabeled Barabasi-Albert set,
+0.12) and ~0.075 with three (the labeled sets: the dense and labeled BA sets come here, labeled
+NWS, 0.024, stays on the CSR solver); the molecules (~30 vertices, ~60 entries) stay there too.  ``techniques="gemm"`` runs every pair that fits here, whatever the cost.
 The others go to ``fallback`` in the same call (default: the CSR solver, whose own fallback is
 the core solver); pairs whose dense layout or CG vectors do not fit the free device memory fall
 back too, never raising :class:`~graphkern.errors.GraphTooLargeError` themselves.
@@ -82,8 +81,13 @@ MAX_TILE = {4: 8, 8: 6}     # the largest tile R with an entry point, by itemsiz
 N_VECTORS = 4               # kVectors: x, r, D / V, the XMV
 SCRATCH_SHARE = 0.6         # the CG scratch takes at most this share of the free device memory
 FORM_CODES = {"constant": 0, "kronecker": 1}  # FORM_CONSTANT / FORM_KRONECKER
-#: GEMM FMA-equivalents one entry pair of the CSR solver is worth (module docstring)
-CSR_ENTRY_PAIR_FMAS = 4
+#: GEMM FMA-equivalents one entry pair of the CSR solver is worth (module docstring).  H200,
+#: 160 graphs of 96 vertices (bench/results/2026-11-26-s3/mgk_h200.log): labeled BA (3 terms)
+#: GEMM 0.427 us per pair-iteration, CSR 1.08 us (2.5x slower, though the estimate of 4 sent
+#: it there); labeled NWS CSR 0.218 us, GEMM 0.403 us; molecules CSR 2.3x faster.  An entry
+#: pair is worth 10-20 FMA-equivalents on those figures; 12 routes each of these sets to its
+#: faster solver.
+CSR_ENTRY_PAIR_FMAS = 12
 #: FMA-equivalents of a term's fixed cost: two stagings that each wait ~1000 cycles on L2 (half of
 #: an SM's 128 FMA/cycle, the other resident block computing meanwhile) and four barriers
 TERM_OVERHEAD_FMAS = 1 << 16
