@@ -587,6 +587,13 @@ def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
     assert_close(kernel(graphs), expected, 1e-12)
     assert kernel.hybrid_split_["cpu_pairs"] == 0
     assert kernel.hybrid_split_["gpu_pairs"] == len(graphs) * (len(graphs) + 1) // 2
+    # a CPU under 5% of the combined rate sits the call out, even where it could finish a prefix
+    monkeypatch.setattr(spgk, "_HYBRID_RATES", {k: (99.0, 1.0) for k in spgk._HYBRID_RATES})
+    assert_close(kernel(graphs), expected, 1e-12)
+    assert kernel.hybrid_split_["cpu_pairs"] == 0 and "GPU only" in kernel.hybrid_split_["note"]
+    monkeypatch.setattr(spgk, "_HYBRID_RATES", {k: (9.0, 1.0) for k in spgk._HYBRID_RATES})
+    assert_close(kernel(graphs), expected, 1e-12)
+    assert kernel.hybrid_split_["cpu_pairs"] > 0 and "note" not in kernel.hybrid_split_
 
 
 @pytest.mark.gpu
