@@ -80,8 +80,8 @@ import numpy as np
 from graphkern._mgk_data import _nonempty
 
 __all__ = ["GEMM_TECHNIQUE", "GEMM_GRADIENTS", "GemmData", "gemm_data", "GEMMGPUEngine", "gemm_engine", "pair_terms",
-           "term_counts", "tile_of", "shared_bytes", "gradient_shared_bytes", "gemm_work", "gemm_wins", "route_pairs",
-           "xmv_flops", "MAX_CATEGORIES"]
+           "term_counts", "contraction_terms", "tile_of", "shared_bytes", "gradient_shared_bytes", "gemm_work",
+           "gemm_wins", "route_pairs", "xmv_flops", "MAX_CATEGORIES"]
 
 #: the ``techniques=`` name of this solver
 GEMM_TECHNIQUE = "gemm"
@@ -180,6 +180,27 @@ def pair_terms(cats1, cats2, form, scale, h):
     if len(cats1) <= len(cats2):
         return [(i, j, 0.0, h, scale) for i, j in enumerate(in2)]
     return [(i, j, h, 0.0, scale) for j, i in enumerate(in1)]
+
+
+def contraction_terms(cats1, cats2, contraction_form, theta):
+    """The terms of an edge contraction's XMV, as cuda_src/mgk_gemm.cu's contraction_terms forms them.
+
+    ``contraction_form``: graphkern._mgk_gradient.EDGE_FORMS' "constant" (the constant 1),
+    "kronecker" (the base kernel ``theta + (1 - theta) delta``, scale 1) or "kronecker_derivative"
+    (``1 - delta``: ``W1 X W2^T`` minus the terms of the common categories, at most
+    ``1 + MAX_CATEGORIES`` terms).
+    """
+    from graphkern._mgk_gradient import EDGE_FORMS
+
+    if contraction_form == EDGE_FORMS["constant"]:
+        return pair_terms(cats1, cats2, "constant", 1.0, 1.0)
+    if contraction_form == EDGE_FORMS["kronecker"]:
+        return pair_terms(cats1, cats2, "constant" if theta == 1 else "kronecker", 1.0, theta)
+    if contraction_form != EDGE_FORMS["kronecker_derivative"]:
+        raise ValueError(f"the GEMM solver has no contraction of form {contraction_form}")
+    cats2 = list(cats2)
+    common = [(i, cats2.index(c), 0.0, 0.0, -1.0) for i, c in enumerate(cats1) if c in cats2]
+    return [(-1, -1, 1.0, 1.0, 1.0)] + common
 
 
 def term_counts(form, scale, h, n_cats1, n_cats2, common):
