@@ -65,15 +65,23 @@ constexpr int kTileThreads = 16;                       // the block is a kTileTh
 constexpr int kThreads = kTileThreads * kTileThreads;  // graphkern/_mgk_gemm.py: THREADS_PER_BLOCK
 constexpr int kWarp = 32;
 constexpr int kWarps = kThreads / kWarp;
-constexpr int kMaxReduce = 2;                          // values summed by one block reduction at most
+constexpr int kMaxReduce = 2;                          // values summed by one reduction of the K solver
 constexpr int kReduceBytes = kWarps * kMaxReduce * 8;  // graphkern/_mgk_gemm.py: REDUCE_BYTES
+constexpr int kGradientReduce = 4;                     // ... and of the gradient solver
+constexpr int kGradientReduceBytes = kWarps * kGradientReduce * 8;  // graphkern/_mgk_gemm.py: GRADIENT_REDUCE_BYTES
 constexpr int kMaxCategories = 16;                     // graphkern/_mgk_gemm.py: MAX_CATEGORIES
 constexpr int kMaxTerms = kMaxCategories;              // pair_terms never needs more
+constexpr int kMaxGradientTerms = kMaxCategories + 1;  // contraction_terms: 1 + the common categories
 constexpr int kVectors = 4;                            // x, r, D / V, the XMV (graphkern/_mgk_gemm.py: N_VECTORS)
+// x, r, the XMV of the forward solve, the same of the adjoint one, D / V (graphkern/_mgk_gemm.py:
+// N_GRADIENT_VECTORS)
+constexpr int kGradientVectors = 7;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr double kVertexKernelFloor = 1e-20;  // as cuda_src/mgk.cu and the CPU solver
 
 enum : int { FORM_CONSTANT = 0, FORM_KRONECKER = 1 };  // graphkern/_mgk_gemm.py: FORM_CODES
+// The edge contractions' forms a gradient launch takes (graphkern/_mgk_gradient.py: EDGE_FORMS)
+enum : int { CONTRACT_CONSTANT = 1, CONTRACT_KRONECKER = 2, CONTRACT_KRONECKER_DERIVATIVE = 4 };
 
 __host__ __device__ constexpr int align16(int n) { return (n + 15) & ~15; }
 
@@ -87,10 +95,12 @@ struct Term {
     T alpha;
 };
 
-// Bytes before the node program: reduction slots, the term table, the term count.
-template <typename T>
+// Bytes before the node program: reduction slots, the term table, the term count (the K solver's;
+// GRADIENT: the gradient solver's, with more reduction slots and room for a contraction's terms).
+template <typename T, bool GRADIENT = false>
 __host__ __device__ constexpr int terms_end() {
-    return kReduceBytes + align16(kMaxTerms * (int)sizeof(Term<T>)) + 16;
+    return GRADIENT ? kGradientReduceBytes + align16(kMaxGradientTerms * (int)sizeof(Term<T>)) + 16
+                    : kReduceBytes + align16(kMaxTerms * (int)sizeof(Term<T>)) + 16;
 }
 
 // Blocks per SM each tile class asks for.  ptxas -v (sm_90, CUDA 13.0): float R = 4..6 fit 128
@@ -102,6 +112,14 @@ __host__ __device__ constexpr int terms_end() {
 template <typename T, int R>
 __host__ __device__ constexpr int min_blocks_per_sm() {
     return sizeof(T) == 4 ? (R <= 3 ? 3 : (R <= 6 ? 2 : 1)) : (R <= 4 ? 2 : 1);
+}
+
+// ... and each tile class of the gradient solver, whose five LD x LD arrays allow one block per SM
+// from float R = 5 and double R = 4 (graphkern/_mgk_gemm.py: gradient_shared_bytes), and whose
+// paired GEMMs keep two R x R accumulators live.
+template <typename T, int R>
+__host__ __device__ constexpr int gradient_min_blocks_per_sm() {
+    return sizeof(T) == 4 ? (R <= 4 ? 2 : 1) : (R <= 3 ? 2 : 1);
 }
 
 // One graph set of a launch (graphkern/_mgk_gemm.py: GemmData, in the caller's vertex numbering).
@@ -186,20 +204,31 @@ __device__ __forceinline__ void load4(const double* __restrict__ src, double (&v
     v[3] = g.y;
 }
 
-// acc[u][v] += sum_{k < K} P[k LD + u] Q[k LD + v]: P and Q already point at the thread's columns.
-template <typename T, int R>
-__device__ __forceinline__ void tile_product(const T* __restrict__ P, const T* __restrict__ Q, int K,
-                                             T (&acc)[R][R]) {
+// acc[s][u][v] += sum_{k < K} P_s[k LD + u] Q_s[k LD + v] for the N products s (N = 2: the forward
+// and adjoint directions of a gradient), where one operand is the same for all of them and loaded
+// once per k: P (SHARED_P, P[s] unused past 0) or Q (Q[s] unused past 0).  The pointers already
+// point at the thread's columns.
+template <typename T, int R, int N, bool SHARED_P>
+__device__ __forceinline__ void tile_product(const T* const (&P)[N], const T* const (&Q)[N], int K,
+                                             T (&acc)[N][R][R]) {
     constexpr int LD = kTileThreads * R;
 #pragma unroll 4
     for (int k = 0; k < K; ++k) {
-        T a[R], b[R];
-        load_row<T, R>(P + k * LD, a);
-        load_row<T, R>(Q + k * LD, b);
+        T a[N][R], b[N][R];
 #pragma unroll
-        for (int u = 0; u < R; ++u) {
+        for (int s = 0; s < N; ++s) {
+            if (s == 0 || !SHARED_P) load_row<T, R>(P[s] + k * LD, a[s]);
+            if (s == 0 || SHARED_P) load_row<T, R>(Q[s] + k * LD, b[s]);
+        }
 #pragma unroll
-            for (int v = 0; v < R; ++v) acc[u][v] = fma(a[u], b[v], acc[u][v]);
+        for (int s = 0; s < N; ++s) {
+            const T(&as)[R] = a[SHARED_P ? 0 : s];
+            const T(&bs)[R] = b[SHARED_P ? s : 0];
+#pragma unroll
+            for (int u = 0; u < R; ++u) {
+#pragma unroll
+                for (int v = 0; v < R; ++v) acc[s][u][v] = fma(as[u], bs[v], acc[s][u][v]);
+            }
         }
     }
 }
@@ -269,10 +298,10 @@ __device__ __forceinline__ void over_tile_rows(T* Xs, F f) {
 }
 
 // The sum of v[k] over the block, the same bits in every thread (each sums the warps' partial
-// sums in the same order).  Called by every thread of the block.
+// sums in the same order).  Called by every thread of the block; red holds kWarps K doubles.
 template <int K>
 __device__ __forceinline__ void block_sum(double (&v)[K], double* red) {
-    static_assert(K <= kMaxReduce, "raise kMaxReduce");
+    static_assert(K <= kGradientReduce, "raise kGradientReduce");
     const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -282,13 +311,13 @@ __device__ __forceinline__ void block_sum(double (&v)[K], double* red) {
     __syncthreads();  // every thread has read the previous reduction's partial sums
     if (lane == 0) {
 #pragma unroll
-        for (int k = 0; k < K; ++k) red[warp * kMaxReduce + k] = v[k];
+        for (int k = 0; k < K; ++k) red[warp * K + k] = v[k];
     }
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < K; ++k) {
         double s = 0;
-        for (int w = 0; w < kWarps; ++w) s += red[w * kMaxReduce + k];
+        for (int w = 0; w < kWarps; ++w) s += red[w * K + k];
         v[k] = s;
     }
 }
@@ -350,6 +379,195 @@ __device__ __noinline__ int pair_terms(const int32_t* __restrict__ cats1, int nc
     return nt;
 }
 
+// One pair's graphs as the operand stagings read them (their transposed dense layouts).
+template <typename T>
+struct PairOperands {
+    const T* wt1;
+    const uint8_t* cat1;
+    const T* wt2;
+    const uint8_t* cat2;
+    int n1, n4_1, n2, n4_2;
+};
+
+template <typename T>
+__device__ __forceinline__ PairOperands<T> pair_operands(const GemmSet<T>& s1, const GemmSet<T>& s2, int64_t g1,
+                                                         int64_t g2, int n1, int n2) {
+    return PairOperands<T>{s1.wt + s1.dense_off[g1], s1.cat + s1.dense_off[g1], s2.wt + s2.dense_off[g2],
+                           s2.cat + s2.dense_off[g2], n1, (n1 + 3) & ~3, n2, (n2 + 3) & ~3};
+}
+
+// ysum[s] = sum_t alpha_t L_t X_s R_t^T (this thread's R x R tile) for the N directions X_s in
+// Xs[s] (N = 2: a gradient's forward and adjoint directions, each staged operand serving both
+// GEMMs); Zt[s] holds GEMM1's output.  Nothing written when n_terms = 0.  Called by every thread;
+// starts each term with a barrier (the readers of op and Zt are done; Xs is published), the
+// caller's next barrier orders ysum's owner against nothing (only the owner reads it).
+template <typename T, int R, int N>
+__device__ __forceinline__ void factorized_xmv(const Term<T>* terms, int n_terms, const PairOperands<T>& po, T* op,
+                                               T* const (&Xs)[N], T* const (&Zt)[N], T* const (&ysum)[N]) {
+    constexpr int LD = kTileThreads * R;
+    const int tx = threadIdx.x % kTileThreads, ty = threadIdx.x / kTileThreads;
+    for (int t = 0; t < n_terms; ++t) {
+        const Term<T> term = terms[t];
+        __syncthreads();  // every thread is done reading op and Zt (previous term, previous product)
+        stage_operand<T, R>(op, po.wt1, po.cat1, po.n1, po.n4_1, term.c1, term.lam1, term.alpha);
+        __syncthreads();  // op = alpha L^T; Xs holds the directions
+        {
+            T z[N][R][R];  // Z_s[tx R + u][ty R + v] = (L X_s)[a][j]
+#pragma unroll
+            for (int s = 0; s < N; ++s) {
+#pragma unroll
+                for (int u = 0; u < R; ++u) {
+#pragma unroll
+                    for (int v = 0; v < R; ++v) z[s][u][v] = T(0);
+                }
+            }
+            const T* P[N];
+            const T* Q[N];
+#pragma unroll
+            for (int s = 0; s < N; ++s) {
+                P[s] = op + tx * R;
+                Q[s] = Xs[s] + ty * R;
+            }
+            tile_product<T, R, N, true>(P, Q, po.n1, z);
+#pragma unroll
+            for (int s = 0; s < N; ++s) {
+#pragma unroll
+                for (int v = 0; v < R; ++v) {
+                    T col[R];
+#pragma unroll
+                    for (int u = 0; u < R; ++u) col[u] = z[s][u][v];
+                    store_row<T, R>(Zt[s] + (ty * R + v) * LD + tx * R, col);
+                }
+            }
+        }
+        __syncthreads();  // Zt is complete and nobody reads op as L^T any more
+        stage_operand<T, R>(op, po.wt2, po.cat2, po.n2, po.n4_2, term.c2, term.lam2, T(1));
+        __syncthreads();  // op = R^T
+        // the sum over the terms waits in the scratch slot between terms: registers for it
+        // across GEMM1 would cost the second block per SM (ptxas spilled at 128 at R = 6)
+        T y[N][R][R];
+#pragma unroll
+        for (int s = 0; s < N; ++s) {
+#pragma unroll
+            for (int u = 0; u < R; ++u) {
+#pragma unroll
+                for (int v = 0; v < R; ++v) y[s][u][v] = t == 0 ? T(0) : ysum[s][(u * R + v) * kThreads];
+            }
+        }
+        const T* P[N];
+        const T* Q[N];
+#pragma unroll
+        for (int s = 0; s < N; ++s) {
+            P[s] = Zt[s] + ty * R;
+            Q[s] = op + tx * R;
+        }
+        tile_product<T, R, N, false>(P, Q, po.n2, y);
+#pragma unroll
+        for (int s = 0; s < N; ++s) {
+#pragma unroll
+            for (int u = 0; u < R; ++u) {
+#pragma unroll
+                for (int v = 0; v < R; ++v) ysum[s][(u * R + v) * kThreads] = y[s][u][v];
+            }
+        }
+    }
+}
+
+// The tile element (u, v) of this thread is a vertex pair of the n1 x n2 product graph.
+template <int R>
+__device__ __forceinline__ bool owns(int u, int v, int n1, int n2) {
+    return (int)(threadIdx.x / kTileThreads) * R + u < n1 && (int)(threadIdx.x % kTileThreads) * R + v < n2;
+}
+
+// One CG system's vectors of this thread's tile ([tile element][thread] in the scratch slot) and
+// its direction Xs (shared memory).
+template <typename T>
+struct TileCG {
+    T* Xs;
+    T* x;
+    T* r;
+    T* ysum;  // the XMV, then Ap, then z = r / diag
+};
+
+// Ap = diag p - ysum (into ysum); returns this thread's share of p^T Ap.
+template <typename T, int R>
+__device__ __forceinline__ double tile_system_product(const TileCG<T>& cg, const T* diag, int n_terms, int n1,
+                                                      int n2) {
+    double pAp = 0.0;
+    over_tile_rows<T, R, false>(cg.Xs, [&](int u, T(&pv)[R]) {
+#pragma unroll
+        for (int v = 0; v < R; ++v) {
+            const int e = (u * R + v) * kThreads;
+            if (owns<R>(u, v, n1, n2)) {
+                const T ap = diag[e] * pv[v] - (n_terms > 0 ? cg.ysum[e] : T(0));
+                cg.ysum[e] = ap;
+                pAp += (double)pv[v] * ap;
+            }
+        }
+    });
+    return pAp;
+}
+
+// x += alpha p, r -= alpha Ap, z = r / diag (into ysum); adds this thread's share of r^T r and r^T z.
+template <typename T, int R>
+__device__ __forceinline__ void tile_cg_step(const TileCG<T>& cg, const T* diag, T alpha, int n1, int n2, double& rr,
+                                             double& rz) {
+    over_tile_rows<T, R, false>(cg.Xs, [&](int u, T(&pv)[R]) {
+#pragma unroll
+        for (int v = 0; v < R; ++v) {
+            const int e = (u * R + v) * kThreads;
+            if (owns<R>(u, v, n1, n2)) {
+                cg.x[e] = cg.x[e] + alpha * pv[v];
+                const T ri = cg.r[e] - alpha * cg.ysum[e];
+                cg.r[e] = ri;
+                const T zi = ri / diag[e];
+                cg.ysum[e] = zi;
+                rr += (double)ri * ri;
+                rz += (double)ri * zi;
+            }
+        }
+    });
+}
+
+// p = z + beta p (outside n1 x n2 it stays 0); the next product's first barrier publishes it.
+template <typename T, int R>
+__device__ __forceinline__ void tile_new_direction(const TileCG<T>& cg, T beta, int n1, int n2) {
+    over_tile_rows<T, R, true>(cg.Xs, [&](int u, T(&pv)[R]) {
+#pragma unroll
+        for (int v = 0; v < R; ++v) {
+            if (owns<R>(u, v, n1, n2)) pv[v] = cg.ysum[(u * R + v) * kThreads] + beta * pv[v];
+        }
+    });
+}
+
+// The sum of x over this thread's vertex pairs.
+template <typename T, int R>
+__device__ __forceinline__ double tile_sum(const T* x, int n1, int n2) {
+    double total = 0.0;
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+#pragma unroll
+        for (int v = 0; v < R; ++v) {
+            if (owns<R>(u, v, n1, n2)) total += (double)x[(u * R + v) * kThreads];
+        }
+    }
+    return total;
+}
+
+// Copies the node program to `at` (parameters, then code) for every thread; returns where the
+// LD x LD arrays begin (16-byte aligned).
+template <typename T>
+__device__ __forceinline__ T* stage_node_program(unsigned char* at, const int* __restrict__ ncode,
+                                                 const T* __restrict__ nparam, int ncode_len, int nparam_len,
+                                                 int*& s_code, T*& s_par) {
+    s_par = reinterpret_cast<T*>(at);
+    s_code = reinterpret_cast<int*>(at + align16(nparam_len * (int)sizeof(T)));
+    for (int i = threadIdx.x; i < nparam_len; i += kThreads) s_par[i] = nparam[i];
+    for (int i = threadIdx.x; i < ncode_len; i += kThreads) s_code[i] = ncode[i];
+    __syncthreads();  // the node program, before the first diagonal
+    return reinterpret_cast<T*>(at + align16(nparam_len * (int)sizeof(T)) + align16(ncode_len * 4));
+}
+
 template <typename T, int R>
 __device__ void gemm_solve(const GemmSet<T> s1, const GemmSet<T> s2, const int64_t* __restrict__ pair_g1,
                            const int64_t* __restrict__ pair_g2, int64_t n_pairs, const int* __restrict__ ncode,
@@ -363,32 +581,23 @@ __device__ void gemm_solve(const GemmSet<T> s1, const GemmSet<T> s2, const int64
     double* red = reinterpret_cast<double*>(smem);
     Term<T>* terms = reinterpret_cast<Term<T>*>(smem + kReduceBytes);
     int* term_count = reinterpret_cast<int*>(smem + terms_end<T>() - 16);
-    T* s_par = reinterpret_cast<T*>(smem + terms_end<T>());
-    int* s_code = reinterpret_cast<int*>(smem + terms_end<T>() + align16(nparam_len * (int)sizeof(T)));
-    T* Xs = reinterpret_cast<T*>(smem + terms_end<T>() + align16(nparam_len * (int)sizeof(T)) +
-                                 align16(ncode_len * 4));
+    T* s_par;
+    int* s_code;
+    T* Xs = stage_node_program<T>(smem + terms_end<T>(), ncode, nparam, ncode_len, nparam_len, s_code, s_par);
     T* Zt = Xs + LD * LD;
     T* op = Zt + LD * LD;
-    for (int i = threadIdx.x; i < nparam_len; i += kThreads) s_par[i] = nparam[i];
-    for (int i = threadIdx.x; i < ncode_len; i += kThreads) s_code[i] = ncode[i];
-    __syncthreads();  // the node program, before the first diagonal
 
     const int tx = threadIdx.x % kTileThreads, ty = threadIdx.x / kTileThreads;
     // this thread's tile element (u, v) of a vector: x[(u R + v) kThreads]
-    T* const x = scratch + (int64_t)blockIdx.x * kVectors * RR * kThreads + threadIdx.x;
-    T* const r = x + RR * kThreads;
-    T* const diag = r + RR * kThreads;
-    T* const ysum = diag + RR * kThreads;  // (A1 (x) A2 (.) E) p, summed over the terms
+    T* const base = scratch + (int64_t)blockIdx.x * kVectors * RR * kThreads + threadIdx.x;
+    const TileCG<T> cg{Xs, base, base + RR * kThreads, base + 3 * RR * kThreads};
+    T* const diag = base + 2 * RR * kThreads;
 
     for (int64_t k = blockIdx.x; k < n_pairs; k += gridDim.x) {
         const int64_t g1 = pair_g1[k], g2 = pair_g2[k];
         const int64_t v1 = s1.node_off[g1], v2 = s2.node_off[g2];
         const int n1 = (int)(s1.node_off[g1 + 1] - v1), n2 = (int)(s2.node_off[g2 + 1] - v2);
-        const int n4_1 = (n1 + 3) & ~3, n4_2 = (n2 + 3) & ~3;
-        const T* wt1 = s1.wt + s1.dense_off[g1];
-        const T* wt2 = s2.wt + s2.dense_off[g2];
-        const uint8_t* cat1 = s1.cat + s1.dense_off[g1];
-        const uint8_t* cat2 = s2.cat + s2.dense_off[g2];
+        const PairOperands<T> po = pair_operands(s1, s2, g1, g2, n1, n2);
         // the previous pair's last readers of the term table passed its final reduction
         if (threadIdx.x == 0) {
             *term_count = pair_terms<T>(s1.cats + g1 * kMaxCategories, s1.n_cats[g1], s2.cats + g2 * kMaxCategories,
@@ -414,8 +623,8 @@ __device__ void gemm_solve(const GemmSet<T> s1, const GemmSet<T> s2, const int64
                     const T bi = d * q * q;
                     const T z = bi / m;
                     diag[e] = m;
-                    x[e] = T(0);
-                    r[e] = bi;
+                    cg.x[e] = T(0);
+                    cg.r[e] = bi;
                     row[v] = z;
                     init[0] += (double)bi * z;
                     init[1] += (double)bi * bi;
@@ -431,102 +640,26 @@ __device__ void gemm_solve(const GemmSet<T> s1, const GemmSet<T> s2, const int64
         int it = 0;
 
         while (it < max_iter) {
-            for (int t = 0; t < n_terms; ++t) {
-                const Term<T> term = terms[t];
-                __syncthreads();  // every thread is done reading op and Zt (previous term, previous iteration)
-                stage_operand<T, R>(op, wt1, cat1, n1, n4_1, term.c1, term.lam1, term.alpha);
-                __syncthreads();  // op = alpha L^T; Xs holds p
-                {
-                    T z[R][R];  // Z[tx R + u][ty R + v] = (L X)[a][j]
-#pragma unroll
-                    for (int u = 0; u < R; ++u) {
-#pragma unroll
-                        for (int v = 0; v < R; ++v) z[u][v] = T(0);
-                    }
-                    tile_product<T, R>(op + tx * R, Xs + ty * R, n1, z);
-#pragma unroll
-                    for (int v = 0; v < R; ++v) {
-                        T col[R];
-#pragma unroll
-                        for (int u = 0; u < R; ++u) col[u] = z[u][v];
-                        store_row<T, R>(Zt + (ty * R + v) * LD + tx * R, col);
-                    }
-                }
-                __syncthreads();  // Zt is complete and nobody reads op as L^T any more
-                stage_operand<T, R>(op, wt2, cat2, n2, n4_2, term.c2, term.lam2, T(1));
-                __syncthreads();  // op = R^T
-                // the sum over the terms waits in the scratch slot between terms: registers for it
-                // across GEMM1 would cost the second block per SM (ptxas spilled at 128 at R = 6)
-                T y[R][R];
-#pragma unroll
-                for (int u = 0; u < R; ++u) {
-#pragma unroll
-                    for (int v = 0; v < R; ++v) y[u][v] = t == 0 ? T(0) : ysum[(u * R + v) * kThreads];
-                }
-                tile_product<T, R>(Zt + ty * R, op + tx * R, n2, y);
-#pragma unroll
-                for (int u = 0; u < R; ++u) {
-#pragma unroll
-                    for (int v = 0; v < R; ++v) ysum[(u * R + v) * kThreads] = y[u][v];
-                }
-            }
-
-            // Ap = diag p - y (into ysum), p^T Ap over the block
-            const auto own = [&](int u, int v) { return ty * R + u < n1 && tx * R + v < n2; };
-            double pAp[1] = {0.0};
-            over_tile_rows<T, R, false>(Xs, [&](int u, T(&pv)[R]) {
-#pragma unroll
-                for (int v = 0; v < R; ++v) {
-                    const int e = (u * R + v) * kThreads;
-                    if (own(u, v)) {
-                        const T ap = diag[e] * pv[v] - (n_terms > 0 ? ysum[e] : T(0));
-                        ysum[e] = ap;
-                        pAp[0] += (double)pv[v] * ap;
-                    }
-                }
-            });
+            T* const X1[1] = {Xs};
+            T* const Z1[1] = {Zt};
+            T* const Y1[1] = {cg.ysum};
+            factorized_xmv<T, R, 1>(terms, n_terms, po, op, X1, Z1, Y1);
+            double pAp[1] = {tile_system_product<T, R>(cg, diag, n_terms, n1, n2)};
             block_sum(pAp, red);
             if (!(pAp[0] > 0)) break;  // an exactly zero residual (M is positive definite)
             const T alpha = (T)(rz / pAp[0]);
             double upd[2] = {0.0, 0.0};  // ||r||^2, r^T z
-            over_tile_rows<T, R, false>(Xs, [&](int u, T(&pv)[R]) {
-#pragma unroll
-                for (int v = 0; v < R; ++v) {
-                    const int e = (u * R + v) * kThreads;
-                    if (own(u, v)) {
-                        x[e] = x[e] + alpha * pv[v];
-                        const T ri = r[e] - alpha * ysum[e];
-                        r[e] = ri;
-                        const T zi = ri / diag[e];
-                        ysum[e] = zi;  // z = r / diag, for the new direction
-                        upd[0] += (double)ri * ri;
-                        upd[1] += (double)ri * zi;
-                    }
-                }
-            });
+            tile_cg_step<T, R>(cg, diag, alpha, n1, n2, upd[0], upd[1]);
             block_sum(upd, red);
             ++it;
             rnorm = sqrt(upd[0]);
             if (rnorm <= tol * bnorm) break;
             const T beta = (T)(upd[1] / rz);
             rz = upd[1];
-            // p = z + beta p (outside n1 x n2 it stays 0); the next product's first barrier publishes it
-            over_tile_rows<T, R, true>(Xs, [&](int u, T(&pv)[R]) {
-#pragma unroll
-                for (int v = 0; v < R; ++v) {
-                    if (own(u, v)) pv[v] = ysum[(u * R + v) * kThreads] + beta * pv[v];
-                }
-            });
+            tile_new_direction<T, R>(cg, beta, n1, n2);
         }
 
-        double total[1] = {0.0};
-#pragma unroll
-        for (int u = 0; u < R; ++u) {
-#pragma unroll
-            for (int v = 0; v < R; ++v) {
-                if (ty * R + u < n1 && tx * R + v < n2) total[0] += (double)x[(u * R + v) * kThreads];
-            }
-        }
+        double total[1] = {tile_sum<T, R>(cg.x, n1, n2)};
         block_sum(total, red);
         if (nodal != nullptr) {
             T* out = nodal + nodal_off[k];
@@ -536,7 +669,7 @@ __device__ void gemm_solve(const GemmSet<T> s1, const GemmSet<T> s2, const int64
 #pragma unroll
                 for (int v = 0; v < R; ++v) {
                     const int b = tx * R + v;
-                    if (a < n1 && b < n2) out[(int64_t)a * n2 + b] = (T)((double)p2 * x[(u * R + v) * kThreads]);
+                    if (a < n1 && b < n2) out[(int64_t)a * n2 + b] = (T)((double)p2 * cg.x[(u * R + v) * kThreads]);
                 }
             }
         }
@@ -544,6 +677,290 @@ __device__ void gemm_solve(const GemmSet<T> s1, const GemmSet<T> s2, const int64
             k_out[k] = (double)p2 * total[0];
             it_out[k] = it;
             res_out[k] = bnorm > 0 ? rnorm / bnorm : 0.0;
+        }
+    }
+}
+
+// The derivative programs and edge contractions of a gradient launch (graphkern/_mgk_gradient.py:
+// GradientPlan; the arguments of cuda_src/mgk_csr.cu's gradient entry points): vertex-kernel
+// derivative program j at ncode + ncode_off[j] (global memory); edge contraction c of form
+// cform[c] (CONTRACT_*), its Kronecker theta, and cfree[c]: 0, or the factor that makes it
+// cfree[c] y^T (A (.) E) x (a diagonal sum, no XMV).
+template <typename T>
+struct GradientTerms {
+    int n_node;
+    const int* ncode;
+    const T* npar;
+    const int64_t* ncode_off;
+    const int64_t* npar_off;
+    int n_contractions;
+    const int* cform;
+    const T* ctheta;
+    const double* cfree;
+};
+
+// The terms of edge contraction y^T (A1 (x) A2 (.) E_c) x (one thread): the base kernel
+// h + (1 - h) delta (scale 1: pair_terms' rule) or the constant 1, or the Kronecker delta's
+// derivative by h, 1 - delta = W1 X W2^T minus the terms of the common categories.
+template <typename T>
+__device__ __noinline__ int contraction_terms(const int32_t* __restrict__ cats1, int nc1,
+                                              const int32_t* __restrict__ cats2, int nc2, int cform, T theta,
+                                              Term<T>* terms) {
+    if (cform == CONTRACT_CONSTANT) return pair_terms<T>(cats1, nc1, cats2, nc2, FORM_CONSTANT, T(1), T(1), terms);
+    if (cform == CONTRACT_KRONECKER) {
+        return pair_terms<T>(cats1, nc1, cats2, nc2, theta == T(1) ? FORM_CONSTANT : FORM_KRONECKER, T(1), theta,
+                             terms);
+    }
+    nc1 = min(nc1, kMaxCategories);  // as pair_terms: the host routes no pair with more
+    nc2 = min(nc2, kMaxCategories);
+    int nt = 0;
+    terms[nt++] = Term<T>{-1, -1, T(1), T(1), T(1)};
+    for (int i = 0; i < nc1; ++i) {
+        for (int j = 0; j < nc2; ++j) {
+            if (cats1[i] == cats2[j]) terms[nt++] = Term<T>{i, j, T(0), T(0), T(-1)};
+        }
+    }
+    return nt;
+}
+
+// y_L x_L D_L V_L^-2 dV_L/dtheta of one vertex pair (0 where V is floored: no derivative there).
+// Out of line, like system_diagonal: two program interpretations.
+template <typename T>
+__device__ __noinline__ double vertex_derivative_term(const T* feat1, const T* feat2, const int* ncode, const T* npar,
+                                                      const int* dcode, const T* dpar, T x, T y, T diag) {
+    const T v = mgk::eval_program(ncode, npar, feat1, 1, feat2, 1);
+    if (v < T(kVertexKernelFloor)) return 0.0;
+    const T dv = mgk::eval_program(dcode, dpar, feat1, 1, feat2, 1);
+    return (double)y * x * ((double)diag / v) * dv;
+}
+
+// One side of a gradient's lockstep CG (cuda_src/mgk_csr.cu: CGSide).
+struct SideState {
+    double rz;
+    double bnorm;
+    double rnorm;
+    int it;
+    bool running;
+};
+
+// After the reduction of r^T r and r^T z: counts the iteration, stops a converged side, else
+// returns beta (cuda_src/mgk_csr.cu: cg_finish).
+template <typename T>
+__device__ __forceinline__ T side_finish(SideState& st, double rr, double rzn, double tol) {
+    ++st.it;
+    st.rnorm = sqrt(rr);
+    if (st.rnorm <= tol * st.bnorm) {
+        st.running = false;
+        return T(0);
+    }
+    const T beta = (T)(rzn / st.rz);
+    st.rz = rzn;
+    return beta;
+}
+
+// Gradients: M x = b and the adjoint M y = 1 in lockstep, then the raw derivative columns of
+// graphkern/_mgk_gradient.py, as cuda_src/mgk_csr.cu's csr_gradient computes them (same
+// stopping rule, same sums).  While both solves run, every staged operand of a term serves the
+// GEMMs of both directions (factorized_xmv with N = 2: two X, two Zt in shared memory); a side
+// that has converged stops and the other runs on alone.  Shared memory: the header of
+// terms_end<T, true>, the node program, then Xs_x, Xs_y, Zt_x, Zt_y, op (five LD x LD arrays).
+template <typename T, int R>
+__device__ void gemm_gradient(const GemmSet<T> s1, const GemmSet<T> s2, const int64_t* __restrict__ pair_g1,
+                              const int64_t* __restrict__ pair_g2, int64_t n_pairs, const int* __restrict__ ncode,
+                              const T* __restrict__ nparam, int ncode_len, int nparam_len, int form, T scale, T h,
+                              T q, T p2, double tol, int max_iter, T* __restrict__ scratch, GradientTerms<T> gt,
+                              int n_raw, double* __restrict__ k_out, int32_t* __restrict__ it_out,
+                              double* __restrict__ res_out, int32_t* __restrict__ adj_it_out,
+                              double* __restrict__ adj_res_out, double* __restrict__ grad_out) {
+    constexpr int LD = kTileThreads * R;
+    constexpr int RR = R * R;
+    constexpr int kHead = terms_end<T, true>();
+    extern __shared__ __align__(16) unsigned char smem[];
+    double* red = reinterpret_cast<double*>(smem);
+    Term<T>* terms = reinterpret_cast<Term<T>*>(smem + kGradientReduceBytes);
+    int* term_count = reinterpret_cast<int*>(smem + kHead - 16);
+    T* s_par;
+    int* s_code;
+    T* Xx = stage_node_program<T>(smem + kHead, ncode, nparam, ncode_len, nparam_len, s_code, s_par);
+    T* Xy = Xx + LD * LD;
+    T* Ztx = Xy + LD * LD;
+    T* Zty = Ztx + LD * LD;
+    T* op = Zty + LD * LD;
+
+    const int tx = threadIdx.x % kTileThreads, ty = threadIdx.x / kTileThreads;
+    T* const base = scratch + (int64_t)blockIdx.x * kGradientVectors * RR * kThreads + threadIdx.x;
+    const TileCG<T> cx{Xx, base, base + RR * kThreads, base + 2 * RR * kThreads};
+    const TileCG<T> cy{Xy, base + 3 * RR * kThreads, base + 4 * RR * kThreads, base + 5 * RR * kThreads};
+    T* const diag = base + 6 * RR * kThreads;
+    bool any_xmv = false;  // a contraction that multiplies x (not free)
+    for (int c = 0; c < gt.n_contractions; ++c) any_xmv = any_xmv || gt.cfree[c] == 0;
+
+    for (int64_t k = blockIdx.x; k < n_pairs; k += gridDim.x) {
+        const int64_t g1 = pair_g1[k], g2 = pair_g2[k];
+        const int64_t v1 = s1.node_off[g1], v2 = s2.node_off[g2];
+        const int n1 = (int)(s1.node_off[g1 + 1] - v1), n2 = (int)(s2.node_off[g2 + 1] - v2);
+        const PairOperands<T> po = pair_operands(s1, s2, g1, g2, n1, n2);
+        const int32_t* cats1 = s1.cats + g1 * kMaxCategories;
+        const int32_t* cats2 = s2.cats + g2 * kMaxCategories;
+        // the previous pair's last readers of the term table passed its final reduction
+        if (threadIdx.x == 0) *term_count = pair_terms<T>(cats1, s1.n_cats[g1], cats2, s2.n_cats[g2], form, scale, h,
+                                                           terms);
+
+        // M x = b = D q^2 and M y = 1, both from 0, preconditioned by diag = D / V
+        double init[3] = {0.0, 0.0, 0.0};  // r^T z of x, ||b||^2, r^T z of y
+#pragma unroll 1
+        for (int u = 0; u < R; ++u) {
+            const int a = ty * R + u;
+            T row_x[R], row_y[R];
+#pragma unroll
+            for (int v = 0; v < R; ++v) {
+                const int b = tx * R + v;
+                row_x[v] = row_y[v] = T(0);
+                if (a < n1 && b < n2) {
+                    const int e = (u * R + v) * kThreads;
+                    T d;
+                    const T m = system_diagonal(s1.degree[v1 + a], s2.degree[v2 + b],
+                                                s1.node_feat + (v1 + a) * s1.n_nfeat,
+                                                s2.node_feat + (v2 + b) * s2.n_nfeat, s_code, s_par, q, d);
+                    const T bi = d * q * q;
+                    const T zx = bi / m, zy = T(1) / m;
+                    diag[e] = m;
+                    cx.x[e] = T(0);
+                    cx.r[e] = bi;
+                    cy.x[e] = T(0);
+                    cy.r[e] = T(1);
+                    row_x[v] = zx;
+                    row_y[v] = zy;
+                    init[0] += (double)bi * zx;
+                    init[1] += (double)bi * bi;
+                    init[2] += (double)zy;
+                }
+            }
+            store_row<T, R>(Xx + a * LD + tx * R, row_x);
+            store_row<T, R>(Xy + a * LD + tx * R, row_y);
+        }
+        block_sum(init, red);  // its barriers also publish Xx, Xy and the terms
+        const int n_terms = *term_count;
+        SideState sx{init[0], sqrt(init[1]), sqrt(init[1]), 0, true};
+        SideState sy{init[2], sqrt((double)n1 * n2), sqrt((double)n1 * n2), 0, true};
+
+        // Lockstep.  Every decision below comes from block sums, the same bits in every thread.
+        while (true) {
+            sx.running = sx.running && sx.it < max_iter;
+            sy.running = sy.running && sy.it < max_iter;
+            if (!sx.running && !sy.running) break;
+            if (sx.running && sy.running) {
+                T* const X2[2] = {Xx, Xy};
+                T* const Z2[2] = {Ztx, Zty};
+                T* const Y2[2] = {cx.ysum, cy.ysum};
+                factorized_xmv<T, R, 2>(terms, n_terms, po, op, X2, Z2, Y2);
+            } else {
+                // one side runs on alone
+                const TileCG<T>& one = sx.running ? cx : cy;
+                T* const X1[1] = {one.Xs};
+                T* const Z1[1] = {Ztx};
+                T* const Y1[1] = {one.ysum};
+                factorized_xmv<T, R, 1>(terms, n_terms, po, op, X1, Z1, Y1);
+            }
+            double pAp[2] = {0.0, 0.0};
+            if (sx.running) pAp[0] = tile_system_product<T, R>(cx, diag, n_terms, n1, n2);
+            if (sy.running) pAp[1] = tile_system_product<T, R>(cy, diag, n_terms, n1, n2);
+            block_sum(pAp, red);
+            // pAp <= 0 only for an exactly zero residual (M is positive definite): that side is done
+            sx.running = sx.running && pAp[0] > 0;
+            sy.running = sy.running && pAp[1] > 0;
+            double upd[4] = {0.0, 0.0, 0.0, 0.0};  // r^T r and r^T z of x, then of y
+            if (sx.running) tile_cg_step<T, R>(cx, diag, (T)(sx.rz / pAp[0]), n1, n2, upd[0], upd[1]);
+            if (sy.running) tile_cg_step<T, R>(cy, diag, (T)(sy.rz / pAp[1]), n1, n2, upd[2], upd[3]);
+            block_sum(upd, red);
+            const T beta_x = sx.running ? side_finish<T>(sx, upd[0], upd[1], tol) : T(0);
+            const T beta_y = sy.running ? side_finish<T>(sy, upd[2], upd[3], tol) : T(0);
+            if (sx.running) tile_new_direction<T, R>(cx, beta_x, n1, n2);
+            if (sy.running) tile_new_direction<T, R>(cy, beta_y, n1, n2);
+        }
+
+        // K, dK/dq and the free contraction's y^T (D V^-1 x - b) in one pass.  q: D = (d1 + q)(d2 + q)
+        // and b = D q^2, so dD/dq = d1 + d2 and db/dq = q^2 dD/dq + 2 q D.  x goes into Xx (the
+        // contractions' XMVs multiply it; outside n1 x n2 Xx holds zeros, as every direction did).
+        double sums[3] = {0.0, 0.0, 0.0};
+        const double qd = (double)q;
+        over_tile_rows<T, R, true>(Xx, [&](int u, T(&pv)[R]) {
+            const int a = ty * R + u;
+#pragma unroll
+            for (int v = 0; v < R; ++v) {
+                const int b = tx * R + v;
+                const int e = (u * R + v) * kThreads;
+                if (a < n1 && b < n2) {
+                    const double d1 = (double)(s1.degree[v1 + a] + q), d2 = (double)(s2.degree[v2 + b] + q);
+                    const double d = d1 * d2, xi = cx.x[e], yi = cy.x[e], m = diag[e];
+                    sums[0] += xi;
+                    sums[1] += yi * ((qd * qd * (d1 + d2) + 2 * qd * d) - xi * (d1 + d2) * m / d);
+                    sums[2] += yi * (m * xi - d * qd * qd);
+                    if (any_xmv) pv[v] = cx.x[e];
+                }
+            }
+        });
+        block_sum(sums, red);  // also publishes x in Xx
+        double* grad = grad_out + k * n_raw;
+        if (threadIdx.x == 0) {
+            k_out[k] = (double)p2 * sums[0];
+            it_out[k] = sx.it;
+            res_out[k] = sx.bnorm > 0 ? sx.rnorm / sx.bnorm : 0.0;
+            adj_it_out[k] = sy.it;
+            adj_res_out[k] = sy.bnorm > 0 ? sy.rnorm / sy.bnorm : 0.0;
+            grad[gt.n_node] = (double)p2 * sums[1];
+        }
+        // vertex-kernel terms: dM/dtheta = -D V^-2 dV/dtheta (diag = D / V)
+        for (int j = 0; j < gt.n_node; ++j) {
+            const int* dcode = gt.ncode + gt.ncode_off[j];
+            const T* dpar = gt.npar + gt.npar_off[j];
+            double acc[1] = {0.0};
+#pragma unroll 1
+            for (int u = 0; u < R; ++u) {
+#pragma unroll 1
+                for (int v = 0; v < R; ++v) {
+                    const int a = ty * R + u, b = tx * R + v;
+                    if (a < n1 && b < n2) {
+                        const int e = (u * R + v) * kThreads;
+                        acc[0] += vertex_derivative_term(s1.node_feat + (v1 + a) * s1.n_nfeat,
+                                                         s2.node_feat + (v2 + b) * s2.n_nfeat, s_code, s_par, dcode,
+                                                         dpar, cx.x[e], cy.x[e], diag[e]);
+                    }
+                }
+            }
+            block_sum(acc, red);
+            if (threadIdx.x == 0) grad[j] = (double)p2 * acc[0];
+        }
+        // edge-kernel terms: y^T (A1 (x) A2 (.) dE_c) x, free or by one factorized XMV of x
+        for (int c = 0; c < gt.n_contractions; ++c) {
+            double acc[1] = {0.0};
+            if (gt.cfree[c] != 0) {
+                acc[0] = gt.cfree[c] * sums[2];
+            } else {
+                // every thread passed a reduction since it last read the term table
+                if (threadIdx.x == 0) {
+                    *term_count = contraction_terms<T>(cats1, s1.n_cats[g1], cats2, s2.n_cats[g2], gt.cform[c],
+                                                       gt.ctheta[c], terms);
+                }
+                __syncthreads();
+                const int nt = *term_count;
+                T* const X1[1] = {Xx};
+                T* const Z1[1] = {Ztx};
+                T* const Y1[1] = {cx.ysum};
+                factorized_xmv<T, R, 1>(terms, nt, po, op, X1, Z1, Y1);
+                if (nt > 0) {
+#pragma unroll
+                    for (int u = 0; u < R; ++u) {
+#pragma unroll
+                        for (int v = 0; v < R; ++v) {
+                            const int e = (u * R + v) * kThreads;
+                            if (owns<R>(u, v, n1, n2)) acc[0] += (double)cy.x[e] * (double)cx.ysum[e];
+                        }
+                    }
+                }
+                block_sum(acc, red);
+            }
+            if (threadIdx.x == 0) grad[gt.n_node + 1 + c] = (double)p2 * acc[0];
         }
     }
 }
@@ -586,3 +1003,37 @@ GEMM_ENTRY(3, double, f64)
 GEMM_ENTRY(4, double, f64)
 GEMM_ENTRY(5, double, f64)
 GEMM_ENTRY(6, double, f64)
+
+// Gradient entry points mgk_gemm_gradient_r<R>_<f32|f64> (graphkern/_mgk_gemm.py:
+// GEMMGPUEngine.solve_gradient): the K entry points' head (no nodal output), then the gradient
+// arguments of cuda_src/mgk_csr.cu's gradient entry points (graphkern/_mgk_gpu.py: gradient_terms;
+// the general form's contraction programs and the square exponential's aux are not used here)
+// and its outputs.  Five LD x LD arrays: float stops at R = 6, double at R = 4.
+#define GEMM_GRADIENT_ENTRY(R, T, SUFFIX)                                                                     \
+    extern "C" __global__ void __launch_bounds__(kThreads, (gradient_min_blocks_per_sm<T, R>()))             \
+        mgk_gemm_gradient_r##R##_##SUFFIX(                                                                   \
+            GEMM_SET_ARGS(T, 1), GEMM_SET_ARGS(T, 2), const int64_t* pair_g1, const int64_t* pair_g2,        \
+            int64_t n_pairs, const int* ncode, const T* nparam, int ncode_len, int nparam_len, int form,      \
+            T scale, T h, T q, T p2, double tol, int max_iter, T* scratch, int n_node, const int* dncode,     \
+            const T* dnpar, const int64_t* dncode_off, const int64_t* dnpar_off, int n_contractions,          \
+            const int* cform, const T* ctheta, const T* caux, const int* ccode, const T* cpar,                \
+            const int64_t* ccode_off, const int64_t* cpar_off, const double* cfree, int ccode_len,            \
+            int cpar_len, int n_raw, double* k_out, int32_t* it_out, double* res_out, int32_t* adj_it_out,    \
+            double* adj_res_out, double* grad_out) {                                                          \
+        const GradientTerms<T> gt{n_node, dncode, dnpar, dncode_off, dnpar_off, n_contractions, cform,        \
+                                  ctheta, cfree};                                                             \
+        gemm_gradient<T, R>(GEMM_SET(T, 1), GEMM_SET(T, 2), pair_g1, pair_g2, n_pairs, ncode, nparam,         \
+                            ncode_len, nparam_len, form, scale, h, q, p2, tol, max_iter, scratch, gt, n_raw,  \
+                            k_out, it_out, res_out, adj_it_out, adj_res_out, grad_out);                       \
+    }
+
+GEMM_GRADIENT_ENTRY(1, float, f32)
+GEMM_GRADIENT_ENTRY(2, float, f32)
+GEMM_GRADIENT_ENTRY(3, float, f32)
+GEMM_GRADIENT_ENTRY(4, float, f32)
+GEMM_GRADIENT_ENTRY(5, float, f32)
+GEMM_GRADIENT_ENTRY(6, float, f32)
+GEMM_GRADIENT_ENTRY(1, double, f64)
+GEMM_GRADIENT_ENTRY(2, double, f64)
+GEMM_GRADIENT_ENTRY(3, double, f64)
+GEMM_GRADIENT_ENTRY(4, double, f64)

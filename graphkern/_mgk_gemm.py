@@ -51,8 +51,20 @@ NWS, 0.024, stays on the CSR solver); the molecules (~30 vertices, ~60 entries) 
 The others go to ``fallback`` in the same call (default: the CSR solver, whose own fallback is
 the core solver); pairs whose dense layout or CG vectors do not fit the free device memory fall
 back too, never raising :class:`~graphkern.errors.GraphTooLargeError` themselves.
-``eval_gradient=True`` calls never run here: :attr:`GEMMGPUEngine.solve_gradient` is the
-fallback's.
+Gradients (``eval_gradient=True``, :meth:`GEMMGPUEngine.solve_gradient`) run here only when
+opted in: an engine of ``techniques="gemm"`` (``by_cost=False``), or any engine while the module
+flag :data:`GEMM_GRADIENTS` is true (the development switch ``GRAPHKERN_MGK_GEMM_GRADIENTS=1`` in
+the environment at import); otherwise -- the default ``techniques="auto"`` path -- they are the
+fallback's (the CSR and core solvers), until the kernel has been verified on a GPU.  The
+gradient kernel (mgk_gemm_gradient_r<R>_*) solves M x = b and the adjoint M y = 1 in lockstep in
+one block, each staged operand of a term serving the GEMMs of both directions (two X and two Z
+matrices in shared memory: five ``16 R x 16 R`` arrays, so R <= 6 in float32 and <= 4 in
+float64, :func:`gradient_shared_bytes`); a converged side stops; the stopping rule, tolerances
+and the raw derivative columns are those of the CSR gradient (graphkern/_mgk_gradient.py): the
+vertex-kernel derivative programs and dK/dq as diagonal sums, the free contractions as
+``factor * y^T (D V^-1 x - b)``, the others as one factorized XMV of x dotted with y (the
+Kronecker delta's derivative by h, ``1 - delta``, is ``W1 X W2^T`` minus the common categories'
+terms).  Pairs it cannot take go to the fallback's ``solve_gradient`` in the same call.
 
 Cost floor (an H100, FP32 67 TFLOP/s): 10.6 MFLOP per pair-iteration of the dense set is 0.16 us
 of the whole GPU (21 us of one SM); its 820 pairs x 3 iterations 0.39 ms.
@@ -60,25 +72,35 @@ of the whole GPU (21 us of one SM); its 820 pairs x 3 iterations 0.39 ms.
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import numpy as np
 
 from graphkern._mgk_data import _nonempty
 
-__all__ = ["GEMM_TECHNIQUE", "GemmData", "gemm_data", "GEMMGPUEngine", "gemm_engine", "pair_terms", "term_counts",
-           "tile_of", "shared_bytes", "gemm_work", "gemm_wins", "route_pairs", "xmv_flops", "MAX_CATEGORIES"]
+__all__ = ["GEMM_TECHNIQUE", "GEMM_GRADIENTS", "GemmData", "gemm_data", "GEMMGPUEngine", "gemm_engine", "pair_terms",
+           "term_counts", "contraction_terms", "tile_of", "shared_bytes", "gradient_shared_bytes", "gemm_work",
+           "gemm_wins", "route_pairs", "xmv_flops", "MAX_CATEGORIES"]
 
 #: the ``techniques=`` name of this solver
 GEMM_TECHNIQUE = "gemm"
 TILE_THREADS = 16           # cuda_src/mgk_gemm.cu: kTileThreads
 THREADS_PER_BLOCK = TILE_THREADS * TILE_THREADS
 REDUCE_BYTES = 8 * 2 * 8    # kReduceBytes: kWarps x kMaxReduce doubles
+GRADIENT_REDUCE_BYTES = 8 * 4 * 8  # kGradientReduceBytes
 MAX_CATEGORIES = 16         # kMaxCategories: edge categories per graph
 MAX_TERMS = MAX_CATEGORIES  # kMaxTerms
+MAX_GRADIENT_TERMS = MAX_CATEGORIES + 1  # kMaxGradientTerms
 TERM_BYTES = {4: 20, 8: 32}  # sizeof(Term<float>) / sizeof(Term<double>)
 MAX_TILE = {4: 8, 8: 6}     # the largest tile R with an entry point, by itemsize
+MAX_GRADIENT_TILE = {4: 6, 8: 4}  # ... of the gradient entry points (five arrays of shared memory)
 N_VECTORS = 4               # kVectors: x, r, D / V, the XMV
+N_GRADIENT_VECTORS = 7      # kGradientVectors: x, r, the XMV of both solves, D / V
+#: Gradients on this solver under ``techniques="auto"`` too (module docstring).  Off until the
+#: gradient kernel has been verified on a GPU; ``GRAPHKERN_MGK_GEMM_GRADIENTS=1`` turns it on
+#: for development and benchmarks.  ``techniques="gemm"`` runs gradients here either way.
+GEMM_GRADIENTS = os.environ.get("GRAPHKERN_MGK_GEMM_GRADIENTS", "") == "1"
 SCRATCH_SHARE = 0.6         # the CG scratch takes at most this share of the free device memory
 FORM_CODES = {"constant": 0, "kronecker": 1}  # FORM_CONSTANT / FORM_KRONECKER
 #: GEMM FMA-equivalents one entry pair of the CSR solver is worth (module docstring).  H200,
@@ -106,10 +128,19 @@ def tile_of(n1, n2):
 
 def shared_bytes(itemsize, tile, ncode_len, nparam_len):
     """Dynamic shared memory of a block of tile R (mgk_gemm.cu: terms_end, the node program, Xs, Zt, op)."""
+    return _block_bytes(itemsize, tile, ncode_len, nparam_len, REDUCE_BYTES, MAX_TERMS, 3)
+
+
+def gradient_shared_bytes(itemsize, tile, ncode_len, nparam_len):
+    """... of a gradient block (mgk_gemm.cu: gemm_gradient; two X, two Z and the operand)."""
+    return _block_bytes(itemsize, tile, ncode_len, nparam_len, GRADIENT_REDUCE_BYTES, MAX_GRADIENT_TERMS, 5)
+
+
+def _block_bytes(itemsize, tile, ncode_len, nparam_len, reduce_bytes, max_terms, arrays):
     side = TILE_THREADS * np.asarray(tile, dtype=np.int64)
-    header = (REDUCE_BYTES + _align16(MAX_TERMS * TERM_BYTES[itemsize]) + 16 + _align16(nparam_len * itemsize)
+    header = (reduce_bytes + _align16(max_terms * TERM_BYTES[itemsize]) + 16 + _align16(nparam_len * itemsize)
               + _align16(ncode_len * 4))
-    return header + 3 * side * side * itemsize
+    return header + arrays * side * side * itemsize
 
 
 def edge_shape(args):
@@ -149,6 +180,27 @@ def pair_terms(cats1, cats2, form, scale, h):
     if len(cats1) <= len(cats2):
         return [(i, j, 0.0, h, scale) for i, j in enumerate(in2)]
     return [(i, j, h, 0.0, scale) for j, i in enumerate(in1)]
+
+
+def contraction_terms(cats1, cats2, contraction_form, theta):
+    """The terms of an edge contraction's XMV, as cuda_src/mgk_gemm.cu's contraction_terms forms them.
+
+    ``contraction_form``: graphkern._mgk_gradient.EDGE_FORMS' "constant" (the constant 1),
+    "kronecker" (the base kernel ``theta + (1 - theta) delta``, scale 1) or "kronecker_derivative"
+    (``1 - delta``: ``W1 X W2^T`` minus the terms of the common categories, at most
+    ``1 + MAX_CATEGORIES`` terms).
+    """
+    from graphkern._mgk_gradient import EDGE_FORMS
+
+    if contraction_form == EDGE_FORMS["constant"]:
+        return pair_terms(cats1, cats2, "constant", 1.0, 1.0)
+    if contraction_form == EDGE_FORMS["kronecker"]:
+        return pair_terms(cats1, cats2, "constant" if theta == 1 else "kronecker", 1.0, theta)
+    if contraction_form != EDGE_FORMS["kronecker_derivative"]:
+        raise ValueError(f"the GEMM solver has no contraction of form {contraction_form}")
+    cats2 = list(cats2)
+    common = [(i, cats2.index(c), 0.0, 0.0, -1.0) for i, c in enumerate(cats1) if c in cats2]
+    return [(-1, -1, 1.0, 1.0, 1.0)] + common
 
 
 def term_counts(form, scale, h, n_cats1, n_cats2, common):
@@ -295,13 +347,15 @@ def _common_categories(d1, d2, g1, g2):
     return common
 
 
-def route_pairs(ds1, ds2, pair_arr, s, *, shared_limit, by_cost):
+def route_pairs(ds1, ds2, pair_arr, s, *, shared_limit, by_cost, gradient=False):
     """Which pairs the GEMM solver takes, and their tiles and terms.
 
     Returns a namespace with ``take`` (bool per pair), ``tile``, ``terms`` (as the kernel forms
     them; 0 where not taken), ``shape`` (:func:`edge_shape`) and the two :class:`GemmData`
     (None when the edge kernel does not factorize).  ``by_cost``: apply :func:`gemm_wins`
-    (``techniques="auto"``); else every pair that fits.
+    (``techniques="auto"``); else every pair that fits.  ``gradient``: for the gradient entry
+    points (their tiles and shared memory; a Kronecker delta with h = 1 keeps its categories,
+    which the contraction of its derivative by h needs).
     """
     from graphkern.mgk import solver_arguments
 
@@ -318,14 +372,17 @@ def route_pairs(ds1, ds2, pair_arr, s, *, shared_limit, by_cost):
     if shape is None or m == 0:
         return none
     form, scale, h = shape
-    slot = int(args["ek_slot"]) if form == "kronecker" else None
+    labeled = form == "kronecker" or (gradient and args["form_name"] == "kronecker")
+    slot = int(args["ek_slot"]) if labeled else None
     d1 = gemm_data(ds1, slot)
     d2 = d1 if ds2 is ds1 else gemm_data(ds2, slot)
-    need = shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]))
-    take = (tile <= MAX_TILE[dt.itemsize]) & (need <= shared_limit)
-    if form == "kronecker":
+    block_bytes, max_tile = (gradient_shared_bytes, MAX_GRADIENT_TILE) if gradient else (shared_bytes, MAX_TILE)
+    need = block_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]))
+    take = (tile <= max_tile[dt.itemsize]) & (need <= shared_limit)
+    if labeled:
         nc1, nc2 = d1.n_cats[g1], d2.n_cats[g2]
         take &= (nc1 <= MAX_CATEGORIES) & (nc2 <= MAX_CATEGORIES)
+    if form == "kronecker":
         terms = term_counts(form, scale, h, nc1, nc2, _common_categories(d1, d2, g1, g2))
     else:
         terms = term_counts(form, scale, h, 0, 0, 0)
@@ -338,7 +395,12 @@ def route_pairs(ds1, ds2, pair_arr, s, *, shared_limit, by_cost):
 class GEMMGPUEngine:
     """Runs cuda_src/mgk_gemm.cu over the pairs it takes (:func:`route_pairs`) on one device; the
     rest go to ``fallback`` (an engine; default :class:`graphkern._mgk_csr.CSRGPUEngine`) in the
-    same call.  ``by_cost``: take only the pairs where :func:`gemm_wins` (``techniques="auto"``)."""
+    same call.  ``by_cost``: take only the pairs where :func:`gemm_wins` (``techniques="auto"``).
+
+    Gradients run here only when opted in (``by_cost=False``, i.e. ``techniques="gemm"``, or
+    :data:`GEMM_GRADIENTS`); else :attr:`solve_gradient` is the fallback's.  The gradient kernel
+    has not yet been verified on a GPU, which is why ``techniques="auto"`` does not use it.
+    """
 
     name = "gpu"
 
@@ -357,19 +419,43 @@ class GEMMGPUEngine:
         self.last_run = None
 
     @property
+    def gradients_here(self):
+        """Whether :attr:`solve_gradient` runs pairs on this solver (the class docstring)."""
+        return not self.by_cost or GEMM_GRADIENTS
+
+    @property
     def solve_gradient(self):
-        """Gradients run on the fallback's engines (an AttributeError when it has none, so that
-        graphkern.mgk uses the core solver as it would without this one)."""
+        """K and the raw derivatives of a :class:`graphkern._mgk_gradient.GradientPlan`: this solver's
+        (:meth:`_solve_gradient`) when :attr:`gradients_here`, else the fallback's (an AttributeError
+        when it has none, so that graphkern.mgk uses the core solver as it would without this one)."""
+        if self.gradients_here:
+            return self._solve_gradient
         return self.fallback.solve_gradient
 
-    def route(self, ds1, ds2, pair_arr):
+    def route(self, ds1, ds2, pair_arr, *, gradient=False):
         from graphkern._mgk_csr import shared_memory_limit
 
         return route_pairs(ds1, ds2, pair_arr, self.s, shared_limit=shared_memory_limit(self.dev),
-                           by_cost=self.by_cost)
+                           by_cost=self.by_cost, gradient=gradient)
+
+    def _device_sets(self, plan, here):
+        """Both sets' kernel arguments on the device with the layouts of pairs ``here``, or None when
+        they do not fit (the fallback needs far less device memory for these pairs)."""
+        from graphkern.errors import GraphTooLargeError
+
+        d1, d2 = plan.data
+        try:
+            if d2 is d1:
+                d1.require(np.union1d(plan.g1[here], plan.g2[here]))
+            else:
+                d1.require(np.unique(plan.g1[here]))
+                d2.require(np.unique(plan.g2[here]))
+            set1 = d1.on_device(self.dev)
+            return set1, (set1 if d2 is d1 else d2.on_device(self.dev))
+        except GraphTooLargeError:
+            return None
 
     def solve(self, ds1, ds2, pair_arr, *, nodal):
-        from graphkern.errors import GraphTooLargeError
         from graphkern.mgk import _Solved
 
         m = len(pair_arr)
@@ -381,30 +467,21 @@ class GEMMGPUEngine:
         blocks = [None] * m if nodal else None
         seconds = 0.0
         done = np.zeros(m, dtype=bool)
-        if len(here):
-            d1, d2 = plan.data
-            try:
-                if d2 is d1:
-                    d1.require(np.union1d(plan.g1[here], plan.g2[here]))
-                else:
-                    d1.require(np.unique(plan.g1[here]))
-                    d2.require(np.unique(plan.g2[here]))
-                set1 = d1.on_device(self.dev)
-                set2 = set1 if d2 is d1 else d2.on_device(self.dev)
-            except GraphTooLargeError:  # the fallback needs far less device memory for these pairs
-                here = here[:0]
-            for tile in np.unique(plan.tile[here]).tolist():
-                idx = here[plan.tile[here] == tile]
-                out = self._launch(ds1, ds2, plan, set1, set2, idx, int(tile), nodal)
-                if out is None:  # no room for the CG vectors of even one block: the fallback's
-                    continue
-                k, it, res, nod, sec = out
-                K[idx], iters[idx], resid[idx] = k, it, res
-                seconds += sec
-                done[idx] = True
-                if nodal:
-                    for j, block in zip(idx.tolist(), nod):
-                        blocks[j] = block
+        sets = self._device_sets(plan, here) if len(here) else None
+        if sets is None:
+            here = here[:0]
+        for tile in np.unique(plan.tile[here]).tolist():
+            idx = here[plan.tile[here] == tile]
+            out = self._launch(ds1, ds2, plan, sets, idx, int(tile), nodal)
+            if out is None:  # no room for the CG vectors of even one block: the fallback's
+                continue
+            k, it, res, nod, sec = out
+            K[idx], iters[idx], resid[idx] = k, it, res
+            seconds += sec
+            done[idx] = True
+            if nodal:
+                for j, block in zip(idx.tolist(), nod):
+                    blocks[j] = block
         rest = np.flatnonzero(~done)
         n_here = int(done.sum())
         terms = np.where(done, plan.terms, 0)
@@ -420,12 +497,59 @@ class GEMMGPUEngine:
                     blocks[j] = block
         return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds)
 
-    def _launch(self, ds1, ds2, plan, set1, set2, idx, tile, nodal):
-        """Solve pairs ``idx`` of tile ``tile``: (K, iterations, residuals, nodal blocks, seconds), or
-        None when the free device memory holds no block's CG vectors."""
+    def _solve_gradient(self, ds1, ds2, pair_arr, plan):
+        """Gradients of the pairs the gradient entry points take (:func:`route_pairs` with
+        ``gradient=True``) here, of the rest on the fallback's ``solve_gradient`` (the core
+        solver's where the fallback has none), in one call."""
+        from graphkern._mgk_gpu import check_contractions
+        from graphkern.mgk import gradient_result, solver_arguments
+
+        m = len(pair_arr)
+        route = self.route(ds1, ds2, pair_arr, gradient=True)
+        here = np.flatnonzero(route.take)
+        K, resid, adj_resid = (np.full(m, np.nan) for _ in range(3))
+        iters, adj_iters = (np.full(m, -1, dtype=np.int32) for _ in range(2))
+        raw = np.full((m, plan.n_raw), np.nan)
+        seconds = 0.0
+        done = np.zeros(m, dtype=bool)
+        if len(here):
+            check_contractions(plan, solver_arguments(ds1, ds2, self.s))
+        sets = self._device_sets(route, here) if len(here) else None
+        if sets is None:
+            here = here[:0]
+        for tile in np.unique(route.tile[here]).tolist():
+            idx = here[route.tile[here] == tile]
+            out = self._launch_gradient(ds1, ds2, route, sets, idx, int(tile), plan)
+            if out is None:
+                continue
+            K[idx], iters[idx], resid[idx], adj_iters[idx], adj_resid[idx], raw[idx], sec = out
+            seconds += sec
+            done[idx] = True
+        rest = np.flatnonzero(~done)
+        n_here = int(done.sum())
+        self.last_run = {"gemm_pairs": n_here, "fallback_pairs": len(rest), "terms": np.where(done, route.terms, 0),
+                         "gemm_seconds": seconds}
+        if len(rest) or not n_here:
+            fallback = self.fallback
+            if not hasattr(fallback, "solve_gradient"):
+                from graphkern._mgk_gpu import GPUEngine
+
+                fallback = GPUEngine(self.dev.ordinal, self.s)
+            sol = fallback.solve_gradient(ds1, ds2, pair_arr[rest], plan)
+            if not n_here:
+                return sol
+            # the fallback's result counts both solves together (graphkern.mgk.gradient_result)
+            K[rest], raw[rest], adj_iters[rest] = sol.K, sol.gradient, sol.adjoint_iterations
+            iters[rest] = sol.iterations - sol.adjoint_iterations
+            resid[rest] = adj_resid[rest] = sol.residuals
+            seconds += sol.seconds
+        return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, seconds)
+
+    def _prepare(self, ds1, ds2, plan, sets, idx, tile, entry, shared, n_vectors, out_bytes):
+        """What every launch of pairs ``idx`` (tile ``tile``) begins with: (kernel, blocks, launch order,
+        the arguments up to the scratch slot), or None when the free device memory holds no
+        block's ``n_vectors`` CG vectors besides ``out_bytes`` of results."""
         from graphkern._cuda import runtime as rt
-        from graphkern._mgk_csr import _in_pair_order
-        from graphkern._mgk_gpu import _check_written
         from graphkern.mgk import solver_arguments
 
         s = self.s
@@ -436,19 +560,12 @@ class GEMMGPUEngine:
         form, scale, h = plan.shape
         g1, g2 = plan.g1[idx], plan.g2[idx]
         m = len(idx)
-        n1, n2 = ds1.n_nodes[g1], ds2.n_nodes[g2]
         # the longest pairs first: with a static grid-stride order they would otherwise finish last
-        order = np.argsort(-(gemm_work(plan.terms[idx], n1, n2)), kind="stable")
-        ncode = _nonempty(np.asarray(args["ncode"], dtype=np.int32))
-        nparam = _nonempty(np.asarray(args["nparam"]).astype(dt))
-        shared = int(shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"])))
-        fn = rt.kernel(dev, "mgk_gemm", f"mgk_gemm_r{tile}_{'f32' if dt == np.float32 else 'f64'}")
+        order = np.argsort(-(gemm_work(plan.terms[idx], ds1.n_nodes[g1], ds2.n_nodes[g2])), kind="stable")
+        fn = rt.kernel(dev, "mgk_gemm", f"{entry}_r{tile}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
-        sizes = n1.astype(np.int64) * n2
-        nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
-        out_bytes = m * (8 + 4 + 8) + (int(nodal_off[-1]) * dt.itemsize if nodal else 0)
-        per_block = N_VECTORS * tile * tile * THREADS_PER_BLOCK * dt.itemsize
+        per_block = n_vectors * tile * tile * THREADS_PER_BLOCK * dt.itemsize
         free, _ = dev.memory_info()
         resident = dev.properties["multiprocessor_count"] * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK,
                                                                                                shared))
@@ -457,32 +574,56 @@ class GEMMGPUEngine:
             return None
         n_blocks = min(m, resident, affordable)
         rt.check_fits(dev, n_blocks * per_block + out_bytes, "the CG work vectors and results")
-
-        scratch = rt.alloc(dev, n_blocks * N_VECTORS * tile * tile * THREADS_PER_BLOCK, dt)
-        d_g1 = rt.to_device(dev, g1[order])
-        d_g2 = rt.to_device(dev, g2[order])
-        d_ncode = rt.to_device(dev, ncode)
-        d_nparam = rt.to_device(dev, nparam)
-        d_k = rt.alloc(dev, m, np.float64)
-        d_it = rt.alloc(dev, m, np.int32)
-        d_res = rt.alloc(dev, m, np.float64)
-        for buf in (d_k, d_it, d_res):
-            buf.memset32(0xFFFFFFFF)  # NaN and -1: a pair the kernel never wrote shows up
-        if nodal:
-            d_nodal = rt.alloc(dev, max(int(nodal_off[-1]), 1), dt)
-            d_nodal.memset32(0xFFFFFFFF)
-            d_nodal_off = rt.to_device(dev, nodal_off)
-        else:
-            d_nodal = d_nodal_off = None
-        launch_args = set1 + set2 + (
-            d_g1, d_g2, np.int64(m), d_ncode, d_nparam, np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
+        scratch = rt.alloc(dev, n_blocks * n_vectors * tile * tile * THREADS_PER_BLOCK, dt)
+        set1, set2 = sets
+        head = set1 + set2 + (
+            rt.to_device(dev, g1[order]), rt.to_device(dev, g2[order]), np.int64(m),
+            rt.to_device(dev, _nonempty(np.asarray(args["ncode"], dtype=np.int32))),
+            rt.to_device(dev, _nonempty(np.asarray(args["nparam"]).astype(dt))),
+            np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
             np.int32(FORM_CODES[form]), T(scale), T(h), T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]),
-            np.int32(s["max_iter"]), scratch, d_k, d_it, d_res, d_nodal, d_nodal_off)
-        start, end = rt.Event(dev), rt.Event(dev)
+            np.int32(s["max_iter"]), scratch)
+        return fn, n_blocks, order, head
+
+    def _run(self, fn, n_blocks, launch_args, shared):
+        """One launch; the kernel's seconds (CUDA events)."""
+        from graphkern._cuda import runtime as rt
+
+        start, end = rt.Event(self.dev), rt.Event(self.dev)
         start.record()
         rt.launch(fn, n_blocks, THREADS_PER_BLOCK, launch_args, shared_mem=shared)
         end.record()
-        seconds = start.elapsed_ms(end) / 1e3
+        return start.elapsed_ms(end) / 1e3
+
+    def _launch(self, ds1, ds2, plan, sets, idx, tile, nodal):
+        """Solve pairs ``idx`` of tile ``tile``: (K, iterations, residuals, nodal blocks, seconds), or
+        None when the free device memory holds no block's CG vectors."""
+        from graphkern._cuda import runtime as rt
+        from graphkern._mgk_csr import _in_pair_order
+        from graphkern._mgk_gpu import _check_written, _poisoned
+        from graphkern.mgk import solver_arguments
+
+        dt = np.dtype(self.s["dtype"])
+        dev = self.dev
+        args = solver_arguments(ds1, ds2, self.s)
+        m = len(idx)
+        n1, n2 = ds1.n_nodes[plan.g1[idx]], ds2.n_nodes[plan.g2[idx]]
+        sizes = n1.astype(np.int64) * n2
+        out_bytes = m * (8 + 4 + 8) + (int(sizes.sum()) * dt.itemsize if nodal else 0)
+        shared = int(shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"])))
+        prepared = self._prepare(ds1, ds2, plan, sets, idx, tile, "mgk_gemm", shared, N_VECTORS, out_bytes)
+        if prepared is None:
+            return None
+        fn, n_blocks, order, head = prepared
+        nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
+        d_k, d_res = _poisoned(dev, m, np.float64), _poisoned(dev, m, np.float64)
+        d_it = _poisoned(dev, m, np.int32)  # NaN and -1: a pair the kernel never wrote shows up
+        if nodal:
+            d_nodal = _poisoned(dev, max(int(nodal_off[-1]), 1), dt)
+            d_nodal_off = rt.to_device(dev, nodal_off)
+        else:
+            d_nodal = d_nodal_off = None
+        seconds = self._run(fn, n_blocks, head + (d_k, d_it, d_res, d_nodal, d_nodal_off), shared)
 
         K, iters, resid = (_in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
         _check_written(K, iters, m)
@@ -493,6 +634,40 @@ class GEMMGPUEngine:
             for k_sorted, k in enumerate(order.tolist()):
                 blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
         return K, iters, resid, blocks, seconds
+
+    def _launch_gradient(self, ds1, ds2, route, sets, idx, tile, plan):
+        """K and raw derivatives of pairs ``idx`` of tile ``tile``: (K, iterations, residuals,
+        adjoint iterations, adjoint residuals, raw (m, n_raw), seconds), or None when the free
+        device memory holds no block's CG vectors."""
+        from graphkern._mgk_csr import _in_pair_order
+        from graphkern._mgk_gpu import _check_written, _poisoned, gradient_terms
+        from graphkern.mgk import solver_arguments
+
+        dt = np.dtype(self.s["dtype"])
+        dev = self.dev
+        args = solver_arguments(ds1, ds2, self.s)
+        m = len(idx)
+        shared = int(gradient_shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"])))
+        prepared = self._prepare(ds1, ds2, route, sets, idx, tile, "mgk_gemm_gradient", shared, N_GRADIENT_VECTORS,
+                                 m * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
+        if prepared is None:
+            return None
+        fn, n_blocks, order, head = prepared
+        d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
+        d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
+        d_grad = _poisoned(dev, max(m * plan.n_raw, 1), np.float64)
+        outputs = (d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad)
+        seconds = self._run(fn, n_blocks, head + gradient_terms(dev, plan, dt) + outputs, shared)
+
+        K, iters, resid, adj_iters, adj_resid = (_in_pair_order(buf, order)
+                                                 for buf in (d_k, d_it, d_res, d_adj_it, d_adj_res))
+        raw = np.empty((m, plan.n_raw))
+        raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
+        _check_written(K, np.minimum(iters, adj_iters), m)
+        if not np.all(np.isfinite(raw)):
+            raise RuntimeError(f"the GEMM solver left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "
+                               "unwritten")
+        return K, iters, resid, adj_iters, adj_resid, raw, seconds
 
 
 def gemm_engine(devices, s):

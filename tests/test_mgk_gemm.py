@@ -1,18 +1,25 @@
 """The GEMM GPU solver of the marginalized graph kernel (techniques="gemm", and "auto" for the pairs it
 wins) against the dense float64 solve, the CPU solver and an independent factorized float64 CG; its
-host-side layout, term rule, sizing and routing (on the CPU)."""
+gradients (opt-in) against the CPU gradient and finite differences; its host-side layout, term rules,
+sizing, routing and the gradients' opt-in switch (on the CPU)."""
 
 import numpy as np
 import pytest
 from scipy.sparse.linalg import LinearOperator, cg
 
+import graphkern._mgk_gemm as mgk_gemm
 from graphkern import NotConvergedError
 from graphkern._mgk_dense import dense_edge_labels, dense_mgk, dense_mgk_pair, product_system
-from graphkern._mgk_gemm import (MAX_CATEGORIES, MAX_TILE, _common_categories, gemm_data, gemm_wins, pair_terms, route_pairs,
+from graphkern._mgk_gemm import (MAX_CATEGORIES, MAX_GRADIENT_TILE, MAX_TILE, GEMMGPUEngine, _common_categories,
+                                 contraction_terms, gemm_data, gemm_wins, gradient_shared_bytes, pair_terms, route_pairs,
                                  shared_bytes, term_counts, tile_of, xmv_flops)
+from graphkern._mgk_gradient import EDGE_FORMS
 from graphkern.basekernels import Constant, KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.graph import Graph
 from graphkern.mgk import MarginalizedGraphKernel
+
+from conftest import run_python
+from test_mgk_gradient import assert_gradient_close, finite_differences
 
 gpu = pytest.mark.gpu
 H100_SHARED = 227 * 1024
@@ -75,8 +82,9 @@ def dense_operator(G1, G2, edge, q):
     return np.diag(D / V) - M
 
 
-def emulated_xmv(d1, d2, g1, g2, X, shape):
-    """The kernel's XMV in NumPy: its terms over the host layout (wt, cat) of both graphs."""
+def emulated_xmv(d1, d2, g1, g2, X, shape, terms_of=None):
+    """The kernel's XMV in NumPy: its terms over the host layout (wt, cat) of both graphs
+    (``terms_of(cats1, cats2)``: other terms than the solve's, e.g. a contraction's)."""
     form, scale, h = shape
     n1, n2 = X.shape
 
@@ -90,10 +98,10 @@ def emulated_xmv(d1, d2, g1, g2, X, shape):
 
     W1, C1 = dense(d1, g1, n1)
     W2, C2 = dense(d2, g2, n2)
-    cats1 = d1.codes[g1, :d1.n_cats[g1]] if form == "kronecker" else []
-    cats2 = d2.codes[g2, :d2.n_cats[g2]] if form == "kronecker" else []
+    cats1 = d1.codes[g1, :d1.n_cats[g1]] if d1.slot is not None else []
+    cats2 = d2.codes[g2, :d2.n_cats[g2]] if d2.slot is not None else []
     Y = np.zeros((n1, n2))
-    terms = pair_terms(cats1, cats2, form, scale, h)
+    terms = pair_terms(cats1, cats2, form, scale, h) if terms_of is None else terms_of(list(cats1), list(cats2))
     for c1, c2, lam1, lam2, alpha in terms:
         L = W1 * np.where(C1 == c1, 1.0, lam1)
         R = W2 * np.where(C2 == c2, 1.0, lam2)
@@ -295,6 +303,116 @@ def test_gemm_technique_is_accepted_and_leaves_the_cpu_alone(rng):
         kernel("kronecker", techniques="gem")
 
 
+def test_gradient_tiles_and_shared_memory():
+    header = 256 + 352 + 16 + 16 + 16
+    assert gradient_shared_bytes(4, 6, 3, 2) == header + 5 * 96 * 96 * 4
+    # every gradient entry point fits a 227 KB block with a node program of the largest size; one tile more does not
+    for itemsize in (4, 8):
+        assert gradient_shared_bytes(itemsize, MAX_GRADIENT_TILE[itemsize], 150, 150) <= H100_SHARED
+        assert gradient_shared_bytes(itemsize, MAX_GRADIENT_TILE[itemsize] + 1, 0, 0) > H100_SHARED
+        assert MAX_GRADIENT_TILE[itemsize] <= MAX_TILE[itemsize]
+
+
+def test_gradient_routing(rng):
+    X = [labeled_graph(rng, 96, 0.9, [0, 1, 2]), labeled_graph(rng, 97, 0.9, [0]), labeled_graph(rng, 64, 0.5, [1]),
+         labeled_graph(rng, 65, 0.5, [1, 2]), labeled_graph(rng, 30, 0.9, list(range(MAX_CATEGORIES + 1)))]
+    pairs = np.array([[0, 0], [0, 1], [2, 2], [2, 3], [4, 4], [0, 2]])
+    for dtype, expect in ((np.float32, [True, False, True, True, False, True]),
+                          (np.float64, [False, False, True, False, False, False])):
+        kern = kernel("kronecker", dtype=dtype, backend="cpu")
+        ds, s = dataset(kern, X)
+        route = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False, gradient=True)
+        assert route.take.tolist() == expect, dtype
+        k_route = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False)
+        assert np.all(k_route.take >= route.take)  # gradients take a subset of what K takes
+        np.testing.assert_array_equal(route.terms[route.take], k_route.terms[route.take])
+        small = int(gradient_shared_bytes(np.dtype(dtype).itemsize, 4, 64, 64))
+        limited = route_pairs(ds, ds, pairs, s, shared_limit=small, by_cost=False, gradient=True)
+        assert limited.take.tolist() == [False, False, True, False, False, False]  # only tiles <= 4
+    # h = 1: the solve's terms are a constant kernel's, but the layout keeps the categories that the
+    # contraction of the derivative by h needs
+    kern = kernel("kronecker-h1", dtype=np.float32, backend="cpu")
+    ds, s = dataset(kern, X)
+    route = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False, gradient=True)
+    assert route.shape[0] == "constant" and route.data[0].slot is not None
+    assert route.take.tolist() == [True, False, True, True, False, True]
+    assert route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False).data[0].slot is None
+
+
+@pytest.mark.parametrize("edge", list(EDGE_KERNELS))
+def test_contraction_terms_equal_the_derivative_operators(rng, edge):
+    """Each edge contraction's terms over the host layout reproduce (A1 (x) A2 (.) dE) of the dense
+    reference: the base kernel (scale 1) and the Kronecker delta's derivative by h, 1 - delta."""
+    X = small_set(rng) + [labeled_graph(rng, 11, 0.8, list(range(MAX_CATEGORIES)))]
+    kern = kernel(edge, dtype=np.float64, backend="cpu")
+    ds, s = dataset(kern, X)
+    i, j = np.triu_indices(len(X))
+    pairs = np.stack([i, j], axis=1)
+    route = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False, gradient=True)
+    assert route.take.all()
+    d1, _ = route.data
+    d1.require(np.arange(len(X)))
+    form = EDGE_KERNELS[edge]().compile().edge_form()
+    h = form[2] if form[0] == "kronecker" else 1.0
+    contractions = [(EDGE_FORMS["constant"], 1.0, lambda e1, e2: np.ones_like(e1, dtype=np.float64))]
+    if form[0] == "kronecker":
+        contractions = [(EDGE_FORMS["kronecker"], h, lambda e1, e2: np.where(e1 == e2, 1.0, h)),
+                        (EDGE_FORMS["kronecker_derivative"], 0.0, lambda e1, e2: np.where(e1 == e2, 0.0, 1.0))]
+    for a, b in pairs.tolist():
+        G1, G2 = X[a], X[b]
+        W1, W2 = G1.to_scipy().toarray(), G2.to_scipy().toarray()
+        L1, L2 = dense_edge_labels(G1, "order"), dense_edge_labels(G2, "order")
+        P = rng.standard_normal((G1.n_nodes, G2.n_nodes))
+        for cform, theta, edge_kernel in contractions:
+            Y, n_terms = emulated_xmv(d1, d1, a, b, P, route.shape,
+                                      terms_of=lambda c1, c2: contraction_terms(c1, c2, cform, theta))
+            E = edge_kernel(L1[:, None, :, None], L2[None, :, None, :])  # [a][b][i][j]
+            expect = np.einsum("ai,bj,abij,ij->ab", W1, W2, E, P)
+            np.testing.assert_allclose(Y, expect, rtol=1e-12, atol=1e-12 * np.abs(expect).max(initial=1.0))
+            assert n_terms <= MAX_CATEGORIES + 1
+    with pytest.raises(ValueError, match="no contraction of form"):
+        contraction_terms([0], [0], EDGE_FORMS["sqexp"], 1.0)
+
+
+class _FallbackWithGradients:
+    def solve_gradient(self, *args):
+        raise AssertionError("not called here")
+
+
+def _engine_without_device(by_cost, fallback):
+    engine = GEMMGPUEngine.__new__(GEMMGPUEngine)  # no device needed for the switch
+    engine.by_cost, engine.fallback = by_cost, fallback
+    return engine
+
+
+def test_gradients_are_opt_in(monkeypatch):
+    """techniques="gemm" (by_cost=False) runs gradients here; "auto" (by_cost=True) leaves them to the
+    fallback unless GEMM_GRADIENTS is on; a fallback without gradients gives an AttributeError there
+    (graphkern.mgk then takes the core solver)."""
+    fallback = _FallbackWithGradients()
+    monkeypatch.setattr(mgk_gemm, "GEMM_GRADIENTS", False)
+    gemm, auto = _engine_without_device(False, fallback), _engine_without_device(True, fallback)
+    assert gemm.gradients_here and gemm.solve_gradient.__func__ is GEMMGPUEngine._solve_gradient
+    assert not auto.gradients_here and auto.solve_gradient.__self__ is fallback
+    assert not hasattr(_engine_without_device(True, object()), "solve_gradient")
+    assert hasattr(_engine_without_device(False, object()), "solve_gradient")  # the core solver is its fallback
+    monkeypatch.setattr(mgk_gemm, "GEMM_GRADIENTS", True)
+    assert auto.gradients_here and auto.solve_gradient.__func__ is GEMMGPUEngine._solve_gradient
+
+
+def test_gradient_switch_reads_the_environment():
+    code = "import graphkern._mgk_gemm as g; print(g.GEMM_GRADIENTS)"
+    import os
+
+    for value, expect in (("1", "True"), ("0", "False"), (None, "False")):
+        env = {k: v for k, v in os.environ.items() if k != "GRAPHKERN_MGK_GEMM_GRADIENTS"}
+        if value is not None:
+            env["GRAPHKERN_MGK_GEMM_GRADIENTS"] = value
+        res = run_python(code, env=env)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == expect
+
+
 # ---------------------------------------------------------------------------- the GPU solver
 
 
@@ -432,3 +550,127 @@ def test_a_pair_that_does_not_converge_is_reported(rng):
     err = info.value
     assert len(err.pairs) == 3 and np.all(err.iterations == 1) and np.all(err.residuals > kern._settings()["tol"])
     assert np.all(np.isfinite(err.result))
+
+
+# ---------------------------------------------------------------------------- GPU gradients (opt-in)
+
+# edge kernels of the gradient tests: h = 0 must be fixed (theta is log h)
+GRADIENT_EDGES = {
+    "constant": lambda: Constant(0.7),
+    "kronecker": lambda: TensorProduct(order=KroneckerDelta(0.3)),
+    "kronecker-scaled": lambda: TensorProduct(order=KroneckerDelta(0.6), k=Constant(0.8)),
+    "kronecker-h0": lambda: TensorProduct(order=KroneckerDelta(0.0, h_bounds="fixed"), k=Constant(0.8)),
+    "kronecker-h1": lambda: TensorProduct(order=KroneckerDelta(1.0)),
+}
+
+
+def gradient_kernel(edge, **kw):
+    opts = dict(q=0.1, p=0.8, p_bounds=(1e-2, 1e2), tol=1e-13, dtype=np.float64)
+    opts.update(kw)
+    return MarginalizedGraphKernel(node_kernel(), GRADIENT_EDGES[edge](), **opts)
+
+
+def gradient_set(rng):
+    """Dense and medium-density graphs up to float64's largest gradient tile (64 vertices), and the
+    small cases (one vertex, no edges)."""
+    return [labeled_graph(rng, 1, 1.0, [1]), labeled_graph(rng, 5, 0.0, [1]), labeled_graph(rng, 20, 0.9, [0, 1, 2]),
+            labeled_graph(rng, 33, 0.3, [1, 2]), labeled_graph(rng, 47, 0.9, [0, 2, 5]),
+            labeled_graph(rng, 64, 0.3, [0, 1, 2, 3], weighted=False)]
+
+
+def solve_gradient_directly(kern, X):
+    """The engine's solve_gradient over every pair of X: (engine, solution)."""
+    s = kern._settings()
+    ds = kern._dataset(X, s)
+    plan = kern._gradient_plan(s, ds, ds)
+    i, j = np.triu_indices(len(X))
+    engine = kern._engine(s)
+    return engine, engine.solve_gradient(ds, ds, np.stack([i, j], axis=1), plan)
+
+
+@gpu
+@pytest.mark.parametrize("edge", list(GRADIENT_EDGES))
+def test_gradient_against_cpu_and_finite_differences(rng, edge):
+    X = gradient_set(rng)
+    kern = gradient_kernel(edge, backend="gpu", techniques="gemm")
+    cpu = gradient_kernel(edge, backend="cpu")
+    K, dK = kern(X, eval_gradient=True)
+    Kc, dKc = cpu(X, eval_gradient=True)
+    assert rel_err(K, Kc) < 1e-9
+    np.testing.assert_allclose(dK, dKc, rtol=1e-9, atol=1e-12 * np.abs(dKc).max())
+    names = [hp.name for hp in kern.hyperparameters if not hp.fixed]
+    if edge != "kronecker-h1":  # h = 1 sits on its upper bound: no central difference there
+        assert_gradient_close(dK, finite_differences(kern, X), K, names)
+    # every pair ran on the GEMM solver, each solve within 2 iterations of the CPU's
+    engine, sol = solve_gradient_directly(kern, X)
+    assert type(engine).__name__ == "GEMMGPUEngine"
+    assert engine.last_run["gemm_pairs"] == len(sol.K) and engine.last_run["fallback_pairs"] == 0
+    _, ref = solve_gradient_directly(cpu, X)
+    forward, ref_forward = sol.iterations - sol.adjoint_iterations, ref.iterations - ref.adjoint_iterations
+    assert np.all(np.abs(forward - ref_forward) <= 2), (forward, ref_forward)
+    assert np.all(np.abs(sol.adjoint_iterations - ref.adjoint_iterations) <= 2)
+    np.testing.assert_allclose(sol.gradient, ref.gradient, rtol=1e-9, atol=1e-12 * np.abs(ref.gradient).max())
+
+
+@gpu
+def test_gradient_pairs_that_fall_back_mix_with_pairs_here(rng):
+    """float64: a 70-vertex graph (tile 5) and one of 17 edge categories go to the CSR solver's
+    gradient in the same call; rectangular X, Y and normalize too."""
+    X = [labeled_graph(rng, 40, 0.9, [0, 1, 2]), labeled_graph(rng, 70, 0.5, [0, 1]),
+         labeled_graph(rng, 30, 0.9, list(range(MAX_CATEGORIES + 1))), labeled_graph(rng, 50, 0.3, [1, 2])]
+    kern = gradient_kernel("kronecker-scaled", backend="gpu", techniques="gemm")
+    cpu = gradient_kernel("kronecker-scaled", backend="cpu")
+    K, dK = kern(X, eval_gradient=True)
+    Kc, dKc = cpu(X, eval_gradient=True)
+    assert rel_err(K, Kc) < 1e-9
+    np.testing.assert_allclose(dK, dKc, rtol=1e-9, atol=1e-12 * np.abs(dKc).max())
+    engine, _ = solve_gradient_directly(kern, X)
+    assert engine.last_run["gemm_pairs"] == 3 and engine.last_run["fallback_pairs"] == 7  # (0, 0), (0, 3), (3, 3)
+    Y = [labeled_graph(rng, 12, 0.8, [2]), labeled_graph(rng, 25, 0.6, [0, 1])]
+    for normalize in (False, True):
+        g = gradient_kernel("kronecker", backend="gpu", techniques="gemm", normalize=normalize)
+        c = gradient_kernel("kronecker", backend="cpu", normalize=normalize)
+        K, dK = g(X, Y, eval_gradient=True)
+        Kc, dKc = c(X, Y, eval_gradient=True)
+        assert rel_err(K, Kc) < 1e-9
+        np.testing.assert_allclose(dK, dKc, rtol=1e-8, atol=1e-12 * np.abs(dKc).max())
+
+
+@gpu
+@pytest.mark.parametrize("edge", ["constant", "kronecker-scaled"])
+def test_float32_gradient_near_cpu_float64(rng, edge):
+    """float32 takes tiles up to 6: 96-vertex dense graphs run here too."""
+    X = gradient_set(rng)[2:] + [labeled_graph(rng, 96, 0.9, [0, 1, 2]), labeled_graph(rng, 81, 0.5, [1, 2])]
+    K32, d32 = gradient_kernel(edge, backend="gpu", techniques="gemm", dtype=np.float32, tol=None)(X, eval_gradient=True)
+    K64, d64 = gradient_kernel(edge, backend="cpu")(X, eval_gradient=True)
+    assert K32.dtype == d32.dtype == np.float32
+    assert rel_err(K32, K64) < 2e-5
+    assert np.max(np.abs(d32 - d64)) <= 1e-4 * np.max(np.abs(d64))
+    engine, _ = solve_gradient_directly(gradient_kernel(edge, backend="gpu", techniques="gemm", dtype=np.float32,
+                                                        tol=None), X)
+    assert engine.last_run["fallback_pairs"] == 0
+
+
+@gpu
+def test_gradient_pair_that_does_not_converge_is_reported(rng):
+    X = [labeled_graph(rng, n, 0.9, [0, 1]) for n in (30, 41)]
+    kern = gradient_kernel("kronecker", q=0.01, max_iter=1, tol=None, dtype=np.float32, backend="gpu",
+                           techniques="gemm")
+    with pytest.raises(NotConvergedError) as info:
+        kern(X, eval_gradient=True)
+    assert len(info.value.pairs) == 3
+
+
+@gpu
+def test_auto_runs_gradients_here_only_with_the_switch(rng, monkeypatch):
+    dense = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in (40, 57, 64)]
+    sparse = [labeled_graph(rng, n, 0.04, [0, 1, 2]) for n in (50, 60)]
+    X = dense + sparse
+    csr = gradient_kernel("kronecker", backend="gpu", techniques="csr")
+    _, dK_csr = csr(X, eval_gradient=True)
+    monkeypatch.setattr(mgk_gemm, "GEMM_GRADIENTS", True)
+    auto = gradient_kernel("kronecker", backend="gpu")
+    _, dK = auto(X, eval_gradient=True)
+    np.testing.assert_allclose(dK, dK_csr, rtol=1e-8, atol=1e-12 * np.abs(dK_csr).max())
+    engine, _ = solve_gradient_directly(auto, X)
+    assert engine.by_cost and engine.last_run["gemm_pairs"] > 0 and engine.last_run["fallback_pairs"] > 0
