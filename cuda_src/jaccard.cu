@@ -915,6 +915,95 @@ __device__ __forceinline__ void pair_similarity(const int64_t* __restrict__ indp
     }
 }
 
+// ---- the staged variant: the pair variant with the block's own rows in shared memory
+
+constexpr int32_t kStageCap = 2048;  // column indices a block stages (graphkern/similarity.py: _STAGE_CAP)
+
+// The pair variant (unweighted) for graphs stored in an order that keeps neighbours close
+// (meshes, small-world rings, road networks, RCM or space-filling-curve orders).  Block b takes
+// rows [b R, b R + R) like the pair variant, but first copies its rows' column indices
+// (coalesced, at most kStageCap of them) and row offsets into shared memory: a pair (i, j) whose
+// row j is also one of the block's rows merges two shared-memory rows instead of chasing
+// dependent global loads, and only pairs that leave the block read row j from global memory
+// (the merge takes generic pointers, so both cases share one code path).  A block whose rows hold
+// more than kStageCap entries reads every row from global memory, so the kernel is correct on any
+// graph; the entries are listed in passes of kStageCap.
+template <typename T>
+__device__ __forceinline__ void staged_similarity(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
+                                                  int32_t n, int32_t metric, int32_t self_loops, T* __restrict__ out,
+                                                  int32_t rows_per_block) {
+    __shared__ int32_t s_idx[kStageCap];
+    __shared__ int32_t s_ptr[kBlock + 1];      // staged rows: offsets into s_idx
+    __shared__ int64_t row_begin[kBlock + 1];  // the block's row pointers
+    __shared__ int32_t listed_off[kStageCap];  // a listed entry's offset in its row
+    __shared__ uint8_t listed_row[kStageCap];  // and its row minus the block's first row
+    __shared__ uint8_t row_stored[kBlock];     // whether that row stores its own index
+    const int32_t first_row = (int32_t)(blockIdx.x * (int64_t)rows_per_block);
+    const int32_t rows = (int32_t)smaller((int64_t)rows_per_block, (int64_t)n - first_row);
+    const int32_t t = threadIdx.x;
+    for (int32_t r = t; r <= rows; r += blockDim.x) row_begin[r] = indptr[first_row + r];
+    __syncthreads();
+    const int64_t s0 = row_begin[0], s1 = row_begin[rows];
+    const bool staged = s1 - s0 <= kStageCap;  // block-uniform
+    if (staged) {
+        for (int64_t e = s0 + t; e < s1; e += blockDim.x) s_idx[e - s0] = idx[e];
+        for (int32_t r = t; r <= rows; r += blockDim.x) s_ptr[r] = (int32_t)(row_begin[r] - s0);
+        __syncthreads();
+    }
+    int64_t upper = 0, count = 0;
+    if (t < rows) {
+        const int32_t i = first_row + t;
+        const int32_t* row = staged ? s_idx + s_ptr[t] : idx + row_begin[t];
+        const int32_t len = (int32_t)(row_begin[t + 1] - row_begin[t]);
+        const int32_t p = row_lower_bound(row, len, i);
+        const int32_t stored = (p < len && row[p] == i) ? 1 : 0;
+        if (stored) out[row_begin[t] + p] = T(1);
+        row_stored[t] = (uint8_t)stored;
+        upper = p + stored;
+        count = len - upper;
+    }
+    int64_t total;
+    const int64_t at = block_exclusive_scan(count, &total);  // ends with a barrier
+    for (int64_t base = 0; base < total; base += kStageCap) {  // block-uniform: one pass when staged
+        const int64_t lo = at > base ? at : base;
+        const int64_t hi = smaller(at + count, base + kStageCap);
+        for (int64_t u = lo; u < hi; ++u) {
+            listed_off[u - base] = (int32_t)(upper + (u - at));
+            listed_row[u - base] = (uint8_t)t;
+        }
+        __syncthreads();
+        const int32_t listed = (int32_t)smaller(total - base, (int64_t)kStageCap);
+        for (int32_t u = t; u < listed; u += blockDim.x) {
+            const int32_t r = listed_row[u], off = listed_off[u];
+            const int32_t i = first_row + r;
+            const int64_t a0 = row_begin[r];
+            const int32_t* a = staged ? s_idx + s_ptr[r] : idx + a0;
+            const int32_t la = (int32_t)(row_begin[r + 1] - a0);
+            const int32_t j = a[off];
+            const int32_t rj = j - first_row;  // > r: the entry is upper
+            const int32_t* b;
+            int32_t lb;
+            int64_t b0;
+            if (rj < rows) {
+                b0 = row_begin[rj];
+                lb = (int32_t)(row_begin[rj + 1] - b0);
+                b = staged ? s_idx + s_ptr[rj] : idx + b0;
+            } else {
+                b0 = indptr[j];
+                lb = (int32_t)(indptr[j + 1] - b0);
+                b = idx + b0;
+            }
+            const MergeMirror mm = merge_count_mirror(a, la, b, lb, i, j);
+            if (mm.mirror >= lb) continue;  // never for a validated input; no write past row j if it were not
+            const T value = count_similarity<T>(metric, mm.count, count_terms(la, row_stored[r], self_loops),
+                                                count_terms(lb, mm.j_stored, self_loops));
+            out[a0 + off] = value;
+            out[b0 + mm.mirror] = value;
+        }
+        __syncthreads();  // the list is read before the next pass overwrites it
+    }
+}
+
 }  // namespace jaccard
 
 using namespace jaccard;
@@ -1017,6 +1106,16 @@ JACCARD_PAIR_VECTOR_ENTRY_POINTS(2, float, f32)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(2, double, f64)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, float, f32)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, double, f64)
+
+// The staged variant, unweighted only (graphkern/similarity.py runs weighted "staged" as "pair").
+#define JACCARD_STAGED_ENTRY_POINT(T, sfx)                                                                        \
+    extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
+        jaccard_staged_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
+        staged_similarity<T>(indptr, idx, n, metric, self_loops, out, rows_per_block);                          \
+    }
+
+JACCARD_STAGED_ENTRY_POINT(float, f32)
+JACCARD_STAGED_ENTRY_POINT(double, f64)
 
 #define JACCARD_WEIGHT_ENTRY_POINTS(T, sfx)                                                                        \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                           \

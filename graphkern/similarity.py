@@ -37,7 +37,11 @@ list is one bit test; unweighted only, weighted ``"hub"`` runs as ``"balanced"``
 its list and tests the lists of its neighbours against it, in one launch; other graphs are a
 ValueError), ``"pair"`` (for short lists: a block lists the upper-triangle entries of a range
 of rows in shared memory and every thread merges the two lists of one of them, in one launch;
-correct on any graph, slow past a few hundred entries per row), ``"longrow"`` (``"hub"`` with
+correct on any graph, slow past a few hundred entries per row), ``"staged"`` (``"pair"`` with
+each block's rows first copied into shared memory, so that the pairs between two of a block's
+rows merge there: for graphs stored in an order that keeps neighbours close, such as meshes,
+small-world rings and road networks; a block with too many entries to stage reads global memory;
+weighted ``"staged"`` runs as ``"pair"``), ``"longrow"`` (``"hub"`` with
 every pair's work carried by its longer list, so that consecutive searches hit one list or one
 bitmap, and each pair finished from that side; weighted ``"longrow"`` has no bitmaps), and
 ``"auto"``, which picks one from the degree distribution (:func:`choose_variant`).  All but ``"element"`` compute each undirected pair once and write it
@@ -55,7 +59,7 @@ from graphkern.graph import as_csr_matrix
 
 __all__ = ["jaccard", "sorensen", "overlap", "choose_variant", "VARIANTS"]
 
-VARIANTS = ("auto", "element", "binary", "warp", "balanced", "hub", "shortrow", "pair", "longrow")
+VARIANTS = ("auto", "element", "binary", "warp", "balanced", "hub", "shortrow", "pair", "staged", "longrow")
 _METRICS = {"jaccard": 0, "sorensen": 1, "overlap": 2}
 _INT32_MAX = np.iinfo(np.int32).max
 # Per-thread marks of the CPU kernel cost 4 bytes per node each; beyond this many bytes in all,
@@ -70,6 +74,9 @@ _BALANCED_CHUNK = 8            # searches per thread in the balanced, hub and lo
 # H100 sweep of 2026-11-26 (Watts-Strogatz 100k, k=10): 192 rows per block (960 upper entries)
 # was the fastest, 48 to 256 within 10%
 _PAIR_ENTRIES_PER_BLOCK = 960  # "pair": rows per block sized for about this many upper entries
+_STAGE_CAP = 2048              # "staged": column indices a block copies to shared memory (kStageCap)
+_STAGE_FILL = 0.8              # "staged": rows per block sized for this share of _STAGE_CAP at the mean degree
+_STAGE_MIN_LOCALITY = 0.5      # auto: "staged" over "pair" when this share of entries stays in a block
 _PAIR_WIDTHS = (1, 2, 4)       # "pair": column indices per load of its merge (1: element by element)
 # H100 sweep of 2026-11-26 (Watts-Strogatz 100k, k=10, rows/block 192): width 1 0.0250 ms, 2
 # 0.0288 ms, 4 0.0298 ms: the vector merge's extra compares cost more than its fewer loads save
@@ -246,8 +253,9 @@ def _gpu_values(pattern, metric, self_loops, dtype, device, variant):
 # --------------------------------------------------------------------------- GPU
 
 
-def choose_variant(degrees):
-    """The GPU variant ``variant="auto"`` uses for a graph with these row lengths.
+def choose_variant(degrees, locality=None):
+    """The GPU variant ``variant="auto"`` uses for a graph with these row lengths (and
+    ``locality``, :func:`row_locality` at the staged variant's rows per block, when known).
 
     From the H100 sweep of 2026-11-26 (device time only; the H200 sweep before it ranked the
     others the same): short lists everywhere (max degree <= 32: Watts-Strogatz, Delaunay) favour
@@ -266,10 +274,19 @@ def choose_variant(degrees):
         return "element"
     mean, top = float(d.mean()), int(d.max())
     if top <= 32:
-        return "pair"
+        return "staged" if locality is not None and locality >= _STAGE_MIN_LOCALITY else "pair"
     if top >= 8192 and top > 64 * mean:
         return "longrow"
     return "warp"
+
+
+def auto_variant(pattern):
+    """:func:`choose_variant` for a :class:`SymmetricPattern`, with its :func:`row_locality` where
+    the choice depends on it (every row at most 32 entries)."""
+    d = pattern.degrees
+    top = int(d.max()) if d.size else 0
+    locality = row_locality(pattern, staged_rows_per_block(d)) if 0 < top <= 32 else None
+    return choose_variant(d, locality)
 
 
 def shortrow_group_size(degrees):
@@ -320,6 +337,28 @@ def pair_rows_per_block(degrees, *, entries=_PAIR_ENTRIES_PER_BLOCK):
     return int(min(_BLOCK, max(8, rows - rows % 8)))
 
 
+def row_locality(pattern, rows_per_block):
+    """The share of stored off-diagonal entries (i, j) whose row j lies in i's block of
+    ``rows_per_block`` rows when the ``"staged"`` variant stages it: the merges it serves from
+    shared memory.  A ring lattice or a mesh in a banded order is close to 1, the same graph with
+    its vertices shuffled close to 0."""
+    rows = np.repeat(np.arange(pattern.n, dtype=np.int64), pattern.degrees)
+    off = rows != pattern.indices
+    if not off.any():
+        return 0.0
+    block = rows[off] // rows_per_block
+    return float(np.mean(pattern.indices[off] // rows_per_block == block))
+
+
+def staged_rows_per_block(degrees):
+    """Rows per block of the ``"staged"`` variant: about ``_STAGE_FILL * _STAGE_CAP`` stored entries
+    per block at the mean degree (so that nearly every block stages), a multiple of 8 from 8 to 256."""
+    d = np.asarray(degrees)
+    mean = float(d.mean()) if d.size else 1.0
+    rows = int(_STAGE_FILL * _STAGE_CAP / max(mean, 1.0))
+    return int(min(_BLOCK, max(8, rows - rows % 8)))
+
+
 def work_line_length(pattern):
     """Work items of the balanced, hub and longrow variants: ``min(d_i, d_j)`` summed over the
     undirected off-diagonal pairs (each pair's work is carried by one of its two entries)."""
@@ -354,7 +393,7 @@ class DeviceSimilarity:
         """``hub_min_degree`` and ``hub_max_bytes`` (default: min(0.25 GiB, 10% of free device
         memory)) choose the bitmaps of the ``"hub"`` and ``"longrow"`` variants; see
         :func:`hub_vertices`.  ``balanced_chunk``: consecutive searches per thread in the
-        balanced, hub and longrow variants.  ``rows_per_block``: rows per block of the ``"pair"``
+        balanced, hub and longrow variants.  ``rows_per_block``: rows per block of the ``"pair"`` and ``"staged"``
         variant (1 to 256; default :func:`pair_rows_per_block`).  ``pair_width``: column indices
         per load in the ``"pair"`` merge, 1, 2 or 4 (aligned vector loads; weighted graphs and
         graphs of 2^31 - 2 nodes or more merge element by element, ``self.pair_width`` says
@@ -371,12 +410,15 @@ class DeviceSimilarity:
         if variant not in VARIANTS:
             raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}; got {variant!r}")
         degrees = pattern.degrees
-        self.variant = choose_variant(degrees) if variant == "auto" else variant
+        self.variant = auto_variant(pattern) if variant == "auto" else variant
+        if self.variant == "staged" and self.weighted:
+            self.variant = "pair"  # the staged merge counts; weighted pairs merge by element
         self.group = warp_group_size(degrees)
         self.balanced_chunk = int(balanced_chunk)
         if not 1 <= self.balanced_chunk <= 1 << 16:
             raise ValueError(f"balanced_chunk must be 1 to 65536, got {balanced_chunk!r}")
-        self.rows_per_block = int(pair_rows_per_block(degrees) if rows_per_block is None else rows_per_block)
+        default_rows = staged_rows_per_block if self.variant == "staged" else pair_rows_per_block
+        self.rows_per_block = int(default_rows(degrees) if rows_per_block is None else rows_per_block)
         if not 1 <= self.rows_per_block <= _BLOCK:
             raise ValueError(f"rows_per_block must be 1 to {_BLOCK}, got {rows_per_block!r}")
         if pair_width not in _PAIR_WIDTHS:
@@ -411,7 +453,7 @@ class DeviceSimilarity:
                          inter=(s if self.weighted else 4) * nnz, group_entry=8 * n_groups)
         if self.hubs.size:
             sizes.update(hub_list=4 * self.hubs.size, hub_slot=4 * n, bitmaps=4 * self.hub_words * self.hubs.size)
-        if self.variant == "shortrow" or (self.variant == "pair" and not self.weighted):
+        if self.variant in ("shortrow", "staged") or (self.variant == "pair" and not self.weighted):
             for name in ("deg", "adj", "wsum", "selfw"):  # the vertex terms are computed in the kernel
                 sizes.pop(name, None)
         self.nbytes = sum(sizes.values())
@@ -449,6 +491,8 @@ class DeviceSimilarity:
                     for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow")}
         pair_kernel = "pair" if self.pair_width == 1 else f"pair_vec{self.pair_width}"
         self._fn["pair"] = rt.kernel(dev, "jaccard", f"jaccard_{pair_kernel}_{flavour}")
+        if self.variant == "staged":
+            self._fn["staged"] = rt.kernel(dev, "jaccard", f"jaccard_staged_{flavour}")
         self._fn_vertex = (rt.kernel(dev, "jaccard", f"jaccard_vertex_weights_{flavour[-3:]}") if self.weighted
                            else rt.kernel(dev, "jaccard", "jaccard_vertex_counts"))
         self._fn_work = rt.kernel(dev, "jaccard", "jaccard_balanced_work")
@@ -484,7 +528,7 @@ class DeviceSimilarity:
             return
         common = (self.indptr, self.indices, self.weights, n32, nnz64, np.int32(self.metric), self.deg, self.adj,
                   self.wsum, self.selfw, scalar(1 if self.self_loops else -1), self.out)
-        if self.variant == "pair" and not self.weighted:  # one launch: the kernel finds the vertex terms
+        if self.variant in ("pair", "staged") and not self.weighted:  # one launch: it finds the vertex terms
             self._launch_pair(common)
             return
         if self.hub_slot is not None:
@@ -526,7 +570,7 @@ class DeviceSimilarity:
 
     def _launch_pair(self, common):
         rows = self.rows_per_block
-        self.rt.launch(self._fn["pair"], -(-self.pattern.n // rows), _BLOCK,
+        self.rt.launch(self._fn[self.variant], -(-self.pattern.n // rows), _BLOCK,
                        common + (np.int32(self.self_loops), np.int32(rows)), stream=self.stream)
 
     def download(self, out):

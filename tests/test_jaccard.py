@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from graphkern import Graph, GraphTooLargeError
 import graphkern.similarity as similarity
 from graphkern.similarity import (VARIANTS, DeviceSimilarity, SymmetricPattern, choose_variant, hub_vertices, jaccard,
-                                  overlap, pair_rows_per_block, shortrow_group_size, sorensen, symmetric_pattern,
+                                  overlap, pair_rows_per_block, row_locality, shortrow_group_size, staged_rows_per_block, sorensen, symmetric_pattern,
                                   work_line_length)
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
@@ -421,6 +421,68 @@ def test_gpu_pair_and_longrow_agree_with_element_on_a_power_law_graph(rng, gpu_d
                              ("longrow", dict(balanced_chunk=32, hub_max_bytes=0))):
         values, _ = device_values(gpu_device, A, "jaccard", variant=variant, **options)
         np.testing.assert_array_equal(values, element, err_msg=f"{variant} {options}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows_per_block", [None, 1, 7, 64, 256])
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_gpu_staged_on_local_and_hub_rows(rng, gpu_device, rows_per_block, self_loops):
+    """The staged variant where nearly every pair lies inside a block (a ring lattice with a few
+    random shortcuts and self-loops), and where a hub's block holds too many entries to stage
+    (those blocks read global memory): equal to element, bit for bit, and to the CPU."""
+    from graphkern.generators import watts_strogatz
+    A = sp.csr_matrix(watts_strogatz(n=3000, k=10, p=0.1, seed=int(rng.integers(1 << 30)), as_csr=True))
+    A = sp.lil_matrix(A)
+    loops = rng.random(A.shape[0]) < 0.2
+    A.setdiag(loops.astype(np.float64))
+    hub = int(rng.integers(A.shape[0]))
+    far = rng.choice(A.shape[0], 2500, replace=False)
+    A[hub, far] = 1.0
+    A[far, hub] = 1.0
+    A[hub, hub] = 0.0
+    A = sp.csr_matrix(A)
+    A.eliminate_zeros()
+    for metric in ("jaccard", "overlap"):
+        element, _ = device_values(gpu_device, A, metric, self_loops=self_loops, variant="element")
+        values, run = device_values(gpu_device, A, metric, self_loops=self_loops, variant="staged",
+                                    rows_per_block=rows_per_block)
+        assert run.variant == "staged"
+        np.testing.assert_array_equal(values, element, err_msg=f"{metric} rows/block {rows_per_block}")
+        assert_matches_cpu(values, A, metric=metric, self_loops=self_loops)
+
+
+@pytest.mark.gpu
+def test_gpu_weighted_staged_runs_as_pair(rng, gpu_device):
+    A = random_graph(rng, 300, 0.05)
+    values, run = device_values(gpu_device, A, "jaccard", weighted=True, variant="staged")
+    assert run.variant == "pair"
+    assert_matches_cpu(values, A, weighted=True)
+
+
+def test_row_locality_and_the_auto_choice_between_pair_and_staged(rng):
+    from graphkern.generators import watts_strogatz
+    ring = sp.csr_matrix(watts_strogatz(n=5000, k=10, p=0.0, seed=1, as_csr=True))
+    pattern = symmetric_pattern(ring)
+    rows = staged_rows_per_block(pattern.degrees)
+    # a ring lattice (neighbours within 5) leaves its block only in the 1 + 2 + .. + 5 = 15 pairs,
+    # 30 entries, that cross each block boundary and the wrap
+    expected = 1 - 30 * (5000 // rows + 1) / ring.nnz
+    assert row_locality(pattern, rows) == pytest.approx(expected, abs=1e-12)
+    assert similarity.auto_variant(pattern) == "staged"
+    perm = rng.permutation(5000)
+    shuffled = symmetric_pattern(sp.csr_matrix(ring[perm][:, perm]))
+    assert row_locality(shuffled, rows) < 0.1
+    assert similarity.auto_variant(shuffled) == "pair"
+    assert choose_variant(pattern.degrees) == "pair"  # locality unknown
+    assert choose_variant(pattern.degrees, 0.5) == "staged"
+    assert row_locality(symmetric_pattern(sp.csr_matrix(np.eye(4))), 8) == 0.0  # no off-diagonal entry
+
+
+def test_staged_rows_per_block():
+    assert staged_rows_per_block(np.full(1000, 10)) == 160  # 0.8 x 2048 entries at 10 per row: 163 -> 160
+    assert staged_rows_per_block(np.full(1000, 2)) == 256  # one block of threads at most
+    assert staged_rows_per_block(np.full(1000, 500)) == 8  # at least 8
+    assert staged_rows_per_block(np.zeros(3, dtype=np.int64)) == 256
 
 
 def test_pair_rows_per_block():

@@ -86,7 +86,7 @@ import scipy.sparse as sp
 
 from graphkern.bench.cli import print_table
 from graphkern.bench.timing import time_cpu, time_gpu
-from graphkern.similarity import VARIANTS, DeviceSimilarity, choose_variant, symmetric_pattern
+from graphkern.similarity import VARIANTS, DeviceSimilarity, auto_variant, symmetric_pattern
 from graphkern.similarity import _cpu_values as cpu_values
 
 NAME = "jaccard"
@@ -470,11 +470,11 @@ def run(args, ctx):
         if not args.no_peers:
             rows += peer_rows(name, A, stats, reference, quick=quick, repeat=max(1, min(repeat, 3)), gpu=ctx.gpu,
                               max_spgemm=max_spgemm, progress=ctx.progress)
+        auto = auto_variant(pattern)
         for r in rows:
-            r.update({k: stats[k] for k in ("n", "nnz", "work", "max_degree")}, auto_variant=choose_variant(
-                pattern.degrees))
+            r.update({k: stats[k] for k in ("n", "nnz", "work", "max_degree")}, auto_variant=auto)
         print_graph_table(name, desc, stats, rows)
-        print(f"  (graph built and validated in {built:.1f} s; auto variant here: {choose_variant(pattern.degrees)})\n")
+        print(f"  (graph built and validated in {built:.1f} s; auto variant here: {auto})\n")
         results[name] = rows
         all_rows += rows
     targets = evaluate_targets(results, ctx.gpu)
