@@ -19,6 +19,8 @@
 //                        pair per resident block.
 //   dynamic scheduling   teams take the next pair from a global atomic counter (the host sorts
 //                        the pairs by predicted cost, largest first); otherwise a static stride.
+//                        Several devices may share one counter (peer access, system-scope
+//                        atomics): each takes the next pair of one common list when it is free.
 //
 // A team (one warp, or one block) computes the XMV  y = (A1 (x) A2 (.) E) p  of its pair by
 // groups of consecutive tile rows of G1 whose octiles fit the team's `row_slots` shared slots.
@@ -503,22 +505,29 @@ __device__ void tiled_solve(const TiledSet<T>* __restrict__ set1, const TiledSet
     const int64_t team_global = (int64_t)(blockIdx.x / team.ranks) * teams_per_block + team_in_block;
     const int64_t n_teams = (int64_t)(gridDim.x / team.ranks) * teams_per_block;
     T* work = scratch + team_global * N_VECTORS * stride;
-    int64_t k = team_global;
+    // dynamic == 1: the first n_teams pairs go to the teams in order, the rest are claimed from
+    // the counter.  dynamic == 2 (a queue shared by several devices, the counter in one device's
+    // memory and reached over peer access by the others): every pair is claimed.  System-scope
+    // atomics, so that claims from every device are one sequence.
+    const unsigned long long claim_offset = dynamic == 2 ? 0ull : (unsigned long long)n_teams;
+    auto claim = [&]() -> int64_t {
+        if (BLOCK) {
+            if (team.tid == 0) *s_next = atomicAdd_system(counter, 1ull) + claim_offset;
+            team.sync();
+            const int64_t next = (int64_t)*cluster_peer(s_next, 0);  // block 0's claim (its own without clusters)
+            team.sync();  // read before the next claim overwrites it
+            return next;
+        }
+        unsigned long long claimed = 0;
+        if (team.lane == 0) claimed = atomicAdd_system(counter, 1ull);
+        return (int64_t)__shfl_sync(kFullMask, claimed, 0) + (int64_t)claim_offset;
+    };
+    int64_t k = dynamic == 2 ? claim() : team_global;
     while (k < n_pairs) {
         solve_pair<T, FORM, BLOCK, COMPACT>(team, sp, pb, pair_g1[k], pair_g2[k], work, stride, k_out + k, it_out + k,
                                             res_out + k, nodal != nullptr ? nodal + nodal_off[k] : nullptr);
         if (dynamic) {
-            // the first n_teams pairs went to the teams in order; the rest are claimed
-            if (BLOCK) {
-                if (team.tid == 0) *s_next = atomicAdd(counter, 1ull) + (unsigned long long)n_teams;
-                team.sync();
-                k = (int64_t)*cluster_peer(s_next, 0);  // block 0's claim (its own without clusters)
-                team.sync();  // read before the next claim overwrites it
-            } else {
-                unsigned long long claimed = 0;
-                if (team.lane == 0) claimed = atomicAdd(counter, 1ull);
-                k = (int64_t)__shfl_sync(kFullMask, claimed, 0) + n_teams;
-            }
+            k = claim();
         } else {
             k += n_teams;
             team.sync();  // the next pair reuses the scratch vectors

@@ -31,10 +31,14 @@ depend on it (the nodal matrices are returned in the input numbering).  Datasets
 solver are cached per packed dataset and per option set, and their device copies per device,
 so a new call with other hyperparameters only ships the programs and the pairs.
 
-Several devices (``device=[0, 1, ...]``): the pairs are grouped into tiles of the Gram matrix,
-the tiles assigned to devices by predicted cost (octile pairs times expected CG iterations,
-largest first to the least loaded device), and every device runs its share from its own host
-thread.
+Several devices (``device=[0, 1, ...]``), each run from its own host thread.  Where every device
+reaches the first one's memory with native atomics (NVLink) and the schedule is dynamic, the
+devices share one work queue (:func:`shared_queue_devices`): every device gets the whole list of
+pairs, largest predicted cost first, and its teams claim the next pair from one counter in the
+first device's memory, so a device that finishes its pairs early takes more instead of waiting.
+Otherwise (PCIe, static schedule, nodal output) the pairs are grouped into tiles of the Gram
+matrix, the tiles assigned to devices by predicted cost (octile pairs times expected CG
+iterations, largest first to the least loaded device) (:func:`split_pairs`).
 
 Thresholds of the adaptive choice (:data:`FORM_THRESHOLDS`) come from a cost model in warp
 instructions per octile pair on sm_90, read off the loops of ``mgk_tiled_octile.cuh`` (both
@@ -62,6 +66,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 import threading
 import time
 import weakref
@@ -517,6 +522,25 @@ def supports_clusters(dev):
     return tuple(dev.properties["compute_capability"]) >= (9, 0)
 
 
+#: Share one work queue between devices where :func:`shared_queue_devices` allows it; False
+#: forces the static split (``GRAPHKERN_MGK_SHARED_QUEUE=0``, for the benchmark's comparison).
+SHARED_QUEUE = os.environ.get("GRAPHKERN_MGK_SHARED_QUEUE", "1") != "0"
+
+
+def shared_queue_devices(devs):
+    """Whether ``devs`` (two or more) can share one work counter in ``devs[0]``'s memory: every
+    other device has peer access to it with native atomics.  Enables the peer access it needs."""
+    if len(devs) < 2 or not SHARED_QUEUE:
+        return False
+    home = devs[0]
+    for dev in devs[1:]:
+        if dev is home or not (dev.can_access_peer(home) and dev.native_peer_atomics(home)):
+            return False
+    for dev in devs[1:]:
+        dev.enable_peer_access(home)
+    return True
+
+
 def split_pairs(pair_arr, cost, n_devices, *, tiles_per_device=128):
     """Indices of the pairs each device solves: Gram-matrix tiles, largest predicted cost first to
     the least loaded device.
@@ -564,6 +588,8 @@ class TiledGPUEngine:
         self.n_threads = n_threads
         #: per device of the last solve: (ordinal, pairs, kernel seconds, team kind)
         self.last_run = []
+        #: whether the devices of the last solve shared one work queue (else: split_pairs)
+        self.last_shared_queue = False
 
     def datasets(self, ds1, ds2):
         """The TiledData of both sides and the solver arguments, for the current settings."""
@@ -596,17 +622,29 @@ class TiledGPUEngine:
             raise ValueError(f"a kernel program is too long for the GPU solver (at most {MAX_PARAMS} parameters "
                              f"per program and {MAX_CODE} code words in all)")
         cost = predicted_cost(td1, td2, g1, g2, self.s["q"])
-        shares = split_pairs(pair_arr, cost, len(self.ordinals))
         K = np.full(m, np.nan)
         iters = np.full(m, -1, dtype=np.int32)
         resid = np.full(m, np.nan)
         blocks = [None] * m if nodal else None
-        jobs = [(ordinal, idx) for ordinal, idx in zip(self.ordinals, shares) if len(idx)]
+        devs = [rt.get_device(ordinal) for ordinal in self.ordinals]
+        queue = None
+        if len(devs) > 1 and not nodal and self.tech["schedule"] == "dynamic" and shared_queue_devices(devs):
+            queue = rt.alloc(devs[0], 1, np.uint64)
+            queue.zero()
+            devs[0].synchronize()
+            everything = np.arange(m, dtype=np.int64)
+            jobs = [(ordinal, everything) for ordinal in self.ordinals]
+        else:
+            shares = split_pairs(pair_arr, cost, len(self.ordinals))
+            jobs = [(ordinal, idx) for ordinal, idx in zip(self.ordinals, shares) if len(idx)]
+
+        self.last_shared_queue = queue is not None
 
         def run(job):
             ordinal, idx = job
             return ordinal, idx, self._solve_on(rt.get_device(ordinal), td1, td2, args, g1[idx], g2[idx],
-                                                octile_pairs[idx], cost[idx], nodal)
+                                                octile_pairs[idx], cost[idx], nodal, queue=queue,
+                                                n_devices=len(jobs))
 
         if len(jobs) == 1:
             results = [run(jobs[0])]
@@ -614,19 +652,30 @@ class TiledGPUEngine:
             with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
                 results = list(pool.map(run, jobs))
         self.last_run = []
+        solved_by = np.zeros(m, dtype=np.int64)
         for ordinal, idx, (k, it, res, nod, seconds, team) in results:
-            K[idx] = k
-            iters[idx] = it
-            resid[idx] = res
+            mine = it >= 0  # with a shared queue, the pairs this device claimed
+            solved_by[idx[mine]] += 1
+            K[idx[mine]] = k[mine]
+            iters[idx[mine]] = it[mine]
+            resid[idx[mine]] = res[mine]
             if nodal:
                 for j, block in zip(idx.tolist(), nod):
                     blocks[j] = td1.unpermute(int(g1[j]), block, td2, int(g2[j]))
-            self.last_run.append((ordinal, len(idx), seconds, team))
+            self.last_run.append((ordinal, int(np.count_nonzero(mine)), seconds, team))
+        if not np.all(solved_by == 1):
+            raise RuntimeError(f"the tiled GPU solver on devices {self.ordinals} left {int(np.sum(solved_by == 0))} of "
+                               f"{m} pairs unsolved and solved {int(np.sum(solved_by > 1))} twice")
         return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=octile_pairs,
                        seconds=max(r[2] for r in self.last_run))
 
-    def _solve_on(self, dev, td1, td2, args, g1, g2, octile_pairs, cost, nodal):
-        """Solve the pairs (g1[k], g2[k]) on ``dev``: (K, iterations, residuals, nodal blocks, seconds, team)."""
+    def _solve_on(self, dev, td1, td2, args, g1, g2, octile_pairs, cost, nodal, *, queue=None, n_devices=1):
+        """Solve the pairs (g1[k], g2[k]) on ``dev``: (K, iterations, residuals, nodal blocks, seconds, team).
+
+        ``queue``: a counter shared with other devices (in another device's memory, reached by
+        peer access), which then solve the same list: this device solves the pairs its teams
+        claim, and the others come back with iterations -1 and K NaN.  ``n_devices``: how many
+        devices share the pairs (the team choice predicts this device's share)."""
         from graphkern._cuda import runtime as rt
         from graphkern.errors import GraphTooLargeError
 
@@ -641,8 +690,10 @@ class TiledGPUEngine:
 
         sms = dev.properties["multiprocessor_count"]
         clusters = supports_clusters(dev)
+        # with a shared queue the devices take the list together, like one device of all their SMs
+        shared_sms = sms * n_devices if queue is not None else sms
         team = tech["team"] if tech["team"] != "auto" else choose_team(
-            m, octile_pairs, sms, g1_octiles=td1.tiles_per_graph[g1], clusters=clusters, cost=cost)
+            m, octile_pairs, shared_sms, g1_octiles=td1.tiles_per_graph[g1], clusters=clusters, cost=cost)
         if team == "cluster" and not clusters:
             raise ValueError(f"techniques['team']='cluster' needs thread-block clusters (compute capability 9.0+); "
                              f"device {dev.ordinal} has {'.'.join(map(str, dev.properties['compute_capability']))}")
@@ -704,8 +755,11 @@ class TiledGPUEngine:
         d_res = rt.alloc(dev, m, np.float64)
         for buf in (d_k, d_res, d_it):
             buf.memset32(0xFFFFFFFF, stream)  # NaN and -1: a pair the kernel never wrote shows up
-        counter = rt.alloc(dev, 1, np.uint64)
-        counter.zero(stream)
+        if queue is None:
+            counter = rt.alloc(dev, 1, np.uint64)
+            counter.zero(stream)
+        else:
+            counter = queue
         if nodal:
             d_nodal = rt.alloc(dev, max(int(nodal_off[-1]), 1), dt)
             d_nodal_off = rt.to_device(dev, nodal_off, stream)
@@ -720,7 +774,7 @@ class TiledGPUEngine:
                    np.int32(len(args["eparam"])), T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]),
                    T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]), np.int32(s["max_iter"]), np.int32(ss_max),
                    np.int32(ds_max), np.int32(row_slots), np.int32(slab),
-                   np.int32(tech["schedule"] == "dynamic"), counter, scratch, np.int64(stride), d_k, d_it, d_res,
+                   np.int32(2 if queue is not None else tech["schedule"] == "dynamic"), counter, scratch, np.int64(stride), d_k, d_it, d_res,
                    d_nodal, d_nodal_off),
                   shared_mem=shared, stream=stream)
         end.record(stream)
@@ -733,7 +787,7 @@ class TiledGPUEngine:
         K[order] = d_k.to_host()
         iters[order] = d_it.to_host()
         resid[order] = d_res.to_host()
-        if not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
+        if queue is None and not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
             raise RuntimeError(f"the tiled GPU solver left {int(np.sum(~np.isfinite(K) | (iters < 0)))} of {m} pairs "
                                f"unwritten on device {dev.ordinal}")
         blocks_out = None

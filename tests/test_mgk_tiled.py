@@ -441,12 +441,22 @@ def test_dataset_and_device_copies_are_reused(rng):
 @pytest.mark.gpu
 @pytest.mark.multigpu
 @pytest.mark.parametrize("team", ["warp", "block", "cluster"])
-def test_two_gpus_equal_one(rng, team):
+@pytest.mark.parametrize("queue", ["shared", "split", "static"])
+def test_two_gpus_equal_one(rng, monkeypatch, team, queue):
+    """Two devices sharing one work queue (NVLink), splitting the Gram matrix's tiles (the shared
+    queue turned off, or a static schedule): the same K as one device, every pair solved once."""
+    from graphkern import _mgk_tiled
+    from graphkern._cuda import runtime as rt
+
     if team not in gpu_teams(0) or team not in gpu_teams(1):
         pytest.skip("thread-block clusters need compute capability 9.0")
+    if queue == "shared" and not _mgk_tiled.shared_queue_devices([rt.get_device(0), rt.get_device(1)]):
+        pytest.skip("device 1 has no native atomics on device 0's memory (no NVLink)")
+    monkeypatch.setattr(_mgk_tiled, "SHARED_QUEUE", queue == "shared")
     X = [labeled_graph(rng, int(n), 0.15) for n in rng.integers(5, 60, 24)]
     nk, ek = KERNELS["sqexp"]
-    kw = dict(q=0.05, tol=1e-13, dtype=np.float64, backend="gpu", techniques={"team": team})
+    kw = dict(q=0.05, tol=1e-13, dtype=np.float64, backend="gpu",
+              techniques={"team": team, "schedule": "static" if queue == "static" else "dynamic"})
     one = MarginalizedGraphKernel(nk, ek, device=0, **kw)(X)
     kern = MarginalizedGraphKernel(nk, ek, device=[0, 1], **kw)
     two = kern(X)
@@ -454,13 +464,41 @@ def test_two_gpus_equal_one(rng, team):
     assert rel_err(two, one) < 1e-11
     engine.solve(*[next(iter(kern._datasets._entries.values()))[2]] * 2,
                  np.stack(np.triu_indices(len(X)), axis=1).astype(np.int64), nodal=False)
+    assert engine.last_shared_queue == (queue == "shared")
     assert sorted(r[0] for r in engine.last_run) == [0, 1]
     assert sum(r[1] for r in engine.last_run) == len(X) * (len(X) + 1) // 2
+    assert all(r[1] > 0 for r in engine.last_run)  # 300 pairs: both devices take some
     swapped = MarginalizedGraphKernel(nk, ek, device=[1, 0], **kw)
     assert rel_err(swapped(X), one) < 1e-11
     Y = X[:5]
     np.testing.assert_allclose(kern(X, Y, nodal=True), MarginalizedGraphKernel(nk, ek, device=0, **kw)(X, Y, nodal=True),
                                rtol=1e-10)
+
+
+def test_shared_queue_needs_native_peer_atomics_to_the_first_device(monkeypatch):
+    from graphkern import _mgk_tiled
+
+    class FakeDevice:
+        def __init__(self, peer, atomics):
+            self.peer, self.atomics, self.enabled = peer, atomics, []
+
+        def can_access_peer(self, other):
+            return self.peer
+
+        def native_peer_atomics(self, other):
+            return self.atomics
+
+        def enable_peer_access(self, other):
+            self.enabled.append(other)
+
+    home, nvlink, pcie = FakeDevice(True, True), FakeDevice(True, True), FakeDevice(True, False)
+    assert _mgk_tiled.shared_queue_devices([home, nvlink]) and nvlink.enabled == [home]
+    assert not _mgk_tiled.shared_queue_devices([home, nvlink, pcie])
+    assert not _mgk_tiled.shared_queue_devices([home, FakeDevice(False, False)])
+    assert not _mgk_tiled.shared_queue_devices([home])
+    assert not _mgk_tiled.shared_queue_devices([home, home])  # one device listed twice
+    monkeypatch.setattr(_mgk_tiled, "SHARED_QUEUE", False)
+    assert not _mgk_tiled.shared_queue_devices([home, FakeDevice(True, True)])
 
 
 # ---------------------------------------------------------------------------- the benchmark suite

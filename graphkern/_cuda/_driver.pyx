@@ -164,6 +164,14 @@ cdef class Device:
         _check(cydriver.cuDeviceCanAccessPeer(&ok, self.dev, other.dev), "cuDeviceCanAccessPeer")
         return bool(ok)
 
+    def native_peer_atomics(self, Device other):
+        """Whether atomics by this device's kernels on ``other``'s memory are native (NVLink):
+        what a work counter shared across devices needs."""
+        cdef int ok = 0
+        _check(cydriver.cuDeviceGetP2PAttribute(&ok, cydriver.CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED,
+                                                self.dev, other.dev), "cuDeviceGetP2PAttribute")
+        return bool(ok)
+
     def enable_peer_access(self, Device other):
         """Let kernels on this device read ``other``'s memory; idempotent."""
         cdef cydriver.CUresult st
