@@ -772,14 +772,9 @@ CSR_ENTRY(mgk_csr_sqexp_f64, double, EDGE_SQEXP)
 // ones spill (two accumulators per output, the paired gather); at 2 (128 registers) the constant
 // and Kronecker forms do not, general f32 and sqexp f64 spill ~24 bytes; a 96-vertex pair's
 // ~81-110 KB of shared memory (both directions) allows only 2 blocks per SM anyway.
-// The _b3 twins (float only) are compiled for 3 blocks per SM (80 registers, some spilling): on
-// pairs small enough that three blocks' shared memory fits an SM (96-vertex NWS graphs: ~75 KB),
-// the third block hides the latency of the vector updates that dominate sparse pairs
-// (graphkern/_mgk_csr.py: gradient_entry picks the twin).
 constexpr int kGradientMinBlocksPerSM = 2;
-#define CSR_GRADIENT_ENTRY(NAME, T, FORM) CSR_GRADIENT_ENTRY_MIN(NAME, T, FORM, kGradientMinBlocksPerSM)
-#define CSR_GRADIENT_ENTRY_MIN(NAME, T, FORM, MINB)                                                          \
-    extern "C" __global__ void __launch_bounds__(kThreads, MINB)                                           \
+#define CSR_GRADIENT_ENTRY(NAME, T, FORM)                                                                    \
+    extern "C" __global__ void __launch_bounds__(kThreads, kGradientMinBlocksPerSM)                        \
         NAME(CSR_SET_ARGS(T, 1), CSR_SET_ARGS(T, 2), const int64_t* pair_g1, const int64_t* pair_g2,         \
              int64_t n_pairs, const int* code, const T* params, int ncode_len, int nparam_len, int ecode_len,  \
              int eparam_len, T ek_scale, T ek_theta, T ek_aux, int ek_slot, T q, T p2, double tol,           \
@@ -805,7 +800,3 @@ CSR_GRADIENT_ENTRY(mgk_csr_gradient_general_f64, double, EDGE_GENERAL)
 CSR_GRADIENT_ENTRY(mgk_csr_gradient_constant_f64, double, EDGE_CONSTANT)
 CSR_GRADIENT_ENTRY(mgk_csr_gradient_kronecker_f64, double, EDGE_KRONECKER)
 CSR_GRADIENT_ENTRY(mgk_csr_gradient_sqexp_f64, double, EDGE_SQEXP)
-CSR_GRADIENT_ENTRY_MIN(mgk_csr_gradient_general_f32_b3, float, EDGE_GENERAL, 3)
-CSR_GRADIENT_ENTRY_MIN(mgk_csr_gradient_constant_f32_b3, float, EDGE_CONSTANT, 3)
-CSR_GRADIENT_ENTRY_MIN(mgk_csr_gradient_kronecker_f32_b3, float, EDGE_KRONECKER, 3)
-CSR_GRADIENT_ENTRY_MIN(mgk_csr_gradient_sqexp_f32_b3, float, EDGE_SQEXP, 3)

@@ -34,8 +34,6 @@ the caller's numbering.  Pairs whose staged data exceed the device's shared memo
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from graphkern._mgk_data import _nonempty
@@ -126,29 +124,6 @@ def pair_shared_bytes(itemsize, form, n1, n2, nnz1, nnz2, n_edge_features, direc
     features = n_edge_features if form == "general" else 0
     return ((nnz1 + nnz2) * _ENTRY_BYTES[itemsize] + directions * n1 * n2 * itemsize
             + (nnz1 + nnz2) * features * itemsize + (n1 + n2 + 2) * 4)
-
-
-#: Blocks per SM the float gradient kernel is compiled for: "auto" takes the 3-block twin
-#: (mgk_csr_gradient_*_f32_b3) wherever three blocks' shared memory fits an SM, "2" / "3" force
-#: one (``GRAPHKERN_MGK_CSR_GRADIENT_BLOCKS``, for the benchmark's comparison).
-GRADIENT_BLOCKS = os.environ.get("GRAPHKERN_MGK_CSR_GRADIENT_BLOCKS", "auto")
-
-
-def gradient_twin(dev, fn, shared):
-    """The float gradient kernel to launch: ``fn`` (2 blocks per SM) or its 3-block twin, by
-    :data:`GRADIENT_BLOCKS` and the twin's occupancy at ``shared`` bytes."""
-    if GRADIENT_BLOCKS not in ("auto", "2", "3"):
-        raise ValueError(f"GRAPHKERN_MGK_CSR_GRADIENT_BLOCKS must be auto, 2 or 3, not {GRADIENT_BLOCKS!r}")
-    if GRADIENT_BLOCKS == "2":
-        return fn
-    from graphkern._cuda import runtime as rt
-
-    twin = rt.kernel(dev, "mgk_csr", f"{fn.name}_b3")
-    if shared > 48 * 1024:
-        twin.set_max_dynamic_shared_memory(shared)
-    if GRADIENT_BLOCKS == "3" or twin.max_active_blocks_per_sm(THREADS_PER_BLOCK, shared) >= 3:
-        return twin
-    return fn
 
 
 def shared_memory_limit(dev):
@@ -290,8 +265,6 @@ class CSRGPUEngine:
         fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
-        if entry == "mgk_csr_gradient" and dt == np.float32:
-            fn = gradient_twin(dev, fn, shared)
         stride = int(-(-int(sizes.max()) // 32) * 32)
         per_block = n_vectors * stride * dt.itemsize
         free, _ = dev.memory_info()

@@ -319,33 +319,3 @@ def test_gradient_non_convergence_on_csr(rng):
     kern.max_iter = 2000
     kern(X, eval_gradient=True)
     assert np.all(kern.info_.adjoint_iterations > 0) and np.all(kern.info_.residuals <= 1e-6)
-
-
-@gpu
-@pytest.mark.parametrize("blocks", ["2", "3"])
-@pytest.mark.parametrize("form", ["constant", "kronecker", "sqexp", "general"])
-def test_float_gradient_twins_agree_with_the_cpu(rng, monkeypatch, form, blocks):
-    """The float gradient kernel compiled for 2 and for 3 blocks per SM (mgk_csr_gradient_*_f32_b3):
-    the same K and derivatives as the CPU within float32 rounding; the chosen twin is the one launched."""
-    from graphkern._cuda import runtime as rt
-    from test_mgk_gradient import make_kernel
-
-    monkeypatch.setattr(_mgk_csr, "GRADIENT_BLOCKS", blocks)
-    launched = []
-    real_launch = rt.launch
-    monkeypatch.setattr(rt, "launch", lambda fn, *a, **k: (launched.append(fn.name), real_launch(fn, *a, **k))[1])
-    X = sparse_set(rng)[:7]
-    seed = int(rng.integers(1 << 30))
-    Kc, dc = make_kernel(form, np.random.default_rng(seed), "cpu")(X, eval_gradient=True)
-    gpu32 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr", dtype=np.float32, tol=None)
-    K32, d32 = gpu32(X, eval_gradient=True)
-    twins = {name for name in launched if name.startswith("mgk_csr_gradient_")}
-    assert twins and all(name.endswith("_b3") == (blocks == "3") for name in twins), twins
-    assert rel_err(K32, Kc) < 2e-5
-    assert np.max(np.abs(d32 - dc)) <= 1e-4 * np.max(np.abs(dc)), form
-
-
-def test_gradient_blocks_setting_is_checked(monkeypatch):
-    monkeypatch.setattr(_mgk_csr, "GRADIENT_BLOCKS", "4")
-    with pytest.raises(ValueError, match="GRAPHKERN_MGK_CSR_GRADIENT_BLOCKS must be auto, 2 or 3"):
-        _mgk_csr.gradient_twin(None, None, 0)
