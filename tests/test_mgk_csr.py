@@ -288,8 +288,10 @@ def test_gradient_on_csr_and_fallback_against_cpu_and_finite_differences(rng, mo
 @gpu
 @pytest.mark.parametrize("dtype,tol,bound", [(np.float32, None, 1e-4), (np.float64, 1e-13, 1e-9)])
 def test_default_solver_gradient_runs_on_csr(rng, dtype, tol, bound):
-    """techniques='auto' computes gradients on the CSR solver (no octile statistics: the core solver
-    did not run), normalized and rectangular ones included, equal to the core solver's."""
+    """techniques='auto' computes gradients on the GEMM solver where it takes the pair and on the CSR
+    solver otherwise (no octile statistics: the core solver did not run), normalized and rectangular
+    ones included, equal to the core solver's."""
+    from graphkern._mgk_gemm import GEMMGPUEngine
     from test_mgk_gradient import make_kernel
 
     X = [random_graph(rng, n, 0.2) for n in (1, 7, 15, 24)]
@@ -299,7 +301,8 @@ def test_default_solver_gradient_runs_on_csr(rng, dtype, tol, bound):
         auto = make_kernel(form, np.random.default_rng(seed), "gpu", dtype=dtype, tol=tol, normalize=True)
         core = make_kernel(form, np.random.default_rng(seed), "gpu", dtype=dtype, tol=tol, normalize=True,
                            techniques="core")
-        assert isinstance(auto._engine(auto._settings()), _mgk_csr.CSRGPUEngine)
+        engine = auto._engine(auto._settings())
+        assert isinstance(engine, GEMMGPUEngine) and isinstance(engine.fallback, _mgk_csr.CSRGPUEngine)
         for args in ((X,), (X, Y)):
             Ka, da = auto(*args, eval_gradient=True)
             assert auto.info_.octile_pairs is None and auto.info_.adjoint_iterations is not None

@@ -1,7 +1,7 @@
 """The GEMM GPU solver of the marginalized graph kernel (techniques="gemm", and "auto" for the pairs it
 wins) against the dense float64 solve, the CPU solver and an independent factorized float64 CG; its
-gradients (opt-in) against the CPU gradient and finite differences; its host-side layout, term rules,
-sizing, routing and the gradients' opt-in switch (on the CPU)."""
+gradients against the CPU gradient and finite differences; its host-side layout, term rules,
+sizing, routing and the gradients' switch (on the CPU)."""
 
 import numpy as np
 import pytest
@@ -385,10 +385,10 @@ def _engine_without_device(by_cost, fallback):
     return engine
 
 
-def test_gradients_are_opt_in(monkeypatch):
-    """techniques="gemm" (by_cost=False) runs gradients here; "auto" (by_cost=True) leaves them to the
-    fallback unless GEMM_GRADIENTS is on; a fallback without gradients gives an AttributeError there
-    (graphkern.mgk then takes the core solver)."""
+def test_gradient_switch(monkeypatch):
+    """techniques="gemm" (by_cost=False) runs gradients here; "auto" (by_cost=True) too unless
+    GEMM_GRADIENTS is off, then leaves them to the fallback; a fallback without gradients gives an
+    AttributeError there (graphkern.mgk then takes the core solver)."""
     fallback = _FallbackWithGradients()
     monkeypatch.setattr(mgk_gemm, "GEMM_GRADIENTS", False)
     gemm, auto = _engine_without_device(False, fallback), _engine_without_device(True, fallback)
@@ -404,7 +404,7 @@ def test_gradient_switch_reads_the_environment():
     code = "import graphkern._mgk_gemm as g; print(g.GEMM_GRADIENTS)"
     import os
 
-    for value, expect in (("1", "True"), ("0", "False"), (None, "False")):
+    for value, expect in (("1", "True"), ("0", "False"), (None, "True")):
         env = {k: v for k, v in os.environ.items() if k != "GRAPHKERN_MGK_GEMM_GRADIENTS"}
         if value is not None:
             env["GRAPHKERN_MGK_GEMM_GRADIENTS"] = value
@@ -511,7 +511,7 @@ def test_every_tile_on_dense_and_medium_graphs(rng, edge):
 
 
 @gpu
-def test_auto_routes_dense_pairs_here_and_sparse_pairs_to_csr(rng):
+def test_auto_routes_dense_pairs_here_and_sparse_pairs_to_csr(rng, monkeypatch):
     dense = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in (40, 57, 64)]
     sparse = [labeled_graph(rng, n, 0.04, [0, 1, 2]) for n in (50, 60)]
     X = dense + sparse
@@ -533,7 +533,8 @@ def test_auto_routes_dense_pairs_here_and_sparse_pairs_to_csr(rng):
     assert not any(plan.take[k] for k, (a, b) in enumerate(pairs.tolist()) if a >= 3 and b >= 3)
     np.testing.assert_array_equal(engine.last_run["terms"] > 0, plan.take & (plan.terms > 0))
     assert rel_err(sol.K, cpu[i, j]) < 1e-9
-    # gradients never run here: the fallback's (the CSR solver's) engine computes them
+    # with the switch off, gradients are the fallback's (the CSR solver's)
+    monkeypatch.setattr(mgk_gemm, "GEMM_GRADIENTS", False)
     assert engine.solve_gradient.__self__ is engine.fallback
     csr = kernel("kronecker", q=q, tol=1e-12, dtype=np.float64, backend="gpu", techniques="csr")
     _, dK = auto(X, eval_gradient=True)
@@ -552,7 +553,7 @@ def test_a_pair_that_does_not_converge_is_reported(rng):
     assert np.all(np.isfinite(err.result))
 
 
-# ---------------------------------------------------------------------------- GPU gradients (opt-in)
+# ---------------------------------------------------------------------------- GPU gradients
 
 # edge kernels of the gradient tests: h = 0 must be fixed (theta is log h)
 GRADIENT_EDGES = {
@@ -662,7 +663,7 @@ def test_gradient_pair_that_does_not_converge_is_reported(rng):
 
 
 @gpu
-def test_auto_runs_gradients_here_only_with_the_switch(rng, monkeypatch):
+def test_auto_runs_gradients_here_with_the_switch(rng, monkeypatch):
     dense = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in (40, 57, 64)]
     sparse = [labeled_graph(rng, n, 0.04, [0, 1, 2]) for n in (50, 60)]
     X = dense + sparse
