@@ -175,7 +175,8 @@ def test_auto_runs_csr_and_tiled_in_one_call(rng, monkeypatch):
     ref = dense_mgk(X, None, *programs("kronecker"), q=0.05)
     kern = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu")  # auto
     monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: 6000)
-    engine = kern._engine(kern._settings())
+    # auto: the GEMM solver takes the pairs where it wins, the CSR solver the rest that fit, the tiled solver the others
+    engine = kern._engine(kern._settings()).fallback
     assert isinstance(engine, _mgk_csr.CSRGPUEngine) and isinstance(engine.fallback, TiledGPUEngine)
     assert rel_err(kern(X), ref) < 1e-10
     ds = kern._dataset(X, kern._settings())

