@@ -229,6 +229,7 @@ class MarginalizedGraphKernel(_KernelBase):
         self._tables = {"node": {}, "edge": {}}
         self._datasets = DatasetCache()
         self.info_ = None
+        self.last_engine_ = None
 
     # ------------------------------------------------------------------ validation
     def _settings(self):
@@ -310,6 +311,8 @@ class MarginalizedGraphKernel(_KernelBase):
         engine = self._engine(s)
         if eval_gradient and not hasattr(engine, "solve_gradient"):
             engine = self._core_engine(s)
+        #: the solver engine of the last call (its ``last_run`` says where the pairs ran; diagnostics)
+        self.last_engine_ = engine
         dsX = self._dataset(X, s)
         dsY = dsX if symmetric else self._dataset(Yg, s)
         plan = self._gradient_plan(s, dsX, dsY) if eval_gradient else None

@@ -368,7 +368,7 @@ def multi_gpu_rows(name, graphs, nk, ek, args, ctx, n_devices):
         kern = MarginalizedGraphKernel(nk, ek, q=args.q, dtype=np.dtype(args.dtype), backend="gpu", device=devices)
         kern(graphs)
         wall = time_cpu(lambda: kern(graphs), repeat=repeat, warmup=0)
-        engine = kern._engine(kern._settings())
+        engine = kern.last_engine_
         per_device = getattr(engine, "last_run", None)
         rows.append({"set": name, "devices": len(devices), "seconds": wall.median,
                      "kernel_s": kern.info_.solve_seconds, "pairs": len(kern.info_.pairs),
