@@ -505,8 +505,8 @@ struct GradientTerms {
     const double* cfree;
 };
 
-// y^T (A1 (x) A2 (.) E_c) x for this thread's outputs: x at p's forward half (S = 2).
-template <typename T, int CFORM>
+// y^T (A1 (x) A2 (.) E_c) x for this thread's outputs: x at p[S L] (the forward half when S = 2).
+template <typename T, int CFORM, int S>
 __device__ double contraction_share(const PairShared<T>& ps, const EdgeKernel<T>& ck, const T* __restrict__ y,
                                     int nf) {
     const int n2 = ps.n2;
@@ -515,7 +515,7 @@ __device__ double contraction_share(const PairShared<T>& ps, const EdgeKernel<T>
     for (int L = threadIdx.x; L < N; L += kThreads) {
         const int a = L / n2, b = L - a * n2;
         T acc[1];
-        entry_pair_sum<T, CFORM, 1, 2>(ps, ck, nf, a, b, ps.p, acc);
+        entry_pair_sum<T, CFORM, 1, S>(ps, ck, nf, a, b, ps.p, acc);
         sum += (double)y[L] * (double)acc[0];
     }
     return sum;
@@ -537,11 +537,11 @@ struct CGSide {
 };
 
 // x += alpha p, r -= alpha Ap for this thread's outputs; adds its share of r^T r and r^T z.
-template <typename T>
+template <typename T, int S>
 __device__ __forceinline__ void cg_step(CGSide<T>& cg, T alpha, const T* __restrict__ p, const T* __restrict__ diag,
                                         int N, double& rr, double& rz) {
     for (int L = threadIdx.x; L < N; L += kThreads) {
-        cg.x[L] = cg.x[L] + alpha * p[2 * L + cg.side];
+        cg.x[L] = cg.x[L] + alpha * p[S * L + cg.side];
         const T ri = cg.r[L] - alpha * cg.Ap[L];
         cg.r[L] = ri;
         rr += (double)ri * ri;
@@ -564,7 +564,48 @@ __device__ __forceinline__ T cg_finish(CGSide<T>& cg, double rr, double rzn, dou
     return beta;
 }
 
-template <typename T, int FORM>
+// The sequential gradient's adjoint start (S = 1, after the forward solve): y0 = alpha x, r0 =
+// 1 - alpha (b - r_x), z0 = r0 / diag into p; returns whether the adjoint still has to run.  Its
+// first reduction also tells every thread that the forward solve's last reads of p are done.
+template <typename T>
+__device__ bool warm_adjoint(const CsrSet<T>& s1, const CsrSet<T>& s2, int64_t v1, int64_t v2, int n2, int N,
+                             const int* ncode, const T* npar, T q, double tol, const CGSide<T>& cx, CGSide<T>& cy,
+                             T* p, const T* __restrict__ diag, double* red) {
+    double w[2] = {0.0, 0.0};  // 1^T x and x^T (b - r_x) = x^T M x
+    for (int L = threadIdx.x; L < N; L += kThreads) {
+        const int a = L / n2, b = L - a * n2;
+        T d;
+        system_diagonal(s1, s2, v1, v2, a, b, ncode, npar, q, d);
+        const T mx = d * q * q - cx.r[L];  // (M x)_L, kept in the adjoint's r
+        cy.r[L] = mx;
+        w[0] += (double)cx.x[L];
+        w[1] += (double)cx.x[L] * mx;
+    }
+    block_sum(w, red);
+    const T alpha = w[1] > 0 ? (T)(w[0] / w[1]) : T(0);
+    double rs[2] = {0.0, 0.0};  // r^T z and r^T r of the adjoint's start
+    for (int L = threadIdx.x; L < N; L += kThreads) {
+        const T ri = T(1) - alpha * cy.r[L];
+        const T zi = ri / diag[L];
+        cy.x[L] = alpha * cx.x[L];
+        cy.r[L] = ri;
+        p[L] = zi;
+        rs[0] += (double)ri * zi;
+        rs[1] += (double)ri * ri;
+    }
+    block_sum(rs, red);  // also publishes p
+    cy.rz = rs[0];
+    cy.bnorm = sqrt((double)N);
+    cy.rnorm = sqrt(rs[1]);
+    cy.it = 0;
+    return cy.rnorm > tol * cy.bnorm && rs[0] > 0;
+}
+
+// S = 2: the two solves in lockstep (both directions interleaved in p).  S = 1: one after the
+// other, sharing one direction array (the footprint of K): M x = b first, then M y = 1 from the
+// warm start y0 = alpha x, alpha = 1^T x / x^T M x (the multiple of x closest to y in the M-norm;
+// M x = b - r_x, so no XMV is needed), r0 = 1 - alpha (b - r_x).
+template <typename T, int FORM, int S>
 __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t* __restrict__ pair_g1,
                              const int64_t* __restrict__ pair_g2, int64_t n_pairs, const int* __restrict__ code,
                              const T* __restrict__ params, int ncode_len, int nparam_len, int ecode_len,
@@ -596,12 +637,13 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
 
     for (int64_t k = blockIdx.x; k < n_pairs; k += gridDim.x) {
         const PairDims pd = pair_dims(s1, s2, pair_g1[k], pair_g2[k]);
-        stage_pair<T, FORM, 2>(s1, s2, pd, ek_theta, ek_slot, nf, pair_area);
+        stage_pair<T, FORM, S>(s1, s2, pd, ek_theta, ek_slot, nf, pair_area);
         const int64_t v1 = pd.v1, v2 = pd.v2;
         const int n2 = pd.n2, N = pd.n1 * n2;
-        T* p = pair_layout<T, 2>(pair_area, pd, nf).p;
+        T* p = pair_layout<T, S>(pair_area, pd, nf).p;
         CGSide<T> cx{work, work + stride, work + 2 * stride, 0, 0.0, 0.0, 0.0, 0, true};
-        CGSide<T> cy{work + 3 * stride, work + 4 * stride, work + 5 * stride, 1, 0.0, 0.0, 0.0, 0, true};
+        CGSide<T> cy{work + 3 * stride, work + 4 * stride, work + 5 * stride, S - 1, 0.0, 0.0, 0.0, 0, S == 2};
+        bool adjoint_started = S == 2;
 
         // M x = b = D q^2 and M y = 1, both from 0, preconditioned by diag = D / V
         double init[3] = {0.0, 0.0, 0.0};  // r^T z of x, ||b||^2, r^T z of y
@@ -614,37 +656,49 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
             diag[L] = m;
             cx.x[L] = 0;
             cx.r[L] = bi;
-            cy.x[L] = 0;
-            cy.r[L] = 1;
-            p[2 * L] = zx;
-            p[2 * L + 1] = zy;
+            p[S * L] = zx;
             init[0] += (double)bi * zx;
             init[1] += (double)bi * bi;
-            init[2] += (double)zy;
+            if (S == 2) {
+                cy.x[L] = 0;
+                cy.r[L] = 1;
+                p[2 * L + 1] = zy;
+                init[2] += (double)zy;
+            }
         }
         block_sum(init, red);  // its barriers also publish the staged records and p
         cx.rz = init[0];
         cx.bnorm = cx.rnorm = sqrt(init[1]);
         cy.rz = init[2];
         cy.bnorm = cy.rnorm = sqrt((double)N);
-        const PairShared<T> ps = pair_layout<T, 2>(pair_area, pd, nf);
+        const PairShared<T> ps = pair_layout<T, S>(pair_area, pd, nf);
 
         // Lockstep: one pass over the entry pairs serves both directions while both run.  Every
         // decision below comes from block sums, the same bits in every thread.
         while (true) {
             cx.running = cx.running && cx.it < max_iter;
             cy.running = cy.running && cy.it < max_iter;
-            if (!cx.running && !cy.running) break;
+            if (!cx.running && !cy.running) {
+                if (adjoint_started) break;
+                adjoint_started = true;
+                cy.running = warm_adjoint<T>(s1, s2, v1, v2, n2, N, ncode, npar, q, tol, cx, cy, p, diag, red);
+                continue;
+            }
             double pAp[2] = {0.0, 0.0};
-            if (cx.running && cy.running) {
-                T* const Ap[2] = {cx.Ap, cy.Ap};
-                system_product<T, FORM, 2, 2>(ps, ek, diag, p, Ap, nf, pAp);
-            } else {
-                // one side runs on alone, gathering only its half of p
-                const int side = cx.running ? 0 : 1;
+            bool both = false;
+            if constexpr (S == 2) {
+                if (cx.running && cy.running) {
+                    T* const Ap[2] = {cx.Ap, cy.Ap};
+                    system_product<T, FORM, 2, S>(ps, ek, diag, p, Ap, nf, pAp);
+                    both = true;
+                }
+            }
+            if (!both) {
+                // one side runs on alone, gathering only its half of p (S = 2) or all of it
+                const int side = cx.running ? cx.side : cy.side;
                 double one[1] = {0.0};
                 T* const Ap[1] = {cx.running ? cx.Ap : cy.Ap};
-                system_product<T, FORM, 1, 2>(ps, ek, diag, p + side, Ap, nf, one);
+                system_product<T, FORM, 1, S>(ps, ek, diag, p + side, Ap, nf, one);
                 pAp[0] = cx.running ? one[0] : 0.0;
                 pAp[1] = cx.running ? 0.0 : one[0];
             }
@@ -653,8 +707,8 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
             cx.running = cx.running && pAp[0] > 0;
             cy.running = cy.running && pAp[1] > 0;
             double upd[4] = {0.0, 0.0, 0.0, 0.0};  // r^T r and r^T z of x, then of y
-            if (cx.running) cg_step(cx, (T)(cx.rz / pAp[0]), p, diag, N, upd[0], upd[1]);
-            if (cy.running) cg_step(cy, (T)(cy.rz / pAp[1]), p, diag, N, upd[2], upd[3]);
+            if (cx.running) cg_step<T, S>(cx, (T)(cx.rz / pAp[0]), p, diag, N, upd[0], upd[1]);
+            if (cy.running) cg_step<T, S>(cy, (T)(cy.rz / pAp[1]), p, diag, N, upd[2], upd[3]);
             block_sum(upd, red);  // also: every thread is done reading p in the product
             const bool was_x = cx.running, was_y = cy.running;
             const T beta_x = was_x ? cg_finish(cx, upd[0], upd[1], tol) : T(0);
@@ -662,8 +716,8 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
             if (cx.running || cy.running) {
                 for (int L = threadIdx.x; L < N; L += kThreads) {
                     const T di = diag[L];
-                    if (cx.running) p[2 * L] = cx.r[L] / di + beta_x * p[2 * L];
-                    if (cy.running) p[2 * L + 1] = cy.r[L] / di + beta_y * p[2 * L + 1];
+                    if (cx.running) p[S * L] = cx.r[L] / di + beta_x * p[S * L];
+                    if (cy.running) p[S * L + cy.side] = cy.r[L] / di + beta_y * p[S * L + cy.side];
                 }
             }
             __syncthreads();  // the next product reads p across threads
@@ -683,7 +737,7 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
             sums[0] += xi;
             sums[1] += yi * ((qd * qd * (d1 + d2) + 2 * qd * d) - xi * (d1 + d2) * m / d);
             sums[2] += yi * (m * xi - d * qd * qd);
-            if (any_xmv) p[2 * L] = x[L];  // the contractions' XMVs gather x
+            if (any_xmv) p[S * L] = x[L];  // the contractions' XMVs gather x
         }
         block_sum(sums, red);  // also publishes x in p
         if (threadIdx.x == 0) {
@@ -721,9 +775,9 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
                 const EdgeKernel<T> ck{T(1), gt.ctheta[c], gt.caux[c], ek_slot, gt.ccode + gt.ccode_off[c],
                                        gt.cpar + gt.cpar_off[c]};
                 if (gt.cform[c] == FORM) {
-                    acc[0] = contraction_share<T, FORM>(ps, ck, y, nf);
+                    acc[0] = contraction_share<T, FORM, S>(ps, ck, y, nf);
                 } else if constexpr (derivative_form<FORM>() != FORM) {
-                    acc[0] = contraction_share<T, derivative_form<FORM>()>(ps, ck, y, nf);
+                    acc[0] = contraction_share<T, derivative_form<FORM>(), S>(ps, ck, y, nf);
                 }
                 block_sum(acc, red);
             }
@@ -773,8 +827,8 @@ CSR_ENTRY(mgk_csr_sqexp_f64, double, EDGE_SQEXP)
 // and Kronecker forms do not, general f32 and sqexp f64 spill ~24 bytes; a 96-vertex pair's
 // ~81-110 KB of shared memory (both directions) allows only 2 blocks per SM anyway.
 constexpr int kGradientMinBlocksPerSM = 2;
-#define CSR_GRADIENT_ENTRY(NAME, T, FORM)                                                                    \
-    extern "C" __global__ void __launch_bounds__(kThreads, kGradientMinBlocksPerSM)                        \
+#define CSR_GRADIENT_ENTRY(NAME, T, FORM, S, MINB)                                                            \
+    extern "C" __global__ void __launch_bounds__(kThreads, MINB)                                           \
         NAME(CSR_SET_ARGS(T, 1), CSR_SET_ARGS(T, 2), const int64_t* pair_g1, const int64_t* pair_g2,         \
              int64_t n_pairs, const int* code, const T* params, int ncode_len, int nparam_len, int ecode_len,  \
              int eparam_len, T ek_scale, T ek_theta, T ek_aux, int ek_slot, T q, T p2, double tol,           \
@@ -786,17 +840,22 @@ constexpr int kGradientMinBlocksPerSM = 2;
              double* grad_out) {                                                                             \
         const GradientTerms<T> gt{n_node, ncode,  npar,  ncode_off, npar_off, n_contractions, cform,         \
                                   ctheta, caux,   ccode, cpar, ccode_off, cpar_off,  cfree};                 \
-        csr_gradient<T, FORM>(CSR_SET(T, 1), CSR_SET(T, 2), pair_g1, pair_g2, n_pairs, code, params,         \
+        csr_gradient<T, FORM, S>(CSR_SET(T, 1), CSR_SET(T, 2), pair_g1, pair_g2, n_pairs, code, params,      \
                               ncode_len, nparam_len, ecode_len, eparam_len, ek_scale, ek_theta, ek_aux,      \
                               ek_slot, q, p2, tol, max_iter, scratch, stride, gt, ccode_len, cpar_len,       \
                               n_raw, k_out, it_out, res_out, adj_it_out, adj_res_out, grad_out);             \
     }
 
-CSR_GRADIENT_ENTRY(mgk_csr_gradient_general_f32, float, EDGE_GENERAL)
-CSR_GRADIENT_ENTRY(mgk_csr_gradient_constant_f32, float, EDGE_CONSTANT)
-CSR_GRADIENT_ENTRY(mgk_csr_gradient_kronecker_f32, float, EDGE_KRONECKER)
-CSR_GRADIENT_ENTRY(mgk_csr_gradient_sqexp_f32, float, EDGE_SQEXP)
-CSR_GRADIENT_ENTRY(mgk_csr_gradient_general_f64, double, EDGE_GENERAL)
-CSR_GRADIENT_ENTRY(mgk_csr_gradient_constant_f64, double, EDGE_CONSTANT)
-CSR_GRADIENT_ENTRY(mgk_csr_gradient_kronecker_f64, double, EDGE_KRONECKER)
-CSR_GRADIENT_ENTRY(mgk_csr_gradient_sqexp_f64, double, EDGE_SQEXP)
+// Lockstep (S = 2) entry points mgk_csr_gradient_<form>_<f32|f64>, and the sequential ones
+// (S = 1) mgk_csr_gradient_seq_<form>_<f32|f64> with K's footprint: one direction in shared memory
+// and K's blocks per SM (graphkern/_mgk_csr.py: GRADIENT_SOLVES picks).
+#define CSR_GRADIENT_ENTRIES(FORM_NAME, FORM)                                                                 \
+    CSR_GRADIENT_ENTRY(mgk_csr_gradient_##FORM_NAME##_f32, float, FORM, 2, kGradientMinBlocksPerSM)           \
+    CSR_GRADIENT_ENTRY(mgk_csr_gradient_##FORM_NAME##_f64, double, FORM, 2, kGradientMinBlocksPerSM)          \
+    CSR_GRADIENT_ENTRY(mgk_csr_gradient_seq_##FORM_NAME##_f32, float, FORM, 1, min_blocks_per_sm<float>())    \
+    CSR_GRADIENT_ENTRY(mgk_csr_gradient_seq_##FORM_NAME##_f64, double, FORM, 1, min_blocks_per_sm<double>())
+
+CSR_GRADIENT_ENTRIES(general, EDGE_GENERAL)
+CSR_GRADIENT_ENTRIES(constant, EDGE_CONSTANT)
+CSR_GRADIENT_ENTRIES(kronecker, EDGE_KRONECKER)
+CSR_GRADIENT_ENTRIES(sqexp, EDGE_SQEXP)

@@ -758,13 +758,74 @@ __device__ __forceinline__ T side_finish(SideState& st, double rr, double rzn, d
     return beta;
 }
 
+// The sequential gradient's adjoint start (S = 1): y0 = alpha x, r0 = 1 - alpha (b - r_x), its
+// direction z0 = r0 / diag into cy.Xs (the forward direction's array: every thread passed the
+// forward solve's last reduction after its last XMV); returns whether the adjoint has to run.
+template <typename T, int R>
+__device__ bool gemm_warm_adjoint(const GemmSet<T>& s1, const GemmSet<T>& s2, int64_t v1, int64_t v2, int n1, int n2,
+                                  const int* s_code, const T* s_par, T q, double tol, const TileCG<T>& cx,
+                                  const TileCG<T>& cy, SideState& sy, const T* __restrict__ diag, double* red) {
+    constexpr int LD = kTileThreads * R;
+    const int tx = threadIdx.x % kTileThreads, ty = threadIdx.x / kTileThreads;
+    double w[2] = {0.0, 0.0};  // 1^T x and x^T (b - r_x) = x^T M x
+#pragma unroll 1
+    for (int u = 0; u < R; ++u) {
+#pragma unroll 1
+        for (int v = 0; v < R; ++v) {
+            const int a = ty * R + u, b = tx * R + v;
+            if (a < n1 && b < n2) {
+                const int e = (u * R + v) * kThreads;
+                T d;
+                system_diagonal(s1.degree[v1 + a], s2.degree[v2 + b], s1.node_feat + (v1 + a) * s1.n_nfeat,
+                                s2.node_feat + (v2 + b) * s2.n_nfeat, s_code, s_par, q, d);
+                const T mx = d * q * q - cx.r[e];  // (M x)_e, kept in the adjoint's r
+                cy.r[e] = mx;
+                w[0] += (double)cx.x[e];
+                w[1] += (double)cx.x[e] * mx;
+            }
+        }
+    }
+    block_sum(w, red);
+    const T alpha = w[1] > 0 ? (T)(w[0] / w[1]) : T(0);
+    double rs[2] = {0.0, 0.0};  // r^T z and r^T r of the adjoint's start
+#pragma unroll 1
+    for (int u = 0; u < R; ++u) {
+        const int a = ty * R + u;
+        T row[R];
+#pragma unroll
+        for (int v = 0; v < R; ++v) {
+            const int b = tx * R + v;
+            row[v] = T(0);
+            if (a < n1 && b < n2) {
+                const int e = (u * R + v) * kThreads;
+                const T ri = T(1) - alpha * cy.r[e];
+                const T zi = ri / diag[e];
+                cy.x[e] = alpha * cx.x[e];
+                cy.r[e] = ri;
+                row[v] = zi;
+                rs[0] += (double)ri * zi;
+                rs[1] += (double)ri * ri;
+            }
+        }
+        store_row<T, R>(cy.Xs + a * LD + tx * R, row);
+    }
+    block_sum(rs, red);  // also publishes the direction
+    sy.rz = rs[0];
+    sy.rnorm = sqrt(rs[1]);
+    sy.it = 0;
+    return sy.rnorm > tol * sy.bnorm && rs[0] > 0;
+}
+
 // Gradients: M x = b and the adjoint M y = 1 in lockstep, then the raw derivative columns of
 // graphkern/_mgk_gradient.py, as cuda_src/mgk_csr.cu's csr_gradient computes them (same
 // stopping rule, same sums).  While both solves run, every staged operand of a term serves the
 // GEMMs of both directions (factorized_xmv with N = 2: two X, two Zt in shared memory); a side
 // that has converged stops and the other runs on alone.  Shared memory: the header of
 // terms_end<T, true>, the node program, then Xs_x, Xs_y, Zt_x, Zt_y, op (five LD x LD arrays).
-template <typename T, int R>
+// S = 2: the solves in lockstep (above).  S = 1: one after the other with one direction array
+// (K's three LD x LD arrays): M x = b, then M y = 1 from the warm start y0 = alpha x, alpha =
+// 1^T x / x^T M x with M x = b - r_x (no XMV), as cuda_src/mgk_csr.cu's sequential gradient.
+template <typename T, int R, int S>
 __device__ void gemm_gradient(const GemmSet<T> s1, const GemmSet<T> s2, const int64_t* __restrict__ pair_g1,
                               const int64_t* __restrict__ pair_g2, int64_t n_pairs, const int* __restrict__ ncode,
                               const T* __restrict__ nparam, int ncode_len, int nparam_len, int form, T scale, T h,
@@ -782,10 +843,10 @@ __device__ void gemm_gradient(const GemmSet<T> s1, const GemmSet<T> s2, const in
     T* s_par;
     int* s_code;
     T* Xx = stage_node_program<T>(smem + kHead, ncode, nparam, ncode_len, nparam_len, s_code, s_par);
-    T* Xy = Xx + LD * LD;
-    T* Ztx = Xy + LD * LD;
-    T* Zty = Ztx + LD * LD;
-    T* op = Zty + LD * LD;
+    T* Xy = S == 2 ? Xx + LD * LD : Xx;  // S = 1: the adjoint reuses the forward direction's array
+    T* Ztx = Xx + S * LD * LD;
+    T* Zty = S == 2 ? Ztx + LD * LD : Ztx;
+    T* op = Ztx + S * LD * LD;
 
     const int tx = threadIdx.x % kTileThreads, ty = threadIdx.x / kTileThreads;
     T* const base = scratch + (int64_t)blockIdx.x * kGradientVectors * RR * kThreads + threadIdx.x;
@@ -827,34 +888,48 @@ __device__ void gemm_gradient(const GemmSet<T> s1, const GemmSet<T> s2, const in
                     diag[e] = m;
                     cx.x[e] = T(0);
                     cx.r[e] = bi;
-                    cy.x[e] = T(0);
-                    cy.r[e] = T(1);
                     row_x[v] = zx;
-                    row_y[v] = zy;
                     init[0] += (double)bi * zx;
                     init[1] += (double)bi * bi;
-                    init[2] += (double)zy;
+                    if (S == 2) {
+                        cy.x[e] = T(0);
+                        cy.r[e] = T(1);
+                        row_y[v] = zy;
+                        init[2] += (double)zy;
+                    }
                 }
             }
             store_row<T, R>(Xx + a * LD + tx * R, row_x);
-            store_row<T, R>(Xy + a * LD + tx * R, row_y);
+            if (S == 2) store_row<T, R>(Xy + a * LD + tx * R, row_y);
         }
         block_sum(init, red);  // its barriers also publish Xx, Xy and the terms
         const int n_terms = *term_count;
         SideState sx{init[0], sqrt(init[1]), sqrt(init[1]), 0, true};
-        SideState sy{init[2], sqrt((double)n1 * n2), sqrt((double)n1 * n2), 0, true};
+        SideState sy{init[2], sqrt((double)n1 * n2), sqrt((double)n1 * n2), 0, S == 2};
+        bool adjoint_started = S == 2;
 
         // Lockstep.  Every decision below comes from block sums, the same bits in every thread.
         while (true) {
             sx.running = sx.running && sx.it < max_iter;
             sy.running = sy.running && sy.it < max_iter;
-            if (!sx.running && !sy.running) break;
-            if (sx.running && sy.running) {
-                T* const X2[2] = {Xx, Xy};
-                T* const Z2[2] = {Ztx, Zty};
-                T* const Y2[2] = {cx.ysum, cy.ysum};
-                factorized_xmv<T, R, 2>(terms, n_terms, po, op, X2, Z2, Y2);
-            } else {
+            if (!sx.running && !sy.running) {
+                if (adjoint_started) break;
+                adjoint_started = true;
+                sy.running = gemm_warm_adjoint<T, R>(s1, s2, v1, v2, n1, n2, s_code, s_par, q, tol, cx, cy, sy,
+                                                     diag, red);
+                continue;
+            }
+            bool both = false;
+            if constexpr (S == 2) {
+                if (sx.running && sy.running) {
+                    T* const X2[2] = {Xx, Xy};
+                    T* const Z2[2] = {Ztx, Zty};
+                    T* const Y2[2] = {cx.ysum, cy.ysum};
+                    factorized_xmv<T, R, 2>(terms, n_terms, po, op, X2, Z2, Y2);
+                    both = true;
+                }
+            }
+            if (!both) {
                 // one side runs on alone
                 const TileCG<T>& one = sx.running ? cx : cy;
                 T* const X1[1] = {one.Xs};
@@ -1009,9 +1084,11 @@ GEMM_ENTRY(6, double, f64)
 // arguments of cuda_src/mgk_csr.cu's gradient entry points (graphkern/_mgk_gpu.py: gradient_terms;
 // the general form's contraction programs and the square exponential's aux are not used here)
 // and its outputs.  Five LD x LD arrays: float stops at R = 6, double at R = 4.
-#define GEMM_GRADIENT_ENTRY(R, T, SUFFIX)                                                                     \
-    extern "C" __global__ void __launch_bounds__(kThreads, (gradient_min_blocks_per_sm<T, R>()))             \
-        mgk_gemm_gradient_r##R##_##SUFFIX(                                                                   \
+#define GEMM_GRADIENT_ENTRY(R, T, SUFFIX) GEMM_GRADIENT_ENTRY_OF(gradient, R, T, SUFFIX, 2, \
+                                                                  (gradient_min_blocks_per_sm<T, R>()))
+#define GEMM_GRADIENT_ENTRY_OF(KIND, R, T, SUFFIX, S, MINB)                                                   \
+    extern "C" __global__ void __launch_bounds__(kThreads, MINB)                                             \
+        mgk_gemm_##KIND##_r##R##_##SUFFIX(                                                                   \
             GEMM_SET_ARGS(T, 1), GEMM_SET_ARGS(T, 2), const int64_t* pair_g1, const int64_t* pair_g2,        \
             int64_t n_pairs, const int* ncode, const T* nparam, int ncode_len, int nparam_len, int form,      \
             T scale, T h, T q, T p2, double tol, int max_iter, T* scratch, int n_node, const int* dncode,     \
@@ -1022,7 +1099,7 @@ GEMM_ENTRY(6, double, f64)
             double* adj_res_out, double* grad_out) {                                                          \
         const GradientTerms<T> gt{n_node, dncode, dnpar, dncode_off, dnpar_off, n_contractions, cform,        \
                                   ctheta, cfree};                                                             \
-        gemm_gradient<T, R>(GEMM_SET(T, 1), GEMM_SET(T, 2), pair_g1, pair_g2, n_pairs, ncode, nparam,         \
+        gemm_gradient<T, R, S>(GEMM_SET(T, 1), GEMM_SET(T, 2), pair_g1, pair_g2, n_pairs, ncode, nparam,      \
                             ncode_len, nparam_len, form, scale, h, q, p2, tol, max_iter, scratch, gt, n_raw,  \
                             k_out, it_out, res_out, adj_it_out, adj_res_out, grad_out);                       \
     }
@@ -1037,3 +1114,15 @@ GEMM_GRADIENT_ENTRY(1, double, f64)
 GEMM_GRADIENT_ENTRY(2, double, f64)
 GEMM_GRADIENT_ENTRY(3, double, f64)
 GEMM_GRADIENT_ENTRY(4, double, f64)
+
+// The sequential gradient (S = 1, K's three arrays and K's blocks per SM): mgk_gemm_gradient_seq_r<R>_*.
+GEMM_GRADIENT_ENTRY_OF(gradient_seq, 1, float, f32, 1, (min_blocks_per_sm<float, 1>()))
+GEMM_GRADIENT_ENTRY_OF(gradient_seq, 2, float, f32, 1, (min_blocks_per_sm<float, 2>()))
+GEMM_GRADIENT_ENTRY_OF(gradient_seq, 3, float, f32, 1, (min_blocks_per_sm<float, 3>()))
+GEMM_GRADIENT_ENTRY_OF(gradient_seq, 4, float, f32, 1, (min_blocks_per_sm<float, 4>()))
+GEMM_GRADIENT_ENTRY_OF(gradient_seq, 5, float, f32, 1, (min_blocks_per_sm<float, 5>()))
+GEMM_GRADIENT_ENTRY_OF(gradient_seq, 6, float, f32, 1, (min_blocks_per_sm<float, 6>()))
+GEMM_GRADIENT_ENTRY_OF(gradient_seq, 1, double, f64, 1, (min_blocks_per_sm<double, 1>()))
+GEMM_GRADIENT_ENTRY_OF(gradient_seq, 2, double, f64, 1, (min_blocks_per_sm<double, 2>()))
+GEMM_GRADIENT_ENTRY_OF(gradient_seq, 3, double, f64, 1, (min_blocks_per_sm<double, 3>()))
+GEMM_GRADIENT_ENTRY_OF(gradient_seq, 4, double, f64, 1, (min_blocks_per_sm<double, 4>()))

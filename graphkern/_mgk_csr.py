@@ -15,9 +15,10 @@ preconditioner, tolerance, float32/float64 handling and the nodal output are the
 solver's.  ``eval_gradient=True`` runs :meth:`CSRGPUEngine.solve_gradient`: the adjoint solve in
 lockstep with the forward one in the same block (both search directions interleaved in shared
 memory, one gather and one edge-kernel evaluation per entry pair serving both; a converged side
-stops), then the contractions of graphkern/_mgk_gradient.py, those of a constant factor of the
-edge kernel free (a diagonal sum).  Pairs whose larger footprint does not fit run the core
-solver's gradient.
+stops) or, with :data:`GRADIENT_SOLVES` ``"sequential"``, after it from a warm start with K's
+footprint; then the contractions of graphkern/_mgk_gradient.py, those of a constant factor of the
+edge kernel free (a diagonal sum).  Pairs whose footprint does not fit run the core solver's
+gradient.
 
 Cost floor (one pair, per CG iteration): nnz1 nnz2 entry pairs at ~7-8 warp instructions per
 32 of them (a broadcast 128-bit load of G1's record, a gathered load of p, the edge kernel, an
@@ -33,6 +34,8 @@ the caller's numbering.  Pairs whose staged data exceed the device's shared memo
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -126,6 +129,21 @@ def pair_shared_bytes(itemsize, form, n1, n2, nnz1, nnz2, n_edge_features, direc
             + (nnz1 + nnz2) * features * itemsize + (n1 + n2 + 2) * 4)
 
 
+#: How the gradient kernel runs the forward and adjoint solves (GRAPHKERN_MGK_GRADIENT_SOLVES):
+#: "lockstep" (both at once, both directions in shared memory, 2 blocks per SM) or "sequential"
+#: (the adjoint after the forward solve from a warm start, K's footprint: one direction, K's
+#: blocks per SM).
+GRADIENT_SOLVES = os.environ.get("GRAPHKERN_MGK_GRADIENT_SOLVES", "lockstep")
+_GRADIENT_ENTRIES = {"lockstep": ("mgk_csr_gradient", 2), "sequential": ("mgk_csr_gradient_seq", 1)}
+
+
+def gradient_entry():
+    """(entry point prefix, directions in shared memory) of :data:`GRADIENT_SOLVES`."""
+    if GRADIENT_SOLVES not in _GRADIENT_ENTRIES:
+        raise ValueError(f"GRAPHKERN_MGK_GRADIENT_SOLVES must be lockstep or sequential, not {GRADIENT_SOLVES!r}")
+    return _GRADIENT_ENTRIES[GRADIENT_SOLVES]
+
+
 def shared_memory_limit(dev):
     """Dynamic shared memory one block of the solver may use on ``dev``."""
     return int(dev.properties.get("max_shared_memory_per_block_optin", 48 * 1024))
@@ -207,7 +225,7 @@ class CSRGPUEngine:
 
     def solve_gradient(self, ds1, ds2, pair_arr, plan):
         """K and the raw derivatives of :class:`graphkern._mgk_gradient.GradientPlan` for each pair:
-        here where a pair fits with both search directions, else on the core solver."""
+        here where a pair fits with its search directions, else on the core solver."""
         from graphkern._mgk_gpu import check_contractions
         from graphkern.mgk import gradient_result
 
@@ -218,8 +236,9 @@ class CSRGPUEngine:
             empty = np.zeros(0)
             return gradient_result(empty, np.zeros(0, np.int32), empty, np.zeros(0, np.int32), empty,
                                    np.zeros((0, plan.n_raw)), None, 0.0)
+        entry, directions = gradient_entry()
         args, c1, c2, g1, g2, code, params, need, fits = self._split(ds1, ds2, pair_arr, len(ct.code),
-                                                                     len(ct.params), directions=2)
+                                                                     len(ct.params), directions=directions)
         check_contractions(plan, args)
         here, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
         K, resid, adj_resid = (np.full(m, np.nan) for _ in range(3))
@@ -228,7 +247,7 @@ class CSRGPUEngine:
         seconds = 0.0
         shared = int(need[here].max()) if len(here) else 0
         if len(here):
-            out = self._launch_gradient(c1, c2, g1[here], g2[here], args, code, params, shared, plan)
+            out = self._launch_gradient(c1, c2, g1[here], g2[here], args, code, params, shared, plan, entry)
             K[here], iters[here], resid[here], adj_iters[here], adj_resid[here], raw[here], seconds = out
         if len(rest):
             from graphkern._mgk_gpu import GPUEngine
@@ -336,7 +355,7 @@ class CSRGPUEngine:
                 blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
         return K, iters, resid, blocks, seconds
 
-    def _launch_gradient(self, c1, c2, g1, g2, args, code, params, shared, plan):
+    def _launch_gradient(self, c1, c2, g1, g2, args, code, params, shared, plan, entry="mgk_csr_gradient"):
         """K and raw derivatives of pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations,
         residuals, adjoint iterations, adjoint residuals, raw (m, n_raw), seconds)."""
         from graphkern._mgk_gpu import _check_written, _poisoned, gradient_terms
@@ -345,7 +364,7 @@ class CSRGPUEngine:
         dev = self.dev
         m = len(g1)
         fn, n_blocks, order, _, head = self._prepare(c1, c2, g1, g2, args, code, params, shared,
-                                                     "mgk_csr_gradient", N_GRADIENT_VECTORS,
+                                                     entry, N_GRADIENT_VECTORS,
                                                      m * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
         d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))

@@ -59,7 +59,9 @@ On an H100 (60 Barabasi-Albert graphs of 96 vertices, m=6) (K, dK) took 14.3 ms 
 47.8 ms on the CSR solver.  The gradient kernel (mgk_gemm_gradient_r<R>_*) solves M x = b and the adjoint M y = 1 in lockstep in
 one block, each staged operand of a term serving the GEMMs of both directions (two X and two Z
 matrices in shared memory: five ``16 R x 16 R`` arrays, so R <= 6 in float32 and <= 4 in
-float64, :func:`gradient_shared_bytes`); a converged side stops; the stopping rule, tolerances
+float64, :func:`gradient_shared_bytes`); a converged side stops (or, with
+graphkern._mgk_csr.GRADIENT_SOLVES "sequential", the adjoint runs after the forward solve from a
+warm start with K's three arrays, mgk_gemm_gradient_seq_r<R>_*); the stopping rule, tolerances
 and the raw derivative columns are those of the CSR gradient (graphkern/_mgk_gradient.py): the
 vertex-kernel derivative programs and dK/dq as diagonal sums, the free contractions as
 ``factor * y^T (D V^-1 x - b)``, the others as one factorized XMV of x dotted with y (the
@@ -131,9 +133,11 @@ def shared_bytes(itemsize, tile, ncode_len, nparam_len):
     return _block_bytes(itemsize, tile, ncode_len, nparam_len, REDUCE_BYTES, MAX_TERMS, 3)
 
 
-def gradient_shared_bytes(itemsize, tile, ncode_len, nparam_len):
-    """... of a gradient block (mgk_gemm.cu: gemm_gradient; two X, two Z and the operand)."""
-    return _block_bytes(itemsize, tile, ncode_len, nparam_len, GRADIENT_REDUCE_BYTES, MAX_GRADIENT_TERMS, 5)
+def gradient_shared_bytes(itemsize, tile, ncode_len, nparam_len, directions=2):
+    """... of a gradient block (mgk_gemm.cu: gemm_gradient; two X, two Z and the operand; with
+    ``directions=1``, the sequential solves, one X and one Z)."""
+    return _block_bytes(itemsize, tile, ncode_len, nparam_len, GRADIENT_REDUCE_BYTES, MAX_GRADIENT_TERMS,
+                        5 if directions == 2 else 3)
 
 
 def _block_bytes(itemsize, tile, ncode_len, nparam_len, reduce_bytes, max_terms, arrays):
@@ -376,8 +380,15 @@ def route_pairs(ds1, ds2, pair_arr, s, *, shared_limit, by_cost, gradient=False)
     slot = int(args["ek_slot"]) if labeled else None
     d1 = gemm_data(ds1, slot)
     d2 = d1 if ds2 is ds1 else gemm_data(ds2, slot)
-    block_bytes, max_tile = (gradient_shared_bytes, MAX_GRADIENT_TILE) if gradient else (shared_bytes, MAX_TILE)
-    need = block_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]))
+    if gradient:
+        from graphkern._mgk_csr import gradient_entry
+
+        directions = gradient_entry()[1]
+        need = gradient_shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]), directions)
+        max_tile = MAX_GRADIENT_TILE
+    else:
+        need = shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]))
+        max_tile = MAX_TILE
     take = (tile <= max_tile[dt.itemsize]) & (need <= shared_limit)
     if labeled:
         nc1, nc2 = d1.n_cats[g1], d2.n_cats[g2]
@@ -646,8 +657,12 @@ class GEMMGPUEngine:
         dev = self.dev
         args = solver_arguments(ds1, ds2, self.s)
         m = len(idx)
-        shared = int(gradient_shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"])))
-        prepared = self._prepare(ds1, ds2, route, sets, idx, tile, "mgk_gemm_gradient", shared, N_GRADIENT_VECTORS,
+        from graphkern._mgk_csr import gradient_entry
+
+        directions = gradient_entry()[1]  # the CSR solver's GRADIENT_SOLVES: lockstep or sequential
+        entry = "mgk_gemm_gradient" if directions == 2 else "mgk_gemm_gradient_seq"
+        shared = int(gradient_shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]), directions))
+        prepared = self._prepare(ds1, ds2, route, sets, idx, tile, entry, shared, N_GRADIENT_VECTORS,
                                  m * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         if prepared is None:
             return None

@@ -323,3 +323,46 @@ def test_gradient_non_convergence_on_csr(rng):
     kern.max_iter = 2000
     kern(X, eval_gradient=True)
     assert np.all(kern.info_.adjoint_iterations > 0) and np.all(kern.info_.residuals <= 1e-6)
+
+
+@gpu
+@pytest.mark.parametrize("solves", ["lockstep", "sequential"])
+@pytest.mark.parametrize("form", ["constant", "kronecker", "sqexp", "general"])
+def test_gradient_solves_lockstep_and_sequential(rng, monkeypatch, form, solves):
+    """Both ways of running the two solves (GRADIENT_SOLVES): K and every derivative equal to the
+    CPU's (float64, float32 to rounding), the forward iterations the CPU's, and the entry point
+    that ran the chosen one."""
+    from graphkern._cuda import runtime as rt
+    from test_mgk_gradient import make_kernel
+
+    monkeypatch.setattr(_mgk_csr, "GRADIENT_SOLVES", solves)
+    launched = []
+    real_launch = rt.launch
+    monkeypatch.setattr(rt, "launch", lambda fn, *a, **k: (launched.append(fn.name), real_launch(fn, *a, **k))[1])
+    X = sparse_set(rng)[:7]
+    seed = int(rng.integers(1 << 30))
+    cpu = make_kernel(form, np.random.default_rng(seed), "cpu")
+    Kc, dc = cpu(X, eval_gradient=True)
+    info_c = cpu.info_
+    gpu64 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr")
+    Kg, dg = gpu64(X, eval_gradient=True)
+    info_g = gpu64.info_
+    entries = {name for name in launched if name.startswith("mgk_csr_gradient_")}
+    assert entries and all(name.startswith("mgk_csr_gradient_seq_") == (solves == "sequential") for name in entries)
+    assert rel_err(Kg, Kc) < 1e-10
+    assert np.max(np.abs(dg - dc)) <= 1e-9 * np.max(np.abs(dc)), form
+    fwd_c = info_c.iterations - info_c.adjoint_iterations
+    fwd_g = info_g.iterations - info_g.adjoint_iterations
+    assert np.max(np.abs(fwd_g - fwd_c)) <= 2
+    if solves == "sequential":  # the warm start never costs iterations
+        assert np.all(info_g.adjoint_iterations <= info_c.adjoint_iterations + 2)
+    K32, d32 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr", dtype=np.float32,
+                           tol=None)(X, eval_gradient=True)
+    assert rel_err(K32, Kc) < 2e-5
+    assert np.max(np.abs(d32 - dc)) <= 1e-4 * np.max(np.abs(dc)), form
+
+
+def test_gradient_solves_setting_is_checked(monkeypatch):
+    monkeypatch.setattr(_mgk_csr, "GRADIENT_SOLVES", "both")
+    with pytest.raises(ValueError, match="GRAPHKERN_MGK_GRADIENT_SOLVES must be lockstep or sequential"):
+        _mgk_csr.gradient_entry()
