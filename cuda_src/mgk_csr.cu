@@ -32,8 +32,10 @@
 // here (graphkern/_mgk_csr.py routes them to the fallback solver).
 //
 // Gradients (mgk_csr_gradient_*, graphkern/_mgk_gradient.py has the math): the block also solves
-// the adjoint M y = 1 in lockstep with M x = b.  The two search directions are interleaved in
-// shared memory (p[2 L] forward, p[2 L + 1] adjoint; G1's records then hold j1 * 2 n2), so while
+// the adjoint M y = 1, after M x = b from a warm start (mgk_csr_gradient_seq_*, the default; see
+// csr_gradient) or in lockstep with it (mgk_csr_gradient_*).  In lockstep the two search
+// directions are interleaved in shared memory (p[2 L] forward, p[2 L + 1] adjoint; G1's records
+// then hold j1 * 2 n2), so while
 // both solves run one 64-bit (float) or 128-bit (double) gather fetches both and the record load
 // and the edge kernel of an entry pair serve both FMAs.  A side that has converged stops: the
 // other runs on alone, gathering only its half.  Then the contractions: diagonal sums for the

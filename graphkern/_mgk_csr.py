@@ -12,11 +12,11 @@ with one thread block per pair (grid-stride over the pairs, largest first), both
 and the search direction p in shared memory and the other CG vectors in a global scratch slot
 per resident block (the kernel's header comment has the layout).  The linear system,
 preconditioner, tolerance, float32/float64 handling and the nodal output are the core
-solver's.  ``eval_gradient=True`` runs :meth:`CSRGPUEngine.solve_gradient`: the adjoint solve in
-lockstep with the forward one in the same block (both search directions interleaved in shared
-memory, one gather and one edge-kernel evaluation per entry pair serving both; a converged side
-stops) or, with :data:`GRADIENT_SOLVES` ``"sequential"``, after it from a warm start with K's
-footprint; then the contractions of graphkern/_mgk_gradient.py, those of a constant factor of the
+solver's.  ``eval_gradient=True`` runs :meth:`CSRGPUEngine.solve_gradient`: the adjoint solve
+after the forward one in the same block, from the warm start alpha x, with K's footprint
+(:data:`GRADIENT_SOLVES` ``"sequential"``, the default), or in lockstep with it (both search
+directions interleaved in shared memory, one gather and one edge-kernel evaluation per entry pair
+serving both; a converged side stops); then the contractions of graphkern/_mgk_gradient.py, those of a constant factor of the
 edge kernel free (a diagonal sum).  Pairs whose footprint does not fit run the core solver's
 gradient.
 
@@ -129,11 +129,14 @@ def pair_shared_bytes(itemsize, form, n1, n2, nnz1, nnz2, n_edge_features, direc
             + (nnz1 + nnz2) * features * itemsize + (n1 + n2 + 2) * 4)
 
 
-#: How the gradient kernel runs the forward and adjoint solves (GRAPHKERN_MGK_GRADIENT_SOLVES):
-#: "lockstep" (both at once, both directions in shared memory, 2 blocks per SM) or "sequential"
-#: (the adjoint after the forward solve from a warm start, K's footprint: one direction, K's
-#: blocks per SM).
-GRADIENT_SOLVES = os.environ.get("GRAPHKERN_MGK_GRADIENT_SOLVES", "lockstep")
+#: How the gradient kernels (this solver's and the GEMM solver's) run the forward and adjoint
+#: solves (GRAPHKERN_MGK_GRADIENT_SOLVES): "sequential" (the adjoint after the forward solve, from
+#: a warm start, with K's footprint: one direction in shared memory, K's blocks per SM) or
+#: "lockstep" (both at once, both directions in shared memory).  On an H100 (mgk --gradient, 60
+#: graphs of 96 vertices) (K, dK) / K was 2.27 / 2.20 / 2.27 sequential against 2.61 / 2.75 /
+#: 2.61 lockstep on NWS (CSR), BA and BA-labeled (GEMM): a lockstep iteration costs 2.3-2.4 K
+#: iterations, a sequential one about one.
+GRADIENT_SOLVES = os.environ.get("GRAPHKERN_MGK_GRADIENT_SOLVES", "sequential")
 _GRADIENT_ENTRIES = {"lockstep": ("mgk_csr_gradient", 2), "sequential": ("mgk_csr_gradient_seq", 1)}
 
 

@@ -55,13 +55,14 @@ Gradients (``eval_gradient=True``, :meth:`GEMMGPUEngine.solve_gradient`) run her
 this solver takes, under ``techniques="auto"`` too, unless the module flag :data:`GEMM_GRADIENTS`
 is off (``GRAPHKERN_MGK_GEMM_GRADIENTS=0`` in the environment at import: then ``"auto"`` leaves
 them to the fallback, the CSR and core solvers; ``techniques="gemm"`` runs them here either way).
-On an H100 (60 Barabasi-Albert graphs of 96 vertices, m=6) (K, dK) took 14.3 ms here against
-47.8 ms on the CSR solver.  The gradient kernel (mgk_gemm_gradient_r<R>_*) solves M x = b and the adjoint M y = 1 in lockstep in
-one block, each staged operand of a term serving the GEMMs of both directions (two X and two Z
-matrices in shared memory: five ``16 R x 16 R`` arrays, so R <= 6 in float32 and <= 4 in
-float64, :func:`gradient_shared_bytes`); a converged side stops (or, with
-graphkern._mgk_csr.GRADIENT_SOLVES "sequential", the adjoint runs after the forward solve from a
-warm start with K's three arrays, mgk_gemm_gradient_seq_r<R>_*); the stopping rule, tolerances
+On an H100 (60 Barabasi-Albert graphs of 96 vertices, m=6) (K, dK) took 14.3 ms here (lockstep)
+against 47.8 ms on the CSR solver, and 11.7 ms with the sequential solves.  The gradient kernels
+solve M x = b and the adjoint M y = 1 in one block, by graphkern._mgk_csr.GRADIENT_SOLVES: one
+after the other (mgk_gemm_gradient_seq_r<R>_*, the default), the adjoint from the warm start
+alpha x with K's three ``16 R x 16 R`` arrays, or in lockstep (mgk_gemm_gradient_r<R>_*), each
+staged operand of a term serving the GEMMs of both directions (two X and two Z matrices in shared
+memory: five arrays, so R <= 6 in float32 and <= 4 in float64, :func:`gradient_shared_bytes`;
+a converged side stops); the stopping rule, tolerances
 and the raw derivative columns are those of the CSR gradient (graphkern/_mgk_gradient.py): the
 vertex-kernel derivative programs and dK/dq as diagonal sums, the free contractions as
 ``factor * y^T (D V^-1 x - b)``, the others as one factorized XMV of x dotted with y (the

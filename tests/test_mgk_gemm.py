@@ -306,6 +306,7 @@ def test_gemm_technique_is_accepted_and_leaves_the_cpu_alone(rng):
 def test_gradient_tiles_and_shared_memory():
     header = 256 + 352 + 16 + 16 + 16
     assert gradient_shared_bytes(4, 6, 3, 2) == header + 5 * 96 * 96 * 4
+    assert gradient_shared_bytes(4, 6, 3, 2, directions=1) == header + 3 * 96 * 96 * 4  # sequential solves
     # every gradient entry point fits a 227 KB block with a node program of the largest size; one tile more does not
     for itemsize in (4, 8):
         assert gradient_shared_bytes(itemsize, MAX_GRADIENT_TILE[itemsize], 150, 150) <= H100_SHARED
@@ -313,7 +314,12 @@ def test_gradient_tiles_and_shared_memory():
         assert MAX_GRADIENT_TILE[itemsize] <= MAX_TILE[itemsize]
 
 
-def test_gradient_routing(rng):
+@pytest.mark.parametrize("mode", ["sequential", "lockstep"])
+def test_gradient_routing(rng, monkeypatch, mode):
+    from graphkern import _mgk_csr
+
+    monkeypatch.setattr(_mgk_csr, "GRADIENT_SOLVES", mode)
+    directions = _mgk_csr.gradient_entry()[1]
     X = [labeled_graph(rng, 96, 0.9, [0, 1, 2]), labeled_graph(rng, 97, 0.9, [0]), labeled_graph(rng, 64, 0.5, [1]),
          labeled_graph(rng, 65, 0.5, [1, 2]), labeled_graph(rng, 30, 0.9, list(range(MAX_CATEGORIES + 1)))]
     pairs = np.array([[0, 0], [0, 1], [2, 2], [2, 3], [4, 4], [0, 2]])
@@ -326,7 +332,7 @@ def test_gradient_routing(rng):
         k_route = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False)
         assert np.all(k_route.take >= route.take)  # gradients take a subset of what K takes
         np.testing.assert_array_equal(route.terms[route.take], k_route.terms[route.take])
-        small = int(gradient_shared_bytes(np.dtype(dtype).itemsize, 4, 64, 64))
+        small = int(gradient_shared_bytes(np.dtype(dtype).itemsize, 4, 64, 64, directions))
         limited = route_pairs(ds, ds, pairs, s, shared_limit=small, by_cost=False, gradient=True)
         assert limited.take.tolist() == [False, False, True, False, False, False]  # only tiles <= 4
     # h = 1: the solve's terms are a constant kernel's, but the layout keeps the categories that the
