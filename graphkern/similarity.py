@@ -76,7 +76,9 @@ _BALANCED_CHUNK = 8            # searches per thread in the balanced, hub and lo
 _PAIR_ENTRIES_PER_BLOCK = 960  # "pair": rows per block sized for about this many upper entries
 _STAGE_CAP = 2048              # "staged": column indices a block copies to shared memory (kStageCap)
 _STAGE_FILL = 0.8              # "staged": rows per block sized for this share of _STAGE_CAP at the mean degree
-_STAGE_MIN_LOCALITY = 0.5      # auto: "staged" over "pair" when this share of entries stays in a block
+# auto: "staged" over "pair" when this share of entries stays in a block (H200: Watts-Strogatz
+# ring order, locality 0.88, staged 4% faster; Delaunay RCM 0.37, a tie; random order 0.0, 8% slower)
+_STAGE_MIN_LOCALITY = 0.5
 _PAIR_WIDTHS = (1, 2, 4)       # "pair": column indices per load of its merge (1: element by element)
 # H100 sweep of 2026-11-26 (Watts-Strogatz 100k, k=10, rows/block 192): width 1 0.0250 ms, 2
 # 0.0288 ms, 4 0.0298 ms: the vector merge's extra compares cost more than its fewer loads save
@@ -260,7 +262,10 @@ def choose_variant(degrees, locality=None):
     From the H100 sweep of 2026-11-26 (device time only; the H200 sweep before it ranked the
     others the same): short lists everywhere (max degree <= 32: Watts-Strogatz, Delaunay) favour
     computing each pair once by a thread that merges both lists (``"pair"``, 0.025 ms for 10^6
-    entries against 0.048 for ``"element"`` and 0.085 for ``"shortrow"``); moderately skewed
+    entries against 0.048 for ``"element"`` and 0.085 for ``"shortrow"``), staged in shared memory
+    block by block where at least half the entries stay inside a block (``"staged"``, H200 sweep
+    of the fourth session: Watts-Strogatz in ring order 0.0259 ms against 0.0269 for ``"pair"``;
+    a Delaunay graph in RCM order ties, in random order staging is 8% slower); moderately skewed
     graphs (Barabasi-Albert, hubs of 10^3) favour a group of lanes per entry (``"warp"``, 2.4x
     element; ``"pair"`` is slow there: one thread merges a hub's list); hubs past 8192 that dwarf
     the mean favour the work line carried by each pair's long list, with bitmaps of the largest
