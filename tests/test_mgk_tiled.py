@@ -515,6 +515,42 @@ def test_threshold_graphs_have_k_nonzeros_per_octile(rng):
         assert stats["nnz_per_tile_min"] == stats["nnz_per_tile_max"] == k
 
 
+def test_a_row_whose_largest_pair_alone_passes_the_budget_is_a_lower_bound(monkeypatch, rng):
+    """run_variant probes the largest pair first; over the budget, the row is that probe (estimated,
+    a lower bound) and the whole set never runs; under it, the set runs."""
+    import argparse
+    from types import SimpleNamespace
+
+    import graphkern.mgk as mgk_module
+    from graphkern.bench.suites import mgk_techniques
+
+    calls = []
+
+    class FakeKernel:
+        def __init__(self, *args, **kwargs):
+            self.info_ = None
+
+        def __call__(self, graphs, pairs=None):
+            n = len(graphs)
+            pairs = np.stack(np.triu_indices(n), axis=1) if pairs is None else np.asarray(pairs)
+            calls.append(len(pairs))
+            seconds = sum(graphs[a].n_nodes * graphs[b].n_nodes for a, b in pairs) * 1e-3
+            self.info_ = SimpleNamespace(solve_seconds=seconds, iterations=np.full(len(pairs), 5))
+            return np.ones((n, n))
+
+    monkeypatch.setattr(mgk_module, "MarginalizedGraphKernel", FakeKernel)
+    graphs = [labeled_graph(rng, n, 0.1) for n in (10, 40, 20)]
+    args = argparse.Namespace(dtype="float32", q=0.05)
+    row, info = mgk_techniques.run_variant("+Compact", graphs, None, None, args, 1, 1.5, techniques="x",
+                                           reorder=None, octiles=False)
+    assert row["estimated"] and row["kernel_s"] == 1.6 and "lower bound" in row["estimated_from"]
+    assert calls == [1, 1] and info is None  # the smallest pair (set-up), the largest alone; never the set
+    calls.clear()
+    row, info = mgk_techniques.run_variant("+Compact", graphs, None, None, args, 1, 10.0, techniques="x",
+                                           reorder=None, octiles=False)
+    assert not row["estimated"] and calls[:2] == [1, 1] and 6 in calls[2:]
+
+
 def test_suite_runs_quick_without_gpu(capsys):
     from graphkern.bench import cli
 
