@@ -569,3 +569,28 @@ def test_suite_runs_quick_without_gpu(capsys):
     assert [r["set"] for r in delegated if "pbr_tiles" in r] == ["molecules"]
     out = capsys.readouterr().out
     assert "non-empty octiles summed over each set" in out and "targets (one H100)" in out
+
+
+def test_multi_gpu_only_runs_nothing_else_and_says_why_without_two_gpus(capsys):
+    from graphkern.bench import cli
+
+    suites = cli.discover_suites()
+    parser = cli.build_parser(suites)
+    args = parser.parse_args(["mgk-techniques", "--sets", "protein", "--protein-graphs", "2", "--multi-gpu-only"])
+    ctx = cli.Context(quick=True, progress=cli.Progress(False), system={"gpus": []}, repeat=1)
+    rows = suites["mgk-techniques"].run(args, ctx)
+    assert [r["status"] for r in rows] == ["not measured (0 GPU)"]  # no octile counts, no technique rows
+    out = capsys.readouterr().out
+    assert "non-empty octiles" not in out and "two GPUs >= 1.8x one GPU" in out
+
+
+def test_last_engine_is_the_engine_of_the_last_call(rng):
+    X = [labeled_graph(rng, n, 0.3) for n in (5, 9)]
+    nk, ek = KERNELS["kronecker"]
+    kern = MarginalizedGraphKernel(nk, ek, q=0.1, backend="cpu")
+    assert kern.last_engine_ is None
+    kern(X)
+    first = kern.last_engine_
+    assert first is not None and first.name == "cpu"
+    kern(X, eval_gradient=True)
+    assert kern.last_engine_ is not first  # each call builds its engine
