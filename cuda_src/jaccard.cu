@@ -919,6 +919,67 @@ __device__ __forceinline__ void pair_similarity(const int64_t* __restrict__ indp
 
 constexpr int32_t kStageCap = 2048;  // column indices a block stages (graphkern/similarity.py: _STAGE_CAP)
 
+// ---- the window variant's row bitmaps: row i's entries in [i - kWinHalf, i + kWinHalf) as bits
+constexpr int32_t kWinWords = 8;
+constexpr int32_t kWinBits = 32 * kWinWords;  // graphkern/similarity.py: _WINDOW_BITS
+constexpr int32_t kWinHalf = kWinBits / 2;
+constexpr int32_t kWinStride = kWinWords + 1;  // padded: neighbouring rows' words fall in other banks
+
+// x's bit in row i's window, or a value >= kWinBits when x lies outside it (x, i >= 0: no overflow).
+__device__ __forceinline__ uint32_t window_bit(int32_t x, int32_t i) {
+    return (uint32_t)(x - i) + (uint32_t)kWinHalf;
+}
+
+// Row i's window bitmap from its sorted row, and the entries outside the window: the prefix
+// [0, below) lies under it and the suffix [above, len) over it.  One thread per row.
+struct WindowRow {
+    int32_t below, above;
+};
+
+__device__ __forceinline__ WindowRow build_window(const int32_t* row, int32_t len, int32_t i, uint32_t* bits) {
+#pragma unroll
+    for (int32_t w = 0; w < kWinWords; ++w) bits[w] = 0u;
+    WindowRow r{0, len};
+    for (int32_t q = 0; q < len; ++q) {
+        const int32_t x = row[q];
+        const uint32_t d = window_bit(x, i);
+        if (d < (uint32_t)kWinBits) {
+            bits[d >> 5] |= 1u << (d & 31u);
+        } else if (x < i) {
+            r.below = q + 1;
+        } else if (r.above == len) {
+            r.above = q;
+        }
+    }
+    return r;
+}
+
+// |N(i) ∩ N(j)| by looking every element of row b = N(j) up in row i: one bit test inside i's
+// window, a binary search of a's part below or above it otherwise (empty or a few entries on the
+// graphs this variant is for).  Notes the mirror offset of i in b and whether b stores j as the
+// walk passes them; the cost is d_j steps of a few instructions whatever d_i is.
+__device__ __forceinline__ MergeMirror window_count_mirror(const int32_t* a, int32_t la, const uint32_t* bits,
+                                                           WindowRow wr, const int32_t* b, int32_t lb, int32_t i,
+                                                           int32_t j) {
+    int32_t count = 0, mirror = lb, j_stored = 0;
+    for (int32_t q = 0; q < lb; ++q) {
+        const int32_t x = b[q];
+        const uint32_t d = window_bit(x, i);
+        int32_t hit;
+        if (d < (uint32_t)kWinBits) {
+            hit = (int32_t)((bits[d >> 5] >> (d & 31u)) & 1u);
+        } else {
+            const int32_t lo = x < i ? 0 : wr.above, len = x < i ? wr.below : la - wr.above;
+            const int32_t p = row_lower_bound(a + lo, len, x);
+            hit = (p < len && a[lo + p] == x) ? 1 : 0;
+        }
+        count += hit;
+        mirror = x == i ? q : mirror;
+        j_stored |= x == j ? 1 : 0;
+    }
+    return MergeMirror{count, mirror, j_stored};
+}
+
 // The pair variant (unweighted) for graphs stored in an order that keeps neighbours close
 // (meshes, small-world rings, road networks, RCM or space-filling-curve orders).  Block b takes
 // rows [b R, b R + R) like the pair variant, but first copies its rows' column indices
@@ -928,7 +989,11 @@ constexpr int32_t kStageCap = 2048;  // column indices a block stages (graphkern
 // (the merge takes generic pointers, so both cases share one code path).  A block whose rows hold
 // more than kStageCap entries reads every row from global memory, so the kernel is correct on any
 // graph; the entries are listed in passes of kStageCap.
-template <typename T>
+// kWindow (the window variant): each row of the block also gets a bitmap of its entries within
+// kWinHalf of its own index, and a pair looks row j's elements up in it (window_count_mirror)
+// instead of merging the two rows: on banded graphs nearly every lookup is one shared-memory bit
+// test, a third of a merge step's instructions, and no step waits on the other row's load.
+template <typename T, bool kWindow>
 __device__ __forceinline__ void staged_similarity(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
                                                   int32_t n, int32_t metric, int32_t self_loops, T* __restrict__ out,
                                                   int32_t rows_per_block) {
@@ -938,6 +1003,8 @@ __device__ __forceinline__ void staged_similarity(const int64_t* __restrict__ in
     __shared__ int32_t listed_off[kStageCap];  // a listed entry's offset in its row
     __shared__ uint8_t listed_row[kStageCap];  // and its row minus the block's first row
     __shared__ uint8_t row_stored[kBlock];     // whether that row stores its own index
+    __shared__ uint32_t s_bits[kWindow ? kBlock * kWinStride : 1];  // the window variant's row bitmaps
+    __shared__ WindowRow s_win[kWindow ? kBlock : 1];
     const int32_t first_row = (int32_t)(blockIdx.x * (int64_t)rows_per_block);
     const int32_t rows = (int32_t)smaller((int64_t)rows_per_block, (int64_t)n - first_row);
     const int32_t t = threadIdx.x;
@@ -959,6 +1026,7 @@ __device__ __forceinline__ void staged_similarity(const int64_t* __restrict__ in
         const int32_t stored = (p < len && row[p] == i) ? 1 : 0;
         if (stored) out[row_begin[t] + p] = T(1);
         row_stored[t] = (uint8_t)stored;
+        if constexpr (kWindow) s_win[t] = build_window(row, len, i, s_bits + t * kWinStride);
         upper = p + stored;
         count = len - upper;
     }
@@ -993,7 +1061,12 @@ __device__ __forceinline__ void staged_similarity(const int64_t* __restrict__ in
                 lb = (int32_t)(indptr[j + 1] - b0);
                 b = idx + b0;
             }
-            const MergeMirror mm = merge_count_mirror(a, la, b, lb, i, j);
+            MergeMirror mm;
+            if constexpr (kWindow) {
+                mm = window_count_mirror(a, la, s_bits + r * kWinStride, s_win[r], b, lb, i, j);
+            } else {
+                mm = merge_count_mirror(a, la, b, lb, i, j);
+            }
             if (mm.mirror >= lb) continue;  // never for a validated input; no write past row j if it were not
             const T value = count_similarity<T>(metric, mm.count, count_terms(la, row_stored[r], self_loops),
                                                 count_terms(lb, mm.j_stored, self_loops));
@@ -1107,11 +1180,15 @@ JACCARD_PAIR_VECTOR_ENTRY_POINTS(2, double, f64)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, float, f32)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, double, f64)
 
-// The staged variant, unweighted only (graphkern/similarity.py runs weighted "staged" as "pair").
+// The staged and window variants, unweighted only (graphkern/similarity.py runs weighted ones as "pair").
 #define JACCARD_STAGED_ENTRY_POINT(T, sfx)                                                                        \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_staged_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
-        staged_similarity<T>(indptr, idx, n, metric, self_loops, out, rows_per_block);                          \
+        staged_similarity<T, false>(indptr, idx, n, metric, self_loops, out, rows_per_block);                   \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
+        jaccard_window_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
+        staged_similarity<T, true>(indptr, idx, n, metric, self_loops, out, rows_per_block);                    \
     }
 
 JACCARD_STAGED_ENTRY_POINT(float, f32)

@@ -41,7 +41,12 @@ correct on any graph, slow past a few hundred entries per row), ``"staged"`` (``
 each block's rows first copied into shared memory, so that the pairs between two of a block's
 rows merge there: for graphs stored in an order that keeps neighbours close, such as meshes,
 small-world rings and road networks; a block with too many entries to stage reads global memory;
-weighted ``"staged"`` runs as ``"pair"``), ``"longrow"`` (``"hub"`` with
+weighted ``"staged"`` runs as ``"pair"``), ``"window"`` (``"staged"``, where each of the block's
+rows also gets a bitmap of its neighbours within 128 of its own index, and a pair looks each
+element of the other list up in it, one bit test each, instead of merging the two lists: for
+banded orders, where nearly every neighbour of a neighbour lies that close; other lookups are a
+binary search, so it is correct on any graph; weighted ``"window"`` runs as ``"pair"``),
+``"longrow"`` (``"hub"`` with
 every pair's work carried by its longer list, so that consecutive searches hit one list or one
 bitmap, and each pair finished from that side; weighted ``"longrow"`` has no bitmaps), and
 ``"auto"``, which picks one from the degree distribution (:func:`choose_variant`).  All but ``"element"`` compute each undirected pair once and write it
@@ -59,7 +64,8 @@ from graphkern.graph import as_csr_matrix
 
 __all__ = ["jaccard", "sorensen", "overlap", "choose_variant", "VARIANTS"]
 
-VARIANTS = ("auto", "element", "binary", "warp", "balanced", "hub", "shortrow", "pair", "staged", "longrow")
+VARIANTS = ("auto", "element", "binary", "warp", "balanced", "hub", "shortrow", "pair", "staged", "window",
+            "longrow")
 _METRICS = {"jaccard": 0, "sorensen": 1, "overlap": 2}
 _INT32_MAX = np.iinfo(np.int32).max
 # Per-thread marks of the CPU kernel cost 4 bytes per node each; beyond this many bytes in all,
@@ -79,6 +85,8 @@ _STAGE_FILL = 0.8              # "staged": rows per block sized for this share o
 # auto: "staged" over "pair" when this share of entries stays in a block (H200: Watts-Strogatz
 # ring order, locality 0.88, staged 4% faster; Delaunay RCM 0.37, a tie; random order 0.0, 8% slower)
 _STAGE_MIN_LOCALITY = 0.5
+_STAGED_VARIANTS = ("staged", "window")  # unweighted kernels that stage the block's rows in shared memory
+_WINDOW_BITS = 256             # "window": a row's bitmap covers the vertices within 128 of its own (kWinBits)
 _PAIR_WIDTHS = (1, 2, 4)       # "pair": column indices per load of its merge (1: element by element)
 # H100 sweep of 2026-11-26 (Watts-Strogatz 100k, k=10, rows/block 192): width 1 0.0250 ms, 2
 # 0.0288 ms, 4 0.0298 ms: the vector merge's extra compares cost more than its fewer loads save
@@ -355,6 +363,18 @@ def row_locality(pattern, rows_per_block):
     return float(np.mean(pattern.indices[off] // rows_per_block == block))
 
 
+def window_locality(pattern):
+    """The share of stored off-diagonal entries (i, j) with |i - j| < 64: for such a pair, the
+    neighbours of j within 64 of j fall in the window of 128 either side of i that the
+    ``"window"`` variant keeps as a bitmap of row i.  Close to 1 for a ring lattice or a narrow
+    band, close to 0 for a shuffled or wide-band order."""
+    rows = np.repeat(np.arange(pattern.n, dtype=np.int64), pattern.degrees)
+    off = rows != pattern.indices
+    if not off.any():
+        return 0.0
+    return float(np.mean(np.abs(pattern.indices[off] - rows[off]) < _WINDOW_BITS // 4))
+
+
 def staged_rows_per_block(degrees):
     """Rows per block of the ``"staged"`` variant: about ``_STAGE_FILL * _STAGE_CAP`` stored entries
     per block at the mean degree (so that nearly every block stages), a multiple of 8 from 8 to 256."""
@@ -398,7 +418,7 @@ class DeviceSimilarity:
         """``hub_min_degree`` and ``hub_max_bytes`` (default: min(0.25 GiB, 10% of free device
         memory)) choose the bitmaps of the ``"hub"`` and ``"longrow"`` variants; see
         :func:`hub_vertices`.  ``balanced_chunk``: consecutive searches per thread in the
-        balanced, hub and longrow variants.  ``rows_per_block``: rows per block of the ``"pair"`` and ``"staged"``
+        balanced, hub and longrow variants.  ``rows_per_block``: rows per block of the ``"pair"``, ``"staged"`` and ``"window"``
         variant (1 to 256; default :func:`pair_rows_per_block`).  ``pair_width``: column indices
         per load in the ``"pair"`` merge, 1, 2 or 4 (aligned vector loads; weighted graphs and
         graphs of 2^31 - 2 nodes or more merge element by element, ``self.pair_width`` says
@@ -416,13 +436,13 @@ class DeviceSimilarity:
             raise ValueError(f"variant must be one of {', '.join(map(repr, VARIANTS))}; got {variant!r}")
         degrees = pattern.degrees
         self.variant = auto_variant(pattern) if variant == "auto" else variant
-        if self.variant == "staged" and self.weighted:
-            self.variant = "pair"  # the staged merge counts; weighted pairs merge by element
+        if self.variant in _STAGED_VARIANTS and self.weighted:
+            self.variant = "pair"  # the staged merge and the window lookups count; weighted pairs merge by element
         self.group = warp_group_size(degrees)
         self.balanced_chunk = int(balanced_chunk)
         if not 1 <= self.balanced_chunk <= 1 << 16:
             raise ValueError(f"balanced_chunk must be 1 to 65536, got {balanced_chunk!r}")
-        default_rows = staged_rows_per_block if self.variant == "staged" else pair_rows_per_block
+        default_rows = staged_rows_per_block if self.variant in _STAGED_VARIANTS else pair_rows_per_block
         self.rows_per_block = int(default_rows(degrees) if rows_per_block is None else rows_per_block)
         if not 1 <= self.rows_per_block <= _BLOCK:
             raise ValueError(f"rows_per_block must be 1 to {_BLOCK}, got {rows_per_block!r}")
@@ -458,7 +478,7 @@ class DeviceSimilarity:
                          inter=(s if self.weighted else 4) * nnz, group_entry=8 * n_groups)
         if self.hubs.size:
             sizes.update(hub_list=4 * self.hubs.size, hub_slot=4 * n, bitmaps=4 * self.hub_words * self.hubs.size)
-        if self.variant in ("shortrow", "staged") or (self.variant == "pair" and not self.weighted):
+        if self.variant in ("shortrow",) + _STAGED_VARIANTS or (self.variant == "pair" and not self.weighted):
             for name in ("deg", "adj", "wsum", "selfw"):  # the vertex terms are computed in the kernel
                 sizes.pop(name, None)
         self.nbytes = sum(sizes.values())
@@ -496,8 +516,8 @@ class DeviceSimilarity:
                     for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow")}
         pair_kernel = "pair" if self.pair_width == 1 else f"pair_vec{self.pair_width}"
         self._fn["pair"] = rt.kernel(dev, "jaccard", f"jaccard_{pair_kernel}_{flavour}")
-        if self.variant == "staged":
-            self._fn["staged"] = rt.kernel(dev, "jaccard", f"jaccard_staged_{flavour}")
+        if self.variant in _STAGED_VARIANTS:
+            self._fn[self.variant] = rt.kernel(dev, "jaccard", f"jaccard_{self.variant}_{flavour}")
         self._fn_vertex = (rt.kernel(dev, "jaccard", f"jaccard_vertex_weights_{flavour[-3:]}") if self.weighted
                            else rt.kernel(dev, "jaccard", "jaccard_vertex_counts"))
         self._fn_work = rt.kernel(dev, "jaccard", "jaccard_balanced_work")
@@ -533,7 +553,7 @@ class DeviceSimilarity:
             return
         common = (self.indptr, self.indices, self.weights, n32, nnz64, np.int32(self.metric), self.deg, self.adj,
                   self.wsum, self.selfw, scalar(1 if self.self_loops else -1), self.out)
-        if self.variant in ("pair", "staged") and not self.weighted:  # one launch: it finds the vertex terms
+        if self.variant in ("pair",) + _STAGED_VARIANTS and not self.weighted:  # one launch: it finds the vertex terms
             self._launch_pair(common)
             return
         if self.hub_slot is not None:

@@ -424,12 +424,14 @@ def test_gpu_pair_and_longrow_agree_with_element_on_a_power_law_graph(rng, gpu_d
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["staged", "window"])
 @pytest.mark.parametrize("rows_per_block", [None, 1, 7, 64, 256])
 @pytest.mark.parametrize("self_loops", [False, True])
-def test_gpu_staged_on_local_and_hub_rows(rng, gpu_device, rows_per_block, self_loops):
-    """The staged variant where nearly every pair lies inside a block (a ring lattice with a few
-    random shortcuts and self-loops), and where a hub's block holds too many entries to stage
-    (those blocks read global memory): equal to element, bit for bit, and to the CPU."""
+def test_gpu_staged_on_local_and_hub_rows(rng, gpu_device, variant, rows_per_block, self_loops):
+    """The staged and window variants where nearly every pair lies inside a block (a ring lattice
+    with a few random shortcuts and self-loops), and where a hub's block holds too many entries to
+    stage (those blocks read global memory; the hub's list lies mostly outside its window): equal
+    to element, bit for bit, and to the CPU."""
     from graphkern.generators import watts_strogatz
     A = sp.csr_matrix(watts_strogatz(n=3000, k=10, p=0.1, seed=int(rng.integers(1 << 30)), as_csr=True))
     A = sp.lil_matrix(A)
@@ -444,19 +446,56 @@ def test_gpu_staged_on_local_and_hub_rows(rng, gpu_device, rows_per_block, self_
     A.eliminate_zeros()
     for metric in ("jaccard", "overlap"):
         element, _ = device_values(gpu_device, A, metric, self_loops=self_loops, variant="element")
-        values, run = device_values(gpu_device, A, metric, self_loops=self_loops, variant="staged",
+        values, run = device_values(gpu_device, A, metric, self_loops=self_loops, variant=variant,
                                     rows_per_block=rows_per_block)
-        assert run.variant == "staged"
+        assert run.variant == variant
         np.testing.assert_array_equal(values, element, err_msg=f"{metric} rows/block {rows_per_block}")
         assert_matches_cpu(values, A, metric=metric, self_loops=self_loops)
 
 
 @pytest.mark.gpu
-def test_gpu_weighted_staged_runs_as_pair(rng, gpu_device):
+@pytest.mark.parametrize("variant", ["staged", "window"])
+def test_gpu_weighted_staged_runs_as_pair(rng, gpu_device, variant):
     A = random_graph(rng, 300, 0.05)
-    values, run = device_values(gpu_device, A, "jaccard", weighted=True, variant="staged")
+    values, run = device_values(gpu_device, A, "jaccard", weighted=True, variant=variant)
     assert run.variant == "pair"
     assert_matches_cpu(values, A, weighted=True)
+
+
+def band_graph(rng, n, offsets, extra):
+    """Edges i -- i + d for every offset d, plus ``extra`` random edges, symmetric, no self-loops."""
+    rows = np.concatenate([np.arange(n - d) for d in offsets] + [rng.integers(0, n, extra)])
+    cols = np.concatenate([np.arange(d, n) for d in offsets] + [rng.integers(0, n, extra)])
+    A = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n)).tocsr()
+    A = ((A + A.T) > 0).astype(np.float64)
+    A.setdiag(0)
+    A.eliminate_zeros()
+    return sp.csr_matrix(A)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_gpu_window_at_its_edges(rng, gpu_device, self_loops):
+    """Neighbours at offsets on both sides of the window's edges (127, 128, 129 either side of a
+    row; lookups from a neighbour 64 away land at 63..193), with random long edges: the window
+    variant's bit tests and its searches below and above the window agree with element."""
+    A = band_graph(rng, 4000, [1, 2, 63, 64, 65, 126, 127, 128, 129, 190, 300], extra=800)
+    for rows_per_block in (None, 13, 256):
+        element, _ = device_values(gpu_device, A, "jaccard", self_loops=self_loops, variant="element")
+        values, run = device_values(gpu_device, A, "jaccard", self_loops=self_loops, variant="window",
+                                    rows_per_block=rows_per_block)
+        np.testing.assert_array_equal(values, element, err_msg=f"rows/block {rows_per_block}")
+    assert_matches_cpu(values, A, metric="jaccard", self_loops=self_loops)
+
+
+def test_window_locality(rng):
+    from graphkern.generators import watts_strogatz
+    ring = symmetric_pattern(sp.csr_matrix(watts_strogatz(n=5000, k=10, p=0.0, seed=1, as_csr=True)))
+    # neighbours within 5, except the 15 pairs (30 entries) that wrap around the ring
+    assert similarity.window_locality(ring) == pytest.approx(1 - 30 / ring.nnz, abs=1e-12)
+    wide = symmetric_pattern(band_graph(rng, 2000, [64, 100], extra=0))
+    assert similarity.window_locality(wide) == 0.0
+    assert similarity.window_locality(symmetric_pattern(sp.csr_matrix(np.eye(4)))) == 0.0
 
 
 def test_row_locality_and_the_auto_choice_between_pair_and_staged(rng):
