@@ -919,67 +919,6 @@ __device__ __forceinline__ void pair_similarity(const int64_t* __restrict__ indp
 
 constexpr int32_t kStageCap = 2048;  // column indices a block stages (graphkern/similarity.py: _STAGE_CAP)
 
-// ---- the window variant's row bitmaps: row i's entries in [i - kWinHalf, i + kWinHalf) as bits
-constexpr int32_t kWinWords = 8;
-constexpr int32_t kWinBits = 32 * kWinWords;  // graphkern/similarity.py: _WINDOW_BITS
-constexpr int32_t kWinHalf = kWinBits / 2;
-constexpr int32_t kWinStride = kWinWords + 1;  // padded: neighbouring rows' words fall in other banks
-
-// x's bit in row i's window, or a value >= kWinBits when x lies outside it (x, i >= 0: no overflow).
-__device__ __forceinline__ uint32_t window_bit(int32_t x, int32_t i) {
-    return (uint32_t)(x - i) + (uint32_t)kWinHalf;
-}
-
-// Row i's window bitmap from its sorted row, and the entries outside the window: the prefix
-// [0, below) lies under it and the suffix [above, len) over it.  One thread per row.
-struct WindowRow {
-    int32_t below, above;
-};
-
-__device__ __forceinline__ WindowRow build_window(const int32_t* row, int32_t len, int32_t i, uint32_t* bits) {
-#pragma unroll
-    for (int32_t w = 0; w < kWinWords; ++w) bits[w] = 0u;
-    WindowRow r{0, len};
-    for (int32_t q = 0; q < len; ++q) {
-        const int32_t x = row[q];
-        const uint32_t d = window_bit(x, i);
-        if (d < (uint32_t)kWinBits) {
-            bits[d >> 5] |= 1u << (d & 31u);
-        } else if (x < i) {
-            r.below = q + 1;
-        } else if (r.above == len) {
-            r.above = q;
-        }
-    }
-    return r;
-}
-
-// |N(i) ∩ N(j)| by looking every element of row b = N(j) up in row i: one bit test inside i's
-// window, a binary search of a's part below or above it otherwise (empty or a few entries on the
-// graphs this variant is for).  Notes the mirror offset of i in b and whether b stores j as the
-// walk passes them; the cost is d_j steps of a few instructions whatever d_i is.
-__device__ __forceinline__ MergeMirror window_count_mirror(const int32_t* a, int32_t la, const uint32_t* bits,
-                                                           WindowRow wr, const int32_t* b, int32_t lb, int32_t i,
-                                                           int32_t j) {
-    int32_t count = 0, mirror = lb, j_stored = 0;
-    for (int32_t q = 0; q < lb; ++q) {
-        const int32_t x = b[q];
-        const uint32_t d = window_bit(x, i);
-        int32_t hit;
-        if (d < (uint32_t)kWinBits) {
-            hit = (int32_t)((bits[d >> 5] >> (d & 31u)) & 1u);
-        } else {
-            const int32_t lo = x < i ? 0 : wr.above, len = x < i ? wr.below : la - wr.above;
-            const int32_t p = row_lower_bound(a + lo, len, x);
-            hit = (p < len && a[lo + p] == x) ? 1 : 0;
-        }
-        count += hit;
-        mirror = x == i ? q : mirror;
-        j_stored |= x == j ? 1 : 0;
-    }
-    return MergeMirror{count, mirror, j_stored};
-}
-
 // The pair variant (unweighted) for graphs stored in an order that keeps neighbours close
 // (meshes, small-world rings, road networks, RCM or space-filling-curve orders).  Block b takes
 // rows [b R, b R + R) like the pair variant, but first copies its rows' column indices
@@ -989,11 +928,7 @@ __device__ __forceinline__ MergeMirror window_count_mirror(const int32_t* a, int
 // (the merge takes generic pointers, so both cases share one code path).  A block whose rows hold
 // more than kStageCap entries reads every row from global memory, so the kernel is correct on any
 // graph; the entries are listed in passes of kStageCap.
-// kWindow (the window variant): each row of the block also gets a bitmap of its entries within
-// kWinHalf of its own index, and a pair looks row j's elements up in it (window_count_mirror)
-// instead of merging the two rows: on banded graphs nearly every lookup is one shared-memory bit
-// test, a third of a merge step's instructions, and no step waits on the other row's load.
-template <typename T, bool kWindow>
+template <typename T>
 __device__ __forceinline__ void staged_similarity(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
                                                   int32_t n, int32_t metric, int32_t self_loops, T* __restrict__ out,
                                                   int32_t rows_per_block) {
@@ -1003,8 +938,6 @@ __device__ __forceinline__ void staged_similarity(const int64_t* __restrict__ in
     __shared__ int32_t listed_off[kStageCap];  // a listed entry's offset in its row
     __shared__ uint8_t listed_row[kStageCap];  // and its row minus the block's first row
     __shared__ uint8_t row_stored[kBlock];     // whether that row stores its own index
-    __shared__ uint32_t s_bits[kWindow ? kBlock * kWinStride : 1];  // the window variant's row bitmaps
-    __shared__ WindowRow s_win[kWindow ? kBlock : 1];
     const int32_t first_row = (int32_t)(blockIdx.x * (int64_t)rows_per_block);
     const int32_t rows = (int32_t)smaller((int64_t)rows_per_block, (int64_t)n - first_row);
     const int32_t t = threadIdx.x;
@@ -1026,7 +959,6 @@ __device__ __forceinline__ void staged_similarity(const int64_t* __restrict__ in
         const int32_t stored = (p < len && row[p] == i) ? 1 : 0;
         if (stored) out[row_begin[t] + p] = T(1);
         row_stored[t] = (uint8_t)stored;
-        if constexpr (kWindow) s_win[t] = build_window(row, len, i, s_bits + t * kWinStride);
         upper = p + stored;
         count = len - upper;
     }
@@ -1061,12 +993,7 @@ __device__ __forceinline__ void staged_similarity(const int64_t* __restrict__ in
                 lb = (int32_t)(indptr[j + 1] - b0);
                 b = idx + b0;
             }
-            MergeMirror mm;
-            if constexpr (kWindow) {
-                mm = window_count_mirror(a, la, s_bits + r * kWinStride, s_win[r], b, lb, i, j);
-            } else {
-                mm = merge_count_mirror(a, la, b, lb, i, j);
-            }
+            const MergeMirror mm = merge_count_mirror(a, la, b, lb, i, j);
             if (mm.mirror >= lb) continue;  // never for a validated input; no write past row j if it were not
             const T value = count_similarity<T>(metric, mm.count, count_terms(la, row_stored[r], self_loops),
                                                 count_terms(lb, mm.j_stored, self_loops));
@@ -1074,6 +1001,169 @@ __device__ __forceinline__ void staged_similarity(const int64_t* __restrict__ in
             out[b0 + mm.mirror] = value;
         }
         __syncthreads();  // the list is read before the next pass overwrites it
+    }
+}
+
+// ---- the window variant: near pairs from 64-bit row masks, no merge
+
+constexpr int32_t kWinHalf = 32;                    // row r's window: the vertices [r - 32, r + 32)
+constexpr int32_t kWinFar = 4;                      // entries outside its window a row lists for near pairs
+constexpr int32_t kWinRows = kBlock + 2 * kWinHalf; // a block's rows and the halo of rows either side
+constexpr int32_t kWinList = 2048;                  // entries a block lists in shared memory per pass
+
+// Row r as the window variant sees it: a bit per stored entry x in [r - 32, r + 32) (bit x - r + 32),
+// how many entries lie below the window, and the entries outside it (the first kWinFar of them;
+// n_far counts them all, so a row with more than kWinFar is known to be incomplete here).
+struct WindowRow {
+    uint64_t mask;
+    int32_t below, n_far;
+    int32_t far[kWinFar];
+};
+
+// x's bit in row r's window, or a value >= 64 when x lies outside it (x, r >= 0: no overflow).
+__device__ __forceinline__ uint32_t window_bit(int32_t x, int32_t r) {
+    return (uint32_t)(x - r) + (uint32_t)kWinHalf;
+}
+
+__device__ __forceinline__ WindowRow window_row(const int32_t* __restrict__ row, int32_t len, int32_t r) {
+    WindowRow w;
+    w.mask = 0;
+    w.below = 0;
+    w.n_far = 0;
+#pragma unroll
+    for (int32_t k = 0; k < kWinFar; ++k) w.far[k] = -1;
+    for (int32_t q = 0; q < len; ++q) {
+        const int32_t x = row[q];
+        const uint32_t d = window_bit(x, r);
+        if (d < 64u) {
+            w.mask |= 1ull << d;
+        } else {
+            w.below += x < r ? 1 : 0;
+#pragma unroll
+            for (int32_t k = 0; k < kWinFar; ++k) w.far[k] = w.n_far == k ? x : w.far[k];
+            ++w.n_far;
+        }
+    }
+    return w;
+}
+
+__device__ __forceinline__ int32_t window_stores(const WindowRow& w, int32_t x, int32_t r) {
+    const uint32_t d = window_bit(x, r);
+    if (d < 64u) return (int32_t)((w.mask >> d) & 1ull);
+    int32_t hit = 0;
+#pragma unroll
+    for (int32_t k = 0; k < kWinFar; ++k) hit |= w.far[k] == x ? 1 : 0;
+    return hit;
+}
+
+// |N(i) ∩ N(j)| and the offset of i in row j for a near pair, 0 < j - i < 32, both rows complete
+// (n_far <= kWinFar).  The common entries inside both windows are one popcount of the masks
+// aligned to i's window; an entry outside i's window is one of i's far entries, looked up in j;
+// an entry inside i's window but outside j's is one of j's far entries, looked up in i's mask.
+__device__ __forceinline__ MergeMirror window_pair(const WindowRow& a, int32_t i, const WindowRow& b, int32_t j) {
+    const int32_t delta = j - i;
+    int32_t count = __popcll(a.mask & (b.mask << delta));
+#pragma unroll
+    for (int32_t k = 0; k < kWinFar; ++k) {
+        if (k < a.n_far) count += window_stores(b, a.far[k], j);
+        if (k < b.n_far) {
+            const uint32_t d = window_bit(b.far[k], i);
+            count += d < 64u ? (int32_t)((a.mask >> d) & 1ull) : 0;
+        }
+    }
+    const uint32_t at_i = (uint32_t)(kWinHalf - delta);  // i's bit in j's window
+    MergeMirror m;
+    m.count = count;
+    m.mirror = ((b.mask >> at_i) & 1ull) ? b.below + __popcll(b.mask & ((1ull << at_i) - 1ull)) : INT32_MAX;
+    m.j_stored = (int32_t)((b.mask >> kWinHalf) & 1ull);
+    return m;
+}
+
+// Block b takes rows [b R, b R + R) (R = rows_per_block <= blockDim.x) and first builds the
+// WindowRow of each of them and of the 32 rows either side (its halo), a thread per row.  The
+// upper entries (i, j) of its rows are then listed in two runs: the near ones (j - i < 32, a
+// contiguous stretch of row i after i itself) and the far ones.  A thread computes one listed
+// pair at a time: a near pair from the two WindowRows (window_pair: a few dozen instructions
+// whatever the degrees, no dependent loads), a far pair, or a near pair whose row has more than
+// kWinFar entries outside its window, by merging the two rows in global memory like "pair".  So
+// the kernel is correct on any graph and fast where nearly all pairs are near and complete:
+// rings, bands, meshes in a narrow banded order.  The lower entries are the mirrors.
+template <typename T>
+__device__ __forceinline__ void window_similarity(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
+                                                  int32_t n, int32_t metric, int32_t self_loops, T* __restrict__ out,
+                                                  int32_t rows_per_block) {
+    __shared__ WindowRow s_row[kWinRows];
+    __shared__ int64_t s_begin[kWinRows + 1];
+    __shared__ int32_t listed_off[kWinList];  // a listed entry's offset in its row
+    __shared__ uint8_t listed_row[kWinList];  // and its row minus the block's first row
+    const int32_t first_row = (int32_t)(blockIdx.x * (int64_t)rows_per_block);
+    const int32_t rows = (int32_t)smaller((int64_t)rows_per_block, (int64_t)n - first_row);
+    const int32_t lo_row = first_row > kWinHalf ? first_row - kWinHalf : 0;
+    const int32_t hi_row = (int32_t)smaller((int64_t)first_row + rows + kWinHalf, (int64_t)n);
+    const int32_t built = hi_row - lo_row;
+    const int32_t t = threadIdx.x;
+    for (int32_t c = t; c <= built; c += blockDim.x) s_begin[c] = indptr[lo_row + c];
+    __syncthreads();
+    for (int32_t c = t; c < built; c += blockDim.x)
+        s_row[c] = window_row(idx + s_begin[c], (int32_t)(s_begin[c + 1] - s_begin[c]), lo_row + c);
+    __syncthreads();
+    // this thread's row: its upper entries are [upper, upper + near) near, then far ones
+    int32_t upper = 0, near = 0, far = 0;
+    const int32_t c0 = first_row - lo_row;  // the block's first row among the built ones
+    if (t < rows) {
+        const WindowRow& w = s_row[c0 + t];
+        const int32_t len = (int32_t)(s_begin[c0 + t + 1] - s_begin[c0 + t]);
+        const int32_t stored = (int32_t)((w.mask >> kWinHalf) & 1ull);
+        upper = w.below + __popcll(w.mask & ((2ull << kWinHalf) - 1ull));  // entries <= i
+        if (stored) out[s_begin[c0 + t] + upper - 1] = T(1);
+        near = __popcll(w.mask >> (kWinHalf + 1));
+        far = len - upper - near;
+    }
+    int64_t total;  // near counts in the high half, far counts in the low half: one scan for both
+    const int64_t at = block_exclusive_scan(((int64_t)near << 32) | far, &total);
+    for (int32_t run = 0; run < 2; ++run) {  // 0: near pairs, 1: far pairs
+        const int64_t run_total = run == 0 ? total >> 32 : total & 0xFFFFFFFFll;
+        const int64_t run_at = run == 0 ? at >> 32 : at & 0xFFFFFFFFll;
+        const int32_t run_count = run == 0 ? near : far;
+        const int32_t run_first = run == 0 ? upper : upper + near;
+        for (int64_t base = 0; base < run_total; base += kWinList) {  // block-uniform
+            const int64_t lo = run_at > base ? run_at : base;
+            const int64_t hi = smaller(run_at + run_count, base + kWinList);
+            for (int64_t u = lo; u < hi; ++u) {
+                listed_off[u - base] = run_first + (int32_t)(u - run_at);
+                listed_row[u - base] = (uint8_t)t;
+            }
+            __syncthreads();
+            const int32_t listed = (int32_t)smaller(run_total - base, (int64_t)kWinList);
+            for (int32_t u = t; u < listed; u += blockDim.x) {
+                const int32_t r = listed_row[u], off = listed_off[u];
+                const int32_t i = first_row + r, ci = c0 + r;
+                const int64_t a0 = s_begin[ci];
+                const int32_t la = (int32_t)(s_begin[ci + 1] - a0);
+                const int32_t j = idx[a0 + off];
+                const WindowRow& wi = s_row[ci];
+                const int32_t i_stored = (int32_t)((wi.mask >> kWinHalf) & 1ull);
+                int64_t b0;
+                int32_t lb;
+                MergeMirror mm;
+                if (run == 0 && wi.n_far <= kWinFar && s_row[j - lo_row].n_far <= kWinFar) {
+                    const int32_t cj = j - lo_row;  // near: j < i + 32 <= hi_row
+                    b0 = s_begin[cj];
+                    lb = (int32_t)(s_begin[cj + 1] - b0);
+                    mm = window_pair(wi, i, s_row[cj], j);
+                } else {
+                    b0 = indptr[j];
+                    lb = (int32_t)(indptr[j + 1] - b0);
+                    mm = merge_count_mirror(idx + a0, la, idx + b0, lb, i, j);
+                }
+                if (mm.mirror >= lb) continue;  // never for a validated input; no write past row j if it were not
+                const T value = count_similarity<T>(metric, mm.count, count_terms(la, i_stored, self_loops),
+                                                    count_terms(lb, mm.j_stored, self_loops));
+                out[a0 + off] = value;
+                out[b0 + mm.mirror] = value;
+            }
+            __syncthreads();  // the list is read before the next pass overwrites it
+        }
     }
 }
 
@@ -1180,19 +1270,26 @@ JACCARD_PAIR_VECTOR_ENTRY_POINTS(2, double, f64)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, float, f32)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, double, f64)
 
-// The staged and window variants, unweighted only (graphkern/similarity.py runs weighted ones as "pair").
+// The staged variant, unweighted only (graphkern/similarity.py runs weighted "staged" as "pair").
 #define JACCARD_STAGED_ENTRY_POINT(T, sfx)                                                                        \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_staged_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
-        staged_similarity<T, false>(indptr, idx, n, metric, self_loops, out, rows_per_block);                   \
-    }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
-        jaccard_window_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
-        staged_similarity<T, true>(indptr, idx, n, metric, self_loops, out, rows_per_block);                    \
+        staged_similarity<T>(indptr, idx, n, metric, self_loops, out, rows_per_block);                          \
     }
 
 JACCARD_STAGED_ENTRY_POINT(float, f32)
 JACCARD_STAGED_ENTRY_POINT(double, f64)
+
+// The window variant, unweighted only (graphkern/similarity.py runs weighted "window" as "pair").  Four
+// blocks per SM: without the bound ptxas kept 32 registers and spilled a WindowRow to local memory.
+#define JACCARD_WINDOW_ENTRY_POINT(T, sfx)                                                                        \
+    extern "C" __global__ void __launch_bounds__(kBlock, 4)                                                         \
+        jaccard_window_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
+        window_similarity<T>(indptr, idx, n, metric, self_loops, out, rows_per_block);                          \
+    }
+
+JACCARD_WINDOW_ENTRY_POINT(float, f32)
+JACCARD_WINDOW_ENTRY_POINT(double, f64)
 
 #define JACCARD_WEIGHT_ENTRY_POINTS(T, sfx)                                                                        \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                           \

@@ -41,11 +41,11 @@ correct on any graph, slow past a few hundred entries per row), ``"staged"`` (``
 each block's rows first copied into shared memory, so that the pairs between two of a block's
 rows merge there: for graphs stored in an order that keeps neighbours close, such as meshes,
 small-world rings and road networks; a block with too many entries to stage reads global memory;
-weighted ``"staged"`` runs as ``"pair"``), ``"window"`` (``"staged"``, where each of the block's
-rows also gets a bitmap of its neighbours within 128 of its own index, and a pair looks each
-element of the other list up in it, one bit test each, instead of merging the two lists: for
-banded orders, where nearly every neighbour of a neighbour lies that close; other lookups are a
-binary search, so it is correct on any graph; weighted ``"window"`` runs as ``"pair"``),
+weighted ``"staged"`` runs as ``"pair"``), ``"window"`` (for banded orders: each row becomes a 64-bit
+mask of its neighbours within 32 of its own index plus a list of at most 4 farther ones, and a
+pair (i, j) with |i - j| < 32 is a popcount of the two masks and a few lookups, with no merge;
+the other pairs are merged as in ``"pair"``, so it is correct on any graph; weighted
+``"window"`` runs as ``"pair"``),
 ``"longrow"`` (``"hub"`` with
 every pair's work carried by its longer list, so that consecutive searches hit one list or one
 bitmap, and each pair finished from that side; weighted ``"longrow"`` has no bitmaps), and
@@ -86,7 +86,8 @@ _STAGE_FILL = 0.8              # "staged": rows per block sized for this share o
 # ring order, locality 0.88, staged 4% faster; Delaunay RCM 0.37, a tie; random order 0.0, 8% slower)
 _STAGE_MIN_LOCALITY = 0.5
 _STAGED_VARIANTS = ("staged", "window")  # unweighted kernels that stage the block's rows in shared memory
-_WINDOW_BITS = 256             # "window": a row's bitmap covers the vertices within 128 of its own (kWinBits)
+_WINDOW_HALF = 32              # "window": row r's mask covers the vertices [r - 32, r + 32) (kWinHalf)
+_WINDOW_FAR = 4                # "window": entries outside its window a row may have for the fast path (kWinFar)
 _PAIR_WIDTHS = (1, 2, 4)       # "pair": column indices per load of its merge (1: element by element)
 # H100 sweep of 2026-11-26 (Watts-Strogatz 100k, k=10, rows/block 192): width 1 0.0250 ms, 2
 # 0.0288 ms, 4 0.0298 ms: the vector merge's extra compares cost more than its fewer loads save
@@ -364,15 +365,20 @@ def row_locality(pattern, rows_per_block):
 
 
 def window_locality(pattern):
-    """The share of stored off-diagonal entries (i, j) with |i - j| < 64: for such a pair, the
-    neighbours of j within 64 of j fall in the window of 128 either side of i that the
-    ``"window"`` variant keeps as a bitmap of row i.  Close to 1 for a ring lattice or a narrow
-    band, close to 0 for a shuffled or wide-band order."""
-    rows = np.repeat(np.arange(pattern.n, dtype=np.int64), pattern.degrees)
-    off = rows != pattern.indices
+    """The share of stored off-diagonal entries (i, j) that the ``"window"`` variant computes from
+    its row masks: |i - j| < 32, and rows i and j each with at most 4 entries 32 or more away
+    from their own index.  Close to 1 for a ring lattice with few shortcuts or a narrow band,
+    close to 0 for a shuffled or wide-band order (those pairs are merged, as in ``"pair"``)."""
+    n = pattern.n
+    rows = np.repeat(np.arange(n, dtype=np.int64), pattern.degrees)
+    gap = np.abs(pattern.indices.astype(np.int64) - rows)
+    off = gap > 0
     if not off.any():
         return 0.0
-    return float(np.mean(np.abs(pattern.indices[off] - rows[off]) < _WINDOW_BITS // 4))
+    far = np.bincount(rows[gap >= _WINDOW_HALF], minlength=n)
+    complete = far <= _WINDOW_FAR
+    near = (gap < _WINDOW_HALF) & complete[rows] & complete[pattern.indices]
+    return float(np.mean(near[off]))
 
 
 def staged_rows_per_block(degrees):

@@ -475,26 +475,37 @@ def band_graph(rng, n, offsets, extra):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("self_loops", [False, True])
-def test_gpu_window_at_its_edges(rng, gpu_device, self_loops):
-    """Neighbours at offsets on both sides of the window's edges (127, 128, 129 either side of a
-    row; lookups from a neighbour 64 away land at 63..193), with random long edges: the window
-    variant's bit tests and its searches below and above the window agree with element."""
-    A = band_graph(rng, 4000, [1, 2, 63, 64, 65, 126, 127, 128, 129, 190, 300], extra=800)
-    for rows_per_block in (None, 13, 256):
-        element, _ = device_values(gpu_device, A, "jaccard", self_loops=self_loops, variant="element")
-        values, run = device_values(gpu_device, A, "jaccard", self_loops=self_loops, variant="window",
-                                    rows_per_block=rows_per_block)
-        np.testing.assert_array_equal(values, element, err_msg=f"rows/block {rows_per_block}")
-    assert_matches_cpu(values, A, metric="jaccard", self_loops=self_loops)
+@pytest.mark.parametrize("offsets, extra", [([1, 2, 30, 31, 32], 300),  # mostly the masks' fast path
+                                            ([1, 31, 32, 33, 63, 64, 100], 800)])  # rows past 4 far entries
+def test_gpu_window_at_its_edges(rng, gpu_device, self_loops, offsets, extra):
+    """Neighbours on both sides of the window's edges (31, 32, 33 either side of a row), random
+    long edges and stored self-loops: the window variant's mask popcounts, far-entry lookups and
+    merges of incomplete rows agree with element, bit for bit, and with the CPU."""
+    A = sp.lil_matrix(band_graph(rng, 3000, offsets, extra=extra))
+    A.setdiag((rng.random(3000) < 0.3).astype(np.float64))
+    A = sp.csr_matrix(A)
+    A.eliminate_zeros()
+    for metric in ("jaccard", "sorensen"):
+        element, _ = device_values(gpu_device, A, metric, self_loops=self_loops, variant="element")
+        for rows_per_block in (None, 1, 13, 256):
+            values, run = device_values(gpu_device, A, metric, self_loops=self_loops, variant="window",
+                                        rows_per_block=rows_per_block)
+            np.testing.assert_array_equal(values, element, err_msg=f"{metric} rows/block {rows_per_block}")
+        assert_matches_cpu(values, A, metric=metric, self_loops=self_loops)
 
 
 def test_window_locality(rng):
     from graphkern.generators import watts_strogatz
     ring = symmetric_pattern(sp.csr_matrix(watts_strogatz(n=5000, k=10, p=0.0, seed=1, as_csr=True)))
-    # neighbours within 5, except the 15 pairs (30 entries) that wrap around the ring
-    assert similarity.window_locality(ring) == pytest.approx(1 - 30 / ring.nnz, abs=1e-12)
-    wide = symmetric_pattern(band_graph(rng, 2000, [64, 100], extra=0))
+    # neighbours within 5, except the 15 pairs (30 entries) that wrap around the ring; rows 0 and
+    # 4999 have 5 such entries each (more than 4), so their 2 x 5 near pairs (20 entries) merge too
+    assert similarity.window_locality(ring) == pytest.approx(1 - 50 / ring.nnz, abs=1e-12)
+    wide = symmetric_pattern(band_graph(rng, 2000, [32, 100], extra=0))
     assert similarity.window_locality(wide) == 0.0
+    # rows 100..1899 have 6 entries 32 or more away (offsets 32, 33, 40 both sides): no fast pair
+    # there; the first and last 40 rows have at most 3 and keep their offset-1 pairs
+    mixed = symmetric_pattern(band_graph(rng, 2000, [1, 32, 33, 40], extra=0))
+    assert 0 < similarity.window_locality(mixed) < 0.05
     assert similarity.window_locality(symmetric_pattern(sp.csr_matrix(np.eye(4)))) == 0.0
 
 
