@@ -1010,7 +1010,6 @@ constexpr int32_t kWinHalf = 32;                    // row r's window: the verti
 constexpr int32_t kWinFar = 4;                      // entries outside its window a row lists for near pairs
 constexpr int32_t kWinRows = kBlock + 2 * kWinHalf; // a block's rows and the halo of rows either side
 constexpr int32_t kWinList = 2048;                  // entries a block lists in shared memory per pass
-constexpr int32_t kWinStage = 4096;                 // column indices of its built rows a block stages
 
 // Row r as the window variant sees it: a bit per stored entry x in [r - 32, r + 32) (bit x - r + 32),
 // how many entries lie below the window, and the entries outside it (the first kWinFar of them;
@@ -1080,33 +1079,13 @@ __device__ __forceinline__ MergeMirror window_pair(const WindowRow& a, int32_t i
     return m;
 }
 
-// |N(i) ∩ N(j)| for a far pair (j - i >= 32) whose row i is complete: every element of row b = N(j)
-// looked up in i's WindowRow (a bit test or up to kWinFar compares), with the offset of i in b and
-// whether b stores j noted on the way.  The loads of b are independent of each other (no merge's
-// chain of dependent loads).
-__device__ __forceinline__ MergeMirror window_far(const WindowRow& a, int32_t i, const int32_t* b, int32_t lb,
-                                                  int32_t j) {
-    int32_t count = 0, mirror = lb, j_stored = 0;
-#pragma unroll 1  // unrolled, the loop needs 79 registers (3 blocks per SM) or spills at 64
-    for (int32_t q = 0; q < lb; ++q) {
-        const int32_t x = b[q];
-        count += window_stores(a, x, i);
-        mirror = x == i ? q : mirror;
-        j_stored |= x == j ? 1 : 0;
-    }
-    return MergeMirror{count, mirror, j_stored};
-}
-
 // Block b takes rows [b R, b R + R) (R = rows_per_block <= blockDim.x) and first builds the
-// WindowRow of each of them and of the 32 rows either side (its halo), a thread per row, from
-// their column indices copied into shared memory (coalesced; a block whose rows hold more than
-// kWinStage entries builds from global memory).  The
+// WindowRow of each of them and of the 32 rows either side (its halo), a thread per row.  The
 // upper entries (i, j) of its rows are then listed in two runs: the near ones (j - i < 32, a
 // contiguous stretch of row i after i itself) and the far ones.  A thread computes one listed
 // pair at a time: a near pair from the two WindowRows (window_pair: a few dozen instructions
-// whatever the degrees, no dependent loads), a far pair by looking row j's elements up in row i's
-// WindowRow (window_far), and a pair whose row has more than kWinFar entries outside its window by
-// merging the two rows like "pair".  So
+// whatever the degrees, no dependent loads), a far pair, or a near pair whose row has more than
+// kWinFar entries outside its window, by merging the two rows in global memory like "pair".  So
 // the kernel is correct on any graph and fast where nearly all pairs are near and complete:
 // rings, bands, meshes in a narrow banded order.  The lower entries are the mirrors.
 template <typename T>
@@ -1115,7 +1094,6 @@ __device__ __forceinline__ void window_similarity(const int64_t* __restrict__ in
                                                   int32_t rows_per_block) {
     __shared__ WindowRow s_row[kWinRows];
     __shared__ int64_t s_begin[kWinRows + 1];
-    __shared__ int32_t s_idx[kWinStage];       // the built rows' column indices, when they fit
     __shared__ int32_t listed_off[kWinList];  // a listed entry's offset in its row
     __shared__ uint8_t listed_row[kWinList];  // and its row minus the block's first row
     const int32_t first_row = (int32_t)(blockIdx.x * (int64_t)rows_per_block);
@@ -1126,16 +1104,8 @@ __device__ __forceinline__ void window_similarity(const int64_t* __restrict__ in
     const int32_t t = threadIdx.x;
     for (int32_t c = t; c <= built; c += blockDim.x) s_begin[c] = indptr[lo_row + c];
     __syncthreads();
-    const int64_t e0 = s_begin[0];
-    const bool staged = s_begin[built] - e0 <= kWinStage;  // block-uniform
-    if (staged) {
-        for (int64_t e = e0 + t; e < s_begin[built]; e += blockDim.x) s_idx[e - e0] = idx[e];
-        __syncthreads();
-    }
-    // row c of the built ones (c in [0, built]): from shared memory when staged
-    auto row_of = [&](int32_t c) -> const int32_t* { return staged ? s_idx + (s_begin[c] - e0) : idx + s_begin[c]; };
     for (int32_t c = t; c < built; c += blockDim.x)
-        s_row[c] = window_row(row_of(c), (int32_t)(s_begin[c + 1] - s_begin[c]), lo_row + c);
+        s_row[c] = window_row(idx + s_begin[c], (int32_t)(s_begin[c + 1] - s_begin[c]), lo_row + c);
     __syncthreads();
     // this thread's row: its upper entries are [upper, upper + near) near, then far ones
     int32_t upper = 0, near = 0, far = 0;
@@ -1170,24 +1140,21 @@ __device__ __forceinline__ void window_similarity(const int64_t* __restrict__ in
                 const int32_t i = first_row + r, ci = c0 + r;
                 const int64_t a0 = s_begin[ci];
                 const int32_t la = (int32_t)(s_begin[ci + 1] - a0);
-                const int32_t* a = row_of(ci);
-                const int32_t j = a[off];
+                const int32_t j = idx[a0 + off];
                 const WindowRow& wi = s_row[ci];
                 const int32_t i_stored = (int32_t)((wi.mask >> kWinHalf) & 1ull);
-                const int32_t cj = j - lo_row;  // j's built row, if j < hi_row (always for a near pair)
-                const bool j_built = j < hi_row;
-                const int64_t b0 = j_built ? s_begin[cj] : indptr[j];
-                const int32_t lb = (int32_t)((j_built ? s_begin[cj + 1] : indptr[j + 1]) - b0);
-                const int32_t* b = j_built ? row_of(cj) : idx + b0;
+                int64_t b0;
+                int32_t lb;
                 MergeMirror mm;
-                if (wi.n_far > kWinFar) {
-                    mm = merge_count_mirror(a, la, b, lb, i, j);
-                } else if (run == 1) {
-                    mm = window_far(wi, i, b, lb, j);
-                } else if (s_row[cj].n_far <= kWinFar) {
+                if (run == 0 && wi.n_far <= kWinFar && s_row[j - lo_row].n_far <= kWinFar) {
+                    const int32_t cj = j - lo_row;  // near: j < i + 32 <= hi_row
+                    b0 = s_begin[cj];
+                    lb = (int32_t)(s_begin[cj + 1] - b0);
                     mm = window_pair(wi, i, s_row[cj], j);
                 } else {
-                    mm = window_far(wi, i, b, lb, j);
+                    b0 = indptr[j];
+                    lb = (int32_t)(indptr[j + 1] - b0);
+                    mm = merge_count_mirror(idx + a0, la, idx + b0, lb, i, j);
                 }
                 if (mm.mirror >= lb) continue;  // never for a validated input; no write past row j if it were not
                 const T value = count_similarity<T>(metric, mm.count, count_terms(la, i_stored, self_loops),

@@ -88,6 +88,7 @@ _STAGE_MIN_LOCALITY = 0.5
 _STAGED_VARIANTS = ("staged", "window")  # unweighted kernels that stage the block's rows in shared memory
 _WINDOW_HALF = 32              # "window": row r's mask covers the vertices [r - 32, r + 32) (kWinHalf)
 _WINDOW_FAR = 4                # "window": entries outside its window a row may have for the fast path (kWinFar)
+_WINDOW_MIN_LOCALITY = 0.5     # auto: "window" where this share of pairs takes the fast path
 _PAIR_WIDTHS = (1, 2, 4)       # "pair": column indices per load of its merge (1: element by element)
 # H100 sweep of 2026-11-26 (Watts-Strogatz 100k, k=10, rows/block 192): width 1 0.0250 ms, 2
 # 0.0288 ms, 4 0.0298 ms: the vector merge's extra compares cost more than its fewer loads save
@@ -264,9 +265,10 @@ def _gpu_values(pattern, metric, self_loops, dtype, device, variant):
 # --------------------------------------------------------------------------- GPU
 
 
-def choose_variant(degrees, locality=None):
+def choose_variant(degrees, locality=None, window=None):
     """The GPU variant ``variant="auto"`` uses for a graph with these row lengths (and
-    ``locality``, :func:`row_locality` at the staged variant's rows per block, when known).
+    ``locality``, :func:`row_locality` at the staged variant's rows per block, and ``window``,
+    :func:`window_locality`, when known).
 
     From the H100 sweep of 2026-11-26 (device time only; the H200 sweep before it ranked the
     others the same): short lists everywhere (max degree <= 32: Watts-Strogatz, Delaunay) favour
@@ -280,7 +282,10 @@ def choose_variant(degrees, locality=None):
     the mean favour the work line carried by each pair's long list, with bitmaps of the largest
     lists (``"longrow"``, chunk 8, 0.25 GiB of bitmaps: Chung-Lu 2M, 180k hub, 25.0 ms against
     29.3 for ``"hub"``, 38 for ``"balanced"`` and 49 for ``"warp"``).  Weighted graphs run
-    ``"longrow"`` without bitmaps.
+    ``"longrow"`` without bitmaps.  Short lists in a banded order where at least half the pairs
+    are within 32 of each other (``window`` >= 0.5) favour the row masks (``"window"``, H100 sweep
+    of the fifth session: Watts-Strogatz in ring order, window locality 0.90, 0.0214 ms against
+    0.0247 for ``"staged"``; Delaunay in RCM order, 0.375, is twice as slow as ``"pair"`` there).
     """
     d = np.asarray(degrees)
     d = d[d > 0]
@@ -288,6 +293,8 @@ def choose_variant(degrees, locality=None):
         return "element"
     mean, top = float(d.mean()), int(d.max())
     if top <= 32:
+        if window is not None and window >= _WINDOW_MIN_LOCALITY:
+            return "window"
         return "staged" if locality is not None and locality >= _STAGE_MIN_LOCALITY else "pair"
     if top >= 8192 and top > 64 * mean:
         return "longrow"
@@ -295,12 +302,13 @@ def choose_variant(degrees, locality=None):
 
 
 def auto_variant(pattern):
-    """:func:`choose_variant` for a :class:`SymmetricPattern`, with its :func:`row_locality` where
-    the choice depends on it (every row at most 32 entries)."""
+    """:func:`choose_variant` for a :class:`SymmetricPattern`, with its :func:`row_locality` and
+    :func:`window_locality` where the choice depends on them (every row at most 32 entries)."""
     d = pattern.degrees
     top = int(d.max()) if d.size else 0
-    locality = row_locality(pattern, staged_rows_per_block(d)) if 0 < top <= 32 else None
-    return choose_variant(d, locality)
+    if not 0 < top <= 32:
+        return choose_variant(d)
+    return choose_variant(d, row_locality(pattern, staged_rows_per_block(d)), window_locality(pattern))
 
 
 def shortrow_group_size(degrees):
@@ -381,6 +389,18 @@ def window_locality(pattern):
     return float(np.mean(near[off]))
 
 
+def window_rows_per_block(n, slots):
+    """Rows per block of the ``"window"`` variant on a device that holds ``slots`` of its blocks at
+    once: the fewest rows (a multiple of 8, at least 96, at most 256) that fit the whole graph in
+    one wave of blocks.  Each block walks through a few phases whose latency does not shrink with
+    fewer rows, so a second, partial wave costs nearly a block's whole time (H100, Watts-Strogatz
+    100k: 192 rows = 521 blocks in 528 slots 0.0214 ms, 160 rows = 625 blocks 0.0251 ms); past
+    256 rows a block's 256 threads run out, and big graphs take several waves of 256 rows."""
+    rows = -(-int(n) // max(int(slots), 1))
+    rows += -rows % 8
+    return int(min(_BLOCK, max(96, rows)))
+
+
 def staged_rows_per_block(degrees):
     """Rows per block of the ``"staged"`` variant: about ``_STAGE_FILL * _STAGE_CAP`` stored entries
     per block at the mean degree (so that nearly every block stages), a multiple of 8 from 8 to 256."""
@@ -425,7 +445,8 @@ class DeviceSimilarity:
         memory)) choose the bitmaps of the ``"hub"`` and ``"longrow"`` variants; see
         :func:`hub_vertices`.  ``balanced_chunk``: consecutive searches per thread in the
         balanced, hub and longrow variants.  ``rows_per_block``: rows per block of the ``"pair"``, ``"staged"`` and ``"window"``
-        variant (1 to 256; default :func:`pair_rows_per_block`).  ``pair_width``: column indices
+        variants (1 to 256; default :func:`pair_rows_per_block`, :func:`staged_rows_per_block`,
+        :func:`window_rows_per_block`).  ``pair_width``: column indices
         per load in the ``"pair"`` merge, 1, 2 or 4 (aligned vector loads; weighted graphs and
         graphs of 2^31 - 2 nodes or more merge element by element, ``self.pair_width`` says
         which ran)."""
@@ -532,6 +553,9 @@ class DeviceSimilarity:
         self._fn_scan_tiles = rt.kernel(dev, "jaccard", "jaccard_scan_tiles")
         sms = dev.properties["multiprocessor_count"]
         self._balanced_grid = sms * max(1, self._fn["balanced"].max_active_blocks_per_sm(_BLOCK, 0))
+        if self.variant == "window" and rows_per_block is None:
+            slots = sms * max(1, self._fn["window"].max_active_blocks_per_sm(_BLOCK, 0))
+            self.rows_per_block = window_rows_per_block(n, slots)
 
     def upload(self):
         """Copy the CSR (and weights) to the device, on the stream."""

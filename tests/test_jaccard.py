@@ -518,13 +518,25 @@ def test_row_locality_and_the_auto_choice_between_pair_and_staged(rng):
     # 30 entries, that cross each block boundary and the wrap
     expected = 1 - 30 * (5000 // rows + 1) / ring.nnz
     assert row_locality(pattern, rows) == pytest.approx(expected, abs=1e-12)
-    assert similarity.auto_variant(pattern) == "staged"
+    assert similarity.auto_variant(pattern) == "window"  # neighbours within 5: the row masks
     perm = rng.permutation(5000)
     shuffled = symmetric_pattern(sp.csr_matrix(ring[perm][:, perm]))
     assert row_locality(shuffled, rows) < 0.1
     assert similarity.auto_variant(shuffled) == "pair"
     assert choose_variant(pattern.degrees) == "pair"  # locality unknown
     assert choose_variant(pattern.degrees, 0.5) == "staged"
+    assert choose_variant(pattern.degrees, 0.5, 0.49) == "staged"
+    assert choose_variant(pattern.degrees, 0.0, 0.5) == "window"
+    wide = symmetric_pattern(band_graph(rng, 5000, [1, 40, 41, 42, 43, 44], extra=0))  # staged, not window
+    assert similarity.window_locality(wide) < 0.5 <= row_locality(wide, staged_rows_per_block(wide.degrees))
+    assert similarity.auto_variant(wide) == "staged"
+
+
+def test_window_rows_per_block():
+    assert similarity.window_rows_per_block(100_000, 528) == 192  # 190 rows fill the 528 slots once
+    assert similarity.window_rows_per_block(1_000, 528) == 96  # at least 96
+    assert similarity.window_rows_per_block(10**7, 528) == 256  # several waves of the most rows
+    assert similarity.window_rows_per_block(2001, 10) == 208  # 201 to a multiple of 8
     assert row_locality(symmetric_pattern(sp.csr_matrix(np.eye(4))), 8) == 0.0  # no off-diagonal entry
 
 
