@@ -213,25 +213,11 @@ __device__ __forceinline__ void load_quad(const double* __restrict__ p, int64_t 
     v[0] = lo.x; v[1] = lo.y; v[2] = hi.x; v[3] = hi.y;
 }
 
-// The vector the SpMV gathers from: x[col], read from the block's shared-memory copy of x's first
-// n_hot entries where there is one (the task kernels on a degree-ordered matrix: the columns of the
-// highest degree, which take the largest share of the gathers), else through the read-only path.
-extern __shared__ __align__(16) unsigned char spmv_hot_bytes[];  // dynamic: x's first n_hot entries
-
-template <typename T>
-struct XView {
-    const T* __restrict__ x;
-    int32_t n_hot;
-    __device__ __forceinline__ T operator[](int32_t col) const {
-        return col < n_hot ? reinterpret_cast<const T*>(spmv_hot_bytes)[col] : __ldg(x + col);
-    }
-};
-
 // One stored entry's product a_ij x_j, loaded one at a time (scalar, vector and thread-list rows).
 template <typename T, bool kWeighted, typename P>
 __device__ __forceinline__ T entry(const T* __restrict__ values, const int32_t* __restrict__ indices,
-                                   const XView<T>& x, P e, uint64_t policy) {
-    const T xv = x[ld_once(indices + e, policy)];
+                                   const T* __restrict__ x, P e, uint64_t policy) {
+    const T xv = __ldg(x + ld_once(indices + e, policy));
     if constexpr (kWeighted) {
         return ld_once(values + e, policy) * xv;
     } else {
@@ -245,7 +231,7 @@ __device__ __forceinline__ T entry(const T* __restrict__ values, const int32_t* 
 // before the first use.
 template <typename T, bool kWeighted, typename Use>
 __device__ __forceinline__ void for_each_product(const int32_t* __restrict__ indices, const T* __restrict__ values,
-                                                 const XView<T>& x, int64_t e0, int64_t e1, int rank,
+                                                 const T* __restrict__ x, int64_t e0, int64_t e1, int rank,
                                                  int count, uint64_t policy, Use use) {
     const int4* __restrict__ quads = reinterpret_cast<const int4*>(indices);
     const int64_t q_end = (e1 + 3) >> 2;
@@ -270,7 +256,7 @@ __device__ __forceinline__ void for_each_product(const int32_t* __restrict__ ind
                 const int64_t e = 4 * (q_base + (int64_t)u * count) + i;
                 prod[u][i] = 0;
                 if (e >= e0 && e < e1) {
-                    prod[u][i] = x[col[u][i]];
+                    prod[u][i] = __ldg(x + col[u][i]);
                     if constexpr (kWeighted) prod[u][i] *= val[u][i];
                 }
             }
@@ -305,7 +291,6 @@ struct SpmvArgs {
     int64_t n_tasks;
     const int32_t* __restrict__ rowlist;  // local row ids for list tasks (hybrid)
     const T* __restrict__ w_cur;        // w_k, full length
-    XView<T> x;                         // w_k as the gathers read it
     const T* __restrict__ w_prev;       // w_{k-1}, full length, or null on the first step
     T* __restrict__ w_out;              // receives v in rows [row0, row0 + nrows)
     int64_t row0, nrows;
@@ -326,7 +311,7 @@ __device__ double rows_scalar(const SpmvArgs<T, P>& a) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.nrows; i += stride) {
         T dot = 0;
         const P end = a.indptr[i + 1];
-        for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.x, e, a.policy);
+        for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
         part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
     }
     return part;
@@ -349,7 +334,7 @@ __device__ double rows_vector(const SpmvArgs<T, P>& a) {
         if (active) {
             const P end = a.indptr[i + 1];
             for (P e = a.indptr[i] + lane; e < end; e += kGroup)
-                dot += entry<T, kWeighted>(a.values, a.indices, a.x, e, a.policy);
+                dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
         }
         for (int o = kGroup / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, kGroup);
         if (active && lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
@@ -366,7 +351,7 @@ __device__ double warp_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1, con
     for (int64_t t = t0 + threadIdx.x / kWarp; t < t1; t += warps) {
         const int64_t i = list != nullptr ? (int64_t)list[t] : t;
         T dot = 0;
-        for_each_product<T, kWeighted>(a.indices, a.values, a.x, (int64_t)a.indptr[i], (int64_t)a.indptr[i + 1],
+        for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, (int64_t)a.indptr[i], (int64_t)a.indptr[i + 1],
                                        lane, kWarp, a.policy, [&](int64_t, T p) { dot += p; });
         for (int o = kWarp / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o);
         if (lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
@@ -390,7 +375,7 @@ __device__ double stream_rows(const SpmvArgs<T, P>& a, int64_t r0, int64_t r1, i
         const int64_t t = threadIdx.x + (int64_t)j * kBlock;
         pointer[j] = t <= rows ? a.indptr[r0 + t] : P(0);
     }
-    for_each_product<T, kWeighted>(a.indices, a.values, a.x, e0, e1, threadIdx.x, blockDim.x, a.policy,
+    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, e0, e1, threadIdx.x, blockDim.x, a.policy,
                                    [&](int64_t e, T p) { staged[e - e0] = p; });
 #pragma unroll
     for (int j = 0; j < kRowPointersPerThread; ++j) {
@@ -428,7 +413,7 @@ __device__ double thread_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1) {
     const int64_t i = a.rowlist[t];
     T dot = 0;
     const P end = a.indptr[i + 1];
-    for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.x, e, a.policy);
+    for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
     return finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
 }
 
@@ -440,7 +425,7 @@ __device__ void long_segment(const SpmvArgs<T, P>& a, int64_t i, int64_t e0, int
                                int64_t seg_index, int64_t n_seg, int64_t long_index) {
     __shared__ bool is_last;
     T dot = 0;
-    for_each_product<T, kWeighted>(a.indices, a.values, a.x, e0, e1, threadIdx.x, blockDim.x, a.policy,
+    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, e0, e1, threadIdx.x, blockDim.x, a.policy,
                                    [&](int64_t, T p) { dot += p; });
     const double s = block_sum(static_cast<double>(dot));
     if (threadIdx.x == 0) {
@@ -500,46 +485,38 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
         const int32_t *rowlist, const T *w_cur, const T *w_prev, T *w_out, double *coef, int64_t cap,      \
         int64_t k, const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows, \
         double *partials, unsigned *counter, double *alpha_out, const uint64_t *alpha_peers,               \
-        int32_t n_alpha_peers, double *seg_partials, unsigned *seg_counters, double *long_alpha, int64_t n_long, \
-        int32_t n_hot
+        int32_t n_alpha_peers, double *seg_partials, unsigned *seg_counters, double *long_alpha, int64_t n_long
 
-// n_hot > 0 (persistent task kernels only, with n_hot entries of dynamic shared memory): every block
-// first copies x's first n_hot entries into shared memory.
 #define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                     \
-    if (n_hot > 0) {                                                                                      \
-        T* hot = reinterpret_cast<T*>(spmv_hot_bytes);                                                    \
-        for (int32_t c = threadIdx.x; c < n_hot; c += blockDim.x) hot[c] = w_cur[c];                      \
-        __syncthreads();                                                                                  \
-    }                                                                                                     \
-    SpmvArgs<T, P> a{indptr, indices, values, tasks, n_tasks, rowlist, w_cur, XView<T>{w_cur, n_hot},    \
-                     w_prev, w_out, row0, nrows,                                                          \
+    SpmvArgs<T, P> a{indptr, indices, values, tasks, n_tasks, rowlist, w_cur, w_prev, w_out, row0, nrows, \
                      step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters, \
                      long_alpha, stream_policy()};                                                        \
     const double part = ROWS(a);                                                                          \
     if (alpha_out != nullptr)                                                                             \
         grid_sum(part, partials, counter, alpha_out, alpha_peers, n_alpha_peers, long_alpha, n_long);
 
-// Blocks per SM the SpMV kernels are compiled for (MB: unweighted; weighted kernels 4).  With
-// __launch_bounds__(kBlock) alone, ptxas (CUDA 13) kept the unweighted float64 task kernel at 40
-// registers and spilled 8 bytes: ncu counted 2.4M local-memory requests per R-MAT SpMV, 90% of them
-// L1 misses, i.e. L2 traffic beside the gathers.  Asked for 6 blocks the row kernels fit 40
-// registers without spilling; the task kernels, which also test each gather against the shared
-// copy of x's hot entries, need 48 (5 blocks), and the weighted kernels 64 (4 blocks).
-#define DEFINE_SPMV(NAME, ROWS, T, TN, P, PN, W, WN, MB)                                          \
-    extern "C" __global__ void __launch_bounds__(kBlock, (W) ? 4 : (MB))                       \
+// Blocks per SM the SpMV kernels are compiled for.  With __launch_bounds__(kBlock) alone, ptxas
+// (CUDA 13) kept the unweighted float64 task kernel at 40 registers and spilled 8 bytes: ncu counted
+// 2.4M local-memory requests per R-MAT SpMV, 90% of them L1 misses, i.e. L2 traffic beside the
+// gathers.  Asked for 6 blocks it fits the same 40 registers without spilling; the weighted kernels
+// need 64 (4 blocks) not to spill.
+#define SPMV_MIN_BLOCKS(W) ((W) ? 4 : 6)
+
+#define DEFINE_SPMV(NAME, ROWS, T, TN, P, PN, W, WN)                                              \
+    extern "C" __global__ void __launch_bounds__(kBlock, SPMV_MIN_BLOCKS(W))                   \
         lanczos_spmv_##NAME##_##TN##_##WN##_##PN(LANCZOS_SPMV_PARAMS(T, P)) {                   \
         LANCZOS_SPMV_BODY(T, P, (ROWS<T, P, W>))                                               \
     }
 
-#define DEFINE_SPMV_ALL_TYPES(NAME, ROWS, MB)                                   \
-    DEFINE_SPMV(NAME, ROWS, float, f32, int32_t, i32, true, w, MB)           \
-    DEFINE_SPMV(NAME, ROWS, float, f32, int32_t, i32, false, u, MB)          \
-    DEFINE_SPMV(NAME, ROWS, float, f32, int64_t, i64, true, w, MB)           \
-    DEFINE_SPMV(NAME, ROWS, float, f32, int64_t, i64, false, u, MB)          \
-    DEFINE_SPMV(NAME, ROWS, double, f64, int32_t, i32, true, w, MB)          \
-    DEFINE_SPMV(NAME, ROWS, double, f64, int32_t, i32, false, u, MB)         \
-    DEFINE_SPMV(NAME, ROWS, double, f64, int64_t, i64, true, w, MB)          \
-    DEFINE_SPMV(NAME, ROWS, double, f64, int64_t, i64, false, u, MB)
+#define DEFINE_SPMV_ALL_TYPES(NAME, ROWS)                                   \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int32_t, i32, true, w)           \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int32_t, i32, false, u)          \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int64_t, i64, true, w)           \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int64_t, i64, false, u)          \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int32_t, i32, true, w)          \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int32_t, i32, false, u)         \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int64_t, i64, true, w)          \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int64_t, i64, false, u)
 
 namespace {
 template <typename T, typename P, bool W> __device__ double rows_vector2(const SpmvArgs<T, P>& a) { return rows_vector<T, P, W, 2>(a); }
@@ -549,13 +526,13 @@ template <typename T, typename P, bool W> __device__ double rows_vector16(const 
 template <typename T, typename P, bool W> __device__ double rows_vector32(const SpmvArgs<T, P>& a) { return rows_vector<T, P, W, 32>(a); }
 }  // namespace
 
-DEFINE_SPMV_ALL_TYPES(scalar, rows_scalar, 6)
-DEFINE_SPMV_ALL_TYPES(vector2, rows_vector2, 6)
-DEFINE_SPMV_ALL_TYPES(vector4, rows_vector4, 6)
-DEFINE_SPMV_ALL_TYPES(vector8, rows_vector8, 6)
-DEFINE_SPMV_ALL_TYPES(vector16, rows_vector16, 6)
-DEFINE_SPMV_ALL_TYPES(vector32, rows_vector32, 6)
-DEFINE_SPMV_ALL_TYPES(tasks, rows_tasks, 5)
+DEFINE_SPMV_ALL_TYPES(scalar, rows_scalar)
+DEFINE_SPMV_ALL_TYPES(vector2, rows_vector2)
+DEFINE_SPMV_ALL_TYPES(vector4, rows_vector4)
+DEFINE_SPMV_ALL_TYPES(vector8, rows_vector8)
+DEFINE_SPMV_ALL_TYPES(vector16, rows_vector16)
+DEFINE_SPMV_ALL_TYPES(vector32, rows_vector32)
+DEFINE_SPMV_ALL_TYPES(tasks, rows_tasks)
 
 namespace {
 

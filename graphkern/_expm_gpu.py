@@ -111,12 +111,6 @@ EXCHANGES = ("auto", "store", "copy")
 EXCHANGE_ENV = "GRAPHKERN_EXPM_EXCHANGE"
 # Must match kMaxRowPeers in cuda_src/expm.cu: the update kernel's peer row pointers.
 MAX_ROW_PEERS = 7
-# The task kernels on a degree-ordered matrix copy x's first entries (the highest-degree columns)
-# into shared memory at the start of every SpMV, so that the gathers of those columns do not travel
-# to L2 (R-MAT scale 22: the top 8K of 4.2M columns take 32% of the nonzeros, the top 16K 40%).
-HOT_BLOCKS_ENV = "GRAPHKERN_EXPM_HOT_BLOCKS"
-HOT_BLOCKS_PER_SM = 2
-HOT_MIN_COLUMNS = 1024
 # int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
 _INT32_POINTER_LIMIT = np.iinfo(np.int32).max - 2 * LONG_SEGMENT
 
@@ -305,36 +299,6 @@ def _buffers_nbytes(buffers):
     return sum(b.nbytes for b in buffers if b is not None)
 
 
-def hot_blocks_per_sm():
-    """Blocks per SM the task kernels run with when they keep x's hot entries in shared memory
-    (HOT_BLOCKS_ENV, default HOT_BLOCKS_PER_SM; 0 turns the copy off)."""
-    value = os.environ.get(HOT_BLOCKS_ENV, "").strip()
-    if not value:
-        return HOT_BLOCKS_PER_SM
-    try:
-        blocks = int(value)
-    except ValueError:
-        raise ValueError(f"{HOT_BLOCKS_ENV} must be a whole number of blocks per SM (0: off), got {value!r}") from None
-    if not 0 <= blocks <= 32:
-        raise ValueError(f"{HOT_BLOCKS_ENV} must be 0 to 32, got {blocks}")
-    return blocks
-
-
-def hot_columns(dev, static_shared, n_cols, itemsize, blocks):
-    """How many of x's first entries a task-kernel block copies to shared memory so that
-    ``blocks`` blocks still fit on an SM: what the SM's shared memory leaves each block beside its
-    static ``static_shared`` bytes and the 1 KiB the system reserves per block, at most the
-    per-block opt-in limit and ``n_cols``, a multiple of 4; 0 (no copy) below HOT_MIN_COLUMNS."""
-    if blocks <= 0:
-        return 0
-    p = dev.properties
-    per_block = min(p["max_shared_memory_per_block_optin"] - static_shared,
-                    p["shared_memory_per_multiprocessor"] // blocks - static_shared - 1024)
-    n_hot = min(int(n_cols), max(0, per_block) // itemsize)
-    n_hot -= n_hot % 4
-    return n_hot if n_hot >= HOT_MIN_COLUMNS else 0
-
-
 class DevicePlan:
     """An :class:`SpmvPlan` on one device: the uploaded task table and row list, the long-row
     scratch, and per dtype the kernel and its grid."""
@@ -355,29 +319,20 @@ class DevicePlan:
         self._launch = {}
 
     def launch_config(self, rows, dtype, weighted):
-        """``(kernel, grid, shared_bytes, n_hot)`` of the SpMV for ``dtype``: persistent blocks for
-        task tables (at most the resident ones), a grid-stride grid of at most the resident blocks
-        otherwise.  Task kernels on a degree-ordered matrix keep x's first ``n_hot`` entries (the
-        highest-degree columns) in ``shared_bytes`` of shared memory per block (:func:`hot_columns`)."""
+        """``(kernel, grid)`` of the SpMV for ``dtype``: persistent blocks for task tables (at most
+        the resident ones), a grid-stride grid of at most the resident blocks otherwise."""
         key = (np.dtype(dtype), weighted)
         config = self._launch.get(key)
         if config is None:
             pn = "i32" if rows.ptr_type == np.int32 else "i64"
             fn = rt.kernel(rows.dev, "expm", f"lanczos_spmv_{self.kernel}_{_type_name(dtype)}_{'w' if weighted else 'u'}_{pn}")
-            n_hot = shared = 0
-            if self.tasks is not None and rows.order is not None:
-                n_hot = hot_columns(rows.dev, fn.attributes["shared_size_bytes"], rows.n_cols,
-                                    np.dtype(dtype).itemsize, hot_blocks_per_sm())
-                shared = n_hot * np.dtype(dtype).itemsize
-                if shared:
-                    fn.set_max_dynamic_shared_memory(shared)
-            resident = max(1, fn.max_active_blocks_per_sm(BLOCK, shared)) * rows.dev.properties["multiprocessor_count"]
+            resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * rows.dev.properties["multiprocessor_count"]
             if self.tasks is not None:
                 grid = min(self.n_tasks, resident)
             else:
                 threads = max(1, rows.nrows) * self.threads_per_row
                 grid = min(-(-threads // BLOCK), resident)
-            config = self._launch[key] = (fn, int(grid), int(shared), int(n_hot))
+            config = self._launch[key] = (fn, int(grid))
         return config
 
     def nbytes(self):
@@ -398,7 +353,6 @@ class DeviceRows:
         self.dev = rt.get_device(ordinal)
         self.ordinal, self.index = ordinal, index
         self.order = order
-        self.n_cols = int(mat.n)
         self.row0, self.row1 = int(row0), int(row1)
         self.nrows = self.row1 - self.row0
         source_indptr = mat.indptr if order is None else order.indptr
@@ -814,8 +768,7 @@ class _Share:
         self.row0, self.row1, self.nrows = rows.row0, rows.row1, rows.nrows
         self.values = rows.values_for(res, mat, dtype)
         self.plan = rows.plan_for(res, mat, variant)
-        self.spmv_fn, self.spmv_grid, self.spmv_shared, self.spmv_hot = self.plan.launch_config(rows, dtype,
-                                                                                               mat.weighted)
+        self.spmv_fn, self.spmv_grid = self.plan.launch_config(rows, dtype, mat.weighted)
         tn = _type_name(dtype)
         self.update_fn = rt.kernel(self.dev, "expm", f"lanczos_update_{tn}")
         self.combine_fn = rt.kernel(self.dev, "expm", f"lanczos_combine_{tn}")
@@ -838,7 +791,7 @@ class _Share:
                 w_cur, w_prev, w_out, self.ws.coef, np.int64(cap), np.int64(k), beta_slots, n_dev,
                 np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials, self.ws.counter,
                 alpha_out, peers, np.int32(self.ws.n_peers if store_alpha else 0), p.seg_partials, p.seg_counters,
-                p.long_alpha, np.int64(p.n_long), np.int32(self.spmv_hot))
+                p.long_alpha, np.int64(p.n_long))
 
 
 # ----------------------------------------------------------------------------- the solver
@@ -1159,7 +1112,7 @@ class GpuLanczos:
                         s.stream.wait_event(o.ws.ev_step)
             if s is lead:
                 timing[0].record(s.stream)
-            rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, shared_mem=s.spmv_shared, args=s.spmv_args(
+            rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, s.spmv_args(
                 self._column(s, k), self._column(s, k - 1) if k > 0 else None, self._column(s, j), self.cap, k,
                 ws.beta_slots if reductions else None, n_dev, self.breakdown,
                 ws.alpha_out if reductions else None, store_alpha=stores and reductions), stream=s.stream)
@@ -1219,7 +1172,7 @@ class GpuLanczos:
         """Queue ``column[dst] = A column[src]`` on every device: the fused kernel with rscale_0 = 1,
         no previous vector and no reductions."""
         for s in self.shares:
-            rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, shared_mem=s.spmv_shared, args=s.spmv_args(
+            rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, s.spmv_args(
                 self._column(s, src), None, self._column(s, dst), self.cap, 0, None, np.int32(len(self.shares)),
                 0.0, None), stream=s.stream)
 

@@ -1025,56 +1025,6 @@ def test_gpu_degree_ordered_spmv_variants_match_scipy(variant, dtype, weighted, 
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["rowblock", "hybrid"])
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_gpu_hot_columns_in_shared_memory_give_the_same_bits(variant, dtype, weighted, rng, monkeypatch):
-    """The task kernels' shared-memory copy of x's hot entries, at several sizes (and off): the
-    same SpMV bits, and the copy is there only when asked for."""
-    from graphkern._expm_gpu import HOT_BLOCKS_ENV, GpuLanczos
-    from graphkern.expm import _matrix
-    A = skewed_graph(rng, 60000, [20000, 9000, 5000, 1100, 700, 40], weighted)
-    mat = _matrix(A)
-    x = rng.standard_normal(A.shape[0])
-    results = {}
-    for blocks in (0, 1, 2, 4):
-        monkeypatch.setenv(HOT_BLOCKS_ENV, str(blocks))
-        solver = GpuLanczos(mat, dtype, devices=[0], variant=variant, basis="device", max_krylov=4,
-                            breakdown=0.0, n_threads=2, reorder="degree")
-        share = solver.shares[0]
-        assert (share.spmv_hot > 0) == (blocks > 0), (blocks, share.spmv_hot)
-        assert share.spmv_hot < A.shape[0]  # both kinds of gathers run
-        results[blocks] = solver.spmv(x)
-        del solver
-    for blocks in (1, 2, 4):
-        assert np.array_equal(results[blocks], results[0]), blocks
-    ref = A @ x.astype(dtype).astype(np.float64)
-    assert np.max(np.abs(results[2] - ref)) <= TOL[dtype] * np.max(np.abs(ref)) * 10
-
-
-def test_hot_columns_sizes_the_shared_copy(monkeypatch):
-    from graphkern._expm_gpu import HOT_BLOCKS_ENV, HOT_BLOCKS_PER_SM, hot_blocks_per_sm, hot_columns
-
-    class Dev:  # an H100's shared-memory limits
-        properties = {"max_shared_memory_per_block_optin": 232448, "shared_memory_per_multiprocessor": 233472}
-
-    # 2 blocks: (228 KiB / 2 - 20 KiB static - 1 KiB) / 8 bytes = 11,904 float64 entries
-    assert hot_columns(Dev, 20480, 10**6, 8, 2) == (233472 // 2 - 20480 - 1024) // 8 // 4 * 4
-    assert hot_columns(Dev, 20480, 10**6, 4, 1) == (232448 - 20480) // 4  # capped by the opt-in limit
-    assert hot_columns(Dev, 20480, 5000, 8, 1) == 5000  # no more than the columns
-    assert hot_columns(Dev, 20480, 10**6, 8, 0) == 0  # off
-    assert hot_columns(Dev, 20480, 10**6, 8, 9) == 0  # too little room left: no copy
-    monkeypatch.delenv(HOT_BLOCKS_ENV, raising=False)
-    assert hot_blocks_per_sm() == HOT_BLOCKS_PER_SM
-    monkeypatch.setenv(HOT_BLOCKS_ENV, "0")
-    assert hot_blocks_per_sm() == 0
-    for bad in ("two", "-1", "33"):
-        monkeypatch.setenv(HOT_BLOCKS_ENV, bad)
-        with pytest.raises(ValueError, match=HOT_BLOCKS_ENV):
-            hot_blocks_per_sm()
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("basis", ["device", "host", "none"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gpu_reordered_expm_matches_dense_and_unordered(basis, dtype, rng):
