@@ -316,82 +316,34 @@ class CSRGPUEngine:
 
     def _run(self, fn, n_blocks, args, shared):
         """One launch; the kernel's seconds (CUDA events)."""
-        from graphkern._cuda import runtime as rt
+        from graphkern._mgk_gpu import timed_launch
 
-        start, end = rt.Event(self.dev), rt.Event(self.dev)
-        start.record()
-        rt.launch(fn, n_blocks, THREADS_PER_BLOCK, args, shared_mem=shared)
-        end.record()
-        return start.elapsed_ms(end) / 1e3
+        return timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, args, shared)
 
     def _launch(self, c1, c2, g1, g2, args, code, params, shared, nodal):
         """Solve pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations, residuals, nodal blocks, seconds)."""
-        from graphkern._cuda import runtime as rt
-        from graphkern._mgk_gpu import _check_written, _poisoned
+        from graphkern._mgk_gpu import solve_outputs
 
         dt = self.s["dtype"]
-        dev = self.dev
-        m = len(g1)
         n1, n2 = c1.n_nodes[g1], c2.n_nodes[g2]
-        sizes = n1.astype(np.int64) * n2
-        out_bytes = m * (8 + 4 + 8) + (int(sizes.sum()) * dt.itemsize if nodal else 0)
-        fn, n_blocks, order, sizes, head = self._prepare(c1, c2, g1, g2, args, code, params, shared, "mgk_csr",
-                                                         N_VECTORS, out_bytes)
-        nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
-        d_k, d_res = _poisoned(dev, m, np.float64), _poisoned(dev, m, np.float64)
-        d_it = _poisoned(dev, m, np.int32)  # NaN and -1: a pair the kernel never wrote shows up
-        if nodal:
-            d_nodal = rt.alloc(dev, max(int(nodal_off[-1]), 1), dt)
-            d_nodal_off = rt.to_device(dev, nodal_off)
-        else:
-            d_nodal = d_nodal_off = None
-        seconds = self._run(fn, n_blocks, head + (d_k, d_it, d_res, d_nodal, d_nodal_off), shared)
-
-        K, iters, resid = (_in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
-        _check_written(K, iters, m)
-        blocks = None
-        if nodal:
-            # block k_sorted of the flat output is pair order[k_sorted]
-            flat = d_nodal.to_host()
-            blocks = [None] * m
-            for k_sorted, k in enumerate(order.tolist()):
-                blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
-        return K, iters, resid, blocks, seconds
+        out_bytes = len(g1) * (8 + 4 + 8) + (int((n1.astype(np.int64) * n2).sum()) * dt.itemsize if nodal else 0)
+        fn, n_blocks, order, _, head = self._prepare(c1, c2, g1, g2, args, code, params, shared, "mgk_csr",
+                                                     N_VECTORS, out_bytes)
+        return solve_outputs(self.dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
+                             n1, n2, dt, nodal)
 
     def _launch_gradient(self, c1, c2, g1, g2, args, code, params, shared, plan, entry="mgk_csr_gradient"):
         """K and raw derivatives of pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations,
         residuals, adjoint iterations, adjoint residuals, raw (m, n_raw), seconds)."""
-        from graphkern._mgk_gpu import _check_written, _poisoned, gradient_terms
+        from graphkern._mgk_gpu import gradient_outputs, gradient_terms
 
         dt = self.s["dtype"]
-        dev = self.dev
-        m = len(g1)
         fn, n_blocks, order, _, head = self._prepare(c1, c2, g1, g2, args, code, params, shared,
                                                      entry, N_GRADIENT_VECTORS,
-                                                     m * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
-        d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
-        d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
-        d_grad = _poisoned(dev, max(m * plan.n_raw, 1), np.float64)
-        outputs = (d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad)
-        seconds = self._run(fn, n_blocks, head + gradient_terms(dev, plan, dt) + outputs, shared)
-
-        K, iters, resid, adj_iters, adj_resid = (_in_pair_order(buf, order)
-                                                 for buf in (d_k, d_it, d_res, d_adj_it, d_adj_res))
-        raw = np.empty((m, plan.n_raw))
-        raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
-        _check_written(K, np.minimum(iters, adj_iters), m)
-        if not np.all(np.isfinite(raw)):
-            raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "
-                               "unwritten")
-        return K, iters, resid, adj_iters, adj_resid, raw, seconds
-
-
-def _in_pair_order(d_buf, order):
-    """A per-pair device output (in launch order) on the host in the caller's pair order."""
-    launched = d_buf.to_host()
-    out = np.empty_like(launched)
-    out[order] = launched
-    return out
+                                                     len(g1) * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
+        head = head + gradient_terms(self.dev, plan, dt)
+        return gradient_outputs(self.dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
+                                plan, "GPU solver")
 
 
 def csr_engine(devices, s):

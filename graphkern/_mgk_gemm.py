@@ -598,20 +598,14 @@ class GEMMGPUEngine:
 
     def _run(self, fn, n_blocks, launch_args, shared):
         """One launch; the kernel's seconds (CUDA events)."""
-        from graphkern._cuda import runtime as rt
+        from graphkern._mgk_gpu import timed_launch
 
-        start, end = rt.Event(self.dev), rt.Event(self.dev)
-        start.record()
-        rt.launch(fn, n_blocks, THREADS_PER_BLOCK, launch_args, shared_mem=shared)
-        end.record()
-        return start.elapsed_ms(end) / 1e3
+        return timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, launch_args, shared)
 
     def _launch(self, ds1, ds2, plan, sets, idx, tile, nodal):
         """Solve pairs ``idx`` of tile ``tile``: (K, iterations, residuals, nodal blocks, seconds), or
         None when the free device memory holds no block's CG vectors."""
-        from graphkern._cuda import runtime as rt
-        from graphkern._mgk_csr import _in_pair_order
-        from graphkern._mgk_gpu import _check_written, _poisoned
+        from graphkern._mgk_gpu import solve_outputs
         from graphkern.mgk import solver_arguments
 
         dt = np.dtype(self.s["dtype"])
@@ -626,39 +620,21 @@ class GEMMGPUEngine:
         if prepared is None:
             return None
         fn, n_blocks, order, head = prepared
-        nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
-        d_k, d_res = _poisoned(dev, m, np.float64), _poisoned(dev, m, np.float64)
-        d_it = _poisoned(dev, m, np.int32)  # NaN and -1: a pair the kernel never wrote shows up
-        if nodal:
-            d_nodal = _poisoned(dev, max(int(nodal_off[-1]), 1), dt)
-            d_nodal_off = rt.to_device(dev, nodal_off)
-        else:
-            d_nodal = d_nodal_off = None
-        seconds = self._run(fn, n_blocks, head + (d_k, d_it, d_res, d_nodal, d_nodal_off), shared)
-
-        K, iters, resid = (_in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
-        _check_written(K, iters, m)
-        blocks = None
-        if nodal:
-            flat = d_nodal.to_host()
-            blocks = [None] * m
-            for k_sorted, k in enumerate(order.tolist()):
-                blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
-        return K, iters, resid, blocks, seconds
+        return solve_outputs(dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
+                             n1, n2, dt, nodal)
 
     def _launch_gradient(self, ds1, ds2, route, sets, idx, tile, plan):
         """K and raw derivatives of pairs ``idx`` of tile ``tile``: (K, iterations, residuals,
         adjoint iterations, adjoint residuals, raw (m, n_raw), seconds), or None when the free
         device memory holds no block's CG vectors."""
-        from graphkern._mgk_csr import _in_pair_order
-        from graphkern._mgk_gpu import _check_written, _poisoned, gradient_terms
+        from graphkern._mgk_csr import gradient_entry
+        from graphkern._mgk_gpu import gradient_outputs, gradient_terms
         from graphkern.mgk import solver_arguments
 
         dt = np.dtype(self.s["dtype"])
         dev = self.dev
         args = solver_arguments(ds1, ds2, self.s)
         m = len(idx)
-        from graphkern._mgk_csr import gradient_entry
 
         directions = gradient_entry()[1]  # the CSR solver's GRADIENT_SOLVES: lockstep or sequential
         entry = "mgk_gemm_gradient" if directions == 2 else "mgk_gemm_gradient_seq"
@@ -668,21 +644,9 @@ class GEMMGPUEngine:
         if prepared is None:
             return None
         fn, n_blocks, order, head = prepared
-        d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
-        d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
-        d_grad = _poisoned(dev, max(m * plan.n_raw, 1), np.float64)
-        outputs = (d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad)
-        seconds = self._run(fn, n_blocks, head + gradient_terms(dev, plan, dt) + outputs, shared)
-
-        K, iters, resid, adj_iters, adj_resid = (_in_pair_order(buf, order)
-                                                 for buf in (d_k, d_it, d_res, d_adj_it, d_adj_res))
-        raw = np.empty((m, plan.n_raw))
-        raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
-        _check_written(K, np.minimum(iters, adj_iters), m)
-        if not np.all(np.isfinite(raw)):
-            raise RuntimeError(f"the GEMM solver left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "
-                               "unwritten")
-        return K, iters, resid, adj_iters, adj_resid, raw, seconds
+        head = head + gradient_terms(dev, plan, dt)
+        return gradient_outputs(dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
+                                plan, "GEMM solver")
 
 
 def gemm_engine(devices, s):

@@ -184,6 +184,71 @@ def _check_written(K, iters, m):
         raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(K)))} of {m} pairs unwritten")
 
 
+def in_pair_order(d_buf, order):
+    """A per-pair device output (in launch order) on the host in the caller's pair order."""
+    launched = d_buf.to_host()
+    out = np.empty_like(launched)
+    out[order] = launched
+    return out
+
+
+def timed_launch(dev, fn, n_blocks, threads, args, shared):
+    """One launch; the kernel's seconds (CUDA events)."""
+    start, end = rt.Event(dev), rt.Event(dev)
+    start.record()
+    rt.launch(fn, n_blocks, threads, args, shared_mem=shared)
+    end.record()
+    return start.elapsed_ms(end) / 1e3
+
+
+def solve_outputs(dev, launch, order, n1, n2, dt, nodal):
+    """The per-pair outputs of a K launch of the CSR and GEMM solvers: allocated poisoned, passed to
+    ``launch(outputs)`` (which returns the kernel's seconds) as (K, iterations, residuals, nodal
+    buffer, nodal offsets), read back in pair order.  ``order`` is the launch order of the pairs,
+    ``n1``, ``n2`` their graphs' sizes.  Returns (K, iterations, residuals, nodal blocks or None, seconds)."""
+    m = len(order)
+    sizes = n1.astype(np.int64) * n2
+    nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
+    d_k, d_res = _poisoned(dev, m, np.float64), _poisoned(dev, m, np.float64)
+    d_it = _poisoned(dev, m, np.int32)  # NaN and -1: a pair the kernel never wrote shows up
+    if nodal:
+        d_nodal = _poisoned(dev, max(int(nodal_off[-1]), 1), dt)
+        d_nodal_off = rt.to_device(dev, nodal_off)
+    else:
+        d_nodal = d_nodal_off = None
+    seconds = launch((d_k, d_it, d_res, d_nodal, d_nodal_off))
+    K, iters, resid = (in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
+    _check_written(K, iters, m)
+    blocks = None
+    if nodal:
+        flat = d_nodal.to_host()  # block k_sorted of the flat output is pair order[k_sorted]
+        blocks = [None] * m
+        for k_sorted, k in enumerate(order.tolist()):
+            blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
+    return K, iters, resid, blocks, seconds
+
+
+def gradient_outputs(dev, launch, order, plan, solver):
+    """The per-pair outputs of a gradient launch of the CSR and GEMM solvers, like
+    :func:`solve_outputs`: ``launch(outputs)`` gets (K, iterations, residuals, adjoint iterations,
+    adjoint residuals, raw derivatives (m x plan.n_raw)).  Returns those in pair order and the
+    kernel's seconds; ``solver`` names the solver in the error for unwritten derivatives."""
+    m = len(order)
+    d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
+    d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
+    d_grad = _poisoned(dev, max(m * plan.n_raw, 1), np.float64)
+    seconds = launch((d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad))
+    K, iters, resid, adj_iters, adj_resid = (in_pair_order(buf, order)
+                                             for buf in (d_k, d_it, d_res, d_adj_it, d_adj_res))
+    raw = np.empty((m, plan.n_raw))
+    raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
+    _check_written(K, np.minimum(iters, adj_iters), m)
+    if not np.all(np.isfinite(raw)):
+        raise RuntimeError(f"the {solver} left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "
+                           "unwritten")
+    return K, iters, resid, adj_iters, adj_resid, raw, seconds
+
+
 class GPUEngine:
     """Runs the CUDA solver over a list of pairs on one device."""
 
