@@ -366,9 +366,12 @@ def test_gpu_equals_cpu(variant, dtype, rng):
     y_gpu, info = expm_multiply(A, x, beta=0.1, backend="gpu", spmv=variant, dtype=dtype)
     y_cpu, _ = expm_multiply(A, x, beta=0.1, backend="cpu", dtype=dtype)
     ref = scipy.sparse.linalg.expm_multiply(0.1 * A, x)
-    # float32: each backend is within ~1e-5 of the answer, in different directions
-    assert rel(y_gpu, y_cpu) <= (1e-12 if dtype == np.float64 else 3e-5)
+    # float32: each backend is within 2e-5 of the answer, in different directions, so the two are
+    # within 4e-5 of each other (an H100 run of session 5 measured 4.06e-5 against the old bound of
+    # 3e-5 on a fresh random graph)
     assert rel(y_gpu, ref) <= (1e-10 if dtype == np.float64 else 2e-5)
+    assert rel(y_cpu, ref) <= (1e-10 if dtype == np.float64 else 2e-5)
+    assert rel(y_gpu, y_cpu) <= (1e-12 if dtype == np.float64 else 4e-5)
     assert info.backend == "gpu" and info.devices == (0,) and info.spmv in ("scalar", "vector", "rowblock", "hybrid")
     assert info.times["spmv"] > 0
 
