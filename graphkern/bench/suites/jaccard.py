@@ -75,6 +75,20 @@ Floors of the newer variants (H100; "ps/work" in the tables is time per unit of 
   stores j as the merge's walk passes them instead of two binary searches of row j afterwards:
   24.9 us (1.93x element), no measurable gain.  The small-world target stays missed; each thread
   still runs ~4 dependent merges (192 rows per block, ~960 upper entries, 256 threads).
+* window (session 5; banded orders, Watts-Strogatz): ncu showed pair issuing 13.6M warp
+  instructions (~870 per undirected pair, IPC 2.5).  window turns each row into a 64-bit mask of
+  its neighbours within 32 plus at most 4 farther ones; a pair with |i - j| < 32 is a popcount of
+  the aligned masks and at most 8 bounded lookups (~100 instructions), far pairs (~10%: the
+  rewired edges) are merged.  Issue floor ~2e6 warp instructions = ~2 us; measured on an H100
+  0.0214 ms (2.26x element, 2.17 ps per unit of work): the graph fits one wave of blocks
+  (192 rows x 521 blocks for 528 slots), so the time is one block's chain of phases (row
+  pointers, building the masks from dependent row loads, the scan, the near run, the far run's
+  merges through L2), not its instruction count.  Staging the rows in shared memory and looking
+  far pairs up instead of merging them was slower (0.0236 ms).  The work-ratio target is now
+  Chung-Lu 9.11 / small-world 2.23 ps = 4.09x (target 3x): the faster small-world graph moved
+  it.  Meeting it needs longrow at ~14.7 ms; its hub bit tests (~27 GB of random L2 sectors)
+  would become shared-memory lookups if blocks took one hub's pairs at a time with the hub's
+  bitmap staged in two halves (250 KB at n = 2M) -- not built.
 """
 
 from __future__ import annotations
