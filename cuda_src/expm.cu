@@ -448,58 +448,14 @@ __device__ void long_segment(const SpmvArgs<T, P>& a, int64_t i, int64_t e0, int
 
 // Persistent blocks over the task table, in task order per block (so alpha's block partials, and
 // therefore alpha, do not depend on scheduling).
-// Asks L2 for `count` elements from p on (sm_90: one bulk prefetch, no register waits on it; older
-// devices: nothing).  The address is rounded down and the size up to 16 bytes.
-template <typename V>
-__device__ __forceinline__ void prefetch_l2(const V* p, int64_t count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (p == nullptr || count <= 0) return;
-    const uint64_t lo = reinterpret_cast<uint64_t>(p) & ~uint64_t(15);
-    const uint64_t hi = (reinterpret_cast<uint64_t>(p + count) + 15) & ~uint64_t(15);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(lo), "r"((uint32_t)(hi - lo)) : "memory");
-#endif
-}
-
-// Warp 0, with lane f holding field f of the block's next task: lane 0 asks L2 for the streams that
-// task will read first (its column indices, and a stream task's row pointers and w_{k-1} rows), so
-// they come from L2, not DRAM, when the task starts.
-template <typename T, typename P>
-__device__ __forceinline__ void prefetch_task(const SpmvArgs<T, P>& a, int64_t field, bool valid) {
-    const int64_t kind = __shfl_sync(kFullMask, field, 0), f1 = __shfl_sync(kFullMask, field, 1);
-    const int64_t f2 = __shfl_sync(kFullMask, field, 2), f3 = __shfl_sync(kFullMask, field, 3);
-    const int64_t f4 = __shfl_sync(kFullMask, field, 4);
-    if (!valid || threadIdx.x != 0) return;
-    if (kind == kTaskStream) {
-        prefetch_l2(a.indices + f3, f4 - f3);
-        prefetch_l2(a.indptr + f1, f2 - f1 + 1);
-        if (a.w_prev != nullptr) prefetch_l2(a.w_prev + a.row0 + f1, f2 - f1);
-    } else if (kind == kTaskLongSegment) {
-        prefetch_l2(a.indices + f2, f3 - f2);
-    }
-}
-
 template <typename T, typename P, bool kWeighted>
 __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
     __shared__ int64_t task[kTaskWidth];
     double part = 0.0;
-    // task descriptors are loaded two tasks ahead (threads < kTaskWidth hold one field each), so no
-    // task waits on its own descriptor, and the next task's streams are prefetched meanwhile
-    const int64_t grid = gridDim.x;
-    const int tid = threadIdx.x;
-    int64_t d_cur = 0, d_next = 0;
-    if (tid < kTaskWidth) {
-        if (blockIdx.x < a.n_tasks) d_cur = ld_once(a.tasks + blockIdx.x * kTaskWidth + tid, a.policy);
-        if (blockIdx.x + grid < a.n_tasks) d_next = ld_once(a.tasks + (blockIdx.x + grid) * kTaskWidth + tid, a.policy);
-    }
-    for (int64_t t = blockIdx.x; t < a.n_tasks; t += grid) {
+    for (int64_t t = blockIdx.x; t < a.n_tasks; t += gridDim.x) {
         __syncthreads();  // the previous task's readers of `task` and of the staged products are done
-        if (tid < kTaskWidth) task[tid] = d_cur;
-        if (tid < kWarp) prefetch_task(a, d_next, t + grid < a.n_tasks);
+        if (threadIdx.x < kTaskWidth) task[threadIdx.x] = ld_once(a.tasks + t * kTaskWidth + threadIdx.x, a.policy);
         __syncthreads();
-        d_cur = d_next;
-        if (tid < kTaskWidth && t + 2 * grid < a.n_tasks) {
-            d_next = ld_once(a.tasks + (t + 2 * grid) * kTaskWidth + tid, a.policy);
-        }
         const int64_t kind = task[0], f1 = task[1], f2 = task[2], f3 = task[3], f4 = task[4];
         const int64_t f5 = task[5], f6 = task[6], f7 = task[7];
         switch (kind) {
@@ -539,27 +495,28 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
     if (alpha_out != nullptr)                                                                             \
         grid_sum(part, partials, counter, alpha_out, alpha_peers, n_alpha_peers, long_alpha, n_long);
 
-// Blocks per SM the SpMV kernels are compiled for: MB (unweighted; MB32 for an unweighted float
-// task kernel), weighted ones 4.  With __launch_bounds__(kBlock) alone, ptxas (CUDA 13) kept the
-// unweighted float64 task kernel at 40 registers and spilled 8 bytes: ncu counted 2.4M local-memory
-// requests per R-MAT SpMV, 90% of them L1 misses, i.e. L2 traffic beside the gathers.  Asked for 6
-// blocks it fits the same 40 registers without spilling; the float task kernel, with its task
-// descriptors loaded ahead, needs 48 (5 blocks), and the weighted kernels 64 (4 blocks).
-#define DEFINE_SPMV(NAME, ROWS, T, TN, P, PN, W, WN, MB)                                          \
-    extern "C" __global__ void __launch_bounds__(kBlock, (W) ? 4 : (MB))                       \
+// Blocks per SM the SpMV kernels are compiled for.  With __launch_bounds__(kBlock) alone, ptxas
+// (CUDA 13) kept the unweighted float64 task kernel at 40 registers and spilled 8 bytes: ncu counted
+// 2.4M local-memory requests per R-MAT SpMV, 90% of them L1 misses, i.e. L2 traffic beside the
+// gathers.  Asked for 6 blocks it fits the same 40 registers without spilling; the weighted kernels
+// need 64 (4 blocks) not to spill.
+#define SPMV_MIN_BLOCKS(W) ((W) ? 4 : 6)
+
+#define DEFINE_SPMV(NAME, ROWS, T, TN, P, PN, W, WN)                                              \
+    extern "C" __global__ void __launch_bounds__(kBlock, SPMV_MIN_BLOCKS(W))                   \
         lanczos_spmv_##NAME##_##TN##_##WN##_##PN(LANCZOS_SPMV_PARAMS(T, P)) {                   \
         LANCZOS_SPMV_BODY(T, P, (ROWS<T, P, W>))                                               \
     }
 
-#define DEFINE_SPMV_ALL_TYPES(NAME, ROWS, MB32)                                  \
-    DEFINE_SPMV(NAME, ROWS, float, f32, int32_t, i32, true, w, MB32)           \
-    DEFINE_SPMV(NAME, ROWS, float, f32, int32_t, i32, false, u, MB32)          \
-    DEFINE_SPMV(NAME, ROWS, float, f32, int64_t, i64, true, w, MB32)           \
-    DEFINE_SPMV(NAME, ROWS, float, f32, int64_t, i64, false, u, MB32)          \
-    DEFINE_SPMV(NAME, ROWS, double, f64, int32_t, i32, true, w, 6)             \
-    DEFINE_SPMV(NAME, ROWS, double, f64, int32_t, i32, false, u, 6)            \
-    DEFINE_SPMV(NAME, ROWS, double, f64, int64_t, i64, true, w, 6)             \
-    DEFINE_SPMV(NAME, ROWS, double, f64, int64_t, i64, false, u, 6)
+#define DEFINE_SPMV_ALL_TYPES(NAME, ROWS)                                   \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int32_t, i32, true, w)           \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int32_t, i32, false, u)          \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int64_t, i64, true, w)           \
+    DEFINE_SPMV(NAME, ROWS, float, f32, int64_t, i64, false, u)          \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int32_t, i32, true, w)          \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int32_t, i32, false, u)         \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int64_t, i64, true, w)          \
+    DEFINE_SPMV(NAME, ROWS, double, f64, int64_t, i64, false, u)
 
 namespace {
 template <typename T, typename P, bool W> __device__ double rows_vector2(const SpmvArgs<T, P>& a) { return rows_vector<T, P, W, 2>(a); }
@@ -569,13 +526,13 @@ template <typename T, typename P, bool W> __device__ double rows_vector16(const 
 template <typename T, typename P, bool W> __device__ double rows_vector32(const SpmvArgs<T, P>& a) { return rows_vector<T, P, W, 32>(a); }
 }  // namespace
 
-DEFINE_SPMV_ALL_TYPES(scalar, rows_scalar, 6)
-DEFINE_SPMV_ALL_TYPES(vector2, rows_vector2, 6)
-DEFINE_SPMV_ALL_TYPES(vector4, rows_vector4, 6)
-DEFINE_SPMV_ALL_TYPES(vector8, rows_vector8, 6)
-DEFINE_SPMV_ALL_TYPES(vector16, rows_vector16, 6)
-DEFINE_SPMV_ALL_TYPES(vector32, rows_vector32, 6)
-DEFINE_SPMV_ALL_TYPES(tasks, rows_tasks, 5)
+DEFINE_SPMV_ALL_TYPES(scalar, rows_scalar)
+DEFINE_SPMV_ALL_TYPES(vector2, rows_vector2)
+DEFINE_SPMV_ALL_TYPES(vector4, rows_vector4)
+DEFINE_SPMV_ALL_TYPES(vector8, rows_vector8)
+DEFINE_SPMV_ALL_TYPES(vector16, rows_vector16)
+DEFINE_SPMV_ALL_TYPES(vector32, rows_vector32)
+DEFINE_SPMV_ALL_TYPES(tasks, rows_tasks)
 
 namespace {
 
