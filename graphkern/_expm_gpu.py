@@ -111,6 +111,8 @@ EXCHANGES = ("auto", "store", "copy")
 EXCHANGE_ENV = "GRAPHKERN_EXPM_EXCHANGE"
 # Must match kMaxRowPeers in cuda_src/expm.cu: the update kernel's peer row pointers.
 MAX_ROW_PEERS = 7
+TASK_GRID_ENV = "GRAPHKERN_EXPM_TASK_GRID"
+TASK_GRIDS = ("resident", "tasks")
 # int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
 _INT32_POINTER_LIMIT = np.iinfo(np.int32).max - 2 * LONG_SEGMENT
 
@@ -299,6 +301,16 @@ def _buffers_nbytes(buffers):
     return sum(b.nbytes for b in buffers if b is not None)
 
 
+def task_grid():
+    """How many blocks the task kernels launch (TASK_GRID_ENV): "resident" (default: at most the
+    resident blocks, each walking the task table with a stride) or "tasks" (a block per task; the
+    hardware hands the next task to whichever SM frees a slot)."""
+    value = os.environ.get(TASK_GRID_ENV, "").strip() or "resident"
+    if value not in TASK_GRIDS:
+        raise ValueError(f"{TASK_GRID_ENV} must be one of {', '.join(TASK_GRIDS)}; got {value!r}")
+    return value
+
+
 class DevicePlan:
     """An :class:`SpmvPlan` on one device: the uploaded task table and row list, the long-row
     scratch, and per dtype the kernel and its grid."""
@@ -328,7 +340,7 @@ class DevicePlan:
             fn = rt.kernel(rows.dev, "expm", f"lanczos_spmv_{self.kernel}_{_type_name(dtype)}_{'w' if weighted else 'u'}_{pn}")
             resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * rows.dev.properties["multiprocessor_count"]
             if self.tasks is not None:
-                grid = min(self.n_tasks, resident)
+                grid = self.n_tasks if task_grid() == "tasks" else min(self.n_tasks, resident)
             else:
                 threads = max(1, rows.nrows) * self.threads_per_row
                 grid = min(-(-threads // BLOCK), resident)

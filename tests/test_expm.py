@@ -1030,6 +1030,46 @@ def test_gpu_degree_ordered_spmv_variants_match_scipy(variant, dtype, weighted, 
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["rowblock", "hybrid"])
+@pytest.mark.parametrize("reorder", ["degree", "none"])
+def test_gpu_task_grids_give_the_same_bits(variant, reorder, rng, monkeypatch):
+    """The task kernels with the resident grid and with a block per task: the same SpMV bits (a
+    row's sum does not depend on which block takes its task), and an expm within rounding (alpha's
+    block partials are grouped differently)."""
+    from graphkern._expm_gpu import TASK_GRID_ENV, GpuLanczos
+    from graphkern.expm import _matrix, clear_cache
+    # ~2.3M nonzeros: more stream tasks (2048 nonzeros each) than an H100 holds blocks (6 x 132)
+    A = skewed_graph(rng, 700_000, [90000, 5000, 1100, 700, 40], weighted=False)
+    x = rng.standard_normal(A.shape[0])
+    spmv, expm, grids = {}, {}, {}
+    for grid in ("resident", "tasks"):
+        monkeypatch.setenv(TASK_GRID_ENV, grid)
+        clear_cache()
+        solver = GpuLanczos(_matrix(A), np.float64, devices=[0], variant=variant, basis="device", max_krylov=4,
+                            breakdown=0.0, n_threads=2, reorder=reorder)
+        grids[grid] = solver.shares[0].spmv_grid
+        spmv[grid] = solver.spmv(x)
+        del solver
+        clear_cache()
+        expm[grid], _ = expm_multiply(A, x, beta=0.05, backend="gpu", spmv=variant, reorder=reorder)
+    assert grids["tasks"] > grids["resident"]
+    assert np.array_equal(spmv["tasks"], spmv["resident"])
+    assert rel(expm["tasks"], expm["resident"]) <= 1e-13
+    clear_cache()
+
+
+def test_bad_task_grid_is_refused(monkeypatch):
+    from graphkern._expm_gpu import TASK_GRID_ENV, task_grid
+    monkeypatch.delenv(TASK_GRID_ENV, raising=False)
+    assert task_grid() == "resident"
+    monkeypatch.setenv(TASK_GRID_ENV, "tasks")
+    assert task_grid() == "tasks"
+    monkeypatch.setenv(TASK_GRID_ENV, "everything")
+    with pytest.raises(ValueError, match=TASK_GRID_ENV):
+        task_grid()
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("basis", ["device", "host", "none"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_gpu_reordered_expm_matches_dense_and_unordered(basis, dtype, rng):
