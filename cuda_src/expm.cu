@@ -36,8 +36,9 @@
 // (the index and value arrays are padded to a multiple of 4 on the device) and issue
 // kQuadsPerThread quads, i.e. 4 * kQuadsPerThread gathers, before using any of them, so each thread
 // keeps several gathers in flight instead of one dependent load chain per nonzero; (3) task-driven
-// kernels are persistent (a grid of resident blocks walks the task table), so the alpha reduction
-// adds a few hundred block partials, not one per task.
+// kernels take tasks blockIdx.x, blockIdx.x + gridDim.x, ...: the host launches a block per task
+// (graphkern/_expm_gpu.py: task_grid; the block scheduler then balances them, at one alpha partial
+// per task) or only the resident blocks (persistent, a few hundred partials).
 #include <cstdint>
 #include <type_traits>
 
@@ -56,8 +57,8 @@ constexpr int kTaskWidth = 8;
 // int4 index loads each thread issues before it uses their gathers.
 constexpr int kQuadsPerThread = 2;
 
-// Work item of the task-driven kernel (rowblock and hybrid plans); the persistent blocks take
-// tasks blockIdx.x, blockIdx.x + gridDim.x, ...
+// Work item of the task-driven kernel (rowblock and hybrid plans); block b takes tasks b,
+// b + gridDim.x, ... (one of them when the grid is a block per task).
 enum TaskType : int64_t {
     kTaskStream = 0,      // {type, r0, r1, e0, e1}: rows [r0, r1), entries [e0, e1), via shared memory
     kTaskThreadList = 1,  // {type, l0, l1}: rows rowlist[l0..l1), one thread per row
@@ -446,8 +447,8 @@ __device__ void long_segment(const SpmvArgs<T, P>& a, int64_t i, int64_t e0, int
     }
 }
 
-// Persistent blocks over the task table, in task order per block (so alpha's block partials, and
-// therefore alpha, do not depend on scheduling).
+// Blocks over the task table, in task order per block (so alpha's block partials, and therefore
+// alpha, do not depend on scheduling).
 template <typename T, typename P, bool kWeighted>
 __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
     __shared__ int64_t task[kTaskWidth];

@@ -1061,9 +1061,9 @@ def test_gpu_task_grids_give_the_same_bits(variant, reorder, rng, monkeypatch):
 def test_bad_task_grid_is_refused(monkeypatch):
     from graphkern._expm_gpu import TASK_GRID_ENV, task_grid
     monkeypatch.delenv(TASK_GRID_ENV, raising=False)
-    assert task_grid() == "resident"
-    monkeypatch.setenv(TASK_GRID_ENV, "tasks")
     assert task_grid() == "tasks"
+    monkeypatch.setenv(TASK_GRID_ENV, "resident")
+    assert task_grid() == "resident"
     monkeypatch.setenv(TASK_GRID_ENV, "everything")
     with pytest.raises(ValueError, match=TASK_GRID_ENV):
         task_grid()
