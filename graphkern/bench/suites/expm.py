@@ -34,7 +34,16 @@ the nnz gathers of x fetches its own 32-byte sector from L2 (x fits: 8, 34 and 3
 the DRAM floor, and the practical floor unless L1 catches repeated hub columns; Delaunay moves
 0.8 GB (0.12-0.15 ms) and BA 0.32 GB (~50 us).  The kernels therefore read the index stream with
 an L2 evict-first policy (so it does not push x out of L2) and keep several gathers in flight per
-thread.  A Lanczos step adds the update (read v and w_k, write w_{k+1}: 3 n values; 24 MB for BA).
+thread.  Measured on an H100 (session 5): the degree-ordered R-MAT SpMV takes 1.12-1.18 ms, twice
+the L2 floor; ncu shows L2 75% busy, DRAM 15%, and a warp waiting ~33 cycles per instruction,
+mostly on its gathers.  The kernel is bound by the latency of its chains of dependent trips, not
+by L2 bandwidth: fewer resident blocks were slower however much L2 traffic they saved (x's 12K
+hottest entries in shared memory at 2 blocks per SM: 1.66 ms; 4.4K at 4 blocks: 1.28 ms), as were
+more gathers per thread at fewer blocks (3 or 4 index quads: 1.22, 1.24 ms) and L2 prefetches of
+the next task's streams (1.24 ms).  What helped: no register spill (1.20 -> 1.18 ms) and a block
+per task instead of persistent blocks (1.18 -> 1.12 ms), against 1.28 ms for cuSPARSE on A as
+given and 1.11 on the degree-ordered matrix.
+A Lanczos step adds the update (read v and w_k, write w_{k+1}: 3 n values; 24 MB for BA).
 The 2 flops per nonzero are far below the FP64 peak (34 TFLOP/s).  The suite measures the
 device-to-device copy bandwidth in the same run and reports each SpMV against it (DRAM bytes as
 above), and prints each graph's DRAM floor and gather traffic.
