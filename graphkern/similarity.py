@@ -308,7 +308,10 @@ def auto_variant(pattern):
     top = int(d.max()) if d.size else 0
     if not 0 < top <= 32:
         return choose_variant(d)
-    return choose_variant(d, row_locality(pattern, staged_rows_per_block(d)), window_locality(pattern))
+    window = window_locality(pattern)
+    if window >= _WINDOW_MIN_LOCALITY:  # decided: no need for the staged variant's locality
+        return choose_variant(d, None, window)
+    return choose_variant(d, row_locality(pattern, staged_rows_per_block(d)), window)
 
 
 def shortrow_group_size(degrees):
@@ -359,12 +362,17 @@ def pair_rows_per_block(degrees, *, entries=_PAIR_ENTRIES_PER_BLOCK):
     return int(min(_BLOCK, max(8, rows - rows % 8)))
 
 
+def _entry_rows(pattern):
+    """The row of every stored entry of ``pattern`` (int64, in storage order)."""
+    return np.repeat(np.arange(pattern.n, dtype=np.int64), pattern.degrees)
+
+
 def row_locality(pattern, rows_per_block):
     """The share of stored off-diagonal entries (i, j) whose row j lies in i's block of
     ``rows_per_block`` rows when the ``"staged"`` variant stages it: the merges it serves from
     shared memory.  A ring lattice or a mesh in a banded order is close to 1, the same graph with
     its vertices shuffled close to 0."""
-    rows = np.repeat(np.arange(pattern.n, dtype=np.int64), pattern.degrees)
+    rows = _entry_rows(pattern)
     off = rows != pattern.indices
     if not off.any():
         return 0.0
@@ -378,7 +386,7 @@ def window_locality(pattern):
     from their own index.  Close to 1 for a ring lattice with few shortcuts or a narrow band,
     close to 0 for a shuffled or wide-band order (those pairs are merged, as in ``"pair"``)."""
     n = pattern.n
-    rows = np.repeat(np.arange(n, dtype=np.int64), pattern.degrees)
+    rows = _entry_rows(pattern)
     gap = np.abs(pattern.indices.astype(np.int64) - rows)
     off = gap > 0
     if not off.any():
