@@ -203,6 +203,18 @@ DEFINE_LD_ONCE_V4(int4, "s32", "r")
 DEFINE_LD_ONCE_V4(float4, "f32", "f")
 DEFINE_LD_ONCE_V2(double2, "f64", "d")
 
+// Gather of x[col].  Columns below `hot` go through L1 (__ldg); the others skip it (__ldcg, L2
+// only), so that they do not evict the hot ones.  In a degree-ordered matrix the low columns are
+// the hubs': on the H100's R-MAT (scale 22, 1.28e8 nonzeros) the first 12,288 columns (96 KiB of
+// float64 x, about what L1 holds beside the staged products at 5 blocks per SM) take 36% of the
+// gathers; L1 for all of them gave 1124 us per SpMV, L1 for none 1754 us, L1 for the first 8K /
+// 12K / 16K 1089 / 1061 / 1092 us.  In A's own order hot is INT32_MAX: every gather uses L1, which
+// keeps the reuse of meshes and grids.
+template <typename T>
+__device__ __forceinline__ T gather_x(const T* __restrict__ x, int32_t col, int32_t hot) {
+    return col < hot ? __ldg(x + col) : __ldcg(x + col);
+}
+
 // Four consecutive values starting at a multiple of 4 (the value arrays are padded and 16-byte aligned).
 __device__ __forceinline__ void load_quad(const float* __restrict__ p, int64_t q, float v[4], uint64_t policy) {
     const float4 f = ld_once(reinterpret_cast<const float4*>(p) + q, policy);
@@ -217,8 +229,8 @@ __device__ __forceinline__ void load_quad(const double* __restrict__ p, int64_t 
 // One stored entry's product a_ij x_j, loaded one at a time (scalar, vector and thread-list rows).
 template <typename T, bool kWeighted, typename P>
 __device__ __forceinline__ T entry(const T* __restrict__ values, const int32_t* __restrict__ indices,
-                                   const T* __restrict__ x, P e, uint64_t policy) {
-    const T xv = __ldg(x + ld_once(indices + e, policy));
+                                   const T* __restrict__ x, int32_t hot, P e, uint64_t policy) {
+    const T xv = gather_x(x, ld_once(indices + e, policy), hot);
     if constexpr (kWeighted) {
         return ld_once(values + e, policy) * xv;
     } else {
@@ -232,8 +244,8 @@ __device__ __forceinline__ T entry(const T* __restrict__ values, const int32_t* 
 // before the first use.
 template <typename T, bool kWeighted, typename Use>
 __device__ __forceinline__ void for_each_product(const int32_t* __restrict__ indices, const T* __restrict__ values,
-                                                 const T* __restrict__ x, int64_t e0, int64_t e1, int rank,
-                                                 int count, uint64_t policy, Use use) {
+                                                 const T* __restrict__ x, int32_t hot, int64_t e0, int64_t e1,
+                                                 int rank, int count, uint64_t policy, Use use) {
     const int4* __restrict__ quads = reinterpret_cast<const int4*>(indices);
     const int64_t q_end = (e1 + 3) >> 2;
     for (int64_t q_base = (e0 >> 2) + rank; q_base < q_end; q_base += (int64_t)kQuadsPerThread * count) {
@@ -257,7 +269,7 @@ __device__ __forceinline__ void for_each_product(const int32_t* __restrict__ ind
                 const int64_t e = 4 * (q_base + (int64_t)u * count) + i;
                 prod[u][i] = 0;
                 if (e >= e0 && e < e1) {
-                    prod[u][i] = __ldg(x + col[u][i]);
+                    prod[u][i] = gather_x(x, col[u][i], hot);
                     if constexpr (kWeighted) prod[u][i] *= val[u][i];
                 }
             }
@@ -300,6 +312,7 @@ struct SpmvArgs {
     unsigned* seg_counters;             // one per long row, zero between launches
     double* long_alpha;                 // one per long row: its share of alpha
     uint64_t policy;                    // L2 evict-first, for the streamed loads
+    int32_t hot_cols;                   // gathers of columns below it use L1 (gather_x)
 };
 
 // ---------------------------------------------------------------------------------------- variants
@@ -312,7 +325,8 @@ __device__ double rows_scalar(const SpmvArgs<T, P>& a) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.nrows; i += stride) {
         T dot = 0;
         const P end = a.indptr[i + 1];
-        for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
+        for (P e = a.indptr[i]; e < end; ++e)
+            dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, a.hot_cols, e, a.policy);
         part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
     }
     return part;
@@ -335,7 +349,7 @@ __device__ double rows_vector(const SpmvArgs<T, P>& a) {
         if (active) {
             const P end = a.indptr[i + 1];
             for (P e = a.indptr[i] + lane; e < end; e += kGroup)
-                dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
+                dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, a.hot_cols, e, a.policy);
         }
         for (int o = kGroup / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, kGroup);
         if (active && lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
@@ -352,8 +366,9 @@ __device__ double warp_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1, con
     for (int64_t t = t0 + threadIdx.x / kWarp; t < t1; t += warps) {
         const int64_t i = list != nullptr ? (int64_t)list[t] : t;
         T dot = 0;
-        for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, (int64_t)a.indptr[i], (int64_t)a.indptr[i + 1],
-                                       lane, kWarp, a.policy, [&](int64_t, T p) { dot += p; });
+        for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, a.hot_cols, (int64_t)a.indptr[i],
+                                       (int64_t)a.indptr[i + 1], lane, kWarp, a.policy,
+                                       [&](int64_t, T p) { dot += p; });
         for (int o = kWarp / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o);
         if (lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
     }
@@ -376,7 +391,7 @@ __device__ double stream_rows(const SpmvArgs<T, P>& a, int64_t r0, int64_t r1, i
         const int64_t t = threadIdx.x + (int64_t)j * kBlock;
         pointer[j] = t <= rows ? a.indptr[r0 + t] : P(0);
     }
-    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, e0, e1, threadIdx.x, blockDim.x, a.policy,
+    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, a.hot_cols, e0, e1, threadIdx.x, blockDim.x, a.policy,
                                    [&](int64_t e, T p) { staged[e - e0] = p; });
 #pragma unroll
     for (int j = 0; j < kRowPointersPerThread; ++j) {
@@ -414,7 +429,8 @@ __device__ double thread_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1) {
     const int64_t i = a.rowlist[t];
     T dot = 0;
     const P end = a.indptr[i + 1];
-    for (P e = a.indptr[i]; e < end; ++e) dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, e, a.policy);
+    for (P e = a.indptr[i]; e < end; ++e)
+        dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, a.hot_cols, e, a.policy);
     return finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
 }
 
@@ -426,7 +442,7 @@ __device__ void long_segment(const SpmvArgs<T, P>& a, int64_t i, int64_t e0, int
                                int64_t seg_index, int64_t n_seg, int64_t long_index) {
     __shared__ bool is_last;
     T dot = 0;
-    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, e0, e1, threadIdx.x, blockDim.x, a.policy,
+    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, a.hot_cols, e0, e1, threadIdx.x, blockDim.x, a.policy,
                                    [&](int64_t, T p) { dot += p; });
     const double s = block_sum(static_cast<double>(dot));
     if (threadIdx.x == 0) {
@@ -486,12 +502,13 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
         const int32_t *rowlist, const T *w_cur, const T *w_prev, T *w_out, double *coef, int64_t cap,      \
         int64_t k, const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows, \
         double *partials, unsigned *counter, double *alpha_out, const uint64_t *alpha_peers,               \
-        int32_t n_alpha_peers, double *seg_partials, unsigned *seg_counters, double *long_alpha, int64_t n_long
+        int32_t n_alpha_peers, double *seg_partials, unsigned *seg_counters, double *long_alpha, int64_t n_long, \
+        int32_t hot_cols
 
 #define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                     \
     SpmvArgs<T, P> a{indptr, indices, values, tasks, n_tasks, rowlist, w_cur, w_prev, w_out, row0, nrows, \
                      step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters, \
-                     long_alpha, stream_policy()};                                                        \
+                     long_alpha, stream_policy(), hot_cols};                                              \
     const double part = ROWS(a);                                                                          \
     if (alpha_out != nullptr)                                                                             \
         grid_sum(part, partials, counter, alpha_out, alpha_peers, n_alpha_peers, long_alpha, n_long);
@@ -499,9 +516,10 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
 // Blocks per SM the SpMV kernels are compiled for.  With __launch_bounds__(kBlock) alone, ptxas
 // (CUDA 13) kept the unweighted float64 task kernel at 40 registers and spilled 8 bytes: ncu counted
 // 2.4M local-memory requests per R-MAT SpMV, 90% of them L1 misses, i.e. L2 traffic beside the
-// gathers.  Asked for 6 blocks it fits the same 40 registers without spilling; the weighted kernels
-// need 64 (4 blocks) not to spill.
-#define SPMV_MIN_BLOCKS(W) ((W) ? 4 : 6)
+// gathers.  With gather_x's two kinds of load, 6 blocks (40 registers) spill ~100 bytes (R-MAT
+// 1205 us); 5 blocks (48 registers) spill at most 8 and were as fast as 6 without the split
+// (1127 against 1124 us), 1061 us with it.  The weighted kernels need 64 (4 blocks) not to spill.
+#define SPMV_MIN_BLOCKS(W) ((W) ? 4 : 5)
 
 #define DEFINE_SPMV(NAME, ROWS, T, TN, P, PN, W, WN)                                              \
     extern "C" __global__ void __launch_bounds__(kBlock, SPMV_MIN_BLOCKS(W))                   \

@@ -111,6 +111,12 @@ EXCHANGES = ("auto", "store", "copy")
 EXCHANGE_ENV = "GRAPHKERN_EXPM_EXCHANGE"
 # Must match kMaxRowPeers in cuda_src/expm.cu: the update kernel's peer row pointers.
 MAX_ROW_PEERS = 7
+# Gathers of x's first HOT_X_BYTES (by column) go through L1, the rest skip it (gather_x in
+# cuda_src/expm.cu), in a degree-ordered matrix only, where those columns are the hubs'.  H100,
+# R-MAT scale 22, float64 rowblock SpMV: 64 / 96 / 128 KiB 1089 / 1061 / 1092 us, all columns
+# through L1 1124 us.
+HOT_X_BYTES = 96 << 10
+_ALL_COLUMNS = np.iinfo(np.int32).max
 TASK_GRID_ENV = "GRAPHKERN_EXPM_TASK_GRID"
 TASK_GRIDS = ("resident", "tasks")
 # int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
@@ -774,6 +780,14 @@ def residency_info():
 
 # ----------------------------------------------------------------------------- one device's share of a solve
 
+def hot_columns(reorder, dtype):
+    """The SpMV kernels' ``hot_cols``: gathers of columns below it use L1 (HOT_X_BYTES of x in a
+    degree-ordered matrix; every column in A's own order)."""
+    if reorder == "degree":
+        return np.int32(HOT_X_BYTES // np.dtype(dtype).itemsize)
+    return np.int32(_ALL_COLUMNS)
+
+
 class _Share:
     """One device in one solve: its rows of A, the plan, the kernels and grids, its workspace."""
 
@@ -785,6 +799,7 @@ class _Share:
         self.values = rows.values_for(res, mat, dtype)
         self.plan = rows.plan_for(res, mat, variant)
         self.spmv_fn, self.spmv_grid = self.plan.launch_config(rows, dtype, mat.weighted)
+        self.hot_cols = hot_columns(res.reorder, dtype)
         tn = _type_name(dtype)
         self.update_fn = rt.kernel(self.dev, "expm", f"lanczos_update_{tn}")
         self.combine_fn = rt.kernel(self.dev, "expm", f"lanczos_combine_{tn}")
@@ -807,7 +822,7 @@ class _Share:
                 w_cur, w_prev, w_out, self.ws.coef, np.int64(cap), np.int64(k), beta_slots, n_dev,
                 np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials, self.ws.counter,
                 alpha_out, peers, np.int32(self.ws.n_peers if store_alpha else 0), p.seg_partials, p.seg_counters,
-                p.long_alpha, np.int64(p.n_long))
+                p.long_alpha, np.int64(p.n_long), self.hot_cols)
 
 
 # ----------------------------------------------------------------------------- the solver

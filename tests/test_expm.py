@@ -334,8 +334,10 @@ def test_bad_input_is_refused_with_a_clear_message(call, error, match):
 # ----------------------------------------------------------------------------- GPU: SpMV variants, devices
 
 def _spmv_graphs(rng, weighted):
+    # 30,000 vertices: degree-ordered, the gathers meet columns on both sides of hot_cols (12,288 in
+    # float64, 24,576 in float32)
     return {
-        "skewed": skewed_graph(rng, 12000, [9000, 5000, 1100, 700, 40], weighted),
+        "skewed": skewed_graph(rng, 30000, [9000, 5000, 1100, 700, 40], weighted),
         "regular": grid_graph(60, 70) if not weighted else skewed_graph(rng, 4200, [], weighted),
     }
 
@@ -344,17 +346,25 @@ def _spmv_graphs(rng, weighted):
 @pytest.mark.parametrize("variant", ["scalar", "vector", "rowblock", "hybrid"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_gpu_spmv_variants_match_scipy(variant, dtype, weighted, rng):
-    from graphkern._expm_gpu import GpuLanczos
+@pytest.mark.parametrize("reorder", ["none", "degree"])
+def test_gpu_spmv_variants_match_scipy(variant, dtype, weighted, reorder, rng):
+    from graphkern._expm_gpu import GpuLanczos, hot_columns
     from graphkern.expm import _matrix
     for kind, A in _spmv_graphs(rng, weighted).items():
         mat = _matrix(A)
         x = rng.standard_normal(A.shape[0])
         solver = GpuLanczos(mat, dtype, devices=[0], variant=variant, basis="device", max_krylov=4,
-                            breakdown=0.0, n_threads=2)
+                            breakdown=0.0, n_threads=2, reorder=reorder)
+        assert solver.shares[0].hot_cols == hot_columns(reorder, dtype)
         y = solver.spmv(x)
         ref = A @ x.astype(dtype).astype(np.float64)
         assert np.max(np.abs(y - ref)) <= TOL[dtype] * np.max(np.abs(ref)) * 10, (kind, variant)
+
+
+def test_hot_columns_cover_96_kib_of_x_only_in_degree_order():
+    from graphkern._expm_gpu import hot_columns
+    assert hot_columns("degree", np.float64) == 12288 and hot_columns("degree", np.float32) == 24576
+    assert hot_columns("none", np.float64) == hot_columns("none", np.float32) == np.iinfo(np.int32).max
 
 
 @pytest.mark.gpu
