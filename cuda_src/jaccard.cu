@@ -34,7 +34,9 @@
 //      pair      a block lists the upper entries of its rows in shared memory and a thread merges
 //                each pair once (by V-element aligned vector loads where V = 2 or 4, unweighted)
 //                and writes its mirror; one launch.
-//      longrow   hub, with every pair's work carried by its long row (see balanced_finalize).
+//      longrow   hub, with every pair's work carried by its long row; the balanced kernel notes
+//                where the short row stores the long vertex, so that the finalize pass writes
+//                both entries of a pair without searching (see balanced_finalize).
 #include <cstdint>
 #include <type_traits>
 
@@ -366,33 +368,72 @@ __device__ __forceinline__ void warp_similarity(const int64_t* __restrict__ indp
 
 // ------------------------------------------------------------------ balanced variant
 
+// A tile's kScanTile values of type V in shared memory, with one pad element after every 128
+// bytes.  The work line passes read a tile striped (pass q: thread t at element q * kBlock + t,
+// so a warp's global loads and stores are 128 contiguous bytes) and work on it blocked (thread t
+// at elements t * kScanItems + q, in order: the row walk of balanced_work and the running sum of
+// scan_tiles need consecutive entries).  Unpadded, the blocked pass would put the lanes of a
+// warp kScanItems elements apart, 16 lanes on one bank; with the pad they meet 32 distinct banks
+// (int32), or 16 distinct 8-byte bank pairs per half-warp (int64), as does the striped pass.
+template <typename V>
+struct TileSlots {
+    static constexpr int kRun = 128 / (int)sizeof(V);
+    static constexpr int kSize = kScanTile + kScanTile / kRun;
+    static __device__ __forceinline__ int at(int c) { return c + c / kRun; }
+};
+
 // Work of entry k = (r, j): min(d_r, d_j) searches if r is the owner row of the pair (see
 // owner_row), none otherwise.  Also writes the row of every entry (the later passes read it
-// instead of searching indptr) and each tile's sum.
+// instead of searching indptr) and each tile's sum.  The columns are loaded into shared memory
+// and the rows and work written back from it striped (see TileSlots); the work is staged as
+// int32: it is at most a row's length, and a row stores distinct columns below n <= 2^31 - 1.
 __device__ __forceinline__ void balanced_work(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
                                               const int32_t* __restrict__ hub_slot, int32_t long_owner, int32_t n,
                                               int64_t nnz, int32_t* __restrict__ rows, int64_t* __restrict__ work,
                                               int64_t* __restrict__ tile_sums) {
+    using Slots = TileSlots<int32_t>;
+    __shared__ int32_t s_rows[Slots::kSize];  // the tile's columns, overwritten by their rows
+    __shared__ int32_t s_work[Slots::kSize];
+    const int32_t t = threadIdx.x;
     const int64_t tile = blockIdx.x * (int64_t)kScanTile;
     const int64_t tile_last = min(nnz - 1, tile + kScanTile - 1);
-    const int64_t k_first = tile + (int64_t)threadIdx.x * kScanItems;
-    int64_t r = block_entry_row(indptr, n, k_first, tile, tile_last);
+    int32_t col[kScanItems];  // in flight while block_entry_row searches indptr
+#pragma unroll
+    for (int q = 0; q < kScanItems; ++q) {
+        const int64_t k = tile + q * kBlock + t;
+        col[q] = k < nnz ? idx[k] : 0;
+    }
+    const int32_t first = t * kScanItems;  // this thread's first entry in the tile
+    int64_t r = block_entry_row(indptr, n, tile + first, tile, tile_last);
+#pragma unroll
+    for (int q = 0; q < kScanItems; ++q) s_rows[Slots::at(q * kBlock + t)] = col[q];
+    __syncthreads();
     int64_t sum = 0;
     for (int q = 0; q < kScanItems; ++q) {
-        const int64_t k = k_first + q;
+        const int64_t k = tile + first + q;
         if (k >= nnz) break;
         while (indptr[r + 1] <= k) ++r;
-        rows[k] = (int32_t)r;
-        const int32_t j = idx[k];
+        const int32_t c = Slots::at(first + q);
+        const int32_t j = s_rows[c];
         int64_t wk = 0;
         if (r != j && owner_row(indptr, hub_slot, long_owner, (int32_t)r, j) == r)
             wk = smaller(indptr[r + 1] - indptr[r], indptr[j + 1] - indptr[j]);
-        work[k] = wk;
+        s_rows[c] = (int32_t)r;
+        s_work[c] = (int32_t)wk;
         sum += wk;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kScanItems; ++q) {
+        const int32_t c = q * kBlock + t;
+        if (tile + c < nnz) {
+            rows[tile + c] = s_rows[Slots::at(c)];
+            work[tile + c] = s_work[Slots::at(c)];
+        }
     }
     int64_t total;
     block_exclusive_scan(sum, &total);
-    if (threadIdx.x == 0) tile_sums[blockIdx.x] = total;
+    if (t == 0) tile_sums[blockIdx.x] = total;
 }
 
 // One block: exclusive prefix sum of the tile sums in place; the grand total goes to *work_total.
@@ -413,26 +454,43 @@ __device__ __forceinline__ void scan_tile_sums(int64_t* __restrict__ tile_sums, 
 // Turns the per-entry work of one tile into exclusive offsets (in place), and writes
 // group_entry[g] = the entry holding work item g * group_items, for every group start the tile's
 // entries hold (each lies in exactly one entry with work, so each has one writer).  The balanced
-// kernel reads a warp's entry range from it instead of searching all nnz offsets per chunk.
+// kernel reads a warp's entry range from it instead of searching all nnz offsets per chunk.  The
+// tile is loaded into shared memory and stored back from it striped (see TileSlots); each thread
+// sums and rewrites its kScanItems consecutive entries there.
 __device__ __forceinline__ void scan_tiles(int64_t* __restrict__ work, int64_t nnz,
                                            const int64_t* __restrict__ tile_sums, int64_t group_items,
                                            int64_t* __restrict__ group_entry) {
-    const int64_t k_first = blockIdx.x * (int64_t)kScanTile + (int64_t)threadIdx.x * kScanItems;
-    int64_t v[kScanItems];
+    using Slots = TileSlots<int64_t>;
+    __shared__ int64_t s_work[Slots::kSize];  // the tile's work, overwritten by its offsets
+    const int32_t t = threadIdx.x;
+    const int64_t tile = blockIdx.x * (int64_t)kScanTile;
+#pragma unroll
+    for (int q = 0; q < kScanItems; ++q) {
+        const int32_t c = q * kBlock + t;
+        s_work[Slots::at(c)] = tile + c < nnz ? work[tile + c] : 0;
+    }
+    __syncthreads();
+    const int32_t first = t * kScanItems;  // this thread's first entry in the tile
     int64_t local = 0;
 #pragma unroll
-    for (int q = 0; q < kScanItems; ++q) {
-        v[q] = k_first + q < nnz ? work[k_first + q] : 0;
-        local += v[q];
-    }
+    for (int q = 0; q < kScanItems; ++q) local += s_work[Slots::at(first + q)];
     int64_t total;
     int64_t run = tile_sums[blockIdx.x] + block_exclusive_scan(local, &total);
+    const int64_t k_first = tile + first;
 #pragma unroll
     for (int q = 0; q < kScanItems; ++q) {
-        if (k_first + q < nnz) work[k_first + q] = run;
-        for (int64_t g = (run + group_items - 1) / group_items; g * group_items < run + v[q]; ++g)
+        const int32_t c = Slots::at(first + q);
+        const int64_t v = s_work[c];  // 0 past nnz: no group start, and never stored
+        s_work[c] = run;
+        for (int64_t g = (run + group_items - 1) / group_items; g * group_items < run + v; ++g)
             group_entry[g] = k_first + q;
-        run += v[q];
+        run += v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kScanItems; ++q) {
+        const int32_t c = q * kBlock + t;
+        if (tile + c < nnz) work[tile + c] = s_work[Slots::at(c)];
     }
 }
 
@@ -447,6 +505,11 @@ __device__ __forceinline__ void scan_tiles(int64_t* __restrict__ work, int64_t n
 // end before (g + 1) * 32 chunk, so their entries lie between group_entry[g] and
 // group_entry[g + 1] (scan_tiles): each lane searches that span, a few offsets, where a search
 // of all nnz offsets was ~25 dependent loads per chunk.
+// mirror_off (longrow, where every owner entry e = (i, j) lies in the long row i; null
+// otherwise): the item that loads the short row's element i writes its offset in row j to
+// mirror_off[e], so that the finalize pass need not search row j for the mirror entry (j, i).
+// An entry whose gallop stops early (p == long_end) may never load that element: its
+// mirror_off[e] keeps the -1 it was set to before the launch.
 template <bool kWeighted, typename T>
 __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict__ indptr,
                                                        const int32_t* __restrict__ idx, const T* __restrict__ w,
@@ -455,7 +518,8 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
                                                        int32_t chunk, const int64_t* __restrict__ group_entry,
                                                        const int32_t* __restrict__ hub_slot,
                                                        const uint32_t* __restrict__ bitmaps, int64_t words,
-                                                       Acc<kWeighted, T>* __restrict__ inter) {
+                                                       Acc<kWeighted, T>* __restrict__ inter,
+                                                       int32_t* __restrict__ mirror_off) {
     using A = Acc<kWeighted, T>;
     const int64_t total_work = offsets[nnz];
     const int64_t n_chunks = (total_work + chunk - 1) / chunk;
@@ -478,6 +542,7 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
             while (true) {
                 const RowPair r = row_pair(indptr, rows[e], idx[e]);
                 const int64_t stop = min(off_next, t_end);
+                const int32_t mirror_key = mirror_off != nullptr ? r.long_vertex : -1;  // -1: no column
                 int32_t slot = -1;
                 if constexpr (!kWeighted) {
                     if (hub_slot != nullptr) slot = hub_slot[r.long_vertex];
@@ -486,6 +551,7 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
                     const uint32_t* __restrict__ bits = bitmaps + (int64_t)slot * words;
                     for (int64_t s = r.short_begin + (t - off_cur); t < stop; ++t, ++s) {
                         const int32_t x = idx[s];
+                        if (x == mirror_key) mirror_off[e] = (int32_t)(s - r.short_begin);
                         acc += (A)((bits[x >> 5] >> (x & 31)) & 1u);
                     }
                 } else {
@@ -495,6 +561,7 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
                     if (t > off_cur) p = lower_bound(idx, p, r.long_end, idx[r.short_begin + (t - off_cur)]);
                     for (int64_t s = r.short_begin + (t - off_cur); t < stop; ++t, ++s) {
                         const int32_t x = idx[s];
+                        if (x == mirror_key) mirror_off[e] = (int32_t)(s - r.short_begin);  // before the break
                         p = gallop_lower_bound(idx, p, r.long_end, x);
                         if (p == r.long_end) {  // nothing left of this entry can match
                             t = stop;
@@ -532,13 +599,16 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
 // (long_owner 0): each entry's thread reads its owner's sum, the non-owner one after a search of
 // the owner's row, which on Chung-Lu means 4.3M searches through hub rows of 10^3 to 1.8e5
 // entries.  longrow (long_owner 1, every owner in its pair's long row): only the thread of the
-// entry in the long row works; it finds the mirror by a search of the short row, writes both.
+// entry in the long row works; it writes both entries, the mirror at the offset in the short row
+// that the balanced pass recorded in mirror_off, or, where it recorded none (-1: an early end of
+// the gallop; or mirror_off null), at the one a search of the short row finds.
 template <bool kWeighted, typename T>
 __device__ __forceinline__ void balanced_finalize(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
                                                   const T* __restrict__ w, const int32_t* __restrict__ rows,
                                                   const int32_t* __restrict__ hub_slot, int32_t long_owner,
                                                   int64_t nnz, int32_t metric, const VertexTerms<T>& v,
-                                                  const Acc<kWeighted, T>* __restrict__ inter, T* __restrict__ out) {
+                                                  const Acc<kWeighted, T>* __restrict__ inter,
+                                                  const int32_t* __restrict__ mirror_off, T* __restrict__ out) {
     const int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (k >= nnz) return;
     const int32_t i = rows[k], j = idx[k];
@@ -554,7 +624,8 @@ __device__ __forceinline__ void balanced_finalize(const int64_t* __restrict__ in
         return;
     }
     if (!is_long_side(i, indptr[i + 1] - indptr[i], j, ej - bj)) return;  // written by its mirror's thread
-    const int64_t mirror = lower_bound(idx, bj, ej, i);  // (j, i); the input is symmetric
+    const int32_t off = mirror_off != nullptr ? mirror_off[k] : -1;
+    const int64_t mirror = off >= 0 ? bj + off : lower_bound(idx, bj, ej, i);  // (j, i); the input is symmetric
     const T value = finish<kWeighted, T>(metric, inter[k], i, j, w_ij, v);
     out[k] = value;
     out[mirror] = value;
@@ -1204,6 +1275,17 @@ extern "C" __global__ void __launch_bounds__(kBlock)
     scan_tiles(work, nnz, tile_sums, group_items, group_entry);
 }
 
+// The balanced kernels are bound to five blocks per SM: with __launch_bounds__(kBlock) alone,
+// CUDA 13 ptxas kept 32 to 40 registers in the weighted flavours and spilled; the bound leaves 48
+// registers (the count flavours' own choice, five blocks of 256 threads per SM), and ptxas
+// settles at 48 (count) and 40 (weight) on sm_90, without spills.  sm_75 holds 1024 threads per
+// SM, so four there (ptxas ignores a bound past that, with a warning).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define JACCARD_BALANCED_MIN_BLOCKS 4
+#else
+#define JACCARD_BALANCED_MIN_BLOCKS 5
+#endif
+
 // Entry points per flavour: count (unweighted; `w`, `wsum`, `selfw` unused) or weight, and the
 // output type (f32 / f64).
 #define JACCARD_FLAVOURS(X)       \
@@ -1225,22 +1307,24 @@ extern "C" __global__ void __launch_bounds__(kBlock)
         jaccard_warp_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t group) {                               \
         warp_similarity<W, T>(JACCARD_SIMILARITY_ARGS(T), group);                                                   \
     }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
+    extern "C" __global__ void __launch_bounds__(kBlock, JACCARD_BALANCED_MIN_BLOCKS)                            \
         jaccard_balanced_##kind##_##sfx(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,     \
                                         const T* __restrict__ w, const int32_t* __restrict__ rows,               \
                                         const int64_t* __restrict__ offsets, int64_t nnz, int32_t chunk,         \
                                         const int64_t* __restrict__ group_entry,                                 \
                                         const int32_t* __restrict__ hub_slot, const uint32_t* __restrict__ bitmaps, \
-                                        int64_t words, Acc<W, T>* __restrict__ inter) {                          \
+                                        int64_t words, Acc<W, T>* __restrict__ inter,                            \
+                                        int32_t* __restrict__ mirror_off) {                                      \
         balanced_intersections<W, T>(indptr, idx, w, rows, offsets, nnz, chunk, group_entry, hub_slot, bitmaps,  \
-                                     words, inter);                                                              \
+                                     words, inter, mirror_off);                                                  \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_finalize_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), const int32_t* __restrict__ rows,          \
                                         const int32_t* __restrict__ hub_slot, int32_t long_owner,                \
-                                        const Acc<W, T>* __restrict__ inter) {                                   \
+                                        const Acc<W, T>* __restrict__ inter,                                     \
+                                        const int32_t* __restrict__ mirror_off) {                                \
         balanced_finalize<W, T>(indptr, idx, w, rows, hub_slot, long_owner, nnz, metric,                         \
-                                VertexTerms<T>{deg, adj, wsum, selfw, sign}, inter, out);                        \
+                                VertexTerms<T>{deg, adj, wsum, selfw, sign}, inter, mirror_off, out);            \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_pair_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \

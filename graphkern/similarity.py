@@ -511,6 +511,8 @@ class DeviceSimilarity:
             n_groups = max(1, -(-work_line_length(pattern) // self.group_items))
             sizes.update(rows=4 * nnz, offsets=8 * (nnz + 1), tile_sums=8 * self.n_tiles,
                          inter=(s if self.weighted else 4) * nnz, group_entry=8 * n_groups)
+        if self.variant == "longrow":
+            sizes.update(mirror_off=4 * nnz)  # the balanced pass notes where the finalize pass writes the mirror
         if self.hubs.size:
             sizes.update(hub_list=4 * self.hubs.size, hub_slot=4 * n, bitmaps=4 * self.hub_words * self.hubs.size)
         if self.variant in ("shortrow",) + _STAGED_VARIANTS or (self.variant == "pair" and not self.weighted):
@@ -538,6 +540,7 @@ class DeviceSimilarity:
         self.tile_sums = alloc("tile_sums", self.n_tiles, np.int64)
         self.group_entry = alloc("group_entry", sizes.get("group_entry", 0) // 8, np.int64)
         self.inter = alloc("inter", nnz, self.dtype if self.weighted else np.int32)
+        self.mirror_off = alloc("mirror_off", nnz, np.int32)
         self.hub_list = alloc("hub_list", self.hubs.size, np.int32)
         self.hub_slot = alloc("hub_slot", n, np.int32)
         self.bitmaps = alloc("bitmaps", self.hub_words * self.hubs.size, np.uint32)
@@ -617,6 +620,8 @@ class DeviceSimilarity:
         else:
             long_owner = np.int32(self.variant == "longrow")
             self.inter.zero(st)
+            if self.mirror_off is not None:
+                self.mirror_off.memset32(0xFFFFFFFF, st)  # -1: not recorded, the finalize pass searches
             rt.launch(self._fn_work, self.n_tiles, _BLOCK,
                       (self.indptr, self.indices, self.hub_slot, long_owner, n32, nnz64, self.rows, self.offsets,
                        self.tile_sums), stream=st)
@@ -627,9 +632,9 @@ class DeviceSimilarity:
             rt.launch(self._fn["balanced"], self._balanced_grid, _BLOCK,
                       (self.indptr, self.indices, self.weights, self.rows, self.offsets, nnz64,
                        np.int32(self.balanced_chunk), self.group_entry, self.hub_slot, self.bitmaps,
-                       np.int64(self.hub_words), self.inter), stream=st)
+                       np.int64(self.hub_words), self.inter, self.mirror_off), stream=st)
             rt.launch(self._fn["finalize"], entry_grid, _BLOCK,
-                      common + (self.rows, self.hub_slot, long_owner, self.inter), stream=st)
+                      common + (self.rows, self.hub_slot, long_owner, self.inter, self.mirror_off), stream=st)
 
     def _launch_pair(self, common):
         rows = self.rows_per_block

@@ -188,6 +188,30 @@ def skewed_graph(rng):
     return hub_graph(rng, 6000, hubs=4, hub_degree=2100, extra_edges=24000)
 
 
+def high_hub_graph(rng, n=6000, extra_edges=24000, loops=0.2):
+    """Four hubs at the highest indices n-1..n-4, each joined to ~2000 random vertices of the
+    lowest 60%, plus random edges among the other vertices, which get self-loops at random.
+
+    Hubs n-1 and n-2 are joined (a pair whose work spans many chunks); hub n-3 stores a self-loop;
+    hub n-4 stores neither, so its largest neighbour lies below 0.6 n: its pair with a vertex j
+    that also has a neighbour in [0.6 n, n-4) is galloped to the end of the hub's row before the
+    short row j reaches n-4 (the gallop stops there).  About 55k entries: many prefix-sum tiles.
+    """
+    hubs = np.arange(n - 4, n)[::-1]
+    low = int(0.6 * n)
+    hr = np.repeat(hubs, 2000)
+    hc = rng.integers(0, low, hr.size)
+    r = rng.integers(0, n - 4, extra_edges)
+    c = rng.integers(0, n - 4, extra_edges)
+    looped = np.flatnonzero(rng.random(n - 4) < loops)
+    rows = np.concatenate([hr, r, looped, [hubs[0], hubs[2]]])
+    cols = np.concatenate([hc, c, looped, [hubs[1], hubs[2]]])
+    A = sp.csr_matrix((rng.random(rows.size) + 0.1, (rows, cols)), shape=(n, n))
+    A = A.maximum(A.T).tocsr()
+    A.sort_indices()
+    return A
+
+
 def test_cpu_skewed_graph_matches_reference(rng):
     A = skewed_graph(rng)
     assert np.diff(A.indptr).max() > 1500
@@ -391,6 +415,93 @@ def test_gpu_longrow_chunks_and_bitmaps(rng, gpu_device, chunk, weighted):
                                     balanced_chunk=chunk, hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32))
         assert run.hubs.size == (0 if weighted else n_hubs)
         assert_matches_cpu(values, A, weighted=weighted)
+
+
+def owner_entries(pattern, variant, hubs):
+    """Whether each stored entry carries its pair's work in the balanced, hub or longrow variant
+    (owner_row of cuda_src/jaccard.cu): the long side for longrow or where that vertex is one of
+    ``hubs``, else the smaller index; never a diagonal entry."""
+    d = pattern.degrees
+    rows = np.repeat(np.arange(pattern.n), d)
+    cols = pattern.indices
+    long_is_row = (d[rows] > d[cols]) | ((d[rows] == d[cols]) & (rows > cols))
+    if variant == "longrow":
+        owner = long_is_row
+    else:
+        has_bitmap = np.zeros(pattern.n, dtype=bool)
+        has_bitmap[hubs] = True
+        owner = np.where(has_bitmap[np.where(long_is_row, rows, cols)], long_is_row, rows < cols)
+    return owner & (rows != cols)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("chunk", [1, 3, 8])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_gpu_longrow_mirror_offsets(rng, gpu_device, chunk, weighted, self_loops):
+    # the balanced pass records, for each owner entry (i, j) in a long row i, where row j stores i;
+    # a gallop that reaches the end of row i first records nothing and the finalize pass searches
+    # row j: both kinds of entry, with and without bitmaps, over many prefix-sum tiles
+    A = high_hub_graph(rng)
+    n = A.shape[0]
+    sample = rng.choice(A.nnz, 300, replace=False)  # the reference is slow on 2000-degree hubs
+    expected = reference(A, "jaccard", weighted=weighted, self_loops=self_loops)[sample]
+    for n_hubs in (0, 4):
+        values, run = device_values(gpu_device, A, "jaccard", weighted=weighted, self_loops=self_loops,
+                                    variant="longrow", balanced_chunk=chunk, hub_min_degree=1000,
+                                    hub_max_bytes=n_hubs * 4 * -(-n // 32))
+        assert run.hubs.size == (0 if weighted else n_hubs)
+        assert run.n_tiles > 8
+        assert_matches_cpu(values, A, weighted=weighted, self_loops=self_loops)
+        np.testing.assert_allclose(values[sample], expected, rtol=0, atol=1e-12)
+        p = run.pattern
+        owner = owner_entries(p, "longrow", run.hubs)
+        mirror_off = run.mirror_off.to_host()
+        assert (mirror_off[~owner] == -1).all()
+        recorded = owner & (mirror_off >= 0)
+        rows = np.repeat(np.arange(n), p.degrees)[recorded]
+        j = p.indices[recorded]
+        at = p.indptr[j] + mirror_off[recorded]
+        assert (at < p.indptr[j + 1]).all()
+        np.testing.assert_array_equal(p.indices[at], rows)
+        assert recorded.any()
+        if chunk > 1 and run.hubs.size == 0:  # hub n-4's gallops stop before most of its mirrors
+            assert (owner & (mirror_off < 0)).any()
+        # compute() resets the offsets itself: a wrong offset left from before would misplace entries
+        run.mirror_off.memset32(0)
+        run.compute()
+        again = run.download(np.empty_like(values))
+        if weighted:
+            np.testing.assert_allclose(again, values, rtol=0, atol=tolerance(np.float64, True))
+        else:
+            np.testing.assert_array_equal(again, values)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["balanced", "hub", "longrow"])
+@pytest.mark.parametrize("chunk", [1, 8])
+def test_gpu_work_line_buffers(rng, gpu_device, variant, chunk):
+    # the work line's buffers against NumPy: each entry's row (balanced_work), the exclusive
+    # offsets of the entries' work and each tile's first offset (scan_tiles, scan_tile_sums), and
+    # the entry holding the first item of each warp's group of chunks (scan_tiles); the last tile
+    # is partial
+    A = high_hub_graph(rng)
+    values, run = device_values(gpu_device, A, "jaccard", variant=variant, balanced_chunk=chunk)
+    assert_matches_cpu(values, A)
+    p = run.pattern
+    assert run.n_tiles > 8
+    assert variant == "balanced" or run.hubs.size == 4
+    d = p.degrees
+    rows = np.repeat(np.arange(p.n), d)
+    np.testing.assert_array_equal(run.rows.to_host(), rows)
+    work = np.where(owner_entries(p, variant, run.hubs), np.minimum(d[rows], d[p.indices]), 0)
+    offsets = np.r_[0, np.cumsum(work)]
+    assert offsets[-1] == work_line_length(p)
+    np.testing.assert_array_equal(run.offsets.to_host(), offsets)
+    np.testing.assert_array_equal(run.tile_sums.to_host(), offsets[np.arange(run.n_tiles) * similarity._SCAN_TILE])
+    starts = np.arange(-(-offsets[-1] // run.group_items)) * run.group_items
+    group_entry = np.searchsorted(offsets, starts, side="right") - 1
+    np.testing.assert_array_equal(run.group_entry.to_host()[:starts.size], group_entry)
 
 
 @pytest.mark.gpu
