@@ -119,14 +119,35 @@ __device__ double block_sum(double v) {
     return v;
 }
 
-// Grid-wide sum of v into *out (and into the n_peer_outs doubles whose addresses peer_outs lists:
-// other devices' slots): block partials, then the last block (atomic ticket) adds them in block
-// order, followed by the n_extra values of `extra` (written before their blocks took a ticket), and
-// re-arms the counter for the next launch.  Every thread of every block must call it.
+// The partials[0..n_partials) in order, then extra[0..n_extra), summed by one block into *out and
+// into the n_peer_outs doubles whose addresses peer_outs lists (other devices' slots).
+__device__ void sum_partials(const double* partials, int64_t n_partials, const double* extra, int64_t n_extra,
+                             double* out, const uint64_t* peer_outs, int32_t n_peer_outs) {
+    double acc = 0.0;
+    const int64_t total = n_partials + n_extra;
+    for (int64_t b = threadIdx.x; b < total; b += blockDim.x)
+        acc += b < n_partials ? __ldcg(partials + b) : __ldcg(extra + (b - n_partials));
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) {
+        *out = acc;
+        for (int32_t p = 0; p < n_peer_outs; ++p) *reinterpret_cast<double*>(peer_outs[p]) = acc;
+    }
+}
+
+// Grid-wide sum of v into *out (and into peer_outs): block partials, then the last block (atomic
+// ticket) adds them in block order, followed by the n_extra values of `extra` (written before their
+// blocks took a ticket), and re-arms the counter for the next launch.  Without a counter the blocks
+// only write their partials, and lanczos_sum_partials adds them (the same sum, bit for bit) in a
+// launch of its own: with a block per task (10^5 blocks on R-MAT) the tickets and fences cost far
+// more than that launch.  Every thread of every block must call it.
 __device__ void grid_sum(double v, double* partials, unsigned* counter, double* out, const uint64_t* peer_outs,
                          int32_t n_peer_outs, const double* extra, int64_t n_extra) {
     __shared__ bool is_last;
     const double s = block_sum(v);
+    if (counter == nullptr) {
+        if (threadIdx.x == 0) partials[blockIdx.x] = s;
+        return;
+    }
     if (threadIdx.x == 0) {
         partials[blockIdx.x] = s;
         __threadfence();
@@ -134,16 +155,8 @@ __device__ void grid_sum(double v, double* partials, unsigned* counter, double* 
     }
     __syncthreads();
     if (is_last) {
-        double acc = 0.0;
-        const int64_t total = (int64_t)gridDim.x + n_extra;
-        for (int64_t b = threadIdx.x; b < total; b += blockDim.x)
-            acc += b < gridDim.x ? __ldcg(partials + b) : __ldcg(extra + (b - gridDim.x));
-        acc = block_sum(acc);
-        if (threadIdx.x == 0) {
-            *out = acc;
-            for (int32_t p = 0; p < n_peer_outs; ++p) *reinterpret_cast<double*>(peer_outs[p]) = acc;
-            *counter = 0u;
-        }
+        sum_partials(partials, gridDim.x, extra, n_extra, out, peer_outs, n_peer_outs);
+        if (threadIdx.x == 0) *counter = 0u;
     }
 }
 
@@ -751,4 +764,12 @@ extern "C" __global__ void __launch_bounds__(kBlock) lanczos_peak(const double *
         m = other > m ? other : m;
     }
     if ((threadIdx.x & (kWarp - 1)) == 0 && m != 0ull) atomicMax(peak_bits, m);
+}
+
+// The second half of grid_sum for kernels launched without a counter (one block).
+extern "C" __global__ void __launch_bounds__(kBlock) lanczos_sum_partials(const double *partials, int64_t n_partials,
+                                                                        const double *extra, int64_t n_extra,
+                                                                        double *out, const uint64_t *peer_outs,
+                                                                        int32_t n_peer_outs) {
+    sum_partials(partials, n_partials, extra, n_extra, out, peer_outs, n_peer_outs);
 }

@@ -116,6 +116,10 @@ MAX_ROW_PEERS = 7
 # R-MAT scale 22, float64 rowblock SpMV: 64 / 96 / 128 KiB 1089 / 1061 / 1092 us, all columns
 # through L1 1124 us.
 HOT_X_BYTES = 96 << 10
+# SpMV grids of more blocks per SM than this sum alpha's block partials in a launch of their own
+# instead of by an atomic ticket per block.  H100, R-MAT scale 22 in a Lanczos step (a block per
+# task, 1.3e5 blocks): the tickets made the SpMV 1589 us against 1070 without the reduction.
+SPLIT_SUM_BLOCKS_PER_SM = 4
 _ALL_COLUMNS = np.iinfo(np.int32).max
 TASK_GRID_ENV = "GRAPHKERN_EXPM_TASK_GRID"
 TASK_GRIDS = ("resident", "tasks")
@@ -808,6 +812,10 @@ class _Share:
         self.gather_fn = rt.kernel(self.dev, "expm", f"lanczos_gather_{tn}")
         self.peak_fn = rt.kernel(self.dev, "expm", "lanczos_peak")
         sm = self.dev.properties["multiprocessor_count"]
+        # alpha's block partials: summed by the SpMV's last block (atomic ticket) on grids of up to
+        # SPLIT_SUM_BLOCKS_PER_SM * SMs blocks, by a launch of their own beyond (a block per task)
+        self.split_alpha = self.spmv_grid > SPLIT_SUM_BLOCKS_PER_SM * sm
+        self.sum_fn = rt.kernel(self.dev, "expm", "lanczos_sum_partials") if self.split_alpha else None
         self.vector_grid = int(min(-(-max(1, self.nrows) // BLOCK), 4 * sm))
         self.full_grid = int(min(-(-max(1, mat.n) // BLOCK), 4 * sm))
         self.ws = res.workspaces(dtype)[rows.index].ensure(res, cap, max(self.spmv_grid, self.vector_grid), ring_size)
@@ -815,14 +823,24 @@ class _Share:
 
     def spmv_args(self, w_cur, w_prev, w_out, cap, k, beta_slots, n_dev, breakdown, alpha_out, store_alpha=False):
         """The SpMV kernel's arguments; ``store_alpha``: the reduction also stores this device's share of
-        alpha into the other devices' slots."""
+        alpha into the other devices' slots.  With ``split_alpha`` the kernel only writes its block
+        partials (no counter) and :meth:`alpha_sum_args` are those of the launch that adds them."""
         p = self.plan
-        peers = self.ws.alpha_peers if store_alpha else None
+        fused = alpha_out is not None and not self.split_alpha
+        peers = self.ws.alpha_peers if store_alpha and fused else None
         return (self.rows.indptr, self.rows.indices, self.values, p.tasks, np.int64(p.n_tasks), p.rowlist,
                 w_cur, w_prev, w_out, self.ws.coef, np.int64(cap), np.int64(k), beta_slots, n_dev,
-                np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials, self.ws.counter,
-                alpha_out, peers, np.int32(self.ws.n_peers if store_alpha else 0), p.seg_partials, p.seg_counters,
+                np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials,
+                self.ws.counter if fused else None, alpha_out, peers,
+                np.int32(self.ws.n_peers if store_alpha and fused else 0), p.seg_partials, p.seg_counters,
                 p.long_alpha, np.int64(p.n_long), self.hot_cols)
+
+    def alpha_sum_args(self, alpha_out, store_alpha=False):
+        """Arguments of lanczos_sum_partials after a split SpMV: its block partials, then the long
+        rows' shares, into alpha_out (and the other devices' slots with ``store_alpha``)."""
+        p = self.plan
+        return (self.ws.partials, np.int64(self.spmv_grid), p.long_alpha, np.int64(p.n_long), alpha_out,
+                self.ws.alpha_peers if store_alpha else None, np.int32(self.ws.n_peers if store_alpha else 0))
 
 
 # ----------------------------------------------------------------------------- the solver
@@ -1147,6 +1165,8 @@ class GpuLanczos:
                 self._column(s, k), self._column(s, k - 1) if k > 0 else None, self._column(s, j), self.cap, k,
                 ws.beta_slots if reductions else None, n_dev, self.breakdown,
                 ws.alpha_out if reductions else None, store_alpha=stores and reductions), stream=s.stream)
+            if reductions and s.split_alpha:
+                rt.launch(s.sum_fn, 1, BLOCK, s.alpha_sum_args(ws.alpha_out, store_alpha=stores), stream=s.stream)
             if s is lead:
                 timing[1].record(s.stream)
             if multi and reductions:

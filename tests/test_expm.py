@@ -361,6 +361,33 @@ def test_gpu_spmv_variants_match_scipy(variant, dtype, weighted, reorder, rng):
         assert np.max(np.abs(y - ref)) <= TOL[dtype] * np.max(np.abs(ref)) * 10, (kind, variant)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("devices", [[0], pytest.param([0, 1], marks=pytest.mark.multigpu)])
+@pytest.mark.parametrize("exchange", ["store", "copy"])
+def test_split_alpha_sum_gives_the_same_bits(devices, exchange, rng, monkeypatch):
+    """alpha's block partials added by lanczos_sum_partials (grids of more than
+    SPLIT_SUM_BLOCKS_PER_SM blocks per SM) or by the SpMV's last block: the same sum in the same
+    order, so the same bits, with long rows (their shares are added last), in both orders and, on
+    two devices, with both exchanges."""
+    import graphkern._expm_gpu as eg
+    from graphkern.expm import clear_cache
+    if len(devices) == 1 and exchange == "copy":
+        pytest.skip("one device exchanges nothing")
+    monkeypatch.setenv(eg.EXCHANGE_ENV, exchange)
+    A = skewed_graph(rng, 12000, [9000, 5000, 1100, 40], weighted=True)
+    x = rng.standard_normal(12000)
+    for reorder in ("none", "degree"):
+        out = {}
+        for split in (False, True):
+            monkeypatch.setattr(eg, "SPLIT_SUM_BLOCKS_PER_SM", 0 if split else 10**9)
+            clear_cache()
+            y, info = expm_multiply(A, x, beta=0.1, backend="gpu", device=devices, spmv="rowblock", reorder=reorder)
+            out[split] = (y, info.krylov_dim)
+        assert out[True][1] == out[False][1] and np.array_equal(out[True][0], out[False][0]), reorder
+        assert rel(out[True][0], scipy.sparse.linalg.expm_multiply(0.1 * A, x)) <= 1e-10
+    clear_cache()
+
+
 def test_hot_columns_cover_96_kib_of_x_only_in_degree_order():
     from graphkern._expm_gpu import hot_columns
     assert hot_columns("degree", np.float64) == 12288 and hot_columns("degree", np.float32) == 24576
