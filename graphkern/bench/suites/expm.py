@@ -42,7 +42,14 @@ hottest entries in shared memory at 2 blocks per SM: 1.66 ms; 4.4K at 4 blocks: 
 more gathers per thread at fewer blocks (3 or 4 index quads: 1.22, 1.24 ms) and L2 prefetches of
 the next task's streams (1.24 ms).  What helped: no register spill (1.20 -> 1.18 ms) and a block
 per task instead of persistent blocks (1.18 -> 1.12 ms), against 1.28 ms for cuSPARSE on A as
-given and 1.11 on the degree-ordered matrix.
+given and 1.11 on the degree-ordered matrix.  Session 6 (H100): L1 is what the gathers lean on (no
+gather through L1: 1.75 ms); letting only the hub columns' gathers allocate in L1 (the first 96 KiB
+of x, 36% of R-MAT's gathers; the others read L2 only) keeps those lines there: 1.06-1.07 ms
+(64 / 128 KiB: 1.09 ms), 1.18-1.22x cuSPARSE from run to run (cuSPARSE 1.27-1.31 ms).  More L1
+(smaller row-start arrays) gave nothing, and bigger or smaller stream tasks were slower
+(1024 entries 1.26 ms; 1536-1792 rows per block with shorter long rows 1.24-1.50 ms).  Inside a
+Lanczos step the SpMV also sums alpha: with a block per task the 1.3e5 blocks' atomic tickets cost
+~0.5 ms per step, so their partials are now added by a launch of their own (1.35 ms per step).
 A Lanczos step adds the update (read v and w_k, write w_{k+1}: 3 n values; 24 MB for BA).
 The 2 flops per nonzero are far below the FP64 peak (34 TFLOP/s).  The suite measures the
 device-to-device copy bandwidth in the same run and reports each SpMV against it (DRAM bytes as

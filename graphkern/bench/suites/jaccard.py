@@ -89,6 +89,15 @@ Floors of the newer variants (H100; "ps/work" in the tables is time per unit of 
   it.  Meeting it needs longrow at ~14.7 ms; its hub bit tests (~27 GB of random L2 sectors)
   would become shared-memory lookups if blocks took one hub's pairs at a time with the hub's
   bitmap staged in two halves (250 KB at n = 2M) -- not built.
+* longrow per kernel (session 6, ncu on the H100, Chung-Lu): hub bitmaps 0.45 ms, vertex terms
+  0.05, work 2.93, scan 0.61, balanced 14.7, finalize 3.05.  The work and scan passes read and
+  wrote each thread's 16 consecutive entries, 16 entries apart across a warp (~6 GB of DRAM
+  traffic for 0.5 GB of arrays); they now stage a tile in shared memory and move it coalesced
+  (0.79 and 0.21 ms).  The balanced pass notes where the short row stores the long vertex, so
+  finalize writes the mirror without searching (2.07 ms).  longrow 17.5 ms: 7.88 / 2.25 ps =
+  3.50x the small-world time per unit of work (target 3x).  What is left is the balanced kernel
+  itself (15 ms): 14.6 of 32 lanes active per instruction (gallops of different lengths, chunks
+  crossing entries), 48 registers at 5 blocks per SM (6 and 8 blocks: 17.8 and 24.1 ms).
 """
 
 from __future__ import annotations
