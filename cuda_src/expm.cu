@@ -10,7 +10,9 @@
 //   written into w_{k+1}, plus partial sums of alpha_k = v . q_k; lanczos_update_*: w_{k+1} = v -
 //   alpha_k q_k plus partial sums of ||w_{k+1}||^2.  The last block to finish (atomic ticket) adds the
 //   block partials in block order (then each long row's share of alpha, in row order), so a reduction
-//   needs no extra launch and is deterministic: the same inputs give the same bits on every run.
+//   needs no extra launch and is deterministic: the same inputs give the same bits on every run.  An
+//   SpMV launched with a block per task (far more blocks than fit at once) has no ticket: its blocks
+//   write their partials and lanczos_sum_partials adds them in the same order (grid_sum).
 // * Several devices: each owns a row range [row0, row0 + nrows) of A (global column indices) and a
 //   full copy of the vectors.  A reduction writes this device's share into its slot of a per-device
 //   array of n_dev slots, and the consumer adds all slots in slot order (the same sum, bit for bit,
@@ -31,7 +33,8 @@
 // dominate: every one moves a 32-byte sector from L2 (x fits in L2: 33 MB for 4M float64 rows), so
 // x must stay there.  Hence (1) the index, value and w_{k-1} streams are read with evict-first loads
 // (an L2 evict-first cache policy), which keeps the once-read stream from pushing x out of L2, while
-// x goes through the read-only path (__ldg); (2) the nonzero-balanced kernels read the indices as
+// x goes through the read-only path (__ldg; in a degree-ordered matrix only the hub columns' gathers
+// allocate in L1, see gather_x); (2) the nonzero-balanced kernels read the indices as
 // aligned int4 quads
 // (the index and value arrays are padded to a multiple of 4 on the device) and issue
 // kQuadsPerThread quads, i.e. 4 * kQuadsPerThread gathers, before using any of them, so each thread
