@@ -443,20 +443,38 @@ cdef class DeviceBuffer:
 
 
 cdef class PinnedBuffer:
-    """Page-locked host memory (for asynchronous copies); exposes the buffer protocol."""
+    """Page-locked host memory (for asynchronous copies); exposes the buffer protocol.
+
+    ``mapped``: also map it into the devices' address space, so that kernels read and write it
+    directly (over the host link, for flags shared with a running kernel); see device_pointer.
+    """
 
     cdef void* ptr
     cdef readonly size_t nbytes
+    cdef readonly bint mapped
 
-    def __cinit__(self, size_t nbytes):
+    def __cinit__(self, size_t nbytes, bint mapped=False):
         cdef cydriver.CUresult st
+        cdef unsigned int flags = cydriver.CU_MEMHOSTALLOC_PORTABLE
         self.ptr = NULL
         self.nbytes = nbytes
+        self.mapped = mapped
+        if mapped:
+            flags |= cydriver.CU_MEMHOSTALLOC_DEVICEMAP
         init()
         if nbytes:
             with nogil:
-                st = cydriver.cuMemHostAlloc(&self.ptr, nbytes, cydriver.CU_MEMHOSTALLOC_PORTABLE)
+                st = cydriver.cuMemHostAlloc(&self.ptr, nbytes, flags)
             _check(st, "cuMemHostAlloc")
+
+    def device_pointer(self, Device device not None):
+        """This memory's address in kernels on ``device`` (a mapped buffer only)."""
+        cdef cydriver.CUdeviceptr p = 0
+        if not self.mapped or self.ptr == NULL:
+            raise ValueError("device_pointer needs a non-empty PinnedBuffer created with mapped=True")
+        device.activate()
+        _check(cydriver.cuMemHostGetDevicePointer(&p, self.ptr, 0), "cuMemHostGetDevicePointer")
+        return <uintptr_t>p
 
     def __dealloc__(self):
         if self.ptr != NULL:

@@ -191,9 +191,9 @@ def hold_stream(stream, seconds):
     launch(fn, 1, 1, (np.uint64(max(0, int(seconds * 1e9))),), stream=stream)
 
 
-def PinnedBuffer(nbytes):
+def PinnedBuffer(nbytes, mapped=False):
     require_gpu()
-    return _driver.PinnedBuffer(int(nbytes))
+    return _driver.PinnedBuffer(int(nbytes), bool(mapped))
 
 
 def driver_version():
