@@ -19,7 +19,12 @@
 //   spgk_reduce_partials   the walk kernels' per-block sums into one kernel value
 //   spgk_batched_*         a block per pair from a pair list (taken by an atomic
 //                          counter), V in shared memory when it fits, the walk over
-//                          the flattened path pairs; many small pairs in one launch
+//                          the flattened path pairs; many small pairs in one launch.
+//                          With `limit` (the hybrid backend) the CPU takes pairs from the
+//                          list's far end while the kernel runs: it lowers *limit (device
+//                          memory, by copies on another stream) and a block stops at a pair
+//                          index >= *limit; `progress` (host memory mapped into the device)
+//                          tells the host, every 32 pairs, how far the blocks have got.
 // The length kernel (Dirac, Gaussian, Brownian bridge) is a template parameter chosen
 // by a switch at kernel entry, so no loop carries a branch on it.
 #include <cstdint>
@@ -151,14 +156,26 @@ template <int KIND, typename T>
 __device__ void batched(BatchArrays A, BatchArrays B, int n_disc, int n_cont, const T* __restrict__ weights,
                         const int64_t* __restrict__ pair_a, const int64_t* __restrict__ pair_b, int64_t n_pairs,
                         T param, int64_t shared_capacity, T* __restrict__ scratch_V, int64_t scratch_stride,
-                        unsigned long long* __restrict__ next_pair, double* __restrict__ out) {
+                        unsigned long long* __restrict__ next_pair, const volatile long long* limit,
+                        volatile long long* progress, double* __restrict__ out) {
     extern __shared__ double shared[];  // [MAX_WARPS] reduction scratch, then V (shared_capacity values)
     double* red = shared;
     T* V_shared = reinterpret_cast<T*>(shared + MAX_WARPS);
     __shared__ int64_t current;
     for (;;) {
         // dynamic assignment: pair costs span orders of magnitude in mixed sets
-        if (threadIdx.x == 0) current = (int64_t)atomicAdd(next_pair, 1ull);
+        if (threadIdx.x == 0) {
+            int64_t k = (int64_t)atomicAdd(next_pair, 1ull);
+            if (limit != nullptr && k < n_pairs) {
+                // progress is a hint (posted writes over the host link, from any block, in any
+                // order; one pair in 32 keeps them few: a read or a write per pair of host memory
+                // from every block made the kernel 1.6x slower on an H100); the limit, read from
+                // L2, decides: a pair at or past it is the CPU's
+                if ((k & 31) == 0) *progress = k;
+                if (k >= *limit) k = n_pairs;
+            }
+            current = k;
+        }
         __syncthreads();
         const int64_t k = current;
         if (k >= n_pairs) break;
@@ -242,11 +259,12 @@ __device__ void batched(BatchArrays A, BatchArrays B, int n_disc, int n_cont, co
         const T* b_cont, const int64_t* b_path_offsets, const int2* b_ends, const double* b_lengths, int n_disc,        \
         int n_cont, const T* weights, const int64_t* pair_a, const int64_t* pair_b, int64_t n_pairs, int kind,        \
         T param, int64_t shared_capacity, T* scratch_V, int64_t scratch_stride, unsigned long long* next_pair,         \
-        double* out) {                                                                                                 \
+        const volatile long long* limit, volatile long long* progress, double* out) {                                  \
         BatchArrays A{a_node_offsets, a_disc, a_cont, a_path_offsets, a_ends, a_lengths};                              \
         BatchArrays B{b_node_offsets, b_disc, b_cont, b_path_offsets, b_ends, b_lengths};                              \
         SPGK_DISPATCH(kind, (batched<K, T>(A, B, n_disc, n_cont, weights, pair_a, pair_b, n_pairs, param,             \
-                                           shared_capacity, scratch_V, scratch_stride, next_pair, out)))               \
+                                           shared_capacity, scratch_V, scratch_stride, next_pair, limit, progress,   \
+                                           out)))                                                                      \
     }
 
 SPGK_ENTRY_POINTS(f32, float)

@@ -64,19 +64,16 @@ definition above regrouped.  ``method`` picks the algorithm:
                           gpu_batched on the GPU, the hybrid split for "hybrid"
 =================== ===== ========================================================
 
-``backend="hybrid"`` sorts the pairs by work (``|P| * |P'|``); the CPU threads (openmp_out in
-a Python thread that releases the GIL) take the light end while the GPU (gpu_batched) runs the
-heavy end.  The first call on a device, thread count, edge kernel and dtype runs from both
-ends at once (the CPU in small chunks, the GPU in a few launches of a shrinking share of the
-work left) until they meet, and so measures both sides' speed on the very pairs being
-computed: the GPU's over all its work, the CPU's over the light pairs it takes.  Later calls
-split once at those rates (:func:`split_at_rates`): the CPU gets the longest light prefix it
-finishes within 80% of the GPU's time for the rest, in one call, and the GPU the rest in one
-launch, so the split costs one thread and no extra launches.  Where the CPU's rate is under 5%
-of the two together, the GPU runs every pair alone: the little the CPU could take saves the
-GPU less than the split costs (measured on an H100 with 16 cores).  Light pairs are where a GPU is
-least efficient per unit of work (a launch's pairs share the fixed per-pair cost), so the
-prefix saves the GPU more time than its share of the work.
+``backend="hybrid"`` launches gpu_batched on every pair, heaviest first, and while it runs the
+calling thread takes pairs from the light end with all CPU threads (openmp_out), in steps of
+~0.3 ms, lowering a limit in mapped host memory that the kernel's blocks read before each pair;
+the two meet where the GPU's progress reaches the CPU's claim
+(:func:`share_from_both_ends`).  The meeting point is thus measured in every call, on the
+pairs being computed, with no threshold or rate carried between calls: light pairs are where a
+GPU is least efficient per unit of work (each block pays a fixed cost per pair), so the CPU's
+share saves the GPU more time than its share of the work, and where the CPU is too slow to help
+it simply takes little.  The GPU needs no host thread while it runs, so every core works on
+the CPU's share.
 
 Precision: sums are accumulated in float64 everywhere.  With ``dtype=float32`` the
 vertex-kernel matrix, the continuous labels and the products are float32 (path lengths
@@ -296,6 +293,8 @@ class _GpuRunner:
         self.max_shared = props["max_shared_memory_per_block_optin"]
         self._uploaded = {}
         self._weights = None
+        self.stream = None  # gpu_batched's (created on first use)
+        self.side_stream = None  # the hybrid's limit updates, beside a running launch
 
     def upload(self, *batches):
         todo = [b for b in dict.fromkeys(batches) if id(b) not in self._uploaded]
@@ -387,10 +386,18 @@ class _GpuRunner:
 
     # ---- many pairs per launch
     def batched(self, A, B, pa, pb):
+        return self.start_batched(A, B, pa, pb).finish()
+
+    def start_batched(self, A, B, pa, pb, shared_with_cpu=False):
+        """Queue gpu_batched on the pairs and return at once: a :class:`_BatchedLaunch`.
+
+        The pairs go heaviest first (the kernel's atomic pair counter then balances the tail).
+        ``shared_with_cpu``: the launch reads a limit in mapped host memory, so that the CPU can
+        take pairs from the light end while it runs (see :func:`share_from_both_ends`).
+        """
         rt, dev = self.rt, self.dev
         fn = self.fn["batched"]
         itemsize = self.dtype.itemsize
-        # largest pairs first: the atomic pair counter then balances the tail
         order = np.argsort(-_pair_work(A, B, pa, pb), kind="stable")
         pa_sorted, pb_sorted = pa[order], pb[order]
         n_pairs = len(pa)
@@ -408,193 +415,192 @@ class _GpuRunner:
         stride = int(oversize.max()) if len(oversize) else 0
         rt.check_fits(dev, grid * stride * itemsize + n_pairs * 24 + 8,
                       "shortest-path kernel pair list and vertex-kernel scratch")
-        d_pa = rt.to_device(dev, pa_sorted.astype(np.int64))
-        d_pb = rt.to_device(dev, pb_sorted.astype(np.int64))
-        scratch = rt.alloc(dev, max(grid * stride, 1), self.dtype)
-        counter = rt.alloc(dev, 1, np.uint64)
-        counter.zero()
-        d_out = rt.alloc(dev, n_pairs, np.float64)
-        d_out.memset32(0x7FC00000)  # NaN: a pair the kernel missed cannot pass as a value
+        if self.stream is None:
+            self.stream = rt.Stream(dev)
+        st = self.stream
+        launch = _BatchedLaunch(self, order, grid)
+        launch.host_pairs = (pa_sorted.astype(np.int64), pb_sorted.astype(np.int64))  # alive while copied
+        launch.d_pa = rt.to_device(dev, launch.host_pairs[0], stream=st)
+        launch.d_pb = rt.to_device(dev, launch.host_pairs[1], stream=st)
+        launch.scratch = rt.alloc(dev, max(grid * stride, 1), self.dtype)
+        launch.counter = rt.alloc(dev, 1, np.uint64)
+        launch.counter.zero(stream=st)
+        launch.d_out = rt.alloc(dev, n_pairs, np.float64)
+        launch.d_out.memset32(0x7FC00000, stream=st)  # NaN: a pair the kernel missed cannot pass as a value
+        limit = progress = None
+        if shared_with_cpu:
+            if self.side_stream is None:
+                self.side_stream = rt.Stream(dev)
+            launch.share(st)
+            limit, progress = launch.limit_dev, np.uint64(launch.flags.device_pointer(dev) + _PROGRESS_OFFSET)
         dA, dB = self.device_batch(A), self.device_batch(B)
+        launch.started.record(st)
         rt.launch(fn, grid, _BLOCK,
                   (*dA.arrays(), *dB.arrays(), np.int32(A.discrete.shape[1]), np.int32(A.continuous.shape[1]),
-                   self._weights, d_pa, d_pb, np.int64(n_pairs), np.int32(self.edge.code),
-                   self.scalar(self.edge.parameter), np.int64(capacity), scratch, np.int64(stride), counter, d_out),
-                  shared_mem=shared)
-        values = d_out.to_host()
-        out = np.empty(n_pairs)
-        out[order] = values
+                   self._weights, launch.d_pa, launch.d_pb, np.int64(n_pairs), np.int32(self.edge.code),
+                   self.scalar(self.edge.parameter), np.int64(capacity), launch.scratch, np.int64(stride),
+                   launch.counter, limit, progress, launch.d_out),
+                  shared_mem=shared, stream=st)
+        launch.ended.record(st)
+        return launch
+
+
+class _BatchedLaunch:
+    """A queued gpu_batched launch: ``order`` (the pairs' positions, heaviest first, as the
+    kernel takes them), ``done()``, ``finish()`` (the values in the caller's pair order, after
+    the copy back), and for a launch shared with the CPU (:meth:`share`): ``set_limit(b)``
+    (positions >= b are the CPU's; at most ``capacity`` calls) and ``progress()`` (a position
+    the blocks have reached, to within 32: a hint, -1 before the first)."""
+
+    capacity = 0
+
+    def __init__(self, runner, order, grid):
+        rt = runner.rt
+        self.runner = runner
+        self.order = order
+        self.grid = grid
+        self.started = rt.Event(runner.dev)
+        self.ended = rt.Event(runner.dev)
+        self.flags = self.ring = None
+
+    def share(self, stream):
+        """The limit (device memory, set to "no limit" on ``stream`` before the launch), the ring
+        of page-locked values its updates are copied from, and the mapped progress flag."""
+        rt = self.runner.rt
+        self.flags, self.ring = _pinned_pair()
+        self._progress = self.flags.array(np.int64)[_PROGRESS_OFFSET // 8:][:1]
+        self._progress[0] = -1
+        self._ring = self.ring.array(np.int64)
+        self.capacity = len(self._ring) - 1
+        self._next = 1
+        self._ring[0] = len(self.order)
+        self.limit_dev = rt.alloc(self.runner.dev, 1, np.int64)
+        self.limit_dev.copy_from_host(self._ring[:1], stream=stream)
+        # the updates (on the side stream) must land after this first value, not overtake it
+        self._limit_set = rt.Event(self.runner.dev, timing=False)
+        self._limit_set.record(stream)
+        self.runner.side_stream.wait_event(self._limit_set)
+
+    def set_limit(self, b):
+        i = self._next
+        if i > self.capacity:
+            raise RuntimeError("the hybrid's limit was set more often than its ring holds")
+        self._ring[i] = b
+        self.limit_dev.copy_from_host(self._ring[i:i + 1], stream=self.runner.side_stream)
+        self._next = i + 1
+
+    def progress(self):
+        return int(self._progress[0])
+
+    def done(self):
+        return self.ended.query()
+
+    def gpu_seconds(self):
+        self.ended.synchronize()
+        return self.started.elapsed_ms(self.ended) / 1e3
+
+    def finish(self):
+        """The values in the caller's pair order (NaN where the kernel stopped at the limit)."""
+        self.runner.stream.synchronize()
+        out = np.empty(len(self.order))
+        out[self.order] = self.d_out.to_host()
+        if self.flags is not None:
+            self.runner.side_stream.synchronize()  # the ring's copies are done: it can be reused
+            _release_pinned_pair((self.flags, self.ring))
+            self.flags = self.ring = None
         return out
+
+
+# share_from_both_ends steps at most this many times per call (the launch's ring of limits)
+_HYBRID_MAX_STEPS = 2047
+# the mapped progress flag sits on a cache line of its own, which the host only reads
+_PROGRESS_OFFSET = 128
+_PINNED_PAIRS = []
+_PINNED_LOCK = threading.Lock()
+
+
+def _pinned_pair():
+    """(mapped flags, ring of limits): page-locked memory, pooled (pinning costs more than a launch)."""
+    with _PINNED_LOCK:
+        if _PINNED_PAIRS:
+            return _PINNED_PAIRS.pop()
+    from graphkern._cuda import runtime as rt
+
+    return rt.PinnedBuffer(2 * _PROGRESS_OFFSET, mapped=True), rt.PinnedBuffer(8 * (_HYBRID_MAX_STEPS + 1))
+
+
+def _release_pinned_pair(pair):
+    with _PINNED_LOCK:
+        _PINNED_PAIRS.append(pair)
 
 
 # --------------------------------------------------------------------------- hybrid
 
-# (GPU, CPU) work per second of the last hybrid call, per device, CPU threads, edge kernel, dtype
-_HYBRID_RATES = {}
-# split_at_rates: the CPU's predicted time for its prefix stays within this share of the GPU's
-# predicted time for the rest (the CPU threads also slow the host thread that drives the GPU)
-_HYBRID_CPU_SLACK = 0.8
-# cores left to the thread that drives the GPU (H100 machine, mixed set: with 15 of 16 cores on
-# the CPU share, the GPU side took 13.6-13.9 ms instead of 13.4 ms)
-_HYBRID_HOST_CORES = 2
-# Below this share of the combined rate the CPU sits a call out: what it can take saves the GPU
-# less than the split costs.  H100 + 16 cores, mixed set (CPU 1.4% of the rate): the static split
-# took 19.9 ms against 18.2 ms for gpu_batched alone; the GPU-only call 16.8 ms against 16.6 ms.
-_HYBRID_MIN_CPU_SHARE = 0.05
+# share_from_both_ends: the CPU claims pairs in steps of about this long at its measured speed
+# (its last step can end after the GPU's, so this bounds the imbalance), and at most this share
+# of the GPU's predicted time to the claim
+_HYBRID_STEP_SECONDS = 5e-4
+_HYBRID_STEP_SHARE = 0.5
+# cores the CPU share leaves free: with every core in the OpenMP team, a thread preempted by
+# the system or the driver held each step's barrier for a time slice (H100 machine, 16 cores:
+# steps of 2 pairs took 1.4 ms)
+_HYBRID_FREE_CORES = 1
+# the launch publishes its progress every this many pairs
+_PROGRESS_STRIDE = 32
 
-def share_from_both_ends(works, run_cpu, run_gpu, *, n_cpu_threads, rates=None, cpu_chunk_seconds=2e-3):
-    """Run every pair once, the CPU from the light end of the work order, the GPU from the heavy end.
 
-    ``run_cpu(idx)`` / ``run_gpu(idx)`` compute the pairs ``idx`` (positions into ``works``); the
-    CPU side runs in a Python thread (its kernels release the GIL) while the calling thread
-    drives the GPU.  ``rates``: (GPU, CPU) work per second from an earlier call, or None.
+def share_from_both_ends(works, run_cpu, gpu, *, n_threads, step_seconds=None, clock=time.perf_counter):
+    """Run the pairs of a running GPU launch from its light end on the CPU until the two meet.
 
-    The CPU takes chunks of about ``cpu_chunk_seconds`` at its rate, and stops once its next
-    chunk would outlast the GPU doing everything left.  Each GPU launch takes, of the work
-    left, 90% of the share that would make both sides finish together at the known rates (half
-    while a rate is unknown), so a call needs a few launches, and a misestimated rate leaves
-    the tail to whichever side is free.  Rates measured in this call replace the given ones.
-    Returns the split's record (pairs, chunks, work and busy seconds per side, the lightest
-    work sent to the GPU, and ``rates``, this call's measured rates for the next call).
+    ``works``: each pair's work in the launch's order (heaviest first; the GPU takes positions
+    0, 1, 2, ... as its blocks free up).  ``gpu``: the launch (:class:`_BatchedLaunch` or a test
+    double) with ``progress()``, ``set_limit(b)`` and ``done()``.  ``run_cpu(lo, hi)`` computes
+    positions [lo, hi) on the CPU threads.  The CPU claims a step below the current limit
+    (lowering the limit first, so a block past it stops), computes it, and claims again until
+    the GPU's progress reaches the limit or the launch is done: the meeting point is measured
+    in every call, on these pairs, with no rate model carried between calls.
+
+    A step is the work the CPU did in ``step_seconds`` so far in this call (its first step: two
+    pairs per thread), and at most half the time the GPU needs, at its pace so far, to reach
+    the limit, so that the CPU rarely finishes after the GPU.  A block may take a pair just
+    before the CPU's claim reaches it; both then compute it (the CPU's value is used).  Returns
+    the final limit (positions >= it are the CPU's) and the split's record.
     """
+    step_seconds = _HYBRID_STEP_SECONDS if step_seconds is None else step_seconds
     works = np.asarray(works, dtype=np.float64)
-    order = np.argsort(works, kind="stable")
-    prefix = np.concatenate([[0.0], np.cumsum(works[order])])
-    lock = threading.Lock()
-    state = dict(lo=0, hi=len(order))
-    record = dict(cpu_pairs=0, gpu_pairs=0, cpu_chunks=0, gpu_chunks=0, cpu_seconds=0.0, gpu_seconds=0.0,
-                  cpu_work=0.0, gpu_work=0.0, threshold_work=np.inf)
-    failure = []
-    min_cpu = 2 * n_cpu_threads
-
-    def rate(side):  # this call's measurement, else the given one
-        if record[f"{side}_seconds"] > 0 and record[f"{side}_work"] > 0:
-            return record[f"{side}_work"] / record[f"{side}_seconds"]
-        if rates is not None:
-            return rates[0 if side == "gpu" else 1]
-        return None
-
-    def take_light():
-        with lock:
-            lo, hi = state["lo"], state["hi"]
-            if lo >= hi:
-                return None
-            cpu, gpu = rate("cpu"), rate("gpu")
-            if cpu is None:
-                end = lo + 4 * n_cpu_threads
-            else:  # as many pairs as the CPU does in cpu_chunk_seconds
-                end = int(np.searchsorted(prefix, prefix[lo] + cpu * cpu_chunk_seconds, side="right")) - 1
-            end = min(hi, max(end, lo + min_cpu))
-            if cpu is not None and gpu is not None and \
-                    (prefix[end] - prefix[lo]) / cpu > (prefix[hi] - prefix[lo]) / gpu:
-                return None  # the GPU alone finishes everything left sooner
-            state["lo"] = end
-            return order[lo:end], prefix[end] - prefix[lo]
-
-    def take_heavy():
-        with lock:
-            lo, hi = state["lo"], state["hi"]
-            if lo >= hi:
-                return None
-            cpu, gpu = rate("cpu"), rate("gpu")
-            if state.get("cpu_done"):
-                share = 1.0  # the CPU has stopped: everything left in one launch
-            else:
-                share = 0.5 if cpu is None or gpu is None else 0.9 * gpu / (gpu + cpu)
-            cut = prefix[hi] - share * (prefix[hi] - prefix[lo])
-            start = min(hi - 1, max(lo, int(np.searchsorted(prefix, cut, side="left"))))
-            if start - lo < 4 * min_cpu:  # the rest is not worth another launch
-                start = lo
-            state["hi"] = start
-            return order[start:hi]
-
-    def cpu_side():
-        try:
-            while (chunk := take_light()) is not None:
-                idx, work = chunk
-                t0 = time.perf_counter()
-                run_cpu(idx)
-                dt = time.perf_counter() - t0
-                with lock:
-                    record["cpu_pairs"] += len(idx)
-                    record["cpu_chunks"] += 1
-                    record["cpu_seconds"] += dt
-                    record["cpu_work"] += work
-        except BaseException as exc:  # re-raised in the calling thread
-            failure.append(exc)
-        finally:
-            with lock:
-                state["cpu_done"] = True
-
-    worker = threading.Thread(target=cpu_side, name="graphkern-spgk-cpu")
-    worker.start()
-    try:
-        while (idx := take_heavy()) is not None:
-            t0 = time.perf_counter()
-            run_gpu(idx)
-            with lock:
-                record["gpu_seconds"] += time.perf_counter() - t0
-                record["gpu_pairs"] += len(idx)
-                record["gpu_chunks"] += 1
-                record["gpu_work"] += float(works[idx].sum())
-                record["threshold_work"] = min(record["threshold_work"], float(works[idx].min()))
-            if failure:
-                break
-    finally:
-        worker.join()
-    if failure:
-        raise failure[0]
-    record["rates"] = (rate("gpu"), rate("cpu"))
-    return record
-
-
-def split_at_rates(works, run_cpu, run_gpu, *, rates, slack=None):
-    """Run every pair once: the longest light prefix the CPU finishes (at ``rates``) within
-    ``slack`` times the GPU's predicted time for the rest on the CPU, the rest on the GPU, both at
-    once (the CPU in a Python thread).
-
-    ``rates`` = (GPU, CPU) work per second, the CPU's measured on light pairs.  Returns the
-    split's record, as :func:`share_from_both_ends`, with this call's measured rates (a side
-    that got no pairs keeps the given rate).
-    """
-    slack = _HYBRID_CPU_SLACK if slack is None else slack
-    works = np.maximum(np.asarray(works, dtype=np.float64), 1.0)  # a pair without paths still costs a call
-    gpu_rate, cpu_rate = rates
-    order = np.argsort(works, kind="stable")
-    prefix = np.concatenate([[0.0], np.cumsum(works[order])])
-    fits = prefix / cpu_rate <= slack * (prefix[-1] - prefix) / gpu_rate  # true at 0, then false for good
-    k = int(np.flatnonzero(fits)[-1])
-    cpu_idx, gpu_idx = order[:k], order[k:]
-    record = dict(cpu_pairs=len(cpu_idx), gpu_pairs=len(gpu_idx), cpu_chunks=int(k > 0), gpu_chunks=int(k < len(order)),
-                  cpu_seconds=0.0, gpu_seconds=0.0, cpu_work=float(prefix[k]), gpu_work=float(prefix[-1] - prefix[k]),
-                  threshold_work=float(works[gpu_idx].min()) if len(gpu_idx) else np.inf)
-    failure = []
-
-    def cpu_side():
-        try:
-            t0 = time.perf_counter()
-            run_cpu(cpu_idx)
-            record["cpu_seconds"] = time.perf_counter() - t0
-        except BaseException as exc:  # re-raised in the calling thread
-            failure.append(exc)
-
-    worker = threading.Thread(target=cpu_side, name="graphkern-spgk-cpu") if k else None
-    if worker is not None:
-        worker.start()
-    try:
-        if len(gpu_idx):
-            t0 = time.perf_counter()
-            run_gpu(gpu_idx)
-            record["gpu_seconds"] = time.perf_counter() - t0
-    finally:
-        if worker is not None:
-            worker.join()
-    if failure:
-        raise failure[0]
-    measured = [record[f"{side}_work"] / record[f"{side}_seconds"] if record[f"{side}_seconds"] > 0 else None
-                for side in ("gpu", "cpu")]
-    record["rates"] = (measured[0] or gpu_rate, measured[1] or cpu_rate)
-    return record
+    n = len(works)
+    # work of positions [b, n) is tail[b]
+    tail = np.concatenate([np.cumsum(works[::-1])[::-1], [0.0]])
+    b = n
+    cpu_work = cpu_seconds = 0.0
+    steps = 0
+    t_start = clock()
+    capacity = getattr(gpu, "capacity", n)
+    while steps < capacity and not gpu.done():
+        p = gpu.progress()
+        free = b - (p + 1) - (_PROGRESS_STRIDE if p >= 0 else 0)  # p lags the blocks by < the stride
+        if free <= 0:
+            break
+        if steps == 0:
+            c = min(free, 2 * n_threads)
+        else:
+            budget = step_seconds
+            now = clock()
+            if p >= 0 and now > t_start:  # the GPU's pace: positions per second so far
+                budget = min(budget, _HYBRID_STEP_SHARE * free / ((p + 1) / (now - t_start)))
+            want = tail[b] + budget * cpu_work / cpu_seconds
+            lo = int(np.searchsorted(-tail, -want, side="left"))  # tail is non-increasing
+            c = min(free, max(1, b - lo))
+        gpu.set_limit(b - c)
+        t0 = clock()
+        run_cpu(b - c, b)
+        cpu_seconds += clock() - t0
+        cpu_work += tail[b - c] - tail[b]
+        b -= c
+        steps += 1
+    return b, dict(cpu_pairs=n - b, gpu_pairs=b, cpu_steps=steps, cpu_seconds=cpu_seconds,
+                   cpu_work=float(tail[b]), gpu_work=float(tail[0] - tail[b]),
+                   threshold_work=float(works[b - 1]) if 0 < b else np.inf)
 
 
 # --------------------------------------------------------------------------- the kernel
@@ -631,8 +637,9 @@ class ShortestPathKernel:
     method_, backend_ : str
         What the last call ran.
     hybrid_split_ : dict
-        The last hybrid call's split: pairs, chunks and busy seconds on each side, and the
-        lightest pair's work sent to the GPU.
+        The last hybrid call's split: pairs and work on each side, the CPU's steps and busy
+        seconds, the GPU kernel's seconds (CUDA events), the whole call's, and the lightest
+        pair's work left to the GPU.
 
     Examples
     --------
@@ -807,38 +814,29 @@ class ShortestPathKernel:
         return self._execute_hybrid(cfg, A, B, pa, pb)
 
     def _execute_hybrid(self, cfg, A, B, pa, pb):
-        out = np.empty(len(pa))
         if len(pa) == 0:
-            return out
+            return np.empty(0)
         runner = self._runner(cfg)
         runner.upload(A, B)
-        # a core or two drive the GPU; the others run the CPU share
-        n_cpu = max(1, cfg["n_threads"] - _HYBRID_HOST_CORES)
         edge, dtype = cfg["edge_kernel"], cfg["dtype"]
+        n_threads = max(1, cfg["n_threads"] - _HYBRID_FREE_CORES)
+        t0 = time.perf_counter()
+        launch = runner.start_batched(A, B, pa, pb, shared_with_cpu=True)
+        order = launch.order
+        cpu_values = np.empty(len(pa))
 
-        def run_cpu(idx):
-            out[idx] = _run_cpu("openmp_out", A, B, pa[idx], pb[idx], edge, n_cpu, dtype)
+        def run_cpu(lo, hi):
+            idx = order[lo:hi]
+            cpu_values[lo:hi] = _run_cpu("openmp_out", A, B, pa[idx], pb[idx], edge, n_threads, dtype)
 
-        def run_gpu(idx):
-            out[idx] = runner.run("gpu_batched", A, B, pa[idx], pb[idx])
-
-        key = (runner.dev.ordinal, n_cpu, edge.code, dtype.name)
-        rates = _HYBRID_RATES.get(key)
-        works = _pair_work(A, B, pa, pb)
-        if rates is None or None in rates:  # measure both sides on these pairs
-            split = share_from_both_ends(works, run_cpu, run_gpu, n_cpu_threads=n_cpu, rates=rates)
-        elif rates[1] < _HYBRID_MIN_CPU_SHARE * (rates[0] + rates[1]):
-            t0 = time.perf_counter()
-            run_gpu(np.arange(len(pa)))
-            split = dict(cpu_pairs=0, gpu_pairs=len(pa), cpu_chunks=0, gpu_chunks=1, cpu_seconds=0.0,
-                         gpu_seconds=time.perf_counter() - t0, cpu_work=0.0, gpu_work=float(np.sum(works)),
-                         threshold_work=0.0, rates=rates,
-                         note="GPU only: the CPU's share at the measured rates is below 5%")
-        else:
-            split = split_at_rates(works, run_cpu, run_gpu, rates=rates)
+        works = _pair_work(A, B, pa, pb)[order]
+        try:
+            b, split = share_from_both_ends(works, run_cpu, launch, n_threads=n_threads)
+        finally:
+            out = launch.finish()  # waits for the GPU even when the CPU side raised
+        out[order[b:]] = cpu_values[b:]
+        split.update(gpu_seconds=launch.gpu_seconds(), seconds=time.perf_counter() - t0)
         self.hybrid_split_ = split
-        if None not in split["rates"]:
-            _HYBRID_RATES[key] = split["rates"]
         return out
 
 

@@ -8,7 +8,7 @@ graphkern.spgk but the Graph container.
 
 import gc
 import pickle
-
+import threading
 import time
 
 import numpy as np
@@ -423,106 +423,96 @@ def test_empty_input():
 
 # --------------------------------------------------------------------------- hybrid split
 
-@pytest.mark.parametrize("gpu_speed", [0.0, 1.0, 50.0, np.inf])
-def test_sharing_from_both_ends_runs_every_pair_once(rng, gpu_speed):
-    # fake sides that sleep in proportion to their work: every pair runs exactly once, and the
-    # work divides as the speeds do (a stalled GPU, speed 0, spends 50 ms on every launch)
-    works = np.concatenate([rng.uniform(1, 10, 3000), rng.uniform(1e3, 5e3, 300)])
-    rng.shuffle(works)
-    runs = np.zeros(len(works), dtype=int)
-    on_gpu = np.zeros(len(works), dtype=bool)
-    cpu_rate = 2e6  # work per second: the CPU alone needs ~0.5 s
+class FakeLaunch:
+    """gpu_batched's side of the hybrid protocol on host threads: ``blocks`` workers take
+    positions 0, 1, 2, ... from one counter, publish each as progress, and stop at a position at
+    or past the limit they read; a pair costs its work / ``rate`` seconds (``start`` seconds
+    pass before the first)."""
 
-    def side(rate, idx, gpu):
-        runs[idx] += 1
-        on_gpu[idx] = gpu
-        if rate == 0:
-            time.sleep(0.05)
-        elif np.isfinite(rate):
-            time.sleep(works[idx].sum() / rate)
+    def __init__(self, works, rate, blocks=4, start=0.0):
+        self.works, self.rate, self.start = works, rate, start
+        self.limit = len(works)
+        self._progress = -1
+        self.next = 0
+        self.lock = threading.Lock()
+        self.runs = np.zeros(len(works), dtype=int)
+        self.threads = [threading.Thread(target=self._block) for _ in range(blocks)]
+        for t in self.threads:
+            t.start()
 
-    record = spgk.share_from_both_ends(works, lambda idx: side(cpu_rate, idx, False),
-                                       lambda idx: side(gpu_speed * cpu_rate, idx, True), n_cpu_threads=4)
-    assert (runs == 1).all()
-    assert record["cpu_pairs"] == (~on_gpu).sum() and record["gpu_pairs"] == on_gpu.sum()
-    gpu_work = works[on_gpu].sum() / works.sum()
-    assert record["gpu_pairs"] > 0  # the GPU starts on the heaviest pairs
-    if gpu_speed == 1.0:
-        assert 0.3 < gpu_work < 0.7
-    elif gpu_speed >= 50:
-        assert gpu_work > 0.9
-    else:  # the stalled GPU took half the work in one launch while the CPU did the rest
-        assert record["gpu_chunks"] <= 6 and record["cpu_pairs"] > record["gpu_pairs"]
+    def _block(self):
+        time.sleep(self.start)
+        while True:
+            with self.lock:
+                k = self.next
+                self.next += 1
+            if k >= len(self.works):
+                return
+            self._progress = k
+            if k >= self.limit:
+                return
+            if np.isfinite(self.rate):
+                time.sleep(self.works[k] / self.rate)
+            self.runs[k] += 1
 
+    def progress(self):
+        return self._progress
 
-def test_sharing_with_known_rates_leaves_a_slow_cpu_out(rng):
-    # rates from an earlier call: a GPU 30x the CPU takes about everything in one or two
-    # launches, and the CPU stops once its next chunk would outlast the GPU's whole remainder
-    works = np.concatenate([rng.uniform(1, 10, 3000), rng.uniform(1e3, 5e3, 300)])
-    cpu_rate, gpu_rate = 2e6, 6e7
-    on_gpu = np.zeros(len(works), dtype=bool)
+    def set_limit(self, b):
+        assert b < self.limit  # the CPU only ever lowers it
+        self.limit = b
 
-    def side(rate, idx, gpu):
-        on_gpu[idx] = gpu
-        time.sleep(works[idx].sum() / rate)
+    def done(self):
+        return not any(t.is_alive() for t in self.threads)
 
-    record = spgk.share_from_both_ends(works, lambda idx: side(cpu_rate, idx, False),
-                                       lambda idx: side(gpu_rate, idx, True), n_cpu_threads=4,
-                                       rates=(gpu_rate, cpu_rate))
-    assert record["gpu_chunks"] <= 3
-    assert works[on_gpu].sum() / works.sum() > 0.9
-    assert record["cpu_pairs"] + record["gpu_pairs"] == len(works)
-    assert record["rates"][0] > 0 and record["rates"][1] > 0
+    def join(self):
+        for t in self.threads:
+            t.join()
 
 
-def test_split_at_rates_gives_the_cpu_the_light_prefix_it_finishes_in_time(rng):
-    # rates known: the CPU (30x slower per unit of work) gets the lightest pairs, as many as it
-    # finishes within 80% of the GPU's predicted time for the rest, in one call; the GPU the rest
-    works = np.concatenate([rng.uniform(1, 10, 3000), rng.uniform(1e3, 5e3, 300)])
-    rng.shuffle(works)
-    cpu_rate, gpu_rate = 2e6, 6e7
-    calls = {"cpu": [], "gpu": []}
+@pytest.mark.parametrize("gpu_speed,start", [(1.0, 0.0), (20.0, 0.0), (np.inf, 0.0), (1.0, 1.0)])
+def test_sharing_from_both_ends_computes_every_pair(rng, gpu_speed, start):
+    # the GPU (4 fake blocks) from the heavy end, the CPU from the light end: every position
+    # below the final limit ran on the GPU, every one at or past it on the CPU exactly once;
+    # the work divides roughly as the speeds do; a GPU that starts late (1 s) leaves it all
+    # to the CPU, and one that is infinitely fast leaves it nothing
+    works = np.sort(np.concatenate([rng.uniform(1, 10, 600), rng.uniform(200, 800, 60)]))[::-1]
+    cpu_rate = 1e5  # work per second: the CPU alone needs ~0.3 s
+    gpu = FakeLaunch(works, gpu_speed * cpu_rate / 4, start=start)  # 4 blocks: gpu_speed x the CPU in all
+    cpu_runs = np.zeros(len(works), dtype=int)
 
-    def side(name, rate, idx):
-        calls[name].append(np.array(idx))
-        time.sleep(works[idx].sum() / rate)
+    def run_cpu(lo, hi):
+        cpu_runs[lo:hi] += 1
+        time.sleep(works[lo:hi].sum() / cpu_rate)
 
-    record = spgk.split_at_rates(works, lambda idx: side("cpu", cpu_rate, idx),
-                                 lambda idx: side("gpu", gpu_rate, idx), rates=(gpu_rate, cpu_rate))
-    assert len(calls["cpu"]) == 1 and len(calls["gpu"]) == 1
-    cpu_idx, gpu_idx = calls["cpu"][0], calls["gpu"][0]
-    assert np.array_equal(np.sort(np.concatenate([cpu_idx, gpu_idx])), np.arange(len(works)))
-    assert works[cpu_idx].max() <= works[gpu_idx].min()  # a light prefix
-    cpu_time = works[cpu_idx].sum() / cpu_rate
-    gpu_time = works[gpu_idx].sum() / gpu_rate
-    assert cpu_time <= 0.8 * gpu_time
-    next_pair = works[gpu_idx].min()  # one more pair would break the bound
-    assert (works[cpu_idx].sum() + next_pair) / cpu_rate > 0.8 * (works[gpu_idx].sum() - next_pair) / gpu_rate
-    assert record["cpu_pairs"] == len(cpu_idx) > 0 and record["gpu_pairs"] == len(gpu_idx)
-    assert record["rates"][0] == pytest.approx(gpu_rate, rel=0.5) and record["rates"][1] == pytest.approx(cpu_rate,
-                                                                                                          rel=0.5)
-    # a CPU too slow for even the lightest pair sits out; the GPU runs everything in one launch
-    calls = {"cpu": [], "gpu": []}
-    record = spgk.split_at_rates(works, lambda idx: side("cpu", cpu_rate, idx),
-                                 lambda idx: side("gpu", gpu_rate, idx), rates=(1e12, 1.0))
-    assert not calls["cpu"] and len(calls["gpu"][0]) == len(works)
-    assert record["cpu_pairs"] == 0 and record["rates"][1] == 1.0
+    b, record = spgk.share_from_both_ends(works, run_cpu, gpu, n_threads=4, step_seconds=0.01)
+    gpu.join()
+    assert (cpu_runs[b:] == 1).all() and (cpu_runs[:b] == 0).all()
+    assert (gpu.runs[:b] >= 1).all()
+    assert record["cpu_pairs"] == len(works) - b and record["gpu_pairs"] == b
+    assert record["cpu_work"] == pytest.approx(works[b:].sum())
+    cpu_share = record["cpu_work"] / works.sum()
+    if start > 0:
+        assert b == 0
+    elif gpu_speed == 1.0:
+        assert 0.2 < cpu_share < 0.8
+    elif gpu_speed == 20.0:
+        assert 0 < cpu_share < 0.2 and b > 0
+    else:
+        assert cpu_share < 0.05 and b > 0
+    assert gpu.runs.sum() - b <= 8  # pairs both sides ran: only where they met
 
 
-def test_split_at_rates_reraises_the_cpu_side_error():
-    def broken(idx):
+def test_sharing_from_both_ends_reraises_the_cpu_side_error(rng):
+    works = np.ones(500)
+    gpu = FakeLaunch(works, 1e4)
+
+    def broken(lo, hi):
         raise RuntimeError("cpu side broke")
 
     with pytest.raises(RuntimeError, match="cpu side broke"):
-        spgk.split_at_rates(np.ones(500), broken, lambda idx: time.sleep(0.01), rates=(1.0, 1.0))
-
-
-def test_sharing_from_both_ends_reraises_the_cpu_side_error():
-    def broken(idx):
-        raise RuntimeError("cpu side broke")
-
-    with pytest.raises(RuntimeError, match="cpu side broke"):
-        spgk.share_from_both_ends(np.ones(500), broken, lambda idx: time.sleep(0.01), n_cpu_threads=2)
+        spgk.share_from_both_ends(works, broken, gpu, n_threads=2)
+    gpu.join()
 
 
 # --------------------------------------------------------------------------- GPU specifics
@@ -559,41 +549,41 @@ def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
     small = [random_graph(rng, int(rng.integers(3, 8)), weighted=True) for _ in range(30)]
     large = [random_graph(rng, 40, p=0.2, weighted=True) for _ in range(6)]
     graphs = small + large
+    n_pairs = len(graphs) * (len(graphs) + 1) // 2
     spec, vertex = NODE["mixed"]
     expected = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE["gaussian"], backend="cpu",
                                   method="naive")(graphs)
     kernel = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE["gaussian"], backend="hybrid")
     assert_close(kernel(graphs), expected, 1e-12)
     split = kernel.hybrid_split_
-    assert split["cpu_pairs"] + split["gpu_pairs"] == len(graphs) * (len(graphs) + 1) // 2
-    assert split["gpu_pairs"] > 0  # the GPU always starts on the heaviest pairs
-    # a slowed GPU side leaves the CPU work to do: both sides busy, same answer
-    monkeypatch.setattr(spgk, "_HYBRID_RATES", {})
-    runner_run = spgk._GpuRunner.run
-    monkeypatch.setattr(spgk._GpuRunner, "run", lambda self, *a: (time.sleep(0.05), runner_run(self, *a))[1])
-    K = kernel(graphs)
-    assert kernel.hybrid_split_["cpu_pairs"] > 0 and kernel.hybrid_split_["gpu_pairs"] > 0
-    assert_close(K, expected, 1e-12)
+    assert split["cpu_pairs"] + split["gpu_pairs"] == n_pairs
+    assert split["gpu_seconds"] > 0 and split["cpu_steps"] >= 1
     assert_close(kernel(small, large), expected[:30, 30:], 1e-12)
-    # later calls split once at the kept rates: one CPU call, one GPU launch
-    monkeypatch.setattr(spgk._GpuRunner, "run", runner_run)
-    for _ in range(2):
-        assert_close(kernel(graphs), expected, 1e-12)
-        split = kernel.hybrid_split_
-        assert split["gpu_chunks"] == 1 and split["cpu_chunks"] <= 1
-        assert split["cpu_pairs"] + split["gpu_pairs"] == len(graphs) * (len(graphs) + 1) // 2
-    # rates that leave the CPU nothing: the GPU runs every pair itself
-    monkeypatch.setattr(spgk, "_HYBRID_RATES", {k: (1e15, 1.0) for k in spgk._HYBRID_RATES})
+    # a GPU held back 20 ms before its launch: the CPU takes the light end, the GPU the rest
+    start = spgk._GpuRunner.start_batched
+    hold = [0.02]
+
+    def late(self, *args, **kw):
+        if self.stream is None:
+            self.stream = runtime.Stream(self.dev)
+        runtime.hold_stream(self.stream, hold[0])
+        return start(self, *args, **kw)
+
+    monkeypatch.setattr(spgk._GpuRunner, "start_batched", late)
     assert_close(kernel(graphs), expected, 1e-12)
-    assert kernel.hybrid_split_["cpu_pairs"] == 0
-    assert kernel.hybrid_split_["gpu_pairs"] == len(graphs) * (len(graphs) + 1) // 2
-    # a CPU under 5% of the combined rate sits the call out, even where it could finish a prefix
-    monkeypatch.setattr(spgk, "_HYBRID_RATES", {k: (99.0, 1.0) for k in spgk._HYBRID_RATES})
+    split = kernel.hybrid_split_
+    assert split["cpu_pairs"] > 2 * kernel._config()["n_threads"] and split["cpu_pairs"] + split["gpu_pairs"] == n_pairs
+    # a GPU held back 2 s: the CPU takes every pair, the kernel's blocks stop at the limit 0
+    hold[0] = 2.0
     assert_close(kernel(graphs), expected, 1e-12)
-    assert kernel.hybrid_split_["cpu_pairs"] == 0 and "GPU only" in kernel.hybrid_split_["note"]
-    monkeypatch.setattr(spgk, "_HYBRID_RATES", {k: (9.0, 1.0) for k in spgk._HYBRID_RATES})
+    assert kernel.hybrid_split_["gpu_pairs"] == 0 and kernel.hybrid_split_["cpu_pairs"] == n_pairs
+    # a slow CPU (every step 50 ms longer): the GPU takes nearly everything
+    monkeypatch.setattr(spgk._GpuRunner, "start_batched", start)
+    run_cpu = spgk._run_cpu
+    monkeypatch.setattr(spgk, "_run_cpu", lambda *a: (time.sleep(0.05), run_cpu(*a))[1])
     assert_close(kernel(graphs), expected, 1e-12)
-    assert kernel.hybrid_split_["cpu_pairs"] > 0 and "note" not in kernel.hybrid_split_
+    split = kernel.hybrid_split_
+    assert split["cpu_steps"] <= 2 and split["gpu_pairs"] >= n_pairs - 4 * kernel._config()["n_threads"]
 
 
 @pytest.mark.gpu

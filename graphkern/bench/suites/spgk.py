@@ -183,8 +183,8 @@ class _Budget:
         while m < n and per_work * self.subset(m + 1)[1] <= self.seconds:
             m += 1
         graphs, work = self.subset(m)
-        # the first run on these graphs is the warm-up (it also lets the hybrid measure both
-        # sides on them); it is the timing itself when repeats would not fit the budget
+        # the first run on these graphs is the warm-up; it is the timing itself when repeats
+        # would not fit the budget
         t0 = time.perf_counter()
         run(graphs)
         full = time.perf_counter() - t0
@@ -305,9 +305,10 @@ def _run_dataset(ds, methods, budget, repeat, threads, args, ctx):
         if method == "hybrid" and hasattr(kernel, "hybrid_split_"):
             split = kernel.hybrid_split_
             row.update({f"hybrid_{k}": v for k, v in split.items()})
-            row["note"] = split.get("note") or (
-                f"last call: {split['cpu_pairs']} pairs on the CPU in {split['cpu_chunks']} chunks, "
-                f"{split['gpu_pairs']} on the GPU in {split['gpu_chunks']} launches")
+            total = split["cpu_work"] + split["gpu_work"]
+            row["note"] = (f"last call: {split['cpu_pairs']} pairs ({split['cpu_work'] / max(total, 1):.1%} of the "
+                           f"work) on the CPU in {split['cpu_steps']} steps ({1e3 * split['cpu_seconds']:.2f} ms), "
+                           f"{split['gpu_pairs']} on the GPU ({1e3 * split['gpu_seconds']:.2f} ms kernel)")
         rows.append(row)
     if ds["peer"] and not args.no_peers:
         peer, reason = _grakel_runner(ds["peer"], ds)
