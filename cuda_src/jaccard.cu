@@ -36,7 +36,13 @@
 //                and writes its mirror; one launch.
 //      longrow   hub, with every pair's work carried by its long row; the balanced kernel notes
 //                where the short row stores the long vertex, so that the finalize pass writes
-//                both entries of a pair without searching (see balanced_finalize).
+//                both entries of a pair without searching (see balanced_finalize).  Unweighted,
+//                a long row without a bitmap but with at least a threshold of entries (chosen
+//                by the host, which then also gives fewer rows bitmaps) has an open-addressing
+//                hash table of its columns, built by the same launch sequence (row_hashes):
+//                each short-row element is then mostly one 16-byte load from the table instead
+//                of a gallop of about 2 log2(d_long / d_short) + 1 dependent loads, whose count
+//                differs from lane to lane.
 #include <cstdint>
 #include <type_traits>
 
@@ -496,20 +502,24 @@ __device__ __forceinline__ void scan_tiles(int64_t* __restrict__ work, int64_t n
 
 // Work item t of entry e (offsets[e] <= t < offsets[e + 1]) is element t - offsets[e] of the
 // shorter row, galloped through the longer one, or tested in the long row's bitmap when that row
-// has one (hub_slot[long] >= 0; unweighted only, hub_slot null otherwise).  Bitmap s holds
-// `words` 32-bit words from bitmaps + s * words.  Threads take `chunk` consecutive items; the 32
-// lanes of a warp take 32 consecutive chunks, so lanes that end inside the same entry add their
-// partial sums by a segmented shuffle reduction before one atomic per entry.  The grid is
-// persistent (grid-stride over warps of chunks); the total work is read from offsets[nnz], so
-// the host never waits for the prefix sum.  A warp's 32 chunks start at item g * 32 chunk and
-// end before (g + 1) * 32 chunk, so their entries lie between group_entry[g] and
-// group_entry[g + 1] (scan_tiles): each lane searches that span, a few offsets, where a search
-// of all nnz offsets was ~25 dependent loads per chunk.
+// has one (hub_slot[long] >= 0), or else looked up in its hash table when it has one
+// (hash_off[long] >= 0: the table's first slot in hash_keys; see row_hashes).  Bitmaps and tables
+// are unweighted only: hub_slot and hash_off are null otherwise, or where the variant has none.
+// Bitmap s holds `words` 32-bit words from bitmaps + s * words.  Threads take `chunk`
+// consecutive items; the 32 lanes of a warp take 32 consecutive chunks, so lanes that end inside
+// the same entry add their partial sums by a segmented shuffle reduction before one atomic per
+// entry.  The grid is persistent (grid-stride over warps of chunks); the total work is read from
+// offsets[nnz], so the host never waits for the prefix sum.  A warp's 32 chunks start at item
+// g * 32 chunk and end before (g + 1) * 32 chunk, so their entries lie between group_entry[g]
+// and group_entry[g + 1] (scan_tiles): each lane searches that span, a few offsets, where a
+// search of all nnz offsets was ~25 dependent loads per chunk.
 // mirror_off (longrow, where every owner entry e = (i, j) lies in the long row i; null
 // otherwise): the item that loads the short row's element i writes its offset in row j to
 // mirror_off[e], so that the finalize pass need not search row j for the mirror entry (j, i).
 // An entry whose gallop stops early (p == long_end) may never load that element: its
-// mirror_off[e] keeps the -1 it was set to before the launch.
+// mirror_off[e] keeps the -1 it was set to before the launch.  The table lookups never stop early:
+// an element past the long row's last costs one probe like any other, so every entry whose long
+// row has a table records its mirror.
 template <bool kWeighted, typename T>
 __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict__ indptr,
                                                        const int32_t* __restrict__ idx, const T* __restrict__ w,
@@ -518,6 +528,8 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
                                                        int32_t chunk, const int64_t* __restrict__ group_entry,
                                                        const int32_t* __restrict__ hub_slot,
                                                        const uint32_t* __restrict__ bitmaps, int64_t words,
+                                                       const int64_t* __restrict__ hash_off,
+                                                       const int32_t* __restrict__ hash_keys,
                                                        Acc<kWeighted, T>* __restrict__ inter,
                                                        int32_t* __restrict__ mirror_off) {
     using A = Acc<kWeighted, T>;
@@ -544,8 +556,11 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
                 const int64_t stop = min(off_next, t_end);
                 const int32_t mirror_key = mirror_off != nullptr ? r.long_vertex : -1;  // -1: no column
                 int32_t slot = -1;
+                int64_t table = -1;
                 if constexpr (!kWeighted) {
+                    // both loads at once: the host gives a table only to a row without a bitmap
                     if (hub_slot != nullptr) slot = hub_slot[r.long_vertex];
+                    if (hash_off != nullptr) table = hash_off[r.long_vertex];
                 }
                 if (slot >= 0) {
                     const uint32_t* __restrict__ bits = bitmaps + (int64_t)slot * words;
@@ -553,6 +568,14 @@ __device__ __forceinline__ void balanced_intersections(const int64_t* __restrict
                         const int32_t x = idx[s];
                         if (x == mirror_key) mirror_off[e] = (int32_t)(s - r.short_begin);
                         acc += (A)((bits[x >> 5] >> (x & 31)) & 1u);
+                    }
+                } else if (table >= 0) {
+                    const int32_t* __restrict__ keys = hash_keys + table;
+                    const int32_t shift = hash_shift(r.long_end - r.long_begin);
+                    for (int64_t s = r.short_begin + (t - off_cur); t < stop; ++t, ++s) {
+                        const int32_t x = idx[s];
+                        if (x == mirror_key) mirror_off[e] = (int32_t)(s - r.short_begin);
+                        acc += (A)hash_contains(keys, shift, x);
                     }
                 } else {
                     // a chunk that starts inside the short row: its first element sits anywhere in
@@ -651,6 +674,30 @@ __device__ __forceinline__ void hub_bitmaps(const int64_t* __restrict__ indptr, 
         const int32_t x = idx[p];
         atomicOr(bits + (x >> 5), 1u << (x & 31));
     }
+}
+
+// ------------------------------------------------------------------ row hash tables
+
+// The tables of the rows listed in table_rows (longrow, unweighted: the rows the host chose, see
+// graphkern/similarity.py hash_table_rows), in hash_keys, which the host clears to kHashEmpty on
+// the stream first.  Listed row w's entries are items [row_items[w], row_items[w + 1]) of one
+// line and its table starts at slot row_tables[w]; a thread per item inserts one column, so a
+// long row is spread over many threads, as on the work line, where a warp or a block per row
+// would leave a few threads probing thousands of atomics in turn.  The thread of a row's first
+// item also writes the row's hash_off (set to -1 once, when allocated: the list is fixed).
+__device__ __forceinline__ void row_hashes(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
+                                           const int32_t* __restrict__ table_rows,
+                                           const int64_t* __restrict__ row_items,
+                                           const int64_t* __restrict__ row_tables, int32_t n_rows, int64_t items,
+                                           int64_t* __restrict__ hash_off, int32_t* __restrict__ hash_keys) {
+    const int64_t first = blockIdx.x * (int64_t)blockDim.x;
+    const int64_t t = first + threadIdx.x;
+    const int32_t w = block_entry_row(row_items, n_rows, t, first, min(items - 1, first + blockDim.x - 1));
+    if (t >= items) return;
+    const int32_t v = table_rows[w];
+    const int64_t b = indptr[v], q = t - row_items[w], table = row_tables[w];
+    if (q == 0) hash_off[v] = table;
+    hash_insert(hash_keys + table, hash_shift(indptr[v + 1] - b), idx[b + q]);
 }
 
 // ------------------------------------------------------------------ shortrow variant
@@ -1264,6 +1311,14 @@ extern "C" __global__ void __launch_bounds__(kBlock)
     hub_bitmaps(indptr, idx, hubs, words, bitmaps, hub_slot);
 }
 
+extern "C" __global__ void __launch_bounds__(kBlock)
+    jaccard_row_hashes(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
+                       const int32_t* __restrict__ table_rows, const int64_t* __restrict__ row_items,
+                       const int64_t* __restrict__ row_tables, int32_t n_rows, int64_t items,
+                       int64_t* __restrict__ hash_off, int32_t* __restrict__ hash_keys) {
+    row_hashes(indptr, idx, table_rows, row_items, row_tables, n_rows, items, hash_off, hash_keys);
+}
+
 extern "C" __global__ void __launch_bounds__(1024)
     jaccard_scan_tile_sums(int64_t* __restrict__ tile_sums, int64_t n_tiles, int64_t* __restrict__ work_total) {
     scan_tile_sums(tile_sums, n_tiles, work_total);
@@ -1313,10 +1368,11 @@ extern "C" __global__ void __launch_bounds__(kBlock)
                                         const int64_t* __restrict__ offsets, int64_t nnz, int32_t chunk,         \
                                         const int64_t* __restrict__ group_entry,                                 \
                                         const int32_t* __restrict__ hub_slot, const uint32_t* __restrict__ bitmaps, \
-                                        int64_t words, Acc<W, T>* __restrict__ inter,                            \
+                                        int64_t words, const int64_t* __restrict__ hash_off,                     \
+                                        const int32_t* __restrict__ hash_keys, Acc<W, T>* __restrict__ inter,    \
                                         int32_t* __restrict__ mirror_off) {                                      \
         balanced_intersections<W, T>(indptr, idx, w, rows, offsets, nnz, chunk, group_entry, hub_slot, bitmaps,  \
-                                     words, inter, mirror_off);                                                  \
+                                     words, hash_off, hash_keys, inter, mirror_off);                             \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_finalize_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), const int32_t* __restrict__ rows,          \

@@ -48,13 +48,16 @@ the other pairs are merged as in ``"pair"``, so it is correct on any graph; weig
 ``"window"`` runs as ``"pair"``),
 ``"longrow"`` (``"hub"`` with
 every pair's work carried by its longer list, so that consecutive searches hit one list or one
-bitmap, and each pair finished from that side; weighted ``"longrow"`` has no bitmaps), and
+bitmap, and each pair finished from that side; unweighted, a list of at least 128 entries
+without a bitmap gets a hash table, so that a search in it is mostly one 16-byte load, and
+fewer lists get bitmaps; weighted ``"longrow"`` has no bitmaps or tables), and
 ``"auto"``, which picks one from the degree distribution (:func:`choose_variant`).  All but ``"element"`` compute each undirected pair once and write it
 to both ``(i, j)`` and ``(j, i)``.  The CPU backend has one method and ignores ``variant``.
 """
 
 from __future__ import annotations
 
+import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -109,6 +112,27 @@ _HUB_MIN_DEGREE = 64
 # 0.5 and 1 GiB; a bit test is a random L2 sector, a gallop through a list of ~10^3 is L1 hits.
 _HUB_MAX_BYTES = 1 << 28
 _HUB_FREE_FRACTION = 0.1
+# "longrow", unweighted: a row of at least this degree without a bitmap gets an open-addressing
+# hash table of its columns (max(4, 2^ceil(log2(2 d))) int32 slots; see hash_table_rows), so
+# that looking a short row's element up in it is mostly one 16-byte load instead of a gallop of
+# ~2 log2(d_long / d_short) + 1 dependent loads; 0: no tables (and _HUB_MAX_BYTES, as before
+# the tables).  The environment variable GRAPHKERN_JACCARD_HASH_MIN_DEGREE (an integer >= 0),
+# read when a DeviceSimilarity is made, overrides it for experiments.  H100 sweep of
+# 2026-11-26, longrow on Chung-Lu 2M (17.4 ms without tables): with 32 MiB of bitmaps, tables
+# from degree 64 14.56 ms, 96 14.47, 128 14.53, 192 14.52, 256 14.64, 512 15.10; with 0.25 GiB
+# of bitmaps, from 32 18.2, 128 17.7, 256 17.1: a gallop through a short, L1-resident list
+# costs about what a lookup does, and the build does not pay there (an atomic per entry: 0.50
+# ms for the 11.7M entries of the rows from degree 32).  Using a table only for pairs
+# with d_long >= 4, 8 or 16 d_short was slower (16.7, 17.9, 18.8 ms from degree 128).  R-MAT
+# scale 20 went the other way: 68.4 ms without tables, 71.8 with these settings.
+_HASH_MIN_DEGREE = 128
+_HASH_MIN_DEGREE_ENV = "GRAPHKERN_JACCARD_HASH_MIN_DEGREE"
+# "longrow" with tables: the bitmaps' cap in place of _HUB_MAX_BYTES, so that rows of 10^3 to
+# 10^4 entries get tables (8 to 64 KiB at load 3/8) instead of bitmaps (n / 8 bytes, 250 KiB at
+# n = 2M), whose bit tests are random L2 sectors: in the same sweep, tables from degree 256 and
+# bitmaps of 0.25 GiB (degree >= 1198) 17.1 ms, 128 MiB (>= 2011) 15.5, 48 MiB (>= 4181) 14.7,
+# 32 MiB (>= 5625) 14.6, 16 MiB (>= 9357) 14.9, 8 MiB 15.1, none 15.5.
+_HASH_HUB_MAX_BYTES = 1 << 25
 
 
 def jaccard(G, *, weighted=False, self_loops=False, backend="auto", device=None, n_threads=None,
@@ -349,6 +373,43 @@ def hub_vertices(degrees, *, min_degree, max_bytes):
     return candidates[order].astype(np.int32)
 
 
+def default_hash_min_degree():
+    """The smallest degree of a row with a hash table in the ``"longrow"`` variant (0: none):
+    ``GRAPHKERN_JACCARD_HASH_MIN_DEGREE`` where set, else ``_HASH_MIN_DEGREE``."""
+    value = os.environ.get(_HASH_MIN_DEGREE_ENV, "").strip()
+    if not value:
+        return _HASH_MIN_DEGREE
+    try:
+        degree = int(value)
+    except ValueError:
+        degree = -1
+    if degree < 0:
+        raise ValueError(f"{_HASH_MIN_DEGREE_ENV} must be an integer >= 0 (0: no hash tables); got {value!r}")
+    return degree
+
+
+def hash_table_rows(degrees, hubs, *, min_degree):
+    """The rows that get a hash table of their columns in the ``"longrow"`` variant, and where.
+
+    The rows of degree >= ``min_degree`` (0: none) outside ``hubs`` (a hub's row tests its
+    bitmap instead), in vertex order.  Row ``rows[w]``, of degree d, gets the
+    max(4, 2^ceil(log2(2 d))) slots ``[slots[w], slots[w + 1])`` of one int32 array: a load
+    factor of at most 1/2, at least one bucket of 4 slots, and the size that ``hash_shift`` of
+    cuda_src/jaccard_search.cuh derives from d (so every table starts at a multiple of 4 slots,
+    as its vector loads need).  Returns ``rows`` (int32) and ``slots`` (int64, one longer;
+    ``slots[-1]`` is the size of all the tables).
+    """
+    d = np.asarray(degrees, dtype=np.int64)
+    chosen = d >= max(1, int(min_degree)) if min_degree > 0 else np.zeros(d.size, dtype=bool)
+    chosen[np.asarray(hubs, dtype=np.int64)] = False
+    rows = np.flatnonzero(chosen)
+    # 2d - 1 has ceil(log2(2d)) significant bits, which frexp gives exactly below 2^53
+    _, bits = np.frexp((2 * d[rows] - 1).astype(np.float64))
+    slots = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(np.left_shift(np.int64(1), np.maximum(bits, 2).astype(np.int64)), out=slots[1:])
+    return rows.astype(np.int32), slots
+
+
 def pair_rows_per_block(degrees, *, entries=_PAIR_ENTRIES_PER_BLOCK):
     """Rows per block of the ``"pair"`` variant: about ``entries`` upper entries per block.
 
@@ -447,12 +508,17 @@ class DeviceSimilarity:
     """
 
     def __init__(self, dev, pattern, *, metric, self_loops, dtype, variant="auto", stream=None,
-                 hub_min_degree=_HUB_MIN_DEGREE, hub_max_bytes=None, balanced_chunk=_BALANCED_CHUNK,
-                 rows_per_block=None, pair_width=_PAIR_WIDTH):
-        """``hub_min_degree`` and ``hub_max_bytes`` (default: min(0.25 GiB, 10% of free device
-        memory)) choose the bitmaps of the ``"hub"`` and ``"longrow"`` variants; see
-        :func:`hub_vertices`.  ``balanced_chunk``: consecutive searches per thread in the
-        balanced, hub and longrow variants.  ``rows_per_block``: rows per block of the ``"pair"``, ``"staged"`` and ``"window"``
+                 hub_min_degree=_HUB_MIN_DEGREE, hub_max_bytes=None, hash_min_degree=None,
+                 balanced_chunk=_BALANCED_CHUNK, rows_per_block=None, pair_width=_PAIR_WIDTH):
+        """``hub_min_degree`` and ``hub_max_bytes`` (default: min(0.25 GiB, or 32 MiB for
+        ``"longrow"`` with hash tables, and 10% of free device memory)) choose the bitmaps of the
+        ``"hub"`` and ``"longrow"`` variants; see :func:`hub_vertices`.  ``hash_min_degree``: in
+        the unweighted ``"longrow"`` variant the rows of at least this degree without a bitmap
+        get a hash table (0: none; default :func:`default_hash_min_degree`, read now; see
+        :func:`hash_table_rows`), unless the tables would not fit in the free device memory,
+        where it runs without them (``self.hash_rows`` lists the rows that have one).
+        ``balanced_chunk``: consecutive searches per thread in the balanced, hub and longrow
+        variants.  ``rows_per_block``: rows per block of the ``"pair"``, ``"staged"`` and ``"window"``
         variants (1 to 256; default :func:`pair_rows_per_block`, :func:`staged_rows_per_block`,
         :func:`window_rows_per_block`).  ``pair_width``: column indices
         per load in the ``"pair"`` merge, 1, 2 or 4 (aligned vector loads; weighted graphs and
@@ -483,6 +549,9 @@ class DeviceSimilarity:
             raise ValueError(f"rows_per_block must be 1 to {_BLOCK}, got {rows_per_block!r}")
         if pair_width not in _PAIR_WIDTHS:
             raise ValueError(f"pair_width must be one of {_PAIR_WIDTHS}, got {pair_width!r}")
+        self.hash_min_degree = default_hash_min_degree() if hash_min_degree is None else hash_min_degree
+        if not isinstance(self.hash_min_degree, (int, np.integer)) or self.hash_min_degree < 0:
+            raise ValueError(f"hash_min_degree must be an integer >= 0, got {hash_min_degree!r}")
         n, nnz, s = pattern.n, pattern.nnz, self.dtype.itemsize
         self.pair_width = 1 if self.weighted or n > _PAIR_VECTOR_MAX_NODES else int(pair_width)
         if nnz == 0:
@@ -495,10 +564,18 @@ class DeviceSimilarity:
         self.stream = stream if stream is not None else rt.Stream(dev)  # the options are checked first
         self.hubs = np.zeros(0, dtype=np.int32)
         self.hub_words = -(-n // 32)
+        tables = self.variant == "longrow" and not self.weighted and self.hash_min_degree > 0
         if self.variant in _BITMAP_VARIANTS and not self.weighted:
             if hub_max_bytes is None:
-                hub_max_bytes = min(_HUB_MAX_BYTES, int(_HUB_FREE_FRACTION * dev.memory_info()[0]))
+                cap = _HASH_HUB_MAX_BYTES if tables else _HUB_MAX_BYTES
+                hub_max_bytes = min(cap, int(_HUB_FREE_FRACTION * dev.memory_info()[0]))
             self.hubs = hub_vertices(degrees, min_degree=hub_min_degree, max_bytes=hub_max_bytes)
+        self.hash_rows, self._hash_slots = np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
+        if tables:
+            self.hash_rows, self._hash_slots = hash_table_rows(degrees, self.hubs, min_degree=self.hash_min_degree)
+        # listed row w's entries are items [_hash_items[w], _hash_items[w + 1]) of row_hashes' line
+        self._hash_items = np.zeros(self.hash_rows.size + 1, dtype=np.int64)
+        np.cumsum(degrees[self.hash_rows], out=self._hash_items[1:])
 
         padded_nnz = nnz + (-nnz) % _INDEX_PADDING
         self.group_items = 32 * self.balanced_chunk  # work items of one warp's 32 chunks
@@ -515,6 +592,15 @@ class DeviceSimilarity:
             sizes.update(mirror_off=4 * nnz)  # the balanced pass notes where the finalize pass writes the mirror
         if self.hubs.size:
             sizes.update(hub_list=4 * self.hubs.size, hub_slot=4 * n, bitmaps=4 * self.hub_words * self.hubs.size)
+        if self.hash_rows.size:
+            m = self.hash_rows.size
+            hash_sizes = dict(hash_list=4 * m, hash_items=8 * (m + 1), hash_slots=8 * (m + 1), hash_off=8 * n,
+                              hash_keys=4 * int(self._hash_slots[-1]))
+            if sum(sizes.values()) + sum(hash_sizes.values()) > dev.memory_info()[0]:  # the tables only speed it up
+                self.hash_rows, self._hash_slots, self._hash_items = (self.hash_rows[:0], self._hash_slots[:1],
+                                                                      self._hash_items[:1])
+            else:
+                sizes.update(hash_sizes)
         if self.variant in ("shortrow",) + _STAGED_VARIANTS or (self.variant == "pair" and not self.weighted):
             for name in ("deg", "adj", "wsum", "selfw"):  # the vertex terms are computed in the kernel
                 sizes.pop(name, None)
@@ -546,6 +632,13 @@ class DeviceSimilarity:
         self.bitmaps = alloc("bitmaps", self.hub_words * self.hubs.size, np.uint32)
         if self.bitmaps is not None:
             self.bitmaps.zero()  # once: each compute clears only the words it is about to set
+        self.hash_list = alloc("hash_list", self.hash_rows.size, np.int32)
+        self.hash_items = alloc("hash_items", self.hash_rows.size + 1, np.int64)
+        self.hash_slots = alloc("hash_slots", self.hash_rows.size + 1, np.int64)
+        self.hash_off = alloc("hash_off", n, np.int64)
+        self.hash_keys = alloc("hash_keys", int(self._hash_slots[-1]), np.int32)
+        if self.hash_off is not None:
+            self.hash_off.memset32(0xFFFFFFFF)  # -1, no table; once: each compute writes the same rows' offsets
         self.out.memset32(0x7FC00000)  # NaN in float32, and a NaN pattern in float64
 
         self._host_weights = pattern.weights.astype(self.dtype) if self.weighted else None
@@ -560,6 +653,7 @@ class DeviceSimilarity:
                            else rt.kernel(dev, "jaccard", "jaccard_vertex_counts"))
         self._fn_work = rt.kernel(dev, "jaccard", "jaccard_balanced_work")
         self._fn_hub_bitmaps = rt.kernel(dev, "jaccard", "jaccard_hub_bitmaps")
+        self._fn_row_hashes = rt.kernel(dev, "jaccard", "jaccard_row_hashes")
         self._fn_scan_sums = rt.kernel(dev, "jaccard", "jaccard_scan_tile_sums")
         self._fn_scan_tiles = rt.kernel(dev, "jaccard", "jaccard_scan_tiles")
         sms = dev.properties["multiprocessor_count"]
@@ -576,11 +670,16 @@ class DeviceSimilarity:
             self.weights.copy_from_host(self._host_weights, self.stream)
         if self.hub_list is not None:
             self.hub_list.copy_from_host(self.hubs, self.stream)
+        if self.hash_list is not None:
+            self.hash_list.copy_from_host(self.hash_rows, self.stream)
+            self.hash_items.copy_from_host(self._hash_items, self.stream)
+            self.hash_slots.copy_from_host(self._hash_slots, self.stream)
 
     def compute(self):
         """Enqueue every kernel of the chosen variant on the stream (no copies, no host waits).
 
-        The hub and longrow variants' bitmaps and vertex-to-bitmap map are built here, as part of the work.
+        The hub and longrow variants' bitmaps and vertex-to-bitmap map, and longrow's hash tables,
+        are built here, as part of the work.
         """
         rt, st, p = self.rt, self.stream, self.pattern
         n, nnz = p.n, p.nnz
@@ -602,6 +701,12 @@ class DeviceSimilarity:
             rt.launch(self._fn_hub_bitmaps, self.hubs.size, _BLOCK,
                       (self.indptr, self.indices, self.hub_list, np.int64(self.hub_words), self.bitmaps,
                        self.hub_slot), stream=st)
+        if self.hash_keys is not None:
+            items = int(self._hash_items[-1])
+            self.hash_keys.memset32(0xFFFFFFFF, st)  # kHashEmpty: row_hashes inserts into empty tables
+            rt.launch(self._fn_row_hashes, -(-items // _BLOCK), _BLOCK,
+                      (self.indptr, self.indices, self.hash_list, self.hash_items, self.hash_slots,
+                       np.int32(self.hash_rows.size), np.int64(items), self.hash_off, self.hash_keys), stream=st)
         if self.weighted:
             rt.launch(self._fn_vertex, -(-n // (_BLOCK // 32)), _BLOCK,
                       (self.indptr, self.indices, self.weights, n32, np.int32(self.self_loops), self.wsum,
@@ -632,7 +737,8 @@ class DeviceSimilarity:
             rt.launch(self._fn["balanced"], self._balanced_grid, _BLOCK,
                       (self.indptr, self.indices, self.weights, self.rows, self.offsets, nnz64,
                        np.int32(self.balanced_chunk), self.group_entry, self.hub_slot, self.bitmaps,
-                       np.int64(self.hub_words), self.inter, self.mirror_off), stream=st)
+                       np.int64(self.hub_words), self.hash_off, self.hash_keys, self.inter, self.mirror_off),
+                      stream=st)
             rt.launch(self._fn["finalize"], entry_grid, _BLOCK,
                       common + (self.rows, self.hub_slot, long_owner, self.inter, self.mirror_off), stream=st)
 

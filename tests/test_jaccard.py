@@ -8,8 +8,9 @@ import scipy.sparse as sp
 
 from graphkern import Graph, GraphTooLargeError
 import graphkern.similarity as similarity
-from graphkern.similarity import (VARIANTS, DeviceSimilarity, SymmetricPattern, choose_variant, hub_vertices, jaccard,
-                                  overlap, pair_rows_per_block, row_locality, shortrow_group_size, staged_rows_per_block, sorensen, symmetric_pattern,
+from graphkern.similarity import (VARIANTS, DeviceSimilarity, SymmetricPattern, choose_variant, hash_table_rows,
+                                  hub_vertices, jaccard, overlap, pair_rows_per_block, row_locality,
+                                  shortrow_group_size, staged_rows_per_block, sorensen, symmetric_pattern,
                                   work_line_length)
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
@@ -407,13 +408,16 @@ def test_gpu_star_and_isolated_vertices(rng, variant, self_loops):
 @pytest.mark.parametrize("chunk", [1, 2, 4, 7, 32, 64])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_gpu_longrow_chunks_and_bitmaps(rng, gpu_device, chunk, weighted):
-    # skewed: hub-to-hub pairs span many chunks and threads; some hubs have bitmaps, some not
+    # skewed: hub-to-hub pairs span many chunks and threads; some hubs have bitmaps, some hash
+    # tables (unweighted), some neither
     A = skewed_graph(rng)
     n = A.shape[0]
-    for n_hubs in (0, 2, 40):
+    for n_hubs, hash_min_degree in ((0, 0), (0, 32), (2, 0), (2, 8), (40, 2)):
         values, run = device_values(gpu_device, A, "jaccard", weighted=weighted, variant="longrow",
-                                    balanced_chunk=chunk, hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32))
+                                    balanced_chunk=chunk, hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32),
+                                    hash_min_degree=hash_min_degree)
         assert run.hubs.size == (0 if weighted else n_hubs)
+        assert (run.hash_rows.size > 0) == (not weighted and hash_min_degree > 0)
         assert_matches_cpu(values, A, weighted=weighted)
 
 
@@ -446,11 +450,12 @@ def test_gpu_longrow_mirror_offsets(rng, gpu_device, chunk, weighted, self_loops
     n = A.shape[0]
     sample = rng.choice(A.nnz, 300, replace=False)  # the reference is slow on 2000-degree hubs
     expected = reference(A, "jaccard", weighted=weighted, self_loops=self_loops)[sample]
-    for n_hubs in (0, 4):
+    for n_hubs, hash_min_degree in ((0, 0), (4, 0), (0, 1000)):  # gallops, bitmaps, tables (unweighted)
         values, run = device_values(gpu_device, A, "jaccard", weighted=weighted, self_loops=self_loops,
                                     variant="longrow", balanced_chunk=chunk, hub_min_degree=1000,
-                                    hub_max_bytes=n_hubs * 4 * -(-n // 32))
+                                    hub_max_bytes=n_hubs * 4 * -(-n // 32), hash_min_degree=hash_min_degree)
         assert run.hubs.size == (0 if weighted else n_hubs)
+        assert run.hash_rows.size == (0 if weighted or hash_min_degree == 0 else 4)
         assert run.n_tiles > 8
         assert_matches_cpu(values, A, weighted=weighted, self_loops=self_loops)
         np.testing.assert_allclose(values[sample], expected, rtol=0, atol=1e-12)
@@ -465,8 +470,13 @@ def test_gpu_longrow_mirror_offsets(rng, gpu_device, chunk, weighted, self_loops
         assert (at < p.indptr[j + 1]).all()
         np.testing.assert_array_equal(p.indices[at], rows)
         assert recorded.any()
-        if chunk > 1 and run.hubs.size == 0:  # hub n-4's gallops stop before most of its mirrors
+        # hub n-4's gallops stop before most of its mirrors (its lookups, where it has a table, do not)
+        if chunk > 1 and run.hubs.size == 0 and run.hash_rows.size == 0:
             assert (owner & (mirror_off < 0)).any()
+        has_table = np.zeros(n, dtype=bool)
+        has_table[run.hash_rows] = True
+        in_table_row = owner & has_table[np.repeat(np.arange(n), p.degrees)]
+        assert (mirror_off[in_table_row] >= 0).all()  # the lookups never stop early
         # compute() resets the offsets itself: a wrong offset left from before would misplace entries
         run.mirror_off.memset32(0)
         run.compute()
@@ -520,6 +530,159 @@ def test_gpu_work_line_chunks(rng, gpu_device, variant, chunk):
     assert_matches_cpu(values, A)
 
 
+def expected_hash_rows(degrees, hubs, min_degree):
+    """The rows with a hash table: degree >= min_degree (0: none), not a hub."""
+    chosen = (degrees >= max(min_degree, 1)) & (min_degree > 0)
+    chosen[hubs] = False
+    return np.flatnonzero(chosen)
+
+
+def assert_hash_tables(run):
+    """The tables row_hashes built, against a model of cuda_src/jaccard_search.cuh: each listed
+    row's table holds its columns and empty slots (-1) only, each bucket of 4 slots fills from its
+    first slot, and the walk of hash_contains (the buckets from that of the column's Fibonacci-hash
+    home slot on, stopping at the first whose last slot is empty) reaches each column;
+    hash_off points at each listed row's table, -1 elsewhere."""
+    p = run.pattern
+    rows, slots = hash_table_rows(p.degrees, run.hubs, min_degree=run.hash_min_degree)
+    np.testing.assert_array_equal(run.hash_rows, rows)
+    hash_off = run.hash_off.to_host()
+    expected_off = np.full(p.n, -1, dtype=np.int64)
+    expected_off[rows] = slots[:-1]
+    np.testing.assert_array_equal(hash_off, expected_off)
+    keys = run.hash_keys.to_host()
+    assert keys.size == slots[-1]
+    for w, v in enumerate(rows):
+        table = keys[slots[w]:slots[w + 1]]
+        cols = p.indices[p.indptr[v]:p.indptr[v + 1]]  # sorted
+        bits = max(2, (2 * cols.size - 1).bit_length())  # hash_shift's size: load factor <= 1/2
+        assert table.size == 1 << bits
+        filled = table != -1
+        np.testing.assert_array_equal(np.sort(table[filled]), cols)
+        buckets = filled.reshape(-1, 4)
+        assert (buckets[:, :-1] >= buckets[:, 1:]).all()  # no empty slot before a filled one
+        n_buckets = buckets.shape[0]
+        home = (((cols.astype(np.uint64) * 0x9E3779B1) & 0xFFFFFFFF) >> np.uint64(32 - bits)).astype(np.int64)
+        home //= 4  # the home slot's bucket
+        at = np.flatnonzero(filled)[np.argsort(table[filled], kind="stable")] // 4  # each column's bucket
+        steps = (at - home) % n_buckets
+        open_before = np.r_[0, np.cumsum(np.r_[~buckets[:, -1], ~buckets[:, -1]])]  # of two laps
+        assert (open_before[home + steps] == open_before[home]).all()  # no stop before the column's bucket
+
+
+def star_graph_with_loops(rng, m):
+    """A star of m leaves whose centre sits mid-range, sparse edges among the leaves, self-loops
+    on some vertices (the centre included) and isolated vertices before and after."""
+    n = m + 40
+    centre = n // 2
+    leaves = rng.choice(np.r_[10:centre, centre + 1:n - 10], m, replace=False)
+    r = rng.choice(leaves, 3 * m)
+    c = rng.choice(leaves, 3 * m)
+    looped = np.r_[centre, leaves[rng.random(m) < 0.3]]
+    rows = np.r_[np.full(m, centre), r, looped]
+    cols = np.r_[leaves, c, looped]
+    A = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
+    A = sp.csr_matrix(A.maximum(A.T))
+    A.sort_indices()
+    return A
+
+
+def hash_test_graph(rng, kind):
+    """A skewed graph of the given kind, with isolated vertices and self-loops."""
+    if kind == "star":
+        return star_graph_with_loops(rng, int(rng.integers(200, 600)))
+    if kind == "hubs":
+        A = skewed_graph(rng)
+    elif kind == "high_hubs":
+        A = high_hub_graph(rng)  # self-loops already
+    else:
+        from graphkern.generators import chung_lu
+        A = sp.csr_matrix(chung_lu(n=5000, gamma=2.3, avg_degree=16, max_degree=4999,
+                                   seed=int(rng.integers(1 << 30)), as_csr=True))
+    if kind != "high_hubs":
+        A.setdiag(np.where(rng.random(A.shape[0]) < 0.1, 1.0, 0.0))  # self-loops, some on hubs
+        A.eliminate_zeros()
+    A = sp.csr_matrix(sp.block_diag([sp.csr_matrix((7, 7)), A]))  # isolated vertices first: hubs keep their order
+    A.sort_indices()
+    return A
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("hash_min_degree", [2, 8])
+@CONVENTIONS
+def test_gpu_longrow_hash_tables_on_small_graphs(rng, gpu_device, hash_min_degree, metric, weighted, self_loops,
+                                                 dtype):
+    # rows of a few to ~20 entries: most long rows of a pair have a table, a few a bitmap
+    A = random_graph(rng, int(rng.integers(60, 120)), 0.1)
+    n = A.shape[0]
+    values, run = device_values(gpu_device, A, metric, weighted=weighted, self_loops=self_loops, dtype=dtype,
+                                variant="longrow", hub_min_degree=1, hub_max_bytes=2 * 4 * -(-n // 32),
+                                hash_min_degree=hash_min_degree)
+    if weighted:
+        assert run.hash_rows.size == 0 and run.hash_keys is None
+    else:
+        np.testing.assert_array_equal(run.hash_rows, expected_hash_rows(run.pattern.degrees, run.hubs,
+                                                                        hash_min_degree))
+        assert run.hash_rows.size > 0
+        assert_hash_tables(run)
+    np.testing.assert_allclose(values, reference(A, metric, weighted=weighted, self_loops=self_loops),
+                               rtol=0, atol=tolerance(dtype, weighted))
+    assert_matches_cpu(values, A, metric, weighted=weighted, self_loops=self_loops, dtype=dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["star", "hubs", "high_hubs", "power_law"])
+@pytest.mark.parametrize("hash_min_degree", [2, 8])
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_gpu_longrow_hash_tables_on_skewed_graphs(rng, gpu_device, kind, hash_min_degree, self_loops):
+    # long rows of every length, with and without bitmaps for the longest; owner entries whose
+    # long row has a table record every mirror; a second compute clears and rebuilds the tables
+    A = hash_test_graph(rng, kind)
+    n = A.shape[0]
+    assert (np.diff(A.indptr) == 0).any()
+    for n_hubs, chunk in ((0, 8), (3, 1), (3, 5)):
+        values, run = device_values(gpu_device, A, "jaccard", self_loops=self_loops, variant="longrow",
+                                    balanced_chunk=chunk, hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32),
+                                    hash_min_degree=hash_min_degree)
+        assert run.hubs.size == n_hubs
+        np.testing.assert_array_equal(run.hash_rows, expected_hash_rows(run.pattern.degrees, run.hubs,
+                                                                        hash_min_degree))
+        assert_matches_cpu(values, A, self_loops=self_loops)
+        assert_hash_tables(run)
+        p = run.pattern
+        rows = np.repeat(np.arange(n), p.degrees)
+        has_table = np.zeros(n, dtype=bool)
+        has_table[run.hash_rows] = True
+        in_table_row = owner_entries(p, "longrow", run.hubs) & has_table[rows]
+        assert in_table_row.any()
+        mirror_off = run.mirror_off.to_host()[in_table_row]
+        j = p.indices[in_table_row]
+        assert (mirror_off >= 0).all()
+        np.testing.assert_array_equal(p.indices[p.indptr[j] + mirror_off], rows[in_table_row])
+        run.compute()
+        np.testing.assert_array_equal(run.download(np.empty_like(values)), values)
+
+
+@pytest.mark.gpu
+def test_gpu_hash_min_degree_from_the_environment(rng, gpu_device, monkeypatch):
+    # the skewed graph's 4 hubs (~2000 entries) have bitmaps; the other rows have ~10 entries
+    A = skewed_graph(rng)
+    cpu = jaccard(A, backend="cpu", dtype=np.float64)
+    for setting, min_degree in (("0", 0), ("4", 4), ("12", 12), ("", similarity._HASH_MIN_DEGREE)):
+        monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, setting)
+        np.testing.assert_array_equal(jaccard(A, backend="gpu", variant="longrow", dtype=np.float64).data, cpu.data)
+        _, run = device_values(gpu_device, A, "jaccard", variant="longrow")
+        assert run.hubs.size >= 4 and run.hash_min_degree == min_degree
+        np.testing.assert_array_equal(run.hash_rows, expected_hash_rows(run.pattern.degrees, run.hubs, min_degree))
+        assert (run.hash_keys is not None) == (run.hash_rows.size > 0) == (0 < min_degree <= 12)
+    monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, "4")
+    _, run = device_values(gpu_device, A, "jaccard", variant="longrow", hash_min_degree=0)  # the argument wins
+    assert run.hash_rows.size == 0
+    for variant in ("balanced", "hub"):  # no tables outside longrow
+        _, run = device_values(gpu_device, A, "jaccard", variant=variant, hash_min_degree=2)
+        assert run.hash_rows.size == 0 and run.hash_keys is None
+
+
 @pytest.mark.gpu
 def test_gpu_pair_and_longrow_agree_with_element_on_a_power_law_graph(rng, gpu_device):
     # Chung-Lu-like degrees (a few hubs of thousands, most rows short) at a test's size
@@ -529,7 +692,9 @@ def test_gpu_pair_and_longrow_agree_with_element_on_a_power_law_graph(rng, gpu_d
     element, _ = device_values(gpu_device, A, "jaccard", variant="element")
     for variant, options in (("pair", {}), ("pair", dict(pair_width=2)), ("pair", dict(pair_width=1)),
                              ("longrow", {}), ("longrow", dict(balanced_chunk=2)),
-                             ("longrow", dict(balanced_chunk=32, hub_max_bytes=0))):
+                             ("longrow", dict(balanced_chunk=32, hub_max_bytes=0)),
+                             ("longrow", dict(hash_min_degree=0)), ("longrow", dict(hash_min_degree=2)),
+                             ("longrow", dict(hash_min_degree=8, hub_max_bytes=0, balanced_chunk=3))):
         values, _ = device_values(gpu_device, A, "jaccard", variant=variant, **options)
         np.testing.assert_array_equal(values, element, err_msg=f"{variant} {options}")
 
@@ -672,7 +837,9 @@ def test_device_options_are_checked_before_the_device_is_used():
     for options, message in ((dict(rows_per_block=0), "rows_per_block must be 1 to 256"),
                              (dict(rows_per_block=257), "rows_per_block must be 1 to 256"),
                              (dict(balanced_chunk=0), "balanced_chunk must be 1 to 65536"),
-                             (dict(pair_width=3), r"pair_width must be one of \(1, 2, 4\)")):
+                             (dict(pair_width=3), r"pair_width must be one of \(1, 2, 4\)"),
+                             (dict(hash_min_degree=-1), "hash_min_degree must be an integer >= 0"),
+                             (dict(hash_min_degree=2.5), "hash_min_degree must be an integer >= 0")):
         with pytest.raises(ValueError, match=message):
             DeviceSimilarity(None, pattern, metric=0, self_loops=False, dtype=np.float32, variant="pair", **options)
 
@@ -708,6 +875,44 @@ def test_hub_vertices_are_the_highest_degrees_that_fit(rng):
     np.testing.assert_array_equal(np.sort(everything), np.flatnonzero(d >= 64))
     assert hub_vertices(d, min_degree=64, max_bytes=4 * words - 1).size == 0
     assert hub_vertices(np.zeros(5, dtype=np.int64), min_degree=0, max_bytes=1 << 20).size == 0
+
+
+def test_hash_table_rows(rng):
+    d = np.array([0, 1, 2, 3, 4, 31, 32, 33, 64, 100, 1000])
+    rows, slots = hash_table_rows(d, np.array([9], dtype=np.int32), min_degree=1)
+    assert rows.dtype == np.int32 and slots.dtype == np.int64
+    np.testing.assert_array_equal(rows, [1, 2, 3, 4, 5, 6, 7, 8, 10])  # not the hub 9, not degree 0
+    np.testing.assert_array_equal(np.diff(slots), [4, 4, 8, 8, 64, 64, 128, 128, 2048])  # a bucket at least
+    assert slots[0] == 0
+    for min_degree in (0, 1, 2, 8, 32, 200):
+        d = rng.integers(0, 300, 500)
+        hubs = rng.choice(500, 20, replace=False).astype(np.int32)
+        rows, slots = hash_table_rows(d, hubs, min_degree=min_degree)
+        np.testing.assert_array_equal(rows, expected_hash_rows(d, hubs, min_degree))
+        sizes = np.diff(slots)
+        assert slots.size == rows.size + 1 and slots[0] == 0
+        assert ((sizes & (sizes - 1)) == 0).all() and (slots % 4 == 0).all()  # aligned buckets of 4
+        assert ((2 * d[rows] <= sizes) & ((sizes < 4 * d[rows]) | (sizes == 4))).all()  # load in (1/4, 1/2]
+        # the size cuda_src/jaccard_search.cuh's hash_shift gives: 2^(32 - min(clz(2 d - 1), 30))
+        assert all(int(size) == 1 << max(2, int(2 * k - 1).bit_length()) for size, k in zip(sizes, d[rows]))
+    assert hash_table_rows(np.zeros(4, dtype=np.int64), [], min_degree=1)[0].size == 0
+
+
+def test_default_hash_min_degree_follows_the_environment(monkeypatch):
+    monkeypatch.delenv(similarity._HASH_MIN_DEGREE_ENV, raising=False)
+    assert similarity.default_hash_min_degree() == similarity._HASH_MIN_DEGREE == 128
+    monkeypatch.setattr(similarity, "_HASH_MIN_DEGREE", 5)
+    assert similarity.default_hash_min_degree() == 5
+    for value, expected in (("0", 0), ("8", 8), (" 2 ", 2), ("", 5)):
+        monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, value)
+        assert similarity.default_hash_min_degree() == expected
+    pattern = symmetric_pattern(sp.csr_matrix(np.ones((3, 3)) - np.eye(3)))
+    for value in ("-1", "x", "2.5"):
+        monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, value)
+        with pytest.raises(ValueError, match="GRAPHKERN_JACCARD_HASH_MIN_DEGREE must be an integer >= 0"):
+            similarity.default_hash_min_degree()
+        with pytest.raises(ValueError, match="GRAPHKERN_JACCARD_HASH_MIN_DEGREE"):  # before the device is used
+            DeviceSimilarity(None, pattern, metric=0, self_loops=False, dtype=np.float32, variant="longrow")
 
 
 def test_bounded_degree_graph_reaches_its_bound(rng):
