@@ -398,7 +398,8 @@ class _GpuRunner:
         rt, dev = self.rt, self.dev
         fn = self.fn["batched"]
         itemsize = self.dtype.itemsize
-        order = np.argsort(-_pair_work(A, B, pa, pb), kind="stable")
+        launch_works = _pair_work(A, B, pa, pb)
+        order = np.argsort(-launch_works, kind="stable")
         pa_sorted, pb_sorted = pa[order], pb[order]
         n_pairs = len(pa)
         vsize = A.n_nodes[pa_sorted] * B.n_nodes[pb_sorted]
@@ -419,6 +420,7 @@ class _GpuRunner:
             self.stream = rt.Stream(dev)
         st = self.stream
         launch = _BatchedLaunch(self, order, grid)
+        launch.works = launch_works[order]  # in the launch's order, heaviest first
         launch.host_pairs = (pa_sorted.astype(np.int64), pb_sorted.astype(np.int64))  # alive while copied
         launch.d_pa = rt.to_device(dev, launch.host_pairs[0], stream=st)
         launch.d_pb = rt.to_device(dev, launch.host_pairs[1], stream=st)
@@ -539,7 +541,7 @@ def _release_pinned_pair(pair):
 # share_from_both_ends: the CPU claims pairs in steps of about this long at its measured speed
 # (its last step can end after the GPU's, so this bounds the imbalance), and at most this share
 # of the GPU's predicted time to the claim
-_HYBRID_STEP_SECONDS = 5e-4
+_HYBRID_STEP_SECONDS = 1e-3
 _HYBRID_STEP_SHARE = 0.5
 # cores the CPU share leaves free: with every core in the OpenMP team, a thread preempted by
 # the system or the driver held each step's barrier for a time slice (H100 machine, 16 cores:
@@ -560,19 +562,22 @@ def share_from_both_ends(works, run_cpu, gpu, *, n_threads, step_seconds=None, c
     the GPU's progress reaches the limit or the launch is done: the meeting point is measured
     in every call, on these pairs, with no rate model carried between calls.
 
-    A step is the work the CPU did in ``step_seconds`` so far in this call (its first step: two
-    pairs per thread), and at most half the time the GPU needs, at its pace so far, to reach
-    the limit, so that the CPU rarely finishes after the GPU.  A block may take a pair just
+    A step is the work the CPU did in ``step_seconds`` at its last step's speed (its first step:
+    two pairs per thread; a step that took under half its time doubles the next, since a short
+    step's speed is mostly its fixed cost), and at most half the time the GPU needs to reach the
+    limit at its pace during the last step, so that the steps shrink as the two meet and the CPU
+    rarely finishes after the GPU.  A block may take a pair just
     before the CPU's claim reaches it; both then compute it (the CPU's value is used).  Returns
     the final limit (positions >= it are the CPU's) and the split's record.
     """
     step_seconds = _HYBRID_STEP_SECONDS if step_seconds is None else step_seconds
     works = np.asarray(works, dtype=np.float64)
+    seen = None  # (time, progress) at the previous step: the GPU's recent pace
     n = len(works)
     # work of positions [b, n) is tail[b]
     tail = np.concatenate([np.cumsum(works[::-1])[::-1], [0.0]])
     b = n
-    cpu_work = cpu_seconds = 0.0
+    cpu_work = cpu_seconds = last_work = last_seconds = 0.0
     steps = 0
     t_start = clock()
     capacity = getattr(gpu, "capacity", n)
@@ -586,16 +591,25 @@ def share_from_both_ends(works, run_cpu, gpu, *, n_threads, step_seconds=None, c
         else:
             budget = step_seconds
             now = clock()
-            if p >= 0 and now > t_start:  # the GPU's pace: positions per second so far
-                budget = min(budget, _HYBRID_STEP_SHARE * free / ((p + 1) / (now - t_start)))
-            want = tail[b] + budget * cpu_work / cpu_seconds
-            lo = int(np.searchsorted(-tail, -want, side="left"))  # tail is non-increasing
+            # the GPU's pace in positions per second over the last step (it quickens as the
+            # pairs get lighter), else since the start
+            if seen is not None and p > seen[1] and now > seen[0]:
+                budget = min(budget, _HYBRID_STEP_SHARE * free * (now - seen[0]) / (p - seen[1]))
+            elif p >= 0 and now > t_start:
+                budget = min(budget, _HYBRID_STEP_SHARE * free * (now - t_start) / (p + 1))
+            seen = (now, p)
+            want = budget * last_work / last_seconds
+            if last_seconds < 0.5 * budget:
+                want = max(want, 2 * last_work)
+            lo = int(np.searchsorted(-tail, -(tail[b] + want), side="left"))  # tail is non-increasing
             c = min(free, max(1, b - lo))
         gpu.set_limit(b - c)
         t0 = clock()
         run_cpu(b - c, b)
-        cpu_seconds += clock() - t0
-        cpu_work += tail[b - c] - tail[b]
+        last_seconds = max(clock() - t0, 1e-9)
+        last_work = tail[b - c] - tail[b]
+        cpu_seconds += last_seconds
+        cpu_work += last_work
         b -= c
         steps += 1
     return b, dict(cpu_pairs=n - b, gpu_pairs=b, cpu_steps=steps, cpu_seconds=cpu_seconds,
@@ -829,9 +843,8 @@ class ShortestPathKernel:
             idx = order[lo:hi]
             cpu_values[lo:hi] = _run_cpu("openmp_out", A, B, pa[idx], pb[idx], edge, n_threads, dtype)
 
-        works = _pair_work(A, B, pa, pb)[order]
         try:
-            b, split = share_from_both_ends(works, run_cpu, launch, n_threads=n_threads)
+            b, split = share_from_both_ends(launch.works, run_cpu, launch, n_threads=n_threads)
         finally:
             out = launch.finish()  # waits for the GPU even when the CPU side raised
         out[order[b:]] = cpu_values[b:]
