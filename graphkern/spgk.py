@@ -65,15 +65,16 @@ definition above regrouped.  ``method`` picks the algorithm:
 =================== ===== ========================================================
 
 ``backend="hybrid"`` launches gpu_batched on every pair, heaviest first, and while it runs the
-calling thread takes pairs from the light end with all CPU threads (openmp_out), in steps of
-~0.3 ms, lowering a limit in mapped host memory that the kernel's blocks read before each pair;
-the two meet where the GPU's progress reaches the CPU's claim
+calling thread takes pairs from the light end with all cores but one (openmp_out), in steps of
+up to ~1 ms, each first lowering a limit in device memory (copied on a side stream) that the
+kernel's blocks read before each pair; the blocks report their progress to mapped host memory,
+and the two sides meet where that progress reaches the CPU's claim
 (:func:`share_from_both_ends`).  The meeting point is thus measured in every call, on the
 pairs being computed, with no threshold or rate carried between calls: light pairs are where a
 GPU is least efficient per unit of work (each block pays a fixed cost per pair), so the CPU's
 share saves the GPU more time than its share of the work, and where the CPU is too slow to help
-it simply takes little.  The GPU needs no host thread while it runs, so every core works on
-the CPU's share.
+it simply takes little.  The GPU needs no host thread while it runs, so the calling thread is
+one of the CPU's workers.
 
 Precision: sums are accumulated in float64 everywhere.  With ``dtype=float32`` the
 vertex-kernel matrix, the continuous labels and the products are float32 (path lengths
@@ -392,8 +393,9 @@ class _GpuRunner:
         """Queue gpu_batched on the pairs and return at once: a :class:`_BatchedLaunch`.
 
         The pairs go heaviest first (the kernel's atomic pair counter then balances the tail).
-        ``shared_with_cpu``: the launch reads a limit in mapped host memory, so that the CPU can
-        take pairs from the light end while it runs (see :func:`share_from_both_ends`).
+        ``shared_with_cpu``: the launch reads a limit the CPU lowers and reports its progress
+        (see :meth:`_BatchedLaunch.share`), so that the CPU can take pairs from the light end
+        while it runs (:func:`share_from_both_ends`).
         """
         rt, dev = self.rt, self.dev
         fn = self.fn["batched"]
@@ -543,9 +545,9 @@ def _release_pinned_pair(pair):
 # of the GPU's predicted time to the claim
 _HYBRID_STEP_SECONDS = 1e-3
 _HYBRID_STEP_SHARE = 0.5
-# cores the CPU share leaves free: with every core in the OpenMP team, a thread preempted by
-# the system or the driver held each step's barrier for a time slice (H100 machine, 16 cores:
-# steps of 2 pairs took 1.4 ms)
+# cores the CPU share leaves free, for the system and the driver: a team thread preempted
+# holds its step's barrier for a time slice (H100 machine, 16 cores, first version with every
+# core in the team: steps of 2 pairs took up to 1.4 ms)
 _HYBRID_FREE_CORES = 1
 # the launch publishes its progress every this many pairs
 _PROGRESS_STRIDE = 32
@@ -566,9 +568,9 @@ def share_from_both_ends(works, run_cpu, gpu, *, n_threads, step_seconds=None, c
     two pairs per thread; a step that took under half its time doubles the next, since a short
     step's speed is mostly its fixed cost), and at most half the time the GPU needs to reach the
     limit at its pace during the last step, so that the steps shrink as the two meet and the CPU
-    rarely finishes after the GPU.  A block may take a pair just
-    before the CPU's claim reaches it; both then compute it (the CPU's value is used).  Returns
-    the final limit (positions >= it are the CPU's) and the split's record.
+    rarely finishes after the GPU.  A block may take a pair just before the CPU's claim reaches
+    it; both then compute it (the CPU's value is used).  Returns the final limit (positions >= it
+    are the CPU's) and the split's record.
     """
     step_seconds = _HYBRID_STEP_SECONDS if step_seconds is None else step_seconds
     works = np.asarray(works, dtype=np.float64)
