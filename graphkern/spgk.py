@@ -421,7 +421,7 @@ class _GpuRunner:
         if self.stream is None:
             self.stream = rt.Stream(dev)
         st = self.stream
-        launch = _BatchedLaunch(self, order, grid)
+        launch = _BatchedLaunch(self, order)
         launch.works = launch_works[order]  # in the launch's order, heaviest first
         launch.host_pairs = (pa_sorted.astype(np.int64), pb_sorted.astype(np.int64))  # alive while copied
         launch.d_pa = rt.to_device(dev, launch.host_pairs[0], stream=st)
@@ -458,11 +458,10 @@ class _BatchedLaunch:
 
     capacity = 0
 
-    def __init__(self, runner, order, grid):
+    def __init__(self, runner, order):
         rt = runner.rt
         self.runner = runner
         self.order = order
-        self.grid = grid
         self.started = rt.Event(runner.dev)
         self.ended = rt.Event(runner.dev)
         self.flags = self.ring = None

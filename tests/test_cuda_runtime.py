@@ -129,6 +129,25 @@ def test_pinned_async_copy(rng, gpu_device):
 
 
 @pytest.mark.gpu
+def test_mapped_pinned_memory_is_written_by_a_kernel(rng, gpu_device):
+    # a kernel updates page-locked host memory in place through its device pointer
+    n = 1000
+    x, y = rng.normal(size=n), rng.normal(size=n)
+    mapped = rt.PinnedBuffer(8 * n, mapped=True)
+    host = mapped.array(np.float64, (n,))
+    host[:] = y
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_axpy_f64")
+    s = rt.Stream(gpu_device)
+    rt.launch(fn, (n + 255) // 256, 256,
+              (np.float64(2.5), rt.to_device(gpu_device, x), np.uint64(mapped.device_pointer(gpu_device)),
+               np.int64(n)), stream=s)
+    s.synchronize()
+    np.testing.assert_allclose(host, 2.5 * x + y, rtol=0, atol=1e-15 * np.abs(2.5 * x + y).max())
+    with pytest.raises(ValueError, match="mapped=True"):
+        rt.PinnedBuffer(64).device_pointer(gpu_device)
+
+
+@pytest.mark.gpu
 def test_launch_packaged_kernel(rng, gpu_device):
     n = 1_000_003
     x, y = rng.normal(size=n), rng.normal(size=n)
