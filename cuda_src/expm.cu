@@ -126,10 +126,22 @@ __device__ double block_sum(double v) {
 // into the n_peer_outs doubles whose addresses peer_outs lists (other devices' slots).
 __device__ void sum_partials(const double* partials, int64_t n_partials, const double* extra, int64_t n_extra,
                              double* out, const uint64_t* peer_outs, int32_t n_peer_outs) {
+    // Each thread adds b = threadIdx.x, + blockDim.x, ... in that order, with kLoads loads in flight
+    // at a time: one load per add made one block take 185 us for R-MAT's 1.3e5 partials (H100).
+    constexpr int kLoads = 8;
     double acc = 0.0;
     const int64_t total = n_partials + n_extra;
-    for (int64_t b = threadIdx.x; b < total; b += blockDim.x)
-        acc += b < n_partials ? __ldcg(partials + b) : __ldcg(extra + (b - n_partials));
+    for (int64_t b0 = threadIdx.x; b0 < total; b0 += (int64_t)kLoads * blockDim.x) {
+        double v[kLoads];
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u) {
+            const int64_t b = b0 + (int64_t)u * blockDim.x;
+            v[u] = b < n_partials ? __ldcg(partials + b) : b < total ? __ldcg(extra + (b - n_partials)) : 0.0;
+        }
+#pragma unroll
+        for (int u = 0; u < kLoads; ++u)
+            if (b0 + (int64_t)u * blockDim.x < total) acc += v[u];
+    }
     acc = block_sum(acc);
     if (threadIdx.x == 0) {
         *out = acc;
@@ -219,16 +231,31 @@ DEFINE_LD_ONCE_V4(int4, "s32", "r")
 DEFINE_LD_ONCE_V4(float4, "f32", "f")
 DEFINE_LD_ONCE_V2(double2, "f64", "d")
 
-// Gather of x[col].  Columns below `hot` go through L1 (__ldg); the others skip it (__ldcg, L2
-// only), so that they do not evict the hot ones.  In a degree-ordered matrix the low columns are
-// the hubs': on the H100's R-MAT (scale 22, 1.28e8 nonzeros) the first 12,288 columns (96 KiB of
-// float64 x, about what L1 holds beside the staged products at 5 blocks per SM) take 36% of the
-// gathers; L1 for all of them gave 1124 us per SpMV, L1 for none 1754 us, L1 for the first 8K /
-// 12K / 16K 1089 / 1061 / 1092 us.  In A's own order hot is INT32_MAX: every gather uses L1, which
-// keeps the reuse of meshes and grids.
+// Gather of x[col].  Hot columns go through L1 (__ldg); the others skip it (__ldcg, L2 only), so
+// that they do not evict the hot ones.  In a degree-ordered matrix the low columns are the hubs':
+// on the H100's R-MAT (scale 22, 1.28e8 nonzeros) the first 12,288 columns (96 KiB of float64 x,
+// about what L1 holds beside the staged products at 5 blocks per SM) take 36% of the gathers; L1
+// for all of them gave 1124 us per SpMV, L1 for none 1754 us, L1 for the first 8K / 12K / 16K
+// 1089 / 1061 / 1092 us.  In A's own order len is INT32_MAX: every gather uses L1, which keeps the
+// reuse of meshes and grids.
+//
+// Hot are [0, len) and [start1, start1 + len); start1 = 2^31 leaves the second range empty (the
+// unsigned difference of a column and 2^31 is never below len).  With the rows dealt to several
+// devices, each device's block of rows (and of columns) starts with its share of the hubs, so the
+// hubs sit at the start of every block: the host puts the second range at the second block.  On two
+// H100s (R-MAT scale 22), each device's half of the SpMV took 0.80-0.83 ms with one range ([0,
+// 12288): the even-ranked hubs only, the second largest not among them) and 0.54-0.55 ms with two
+// (6144 columns at the start of each block; 12288 each: the same), against 1.04-1.06 ms for the
+// whole matrix on one H100.
+struct HotColumns {
+    int32_t len;
+    uint32_t start1;
+};
+
 template <typename T>
-__device__ __forceinline__ T gather_x(const T* __restrict__ x, int32_t col, int32_t hot) {
-    return col < hot ? __ldg(x + col) : __ldcg(x + col);
+__device__ __forceinline__ T gather_x(const T* __restrict__ x, int32_t col, HotColumns hot) {
+    const bool in_l1 = col < hot.len || (uint32_t)col - hot.start1 < (uint32_t)hot.len;
+    return in_l1 ? __ldg(x + col) : __ldcg(x + col);
 }
 
 // Four consecutive values starting at a multiple of 4 (the value arrays are padded and 16-byte aligned).
@@ -245,7 +272,7 @@ __device__ __forceinline__ void load_quad(const double* __restrict__ p, int64_t 
 // One stored entry's product a_ij x_j, loaded one at a time (scalar, vector and thread-list rows).
 template <typename T, bool kWeighted, typename P>
 __device__ __forceinline__ T entry(const T* __restrict__ values, const int32_t* __restrict__ indices,
-                                   const T* __restrict__ x, int32_t hot, P e, uint64_t policy) {
+                                   const T* __restrict__ x, HotColumns hot, P e, uint64_t policy) {
     const T xv = gather_x(x, ld_once(indices + e, policy), hot);
     if constexpr (kWeighted) {
         return ld_once(values + e, policy) * xv;
@@ -260,7 +287,7 @@ __device__ __forceinline__ T entry(const T* __restrict__ values, const int32_t* 
 // before the first use.
 template <typename T, bool kWeighted, typename Use>
 __device__ __forceinline__ void for_each_product(const int32_t* __restrict__ indices, const T* __restrict__ values,
-                                                 const T* __restrict__ x, int32_t hot, int64_t e0, int64_t e1,
+                                                 const T* __restrict__ x, HotColumns hot, int64_t e0, int64_t e1,
                                                  int rank, int count, uint64_t policy, Use use) {
     const int4* __restrict__ quads = reinterpret_cast<const int4*>(indices);
     const int64_t q_end = (e1 + 3) >> 2;
@@ -328,7 +355,7 @@ struct SpmvArgs {
     unsigned* seg_counters;             // one per long row, zero between launches
     double* long_alpha;                 // one per long row: its share of alpha
     uint64_t policy;                    // L2 evict-first, for the streamed loads
-    int32_t hot_cols;                   // gathers of columns below it use L1 (gather_x)
+    HotColumns hot;                     // gathers of these columns use L1 (gather_x)
 };
 
 // ---------------------------------------------------------------------------------------- variants
@@ -342,7 +369,7 @@ __device__ double rows_scalar(const SpmvArgs<T, P>& a) {
         T dot = 0;
         const P end = a.indptr[i + 1];
         for (P e = a.indptr[i]; e < end; ++e)
-            dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, a.hot_cols, e, a.policy);
+            dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, a.hot, e, a.policy);
         part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
     }
     return part;
@@ -365,7 +392,7 @@ __device__ double rows_vector(const SpmvArgs<T, P>& a) {
         if (active) {
             const P end = a.indptr[i + 1];
             for (P e = a.indptr[i] + lane; e < end; e += kGroup)
-                dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, a.hot_cols, e, a.policy);
+                dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, a.hot, e, a.policy);
         }
         for (int o = kGroup / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, kGroup);
         if (active && lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
@@ -382,7 +409,7 @@ __device__ double warp_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1, con
     for (int64_t t = t0 + threadIdx.x / kWarp; t < t1; t += warps) {
         const int64_t i = list != nullptr ? (int64_t)list[t] : t;
         T dot = 0;
-        for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, a.hot_cols, (int64_t)a.indptr[i],
+        for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, a.hot, (int64_t)a.indptr[i],
                                        (int64_t)a.indptr[i + 1], lane, kWarp, a.policy,
                                        [&](int64_t, T p) { dot += p; });
         for (int o = kWarp / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o);
@@ -407,7 +434,7 @@ __device__ double stream_rows(const SpmvArgs<T, P>& a, int64_t r0, int64_t r1, i
         const int64_t t = threadIdx.x + (int64_t)j * kBlock;
         pointer[j] = t <= rows ? a.indptr[r0 + t] : P(0);
     }
-    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, a.hot_cols, e0, e1, threadIdx.x, blockDim.x, a.policy,
+    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, a.hot, e0, e1, threadIdx.x, blockDim.x, a.policy,
                                    [&](int64_t e, T p) { staged[e - e0] = p; });
 #pragma unroll
     for (int j = 0; j < kRowPointersPerThread; ++j) {
@@ -446,7 +473,7 @@ __device__ double thread_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1) {
     T dot = 0;
     const P end = a.indptr[i + 1];
     for (P e = a.indptr[i]; e < end; ++e)
-        dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, a.hot_cols, e, a.policy);
+        dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, a.hot, e, a.policy);
     return finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
 }
 
@@ -458,7 +485,7 @@ __device__ void long_segment(const SpmvArgs<T, P>& a, int64_t i, int64_t e0, int
                                int64_t seg_index, int64_t n_seg, int64_t long_index) {
     __shared__ bool is_last;
     T dot = 0;
-    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, a.hot_cols, e0, e1, threadIdx.x, blockDim.x, a.policy,
+    for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, a.hot, e0, e1, threadIdx.x, blockDim.x, a.policy,
                                    [&](int64_t, T p) { dot += p; });
     const double s = block_sum(static_cast<double>(dot));
     if (threadIdx.x == 0) {
@@ -519,12 +546,12 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
         int64_t k, const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows, \
         double *partials, unsigned *counter, double *alpha_out, const uint64_t *alpha_peers,               \
         int32_t n_alpha_peers, double *seg_partials, unsigned *seg_counters, double *long_alpha, int64_t n_long, \
-        int32_t hot_cols
+        int32_t hot_len, uint32_t hot_start1
 
 #define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                     \
     SpmvArgs<T, P> a{indptr, indices, values, tasks, n_tasks, rowlist, w_cur, w_prev, w_out, row0, nrows, \
                      step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters, \
-                     long_alpha, stream_policy(), hot_cols};                                              \
+                     long_alpha, stream_policy(), {hot_len, hot_start1}};                                              \
     const double part = ROWS(a);                                                                          \
     if (alpha_out != nullptr)                                                                             \
         grid_sum(part, partials, counter, alpha_out, alpha_peers, n_alpha_peers, long_alpha, n_long);

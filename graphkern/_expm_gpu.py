@@ -121,6 +121,8 @@ HOT_X_BYTES = 96 << 10
 # task, 1.3e5 blocks): the tickets made the SpMV 1589 us against 1070 without the reduction.
 SPLIT_SUM_BLOCKS_PER_SM = 4
 _ALL_COLUMNS = np.iinfo(np.int32).max
+# hot_columns' second range when there is none (see gather_x)
+_NO_SECOND_RANGE = np.uint32(1 << 31)
 TASK_GRID_ENV = "GRAPHKERN_EXPM_TASK_GRID"
 TASK_GRIDS = ("resident", "tasks")
 # int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
@@ -603,6 +605,7 @@ class Residency:
         else:
             bounds = mat.chunks(len(self.devices))
         self.order = order
+        self.bounds = bounds
         self.rows = []
         for i, d in enumerate(self.devices):
             self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], order))
@@ -784,12 +787,20 @@ def residency_info():
 
 # ----------------------------------------------------------------------------- one device's share of a solve
 
-def hot_columns(reorder, dtype):
-    """The SpMV kernels' ``hot_cols``: gathers of columns below it use L1 (HOT_X_BYTES of x in a
-    degree-ordered matrix; every column in A's own order)."""
-    if reorder == "degree":
-        return np.int32(HOT_X_BYTES // np.dtype(dtype).itemsize)
-    return np.int32(_ALL_COLUMNS)
+def hot_columns(reorder, dtype, bounds=None):
+    """The SpMV kernels' hot columns ``(len, start1)``: gathers of columns in [0, len) or [start1,
+    start1 + len) use L1 (gather_x in cuda_src/expm.cu).  In A's own order every column; in a degree
+    order the HOT_X_BYTES of x of the highest degrees.  ``bounds``: the devices' row blocks (None:
+    one device).  Dealt round robin, each block starts with its share of the hubs, so on two devices
+    the hot columns are the first HOT/2 of each block; with more, the kernel's two ranges cover the
+    first two blocks (HOT/2 each) and the other blocks' hubs go through L2."""
+    parts = 1 if bounds is None else len(bounds) - 1
+    if reorder != "degree":
+        return np.int32(_ALL_COLUMNS), _NO_SECOND_RANGE
+    hot = HOT_X_BYTES // np.dtype(dtype).itemsize
+    if parts < 2:
+        return np.int32(hot), _NO_SECOND_RANGE
+    return np.int32(hot // 2), np.uint32(bounds[1])
 
 
 class _Share:
@@ -803,7 +814,7 @@ class _Share:
         self.values = rows.values_for(res, mat, dtype)
         self.plan = rows.plan_for(res, mat, variant)
         self.spmv_fn, self.spmv_grid = self.plan.launch_config(rows, dtype, mat.weighted)
-        self.hot_cols = hot_columns(res.reorder, dtype)
+        self.hot_cols = hot_columns(res.reorder, dtype, res.bounds)
         tn = _type_name(dtype)
         self.update_fn = rt.kernel(self.dev, "expm", f"lanczos_update_{tn}")
         self.combine_fn = rt.kernel(self.dev, "expm", f"lanczos_combine_{tn}")
@@ -833,7 +844,7 @@ class _Share:
                 np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials,
                 self.ws.counter if fused else None, alpha_out, peers,
                 np.int32(self.ws.n_peers if store_alpha and fused else 0), p.seg_partials, p.seg_counters,
-                p.long_alpha, np.int64(p.n_long), self.hot_cols)
+                p.long_alpha, np.int64(p.n_long), *self.hot_cols)
 
     def alpha_sum_args(self, alpha_out, store_alpha=False):
         """Arguments of lanczos_sum_partials after a split SpMV: its block partials, then the long

@@ -389,8 +389,34 @@ def test_split_alpha_sum_gives_the_same_bits(devices, exchange, rng, monkeypatch
 
 def test_hot_columns_cover_96_kib_of_x_only_in_degree_order():
     from graphkern._expm_gpu import hot_columns
-    assert hot_columns("degree", np.float64) == 12288 and hot_columns("degree", np.float32) == 24576
-    assert hot_columns("none", np.float64) == hot_columns("none", np.float32) == np.iinfo(np.int32).max
+    empty = 1 << 31  # no second range
+    assert hot_columns("degree", np.float64) == (12288, empty)
+    assert hot_columns("degree", np.float32) == (24576, empty)
+    assert hot_columns("degree", np.float64, [0, 70000]) == (12288, empty)
+    all_columns = (np.iinfo(np.int32).max, empty)
+    assert hot_columns("none", np.float64) == hot_columns("none", np.float32) == all_columns
+    assert hot_columns("none", np.float64, [0, 500, 1000]) == all_columns
+
+
+def test_hot_columns_start_every_devices_block_in_degree_order():
+    """Dealt round robin by degree, each device's block of rows begins with its share of the hubs:
+    the hot columns are half the budget at the start of each of the first two blocks."""
+    from graphkern._expm_gpu import hot_columns
+    assert hot_columns("degree", np.float64, [0, 35000, 70000]) == (6144, 35000)
+    assert hot_columns("degree", np.float32, [0, 35000, 70000]) == (12288, 35000)
+    assert hot_columns("degree", np.float64, [0, 25, 50, 75]) == (6144, 25)
+
+
+def test_degree_order_deals_the_hubs_to_the_start_of_every_block(rng):
+    from graphkern._expm_lanczos import DegreeOrder
+    A = skewed_graph(rng, 3000, [900, 500, 110, 70], weighted=False)
+    indptr = A.indptr.astype(np.int64)
+    order = DegreeOrder(indptr, 2)
+    deg = np.diff(indptr)[order.order]
+    b = order.bounds
+    top = np.sort(np.diff(indptr))[::-1]
+    # the four largest degrees: the first two columns of each block
+    assert sorted([deg[b[0]], deg[b[0] + 1], deg[b[1]], deg[b[1] + 1]], reverse=True) == list(top[:4])
 
 
 @pytest.mark.gpu
