@@ -546,9 +546,10 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
         int64_t k, const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows, \
         double *partials, unsigned *counter, double *alpha_out, const uint64_t *alpha_peers,               \
         int32_t n_alpha_peers, double *seg_partials, unsigned *seg_counters, double *long_alpha, int64_t n_long, \
-        int32_t hot_len, uint32_t hot_start1
+        int32_t hot_len, uint32_t hot_start1, const int32_t *skip
 
 #define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                     \
+    if (skip != nullptr && *skip) return;                                                                 \
     SpmvArgs<T, P> a{indptr, indices, values, tasks, n_tasks, rowlist, w_cur, w_prev, w_out, row0, nrows, \
                      step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters, \
                      long_alpha, stream_policy(), {hot_len, hot_start1}};                                              \
@@ -682,7 +683,9 @@ __device__ void scale_out(const double* __restrict__ y, int64_t nrows, double f0
         const T *w_cur, T *w_out, double *coef, int64_t cap, int64_t k, const double *alpha_slots,            \
         int32_t n_dev, int64_t row0, int64_t nrows, double *partials, unsigned *counter, double *beta_out,    \
         const uint64_t *beta_peers, int32_t n_beta_peers, double *y, const double *g, int32_t n_row_peers,    \
-        const uint8_t *peer_mask, T *peer0, T *peer1, T *peer2, T *peer3, T *peer4, T *peer5, T *peer6) {     \
+        const uint8_t *peer_mask, T *peer0, T *peer1, T *peer2, T *peer3, T *peer4, T *peer5, T *peer6,       \
+        const int32_t *skip) {                                                                                \
+        if (skip != nullptr && *skip) return;                                                                 \
         T *const row_peers[kMaxRowPeers] = {peer0, peer1, peer2, peer3, peer4, peer5, peer6};                 \
         update<T>(w_cur, w_out, coef, cap, k, alpha_slots, n_dev, row0, nrows, partials, counter, beta_out,   \
                   beta_peers, n_beta_peers, y, g, n_row_peers, peer_mask, row_peers);                         \
@@ -800,6 +803,22 @@ extern "C" __global__ void __launch_bounds__(kBlock) lanczos_peak(const double *
 extern "C" __global__ void __launch_bounds__(kBlock) lanczos_sum_partials(const double *partials, int64_t n_partials,
                                                                         const double *extra, int64_t n_extra,
                                                                         double *out, const uint64_t *peer_outs,
-                                                                        int32_t n_peer_outs) {
+                                                                        int32_t n_peer_outs, const int32_t *skip) {
+    if (skip != nullptr && *skip) return;
     sum_partials(partials, n_partials, extra, n_extra, out, peer_outs, n_peer_outs);
+}
+
+// The gate before step k's kernels (first pass): *skip = k >= *stop_at, read by every block of the
+// step's SpMV, sum and update, which then return at once.  The host writes stop_at (mapped host
+// memory) once it has decided the Krylov dimension m, so that the steps queued ahead of the check
+// point (the engine's lookahead) cost a launch instead of an SpMV each; reading it once per step
+// in one thread makes the decision the same for every block of the step.  *ran = k + 1 for a step
+// that runs (mapped too: the host counts the SpMVs done).  Steps at or past m produce nothing the
+// answer reads, and every block of a skipped kernel returns before its tickets, so no counter is
+// left armed.
+extern "C" __global__ void lanczos_gate(const volatile int64_t *stop_at, int64_t k, int32_t *skip,
+                                        volatile int64_t *ran) {
+    const int32_t s = k >= *stop_at ? 1 : 0;
+    *skip = s;
+    if (!s) *ran = k + 1;
 }

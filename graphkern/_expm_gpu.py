@@ -120,7 +120,14 @@ HOT_X_BYTES = 96 << 10
 # instead of by an atomic ticket per block.  H100, R-MAT scale 22 in a Lanczos step (a block per
 # task, 1.3e5 blocks): the tickets made the SpMV 1589 us against 1070 without the reduction.
 SPLIT_SUM_BLOCKS_PER_SM = 4
+# First-pass steps run behind a gate (lanczos_gate) that skips them once the host has fixed the
+# Krylov dimension below them: the steps queued ahead of a check point that turns out to be the
+# last cost a launch each instead of an SpMV (R-MAT 22 on an H100: 4 of 20 SpMVs, 4.8 of 28 ms).
+CANCEL_LOOKAHEAD = True
 _ALL_COLUMNS = np.iinfo(np.int32).max
+# the gate's two mapped words sit on cache lines of their own (the host writes one, the device the other)
+_GATE_LINE = 128
+_NO_STOP = np.iinfo(np.int64).max
 # hot_columns' second range when there is none (see gather_x)
 _NO_SECOND_RANGE = np.uint32(1 << 31)
 TASK_GRID_ENV = "GRAPHKERN_EXPM_TASK_GRID"
@@ -508,6 +515,15 @@ class Workspace:
         self.n_peers = 0
         self.y = rt.alloc(dev, max(self.nrows, 1), np.float64)
         self.peak = rt.alloc(dev, 1, np.uint64)
+        # the step gate (lanczos_gate): skip, in device memory, read by the step's kernels; stop_at
+        # and ran in mapped host memory, written by the host and by the gate
+        self.skip = rt.alloc(dev, 1, np.int32)
+        self.skip.zero()
+        gate = rt.PinnedBuffer(2 * _GATE_LINE, mapped=True)
+        self.gate_words = gate.array(np.int64)
+        self.stop_at = np.uint64(gate.device_pointer(dev))
+        self.ran = np.uint64(gate.device_pointer(dev) + _GATE_LINE)
+        self.gate_host = gate
         self.out = None  # view of ring[0] at this device's rows: the scaled output in dtype
         pinned = rt.PinnedBuffer(16)
         self.rscale_host = pinned.array(np.float64, (2,))[:1]
@@ -822,6 +838,7 @@ class _Share:
         self.scale_fn = rt.kernel(self.dev, "expm", f"lanczos_scale_out_{tn}")
         self.gather_fn = rt.kernel(self.dev, "expm", f"lanczos_gather_{tn}")
         self.peak_fn = rt.kernel(self.dev, "expm", "lanczos_peak")
+        self.gate_fn = rt.kernel(self.dev, "expm", "lanczos_gate")
         sm = self.dev.properties["multiprocessor_count"]
         # alpha's block partials: summed by the SpMV's last block (atomic ticket) on grids of up to
         # SPLIT_SUM_BLOCKS_PER_SM * SMs blocks, by a launch of their own beyond (a block per task)
@@ -832,7 +849,8 @@ class _Share:
         self.ws = res.workspaces(dtype)[rows.index].ensure(res, cap, max(self.spmv_grid, self.vector_grid), ring_size)
         self.stream = self.ws.stream
 
-    def spmv_args(self, w_cur, w_prev, w_out, cap, k, beta_slots, n_dev, breakdown, alpha_out, store_alpha=False):
+    def spmv_args(self, w_cur, w_prev, w_out, cap, k, beta_slots, n_dev, breakdown, alpha_out, store_alpha=False,
+                  skip=None):
         """The SpMV kernel's arguments; ``store_alpha``: the reduction also stores this device's share of
         alpha into the other devices' slots.  With ``split_alpha`` the kernel only writes its block
         partials (no counter) and :meth:`alpha_sum_args` are those of the launch that adds them."""
@@ -844,14 +862,14 @@ class _Share:
                 np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials,
                 self.ws.counter if fused else None, alpha_out, peers,
                 np.int32(self.ws.n_peers if store_alpha and fused else 0), p.seg_partials, p.seg_counters,
-                p.long_alpha, np.int64(p.n_long), *self.hot_cols)
+                p.long_alpha, np.int64(p.n_long), *self.hot_cols, skip)
 
-    def alpha_sum_args(self, alpha_out, store_alpha=False):
+    def alpha_sum_args(self, alpha_out, store_alpha=False, skip=None):
         """Arguments of lanczos_sum_partials after a split SpMV: its block partials, then the long
         rows' shares, into alpha_out (and the other devices' slots with ``store_alpha``)."""
         p = self.plan
         return (self.ws.partials, np.int64(self.spmv_grid), p.long_alpha, np.int64(p.n_long), alpha_out,
-                self.ws.alpha_peers if store_alpha else None, np.int32(self.ws.n_peers if store_alpha else 0))
+                self.ws.alpha_peers if store_alpha else None, np.int32(self.ws.n_peers if store_alpha else 0), skip)
 
 
 # ----------------------------------------------------------------------------- the solver
@@ -881,7 +899,9 @@ class GpuLanczos:
         self.n_threads = n_threads
         self.variant = variant
         self.devices = list(devices)
-        self.n_spmv = 0
+        self._first_pass = 0  # first-pass steps queued (a gated step may have been skipped)
+        self._second_pass = 0
+        self._gated = False  # the first-pass steps were queued behind gates
         self.ring_size = 4 if basis == "host" else 3
         if reorder not in REORDERS:
             raise ValueError(f"reorder must be one of {', '.join(map(repr, REORDERS))}; got {reorder!r}")
@@ -952,8 +972,26 @@ class GpuLanczos:
         return self._host_blocks[block][r]
 
     # -------------------------------------------------------------- solver interface
+    @property
+    def n_spmv(self):
+        """SpMVs run: the first-pass steps the lead device's gates let through (exact once the
+        streams are synchronised, as after :meth:`result`), plus the second pass."""
+        first = self._first_pass
+        if self._gated:
+            first = min(first, int(self.lead.ws.gate_words[_GATE_LINE // 8]))
+        return first + self._second_pass
+
+    def stop_after(self, m):
+        """The Krylov dimension is m: queued first-pass steps k >= m that have not started yet are
+        skipped (their gates read this), since nothing the answer reads comes from them."""
+        for s in self.shares:
+            s.ws.gate_words[0] = m
+
     def start(self, x, rscale0):
         """Load x (None: the vector of ones, made on the device) and rscale_0."""
+        for s in self.shares:
+            s.ws.gate_words[0] = _NO_STOP  # every kernel of the previous solve has finished
+            s.ws.gate_words[_GATE_LINE // 8] = 0
         gather_x = self.order is not None and x is not None
         if gather_x and self.basis == "host":
             x = x[self.order.order]  # the host basis keeps the new order, like the device vectors
@@ -1129,7 +1167,10 @@ class GpuLanczos:
 
     def timings(self):
         spmv = vector = 0.0
-        for e0, e1, e2 in self._step_events:
+        ran = self.n_spmv - self._second_pass
+        for (e0, e1, e2), k in self._step_events:
+            if k is not None and k >= ran:
+                continue  # skipped at its gate
             spmv += e0.elapsed_ms(e1) / 1e3
             vector += e1.elapsed_ms(e2) / 1e3
         if self._combined:
@@ -1162,6 +1203,8 @@ class GpuLanczos:
         lead = self.lead
         timing = lead.ws.timing(len(self._step_events))
         n_dev = np.int32(len(shares))
+        gated = CANCEL_LOOKAHEAD and not second_pass
+        self._gated = self._gated or gated
         for s in shares:
             ws = s.ws
             if self.basis == "host" and j > self.ring_size:
@@ -1170,14 +1213,18 @@ class GpuLanczos:
                 for o in shares:
                     if o is not s:
                         s.stream.wait_event(o.ws.ev_step)
+            skip = ws.skip if gated else None
+            if gated:
+                rt.launch(s.gate_fn, 1, 1, (ws.stop_at, np.int64(k), ws.skip, ws.ran), stream=s.stream)
             if s is lead:
                 timing[0].record(s.stream)
             rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, s.spmv_args(
                 self._column(s, k), self._column(s, k - 1) if k > 0 else None, self._column(s, j), self.cap, k,
                 ws.beta_slots if reductions else None, n_dev, self.breakdown,
-                ws.alpha_out if reductions else None, store_alpha=stores and reductions), stream=s.stream)
+                ws.alpha_out if reductions else None, store_alpha=stores and reductions, skip=skip), stream=s.stream)
             if reductions and s.split_alpha:
-                rt.launch(s.sum_fn, 1, BLOCK, s.alpha_sum_args(ws.alpha_out, store_alpha=stores), stream=s.stream)
+                rt.launch(s.sum_fn, 1, BLOCK, s.alpha_sum_args(ws.alpha_out, store_alpha=stores, skip=skip),
+                          stream=s.stream)
             if s is lead:
                 timing[1].record(s.stream)
             if multi and reductions:
@@ -1202,7 +1249,7 @@ class GpuLanczos:
                 ws.beta_peers if store_beta else None, np.int32(ws.n_peers if store_beta else 0),
                 ws.y if second_pass else None, ws.g if second_pass else None,
                 np.int32(len(row_peers)), s.rows.peer_mask if stores else None,
-                *row_peers, *([None] * (MAX_ROW_PEERS - len(row_peers)))),
+                *row_peers, *([None] * (MAX_ROW_PEERS - len(row_peers))), ws.skip if gated else None),
                 stream=s.stream)
             if s is lead:
                 timing[2].record(s.stream)
@@ -1226,8 +1273,11 @@ class GpuLanczos:
                     self._column(s, j).copy_to_host(self._host_column(j)[s.row0:s.row1], stream=ws.copy_stream,
                                                     offset=s.row0 * self.isz)
                 ws.copy_done[j % self.ring_size].record(ws.copy_stream)
-        self._step_events.append(timing)
-        self.n_spmv += 1
+        self._step_events.append((timing, None if second_pass else k))
+        if second_pass:
+            self._second_pass += 1
+        else:
+            self._first_pass += 1
 
     # -------------------------------------------------------------- plain SpMV (tests, benchmarks)
     def spmv_launch(self, src=0, dst=1):

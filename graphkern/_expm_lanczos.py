@@ -24,10 +24,11 @@ Solver interface (see :class:`CpuLanczos` and ``graphkern._expm_gpu.GpuLanczos``
     enqueue(k0, k1)  run (or queue) steps k0 .. k1-1; step k makes alpha_k, beta_k and w_{k+1}
     checkpoint(m)    snapshot alpha[:m], beta[:m-1], rscale[:m] as they stand after step m-1
     fetch(m)         those arrays (float64 copies), waiting for the snapshot
+    stop_after(m)    the Krylov dimension is m: queued steps k >= m that have not started may be dropped
     result(m, g, scaling)  ``(y, log_scale)``: y = sum_{j<m} g_j w_j (float64), then scaled and cast
                      as ``scaling`` (an :class:`OutputScaling`) decides from max |y|
     timings()        {"spmv": s, "vector": s, ...} spent on the hardware
-    n_spmv           SpMVs performed (including speculative steps and a second pass)
+    n_spmv           SpMVs performed (including speculative steps that ran and a second pass)
 
 Everything a solver derives from the matrix alone (values in the solver's dtype, row chunks, on the
 GPU the device copy and SpMV plans) is cached on the :class:`CsrMatrix`, which graphkern.expm keeps
@@ -336,6 +337,7 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim):
             solver.checkpoint(nxt)
         prev, prev_shift = c, shift
         check = nxt
+    solver.stop_after(m)
     return LanczosOutcome(c * rscale, shift, theta_max, m, error, converged, breakdown, host)
 
 
@@ -515,6 +517,9 @@ class CpuLanczos:
 
     def fetch(self, m):
         return self.alpha[:m].copy(), self.beta[:max(m - 1, 0)].copy(), self.rscale[:m].copy()
+
+    def stop_after(self, m):
+        pass  # steps run when enqueued: none is ever ahead of the host
 
     def combine(self, m, g):
         t0 = time.perf_counter()

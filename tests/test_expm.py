@@ -441,6 +441,46 @@ def test_gpu_equals_cpu(variant, dtype, rng):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("devices", [[0], pytest.param([0, 1], marks=pytest.mark.multigpu)])
+@pytest.mark.parametrize("basis", ["device", "auto", "host", "none"])
+def test_gates_skip_the_lookahead_and_leave_the_answer_bit_for_bit(devices, basis, rng, monkeypatch):
+    """Steps queued past the check point that fixes the Krylov dimension are skipped at their gates:
+    a stream held at the start of every queued interval makes each interval's gates read the host's
+    decision, so exactly m first-pass SpMVs run, and the answer is the same bits as with no gates
+    (and stays so in the solves after a skipped one, which reuse the workspace and its counters)."""
+    import graphkern._expm_gpu as eg
+    from graphkern._cuda import runtime as rt
+    from graphkern.expm import clear_cache
+    clear_cache()
+    A = skewed_graph(rng, 9000, [7000, 2000, 300], weighted=True)
+    x = rng.standard_normal(9000)
+    kw = dict(beta=0.1, backend="gpu", device=devices, spmv="rowblock", basis=basis, reorder="degree", check_every=4)
+    enqueue = eg.GpuLanczos.enqueue
+
+    def held(self, k0, k1):
+        if k0 > 0:
+            for s in self.shares:
+                rt.hold_stream(s.stream, 0.03)
+        enqueue(self, k0, k1)
+
+    monkeypatch.setattr(eg, "CANCEL_LOOKAHEAD", False)
+    y_ref, info_ref = expm_multiply(A, x, **kw)
+    monkeypatch.setattr(eg, "CANCEL_LOOKAHEAD", True)
+    monkeypatch.setattr(eg.GpuLanczos, "enqueue", held)
+    second = info_ref.n_spmv - (info_ref.krylov_dim + 4)  # basis "none": the second pass
+    for _ in range(2):
+        y, info = expm_multiply(A, x, **kw)
+        assert info.krylov_dim == info_ref.krylov_dim
+        assert np.array_equal(y, y_ref)
+        assert info.n_spmv == info.krylov_dim + second < info_ref.n_spmv
+    monkeypatch.setattr(eg.GpuLanczos, "enqueue", enqueue)
+    y, info = expm_multiply(A, x, **kw)
+    assert np.array_equal(y, y_ref) and info.krylov_dim <= info.n_spmv - second <= info.krylov_dim + 4
+    assert rel(y_ref, scipy.sparse.linalg.expm_multiply(0.1 * A, x)) <= 1e-10
+    clear_cache()
+
+
+@pytest.mark.gpu
 def test_gpu_bad_device_is_refused():
     with pytest.raises(ValueError, match="does not exist"):
         expm_multiply(_sym(), backend="gpu", device=999)
