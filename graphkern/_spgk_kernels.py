@@ -28,7 +28,7 @@ import numbers
 
 import numpy as np
 
-from graphkern.graph import pack_graphs
+from graphkern.graph import Graph
 
 __all__ = ["NodeKernel", "DiracNode", "GaussianNode", "ProductNode",
            "EdgeKernel", "DiracEdge", "GaussianEdge", "BrownianBridgeEdge"]
@@ -210,30 +210,39 @@ def node_features(node_kernel, graphs):
     """The arrays the compiled kernels read for ``node_kernel`` over ``graphs``, packed.
 
     Returns ``(node_offsets, discrete, continuous, weights)``: ``node_offsets`` int64
-    ``(n_graphs + 1,)`` from :func:`graphkern.graph.pack_graphs`, ``discrete`` int64
-    ``(N, n_dirac)``, ``continuous`` float64 ``(N, D)`` and ``weights`` float64 ``(D,)``
-    (each dimension's gamma), where ``N`` is the total vertex count.  A missing column
-    raises KeyError naming the graph and the column.
+    ``(n_graphs + 1,)`` (where each graph's vertices begin, as in
+    :func:`graphkern.graph.pack_graphs`), ``discrete`` int64 ``(N, n_dirac)``, ``continuous``
+    float64 ``(N, D)`` and ``weights`` float64 ``(D,)`` (each dimension's gamma), where ``N``
+    is the total vertex count.  A missing column raises KeyError naming the graph and the
+    column.
     """
     factors = () if node_kernel is None else node_kernel.factors()
-    columns = list(dict.fromkeys(f.column for f in factors))
+    for k, g in enumerate(graphs):
+        if not isinstance(g, Graph):
+            raise TypeError(f"item {k} is a {type(g).__name__}, expected graphkern.Graph")
     for f in factors:
         _check_column(f, graphs)
-    packed = pack_graphs(graphs, node_label_columns=columns)
-    n_total = int(packed.node_offsets[-1])
+    # only the vertex offsets and the label columns: pack_graphs would also pack the adjacency,
+    # which the shortest-path kernel reads through its path arrays instead
+    node_offsets = np.zeros(len(graphs) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter((g.n_nodes for g in graphs), np.int64, len(graphs)), out=node_offsets[1:])
+    n_total = int(node_offsets[-1])
+    labels = {col: np.concatenate([g.require_node_label(col) for g in graphs]) if graphs else np.zeros(0)
+              for col in dict.fromkeys(f.column for f in factors)}
     discrete, continuous, weights = [], [], []
     for f in factors:
-        col = packed.node_labels[f.column]
+        col = labels[f.column]
         if isinstance(f, DiracNode):
             discrete.append(col.astype(np.int64, copy=False))
         else:
-            col = col.reshape(n_total, -1).astype(np.float64, copy=False)
+            # the width from the column's shape: reshape(0, -1) cannot infer it (no vertices at all)
+            col = col.reshape(n_total, col.shape[1] if col.ndim == 2 else 1).astype(np.float64, copy=False)
             continuous.append(col)
             weights.append(np.full(col.shape[1], f.gamma))
     disc = np.ascontiguousarray(np.stack(discrete, axis=1) if discrete else np.zeros((n_total, 0), np.int64))
     cont = np.ascontiguousarray(np.concatenate(continuous, axis=1) if continuous else np.zeros((n_total, 0)))
     w = np.concatenate(weights) if weights else np.zeros(0)
-    return packed.node_offsets.astype(np.int64), disc, cont, w
+    return node_offsets, disc, cont, w
 
 
 def _check_column(factor, graphs):

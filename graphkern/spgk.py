@@ -40,7 +40,10 @@ breadth-first (``unweighted=True``) for unweighted graphs, Floyd-Warshall for sm
 dense weighted graphs (at most 256 vertices and a quarter of the possible entries
 stored), Dijkstra otherwise.  Negative weights are an error.  The result is stored as
 unordered paths ``a < b`` and cached on the kernel object, keyed on the graph's
-identity and a fingerprint of its arrays, so later calls reuse it.
+identity and a fingerprint of its arrays, so later calls reuse it.  So is the packed
+batch of the last few lists of graphs (vertex features and path arrays, with their GPU
+copies), checked by the same fingerprints and a hash of the label columns the vertex
+kernel reads: a repeated call on unchanged graphs packs and uploads nothing.
 
 ``K`` is evaluated from the unordered paths as
 ``2 * sum_{a<b} sum_{c<d} k_e * (V[a,c] V[b,d] + V[a,d] V[b,c])`` with the vertex-kernel
@@ -105,6 +108,12 @@ GPU_METHODS = ("gpu_1d", "gpu_2d", "gpu_1d_overlap", "gpu_2d_overlap", "gpu_batc
 METHODS = ("auto",) + CPU_METHODS + GPU_METHODS
 BACKENDS = ("auto", "cpu", "gpu", "hybrid")
 
+# packed batches a kernel object keeps: a Gram matrix needs one, transform two (the fitted graphs'
+# and the new ones), normalize's diagonals no more
+_BATCH_CACHE_SIZE = 4
+# a batch keeps its pair lists up to this many pairs (16 MiB; a Gram matrix of 1,448 graphs)
+_PAIRS_KEPT = 1 << 20
+
 # Floyd-Warshall beats Dijkstra from every source on small dense weighted graphs
 _FLOYD_WARSHALL_MAX_NODES = 256
 _FLOYD_WARSHALL_MIN_DENSITY = 0.25
@@ -158,9 +167,10 @@ class _PathCache:
     def __init__(self):
         self._entries = {}
 
-    def get(self, graph, where):
+    def get(self, graph, where, fp=None):
+        """``graph``'s shortest-path graph; ``fp``: its :func:`_fingerprint` when already computed."""
         key = id(graph)
-        fp = _fingerprint(graph)
+        fp = _fingerprint(graph) if fp is None else fp
         entry = self._entries.get(key)
         if entry is not None and entry[0]() is graph and entry[1] == fp:
             return entry[2]
@@ -181,10 +191,15 @@ class _PathCache:
 # --------------------------------------------------------------------------- batches
 
 class _Batch:
-    """One list of graphs, packed: vertex features for the vertex kernel and path arrays."""
+    """One list of graphs, packed: vertex features for the vertex kernel and path arrays.
+
+    It holds no reference to the graphs (a cached batch must not keep them alive).
+    ``device_copies`` holds its copies on the GPU, per (device, dtype), made by
+    :meth:`_GpuRunner.upload`.
+    """
 
     def __init__(self, graphs, paths, node_kernel):
-        self.graphs = graphs
+        self.n_graphs = len(graphs)
         self.node_offsets, self.discrete, self.continuous, self.weights = node_features(node_kernel, graphs)
         self.n_nodes = np.diff(self.node_offsets)
         self.n_paths = np.array([len(lengths) for _, lengths in paths], dtype=np.int64)
@@ -193,9 +208,33 @@ class _Batch:
                                          else np.zeros((0, 2), np.int32), dtype=np.int32)
         self.lengths = np.concatenate([l for _, l in paths]) if paths else np.zeros(0)
         self._cpu = {}
+        self._pairs = {}
+        self.device_copies = {}
 
     def __len__(self):
-        return len(self.graphs)
+        return self.n_graphs
+
+    def pairs(self, other=None):
+        """``(pa, pb)``, int64: the upper triangle of this batch with itself (``other`` None, row
+        by row), else every graph of this batch with every graph of ``other``.  Up to
+        ``_PAIRS_KEPT`` pairs they are kept on the batch, read-only, so that a repeated call makes
+        them once (and gpu_batched's launch plan of them, :meth:`_GpuRunner._plan`, is kept too)."""
+        key = None if other is None else other.n_graphs  # the pairs depend on other's length only
+        got = self._pairs.get(key)
+        if got is not None:
+            return got
+        n = self.n_graphs
+        if other is None:
+            pa, pb = np.triu_indices(n)
+        else:
+            pa, pb = np.divmod(np.arange(n * other.n_graphs, dtype=np.int64), other.n_graphs)
+        pa, pb = pa.astype(np.int64, copy=False), pb.astype(np.int64, copy=False)
+        if len(pa) <= _PAIRS_KEPT:
+            pa.flags.writeable = pb.flags.writeable = False  # shared by later calls and their launch plans
+            if len(self._pairs) >= 2:
+                self._pairs.clear()
+            self._pairs[key] = (pa, pb)
+        return pa, pb
 
     def cpu(self, with_distances=False):
         """The Cython view of this batch (with dense distance matrices for ``naive``)."""
@@ -216,6 +255,76 @@ class _Batch:
                                   self.ends, self.lengths, dist_offsets, distances)
             self._cpu[with_distances] = view
         return view
+
+
+def _label_fingerprint(graph, columns):
+    """Changes when one of the node label ``columns`` is modified in place, replaced or removed."""
+    labels = graph.node_labels
+    out = []
+    for c in columns:  # a plain loop: this runs for every graph in every call
+        col = labels.get(c)
+        out.append(None if col is None else (col.dtype, col.shape, hash(col.tobytes())))
+    return out
+
+
+def _node_kernel_key(node_kernel):
+    """What a batch's vertex features depend on in ``node_kernel``: its factors' kinds, columns
+    and gammas, read now (a factor changed in place gives another key)."""
+    if node_kernel is None:
+        return None
+    return tuple((type(f).__name__, f._key()) for f in node_kernel.factors())
+
+
+class _BatchCache:
+    """The packed batches of the last few lists of graphs, keyed on the identity of their graphs.
+
+    A hit needs the very same Graph objects, in the same order, the same vertex-kernel factors and
+    unchanged contents: each graph's structure and weights (:func:`_fingerprint`) and the label
+    columns the vertex kernel reads (hashed, so an array edited in place is seen).  A batch keeps
+    its CPU view and its device copies, so a hit packs and uploads nothing.  The cache holds weak
+    references only: an entry goes as soon as one of its graphs is collected, which also frees
+    the batch's device memory.  Beyond ``capacity`` the least recently used batch goes.
+    """
+
+    def __init__(self, capacity):
+        self.capacity = capacity
+        self._entries = {}  # key -> (token, weak references, fingerprints, batch), oldest first
+        self.packed = 0  # batches built: a miss
+
+    def get(self, graphs, node_kernel, build):
+        """The batch of ``graphs`` for ``node_kernel``; ``build(structure)`` makes one on a miss,
+        from the graphs' :func:`_fingerprint` values."""
+        factors = () if node_kernel is None else node_kernel.factors()
+        columns = tuple(dict.fromkeys(f.column for f in factors))
+        structure = [_fingerprint(g) for g in graphs]
+        labels = [_label_fingerprint(g, columns) for g in graphs] if columns else None
+        key = (tuple(map(id, graphs)), _node_kernel_key(node_kernel))
+        entries = self._entries
+        entry = entries.pop(key, None)
+        if entry is not None and entry[2] == (structure, labels) and all(r() is g for r, g in zip(entry[1], graphs)):
+            entries[key] = entry  # now the most recently used
+            return entry[3]
+        batch = build(structure)
+        self.packed += 1
+        token = object()
+
+        def forget(ref, key=key, token=token, cache=weakref.ref(self)):
+            # weak and token-only references: no cycle holds an evicted batch or a dropped cache,
+            # whose device memory is then freed at once, not whenever the collector runs
+            self = cache()
+            if self is not None and self._entries.get(key, (None,))[0] is token:
+                del self._entries[key]
+
+        entries[key] = (token, [weakref.ref(g, forget) for g in graphs], (structure, labels), batch)
+        for old in list(entries)[:-self.capacity]:
+            entries.pop(old, None)
+        return batch
+
+    def clear(self):
+        self._entries.clear()
+
+    def __len__(self):
+        return len(self._entries)
 
 
 def _pair_work(A, B, pa, pb):
@@ -250,10 +359,12 @@ _BLOCK_2D = (32, 8)
 _OVERLAP_STREAMS = 4
 _DEFAULT_SHARED = 48 * 1024
 _MAX_SHARED_V = 96 * 1024
+# gpu_batched launch plans a runner keeps (a Gram matrix needs one, transform one)
+_PLANS_KEPT = 2
 
 
 class _DeviceBatch:
-    """A batch's arrays on one device, uploaded once per call."""
+    """A batch's arrays on one device in one precision, uploaded once and kept by the batch."""
 
     def __init__(self, rt, dev, batch, dtype):
         # flat copies: the kernels index raw rows, and an empty (n, 0) array cannot be copied as bytes
@@ -264,18 +375,21 @@ class _DeviceBatch:
         self.path_offsets = upload(batch.path_offsets)
         self.ends = upload(batch.ends)
         self.lengths = upload(batch.lengths)
+        self.weights = upload(batch.weights, dtype)  # the vertex kernel's gamma per continuous dimension
 
     @staticmethod
     def nbytes(batch, dtype):
         return (batch.node_offsets.nbytes + batch.discrete.nbytes + batch.continuous.size * dtype.itemsize
-                + batch.path_offsets.nbytes + batch.ends.nbytes + batch.lengths.nbytes)
+                + batch.path_offsets.nbytes + batch.ends.nbytes + batch.lengths.nbytes
+                + batch.weights.size * dtype.itemsize)
 
     def arrays(self):
         return (self.node_offsets, self.discrete, self.continuous, self.path_offsets, self.ends, self.lengths)
 
 
 class _GpuRunner:
-    """Runs the GPU methods on one device for one call; uploads each batch once."""
+    """Runs the GPU methods on one device in one precision for one edge kernel; kept by the kernel
+    object across calls (its functions and streams), while each batch keeps its own device copies."""
 
     def __init__(self, device, dtype, edge_kernel):
         from graphkern._cuda import runtime as rt
@@ -292,25 +406,24 @@ class _GpuRunner:
         props = self.dev.properties
         self.n_sm = props["multiprocessor_count"]
         self.max_shared = props["max_shared_memory_per_block_optin"]
-        self._uploaded = {}
-        self._weights = None
+        self._copy_key = (self.dev.ordinal, dtype.str)  # the key of this runner's copies in _Batch.device_copies
+        self._plans = {}  # the last gpu_batched launch plans, oldest first
         self.stream = None  # gpu_batched's (created on first use)
         self.side_stream = None  # the hybrid's limit updates, beside a running launch
 
     def upload(self, *batches):
-        todo = [b for b in dict.fromkeys(batches) if id(b) not in self._uploaded]
+        """Copy the batches to the device unless they hold copies for this device and dtype already."""
+        todo = [b for b in dict.fromkeys(batches) if self._copy_key not in b.device_copies]
         if not todo:
             return
         need = sum(_DeviceBatch.nbytes(b, self.dtype) for b in todo)
         self.rt.check_fits(self.dev, need, f"the shortest-path graphs and labels of {sum(map(len, todo))} graphs")
         for b in todo:
-            self._uploaded[id(b)] = (b, _DeviceBatch(self.rt, self.dev, b, self.dtype))
-        if self._weights is None:
-            self._weights = self.rt.to_device(self.dev, np.ravel(todo[0].weights), dtype=self.dtype)
+            b.device_copies[self._copy_key] = _DeviceBatch(self.rt, self.dev, b, self.dtype)
 
     def device_batch(self, batch):
         self.upload(batch)
-        return self._uploaded[id(batch)][1]
+        return batch.device_copies[self._copy_key]
 
     def run(self, method, A, B, pa, pb):
         out = np.zeros(len(pa))
@@ -370,7 +483,7 @@ class _GpuRunner:
             rt.launch(self.fn["vertex_matrix"], max(1, min(-(-(n1 * n2) // _BLOCK), 4 * self.n_sm)), _BLOCK,
                       (D1.discrete, D1.continuous, np.int64(G1.node_offsets[g1]), np.int64(n1),
                        D2.discrete, D2.continuous, np.int64(G2.node_offsets[g2]), np.int64(n2),
-                       n_disc, n_cont, self._weights, V[s]), stream=streams[s])
+                       n_disc, n_cont, dA.weights, V[s]), stream=streams[s])
             grid, block = grids[k]
             rt.launch(self.fn[walk], grid, block,
                       (D1.ends, D1.lengths, np.int64(G1.path_offsets[g1]), np.int64(P1),
@@ -386,6 +499,25 @@ class _GpuRunner:
         return host.copy()
 
     # ---- many pairs per launch
+    def _plan(self, A, B, pa, pb):
+        """The :class:`_LaunchPlan` of these pairs: the last calls' when they are the same read-only
+        arrays (those a batch keeps, :meth:`_Batch.pairs`) of the same batches, else a new one."""
+        if pa.flags.writeable or pb.flags.writeable:
+            return _LaunchPlan(A, B, pa, pb)
+        for old, entry in list(self._plans.items()):  # plans of collected batches go
+            if entry[0]() is None or entry[1]() is None:
+                self._plans.pop(old, None)
+        key = (id(A), id(B), id(pa), id(pb))
+        entry = self._plans.pop(key, None)
+        if entry is None or entry[0]() is not A or entry[1]() is not B or entry[2] is not pa or entry[3] is not pb:
+            # the batches held weakly (their device memory goes with the batch cache's entry),
+            # the read-only pair arrays strongly (their ids stay theirs)
+            entry = (weakref.ref(A), weakref.ref(B), pa, pb, _LaunchPlan(A, B, pa, pb))
+        self._plans[key] = entry
+        for old in list(self._plans)[:-_PLANS_KEPT]:
+            self._plans.pop(old, None)
+        return entry[4]
+
     def batched(self, A, B, pa, pb):
         return self.start_batched(A, B, pa, pb).finish()
 
@@ -400,32 +532,31 @@ class _GpuRunner:
         rt, dev = self.rt, self.dev
         fn = self.fn["batched"]
         itemsize = self.dtype.itemsize
-        launch_works = _pair_work(A, B, pa, pb)
-        order = np.argsort(-launch_works, kind="stable")
-        pa_sorted, pb_sorted = pa[order], pb[order]
+        plan = self._plan(A, B, pa, pb)
         n_pairs = len(pa)
-        vsize = A.n_nodes[pa_sorted] * B.n_nodes[pb_sorted]
         reduction_bytes = 32 * 8
         # V in shared memory up to two blocks' worth per SM; larger V go to a global scratch (L2)
         budget = min(self.max_shared, _MAX_SHARED_V) - reduction_bytes - 64
-        capacity = int(min(int(vsize.max()), budget // itemsize))
+        capacity = int(min(plan.max_vsize, budget // itemsize))
         shared = reduction_bytes + capacity * itemsize
         if shared > _DEFAULT_SHARED:
             fn.set_max_dynamic_shared_memory(shared)
         per_sm = max(1, fn.max_active_blocks_per_sm(_BLOCK, shared))
         grid = int(max(1, min(n_pairs, per_sm * self.n_sm)))
-        oversize = vsize[vsize > capacity]
-        stride = int(oversize.max()) if len(oversize) else 0
-        rt.check_fits(dev, grid * stride * itemsize + n_pairs * 24 + 8,
-                      "shortest-path kernel pair list and vertex-kernel scratch")
+        stride = plan.max_vsize if plan.max_vsize > capacity else 0  # the largest V beyond shared memory
         if self.stream is None:
             self.stream = rt.Stream(dev)
         st = self.stream
-        launch = _BatchedLaunch(self, order)
-        launch.works = launch_works[order]  # in the launch's order, heaviest first
-        launch.host_pairs = (pa_sorted.astype(np.int64), pb_sorted.astype(np.int64))  # alive while copied
-        launch.d_pa = rt.to_device(dev, launch.host_pairs[0], stream=st)
-        launch.d_pb = rt.to_device(dev, launch.host_pairs[1], stream=st)
+        rt.check_fits(dev, grid * stride * itemsize + n_pairs * (8 if plan.d_pa is not None else 24) + 8,
+                      "shortest-path kernel pair list and vertex-kernel scratch")
+        if plan.d_pa is None:
+            # on the stream of every launch that reads them (a runner has one), so they land first
+            plan.d_pa = rt.to_device(dev, plan.pa, stream=st)
+            plan.d_pb = rt.to_device(dev, plan.pb, stream=st)
+        launch = _BatchedLaunch(self, plan.order)
+        launch.works = plan.works  # in the launch's order, heaviest first
+        launch.plan = plan  # its host pair arrays stay alive while copied
+        launch.d_pa, launch.d_pb = plan.d_pa, plan.d_pb
         launch.scratch = rt.alloc(dev, max(grid * stride, 1), self.dtype)
         launch.counter = rt.alloc(dev, 1, np.uint64)
         launch.counter.zero(stream=st)
@@ -441,12 +572,38 @@ class _GpuRunner:
         launch.started.record(st)
         rt.launch(fn, grid, _BLOCK,
                   (*dA.arrays(), *dB.arrays(), np.int32(A.discrete.shape[1]), np.int32(A.continuous.shape[1]),
-                   self._weights, launch.d_pa, launch.d_pb, np.int64(n_pairs), np.int32(self.edge.code),
+                   dA.weights, launch.d_pa, launch.d_pb, np.int64(n_pairs), np.int32(self.edge.code),
                    self.scalar(self.edge.parameter), np.int64(capacity), launch.scratch, np.int64(stride),
                    launch.counter, limit, progress, launch.d_out),
                   shared_mem=shared, stream=st)
         launch.ended.record(st)
         return launch
+
+
+class _LaunchPlan:
+    """gpu_batched's pair list, heaviest first (the kernel's atomic pair counter then balances the
+    tail): ``order`` (the caller's positions in launch order), the pairs ``pa``, ``pb`` (int64) and
+    their ``works`` in that order, the largest vertex-kernel matrix ``max_vsize``, and the pairs'
+    device copies ``d_pa``, ``d_pb`` once a launch has made them."""
+
+    def __init__(self, A, B, pa, pb):
+        works = _pair_work(A, B, pa, pb)
+        self.order = np.argsort(-works, kind="stable")
+        self.works = works[self.order]
+        self.pa = np.ascontiguousarray(pa[self.order], dtype=np.int64)
+        self.pb = np.ascontiguousarray(pb[self.order], dtype=np.int64)
+        self.max_vsize = int((A.n_nodes[pa] * B.n_nodes[pb]).max()) if len(pa) else 0
+        self.d_pa = self.d_pb = None
+        self._tail = None
+        for a in (self.order, self.works, self.pa, self.pb):
+            a.flags.writeable = False  # a kept plan serves later launches
+
+    @property
+    def tail(self):
+        """:func:`_suffix_sums` of ``works`` (the hybrid's), made on first use."""
+        if self._tail is None:
+            self._tail = _suffix_sums(self.works)
+        return self._tail
 
 
 class _BatchedLaunch:
@@ -552,7 +709,18 @@ _HYBRID_FREE_CORES = 1
 _PROGRESS_STRIDE = 32
 
 
-def share_from_both_ends(works, run_cpu, gpu, *, n_threads, step_seconds=None, clock=time.perf_counter):
+def _suffix_sums(works):
+    """``tail[b] = works[b:].sum()`` for b in 0..n (summed from the end), read-only."""
+    n = len(works)
+    tail = np.zeros(n + 1)
+    if n:
+        np.cumsum(works[::-1], out=tail[n - 1::-1])
+    tail.flags.writeable = False
+    return tail
+
+
+def share_from_both_ends(works, run_cpu, gpu, *, n_threads, step_seconds=None, clock=time.perf_counter,
+                         tail=None):
     """Run the pairs of a running GPU launch from its light end on the CPU until the two meet.
 
     ``works``: each pair's work in the launch's order (heaviest first; the GPU takes positions
@@ -568,15 +736,15 @@ def share_from_both_ends(works, run_cpu, gpu, *, n_threads, step_seconds=None, c
     step's speed is mostly its fixed cost), and at most half the time the GPU needs to reach the
     limit at its pace during the last step, so that the steps shrink as the two meet and the CPU
     rarely finishes after the GPU.  A block may take a pair just before the CPU's claim reaches
-    it; both then compute it (the CPU's value is used).  Returns the final limit (positions >= it
-    are the CPU's) and the split's record.
+    it; both then compute it (the CPU's value is used).  ``tail``: :func:`_suffix_sums` of ``works``
+    when known.  Returns the final limit (positions >= it are the CPU's) and the split's record.
     """
     step_seconds = _HYBRID_STEP_SECONDS if step_seconds is None else step_seconds
     works = np.asarray(works, dtype=np.float64)
     seen = None  # (time, progress) at the previous step: the GPU's recent pace
     n = len(works)
     # work of positions [b, n) is tail[b]
-    tail = np.concatenate([np.cumsum(works[::-1])[::-1], [0.0]])
+    tail = _suffix_sums(works) if tail is None else tail
     b = n
     cpu_work = cpu_seconds = last_work = last_seconds = 0.0
     steps = 0
@@ -656,6 +824,10 @@ class ShortestPathKernel:
         seconds, the GPU kernel's seconds (CUDA events), the whole call's, and the lightest
         pair's work left to the GPU.
 
+    Between calls the object keeps each graph's shortest paths and the packed batches of the
+    last few lists of graphs, with their GPU copies (device memory); they go with their graphs,
+    and ``set_params`` drops the batches.
+
     Examples
     --------
     >>> k = ShortestPathKernel(node_kernel=DiracNode("element"), edge_kernel=BrownianBridgeEdge(c=3))
@@ -676,6 +848,8 @@ class ShortestPathKernel:
         self.method = method
         self.dtype = dtype
         self._paths = _PathCache()
+        self._batches = _BatchCache(_BATCH_CACHE_SIZE)
+        self._gpu = None  # (key, _GpuRunner) of the last GPU call
 
     # ---- scikit-learn manners
     def get_params(self, deep=True):
@@ -687,6 +861,7 @@ class ShortestPathKernel:
                 raise ValueError(f"invalid parameter {name!r} for ShortestPathKernel; "
                                  f"valid parameters: {', '.join(self._PARAMS)}")
             setattr(self, name, value)
+        self._drop_batches()
         return self
 
     def __repr__(self):
@@ -696,12 +871,20 @@ class ShortestPathKernel:
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_paths"] = None  # weakrefs do not pickle; the cache is rebuilt on use
+        # weakrefs and device memory do not pickle; the caches are rebuilt on use
+        state["_paths"] = state["_batches"] = state["_gpu"] = None
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._paths = _PathCache()
+        self._batches = _BatchCache(_BATCH_CACHE_SIZE)
+        self._gpu = None
+
+    def _drop_batches(self):
+        """Forget the packed batches (and their device copies) and the GPU runner."""
+        self._batches.clear()
+        self._gpu = None
 
     def fit(self, X, y=None):
         """Remember the graphs ``X`` (validated); ``transform`` compares new graphs with them."""
@@ -779,24 +962,25 @@ class ShortestPathKernel:
                 raise ValueError(f"ShortestPathKernel uses one GPU; got device={self.device!r}")
             device = devices[0]
         return dict(node_kernel=node_kernel, edge_kernel=edge_kernel, dtype=dtype, n_threads=n_threads,
-                    method=method, backend=backend, device=device, runner=None)
+                    method=method, backend=backend, device=device)
 
     def _batch(self, graphs, name, cfg):
-        paths = [self._paths.get(g, f"{name}[{i}]" + (f" ({g.name!r})" if g.name is not None else ""))
-                 for i, g in enumerate(graphs)]
-        return _Batch(graphs, paths, cfg["node_kernel"])
+        """The packed batch of ``graphs``: the last calls' one when nothing it depends on changed."""
+        node_kernel = cfg["node_kernel"]
+
+        def build(structure):
+            paths = [self._paths.get(g, f"{name}[{i}]" + (f" ({g.name!r})" if g.name is not None else ""), fp)
+                     for i, (g, fp) in enumerate(zip(graphs, structure))]
+            return _Batch(graphs, paths, node_kernel)
+
+        return self._batches.get(graphs, node_kernel, build)
 
     # ---- evaluation
     def _gram(self, X, Y):
         cfg = self._config()
         A = self._batch(X, "X", cfg)
-        if Y is None:
-            B = A
-            pa, pb = np.triu_indices(len(X))
-        else:
-            B = self._batch(Y, "Y", cfg)
-            pa, pb = np.divmod(np.arange(len(X) * len(Y), dtype=np.int64), len(Y))
-        pa, pb = pa.astype(np.int64), pb.astype(np.int64)
+        B = A if Y is None else self._batch(Y, "Y", cfg)
+        pa, pb = A.pairs(None if Y is None else B)
         values = self._execute(cfg, A, B, pa, pb)
         K = np.zeros((len(X), len(B)))
         K[pa, pb] = values
@@ -816,9 +1000,12 @@ class ShortestPathKernel:
             return np.where(scale > 0, K / np.where(scale > 0, scale, 1.0), 0.0)
 
     def _runner(self, cfg):
-        if cfg["runner"] is None:
-            cfg["runner"] = _GpuRunner(cfg["device"], cfg["dtype"], cfg["edge_kernel"])
-        return cfg["runner"]
+        """The GPU runner for this call's device, dtype and edge kernel: the last call's if they match."""
+        edge = cfg["edge_kernel"]
+        key = (cfg["device"], cfg["dtype"].str, edge.code, edge.parameter)
+        if self._gpu is None or self._gpu[0] != key:
+            self._gpu = (key, _GpuRunner(cfg["device"], cfg["dtype"], edge))
+        return self._gpu[1]
 
     def _execute(self, cfg, A, B, pa, pb):
         method = cfg["method"]
@@ -845,7 +1032,7 @@ class ShortestPathKernel:
             cpu_values[lo:hi] = _run_cpu("openmp_out", A, B, pa[idx], pb[idx], edge, n_threads, dtype)
 
         try:
-            b, split = share_from_both_ends(launch.works, run_cpu, launch, n_threads=n_threads)
+            b, split = share_from_both_ends(launch.works, run_cpu, launch, n_threads=n_threads, tail=launch.plan.tail)
         finally:
             out = launch.finish()  # waits for the GPU even when the CPU side raised
         out[order[b:]] = cpu_values[b:]
