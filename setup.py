@@ -66,7 +66,9 @@ def _extensions():
         if not _wanted(pyx):
             continue
         mod = "graphkern._cpu." + os.path.splitext(os.path.basename(pyx))[0]
+        # depends: the C headers a module includes (spgk's dense walk), rebuilt and put in an sdist with it
         exts.append(Extension(mod, [pyx], include_dirs=[np.get_include()],
+                              depends=sorted(glob.glob(os.path.join("graphkern", "_cpu", "*.h"))),
                               extra_compile_args=OPENMP_COMPILE, extra_link_args=OPENMP_LINK,
                               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]))
     if CUDA_ROOT is not None:
