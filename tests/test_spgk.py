@@ -595,3 +595,77 @@ def test_gpu_normalized_cross_matrix(rng):
     for method in GPU_METHODS:
         gpu = ShortestPathKernel(node_kernel=node, normalize=True, backend="gpu", method=method)(X, Y)
         assert_close(gpu, cpu, 1e-12)
+
+
+# --------------------------------------------------------------------------- the dense walk (cpu_walk)
+
+@pytest.mark.parametrize("method", spgk.DENSE_METHODS)
+@pytest.mark.parametrize("edge", list(EDGE))
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_dense_walk_matches_definition_and_the_edge_walk(rng, method, edge, dtype):
+    """Every walk on connected, disconnected (+inf in the dense matrix), weighted, one-vertex and
+    empty graphs, sizes 1..40 so that the rows span one to five blocks of 8, with either graph as
+    the inner one (a cross matrix of unequal sizes)."""
+    X = graph_zoo(rng, weighted=True) + [random_graph(rng, n, p=0.5, weighted=bool(n % 2)) for n in (8, 17, 33, 40)]
+    Y = [random_graph(rng, n, p=0.4, weighted=True, components=1 + n % 3) for n in (2, 9, 16, 24, 31)]
+    spec, vertex = NODE["mixed"]
+    R = reference_gram(X, Y, vertex, edge)
+    values = {}
+    for walk in spgk.CPU_WALKS:
+        kernel = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE[edge], method=method, backend="cpu",
+                                    n_threads=2, dtype=dtype, cpu_walk=walk)
+        values[walk] = kernel(X, Y)
+        assert_close(values[walk], R, 1e-12 if dtype == np.float64 else 1e-5)
+    if dtype == np.float64:
+        assert_close(values["dense"], values["edges"], 1e-13)
+
+
+def test_dense_walk_forced_runs_every_dense_pair(rng, monkeypatch):
+    """cpu_walk="dense" takes the dense walk for every pair it can (checked through a cost that would
+    make "auto" refuse it), and graphs beyond 256 vertices keep the edge walk."""
+    from graphkern._cpu import spgk as cpu
+    graphs = [random_graph(rng, n, p=0.3) for n in (5, 12, 20)] + [random_graph(rng, 260, p=0.02)]
+    spec, vertex = NODE["discrete"]
+    batch = spgk._Batch(graphs, [spgk.shortest_path_graph(g) for g in graphs], spec)
+    offsets, dense = spgk._dense_lengths(batch, "dense")
+    assert offsets[-1] == -1 and np.all(offsets[:-1] >= 0)
+    align, max_nodes = cpu.dense_layout()
+    assert max_nodes == 256 and align == 8
+    for g in range(3):
+        n = batch.n_nodes[g]
+        ld = -(-n // align) * align
+        L = dense[offsets[g]:offsets[g] + n * ld].reshape(n, ld)
+        D = reference_distances(graphs[g])
+        D[np.arange(n), np.arange(n)] = np.inf
+        assert np.array_equal(L[:, :n], D) and np.all(np.isinf(L[:, n:]))
+    auto_offsets, _ = spgk._dense_lengths(batch, "auto")
+    sparse = batch.n_paths < spgk.DENSE_COST * batch.n_nodes * (-(-batch.n_nodes // align) * align)
+    assert np.all((auto_offsets == -1) >= sparse)
+    K = ShortestPathKernel(node_kernel=spec, method="openmp_out", n_threads=2, cpu_walk="dense")(graphs)
+    assert_close(K[:3, :3], reference_gram(graphs[:3], graphs[:3], vertex, "dirac"), 1e-12)
+    assert_close(K, ShortestPathKernel(node_kernel=spec, method="fcsp", cpu_walk="edges")(graphs), 1e-13)
+
+
+@pytest.mark.parametrize("isa", ["baseline", "avx2", "avx512"])
+def test_dense_walk_every_instruction_set(rng, isa, monkeypatch):
+    """The baseline and AVX2 copies (GRAPHKERN_DENSE_ISA lowers the CPU's choice) agree with the
+    edge walk, for both length kernels and both precisions of V."""
+    from graphkern._cpu import spgk as cpu
+    monkeypatch.setenv("GRAPHKERN_DENSE_ISA", isa)
+    graphs = [random_graph(rng, n, p=0.5, weighted=True) for n in (3, 9, 16, 23, 40)]
+    spec, _ = NODE["mixed"]
+    for edge in ("dirac", "brownian"):
+        for dtype, tol in ((np.float64, 1e-13), (np.float32, 1e-5)):
+            kw = dict(node_kernel=spec, edge_kernel=EDGE[edge], method="openmp_out", n_threads=2, dtype=dtype)
+            K = ShortestPathKernel(**kw, cpu_walk="dense")(graphs)
+            assert_close(K, ShortestPathKernel(**kw, cpu_walk="edges")(graphs), tol)
+    assert cpu.dense_isa() == isa or (isa != "baseline" and cpu.dense_isa() in ("baseline", "avx2"))
+
+
+def test_dense_walk_isa_and_bad_walk(rng):
+    from graphkern._cpu import spgk as cpu
+    assert cpu.dense_isa() in ("avx512", "avx2", "baseline")
+    with pytest.raises(ValueError, match="cpu_walk must be one of"):
+        ShortestPathKernel(cpu_walk="fast")([random_graph(rng, 4)])
+    k = ShortestPathKernel(cpu_walk="edges")
+    assert k.get_params()["cpu_walk"] == "edges" and "cpu_walk='edges'" in repr(k)

@@ -15,6 +15,20 @@ the ordered four-loop definition literally (it is the reference and the baseline
 
 Every loop over paths runs without branches: the length kernel is a compile-time
 specialisation (a fused "tag" type), chosen once per call.
+
+The dense walk (``walk_mode`` auto or dense; fcsp and openmp_out): when a graph's shortest-path
+graph is dense, the batch may also hold its lengths as an ``n x ld`` matrix (``ld`` = n rounded up
+to a multiple of 8, +inf where no path, on the diagonal and in the padding).  With that graph as
+the inner one,
+
+    K = 2 * sum_{a<b} sum_c V[a,c] sum_{d < ld} k_e(l_ab, L[c,d]) V[b,d]
+
+(V padded with zeros to ld columns): twice the length-kernel evaluations of the path-pair form,
+but over whole contiguous rows with no gather, which spgk_dense.h runs 8 doubles wide with AVX-512
+(its AVX2 and baseline copies are correct but no faster than the edge walk).  Dirac and Brownian
+bridge only (k_e(w, +inf) = 0 with no branch; a Gaussian would need a vector exp per entry).
+"auto" takes it, on an AVX-512 CPU, where its entries, weighted by DENSE_COST (their cost
+relative to a path pair's), cost less than the path pairs.
 """
 
 from cython.parallel cimport parallel, prange, threadid
@@ -22,6 +36,55 @@ from libc.math cimport exp, fabs, INFINITY
 from libc.stdint cimport int32_t, int64_t
 
 import numpy as np
+
+
+cdef extern from "spgk_dense.h" nogil:
+    ctypedef double (*gk_dense_walk_fn)(const int32_t*, const double*, int64_t, const double*, int64_t, int64_t,
+                                        const void*, double, double*)
+    gk_dense_walk_fn gk_dense_walk_for(int kind, int is_float)
+    ctypedef void (*gk_vertex_rows_fn)(const int64_t*, const double*, int64_t, const int64_t*, const double*, int64_t,
+                                       int32_t, int32_t, const double*, int64_t, void*)
+    gk_vertex_rows_fn gk_vertex_rows_for(int is_float)
+    const char* gk_dense_isa()
+    int gk_dense_level()
+
+
+# the dense walk's row stride (rows padded to whole 64-byte lines of doubles) and its largest graph
+cdef enum:
+    DENSE_ALIGN = 8
+    DENSE_MAX_NODES = 256
+# An entry of the dense walk costs this many path pairs of the edge walk (auto, AVX-512): measured
+# 0.10-0.13 (AMD EPYC, one thread: complete graphs of 10 and 50 vertices, Dirac and Brownian), set
+# with a margin.  graphkern.spgk keeps the same value.
+cdef double DENSE_COST = 0.25
+
+# walk modes of kernel_pairs
+cdef enum:
+    WALK_EDGES = 0
+    WALK_AUTO = 1
+    WALK_DENSE = 2
+
+
+def dense_layout():
+    """``(align, max_nodes)``: the dense length matrices' row stride multiple and largest graph."""
+    return DENSE_ALIGN, DENSE_MAX_NODES
+
+
+def dense_isa():
+    """The instruction set the dense walk runs with on this CPU ("avx512", "avx2" or "baseline")."""
+    return gk_dense_isa().decode()
+
+
+def dense_auto():
+    """Whether walk mode auto may take the dense walk here: with AVX-512 only.  Complete graphs of
+    50 vertices, one thread (AMD EPYC): the edge walk 0.50 ns per path pair, the dense walk 0.13
+    with AVX-512 but 0.69 with the AVX2 copy and 0.72 with the baseline one (the compiler leaves
+    their blocks scalar), so elsewhere auto keeps the edge walk; "dense" runs any copy."""
+    return gk_dense_level() >= 2
+
+
+cdef inline int64_t dense_ld(int64_t n) noexcept nogil:
+    return (n + DENSE_ALIGN - 1) // DENSE_ALIGN * DENSE_ALIGN
 
 # the length kernels, one empty struct each: `if edge_tag is ...` is resolved at compile time
 ctypedef struct DiracTag:
@@ -57,6 +120,8 @@ ctypedef struct BatchView:
     const double* path_lengths
     const int64_t* dist_offsets    # naive only: offsets of each graph's n_i x n_i distance matrix
     const double* distances        # naive only: +inf where unreachable
+    const int64_t* dense_offsets   # per graph, where its n_i x ld_i length matrix starts (-1: none)
+    const double* dense            # the dense walk's length matrices (+inf where no path)
     int n_discrete
     int n_continuous
 
@@ -82,7 +147,7 @@ cdef class GraphBatch:
     cdef readonly int64_t n_graphs
 
     def __init__(self, node_offsets, discrete, continuous, path_offsets, path_ends, path_lengths,
-                 dist_offsets=None, distances=None):
+                 dist_offsets=None, distances=None, dense_offsets=None, dense=None):
         node_offsets = np.ascontiguousarray(node_offsets, dtype=np.int64)
         discrete = np.ascontiguousarray(discrete, dtype=np.int64)
         continuous = np.ascontiguousarray(continuous, dtype=np.float64)
@@ -102,9 +167,18 @@ cdef class GraphBatch:
             distances = np.ascontiguousarray(distances, dtype=np.float64)
             if len(dist_offsets) != n + 1 or len(distances) != int(dist_offsets[n]):
                 raise ValueError("inconsistent distance-matrix arrays")
+        if dense_offsets is not None:
+            dense_offsets = np.ascontiguousarray(dense_offsets, dtype=np.int64)
+            dense = np.ascontiguousarray(dense, dtype=np.float64)
+            sizes = np.diff(node_offsets)
+            need = sizes * ((sizes + <int>DENSE_ALIGN - 1) // <int>DENSE_ALIGN * <int>DENSE_ALIGN)
+            has = dense_offsets >= 0
+            if dense_offsets.shape != (n,) or np.any(has & (sizes > DENSE_MAX_NODES)) \
+                    or np.any(dense_offsets[has] + need[has] > len(dense)):
+                raise ValueError("inconsistent dense length-matrix arrays")
         path_rowptr = _path_rowptr(node_offsets, path_offsets, path_ends)
         self.arrays = (node_offsets, discrete, continuous, path_offsets, path_ends, path_lengths,
-                       dist_offsets, distances, path_rowptr)
+                       dist_offsets, distances, path_rowptr, dense_offsets, dense)
         self.n_graphs = n
         self.view.node_offsets = <const int64_t*>_data(node_offsets)
         self.view.discrete = <const int64_t*>_data(discrete)
@@ -115,6 +189,8 @@ cdef class GraphBatch:
         self.view.path_rowptr = <const int64_t*>_data(path_rowptr)
         self.view.dist_offsets = <const int64_t*>_data(dist_offsets)
         self.view.distances = <const double*>_data(distances)
+        self.view.dense_offsets = <const int64_t*>_data(dense_offsets)
+        self.view.dense = <const double*>_data(dense)
         self.view.n_discrete = discrete.shape[1]
         self.view.n_continuous = continuous.shape[1]
 
@@ -180,6 +256,19 @@ cdef void vertex_rows(const BatchView* A, int64_t ga, const BatchView* B, int64_
             V[a * n2 + c] = <floating>vertex_kernel(A, off1 + a, B, off2 + c, vk)
 
 
+cdef void vertex_rows_padded(const BatchView* A, int64_t ga, const BatchView* B, int64_t gb,
+                            const VertexKernel* vk, int64_t ld, floating* V) noexcept nogil:
+    """V = k_v(vertices of A[ga], vertices of B[gb]) with rows of ``ld`` values, zero past n2."""
+    cdef int64_t off1 = A.node_offsets[ga], off2 = B.node_offsets[gb]
+    cdef int64_t n1 = A.node_offsets[ga + 1] - off1, n2 = B.node_offsets[gb + 1] - off2
+    cdef int64_t a, c
+    for a in range(n1):
+        for c in range(n2):
+            V[a * ld + c] = <floating>vertex_kernel(A, off1 + a, B, off2 + c, vk)
+        for c in range(n2, ld):
+            V[a * ld + c] = 0
+
+
 cdef double walk(edge_tag* tag, const int32_t* ends1, const double* len1, int64_t p_begin, int64_t p_end,
                  const int64_t* rowptr2, const int32_t* ends2, const double* len2, int64_t n2,
                  const floating* V, double param) noexcept nogil:
@@ -242,6 +331,48 @@ cdef double pair_value(edge_tag* tag, const BatchView* A, int64_t ga, const Batc
                       B.path_lengths + B.path_offsets[gb], n2, V, param)
 
 
+cdef inline bint has_dense(const BatchView* A, int64_t g) noexcept nogil:
+    return A.dense_offsets != NULL and A.dense_offsets[g] >= 0
+
+
+cdef double pair_value_walk(edge_tag* tag, const BatchView* A, int64_t ga, const BatchView* B, int64_t gb,
+                            const VertexKernel* vk, double param, floating* V, gk_dense_walk_fn dense_fn,
+                            gk_vertex_rows_fn rows_fn, int walk_mode) noexcept nogil:
+    """K(A[ga], B[gb]) on one thread by the edge walk or the dense walk (``walk_mode``, module doc):
+    the dense one with the graph whose rows cost least as the inner graph."""
+    cdef int64_t n1 = A.node_offsets[ga + 1] - A.node_offsets[ga]
+    cdef int64_t n2 = B.node_offsets[gb + 1] - B.node_offsets[gb]
+    cdef int64_t P1 = n_paths(A, ga), P2 = n_paths(B, gb)
+    cdef double cost_b = -1.0, cost_a = -1.0, best
+    cdef const BatchView* X
+    cdef const BatchView* Y
+    cdef int64_t gx, gy, nx, ny, ld
+    cdef double acc[DENSE_MAX_NODES]
+    if dense_fn == NULL or walk_mode == WALK_EDGES or P1 == 0 or P2 == 0:
+        return pair_value(tag, A, ga, B, gb, vk, param, V)
+    if has_dense(B, gb):
+        cost_b = <double>P1 * n2 * dense_ld(n2)
+    if has_dense(A, ga):
+        cost_a = <double>P2 * n1 * dense_ld(n1)
+    if cost_a < 0 and cost_b < 0:
+        return pair_value(tag, A, ga, B, gb, vk, param, V)
+    if cost_b >= 0 and (cost_a < 0 or cost_b <= cost_a):
+        X, gx, Y, gy, best = A, ga, B, gb, cost_b
+    else:
+        X, gx, Y, gy, best = B, gb, A, ga, cost_a
+    if walk_mode == WALK_AUTO and DENSE_COST * best > <double>P1 * P2:
+        return pair_value(tag, A, ga, B, gb, vk, param, V)
+    nx = X.node_offsets[gx + 1] - X.node_offsets[gx]
+    ny = Y.node_offsets[gy + 1] - Y.node_offsets[gy]
+    ld = dense_ld(ny)
+    cdef int64_t ox = X.node_offsets[gx], oy = Y.node_offsets[gy]
+    cdef int nd = vk.n_discrete, nc = vk.n_continuous
+    rows_fn(X.discrete + ox * nd, X.continuous + ox * nc, nx, Y.discrete + oy * nd, Y.continuous + oy * nc, ny,
+            nd, nc, vk.weights, ld, <void*>V)
+    return 2.0 * dense_fn(X.path_ends + 2 * X.path_offsets[gx], X.path_lengths + X.path_offsets[gx], n_paths(X, gx),
+                          Y.dense + Y.dense_offsets[gy], ny, ld, <const void*>V, param, acc)
+
+
 cdef double pair_value_parallel(edge_tag* tag, const BatchView* A, int64_t ga, const BatchView* B, int64_t gb,
                                 const VertexKernel* vk, double param, floating* V, int n_threads) noexcept nogil:
     """K(A[ga], B[gb]) with the rows of V and the outer paths shared among threads (openmp_in)."""
@@ -300,7 +431,7 @@ cdef enum Schedule:
 cdef void run_pairs(edge_tag* tag, Schedule schedule, const BatchView* A, const BatchView* B,
                     const int64_t* pair_a, const int64_t* pair_b, int64_t n_pairs, double* out,
                     const VertexKernel* vk, double param, floating* scratch, int64_t scratch_stride,
-                    int n_threads) noexcept nogil:
+                    int n_threads, gk_dense_walk_fn dense_fn, gk_vertex_rows_fn rows_fn, int walk_mode) noexcept nogil:
     cdef int64_t k
     cdef floating* V
     if schedule == NAIVE:
@@ -308,7 +439,7 @@ cdef void run_pairs(edge_tag* tag, Schedule schedule, const BatchView* A, const 
             out[k] = pair_value_naive(tag, A, pair_a[k], B, pair_b[k], vk, param)
     elif schedule == SEQUENTIAL:
         for k in range(n_pairs):
-            out[k] = pair_value(tag, A, pair_a[k], B, pair_b[k], vk, param, scratch)
+            out[k] = pair_value_walk(tag, A, pair_a[k], B, pair_b[k], vk, param, scratch, dense_fn, rows_fn, walk_mode)
     elif schedule == OPENMP_IN:
         for k in range(n_pairs):
             out[k] = pair_value_parallel(tag, A, pair_a[k], B, pair_b[k], vk, param, scratch, n_threads)
@@ -317,7 +448,7 @@ cdef void run_pairs(edge_tag* tag, Schedule schedule, const BatchView* A, const 
         with parallel(num_threads=n_threads):
             V = scratch + threadid() * scratch_stride
             for k in prange(n_pairs, schedule="dynamic", chunksize=1):
-                out[k] = pair_value(tag, A, pair_a[k], B, pair_b[k], vk, param, V)
+                out[k] = pair_value_walk(tag, A, pair_a[k], B, pair_b[k], vk, param, V, dense_fn, rows_fn, walk_mode)
 
 
 _SCHEDULES = {"naive": NAIVE, "fcsp": SEQUENTIAL, "openmp_in": OPENMP_IN, "openmp_out": OPENMP_OUT}
@@ -325,12 +456,14 @@ _SCHEDULES = {"naive": NAIVE, "fcsp": SEQUENTIAL, "openmp_in": OPENMP_IN, "openm
 
 def kernel_pairs(str method, GraphBatch A, GraphBatch B, const int64_t[::1] pair_a, const int64_t[::1] pair_b,
                  double[::1] out, const double[::1] weights, int edge_kind, double edge_param,
-                 floating[::1] scratch, int64_t scratch_stride, int n_threads):
+                 floating[::1] scratch, int64_t scratch_stride, int n_threads, int walk_mode=WALK_EDGES):
     """``out[k] = K(A[pair_a[k]], B[pair_b[k]])`` by ``method`` (naive, fcsp, openmp_in, openmp_out).
 
     ``scratch`` holds the vertex-kernel matrices (its dtype is theirs): ``scratch_stride``
     values per thread for openmp_out, one matrix otherwise; each holds the largest
-    ``n1 * n2`` of the pairs.  Runs without the GIL.
+    ``n1 * n2`` of the pairs (:func:`scratch_per_pair` with the dense walk).  ``walk_mode``:
+    0 the edge walk, 1 the dense walk where it costs less (auto), 2 wherever a dense matrix is
+    there (fcsp and openmp_out; see the module doc).  Runs without the GIL.
     """
     cdef Schedule schedule
     cdef VertexKernel vk
@@ -340,6 +473,8 @@ def kernel_pairs(str method, GraphBatch A, GraphBatch B, const int64_t[::1] pair
     cdef int64_t n_pairs = pair_a.shape[0]
     cdef const BatchView* va = &A.view
     cdef const BatchView* vb = &B.view
+    cdef gk_dense_walk_fn dense_fn = NULL
+    cdef gk_vertex_rows_fn rows_fn = gk_vertex_rows_for(floating is float)
     try:
         schedule = _SCHEDULES[method]
     except KeyError:
@@ -351,6 +486,11 @@ def kernel_pairs(str method, GraphBatch A, GraphBatch B, const int64_t[::1] pair
         raise ValueError("the two batches' label features do not match the vertex kernel")
     if edge_kind not in (EDGE_DIRAC, EDGE_GAUSSIAN, EDGE_BROWNIAN):
         raise ValueError(f"unknown length-kernel code {edge_kind}")
+    if walk_mode not in (WALK_EDGES, WALK_AUTO, WALK_DENSE):
+        raise ValueError(f"unknown walk mode {walk_mode}")
+    if walk_mode != WALK_EDGES and edge_kind != EDGE_GAUSSIAN and schedule in (SEQUENTIAL, OPENMP_OUT) \
+            and (walk_mode == WALK_DENSE or gk_dense_level() >= 2):
+        dense_fn = gk_dense_walk_for(edge_kind, floating is float)
     if schedule == NAIVE and (A.arrays[6] is None or B.arrays[6] is None):
         raise ValueError("the naive method needs the batches' distance matrices")
     if n_pairs and n_threads < 1:
@@ -360,7 +500,7 @@ def kernel_pairs(str method, GraphBatch A, GraphBatch B, const int64_t[::1] pair
             raise IndexError(f"pair {k} ({pair_a[k]}, {pair_b[k]}) is outside the batches")
     if n_pairs and schedule != NAIVE:
         need = scratch_stride * (n_threads if schedule == OPENMP_OUT else 1)
-        if scratch.shape[0] < need or scratch_stride < _largest_vertex_matrix(A, B, pair_a, pair_b):
+        if scratch.shape[0] < need or scratch_stride < _largest_vertex_matrix(A, B, pair_a, pair_b, dense_fn != NULL):
             raise ValueError("vertex-kernel scratch is too small for these pairs")
     if n_pairs == 0:
         return
@@ -370,20 +510,27 @@ def kernel_pairs(str method, GraphBatch A, GraphBatch B, const int64_t[::1] pair
     with nogil:
         if edge_kind == EDGE_DIRAC:
             run_pairs(&dirac, schedule, va, vb, &pair_a[0], &pair_b[0], n_pairs, &out[0], &vk, edge_param,
-                      &scratch[0] if scratch.shape[0] else NULL, scratch_stride, n_threads)
+                      &scratch[0] if scratch.shape[0] else NULL, scratch_stride, n_threads, dense_fn, rows_fn, walk_mode)
         elif edge_kind == EDGE_GAUSSIAN:
             run_pairs(&gaussian, schedule, va, vb, &pair_a[0], &pair_b[0], n_pairs, &out[0], &vk, edge_param,
-                      &scratch[0] if scratch.shape[0] else NULL, scratch_stride, n_threads)
+                      &scratch[0] if scratch.shape[0] else NULL, scratch_stride, n_threads, dense_fn, rows_fn, walk_mode)
         else:
             run_pairs(&brownian, schedule, va, vb, &pair_a[0], &pair_b[0], n_pairs, &out[0], &vk, edge_param,
-                      &scratch[0] if scratch.shape[0] else NULL, scratch_stride, n_threads)
+                      &scratch[0] if scratch.shape[0] else NULL, scratch_stride, n_threads, dense_fn, rows_fn, walk_mode)
 
 
 cdef int64_t _largest_vertex_matrix(GraphBatch A, GraphBatch B, const int64_t[::1] pair_a,
-                                    const int64_t[::1] pair_b) except -1:
+                                    const int64_t[::1] pair_b, bint dense) except -1:
     cdef int64_t k, n1, n2, best = 0
     for k in range(pair_a.shape[0]):
         n1 = A.view.node_offsets[pair_a[k] + 1] - A.view.node_offsets[pair_a[k]]
         n2 = B.view.node_offsets[pair_b[k] + 1] - B.view.node_offsets[pair_b[k]]
-        best = max(best, n1 * n2)
+        best = max(best, scratch_per_pair(n1, n2, dense))
     return best
+
+
+cpdef int64_t scratch_per_pair(int64_t n1, int64_t n2, bint dense):
+    """Vertex-kernel values one pair of graphs of n1 and n2 vertices needs (either walk's V)."""
+    if not dense:
+        return n1 * n2
+    return max(n1 * dense_ld(n2), n2 * dense_ld(n1))
