@@ -1127,28 +1127,34 @@ class GpuLanczos:
 
     def _copy_out(self, out):
         """Each device's part of the output (ring[1] when gathered, else its scaled rows in ring[0]) into
-        ``out``, one host thread per device: into the device's kept page-locked staging at the link's
-        speed, then into ``out`` by the OpenMP threads.  A copy into pageable memory is paced by one
-        host thread paying the first touch of every page of the new array (R-MAT 22 on one H100:
-        8-16 ms for 33 MB, half of the whole solve)."""
-        from graphkern._cpu import expm as cpu
-
+        ``out``.  One device: into its kept page-locked staging at the link's speed, then into
+        ``out`` by the OpenMP threads; a copy straight into pageable memory is paced by one host
+        thread paying the first touch of every page of the new array (R-MAT 22 on one H100: 8-16 ms
+        for 33 MB, half of the whole solve).  Several devices: straight into ``out``, one host
+        thread per device, side by side, each over its own link.  (Staging there too failed on two
+        H100s: the pinned allocation in a pool thread, which has no current context, raised
+        CUDA_ERROR_INVALID_CONTEXT; it needs the staging allocated in the calling thread first, not
+        yet run on two GPUs.)"""
         source = 1 if self.order is not None else 0
         jobs = [(s, c0, c1) for s, (c0, c1) in zip(self.shares, self._output_bounds())]
-        threads = max(1, self.n_threads // len(jobs))
+        if len(jobs) == 1:
+            from graphkern._cpu import expm as cpu
+
+            s, c0, c1 = jobs[0]
+            if c1 > c0:
+                staging = s.ws.output_staging(c1 - c0)
+                s.ws.ring[source].copy_to_host(staging, stream=s.stream, offset=c0 * self.isz)
+                s.stream.synchronize()
+                cpu.copy_parallel(out[c0:c1], staging, self.n_threads)
+            s.stream.synchronize()
+            return
 
         def copy(job):
             s, c0, c1 = job
-            staging = s.ws.output_staging(c1 - c0) if c1 > c0 else None
             if c1 > c0:
-                s.ws.ring[source].copy_to_host(staging, stream=s.stream, offset=c0 * self.isz)
+                s.ws.ring[source].copy_to_host(out[c0:c1], stream=s.stream, offset=c0 * self.isz)
             s.stream.synchronize()
-            if c1 > c0:
-                cpu.copy_parallel(out[c0:c1], staging, threads)
 
-        if len(jobs) == 1:
-            copy(jobs[0])
-            return
         pending = [_copy_pool().submit(copy, job) for job in jobs[1:]]
         try:
             copy(jobs[0])
