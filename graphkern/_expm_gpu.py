@@ -524,7 +524,6 @@ class Workspace:
         self.stop_at = np.uint64(gate.device_pointer(dev))
         self.ran = np.uint64(gate.device_pointer(dev) + _GATE_LINE)
         self.gate_host = gate
-        self._staging = None  # page-locked output staging (output_staging)
         self.out = None  # view of ring[0] at this device's rows: the scaled output in dtype
         pinned = rt.PinnedBuffer(16)
         self.rscale_host = pinned.array(np.float64, (2,))[:1]
@@ -575,12 +574,6 @@ class Workspace:
         for name, slots in (("alpha_peers", "alpha_slots"), ("beta_peers", "beta_slots")):
             table = np.array([getattr(w, slots).ptr + 8 * self.index for w in others], dtype=np.uint64)
             setattr(self, name, rt.to_device(self.dev, table))
-
-    def output_staging(self, count):
-        """Page-locked room for ``count`` output values, kept for the next solves (grown when short)."""
-        if self._staging is None or len(self._staging) < count:
-            self._staging = rt.PinnedBuffer(count * self.dtype.itemsize).array(self.dtype, (count,))
-        return self._staging[:count]
 
     def column(self, j):
         """Stored basis column j (a view into its block)."""
@@ -1127,27 +1120,10 @@ class GpuLanczos:
 
     def _copy_out(self, out):
         """Each device's part of the output (ring[1] when gathered, else its scaled rows in ring[0]) into
-        ``out``.  One device: into its kept page-locked staging at the link's speed, then into
-        ``out`` by the OpenMP threads; a copy straight into pageable memory is paced by one host
-        thread paying the first touch of every page of the new array (R-MAT 22 on one H100: 8-16 ms
-        for 33 MB, half of the whole solve).  Several devices: straight into ``out``, one host
-        thread per device, side by side, each over its own link.  (Staging there too failed on two
-        H100s: the pinned allocation in a pool thread, which has no current context, raised
-        CUDA_ERROR_INVALID_CONTEXT; it needs the staging allocated in the calling thread first, not
-        yet run on two GPUs.)"""
+        ``out``, one host thread per device: copies into pageable memory are paced by the host
+        (staging, first touch of the pages), so devices copy side by side, each over its own link."""
         source = 1 if self.order is not None else 0
         jobs = [(s, c0, c1) for s, (c0, c1) in zip(self.shares, self._output_bounds())]
-        if len(jobs) == 1:
-            from graphkern._cpu import expm as cpu
-
-            s, c0, c1 = jobs[0]
-            if c1 > c0:
-                staging = s.ws.output_staging(c1 - c0)
-                s.ws.ring[source].copy_to_host(staging, stream=s.stream, offset=c0 * self.isz)
-                s.stream.synchronize()
-                cpu.copy_parallel(out[c0:c1], staging, self.n_threads)
-            s.stream.synchronize()
-            return
 
         def copy(job):
             s, c0, c1 = job
@@ -1155,6 +1131,9 @@ class GpuLanczos:
                 s.ws.ring[source].copy_to_host(out[c0:c1], stream=s.stream, offset=c0 * self.isz)
             s.stream.synchronize()
 
+        if len(jobs) == 1:
+            copy(jobs[0])
+            return
         pending = [_copy_pool().submit(copy, job) for job in jobs[1:]]
         try:
             copy(jobs[0])

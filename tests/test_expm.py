@@ -387,19 +387,6 @@ def test_split_alpha_sum_gives_the_same_bits(devices, exchange, rng, monkeypatch
     clear_cache()
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n", [0, 1, 65535, 65536 * 3 + 7])
-def test_copy_parallel_copies_every_block(dtype, n, rng):
-    from graphkern._cpu import expm as cpu
-    src = rng.standard_normal(n).astype(dtype)
-    for threads in (1, 3):
-        dst = np.full(n, np.nan, dtype=dtype)
-        cpu.copy_parallel(dst, src, threads)
-        assert np.array_equal(dst, src)
-    with pytest.raises(ValueError, match="values into"):
-        cpu.copy_parallel(np.empty(n + 1, dtype=dtype), src, 2)
-
-
 def test_hot_columns_cover_96_kib_of_x_only_in_degree_order():
     from graphkern._expm_gpu import hot_columns
     empty = 1 << 31  # no second range

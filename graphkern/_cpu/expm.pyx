@@ -18,7 +18,6 @@ and added in chunk order, so every reduction is deterministic for a given chunki
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t
 from libc.math cimport fabs
-from libc.string cimport memcpy
 
 import numpy as np
 
@@ -110,25 +109,6 @@ def accumulate_columns(double[::1] y, const real[:, ::1] columns, const double[:
             for j in range(n_cols):
                 acc = acc + g[j] * <double>columns[j, i]
             y[i] = y[i] + acc
-
-
-def copy_parallel(real[::1] dst, const real[::1] src, int n_threads):
-    """``dst[:] = src`` in blocks of 512 KiB spread over ``n_threads`` threads.  Copying into a new
-    array, a copy on one thread also pays the first touch of every page (the kernel's fault and
-    zeroing) alone: the GPU solver's output (R-MAT scale 22: 33 MB) took 8-16 ms that way."""
-    cdef Py_ssize_t n = dst.shape[0]
-    cdef Py_ssize_t block = (1 << 19) // sizeof(real)
-    cdef Py_ssize_t n_blocks, b, lo, count
-    if src.shape[0] != n:
-        raise ValueError(f"copy_parallel: {src.shape[0]} values into {n}")
-    if n == 0:
-        return
-    n_blocks = (n + block - 1) // block
-    with nogil:
-        for b in prange(n_blocks, schedule="static", num_threads=max(1, n_threads)):
-            lo = b * block
-            count = n - lo if n - lo < block else block
-            memcpy(&dst[lo], &src[lo], count * sizeof(real))
 
 
 def max_abs_row_sum(const index_t[::1] indptr, const double[::1] values, const int64_t[::1] chunks,
