@@ -70,12 +70,13 @@ definition above regrouped.  ``method`` picks the algorithm:
 ``cpu_walk`` picks how fcsp and openmp_out walk a pair: over both path arrays (``"edges"``, the
 paper's loop, two gathers of ``V`` per path pair), or with one graph's lengths as a dense matrix
 (``"dense"``: ``sum_c V[a,c] sum_d k_e(l_ab, L[c,d]) V[b,d]`` over whole rows, +inf where there is
-no path, run 8 doubles wide with AVX-512, with the rows of ``V`` exponentiated in vector
-registers too; Dirac and Brownian bridge length kernels, graphs of up to 256 vertices);
-``"auto"`` (the default) takes the dense walk, on a CPU with AVX-512, where its entries cost less
-than the path pairs (without AVX-512 the dense walk runs, correctly, but no faster than the edge
-walk, so auto keeps the edges).  On the mixed set's 50-vertex complete graphs it is about 3.5x the edge walk per core
-(AVX-512), and it is what lets the hybrid's CPU side take a useful share.
+no path, run 8 doubles wide with AVX-512 and 4 with AVX2, with the rows of ``V`` exponentiated in
+vector registers too; Dirac and Brownian bridge length kernels, graphs of up to 256 vertices);
+``"auto"`` (the default) takes the dense walk, on a CPU with AVX2 or AVX-512, where its entries
+cost less than the path pairs (without AVX2 the dense walk runs, correctly, but no faster than the
+edge walk, so auto keeps the edges).  On the mixed set's 50-vertex complete graphs it is about
+3.7x the edge walk per core with AVX-512 and 2.2x with AVX2, and it is what lets the hybrid's CPU
+side take a useful share.
 
 ``backend="hybrid"`` launches gpu_batched on every pair, heaviest first, and while it runs the
 calling thread takes pairs from the light end with all cores but one (openmp_out, ``cpu_walk``), in steps of
@@ -885,10 +886,10 @@ class ShortestPathKernel:
     cpu_walk : "auto", "edges" or "dense"
         How ``fcsp`` and ``openmp_out`` (and the hybrid's CPU side) walk a pair: ``"edges"``, the
         paper's loop over both graphs' path arrays; ``"dense"``, one graph's lengths as a dense
-        matrix whose rows run 8 doubles wide with AVX-512 (twice the length-kernel evaluations but
-        no gathers; Dirac and Brownian bridge length kernels, graphs of up to 256 vertices);
-        ``"auto"``, the dense walk for the pairs where it costs less, on AVX-512 CPUs.  Same
-        values to rounding.
+        matrix whose rows run 8 doubles wide with AVX-512, 4 with AVX2 (twice the length-kernel
+        evaluations but no gathers; Dirac and Brownian bridge length kernels, graphs of up to 256
+        vertices); ``"auto"``, the dense walk for the pairs where it costs less, on AVX2 and
+        AVX-512 CPUs.  Same values to rounding.
 
     Attributes
     ----------

@@ -25,10 +25,10 @@ the inner one,
 
 (V padded with zeros to ld columns): twice the length-kernel evaluations of the path-pair form,
 but over whole contiguous rows with no gather, which spgk_dense.h runs 8 doubles wide with AVX-512
-(its AVX2 and baseline copies are correct but no faster than the edge walk).  Dirac and Brownian
-bridge only (k_e(w, +inf) = 0 with no branch; a Gaussian would need a vector exp per entry).
-"auto" takes it, on an AVX-512 CPU, where its entries, weighted by DENSE_COST (their cost
-relative to a path pair's), cost less than the path pairs.
+and 4 with AVX2 (its baseline copy is correct but no faster than the edge walk).  Dirac and
+Brownian bridge only (k_e(w, +inf) = 0 with no branch; a Gaussian would need a vector exp per
+entry).  "auto" takes it, on an AVX2 or AVX-512 CPU, where its entries, weighted by DENSE_COST
+(their cost relative to a path pair's), cost less than the path pairs.
 """
 
 from cython.parallel cimport parallel, prange, threadid
@@ -53,9 +53,9 @@ cdef extern from "spgk_dense.h" nogil:
 cdef enum:
     DENSE_ALIGN = 8
     DENSE_MAX_NODES = 256
-# An entry of the dense walk costs this many path pairs of the edge walk (auto, AVX-512): measured
-# 0.10-0.13 (AMD EPYC, one thread: complete graphs of 10 and 50 vertices, Dirac and Brownian), set
-# with a margin.  graphkern.spgk keeps the same value.
+# An entry of the dense walk costs this many path pairs of the edge walk (auto): measured 0.10-0.13
+# with AVX-512 and 0.19-0.23 with AVX2 (AMD EPYC, one thread: complete graphs of 10 and 50
+# vertices, Dirac and Brownian).  graphkern.spgk keeps the same value.
 cdef double DENSE_COST = 0.25
 
 # walk modes of kernel_pairs
@@ -76,11 +76,11 @@ def dense_isa():
 
 
 def dense_auto():
-    """Whether walk mode auto may take the dense walk here: with AVX-512 only.  Complete graphs of
-    50 vertices, one thread (AMD EPYC): the edge walk 0.50 ns per path pair, the dense walk 0.13
-    with AVX-512 but 0.69 with the AVX2 copy and 0.72 with the baseline one (the compiler leaves
-    their blocks scalar), so elsewhere auto keeps the edge walk; "dense" runs any copy."""
-    return gk_dense_level() >= 2
+    """Whether walk mode auto may take the dense walk here: with AVX2 or AVX-512.  Complete graphs
+    of 50 vertices, one thread (AMD EPYC): the edge walk 0.52 ns per path pair, the dense walk 0.14
+    with AVX-512, 0.23 with AVX2 and 0.72 with the baseline copy, so without AVX2 auto keeps the
+    edge walk; "dense" runs any copy."""
+    return gk_dense_level() >= 1
 
 
 cdef inline int64_t dense_ld(int64_t n) noexcept nogil:
@@ -489,7 +489,7 @@ def kernel_pairs(str method, GraphBatch A, GraphBatch B, const int64_t[::1] pair
     if walk_mode not in (WALK_EDGES, WALK_AUTO, WALK_DENSE):
         raise ValueError(f"unknown walk mode {walk_mode}")
     if walk_mode != WALK_EDGES and edge_kind != EDGE_GAUSSIAN and schedule in (SEQUENTIAL, OPENMP_OUT) \
-            and (walk_mode == WALK_DENSE or gk_dense_level() >= 2):
+            and (walk_mode == WALK_DENSE or gk_dense_level() >= 1):
         dense_fn = gk_dense_walk_for(edge_kind, floating is float)
     if schedule == NAIVE and (A.arrays[6] is None or B.arrays[6] is None):
         raise ValueError("the naive method needs the batches' distance matrices")

@@ -25,7 +25,9 @@ typedef void (*gk_vertex_rows_fn)(const int64_t*, const double*, int64_t, const 
 #pragma GCC target("avx512f,avx512dq,avx512vl,avx2,fma")
 #define GK_NS gk_dense_avx512
 #define GK_WIDE_REGISTERS 1
+#define GK_VECTOR4 0
 #include "spgk_dense_impl.h"
+#undef GK_VECTOR4
 #undef GK_WIDE_REGISTERS
 #undef GK_NS
 #pragma GCC pop_options
@@ -33,14 +35,18 @@ typedef void (*gk_vertex_rows_fn)(const int64_t*, const double*, int64_t, const 
 #pragma GCC target("avx2,fma")
 #define GK_NS gk_dense_avx2
 #define GK_WIDE_REGISTERS 0
+#define GK_VECTOR4 1
 #include "spgk_dense_impl.h"
+#undef GK_VECTOR4
 #undef GK_WIDE_REGISTERS
 #undef GK_NS
 #pragma GCC pop_options
 #endif
 #define GK_NS gk_dense_base
 #define GK_WIDE_REGISTERS 0
+#define GK_VECTOR4 0
 #include "spgk_dense_impl.h"
+#undef GK_VECTOR4
 #undef GK_WIDE_REGISTERS
 #undef GK_NS
 
