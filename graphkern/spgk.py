@@ -120,9 +120,6 @@ DENSE_METHODS = ("fcsp", "openmp_out")
 _DENSE_EDGES = (0, 2)
 CPU_WALKS = ("auto", "edges", "dense")
 _WALK_MODES = {"edges": 0, "auto": 1, "dense": 2}
-# An entry of the dense walk (graphkern/_cpu/spgk.pyx) costs about this many path pairs of the
-# edge walk; must match DENSE_COST there (graphs whose rows cost more get no dense matrix).
-DENSE_COST = 0.25
 GPU_METHODS = ("gpu_1d", "gpu_2d", "gpu_1d_overlap", "gpu_2d_overlap", "gpu_batched")
 METHODS = ("auto",) + CPU_METHODS + GPU_METHODS
 BACKENDS = ("auto", "cpu", "gpu", "hybrid")
@@ -290,21 +287,30 @@ def _dense_auto():
 _DENSE_BUDGET = 256 << 20
 
 
+def _dense_ld(n):
+    """The dense walk's row length for graphs of ``n`` vertices (an array): n rounded up to the row
+    alignment."""
+    from graphkern._cpu import spgk as cpu
+
+    align = cpu.dense_layout()[0]
+    return -(-n // align) * align
+
+
 def _dense_lengths(batch, walk):
     """``(offsets, lengths)`` of the dense walk (graphkern/_cpu/spgk.pyx): for each graph of at
     most DENSE_MAX_NODES vertices -- with ``walk`` "auto" only those whose rows can cost less
-    than their paths (DENSE_COST n ld <= P: otherwise "auto" never takes them as the inner
-    graph) -- an n x ld matrix of path lengths, +inf where there is none, offset -1 for the
-    others."""
+    than their paths (cost n ld <= P, cost from graphkern._cpu.spgk.dense_layout(); otherwise
+    "auto" never takes them as the inner graph) -- an n x ld matrix of path lengths, +inf where
+    there is none, offset -1 for the others."""
     from graphkern._cpu import spgk as cpu
 
-    align, max_nodes = cpu.dense_layout()
+    _, max_nodes, cost = cpu.dense_layout()
     n = batch.n_nodes.astype(np.int64)
-    ld = -(-n // align) * align
+    ld = _dense_ld(n)
     size = n * ld
     want = (n <= max_nodes) & (n > 0) & (batch.n_paths > 0)
     if walk == "auto":
-        want &= DENSE_COST * size <= batch.n_paths
+        want &= cost * size <= batch.n_paths
     size = np.where(want, size, 0)
     keep = want & (np.cumsum(size) <= _DENSE_BUDGET)
     size = np.where(keep, size, 0)
@@ -410,9 +416,7 @@ def _run_cpu(method, A, B, pa, pb, edge_kernel, n_threads, dtype, walk="edges"):
         n1, n2 = A.n_nodes[pa].astype(np.int64), B.n_nodes[pb].astype(np.int64)
         stride = int((n1 * n2).max())
         if walk != "edges":
-            align = cpu.dense_layout()[0]
-            stride = max(stride, int((n1 * (-(-n2 // align) * align)).max()),
-                         int((n2 * (-(-n1 // align) * align)).max()))
+            stride = max(stride, int((n1 * _dense_ld(n2)).max()), int((n2 * _dense_ld(n1)).max()))
         copies = n_threads if method == "openmp_out" else 1
     scratch = np.empty(max(stride * copies, 1), dtype=dtype)
     cpu.kernel_pairs(method, A.cpu(method == "naive", walk), B.cpu(method == "naive", walk),

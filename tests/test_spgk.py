@@ -629,7 +629,7 @@ def test_dense_walk_forced_runs_every_dense_pair(rng, monkeypatch):
     batch = spgk._Batch(graphs, [spgk.shortest_path_graph(g) for g in graphs], spec)
     offsets, dense = spgk._dense_lengths(batch, "dense")
     assert offsets[-1] == -1 and np.all(offsets[:-1] >= 0)
-    align, max_nodes = cpu.dense_layout()
+    align, max_nodes, cost = cpu.dense_layout()
     assert max_nodes == 256 and align == 8
     for g in range(3):
         n = batch.n_nodes[g]
@@ -639,7 +639,7 @@ def test_dense_walk_forced_runs_every_dense_pair(rng, monkeypatch):
         D[np.arange(n), np.arange(n)] = np.inf
         assert np.array_equal(L[:, :n], D) and np.all(np.isinf(L[:, n:]))
     auto_offsets, _ = spgk._dense_lengths(batch, "auto")
-    sparse = batch.n_paths < spgk.DENSE_COST * batch.n_nodes * (-(-batch.n_nodes // align) * align)
+    sparse = batch.n_paths < cost * batch.n_nodes * (-(-batch.n_nodes // align) * align)
     assert np.all((auto_offsets == -1) >= sparse)
     K = ShortestPathKernel(node_kernel=spec, method="openmp_out", n_threads=2, cpu_walk="dense")(graphs)
     assert_close(K[:3, :3], reference_gram(graphs[:3], graphs[:3], vertex, "dirac"), 1e-12)

@@ -55,7 +55,7 @@ cdef enum:
     DENSE_MAX_NODES = 256
 # An entry of the dense walk costs this many path pairs of the edge walk (auto): measured 0.10-0.13
 # with AVX-512 and 0.19-0.23 with AVX2 (AMD EPYC, one thread: complete graphs of 10 and 50
-# vertices, Dirac and Brownian).  graphkern.spgk keeps the same value.
+# vertices, Dirac and Brownian).  graphkern.spgk reads it from dense_layout().
 cdef double DENSE_COST = 0.25
 
 # walk modes of kernel_pairs
@@ -66,8 +66,9 @@ cdef enum:
 
 
 def dense_layout():
-    """``(align, max_nodes)``: the dense length matrices' row stride multiple and largest graph."""
-    return DENSE_ALIGN, DENSE_MAX_NODES
+    """``(align, max_nodes, cost)``: the dense length matrices' row stride multiple, their largest
+    graph, and an entry's cost in path pairs of the edge walk (auto's DENSE_COST)."""
+    return DENSE_ALIGN, DENSE_MAX_NODES, DENSE_COST
 
 
 def dense_isa():
@@ -254,19 +255,6 @@ cdef void vertex_rows(const BatchView* A, int64_t ga, const BatchView* B, int64_
     for a in range(row_begin, row_end):
         for c in range(n2):
             V[a * n2 + c] = <floating>vertex_kernel(A, off1 + a, B, off2 + c, vk)
-
-
-cdef void vertex_rows_padded(const BatchView* A, int64_t ga, const BatchView* B, int64_t gb,
-                            const VertexKernel* vk, int64_t ld, floating* V) noexcept nogil:
-    """V = k_v(vertices of A[ga], vertices of B[gb]) with rows of ``ld`` values, zero past n2."""
-    cdef int64_t off1 = A.node_offsets[ga], off2 = B.node_offsets[gb]
-    cdef int64_t n1 = A.node_offsets[ga + 1] - off1, n2 = B.node_offsets[gb + 1] - off2
-    cdef int64_t a, c
-    for a in range(n1):
-        for c in range(n2):
-            V[a * ld + c] = <floating>vertex_kernel(A, off1 + a, B, off2 + c, vk)
-        for c in range(n2, ld):
-            V[a * ld + c] = 0
 
 
 cdef double walk(edge_tag* tag, const int32_t* ends1, const double* len1, int64_t p_begin, int64_t p_end,
