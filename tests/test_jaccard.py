@@ -7,11 +7,13 @@ import pytest
 import scipy.sparse as sp
 
 from graphkern import Graph, GraphTooLargeError
-import graphkern.similarity as similarity
-from graphkern.similarity import (VARIANTS, DeviceSimilarity, SymmetricPattern, choose_variant, hash_table_rows,
-                                  hub_vertices, jaccard, overlap, pair_rows_per_block, row_locality,
-                                  shortrow_group_size, staged_rows_per_block, sorensen, symmetric_pattern,
-                                  work_line_length)
+from graphkern.similarity import VARIANTS, choose_variant, jaccard, overlap, sorensen
+from graphkern.similarity.api import METRICS as METRIC_CODES, SymmetricPattern, symmetric_pattern
+from graphkern.similarity.gpu import DeviceSimilarity
+from graphkern.similarity.plan import (HASH_MIN_DEGREE, SCAN_TILE, DeviceOptions, auto_variant, hash_table_rows,
+                                       hub_vertices, pair_rows_per_block, plan_similarity, row_locality,
+                                       shortrow_group_size, staged_rows_per_block, window_locality,
+                                       window_rows_per_block, work_line_length)
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 GPU_VARIANTS = [v for v in VARIANTS if v != "auto"]
@@ -129,7 +131,7 @@ def gpu_test_graph(rng, variant, n, density):
 
 def device_values(dev, A, metric, *, weighted=False, self_loops=False, dtype=np.float64, **options):
     """DeviceSimilarity run directly (for options the public functions do not expose)."""
-    run = DeviceSimilarity(dev, symmetric_pattern(A, weighted=weighted), metric=similarity._METRICS[metric],
+    run = DeviceSimilarity(dev, symmetric_pattern(A, weighted=weighted), metric=METRIC_CODES[metric],
                            self_loops=self_loops, dtype=dtype, **options)
     run.upload()
     run.compute()
@@ -508,7 +510,7 @@ def test_gpu_work_line_buffers(rng, gpu_device, variant, chunk):
     offsets = np.r_[0, np.cumsum(work)]
     assert offsets[-1] == work_line_length(p)
     np.testing.assert_array_equal(run.offsets.to_host(), offsets)
-    np.testing.assert_array_equal(run.tile_sums.to_host(), offsets[np.arange(run.n_tiles) * similarity._SCAN_TILE])
+    np.testing.assert_array_equal(run.tile_sums.to_host(), offsets[np.arange(run.n_tiles) * SCAN_TILE])
     starts = np.arange(-(-offsets[-1] // run.group_items)) * run.group_items
     group_entry = np.searchsorted(offsets, starts, side="right") - 1
     np.testing.assert_array_equal(run.group_entry.to_host()[:starts.size], group_entry)
@@ -664,20 +666,20 @@ def test_gpu_longrow_hash_tables_on_skewed_graphs(rng, gpu_device, kind, hash_mi
 
 
 @pytest.mark.gpu
-def test_gpu_hash_min_degree_from_the_environment(rng, gpu_device, monkeypatch):
+def test_gpu_hash_min_degree_keyword(rng, gpu_device):
     # the skewed graph's 4 hubs (~2000 entries) have bitmaps; the other rows have ~10 entries
     A = skewed_graph(rng)
     cpu = jaccard(A, backend="cpu", dtype=np.float64)
-    for setting, min_degree in (("0", 0), ("4", 4), ("12", 12), ("", similarity._HASH_MIN_DEGREE)):
-        monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, setting)
-        np.testing.assert_array_equal(jaccard(A, backend="gpu", variant="longrow", dtype=np.float64).data, cpu.data)
-        _, run = device_values(gpu_device, A, "jaccard", variant="longrow")
+    for min_degree in (0, 4, 12, HASH_MIN_DEGREE):
+        R, info = jaccard(A, backend="gpu", variant="longrow", dtype=np.float64, hash_min_degree=min_degree,
+                          return_info=True)
+        np.testing.assert_array_equal(R.data, cpu.data)
+        assert info.options["hash_min_degree"] == min_degree and info.variant == "longrow"
+        _, run = device_values(gpu_device, A, "jaccard", variant="longrow", hash_min_degree=min_degree)
         assert run.hubs.size >= 4 and run.hash_min_degree == min_degree
+        assert info.plan["hash_rows"] == run.hash_rows.size and info.plan["hubs"] == run.hubs.size
         np.testing.assert_array_equal(run.hash_rows, expected_hash_rows(run.pattern.degrees, run.hubs, min_degree))
         assert (run.hash_keys is not None) == (run.hash_rows.size > 0) == (0 < min_degree <= 12)
-    monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, "4")
-    _, run = device_values(gpu_device, A, "jaccard", variant="longrow", hash_min_degree=0)  # the argument wins
-    assert run.hash_rows.size == 0
     for variant in ("balanced", "hub"):  # no tables outside longrow
         _, run = device_values(gpu_device, A, "jaccard", variant=variant, hash_min_degree=2)
         assert run.hash_rows.size == 0 and run.hash_keys is None
@@ -775,14 +777,14 @@ def test_window_locality(rng):
     ring = symmetric_pattern(sp.csr_matrix(watts_strogatz(n=5000, k=10, p=0.0, seed=1, as_csr=True)))
     # neighbours within 5, except the 15 pairs (30 entries) that wrap around the ring; rows 0 and
     # 4999 have 5 such entries each (more than 4), so their 2 x 5 near pairs (20 entries) merge too
-    assert similarity.window_locality(ring) == pytest.approx(1 - 50 / ring.nnz, abs=1e-12)
+    assert window_locality(ring) == pytest.approx(1 - 50 / ring.nnz, abs=1e-12)
     wide = symmetric_pattern(band_graph(rng, 2000, [32, 100], extra=0))
-    assert similarity.window_locality(wide) == 0.0
+    assert window_locality(wide) == 0.0
     # rows 100..1899 have 6 entries 32 or more away (offsets 32, 33, 40 both sides): no fast pair
     # there; the first and last 40 rows have at most 3 and keep their offset-1 pairs
     mixed = symmetric_pattern(band_graph(rng, 2000, [1, 32, 33, 40], extra=0))
-    assert 0 < similarity.window_locality(mixed) < 0.05
-    assert similarity.window_locality(symmetric_pattern(sp.csr_matrix(np.eye(4)))) == 0.0
+    assert 0 < window_locality(mixed) < 0.05
+    assert window_locality(symmetric_pattern(sp.csr_matrix(np.eye(4)))) == 0.0
 
 
 def test_row_locality_and_the_auto_choice_between_pair_and_staged(rng):
@@ -794,25 +796,25 @@ def test_row_locality_and_the_auto_choice_between_pair_and_staged(rng):
     # 30 entries, that cross each block boundary and the wrap
     expected = 1 - 30 * (5000 // rows + 1) / ring.nnz
     assert row_locality(pattern, rows) == pytest.approx(expected, abs=1e-12)
-    assert similarity.auto_variant(pattern) == "window"  # neighbours within 5: the row masks
+    assert auto_variant(pattern) == "window"  # neighbours within 5: the row masks
     perm = rng.permutation(5000)
     shuffled = symmetric_pattern(sp.csr_matrix(ring[perm][:, perm]))
     assert row_locality(shuffled, rows) < 0.1
-    assert similarity.auto_variant(shuffled) == "pair"
+    assert auto_variant(shuffled) == "pair"
     assert choose_variant(pattern.degrees) == "pair"  # locality unknown
     assert choose_variant(pattern.degrees, 0.5) == "staged"
     assert choose_variant(pattern.degrees, 0.5, 0.49) == "staged"
     assert choose_variant(pattern.degrees, 0.0, 0.5) == "window"
     wide = symmetric_pattern(band_graph(rng, 5000, [1, 40, 41, 42, 43, 44], extra=0))  # staged, not window
-    assert similarity.window_locality(wide) < 0.5 <= row_locality(wide, staged_rows_per_block(wide.degrees))
-    assert similarity.auto_variant(wide) == "staged"
+    assert window_locality(wide) < 0.5 <= row_locality(wide, staged_rows_per_block(wide.degrees))
+    assert auto_variant(wide) == "staged"
 
 
 def test_window_rows_per_block():
-    assert similarity.window_rows_per_block(100_000, 528) == 192  # 190 rows fill the 528 slots once
-    assert similarity.window_rows_per_block(1_000, 528) == 96  # at least 96
-    assert similarity.window_rows_per_block(10**7, 528) == 256  # several waves of the most rows
-    assert similarity.window_rows_per_block(2001, 10) == 208  # 201 to a multiple of 8
+    assert window_rows_per_block(100_000, 528) == 192  # 190 rows fill the 528 slots once
+    assert window_rows_per_block(1_000, 528) == 96  # at least 96
+    assert window_rows_per_block(10**7, 528) == 256  # several waves of the most rows
+    assert window_rows_per_block(2001, 10) == 208  # 201 to a multiple of 8
     assert row_locality(symmetric_pattern(sp.csr_matrix(np.eye(4))), 8) == 0.0  # no off-diagonal entry
 
 
@@ -898,21 +900,13 @@ def test_hash_table_rows(rng):
     assert hash_table_rows(np.zeros(4, dtype=np.int64), [], min_degree=1)[0].size == 0
 
 
-def test_default_hash_min_degree_follows_the_environment(monkeypatch):
-    monkeypatch.delenv(similarity._HASH_MIN_DEGREE_ENV, raising=False)
-    assert similarity.default_hash_min_degree() == similarity._HASH_MIN_DEGREE == 128
-    monkeypatch.setattr(similarity, "_HASH_MIN_DEGREE", 5)
-    assert similarity.default_hash_min_degree() == 5
-    for value, expected in (("0", 0), ("8", 8), (" 2 ", 2), ("", 5)):
-        monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, value)
-        assert similarity.default_hash_min_degree() == expected
-    pattern = symmetric_pattern(sp.csr_matrix(np.ones((3, 3)) - np.eye(3)))
-    for value in ("-1", "x", "2.5"):
-        monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, value)
-        with pytest.raises(ValueError, match="GRAPHKERN_JACCARD_HASH_MIN_DEGREE must be an integer >= 0"):
-            similarity.default_hash_min_degree()
-        with pytest.raises(ValueError, match="GRAPHKERN_JACCARD_HASH_MIN_DEGREE"):  # before the device is used
-            DeviceSimilarity(None, pattern, metric=0, self_loops=False, dtype=np.float32, variant="longrow")
+def test_hash_min_degree_is_checked_and_recorded():
+    A = sp.csr_matrix(np.ones((3, 3)) - np.eye(3))
+    for value in (-1, 2.5, "4", True):
+        with pytest.raises(ValueError, match="hash_min_degree must be an integer >= 0"):
+            jaccard(A, backend="cpu", hash_min_degree=value)
+    _, info = jaccard(A, backend="cpu", hash_min_degree=7, return_info=True)
+    assert info.options["hash_min_degree"] == 7 and info.variant == "cpu"
 
 
 def test_bounded_degree_graph_reaches_its_bound(rng):
@@ -1084,3 +1078,98 @@ def test_graph_too_large_for_the_device_names_the_size(gpu_device):
     pattern = SymmetricPattern(n, indptr, indices, None)
     with pytest.raises(GraphTooLargeError, match=r"similarity \(element variant\) of a graph with 100000 nodes.*GiB"):
         DeviceSimilarity(gpu_device, pattern, metric=0, self_loops=False, dtype=np.float32, variant="element")
+
+
+# --------------------------------------------------------------------------- the GPU plan against NumPy
+
+
+def numpy_plan(pattern, variant, *, weighted, free_bytes, hash_min_degree=HASH_MIN_DEGREE):
+    """The plan by independent NumPy passes over the entries: variant, launch shapes, bitmap and
+    table rows, work line."""
+    d = pattern.degrees
+    n, nnz = pattern.n, pattern.nnz
+    rows = np.repeat(np.arange(n, dtype=np.int64), d)
+    cols = pattern.indices.astype(np.int64)
+    off = rows != cols
+    positive = d[d > 0]
+    if variant == "auto":
+        top, mean = (int(positive.max()), float(positive.mean())) if positive.size else (0, 0.0)
+        if not positive.size:
+            variant = "element"
+        elif top <= 32:
+            gap = np.abs(cols - rows)
+            complete = np.bincount(rows[gap >= 32], minlength=n) <= 4
+            near = (gap < 32) & complete[rows] & complete[cols]
+            block = staged_rows_per_block(d)
+            window = float(np.mean(near[off])) if off.any() else 0.0
+            local = float(np.mean(cols[off] // block == rows[off] // block)) if off.any() else 0.0
+            variant = "window" if window >= 0.5 else "staged" if local >= 0.5 else "pair"
+        else:
+            variant = "longrow" if top >= 8192 and top > 64 * mean else "warp"
+    if weighted and variant in ("staged", "window"):
+        variant = "pair"
+    hubs = np.zeros(0, dtype=np.int32)
+    tables = variant == "longrow" and not weighted and hash_min_degree > 0
+    if variant in ("hub", "longrow") and not weighted:
+        cap = min((1 << 25) if tables else (1 << 28), int(0.1 * free_bytes)) // (4 * -(-n // 32))
+        order = np.lexsort((np.arange(n), -d))  # by degree, then index
+        hubs = order[d[order] >= 64][:cap].astype(np.int32)
+    hash_rows = expected_hash_rows(d, hubs, hash_min_degree) if tables else np.zeros(0, dtype=np.int64)
+    sizes = np.array([max(4, 1 << int(2 * k - 1).bit_length()) for k in d[hash_rows]], dtype=np.int64)
+    work = int(np.minimum(d[rows], d[cols])[rows < cols].sum())
+    return dict(variant=variant, hubs=hubs, hash_rows=hash_rows, hash_slots=np.r_[0, np.cumsum(sizes)],
+                hash_items=np.r_[0, np.cumsum(d[hash_rows])], work=work,
+                group=int(min(32, max(4, 1 << int(np.ceil(np.log2(max(positive.mean() / 2, 1)))))))
+                if positive.size else 4)
+
+
+def plan_test_graphs(rng):
+    from graphkern.generators import chung_lu
+    yield random_graph(rng, 300, 0.04)
+    yield skewed_graph(rng)
+    yield high_hub_graph(rng)
+    yield bounded_degree_graph(rng, 500, 20)
+    yield band_graph(rng, 400, [1, 2, 3], 10)
+    yield sp.csr_matrix(chung_lu(n=30_000, gamma=2.1, avg_degree=12, max_degree=20_000,
+                                 seed=int(rng.integers(1 << 30)), as_csr=True))
+    star = sp.lil_matrix((9000, 9000))
+    star[0, 1:] = 1
+    star[1:, 0] = 1
+    yield sp.csr_matrix(star)  # a hub past 8192 that dwarfs the mean: "longrow"
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_plan_matches_numpy(rng, weighted):
+    free = 64 << 30
+    for A in plan_test_graphs(rng):
+        pattern = symmetric_pattern(A, weighted=weighted)
+        for variant in ("auto", "warp", "balanced", "hub", "longrow", "pair", "staged"):
+            expected = numpy_plan(pattern, variant, weighted=weighted, free_bytes=free)
+            plan = plan_similarity(pattern, DeviceOptions(variant=variant), weighted=weighted, dtype=np.float32,
+                                   free_bytes=free, n_threads=2)
+            assert plan.variant == expected["variant"], variant
+            assert plan.group == expected["group"]
+            for name in ("hubs", "hash_rows", "hash_slots", "hash_items"):
+                np.testing.assert_array_equal(getattr(plan, name), expected[name], err_msg=f"{variant} {name}")
+            if plan.variant in ("balanced", "hub", "longrow"):
+                assert plan.work_items == expected["work"]
+                assert plan.n_groups == max(1, -(-expected["work"] // plan.group_items))
+                assert plan.sizes["group_entry"] == 8 * plan.n_groups
+            else:
+                assert plan.work_items == 0 and "group_entry" not in plan.sizes
+
+
+def test_plan_variety_of_choices(rng):
+    # the graphs above reach every choice auto makes, so the comparison covers each branch
+    chosen = {plan_similarity(symmetric_pattern(A), DeviceOptions(), weighted=False, dtype=np.float32,
+                              free_bytes=1 << 34).variant for A in plan_test_graphs(rng)}
+    assert {"warp", "longrow", "pair", "window"} <= chosen
+
+
+def test_plan_drops_tables_that_do_not_fit(rng):
+    pattern = symmetric_pattern(high_hub_graph(rng))
+    options = DeviceOptions(variant="longrow", hash_min_degree=2, hub_max_bytes=0)
+    full = plan_similarity(pattern, options, weighted=False, dtype=np.float32, free_bytes=1 << 34)
+    assert full.hash_rows.size > 0
+    tight = plan_similarity(pattern, options, weighted=False, dtype=np.float32, free_bytes=full.nbytes - 1)
+    assert tight.hash_rows.size == 0 and "hash_keys" not in tight.sizes and tight.hash_slots.tolist() == [0]
