@@ -1173,3 +1173,144 @@ def test_plan_drops_tables_that_do_not_fit(rng):
     assert full.hash_rows.size > 0
     tight = plan_similarity(pattern, options, weighted=False, dtype=np.float32, free_bytes=full.nbytes - 1)
     assert tight.hash_rows.size == 0 and "hash_keys" not in tight.sizes and tight.hash_slots.tolist() == [0]
+
+
+# --------------------------------------------------------------------------- extreme weights and bad indices
+
+
+def huge_weight_graph(rng, top, n=60):
+    """A random weighted graph whose weights reach ``top`` (a few near it, the rest spread below)."""
+    A = random_graph(rng, n, 0.15, loops=0.3, isolated=0.0)
+    A = sp.triu(A, format="csr")
+    A.data = top * rng.uniform(0.01, 1.0, A.nnz)
+    A.data[rng.random(A.nnz) < 0.2] = top
+    return sp.csr_matrix(A + sp.triu(A, 1).T)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("metric", list(METRICS))
+@pytest.mark.parametrize("dtype,top", [(np.float32, 3e38), (np.float32, 1e300), (np.float64, 1e308)])
+def test_weight_sums_past_the_dtype_range(rng, backend, metric, dtype, top):
+    # the sums overflow dtype: the ratios must still be right (the reference divides out `top`)
+    A = huge_weight_graph(rng, top)
+    scaled = A.copy()
+    scaled.data = scaled.data / top
+    expected = reference(scaled, metric, weighted=True)
+    R, info = METRICS[metric](A, weighted=True, backend=backend, dtype=dtype, return_info=True)
+    assert R.dtype == dtype and np.isfinite(R.data).all()
+    np.testing.assert_allclose(R.data, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-7)
+    assert info.compute_dtype == "float64"
+    assert (info.weight_scale < 1.0) == (top > 1e300)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scaled_weights_with_self_loops(rng, backend):
+    A = huge_weight_graph(rng, 1e308).tolil()
+    A.setdiag(1e307)  # every vertex stores its own weight: scaling keeps every ratio
+    A = sp.csr_matrix(A)
+    scaled = A.copy()
+    scaled.data = scaled.data / 1e308
+    R = jaccard(A, weighted=True, self_loops=True, backend=backend, dtype=np.float64)
+    np.testing.assert_allclose(R.data, reference(scaled, "jaccard", weighted=True, self_loops=True), rtol=1e-12,
+                               atol=1e-14)
+
+
+def implicit_loop_graphs(rng):
+    """Two components without stored self-loops: weights near 1e308 and weights near 1, where a
+    vertex's own weight of 1 weighs as much as an edge's."""
+    huge = huge_weight_graph(rng, 1e308)
+    small = random_graph(rng, 50, 0.15, loops=0.0)
+    small.data = rng.uniform(0.5, 2.0, small.nnz)
+    small = sp.csr_matrix(small + small.T)
+    A = sp.csr_matrix(sp.block_diag([huge - sp.diags(huge.diagonal()), small]))
+    A.eliminate_zeros()
+    return A, huge.shape[0], small
+
+
+def test_scaled_weights_with_implicit_self_loops(rng):
+    # the CPU scales a vertex's own weight with the others, so the small component keeps its ratios
+    A, offset, small = implicit_loop_graphs(rng)
+    R = jaccard(A, weighted=True, self_loops=True, backend="cpu", dtype=np.float64)
+    tail = R[offset:, offset:].tocsr()
+    np.testing.assert_allclose(tail.data, reference(small, "jaccard", weighted=True, self_loops=True), rtol=1e-12)
+    head = R[:offset, :offset].tocsr()
+    scaled = A[:offset, :offset].tocsr() / 1e308
+    # a vertex's own weight, 1 against sums near 1e308, only shows as ~1e-309 where no neighbour is shared
+    np.testing.assert_allclose(head.data, reference(scaled, "jaccard", weighted=True), rtol=1e-10, atol=1e-300)
+
+
+@pytest.mark.gpu
+def test_gpu_refuses_scaled_weights_with_implicit_self_loops(rng):
+    A, _, _ = implicit_loop_graphs(rng)
+    with pytest.raises(ValueError, match="overflow float64.*self_loops=True"):
+        jaccard(A, weighted=True, self_loops=True, backend="gpu", dtype=np.float64)
+    R = jaccard(A, weighted=True, self_loops=False, backend="gpu", dtype=np.float64)
+    np.testing.assert_allclose(R.data, jaccard(A, weighted=True, backend="cpu", dtype=np.float64).data,
+                               rtol=1e-12)
+
+
+def test_ordinary_weights_keep_their_type(rng):
+    A = random_graph(rng, 80, 0.1)
+    A.data = rng.uniform(0.5, 2.0, A.nnz)
+    A = sp.csr_matrix(A + A.T)
+    _, info = jaccard(A, weighted=True, backend="cpu", dtype=np.float32, return_info=True)
+    assert info.compute_dtype == "float32" and info.weight_scale == 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad", [10**6, -1, 40])
+def test_out_of_range_index_of_an_unchecked_graph(rng, backend, bad):
+    A = random_graph(rng, 40, 0.1)
+    G = Graph(A.indptr, A.indices.copy(), validate=False)
+    G.indices[3] = bad
+    with pytest.raises(ValueError, match=rf"G has a column index {bad} out of range \[0, 40\)"):
+        jaccard(G, backend=backend)
+
+
+def test_broken_row_pointers_of_an_unchecked_graph(rng):
+    A = random_graph(rng, 40, 0.1)
+    indptr = A.indptr.copy()
+    indptr[5], indptr[6] = indptr[6], indptr[5] - 1  # decreasing
+    G = Graph(indptr, A.indices.copy(), validate=False)
+    with pytest.raises(ValueError, match="row pointers are not a valid CSR"):
+        jaccard(G, backend="cpu")
+
+
+def test_plan_counts_reject_out_of_range_indices():
+    A = sp.csr_matrix(np.ones((4, 4)) - np.eye(4))
+    pattern = symmetric_pattern(A)
+    pattern.indices[0] = 7
+    with pytest.raises(ValueError, match="G has 1 column indices outside"):
+        work_line_length(pattern)
+
+
+# --------------------------------------------------------------------------- info and progress
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_progress_and_info(rng, backend):
+    A = random_graph(rng, 3000, 0.004)
+    seen = []
+    R, info = jaccard(A, backend=backend, verbose=lambda done, total: seen.append((done, total)),
+                      return_info=True)
+    np.testing.assert_array_equal(R.data, jaccard(A, backend=backend).data)
+    assert seen and seen[-1][0] == seen[-1][1]
+    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert info.backend == backend and info.metric == "jaccard" and info.dtype == "float32"
+    assert set(info.times) >= {"validate", "compute", "total"}
+    if backend == "cpu":
+        assert seen[-1][1] == A.shape[0] and info.options["n_threads"] >= 1
+    else:
+        assert seen[-1][1] == 3 and info.variant in VARIANTS and info.plan["device_bytes"] > 0
+        assert set(info.times) >= {"plan", "upload", "download"}
+
+
+def test_cpu_progress_in_blocks_matches_one_pass(rng, monkeypatch):
+    import graphkern.similarity.cpu as cpu
+
+    monkeypatch.setattr(cpu, "PROGRESS_BLOCK_ENTRIES", 64)  # many blocks on a small graph
+    A = skewed_graph(rng)
+    counts = []
+    R = jaccard(A, backend="cpu", dtype=np.float64, weighted=True, verbose=lambda d, t: counts.append(d))
+    assert len(counts) > 10
+    np.testing.assert_array_equal(R.data, jaccard(A, backend="cpu", dtype=np.float64, weighted=True).data)

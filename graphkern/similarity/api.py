@@ -200,6 +200,11 @@ def symmetric_pattern(G, *, weighted=False):
     if not isinstance(weighted, (bool, np.bool_)):
         raise TypeError(f"weighted must be True or False, got {weighted!r}")
     source = G.indices if isinstance(G, (Graph, sp.csr_matrix, sp.csr_array)) else None
+    if isinstance(G, Graph):
+        # A Graph built with validate=False, or whose arrays were edited after it was checked,
+        # arrives unchecked, and the kernels index with its arrays: they are checked at the
+        # point of use.  (The one call site of the CSR index check.)
+        _check_csr_indices(G.indptr, G.indices, G.n_nodes)
     A, _ = as_csr_matrix(G, name="G")  # square, symmetric values, finite, duplicates summed
     n = A.shape[0]
     if n > INT32_MAX:
@@ -208,11 +213,6 @@ def symmetric_pattern(G, *, weighted=False):
         A = A.sorted_indices()
     indptr = A.indptr.astype(np.int64)
     indices = A.indices.astype(np.int32, copy=False)
-    if isinstance(G, Graph):
-        # A Graph built with validate=False, or whose arrays were edited after it was checked,
-        # reaches here unchecked: the kernels index with these arrays, so they are checked at
-        # the point of use.  (The one call site of the CSR index check.)
-        _check_csr_indices(indptr, indices, n)
     weights = None
     if weighted:
         weights = np.asarray(A.data, dtype=np.float64)
@@ -250,9 +250,9 @@ def weight_scaling(pattern, dtype, backend, self_loops):
     d_max = int(pattern.degrees.max())
     with np.errstate(over="ignore"):
         bound = 2.0 * (d_max + 1) * w_max
-    if bound < np.finfo(dtype).max / 4:
+    if bound < float(np.finfo(dtype).max) / 4:
         return np.dtype(dtype), 0
-    if bound < np.finfo(np.float64).max / 4:
+    if bound < float(np.finfo(np.float64).max) / 4:
         return np.dtype(np.float64), 0
     _, e = np.frexp(w_max)  # w_max < 2^e
     k = int(e) + 1 + int(d_max).bit_length() - 1022  # 2 (d_max + 1) w_max 2^-k <= 2^1022
