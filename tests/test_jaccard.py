@@ -1305,12 +1305,16 @@ def test_progress_and_info(rng, backend):
         assert set(info.times) >= {"plan", "upload", "download"}
 
 
-def test_cpu_progress_in_blocks_matches_one_pass(rng, monkeypatch):
-    import graphkern.similarity.cpu as cpu
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cpu_kernel_in_blocks_matches_one_pass(rng, weighted):
+    from graphkern._cpu.jaccard import similarity as kernel
 
-    monkeypatch.setattr(cpu, "PROGRESS_BLOCK_ENTRIES", 64)  # many blocks on a small graph
-    A = skewed_graph(rng)
-    counts = []
-    R = jaccard(A, backend="cpu", dtype=np.float64, weighted=True, verbose=lambda d, t: counts.append(d))
-    assert len(counts) > 10
-    np.testing.assert_array_equal(R.data, jaccard(A, backend="cpu", dtype=np.float64, weighted=True).data)
+    pattern = symmetric_pattern(skewed_graph(rng), weighted=weighted)
+    weights = pattern.weights if weighted else np.zeros(0)
+    whole = np.empty(pattern.nnz)
+    kernel(pattern.indptr, pattern.indices, weights, whole, 0, weighted, False, 2)
+    blocks, calls = np.full(pattern.nnz, np.nan), []
+    kernel(pattern.indptr, pattern.indices, weights, blocks, 0, weighted, False, 2, progress=calls.append,
+           progress_rows=97)
+    assert calls == [97] * (pattern.n // 97) + ([pattern.n % 97] if pattern.n % 97 else [])
+    np.testing.assert_array_equal(blocks, whole)

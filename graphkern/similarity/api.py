@@ -289,12 +289,18 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
                     hash_min_degree=int(hash_min_degree))
     plan = {}
     ran = "cpu"
+    result_indices = []  # the result's own copy of the indices where they are the caller's
+
+    def copy_indices():
+        result_indices.append(pattern.indices if pattern.owns_indices else pattern.indices.copy())
+
     if backend == "gpu":
         from graphkern.similarity.gpu import gpu_values
 
         recorded["device"] = devices[0]
         values, ran, plan = gpu_values(pattern, METRICS[metric], bool(self_loops), compute_dtype, devices[0],
-                                       options, scale=scale, n_threads=n_threads, verbose=verbose, times=times)
+                                       options, scale=scale, n_threads=n_threads, verbose=verbose, times=times,
+                                       while_computing=copy_indices)
     else:
         from graphkern.similarity.cpu import cpu_values
 
@@ -303,8 +309,9 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
                             verbose=verbose, times=times)
     if values.dtype != dtype:
         values = values.astype(dtype)
-    indices = pattern.indices if pattern.owns_indices else pattern.indices.copy()
-    result = sp.csr_matrix((values, indices, pattern.indptr), shape=(pattern.n, pattern.n))
+    if not result_indices:
+        copy_indices()
+    result = sp.csr_matrix((values, result_indices[0], pattern.indptr), shape=(pattern.n, pattern.n))
     result.has_sorted_indices = True
     if not return_info:
         return result

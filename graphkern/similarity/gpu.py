@@ -16,12 +16,14 @@ from graphkern.similarity.plan import (BLOCK, STAGED_VARIANTS, DeviceOptions, pl
 
 
 def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, n_threads=1, verbose=False,
-               times=None):
+               times=None, while_computing=None):
     """The similarity of every stored entry of ``pattern`` on GPU ``device``, in ``dtype``.
 
     Returns ``(values, variant, plan)``: the host array (written by the download itself), the
     variant that ran and the plan's figures.  ``scale`` as in graphkern.similarity.cpu.cpu_values.
-    ``times`` (a dict) receives the seconds of plan, upload, compute and download.
+    ``times`` (a dict) receives the seconds of plan, upload, compute (host clock from the first
+    launch to the stream's end) and download.  ``while_computing``: host work (a callable) run
+    while the kernels run.
     """
     from graphkern._cuda import runtime as rt
 
@@ -29,6 +31,8 @@ def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, 
     out = np.empty(pattern.nnz, dtype=dtype)
     with Progress(3, verbose, "steps", "similarity (GPU)") as bar:
         if pattern.nnz == 0:
+            if while_computing is not None:
+                while_computing()
             bar.update(3)
             return out, "none", {}
         t = time.perf_counter()
@@ -41,6 +45,8 @@ def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, 
         times["upload"] = (t2 := time.perf_counter()) - t1
         bar.update()
         run.compute()
+        if while_computing is not None:
+            while_computing()
         run.stream.synchronize()
         times["compute"] = (t3 := time.perf_counter()) - t2
         bar.update()
