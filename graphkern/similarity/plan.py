@@ -10,6 +10,7 @@ of short rows under ``variant="auto"``, the localities.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -259,8 +260,9 @@ def auto_variant(pattern, *, n_threads=1):
 def _counts(pattern, *, work_line=False, block_rows=0, window=False, n_threads=1):
     from graphkern._cpu.jaccard import plan_counts
 
+    threads = max(1, min(int(n_threads), os.cpu_count() or 1))  # a pass over memory gains nothing past the cores
     counts = plan_counts(pattern.indptr, pattern.indices, pattern.degrees32, work_line, block_rows, window,
-                         WINDOW_HALF, WINDOW_FAR, max(1, int(n_threads)))
+                         WINDOW_HALF, WINDOW_FAR, threads)
     if counts[0]:
         raise ValueError(f"G has {counts[0]} column indices outside [0, {pattern.n})")
     return counts
