@@ -69,7 +69,7 @@ import scipy.sparse as sp
 
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern.graph import Graph, as_csr_matrix
-from graphkern.similarity.plan import HASH_MIN_DEGREE, INT32_MAX, VARIANTS, DeviceOptions
+from graphkern.similarity.plan import HASH_MIN_DEGREE, INT32_MAX, DeviceOptions
 
 METRICS = {"jaccard": 0, "sorensen": 1, "overlap": 2}
 
@@ -120,7 +120,7 @@ def jaccard(G, *, weighted=False, self_loops=False, backend="auto", device=None,
     dtype : float32 or float64
         Output type; weighted sums also run in it (see the module documentation for overflow).
     variant : str
-        GPU kernel, one of :data:`VARIANTS`; ignored by the CPU backend.
+        GPU kernel, one of :data:`~graphkern.similarity.VARIANTS`; ignored by the CPU backend.
     hash_min_degree : int >= 0
         GPU ``"longrow"``, unweighted: rows of at least this degree without a bitmap get a hash
         table of their columns (0: none).
