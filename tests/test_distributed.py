@@ -264,12 +264,12 @@ def test_killed_worker_loses_only_its_tiles(client):
 @pytest.mark.multigpu
 def test_one_worker_per_gpu():
     import graphkern
-    from graphkern.distributed._cluster import local_cluster
+    from graphkern.distributed._cluster import local_cluster, visible_gpus
 
     if len(graphkern.devices()) < 2:
         pytest.skip("needs two GPUs")
     X = _graphs(300, seed=14)
-    cluster = local_cluster(True, 4)
+    cluster = local_cluster(visible_gpus(), 4)
     with distributed.Client(cluster) as c:
         visible = c.run(lambda: os.environ["CUDA_VISIBLE_DEVICES"])
         assert len(visible) == len(graphkern.devices())

@@ -17,8 +17,9 @@ def visible_gpus():
     return named[:n] if named else [str(k) for k in range(n)]
 
 
-def local_cluster(uses_gpu, n_threads):
-    """A started cluster for this machine.
+def local_cluster(gpus, n_threads):
+    """A started cluster for this machine: one worker per GPU of ``gpus`` (identifiers as
+    :func:`visible_gpus` gives them), or one CPU worker when ``gpus`` is empty.
 
     GPUs: dask-cuda's LocalCUDACluster when installed, else one worker process per GPU whose
     CUDA_VISIBLE_DEVICES lists its own GPU first (dask-cuda's convention, so device 0 of every
@@ -27,7 +28,7 @@ def local_cluster(uses_gpu, n_threads):
     """
     from distributed import LocalCluster, Nanny, Scheduler, SpecCluster
 
-    gpus = visible_gpus() if uses_gpu else []
+    gpus = list(gpus)
     if not gpus:
         return LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                             env={"OMP_NUM_THREADS": str(n_threads)})

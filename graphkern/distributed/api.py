@@ -85,8 +85,9 @@ def _gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, v
     if client is None:
         from distributed import Client
 
-        from graphkern.distributed._cluster import local_cluster
-        cluster = local_cluster(params["backend"] != "cpu", resolve_threads(params["n_threads"]))
+        from graphkern.distributed._cluster import local_cluster, visible_gpus
+        cluster = local_cluster(visible_gpus() if params["backend"] != "cpu" else [],
+                                resolve_threads(params["n_threads"]))
         own = (cluster, Client(cluster))
         client = own[1]
     try:
