@@ -11,7 +11,7 @@ distributed = pytest.importorskip("distributed")
 zarr = pytest.importorskip("zarr")
 
 from graphkern.basekernels import KroneckerDelta, TensorProduct  # noqa: E402
-from graphkern.distributed import gram  # noqa: E402
+from graphkern.distributed import _tasks, gram  # noqa: E402
 from graphkern.distributed._plan import Plan, graph_weights, runs  # noqa: E402
 from graphkern.generators import random_labeled  # noqa: E402
 from graphkern.mgk import MarginalizedGraphKernel  # noqa: E402
@@ -77,6 +77,8 @@ def test_gram_equals_in_process(client, tmp_path, name, with_y, output):
         got = got[:]
     assert got.dtype == expect.dtype and got.shape == expect.shape
     np.testing.assert_array_equal(got, expect)  # bit for bit: every pair is computed on its own
+    # the workers keep no kernel (packed graphs, device memory) of a finished call
+    assert not any(client.run(lambda: len(_tasks._KERNELS)).values())
 
 
 @pytest.mark.parametrize("output", ["numpy", "zarr"])

@@ -34,6 +34,13 @@ def _kernel(job):
         return kernel
 
 
+def forget(token):
+    """Drop the kernels of call ``token`` (their packed graphs and device memory) from this worker."""
+    with _LOCK:
+        for key in [k for k in _KERNELS if k[0] == token]:
+            del _KERNELS[key]
+
+
 def compute_tile(job, X, Y, tile, sink):
     """The raw kernel values of ``tile``: returned, or written to ``sink`` (then only the seconds)."""
     kernel = _kernel(job)

@@ -13,7 +13,7 @@ import numpy as np
 from graphkern._backend import resolve_dtype, resolve_threads
 from graphkern._progress import Progress
 from graphkern.distributed._plan import Plan, default_tile, graph_weights
-from graphkern.distributed._tasks import (MISSING, NORMALIZED, RAW, ZarrSink, compute_diag, compute_tile,
+from graphkern.distributed._tasks import (MISSING, NORMALIZED, RAW, ZarrSink, compute_diag, compute_tile, forget,
                                           normalize_tile, normalized)
 from graphkern.graph import as_graph_list
 from graphkern.mgk import MarginalizedGraphKernel
@@ -109,6 +109,8 @@ def _gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, v
         if own is not None:
             own[1].close()
             own[0].close()
+        elif client.status == "running":
+            client.run(forget, job[0], on_error="ignore")  # a long-lived cluster keeps no finished call's kernels
 
 
 def _kind(kernel):
