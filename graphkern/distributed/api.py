@@ -81,9 +81,13 @@ def _gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, v
     params.update(normalize=False, device=None)
     job = (uuid.uuid4().hex, type(kernel), params)
 
+    try:
+        from distributed import Client
+    except ImportError as exc:
+        raise ImportError(f"graphkern.distributed needs dask.distributed ({exc}): "
+                          "pip install 'graphkern[distributed]'") from None
     own = None
     if client is None:
-        from distributed import Client
 
         from graphkern.distributed._cluster import local_cluster, visible_gpus
         cluster = local_cluster(visible_gpus() if params["backend"] != "cpu" else [],
@@ -293,8 +297,12 @@ def _open_output(out, plan, dtype, record, resume):
     """``(sink, remote)``: where tiles go, and whether workers write them there themselves."""
     if out is None:
         return _NumpySink(plan, dtype), False
-    import zarr
-    from zarr.storage import MemoryStore
+    try:
+        import zarr
+        from zarr.storage import MemoryStore
+    except ImportError as exc:
+        raise ImportError(f"out={out!r} needs zarr 3 ({exc}): pip install 'graphkern[distributed]' "
+                          "(Python >= 3.11), or out=None for a NumPy result") from None
 
     store = os.fspath(out) if isinstance(out, os.PathLike) else out
     remote = not isinstance(store, MemoryStore)
