@@ -119,6 +119,9 @@ def test_resume_recomputes_only_missing_tiles(client, tmp_path):
     tiles = plan.tiles()
     assert int((states == 1).sum()) == len(tiles)
     lost = [tiles[k] for k in (0, 3, len(tiles) - 1)]
+    torn = tiles[5]  # its marker cut short by a killed process: an empty chunk file
+    (out / "tiles" / "c" / str(torn.ti) / str(torn.tj)).write_bytes(b"")
+    lost.append(torn)
     for t in lost:  # as if the run had stopped before these tiles: no data, no marker
         g["K"][t.i0:t.i1, t.j0:t.j1] = np.nan
         g["K"][t.j0:t.j1, t.i0:t.i1] = np.nan
@@ -286,3 +289,15 @@ def test_one_worker_per_gpu():
             np.testing.assert_array_equal(got, _reference_by_tiles(kernel, X, None, plan))
             np.testing.assert_array_equal(got, kernel(X))
     cluster.close()
+
+
+def test_in_memory_zarr_store_is_written_by_the_caller(client):
+    from zarr.storage import MemoryStore
+
+    X = _graphs(14, seed=15)
+    Y = _graphs(9, seed=16)
+    kernel = _spgk(normalize=True)
+    store = MemoryStore()
+    got = gram(kernel, X, Y, client=client, tile=4, out=store)
+    np.testing.assert_array_equal(got[:], kernel(X, Y))
+    assert np.all(zarr.open_group(store)["tiles"][:] == 2)

@@ -317,7 +317,7 @@ def _open_output(out, plan, dtype, record, resume):
                 diff = ", ".join(k for k in record if old.get(k) != record[k])
                 raise ValueError(f"out={out!r} holds a Gram matrix of another computation (its {diff} differ); "
                                  "pass resume=False to overwrite it, or another out")
-            return _ZarrResult(store, g["tiles"][:]), remote
+            return _ZarrResult(store, _read_states(g["tiles"])), remote
         if g is not None and len(list(g.keys())):
             raise ValueError(f"out={out!r} holds a Zarr group that is not a graphkern Gram matrix; "
                              "pass resume=False to overwrite it, or another out")
@@ -327,3 +327,17 @@ def _open_output(out, plan, dtype, record, resume):
     g.create_array("tiles", shape=plan.grid, chunks=(1, 1), dtype=np.uint8, fill_value=MISSING, compressors=None)
     g.attrs[_RECORD] = record
     return _ZarrResult(store, np.zeros(plan.grid, dtype=np.uint8)), remote
+
+
+def _read_states(markers):
+    """The tile states; a marker left unreadable by a process killed while writing it counts as missing."""
+    try:
+        return markers[:]
+    except Exception:  # noqa: BLE001 - any decoding error of a torn one-byte chunk
+        states = np.zeros(markers.shape, dtype=np.uint8)
+        for ti, tj in np.ndindex(*markers.shape):
+            try:
+                states[ti, tj] = markers[ti, tj]
+            except Exception:  # noqa: BLE001
+                pass
+        return states
