@@ -301,3 +301,22 @@ def test_in_memory_zarr_store_is_written_by_the_caller(client):
     got = gram(kernel, X, Y, client=client, tile=4, out=store)
     np.testing.assert_array_equal(got[:], kernel(X, Y))
     assert np.all(zarr.open_group(store)["tiles"][:] == 2)
+
+
+@pytest.mark.gpu
+def test_gpu_worker_equals_in_process(tmp_path):
+    import graphkern
+    from graphkern.distributed._cluster import local_cluster, visible_gpus
+
+    if not graphkern.gpu_available():
+        pytest.skip("needs a GPU")
+    X = _graphs(120, seed=17)
+    Y = _graphs(50, seed=18)
+    cluster = local_cluster(visible_gpus()[:1], 4)
+    with distributed.Client(cluster) as c:
+        for kernel in (_mgk(backend="gpu"), _mgk(backend="gpu", dtype=np.float64, normalize=True),
+                       _spgk(backend="gpu"), _spgk(backend="gpu", normalize=True)):
+            np.testing.assert_array_equal(gram(kernel, X, client=c, tile=32), kernel(X))
+            got = gram(kernel, X, Y, client=c, tile=32, out=tmp_path / f"{id(kernel)}.zarr")
+            np.testing.assert_array_equal(got[:], kernel(X, Y))
+    cluster.close()
