@@ -10,6 +10,7 @@
 # headers, cuda-pathfinder; see shared/GPU.md) -- they are installed from there, nothing is downloaded.
 # Environment: GRAPHKERN_CUDA_ARCHS (default 90), WHEEL_CHECK_DIR (default a fresh temporary folder).
 set -euo pipefail
+[ $# -gt 0 ] || set -- -m gpu
 cd "$(dirname "$0")/.."
 root=$(pwd)
 work=${WHEEL_CHECK_DIR:-$(mktemp -d /tmp/graphkern-wheel-check.XXXXXX)}
@@ -69,4 +70,4 @@ assert graphkern.gpu_available(), "the installed wheel cannot use the GPU"
 PY
 env -u CUDA_PATH -u CUDA_HOME -u PYTHONPATH PATH="$clean_path" LD_LIBRARY_PATH="$clean_ld" \
     PYTHONPATH="$work/site" $py -m pytest -c "$root/pyproject.toml" --rootdir "$work/tests" -p no:cacheprovider \
-    -q "$work/tests" "${@:--m gpu}"
+    -q "$work/tests" "$@"
