@@ -14,7 +14,6 @@ import os
 import pkgutil
 import platform
 import sys
-import textwrap
 import time
 import traceback
 
@@ -71,9 +70,7 @@ class Context:
 
     def log(self, *args):
         """Print a line, wrapped at the table width unless --wide."""
-        text = " ".join(str(a) for a in args)
-        lines = [text] if report.is_wide() else textwrap.wrap(text, WIDTH, subsequent_indent="   ") or [""]
-        print("\n".join(lines), flush=True)
+        report.say(*args)
 
 
 def discover_suites():

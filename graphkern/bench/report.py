@@ -26,8 +26,12 @@ def set_wide(flag):
     _state["wide"] = bool(flag)
 
 
-def is_wide():
-    return _state["wide"]
+def say(*args):
+    """Print a line of text, wrapped at ``WIDTH`` columns unless --wide."""
+    text = " ".join(str(a) for a in args)
+    for part in text.split("\n"):
+        lines = [part] if _state["wide"] else textwrap.wrap(part, WIDTH, subsequent_indent="    ") or [""]
+        print("\n".join(lines), flush=True)
 
 
 def wrong_answers():

@@ -82,7 +82,7 @@ import time
 
 import numpy as np
 
-from graphkern.bench.report import Target, check_answer, failure_text, print_table, print_targets
+from graphkern.bench.report import Target, check_answer, failure_text, print_table, print_targets, say
 from graphkern.bench.timing import Timing, device_copy_bandwidth, scaled_estimate, time_cpu, time_gpu
 
 NAME = "expm"
@@ -162,13 +162,13 @@ def run(args, ctx):
     n_gpus = len(ctx.system.get("gpus") or [])
     copy_bw = device_copy_bandwidth() if ctx.gpu else None
     if copy_bw:
-        print(f"device-to-device copy bandwidth (1 GiB, read + write counted): {copy_bw / 1e9:.0f} GB/s")
+        say(f"device-to-device copy bandwidth (1 GiB, read + write counted): {copy_bw / 1e9:.0f} GB/s")
     cupy, cupy_reason = _import_cupy() if ctx.gpu else (None, "no GPU")
     rows, targets = [], []
     for name in ctx.progress(names, desc="expm graphs"):
         t0 = time.perf_counter()
         G = GRAPHS[name][1](gen)
-        print(f"\n{name}: {GRAPHS[name][0]}: n={G.n_nodes:,} nnz={G.nnz:,} max degree {int(G.degrees.max()):,} "
+        say(f"\n{name}: {GRAPHS[name][0]}: n={G.n_nodes:,} nnz={G.nnz:,} max degree {int(G.degrees.max()):,} "
               f"(generated in {time.perf_counter() - t0:.1f} s)")
         graph_rows, graph_targets = _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus,
                                                cupy, cupy_reason)
@@ -240,7 +240,7 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
     beta = args.beta
     if abs(beta) * probe.lambda_max > BETA_LAMBDA_MAX:
         beta = float(f"{BETA_LAMBDA_MAX / 2 / probe.lambda_max:.3g}")
-    print(f"  beta = {beta:g} (lambda_1 ~ {probe.lambda_max:.4g})")
+    say(f"  beta = {beta:g} (lambda_1 ~ {probe.lambda_max:.4g})")
     _print_floor(G, dtype, copy_bw)
     base = {"graph": name, "n": G.n_nodes, "nnz": G.nnz, "beta": beta, "dtype": dtype.name}
     rows, results = [], {}
@@ -441,7 +441,7 @@ def _print_floor(G, dtype, copy_bw):
     dram = ptr + G.nnz * (4 + isz * G.is_weighted) + 2 * G.n_nodes * isz
     gathers = G.nnz * SECTOR
     at = f" = {1e6 * dram / copy_bw:.0f} us at the copy bandwidth" if copy_bw else ""
-    print(f"  SpMV floor: {dram / 1e6:.0f} MB of DRAM traffic{at} (+{2 * G.n_nodes * isz / 1e6:.0f} MB in a "
+    say(f"  SpMV floor: {dram / 1e6:.0f} MB of DRAM traffic{at} (+{2 * G.n_nodes * isz / 1e6:.0f} MB in a "
           f"Lanczos step); {gathers / 1e9:.2f} GB of L2 sectors if every gather of x misses L1")
 
 
