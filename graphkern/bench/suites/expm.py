@@ -4,11 +4,11 @@ and a CuPy Lanczos with cuSPARSE SpMV on the GPU.
 
 Graphs (fixed seeds): Barabási–Albert n=10^6, m=5 (~10^7 nonzeros); Delaunay of 2^22 points;
 R-MAT scale 22, edge factor 16 (~1.3e8 nonzeros); a 3200 x 3200 grid (1.02e7 vertices).
-``--quick``: a Barabási–Albert graph of 20,000 vertices.  ``--graphs`` takes names or a preset:
+A full run adds a Barabási–Albert graph of 20,000 vertices (the sizes span ~600x in nonzeros);
+``--quick`` runs that one alone.  ``--graphs`` takes names or a preset:
 ``default``, ``two-gpu`` (R-MAT and the grid, the largest graphs; with ``--no-scipy`` this is the
 run for a two-GPU machine) or ``all``.  The default run is meant to take under eight minutes on 16
-cores and an H100 (generating the graphs takes about 70 s of it, Delaunay 47 s); the suite prints
-its own time at the end.
+cores and an H100 (generating the graphs takes about 70 s of it, Delaunay 47 s).
 
 First call and warm calls.  graphkern keeps the validated matrix and, on the GPU, its device copy,
 SpMV plan and work vectors between calls on the same matrix (graphkern.expm: Caching).  Each
@@ -34,22 +34,7 @@ the nnz gathers of x fetches its own 32-byte sector from L2 (x fits: 8, 34 and 3
 the DRAM floor, and the practical floor unless L1 catches repeated hub columns; Delaunay moves
 0.8 GB (0.12-0.15 ms) and BA 0.32 GB (~50 us).  The kernels therefore read the index stream with
 an L2 evict-first policy (so it does not push x out of L2) and keep several gathers in flight per
-thread.  Measured on an H100 (session 5): the degree-ordered R-MAT SpMV takes 1.12-1.18 ms, twice
-the L2 floor; ncu shows L2 75% busy, DRAM 15%, and a warp waiting ~33 cycles per instruction,
-mostly on its gathers.  The kernel is bound by the latency of its chains of dependent trips, not
-by L2 bandwidth: fewer resident blocks were slower however much L2 traffic they saved (x's 12K
-hottest entries in shared memory at 2 blocks per SM: 1.66 ms; 4.4K at 4 blocks: 1.28 ms), as were
-more gathers per thread at fewer blocks (3 or 4 index quads: 1.22, 1.24 ms) and L2 prefetches of
-the next task's streams (1.24 ms).  What helped: no register spill (1.20 -> 1.18 ms) and a block
-per task instead of persistent blocks (1.18 -> 1.12 ms), against 1.28 ms for cuSPARSE on A as
-given and 1.11 on the degree-ordered matrix.  Session 6 (H100): L1 is what the gathers lean on (no
-gather through L1: 1.75 ms); letting only the hub columns' gathers allocate in L1 (the first 96 KiB
-of x, 36% of R-MAT's gathers; the others read L2 only) keeps those lines there: 1.06-1.07 ms
-(64 / 128 KiB: 1.09 ms), 1.18-1.22x cuSPARSE from run to run (cuSPARSE 1.27-1.31 ms).  More L1
-(smaller row-start arrays) gave nothing, and bigger or smaller stream tasks were slower
-(1024 entries 1.26 ms; 1536-1792 rows per block with shorter long rows 1.24-1.50 ms).  Inside a
-Lanczos step the SpMV also sums alpha: with a block per task the 1.3e5 blocks' atomic tickets cost
-~0.5 ms per step, so their partials are now added by a launch of their own (1.35 ms per step).
+thread; measured figures, and the variants tried, are in bench/results/ and docs/performance.md.
 A Lanczos step adds the update (read v and w_k, write w_{k+1}: 3 n values; 24 MB for BA).
 The 2 flops per nonzero are far below the FP64 peak (34 TFLOP/s).  The suite measures the
 device-to-device copy bandwidth in the same run and reports each SpMV against it (DRAM bytes as
@@ -61,7 +46,7 @@ vertices relabelled by decreasing degree, so the hubs' entries of x share a few 
 SpMV is also timed on the degree-ordered matrix (built with CuPy from the same order, columns
 sorted), so that the gain of the order alone shows.
 
-Targets (printed with PASS/MISS): graphkern's best SpMV >= 1.2x faster than cuSPARSE on each graph
+Targets (judged PASS / MISS on an H100-class card at the full sizes, info elsewhere): graphkern's best SpMV >= 1.2x faster than cuSPARSE on each graph
 (the best over both orders against cuSPARSE on A as given; the ratios against the degree-ordered
 cuSPARSE and of the best in A's order are printed beside it, as information);
 exp(beta A) 1 on the GPU >= 50x faster than SciPy expm_multiply (warm calls; the first call's ratio
@@ -82,7 +67,8 @@ import time
 
 import numpy as np
 
-from graphkern.bench.report import Target, check_answer, failure_text, print_table, print_targets, say
+from graphkern.bench.report import (Target, check_answer, failure_text, print_table, print_targets, say,
+                                    user_call_figures)
 from graphkern.bench.timing import Timing, device_copy_bandwidth, scaled_estimate, time_cpu, time_gpu
 
 NAME = "expm"
@@ -113,7 +99,8 @@ TARGETS = {
                         gpu=None, cores=1, sizes="any", quick_ok=True),
 }
 TABLE_LEGEND = ("first: the first call after the cache is cleared (validation, upload, plans); setup: its setup part; "
-                "warm: the same call again (matrix cached); est: SciPy's time predicted from its SpMV count, never "
+                "warm: the same call again (matrix cached); SpMV s: the SpMVs of the warm call, the kernel that "
+                "dominates (the engine's own timing); outside SpMV: share of the first call spent elsewhere; est: SciPy's time predicted from its SpMV count, never "
                 "judged; us/SpMV: per SpMV inside Lanczos / alone between device events; of copy BW: SpMV bytes "
                 "per second over the measured device copy bandwidth; x peer: peer warm time / this warm time")
 BETA_LAMBDA_MAX = 600.0
@@ -254,6 +241,8 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
                        spmv_us=1e6 * info.times.get("spmv", float("nan")) / max(info.n_spmv, 1),
                        host_s=info.times.get("host"), warm_setup_s=info.times.get("setup"),
                        output_s=info.times.get("output"), log_scale=info.log_scale, cached=info.cached)
+        if row.get("first_s") and info is not None and info.times.get("spmv"):
+            row.update(user_call_figures(row["first_s"], row.get("total_s"), info.times["spmv"]))
         rows.append(row)
         if y is not None:
             results[method] = y
@@ -283,12 +272,17 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
         record("graphkern gpu auto", timing, y, info, spmv=info.spmv, note=f"reorder={info.reorder} (auto)", **first)
         for variant in VARIANTS:
             for order in ORDERS:
-                timing, y, info, first = run_graphkern(backend="gpu", spmv=variant, device=0, reorder=order)
-                # the cached matrix: the SpMV alone runs on the operator the warm calls used
-                solver = GpuLanczos(_matrix(G), dtype, devices=[0], variant=variant, basis="none", max_krylov=4,
-                                    breakdown=0.0, n_threads=1, reorder=order)
-                solver.spmv_prepare(np.ones(G.n_nodes))
-                alone = time_gpu(solver.spmv_launch, solver.shares[0].stream, repeat=max(repeat, 20))
+                try:
+                    timing, y, info, first = run_graphkern(backend="gpu", spmv=variant, device=0, reorder=order)
+                    # the cached matrix: the SpMV alone runs on the operator the warm calls used
+                    solver = GpuLanczos(_matrix(G), dtype, devices=[0], variant=variant, basis="none", max_krylov=4,
+                                        breakdown=0.0, n_threads=1, reorder=order)
+                    solver.spmv_prepare(np.ones(G.n_nodes))
+                    alone = time_gpu(solver.spmv_launch, solver.shares[0].stream, repeat=max(repeat, 20))
+                except Exception as exc:  # one variant's failure is a row; the others still run
+                    record(f"graphkern gpu {variant} {order}", None, None, None, note=failure_text(exc),
+                           failed=failure_text(exc))
+                    continue
                 gbps = solver.spmv_bytes() / alone.median
                 ordered = order == "degree"
                 row = record(f"graphkern gpu {variant}{' degree-ordered' if ordered else ''}", timing, y, info,
@@ -338,7 +332,8 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
                 row["speedup_vs_cupy"] = cupy_row["total_s"] / row["total_s"]
                 row["first_vs_cupy"] = cupy_row["first_s"] / row["first_s"]
     print_table(rows, ["method", "spmv", "reorder", "krylov", ("first_s", "first s", "{:.4g}"), ("setup_s", "setup s", "{:.3g}"),
-                       ("total_s", "warm s", "{:.4g}"), ("estimated", "est"), ("spmv_us", "us/SpMV", "{:.1f}"),
+                       ("total_s", "warm s", "{:.4g}"), ("kernel_s", "SpMV s", "{:.3g}"),
+                       ("outside_share", "outside SpMV", "{:.0%}"), ("estimated", "est"), ("spmv_us", "us/SpMV", "{:.1f}"),
                        ("spmv_alone_us", "us/SpMV alone", "{:.1f}"), ("gb_s", "GB/s", "{:.0f}"),
                        ("of_copy_bw", "of copy BW", "{:.0%}"), ("speedup_vs_scipy", "x scipy", "{:.1f}"),
                        ("speedup_vs_cupy", "x cupy", "{:.2f}"), ("first_vs_cupy", "x cupy first", "{:.2f}"),

@@ -5,13 +5,13 @@ their count; the order is chosen once per graph and is amortized over all pairs.
 each graph set the suite prints the off-diagonal non-empty octiles summed over the set
 under every order (the diagonal ones are the same ``ceil(n/8)`` in every order but for
 empty parts), PBR's time per graph (one thread) and for the whole set through
-``reorder_many`` on one thread and on ``--threads``, and the issue's target: PBR with
+``reorder_many`` on one thread and on ``--threads``, and the target: PBR with
 fewer off-diagonal non-empty octiles than RCM on every set (the one definition of that target;
 the mgk-techniques suite shows the counts too).
 
 Sets (generated, seeded):
 
-* ``nws``: Newman-Watts-Strogatz, 96 vertices, k=4, p=0.1 (the core MGK issue's synthetic set;
+* ``nws``: Newman-Watts-Strogatz, 96 vertices, k=4, p=0.1 (the MGK suite's synthetic set;
   the generator needs an even k);
 * ``ba``: Barabási-Albert, 96 vertices, m=6;
 * ``nci``: real molecules, the packaged set (``graphkern.bench.data.molecules_path()``: NCI

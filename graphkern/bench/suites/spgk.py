@@ -13,7 +13,7 @@ Datasets (the FCSP paper's synthetic sets and a molecular one):
   (``graphkern.bench.data``).
 
 The paper's CPU algorithms (naive, fcsp, openmp_in, openmp_out) run its walk over both
-graphs' path arrays (``cpu_walk="edges"``), and the issue's ratios against sequential FCSP
+graphs' path arrays (``cpu_walk="edges"``), and the targets' ratios against sequential FCSP
 use that walk; ``fcsp_dense`` and ``openmp_out_dense`` are the same schedules with the dense
 walk (``cpu_walk="dense"``: one graph's lengths as a matrix whose rows run 4-8 doubles wide),
 and the hybrid's CPU side uses the default ``cpu_walk="auto"``.
