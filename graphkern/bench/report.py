@@ -149,11 +149,12 @@ def print_targets(rows, title="targets"):
 # --------------------------------------------------------------------------- tables
 
 
-def print_table(rows, columns, *, title=None, legend=None, wide=None):
+def print_table(rows, columns, *, title=None, legend=None, wide=None, wrap=("note", "target", "why", "headline")):
     """Print ``rows`` (dicts) as an aligned table of ``columns`` (key or (key, header, fmt)).
 
-    At most ``WIDTH`` columns of text unless ``--wide``: long text cells are cut (with ``…``)
-    and, if that is not enough, the rightmost columns are left out and named under the table.
+    At most ``WIDTH`` columns of text unless ``--wide``: the longest text cells are wrapped onto
+    more lines (columns named in ``wrap``) or cut (with ``…``), and if that is not enough the
+    rightmost columns are left out and named under the table.  Columns with no value are left out.
     """
     wide = _state["wide"] if wide is None else wide
     cols = [(c, c, "{}") if isinstance(c, str) else (tuple(c) + ("{}",))[:3] for c in columns]
@@ -170,33 +171,38 @@ def print_table(rows, columns, *, title=None, legend=None, wide=None):
                 text = "-"
             line.append(text)
         cells.append(line)
-    # drop columns with no value in any row
     keep = [i for i in range(len(cols)) if i == 0 or any(row[i] != "-" for row in cells[1:])]
     cells = [[row[i] for i in keep] for row in cells]
+    wraps = [cols[i][0] in wrap for i in keep]
+    caps = [None] * len(keep)
     hidden = []
     if not wide:
         widths = [max(len(row[i]) for row in cells) for i in range(len(keep))]
         while sum(widths) + 2 * (len(widths) - 1) > WIDTH:
-            text_col = max(range(len(widths)), key=lambda i: widths[i])
-            floor = max(len(cells[0][text_col]), 24)
-            if widths[text_col] > floor:
-                cap = max(floor, widths[text_col] - (sum(widths) + 2 * (len(widths) - 1) - WIDTH))
-                for row in cells[1:]:
-                    if len(row[text_col]) > cap:
-                        row[text_col] = row[text_col][:cap - 1] + "…"
-                widths[text_col] = max(len(row[text_col]) for row in cells)
+            col = max(range(len(widths)), key=lambda i: widths[i])
+            floor = max(len(cells[0][col]), 24)
+            if widths[col] > floor:
+                caps[col] = max(floor, widths[col] - (sum(widths) + 2 * (len(widths) - 1) - WIDTH))
+                if not wraps[col]:
+                    for row in cells[1:]:
+                        if len(row[col]) > caps[col]:
+                            row[col] = row[col][:caps[col] - 1] + "…"
+                widths[col] = caps[col]
                 continue
             hidden.append(cells[0][-1])
-            cells = [row[:-1] for row in cells]
-            widths = widths[:-1]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    numeric = [all(c == "-" or _NUMBER.fullmatch(c) for c in (row[i] for row in cells[1:])) for i in range(len(widths))]
+            cells, widths, caps, wraps = [row[:-1] for row in cells], widths[:-1], caps[:-1], wraps[:-1]
+    numeric = [all(c == "-" or _NUMBER.fullmatch(c) for c in (row[i] for row in cells[1:])) for i in range(len(caps))]
+    lines_of = [[textwrap.wrap(c, caps[i]) or [""] if caps[i] and wraps[i] else [c] for i, c in enumerate(row)]
+                for row in cells]
+    widths = [max(len(part) for row in lines_of for part in row[i]) for i in range(len(caps))]
     if title:
         for line in textwrap.wrap(title, WIDTH) if not wide else [title]:
             print(line)
-    for k, row in enumerate(cells):
-        print("  ".join(s.rjust(w) if k and numeric[i] else s.ljust(w)
-                        for i, (s, w) in enumerate(zip(row, widths))).rstrip())
+    for k, row in enumerate(lines_of):
+        for j in range(max(len(parts) for parts in row)):
+            print("  ".join((parts[j] if j < len(parts) else "").rjust(w) if k and numeric[i]
+                            else (parts[j] if j < len(parts) else "").ljust(w)
+                            for i, (parts, w) in enumerate(zip(row, widths))).rstrip())
         if k == 0:
             print("  ".join("-" * w for w in widths))
     notes = []

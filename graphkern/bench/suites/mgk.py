@@ -375,9 +375,9 @@ def run(args, ctx):
         set_rows = []
         K_by_solver = {}
         if ctx.gpu:
-            set_rows.append(_tiled_row(set_name, graphs, nk, ek, args.q, dtype, repeat, total, K_by_solver))
-            set_rows.append(_csr_row(set_name, graphs, nk, ek, args.q, dtype, repeat, total, K_by_solver))
-            set_rows.append(_gemm_row(set_name, graphs, nk, ek, args.q, dtype, repeat, total, K_by_solver))
+            for techniques, figures in (("tiled", _tiled_figures), ("csr", _csr_figures), ("gemm", _gemm_figures)):
+                set_rows.append(_solver_row(techniques, figures, set_name, graphs, nk, ek, args.q, dtype, repeat,
+                                            total, K_by_solver))
         defaults = DENSE_SET_DEFAULTS if set_name == "dense-labeled" else SUBSET_DEFAULTS
         n_cpu = len(graphs) if quick else min(len(graphs), args.cpu_graphs or defaults["cpu_graphs"])
         kern = MarginalizedGraphKernel(nk, ek, q=args.q, dtype=dtype, backend="cpu")
@@ -456,44 +456,55 @@ def run(args, ctx):
     return rows + targets
 
 
-def _tiled_row(set_name, graphs, node_kernel, edge_kernel, q, dtype, repeat, total, K_by_solver):
-    """The tiled solver (techniques="tiled") on the whole set, or a row saying how it failed."""
+def _solver_row(techniques, figures, set_name, graphs, node_kernel, edge_kernel, q, dtype, repeat, total,
+                K_by_solver):
+    """One GPU solver (``techniques``) on the whole set, with ``figures(kern, info, graphs, kernel_s)``
+    added to its row; or a row saying how it failed (a solver variant failing is a row; the wrong-answer
+    check is what fails the run)."""
     from graphkern.mgk import MarginalizedGraphKernel
 
-    solver = f"graphkern GPU tiled solver {dtype.name}"
+    solver = f"graphkern GPU {techniques} solver {dtype.name}"
     try:
-        kern = MarginalizedGraphKernel(node_kernel, edge_kernel, q=q, dtype=dtype, backend="gpu", techniques="tiled")
+        kern = MarginalizedGraphKernel(node_kernel, edge_kernel, q=q, dtype=dtype, backend="gpu",
+                                       techniques=techniques)
         cold, timing, info, K = _measure(kern, graphs, repeat)
-    except Exception as exc:  # a solver variant failing is a row; the wrong-answer check fails the run
+        extra = figures(kern, info, graphs, info.solve_seconds)
+    except Exception as exc:
         return {"set": set_name, "solver": solver, "failed": failure_text(exc), "note": failure_text(exc)}
-    K_by_solver["gpu"] = (K, len(graphs))
-    kernel_s = info.solve_seconds
-    return _row(set_name, solver, total, timing.median, cold_seconds=cold, kernel_seconds=kernel_s,
+    K_by_solver["gpu" if techniques == "tiled" else f"gpu_{techniques}"] = (K, len(graphs))
+    return _row(set_name, solver, total, timing.median, cold_seconds=cold, kernel_seconds=info.solve_seconds,
                 iterations_per_pair=info.iterations.mean(),
-                us_per_pair_iteration=timing.median / info.total_iterations * 1e6, **_xmv_stats(info, kernel_s, dtype))
+                us_per_pair_iteration=timing.median / info.total_iterations * 1e6, **extra)
 
 
-def _csr_row(set_name, graphs, node_kernel, edge_kernel, q, dtype, repeat, total, K_by_solver):
-    """The CSR solver (techniques="csr", cuda_src/mgk_csr.cu) on the whole set: pairs/s, CG iterations,
-    entry pairs per second and its issue-rate floor (module docstring)."""
-    from graphkern.mgk import MarginalizedGraphKernel
+def _tiled_figures(kern, info, graphs, kernel_s):
+    """The tiled solver (techniques="tiled"): the XMV's rate in octile products."""
+    return _xmv_stats(info, kernel_s, kern.dtype)
 
-    solver = f"graphkern GPU csr solver {dtype.name}"
-    try:
-        kern = MarginalizedGraphKernel(node_kernel, edge_kernel, q=q, dtype=dtype, backend="gpu", techniques="csr")
-        cold, timing, info, K = _measure(kern, graphs, repeat)
-    except Exception as exc:  # a solver variant failing is a row; the wrong-answer check fails the run
-        return {"set": set_name, "solver": solver, "failed": failure_text(exc), "note": failure_text(exc)}
-    K_by_solver["gpu_csr"] = (K, len(graphs))
+
+def _csr_figures(kern, info, graphs, kernel_s):
+    """The CSR solver (cuda_src/mgk_csr.cu): entry pairs per second and its issue-rate floor (module docstring)."""
     nnz = np.array([g.nnz for g in graphs], dtype=np.float64)
     entry_pairs = float(np.sum(info.iterations * nnz[info.pairs[:, 0]] * nnz[info.pairs[:, 1]]))
-    kernel_s = info.solve_seconds
-    return _row(set_name, solver, total, timing.median, cold_seconds=cold, kernel_seconds=kernel_s,
-                iterations_per_pair=info.iterations.mean(),
-                us_per_pair_iteration=timing.median / info.total_iterations * 1e6,
-                entry_pairs_per_s=entry_pairs / kernel_s if kernel_s > 0 else float("nan"),
+    return dict(entry_pairs_per_s=entry_pairs / kernel_s if kernel_s > 0 else float("nan"),
                 floor_s=entry_pairs * CSR_INSTRUCTIONS_PER_ENTRY_PAIR / 32 / CSR_WARP_INSTRUCTIONS_PER_S,
-                **_rate(2 * entry_pairs, kernel_s, dtype))
+                **_rate(2 * entry_pairs, kernel_s, kern.dtype))
+
+
+def _gemm_figures(kern, info, graphs, kernel_s):
+    """The GEMM solver (cuda_src/mgk_gemm.cu): the XMV's FLOP/s in the flops its GEMMs perform, on the
+    pairs its engine routes to it (module docstring)."""
+    from graphkern._mgk_gemm import xmv_flops
+
+    s = kern._settings()
+    ds = kern._dataset(graphs, s)
+    plan = kern._engine(s).route(ds, ds, info.pairs)
+    n1, n2 = ds.n_nodes[info.pairs[:, 0]], ds.n_nodes[info.pairs[:, 1]]
+    flops = float(np.sum(np.where(plan.take, info.iterations * xmv_flops(plan.terms, n1, n2), 0.0)))
+    peak = FP32_PEAK if np.dtype(kern.dtype) == np.float32 else FP64_PEAK
+    return dict(gemm_pairs=int(plan.take.sum()),
+                terms_per_pair=float(plan.terms[plan.take].mean()) if plan.take.any() else 0.0,
+                floor_s=flops / peak, **_rate(flops, kernel_s, kern.dtype))
 
 
 def _rate(flops, kernel_seconds, dtype):
@@ -501,34 +512,6 @@ def _rate(flops, kernel_seconds, dtype):
     peak = FP32_PEAK if np.dtype(dtype) == np.float32 else FP64_PEAK
     rate = flops / kernel_seconds if kernel_seconds > 0 else float("nan")
     return {"xmv_flops": flops, "xmv_tflops": rate / 1e12, "xmv_peak_frac": rate / peak}
-
-
-def _gemm_row(set_name, graphs, node_kernel, edge_kernel, q, dtype, repeat, total, K_by_solver):
-    """The GEMM solver (techniques="gemm", cuda_src/mgk_gemm.cu) on the whole set: pairs/s, CG
-    iterations, and the XMV's FLOP/s in the flops its GEMMs perform (module docstring)."""
-    from graphkern._mgk_gemm import xmv_flops
-    from graphkern.mgk import MarginalizedGraphKernel
-
-    solver = f"graphkern GPU gemm solver {dtype.name}"
-    try:
-        kern = MarginalizedGraphKernel(node_kernel, edge_kernel, q=q, dtype=dtype, backend="gpu", techniques="gemm")
-        cold, timing, info, K = _measure(kern, graphs, repeat)
-        # the pairs it took and their terms, as its engine routes them
-        s = kern._settings()
-        ds = kern._dataset(graphs, s)
-        plan = kern._engine(s).route(ds, ds, info.pairs)
-    except Exception as exc:  # a solver variant failing is a row; the wrong-answer check fails the run
-        return {"set": set_name, "solver": solver, "failed": failure_text(exc), "note": failure_text(exc)}
-    K_by_solver["gpu_gemm"] = (K, len(graphs))
-    n1, n2 = ds.n_nodes[info.pairs[:, 0]], ds.n_nodes[info.pairs[:, 1]]
-    flops = float(np.sum(np.where(plan.take, info.iterations * xmv_flops(plan.terms, n1, n2), 0.0)))
-    kernel_s = info.solve_seconds
-    peak = FP32_PEAK if dtype == np.float32 else FP64_PEAK
-    return _row(set_name, solver, total, timing.median, cold_seconds=cold, kernel_seconds=kernel_s,
-                iterations_per_pair=info.iterations.mean(),
-                us_per_pair_iteration=timing.median / info.total_iterations * 1e6,
-                gemm_pairs=int(plan.take.sum()), terms_per_pair=float(plan.terms[plan.take].mean())
-                if plan.take.any() else 0.0, floor_s=flops / peak, **_rate(flops, kernel_s, dtype))
 
 
 # ---------------------------------------------------------------------------- --gradient
