@@ -1,12 +1,13 @@
 """graphkern-bench's main job on the CPU: it finishes, reads in 120 columns, judges honestly, survives a failing peer."""
 
+import io
+import json
 import re
+import sys
 
 import pytest
 
 from graphkern.bench import cli
-
-pytest.importorskip("scipy")
 
 
 @pytest.fixture(scope="module")
@@ -14,10 +15,6 @@ def main_job(tmp_path_factory):
     """One run of ``graphkern-bench --quick`` shared by the checks below (it takes tens of seconds)."""
     out = tmp_path_factory.mktemp("bench") / "quick.json"
     capture = pytest.MonkeyPatch()
-    import io
-    import json
-    import sys
-
     buffer = io.StringIO()
     capture.setattr(sys, "stdout", buffer)
     try:
@@ -34,7 +31,7 @@ def test_main_job_exits_zero_with_a_summary(main_job):
     assert re.search(r"total: \d+ PASS, \d+ MISS, \d+ info; [\d.]+ s", text)
     for suite in cli.discover_suites():
         assert suite in results["suites"]
-        assert not any("error" in r for r in results["suites"][suite]["rows"]), suite
+        assert not any(r.get("kind") == "crashed" for r in results["suites"][suite]["rows"]), suite
 
 
 def test_lines_fit_120_columns(main_job):
@@ -79,3 +76,16 @@ def test_a_wrong_answer_fails_the_run(monkeypatch, capsys):
     status = cli.main(["jaccard", "--quick", "--no-progress", "--graphs", "delaunay", "--no-peers"])
     assert status == 1
     assert "WRONG ANSWER" in capsys.readouterr().out
+
+
+def test_a_graphkern_crash_is_reported_and_fails_the_run(monkeypatch, capsys):
+    from graphkern.bench.suites import generators
+
+    def broken(n):
+        raise MemoryError("out of memory")
+
+    monkeypatch.setitem(generators.CASES, "barabasi_albert", broken)
+    status = cli.main(["generators", "--quick", "--no-progress", "--only", "barabasi_albert"])
+    text = capsys.readouterr().out
+    assert status == 1
+    assert "graphkern crashed: MemoryError: out of memory" in text

@@ -182,8 +182,8 @@ def main(argv=None):
             rows = mod.run(sub_args, ctx)
         except Exception as exc:  # graphkern itself crashed: report it, run the other suites, exit 1
             traceback.print_exc()
-            rows = [{"error": report.failure_text(exc)}]
-            crashed.append(f"{name}: {report.failure_text(exc)}")
+            rows = [{"kind": "crashed", "error": report.error_text(exc)}]
+            crashed.append(f"{name}: {report.error_text(exc)}")
         results["suites"][name] = {"rows": rows, "seconds": time.perf_counter() - t0}
         print(flush=True)
     total = time.perf_counter() - t_start
@@ -218,8 +218,9 @@ def print_summary(results, total, crashed):
             if v in counts:
                 counts[v] += 1
         head = next((r for r in rows if r.get("kind") == "headline"), None)
-        if any("error" in r for r in rows):
-            headline = next(r["error"] for r in rows if "error" in r)
+        crash = next((r for r in rows if r.get("kind") == "crashed"), None)
+        if crash is not None:
+            headline = "graphkern crashed: " + crash["error"]
         elif head is None:
             headline = "no peer measured"
         else:

@@ -57,9 +57,13 @@ def check_answer(what, error, tolerance):
 # --------------------------------------------------------------------------- failures
 
 
+def error_text(exc):
+    """``Type: first line of the message``."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def failure_text(exc):
-    text = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
-    return "failed: " + text
+    return "failed: " + error_text(exc)
 
 
 def guarded(row, fn, *args, **kwargs):
