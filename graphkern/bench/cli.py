@@ -222,7 +222,7 @@ def print_summary(results, total, crashed):
         if crash is not None:
             headline = "graphkern crashed: " + crash["error"]
         elif head is None:
-            headline = "no peer measured"
+            headline = "no peer timed in this suite"
         else:
             headline = (f"{head['what']}: {'est ' if head.get('estimated') else ''}{head['ratio']:.3g}x "
                         f"{head['peer']}" if head.get("ratio") else f"{head['what']}: {head.get('note', '-')}")
