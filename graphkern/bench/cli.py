@@ -144,6 +144,8 @@ def build_parser(suites):
     ]
     for flags, kw in common:
         p.add_argument(*flags, default=False if kw.get("action") == "store_true" else None, **kw)
+    p.add_argument("--figures-from", nargs="+", metavar="JSON",
+                   help="run nothing: draw the figures (--plot DIR) of these --json files, runs of one card merged")
     sub = p.add_subparsers(dest="suite", metavar="SUITE")
     for name, mod in suites.items():
         sp = sub.add_parser(name, help=getattr(mod, "HELP", ""))
@@ -158,6 +160,8 @@ def main(argv=None):
     suites = discover_suites()
     parser = build_parser(suites)
     args = parser.parse_args(argv)
+    if args.figures_from:
+        return _figures_from(args.figures_from, args.plot or parser.error("--figures-from needs --plot DIR"))
     report.set_wide(args.wide)
     report.reset()
     t_start = time.perf_counter()
@@ -190,22 +194,46 @@ def main(argv=None):
     print_summary(results, total, crashed)
     results["total_seconds"] = total
     results["wrong_answers"] = report.wrong_answers()
+    _copy_bandwidths(info)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1, default=_jsonable)
         print(f"results written to {args.json}")
     if args.plot:
         from graphkern.bench.plots import write_plots
-        from graphkern.bench.timing import device_copy_bandwidth, host_copy_bandwidth
 
-        try:
-            info["device_copy_bandwidth"] = device_copy_bandwidth() if info["gpus"] else None
-        except Exception as exc:  # the figure goes without the line, and says why
-            print(f"device copy bandwidth not measured: {report.failure_text(exc)}")
-        info["host_copy_bandwidth"] = host_copy_bandwidth()
         for path in write_plots(results, args.plot):
             print(f"figure written to {path}")
     return 1 if crashed or report.wrong_answers() else 0
+
+
+def _copy_bandwidths(info):
+    """The copy bandwidths the bandwidth figures compare with: the device's on a GPU, the host's always."""
+    from graphkern.bench.timing import device_copy_bandwidth, host_copy_bandwidth
+
+    if info["gpus"]:
+        try:
+            info["device_copy_bandwidth"] = device_copy_bandwidth()
+        except Exception as exc:  # the figure goes without the line, and says why
+            print(f"device copy bandwidth not measured: {report.failure_text(exc)}")
+    info["host_copy_bandwidth"] = host_copy_bandwidth()
+
+
+def _figures_from(paths, directory):
+    """The figures of several JSON results (one card), each suite's rows concatenated."""
+    from graphkern.bench.plots import write_plots
+
+    merged = {"system": {}, "suites": {}}
+    for path in paths:
+        with open(path) as fh:
+            res = json.load(fh)
+        merged["system"].update({k: v for k, v in res["system"].items() if v is not None})
+        for name, suite in res["suites"].items():
+            merged["suites"].setdefault(name, {"rows": [], "seconds": 0.0})
+            merged["suites"][name]["rows"] += suite["rows"]
+    for path in write_plots(merged, directory):
+        print(f"figure written to {path}")
+    return 0
 
 
 def print_summary(results, total, crashed):
