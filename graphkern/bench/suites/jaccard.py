@@ -200,13 +200,19 @@ def peer_rows(name, A, stats, reference, *, quick, repeat, gpu, max_spgemm, prog
     rows = []
     edges, upper_pos = upper_edges(A)
     nx_limit = 250_000 if quick else 2_500_000
-    too_big = stats["spgemm_flops"] > max_spgemm
-    spgemm_reason = f"B·B needs {stats['spgemm_flops']:.2e} multiply-adds (Σ d^2), over --max-spgemm {max_spgemm:.0e}"
+    # B·B may store up to Σ d^2 entries (index and value, and SciPy's temporaries: ~24 bytes each)
+    memory_limit = _available_memory() / 2 / 24
+    too_big = stats["spgemm_flops"] > min(max_spgemm, memory_limit)
+    spgemm_reason = (f"B·B needs {stats['spgemm_flops']:.2e} multiply-adds (Σ d^2), over "
+                     + (f"--max-spgemm {max_spgemm:.0e}" if max_spgemm <= memory_limit else
+                        f"half the available memory ({_available_memory() / 2**30:.0f} GiB)"))
 
     def measure(peer):
         """(timing, values at the stored entries or at the upper ones, positions), or a skip reason."""
-        if peer in ("scipy", "cupy") and too_big:
+        if peer == "scipy" and too_big:
             return spgemm_reason
+        if peer == "cupy" and stats["spgemm_flops"] > max_spgemm:
+            return f"B·B needs {stats['spgemm_flops']:.2e} multiply-adds (Σ d^2), over --max-spgemm {max_spgemm:.0e}"
         if peer == "scipy":
             out = []
             timing = time_cpu(lambda: out.append(PEER_FUNCTIONS["scipy"](A)), repeat=repeat, warmup=0, max_seconds=30)
@@ -253,6 +259,18 @@ def peer_rows(name, A, stats, reference, *, quick, repeat, gpu, max_spgemm, prog
         rows.append(dict(row, time_s=timing.median, repeats=len(timing.times),
                          max_abs_diff=max_abs_diff(values, reference if positions is None else reference[positions])))
     return rows
+
+
+def _available_memory():
+    """Bytes of memory available to a new process (the SpGEMM peers' product must fit)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 2**40
 
 
 PEER_FUNCTIONS = {"scipy": scipy_jaccard, "igraph": run_igraph, "networkx": run_networkx, "cupy": run_cupy}
