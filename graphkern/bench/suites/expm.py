@@ -140,7 +140,6 @@ def _graph_names(args, quick):
 
 def run(args, ctx):
     import graphkern.generators as gen
-    from graphkern._cuda import runtime as rt
 
     names = _graph_names(args, ctx.quick)
     budget = args.scipy_budget if args.scipy_budget is not None else (60.0 if ctx.quick else 300.0)

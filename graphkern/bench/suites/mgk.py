@@ -89,7 +89,6 @@ the CPU's dK on the CPU's graphs are printed too.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 import warnings
