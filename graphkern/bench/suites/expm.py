@@ -294,7 +294,7 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
                 if not ordered and (best_plain is None or row["spmv_alone_us"] < best_plain["spmv_alone_us"]):
                     best_plain = row
                 del solver
-        if n_gpus >= 2:
+        if n_gpus >= 2 and best is not None:
             _two_gpus(name, G, best, beta, args, dtype, repeat, record)
         clear_cache()
 

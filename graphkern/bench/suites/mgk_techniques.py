@@ -497,10 +497,12 @@ def run(args, ctx):
     for name in ("molecules", "protein"):
         if name in gpu_rows:
             table = {r["variant"]: r for r in gpu_rows[name][0]}
-            auto, dyn = table[AUTO_ROW], table["+DynSched"]
-            targets.append(TARGETS["core"].judge(auto.get("vs_core"), ctx, estimated=bool(auto.get("estimated")),
-                                                 repeats=auto.get("repeats"), detail=name))
-            targets.append(dict(TARGETS["core"].judge(dyn.get("vs_core"), ctx, repeats=dyn.get("repeats"),
+            auto, dyn, core = table[AUTO_ROW], table["+DynSched"], table.get("core", {})
+            targets.append(TARGETS["core"].judge(auto.get("vs_core"), ctx, repeats=min(auto.get("repeats", 0),
+                                                                                       core.get("repeats", 0)),
+                                                 estimated=bool(auto.get("estimated") or core.get("estimated")),
+                                                 detail=name))
+            targets.append(dict(TARGETS["core"].judge(dyn.get("vs_core"), ctx, repeats=dyn.get("repeats", 0),
                                                       detail=f"{name}: the paper's techniques (+DynSched)"),
                                 verdict="info", why="the paper's techniques alone: shown, not a target"))
     if n_devices >= 2 and gpu_rows:
