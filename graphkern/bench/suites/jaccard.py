@@ -36,8 +36,11 @@ import graphkern
 from graphkern.bench.report import (USER_CALL_COLUMNS, USER_CALL_LEGEND, Target, check_answer, failure_text,
                                     in_ms, print_table, print_targets, say, user_call_figures)
 from graphkern.bench.timing import time_cpu, time_gpu
-from graphkern.similarity import VARIANTS, DeviceSimilarity, auto_variant, symmetric_pattern
-from graphkern.similarity import _cpu_values as cpu_values
+from graphkern.similarity import VARIANTS
+from graphkern.similarity.api import symmetric_pattern
+from graphkern.similarity.cpu import cpu_values
+from graphkern.similarity.gpu import DeviceSimilarity
+from graphkern.similarity.plan import auto_variant
 
 NAME = "jaccard"
 HELP = "Jaccard edge weights: CPU and every GPU variant against SciPy, igraph, NetworkX and CuPy"
