@@ -162,8 +162,9 @@ def _extras():
         "distributed": distributed,
         "plot": ["matplotlib"],
         "progress": ["tqdm"],
-        "bench": ["igraph", *peers],
-        "test": ["pytest>=7", "hypothesis", "scikit-learn>=1.2", "tqdm", *peers, *distributed],
+        "bench": ["igraph", "matplotlib", *peers],
+        # the GPU tests need the driver bindings, so the README's install command brings them
+        "test": ["pytest>=7", "hypothesis", "scikit-learn>=1.2", "tqdm", *cuda, *peers, *distributed],
     }
 
 
