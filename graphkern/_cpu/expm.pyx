@@ -16,7 +16,7 @@ and added in chunk order, so every reduction is deterministic for a given chunki
 """
 
 from cython.parallel cimport prange
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.math cimport fabs
 
 import numpy as np
@@ -28,6 +28,9 @@ ctypedef fused real:
 ctypedef fused index_t:
     int32_t
     int64_t
+
+cdef enum:
+    HASH_BLOCK = 65536  # words per parallel block of the hash and index scans
 
 
 def lanczos_spmv(const index_t[::1] indptr, const int32_t[::1] indices, const real[::1] values,
@@ -111,9 +114,10 @@ def accumulate_columns(double[::1] y, const real[:, ::1] columns, const double[:
             y[i] = y[i] + acc
 
 
-def max_abs_row_sum(const index_t[::1] indptr, const double[::1] values, const int64_t[::1] chunks,
+def max_abs_row_sum(const index_t[::1] indptr, const double[::1] values, double scale, const int64_t[::1] chunks,
                     int n_threads):
-    """``max_i sum_j |a_ij|``: the infinity norm, an upper bound of the spectral norm of a symmetric A."""
+    """``max_i sum_j |scale * a_ij|``: the infinity norm of ``scale * A``, an upper bound of its spectral
+    norm for a symmetric A (``scale`` keeps the sums finite when the entries are huge)."""
     cdef Py_ssize_t n_chunks = chunks.shape[0] - 1
     cdef Py_ssize_t c
     cdef int64_t i, e
@@ -125,7 +129,7 @@ def max_abs_row_sum(const index_t[::1] indptr, const double[::1] values, const i
             for i in range(chunks[c], chunks[c + 1]):
                 s = 0.0
                 for e in range(indptr[i], indptr[i + 1]):
-                    s = s + fabs(values[e])
+                    s = s + fabs(scale * values[e])
                 if s > local:
                     local = s
             partial[c] = local
@@ -138,3 +142,72 @@ cdef double _ordered_sum(double[::1] partial) noexcept:
     for c in range(partial.shape[0]):
         s += partial[c]
     return s
+
+
+# ----------------------------------------------------------------------------- cache keys and index checks
+
+cdef inline uint64_t _mix(uint64_t h, uint64_t w) noexcept nogil:
+    h ^= w * 0x9E3779B97F4A7C15ULL
+    h = (h << 31) | (h >> 33)
+    return h * 0xC2B2AE3D27D4EB4FULL
+
+
+cdef inline uint64_t _finish(uint64_t h0, uint64_t h1, uint64_t h2, uint64_t h3) noexcept nogil:
+    cdef uint64_t h = _mix(_mix(_mix(h0, h1), h2), h3)
+    return h ^ (h >> 29)
+
+
+def hash_words(const uint64_t[::1] words, int n_threads):
+    """A 64-bit hash of ``words``: blocks hashed in parallel (four independent lanes each, so the
+    multiply chains overlap), combined in block order; not cryptographic, a cache key."""
+    cdef int64_t n = words.shape[0]
+    cdef int64_t block = HASH_BLOCK
+    cdef Py_ssize_t parts = (n + block - 1) // block, b
+    cdef int64_t k, end, k4
+    cdef uint64_t h0, h1, h2, h3
+    out_arr = np.zeros(max(parts, 1), dtype=np.uint64)
+    cdef uint64_t[::1] out = out_arr
+    with nogil:
+        for b in prange(parts, schedule="static", num_threads=n_threads):
+            h0 = 0x243F6A8885A308D3ULL + <uint64_t>b
+            h1 = 0x13198A2E03707344ULL
+            h2 = 0xA4093822299F31D0ULL
+            h3 = 0x082EFA98EC4E6C89ULL
+            end = min((b + 1) * block, n)
+            k = b * block
+            k4 = k + ((end - k) // 4) * 4
+            while k < k4:
+                h0 = _mix(h0, words[k])
+                h1 = _mix(h1, words[k + 1])
+                h2 = _mix(h2, words[k + 2])
+                h3 = _mix(h3, words[k + 3])
+                k = k + 4
+            while k < end:
+                h0 = _mix(h0, words[k])
+                k = k + 1
+            out[b] = _finish(h0, h1, h2, h3)
+    cdef uint64_t h = <uint64_t>n
+    for b in range(parts):
+        h = _mix(h, out[b])
+    return int(h ^ (h >> 29))
+
+
+def first_index_out_of_range(const index_t[::1] indices, int64_t n, int n_threads):
+    """The first position whose column index is not in ``[0, n)``, or -1."""
+    cdef int64_t nnz = indices.shape[0]
+    cdef int64_t block = HASH_BLOCK
+    cdef Py_ssize_t parts = (nnz + block - 1) // block, b
+    cdef int64_t k, end
+    firsts_arr = np.full(max(parts, 1), -1, dtype=np.int64)
+    cdef int64_t[::1] firsts = firsts_arr
+    with nogil:
+        for b in prange(parts, schedule="static", num_threads=n_threads):
+            end = min((b + 1) * block, nnz)
+            for k in range(b * block, end):
+                if indices[k] < 0 or indices[k] >= n:
+                    firsts[b] = k
+                    break
+    for b in range(parts):
+        if firsts[b] >= 0:
+            return int(firsts[b])
+    return -1
