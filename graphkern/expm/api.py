@@ -27,7 +27,9 @@ finite scaled vector and ``info.log_scale = beta theta_1``, so that::
 
 (for x itself near the dtype's overflow threshold, log_scale also absorbs log ||x||).  cosh and
 sinh are shifted by ``max |beta theta|``.  A result that is still not finite raises
-FloatingPointError: no NaN or inf is ever returned silently (float32 included).
+FloatingPointError: no NaN or inf is ever returned silently (float32 included).  Underflow is
+treated the same way: an answer whose largest entry is below the dtype's smallest normal number
+is returned scaled to a largest entry of 1, with a negative ``info.log_scale``.
 
 f for :func:`funm_multiply`: "exp", "cosh", "sinh", or a callable applied elementwise to the
 eigenvalues of ``beta T_m`` -- it receives ``z = beta * theta`` (a float64 array) and returns

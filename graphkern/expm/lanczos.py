@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -263,10 +264,14 @@ class MatrixFunction:
         if values.shape != z.shape:
             raise ValueError(f"f must return one value per eigenvalue: called with shape {z.shape}, "
                              f"it returned shape {values.shape}")
-        if not np.all(np.isfinite(values)):
-            bad = z[~np.isfinite(values)][0]
-            raise ValueError(f"f returned a non-finite value at the eigenvalue {bad!r} of beta*T "
-                             "(f must be finite on the spectrum of beta*A)")
+        if np.isnan(values).any():
+            bad = z[np.isnan(values)][0]
+            raise ValueError(f"f returned NaN at the eigenvalue {bad!r} of beta*T (f must be defined and finite on "
+                             "the spectrum of beta*A)")
+        if np.isinf(values).any():
+            bad = z[np.isinf(values)][0]
+            raise FloatingPointError(f"f overflows float64 at the eigenvalue {bad!r} of beta*T; a callable f gets no "
+                                     "log scaling -- use f='exp' (scaled answers) or a smaller beta")
         return values, 0.0
 
 
@@ -393,7 +398,15 @@ class OutputScaling:
         limit = log_max - 1.0
         log_peak = math.log(peak)
         shift, rest = self.shift, self.rest
-        if log_peak + shift + rest < limit:
+        total = log_peak + shift + rest
+        if total < math.log(float(np.finfo(self.dtype).tiny)):
+            # the whole answer underflows: scaled to a largest entry of 1 (a callable f: as it is, warned)
+            if self.scalable:
+                return -log_peak, total, True
+            warnings.warn(f"{self.caller}: the result underflows {self.dtype.name} (its largest entry is about "
+                          f"e^{total:.1f}); a callable f gets no log scaling, so its entries are zero or "
+                          "subnormal", RuntimeWarning, stacklevel=5)
+        if total < limit:
             log_factor, log_scale = shift + rest, 0.0
         elif not self.scalable:
             raise FloatingPointError(
