@@ -139,3 +139,32 @@ def test_progress_counts_the_lanczos_steps(rng):
     _, info = expm_multiply(A, beta=0.5, backend="cpu", verbose=lambda done, total: seen.append((done, total)))
     assert seen and seen[-1][0] >= info.krylov_dim and all(t == 400 for _, t in seen)
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_index_check_finds_the_first_entry_out_of_range(dtype, rng):
+    from graphkern._cpu import expm as cpu
+    n = 1000
+    idx = rng.integers(0, n, 300_000).astype(dtype)  # several parallel blocks
+    assert cpu.first_index_out_of_range(idx, n, 2) == -1
+    for positions, value in (([250_000, 70_000], n), ([123_456], -1), ([5, 299_999], np.iinfo(dtype).min)):
+        bad = idx.copy()
+        bad[positions] = value
+        assert cpu.first_index_out_of_range(bad, n, 2) == min(positions)
+    assert cpu.first_index_out_of_range(np.empty(0, dtype=dtype), n, 2) == -1
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_degree_order_is_the_stable_sort_by_decreasing_degree(dtype, rng):
+    from graphkern._cpu import expm as cpu
+    from graphkern.expm.lanczos import DegreeOrder
+    deg = np.concatenate([rng.integers(0, 6, 5000), [0, 900, 900, 3]])  # ties, empty rows, hubs
+    indptr = np.concatenate([[0], np.cumsum(deg)]).astype(dtype)
+    order, inverse = cpu.degree_order(indptr)
+    assert np.array_equal(order, np.argsort(-deg, kind="stable"))
+    assert np.array_equal(inverse[order], np.arange(len(deg)))
+    for parts in (1, 2, 3):
+        o = DegreeOrder(indptr, parts)
+        assert np.array_equal(np.sort(o.order), np.arange(len(deg))) and np.array_equal(o.inverse[o.order], np.arange(len(deg)))
+        assert np.array_equal(np.diff(o.indptr), deg[o.order]) and o.bounds[-1] == len(deg)
+    assert [len(a) for a in cpu.degree_order(np.zeros(1, dtype=dtype))] == [0, 0]

@@ -16,7 +16,7 @@ and added in chunk order, so every reduction is deterministic for a given chunki
 """
 
 from cython.parallel cimport prange
-from libc.stdint cimport int32_t, int64_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.math cimport fabs
 
 import numpy as np
@@ -192,22 +192,69 @@ def hash_words(const uint64_t[::1] words, int n_threads):
     return int(h ^ (h >> 29))
 
 
+cdef inline bint _out_of_range(const index_t* v, int64_t count, int64_t n) noexcept nogil:
+    """Whether any of ``v[:count]`` is outside ``[0, n)``: as unsigned numbers the negative ones are
+    huge, so one comparison per entry, counted without branches (a loop the compiler vectorises)."""
+    cdef uint64_t limit = <uint64_t>n
+    cdef int64_t k, outside = 0
+    if sizeof(index_t) == 4:
+        for k in range(count):
+            outside += <uint32_t>v[k] >= <uint32_t>limit
+    else:
+        for k in range(count):
+            outside += <uint64_t>v[k] >= limit
+    return outside != 0
+
+
 def first_index_out_of_range(const index_t[::1] indices, int64_t n, int n_threads):
-    """The first position whose column index is not in ``[0, n)``, or -1."""
+    """The first position whose column index is not in ``[0, n)``, or -1.  Each block takes its
+    minimum and maximum (a loop without branches, vectorised); only a block out of range is
+    searched for the position."""
     cdef int64_t nnz = indices.shape[0]
     cdef int64_t block = HASH_BLOCK
     cdef Py_ssize_t parts = (nnz + block - 1) // block, b
-    cdef int64_t k, end
-    firsts_arr = np.full(max(parts, 1), -1, dtype=np.int64)
-    cdef int64_t[::1] firsts = firsts_arr
+    cdef int64_t k
+    bad_arr = np.zeros(max(parts, 1), dtype=np.uint8)
+    cdef unsigned char[::1] bad = bad_arr
+    if nnz == 0:
+        return -1
+    cdef const index_t* idx = &indices[0]
     with nogil:
         for b in prange(parts, schedule="static", num_threads=n_threads):
-            end = min((b + 1) * block, nnz)
-            for k in range(b * block, end):
-                if indices[k] < 0 or indices[k] >= n:
-                    firsts[b] = k
-                    break
+            bad[b] = _out_of_range(idx + b * block, min(block, nnz - b * block), n)
     for b in range(parts):
-        if firsts[b] >= 0:
-            return int(firsts[b])
+        if bad[b]:
+            for k in range(b * block, min((b + 1) * block, nnz)):
+                if indices[k] < 0 or indices[k] >= n:
+                    return int(k)
     return -1
+
+
+def degree_order(const index_t[::1] indptr):
+    """The rows by decreasing degree, ties in row order (a stable counting sort, O(n + max degree)):
+    ``order`` (int32; ``order[i]`` is the old id of new row i) and ``inverse`` (int32)."""
+    cdef int64_t n = indptr.shape[0] - 1, i, d, dmax = 0, running = 0, p
+    for i in range(n):
+        d = indptr[i + 1] - indptr[i]
+        if d > dmax:
+            dmax = d
+    start_arr = np.zeros(dmax + 1, dtype=np.int64)
+    order_arr = np.empty(max(n, 0), dtype=np.int32)
+    inverse_arr = np.empty(max(n, 0), dtype=np.int32)
+    cdef int64_t[::1] start = start_arr
+    cdef int32_t[::1] order = order_arr
+    cdef int32_t[::1] inverse = inverse_arr
+    with nogil:
+        for i in range(n):
+            start[indptr[i + 1] - indptr[i]] += 1
+        for d in range(dmax, -1, -1):  # the positions of each degree, highest first
+            p = start[d]
+            start[d] = running
+            running = running + p
+        for i in range(n):
+            d = indptr[i + 1] - indptr[i]
+            p = start[d]
+            start[d] = p + 1
+            order[p] = <int32_t>i
+            inverse[i] = <int32_t>p
+    return order_arr, inverse_arr

@@ -171,22 +171,22 @@ class DegreeOrder:
     __slots__ = ("order", "inverse", "indptr", "bounds", "seconds")
 
     def __init__(self, indptr, parts=1):
+        from graphkern._cpu import expm as cpu
         t0 = time.perf_counter()
-        deg = np.diff(indptr)
-        n = len(deg)
+        n = len(indptr) - 1
         parts = max(1, int(parts))
         # stable: equal degrees keep their relative order, so the permutation is deterministic
-        by_degree = np.argsort(-deg, kind="stable").astype(np.int32)
+        by_degree, inverse = cpu.degree_order(np.ascontiguousarray(indptr))
         if parts == 1:
-            self.order = by_degree
+            self.order, self.inverse = by_degree, inverse
         else:
             self.order = np.concatenate([by_degree[p::parts] for p in range(parts)])
+            self.inverse = np.empty(n, dtype=np.int32)
+            self.inverse[self.order] = np.arange(n, dtype=np.int32)
         counts = [len(range(p, n, parts)) for p in range(parts)]
         self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.inverse = np.empty(n, dtype=np.int32)
-        self.inverse[self.order] = np.arange(n, dtype=np.int32)
         self.indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(deg[self.order], out=self.indptr[1:])
+        np.cumsum(np.diff(indptr)[self.order], out=self.indptr[1:])
         self.seconds = time.perf_counter() - t0
 
 
