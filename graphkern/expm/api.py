@@ -125,7 +125,9 @@ class ExpmInfo:
     lambda_max: the largest Ritz value theta_1 (an estimate, from below, of A's largest eigenvalue).
     times: seconds -- setup (everything before the first Lanczos step: checking the arguments and x,
         validating A, and on the GPU uploading it, building the SpMV plan and allocating the work
-        vectors; near zero when ``cached``), spmv (the fused SpMV kernels), vector (updates, basis
+        vectors; near zero when ``cached``), of which validate (the content check of A and, when not
+        cached, its validation) and on the GPU upload (A's upload, reordering and the work vectors)
+        and plan (the SpMV plans); spmv (the fused SpMV kernels), vector (updates, basis
         combination), host (tridiagonal eigenproblems and checks), output (combining the basis,
         scaling y and copying it back), reorder (building the vertex order and the reordered operator
         in this call, part of setup; 0 when they were cached or not used), total.
@@ -369,6 +371,7 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
                          "gathers from a small cache); use reorder='auto' or 'none' with backend='cpu'")
     devices = tuple(resolve_devices(device)) if backend == "gpu" else ()
     mat, cached = _lookup(A, n_threads)
+    validate_seconds = time.perf_counter() - t_start
     n = mat.n
     x_unit, peak, unit_norm = _start_vector(x, n)
     k_max = min(n, max_krylov if max_krylov is not None else DEFAULT_MAX_KRYLOV)
@@ -381,6 +384,7 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         reorder = "none"
     call = _Call(mat, cached, fn, beta, tol, k_max, check_every, dtype, n_threads, basis, variant, reorder, backend,
                  devices, exchange, task_grid, caller, normalize, verbose, t_start)
+    call.validate_seconds = validate_seconds
     if peak == 0.0:
         return np.zeros(n, dtype=dtype), call.info(None, None, 0.0, {"total": time.perf_counter() - t_start})
     # the solvers run on scale * A (see CsrMatrix): beta / scale keeps beta * A
@@ -438,7 +442,7 @@ class _Call:
         times = solver.timings()
         end = time.perf_counter()
         times.update(host=out.host_seconds, setup=setup, reorder=reorder_seconds, output=end - t_out,
-                     total=end - self.t_start)
+                     total=end - self.t_start, validate=self.validate_seconds, **solver.setup_times)
         if not out.converged:
             warnings.warn(f"{self.caller}: not converged after {out.krylov_dim} Lanczos steps (estimated relative "
                           f"error {out.error_estimate:.2e} > tol {self.tol:g}); raise max_krylov",

@@ -22,6 +22,7 @@ class CpuLanczos:
     """
 
     lookahead = False
+    setup_times = {}
 
     def __init__(self, mat, dtype, *, n_threads, store_basis, max_krylov, breakdown):
         self.mat = mat

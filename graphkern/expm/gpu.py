@@ -40,6 +40,7 @@ output dtype, so y crosses to the host once, in its final dtype, with no host pa
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -82,7 +83,9 @@ class _Share:
         self.index = rows.index
         self.row0, self.row1, self.nrows = rows.row0, rows.row1, rows.nrows
         self.values = rows.values_for(res, mat, dtype)
+        t0 = time.perf_counter()
         self.plan = rows.plan_for(res, mat, variant)
+        self.plan_seconds = time.perf_counter() - t0
         self.spmv_fn, self.spmv_grid = self.plan.launch_config(rows, dtype, mat.weighted, task_grid)
         self.hot_cols = hot_columns(res.reorder, dtype, res.bounds)
         tn = type_name(dtype)
@@ -165,6 +168,7 @@ class GpuLanczos:
             raise ValueError(f"task_grid must be one of {', '.join(map(repr, TASK_GRIDS))}; got {task_grid!r}")
         self.reorder = reorder
         self.task_grid = task_grid
+        t0 = time.perf_counter()
         self.res, self.reused = residency(mat, self.devices, reorder)
         self.order = self.res.order  # a DegreeOrder, or None
         self.res.active = (self.dtype, variant)
@@ -173,6 +177,10 @@ class GpuLanczos:
         self.exchange = self._exchange_mode(exchange)
         self.res.settle()
         self.reorder_seconds = self.res.take_reorder_seconds()
+        plan = sum(s.plan_seconds for s in self.shares)
+        # seconds of this construction: A's upload (with the reordering on the device and the work
+        # vectors) and the SpMV plans; near zero when the residency was kept
+        self.setup_times = {"upload": time.perf_counter() - t0 - plan, "plan": plan}
         self.lead = self.shares[0]
         self.storing = basis in ("device", "auto")
         self._blocked = False  # the stored columns (column 0 included) live in basis blocks
