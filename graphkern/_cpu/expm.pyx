@@ -232,8 +232,9 @@ def first_index_out_of_range(const index_t[::1] indices, int64_t n, int n_thread
 
 def degree_order(const index_t[::1] indptr):
     """The rows by decreasing degree, ties in row order (a stable counting sort, O(n + max degree)):
-    ``order`` (int32; ``order[i]`` is the old id of new row i) and ``inverse`` (int32)."""
-    cdef int64_t n = indptr.shape[0] - 1, i, d, dmax = 0, running = 0, p
+    ``order`` (int32; ``order[i]`` is the old id of new row i), ``inverse`` (int32) and the row
+    pointers of the reordered matrix (int64)."""
+    cdef int64_t n = indptr.shape[0] - 1, i, d, dmax = 0, running = 0, p, c
     for i in range(n):
         d = indptr[i + 1] - indptr[i]
         if d > dmax:
@@ -244,11 +245,15 @@ def degree_order(const index_t[::1] indptr):
     cdef int64_t[::1] start = start_arr
     cdef int32_t[::1] order = order_arr
     cdef int32_t[::1] inverse = inverse_arr
+    new_indptr_arr = np.zeros(max(n, 0) + 1, dtype=np.int64)
+    cdef int64_t[::1] new_indptr = new_indptr_arr
     with nogil:
         for i in range(n):
             start[indptr[i + 1] - indptr[i]] += 1
         for d in range(dmax, -1, -1):  # the positions of each degree, highest first
             p = start[d]
+            for c in range(running, running + p):  # the new rows of degree d
+                new_indptr[c + 1] = new_indptr[c] + d
             start[d] = running
             running = running + p
         for i in range(n):
@@ -257,4 +262,4 @@ def degree_order(const index_t[::1] indptr):
             start[d] = p + 1
             order[p] = <int32_t>i
             inverse[i] = <int32_t>p
-    return order_arr, inverse_arr
+    return order_arr, inverse_arr, new_indptr_arr

@@ -30,6 +30,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -143,12 +144,13 @@ class DeviceRows:
         ensure_free(self.dev, need, residency, what)
         self.indptr = rt.to_device(self.dev, self.local_indptr(mat))
         self.order_dev = self.inverse_dev = None
+        self._pending_move = None
         if order is None:
             self.indices = _upload_padded(self.dev, mat.indices[self.e0:self.e0 + self.nnz], np.int32)
         else:
             self.order_dev = rt.to_device(self.dev, order.order)
             self.inverse_dev = rt.to_device(self.dev, order.inverse)
-            self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True)
+            self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True, background=True)
         self.values = {}
         self.plans = {}
         self.peer_mask = None  # several devices: which rows each other device reads (Residency)
@@ -165,9 +167,12 @@ class DeviceRows:
         """Device bytes held while a reordered array is built: A's row pointers and the whole array."""
         return 8 * (mat.n + 1) + mat.nnz * itemsize
 
-    def _permuted(self, residency, mat, source, type_name, map_columns=False):
+    def _permuted(self, residency, mat, source, type_name, map_columns=False, background=False):
         """This block's part of ``source`` (indices or values of A, host) in the reordered rows,
-        built on the device into a quad-padded buffer; the time goes to ``residency.reorder_seconds``."""
+        built on the device into a quad-padded buffer; the time goes to ``residency.reorder_seconds``.
+
+        With ``background`` A's copies to the device run in a worker thread and the move waits for
+        :meth:`finish`, so that the host builds the SpMV plans while A crosses the link."""
         t0 = time.perf_counter()
         dtype = source.dtype
         out = rt.alloc(self.dev, _padded(self.nnz), dtype)
@@ -175,19 +180,41 @@ class DeviceRows:
         if tail:
             out.view(out.nbytes - tail, tail).zero()
         if self.nrows:
-            old_indptr = rt.to_device(self.dev, mat.indptr, dtype=np.int64)
-            whole = rt.to_device(self.dev, source)
-            pn = "i32" if self.ptr_type == np.int32 else "i64"
-            fn = rt.kernel(self.dev, "expm", f"lanczos_permute_rows_{type_name}_{pn}")
-            resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * self.dev.properties["multiprocessor_count"]
-            grid = int(min(-(-self.nrows * WARP // BLOCK), resident))
-            rows_order = self.order_dev.view(4 * self.row0, 4 * self.nrows, dtype=np.int32, shape=(self.nrows,))
-            rt.launch(fn, grid, BLOCK, (old_indptr, rows_order, self.indptr, np.int64(self.nrows), whole,
-                                        self.inverse_dev if map_columns else None, out))
-            self.dev.synchronize()  # before the scratch is freed; also times the build
-            del old_indptr, whole
+            old_indptr = rt.alloc(self.dev, mat.n + 1, np.int64)
+            whole = rt.alloc(self.dev, max(len(source), 1), dtype)
+
+            def copy():
+                old_indptr.copy_from_host(np.ascontiguousarray(mat.indptr, dtype=np.int64))
+                whole.copy_from_host(np.ascontiguousarray(source))
+
+            def move():
+                t1 = time.perf_counter()
+                if pending is not None:
+                    pending.result()  # the worker's copies ran on the legacy stream, before this launch
+                pn = "i32" if self.ptr_type == np.int32 else "i64"
+                fn = rt.kernel(self.dev, "expm", f"lanczos_permute_rows_{type_name}_{pn}")
+                resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * self.dev.properties["multiprocessor_count"]
+                grid = int(min(-(-self.nrows * WARP // BLOCK), resident))
+                rows_order = self.order_dev.view(4 * self.row0, 4 * self.nrows, dtype=np.int32, shape=(self.nrows,))
+                rt.launch(fn, grid, BLOCK, (old_indptr, rows_order, self.indptr, np.int64(self.nrows), whole,
+                                            self.inverse_dev if map_columns else None, out))
+                self.dev.synchronize()  # before the scratch is freed (with this closure); also times the build
+                residency.reorder_seconds += time.perf_counter() - t1
+
+            pending = copy_pool().submit(copy) if background else None
+            if background:
+                self._pending_move = move
+            else:
+                copy()
+                move()
         residency.reorder_seconds += time.perf_counter() - t0
         return out
+
+    def finish(self):
+        """Complete a reordering left to the background by :meth:`_permuted` (nothing otherwise)."""
+        move, self._pending_move = self._pending_move, None
+        if move is not None:
+            move()
 
     def values_for(self, residency, mat, dtype):
         """The values in ``dtype`` on this device (None when unweighted), uploaded on first use."""
@@ -387,6 +414,7 @@ class Residency:
         The marks are made on the devices (one pass over the column indices), the masks on the host."""
         reads = []
         for r in self.rows:
+            r.finish()
             ensure_free(r.dev, self.n + r.nrows, self, f"exp(beta A) x: the columns device {r.ordinal}'s rows read")
             marks = rt.alloc(r.dev, max(self.n, 1), np.uint8)
             marks.zero()
@@ -412,6 +440,8 @@ class Residency:
     def settle(self):
         """Wait for uploads: a pageable copy may still be in flight when it returns, and the solve's
         streams do not synchronise with the legacy stream that carried it."""
+        for r in self.rows:
+            r.finish()
         if self.uploaded:
             for r in self.rows:
                 r.dev.synchronize()
@@ -512,6 +542,19 @@ def ensure_free(dev, nbytes, keep, what):
     """Make ``nbytes`` free on ``dev`` (:func:`make_room`) or raise GraphTooLargeError naming ``what``."""
     if not make_room(dev, nbytes, keep):
         rt.check_fits(dev, nbytes, what)
+
+
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def copy_pool():
+    """Threads that copy the devices' parts of an output to the host side by side (GpuLanczos._copy_out), and A's background uploads."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=MAX_ROW_PEERS, thread_name_prefix="graphkern-expm-copy")
+        return _pool
 
 
 def release_all():

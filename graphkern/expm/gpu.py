@@ -39,15 +39,13 @@ output dtype, so y crosses to the host once, in its final dtype, with no host pa
 
 from __future__ import annotations
 
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from graphkern._cuda import runtime as rt
 from graphkern._cpu import expm as cpu
-from graphkern.expm.device import GATE_LINE, MAX_ROW_PEERS, ensure_free, make_room, residency, type_name
+from graphkern.expm.device import GATE_LINE, MAX_ROW_PEERS, copy_pool, ensure_free, make_room, residency, type_name
 from graphkern.expm.lanczos import COLUMN_CHUNK, even_chunks, finish_on_host
 from graphkern.expm.plans import BLOCK, EXCHANGES, REORDERS, TASK_GRIDS, hot_columns
 
@@ -61,17 +59,6 @@ CANCEL_LOOKAHEAD = True
 _NO_STOP = np.iinfo(np.int64).max
 
 
-_pool = None
-_pool_lock = threading.Lock()
-
-
-def _copy_pool():
-    """Threads that copy the devices' parts of an output to the host side by side (GpuLanczos._copy_out)."""
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=MAX_ROW_PEERS, thread_name_prefix="graphkern-expm-copy")
-        return _pool
 
 
 class _Share:
@@ -395,7 +382,7 @@ class GpuLanczos:
         if len(jobs) == 1:
             copy(jobs[0])
             return
-        pending = [_copy_pool().submit(copy, job) for job in jobs[1:]]
+        pending = [copy_pool().submit(copy, job) for job in jobs[1:]]
         try:
             copy(jobs[0])
         finally:
