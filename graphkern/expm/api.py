@@ -68,8 +68,8 @@ vectors and streams.  A later call with the same, unchanged object finds them (`
 ``info.times["setup"]`` is then near zero).  Entries hold only a weak reference to the object: a
 matrix that is deleted frees its device memory.  Every call checks the content: a full 64-bit hash
 of the backing arrays, computed in parallel compiled code at memory speed (a Graph that carries
-its own content hash, computed once when validated, costs nothing), so any in-place edit of A is
-seen.  :func:`clear_cache` drops the entries (of A, or all of them).  At most MAX_RESIDENT matrices
+its own digest, ``Graph.fingerprint``, computed once over read-only arrays, costs nothing), so any
+in-place edit of A is seen.  :func:`clear_cache` drops the entries (of A, or all of them).  At most MAX_RESIDENT matrices
 keep device memory (least recently used go first), and a GPU allocation that would not fit first
 evicts other matrices.  GPU calls from several threads run one at a time.
 
@@ -267,15 +267,22 @@ def _validate(A, n_threads):
         weights = np.ascontiguousarray(csr.data, dtype=np.float64) if weighted else None
     if n > np.iinfo(np.int32).max:
         raise ValueError(f"A has {n} rows; at most 2**31 - 1 are supported (column indices are int32)")
-    _check_structure(indptr, indices, weights, n, n_threads)
+    require_valid = getattr(A, "require_valid", None) if isinstance(A, Graph) else None
+    if require_valid is not None:
+        require_valid()  # the Graph's own compiled check, once per Graph
+    else:
+        _check_structure(indptr, indices, n, n_threads)
+    if weights is not None and weights.size and not (np.isfinite(weights.max()) and np.isfinite(weights.min())):
+        bad = int(np.flatnonzero(~np.isfinite(weights))[0])
+        raise ValueError(f"A has a non-finite value ({weights[bad]}) at stored entry {bad}")
     return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights)
 
 
-def _check_structure(indptr, indices, weights, n, n_threads):
-    """Row pointers, column indices and weights that the kernels can read safely, checked in O(nnz)
-    compiled code: a Graph built with ``validate=False`` (or edited after) must not reach them with
-    an index out of range.  (The one place this module checks structure; a compiled check shared
-    with graphkern.graph can replace it.)"""
+def _check_structure(indptr, indices, n, n_threads):
+    """Row pointers and column indices that the kernels can read safely, checked in O(nnz) compiled
+    code: a Graph built with ``validate=False`` (or edited after) must not reach them with an index
+    out of range.  The one place this module checks structure, for inputs without a check of their
+    own (``Graph.require_valid``)."""
     from graphkern._cpu import expm as cpu
     indptr = np.asarray(indptr)
     if indptr.ndim != 1 or len(indptr) != n + 1:
@@ -293,9 +300,6 @@ def _check_structure(indptr, indices, weights, n, n_threads):
         row = int(np.searchsorted(indptr, bad, side="right")) - 1
         raise ValueError(f"A has a column index out of range: {int(idx[bad])} in row {row} (stored entry {bad}) "
                          f"of a matrix with {n} columns")
-    if weights is not None and weights.size and not (np.isfinite(weights.max()) and np.isfinite(weights.min())):
-        bad = int(np.flatnonzero(~np.isfinite(weights))[0])
-        raise ValueError(f"A has a non-finite value ({weights[bad]}) at stored entry {bad}")
 
 
 def _lookup(A, n_threads=1):

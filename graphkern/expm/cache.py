@@ -10,8 +10,8 @@ on it (device memory included) go with it.  A lookup hits only when the object, 
 each backing array, the layout (format, shape, dtypes) and the content are those the entry was
 built from.  The content is a 64-bit hash of every byte of the backing arrays, computed in
 compiled code in parallel at memory speed on every lookup (so any in-place edit is seen); a Graph
-that carries its own content hash (``Graph.content_hash``, computed once when it is validated, its
-arrays immutable after) is keyed by that and costs nothing.  Formats without flat backing arrays
+that carries its own digest (``Graph.fingerprint``, computed once, its arrays read-only) is keyed
+by that and costs nothing.  Formats without flat backing arrays
 (lil, dok) are validated on every call and not cached.
 """
 
@@ -64,11 +64,10 @@ def content_digest(A, arrays, n_threads):
     """The content key of A: the Graph's own content hash when it has one, else a hash of every
     backing array."""
     if isinstance(A, Graph):
-        # the Graph's hash, computed once when it was validated; its arrays cannot change after
-        own = getattr(A, "content_hash", None)
-        own = own() if callable(own) else own
-        if isinstance(own, (int, np.integer)):
-            return ("graph", int(own))
+        # the Graph's own digest, computed once (its arrays are read-only and its own, so it stays true)
+        own = getattr(A, "fingerprint", None)
+        if isinstance(own, (str, int, np.integer)):
+            return ("graph", own)
     return tuple(_array_digest(a, n_threads) for a in arrays)
 
 
