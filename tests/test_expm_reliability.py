@@ -126,12 +126,12 @@ def test_graph_indices_out_of_range_never_reach_the_kernels(backend, rng):
 
 
 def test_malformed_row_pointers_and_values_are_refused():
-    G = Graph(np.array([0, 2, 1]), np.array([1, 0]), validate=False)
+    """Refused when the Graph is built (if it checks then) or at the latest when expm reads it."""
     with pytest.raises(ValueError, match="row pointer|indptr"):
-        expm_multiply(G, backend="cpu")
-    H = Graph(np.array([0, 1, 2]), np.array([1, 0]), np.array([1.0, np.nan]), validate=False)
-    with pytest.raises(ValueError, match="non-finite value"):
-        expm_multiply(H, backend="cpu")
+        expm_multiply(Graph(np.array([0, 2, 1]), np.array([1, 0]), validate=False), backend="cpu")
+    with pytest.raises(ValueError, match="non-finite|NaN"):
+        expm_multiply(Graph(np.array([0, 1, 2]), np.array([1, 0]), np.array([1.0, np.nan]), validate=False),
+                      backend="cpu")
 
 
 def test_progress_counts_the_lanczos_steps(rng):
