@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""OpenMP kernels of the Lanczos engine for f(beta A) x on the CPU (see graphkern._expm_lanczos).
+"""OpenMP kernels of the Lanczos engine for f(beta A) x on the CPU (see graphkern.expm.lanczos).
 
 The Lanczos vectors are kept unnormalised, ``w_k = beta_{k-1} q_k``, with ``q_k = rscale_k * w_k``
 (the GPU path does the same so that one engine drives both).  A step is two passes over memory:
@@ -12,7 +12,12 @@ The Lanczos vectors are kept unnormalised, ``w_k = beta_{k-1} q_k``, with ``q_k 
 Rows are split into fixed chunks balanced on ``nnz + rows`` (``row_chunks`` in the engine), a few
 per thread, handed out dynamically: each thread gets about the same number of nonzeros, and a thread
 that the OS delays does not hold the others up for its whole share.  Partial sums are kept per chunk
-and added in chunk order, so every reduction is deterministic for a given chunking.  Vectors are float32 or float64; dot products accumulate in float64.
+and added in chunk order, so every reduction is deterministic for a given chunking.  Vectors are
+float32 or float64; dot products accumulate in float64.
+
+Around the solve: :func:`hash_words` (the matrix cache's content key), :func:`first_index_out_of_range`
+(no index outside the matrix reaches a kernel) and :func:`degree_order` (the GPU's vertex order),
+each one pass at memory speed.
 """
 
 from cython.parallel cimport prange
