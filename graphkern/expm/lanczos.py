@@ -17,7 +17,7 @@ Overflow: ``f(beta theta)`` is evaluated shifted, ``f(z) = exp(shift) * f_shifte
 ``shift = max(z)`` for exp (``max|z|`` for cosh and sinh), so the coefficients stay finite and the
 caller decides whether ``exp(shift)`` can be applied in the requested dtype.
 
-Solver interface (see :class:`CpuLanczos` and ``graphkern._expm_gpu.GpuLanczos``)::
+Solver interface (see :class:`CpuLanczos` and ``graphkern.expm.gpu.GpuLanczos``)::
 
     lookahead        True when steps are queued asynchronously (run one check interval ahead)
     start(x, rscale0)  load the start vector (scaled to max |x| = 1, in the solver's dtype; None: ones)
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,8 +49,10 @@ import scipy.linalg
 BREAKDOWN_ULPS = 256
 # Columns per allocation of a stored basis.
 COLUMN_CHUNK = 16
-# Row chunks per OpenMP thread (handed out dynamically).
-CHUNKS_PER_THREAD = 4
+# A weighted matrix whose largest entry is outside [2^-SAFE_EXPONENT, 2^SAFE_EXPONENT] is solved as
+# scale * A (scale a power of two, exact) with beta / scale: the squared norms of the Lanczos vectors
+# of a matrix with entries near 1e155 overflow float64, and float32 holds even less.
+SAFE_EXPONENT = 40
 
 
 # ----------------------------------------------------------------------------- the matrix
@@ -57,10 +60,14 @@ CHUNKS_PER_THREAD = 4
 class CsrMatrix:
     """A validated symmetric CSR matrix: ``indptr`` (int32/int64), ``indices`` (int32), ``weights``
     (float64, or None when every stored entry is 1), with what solvers derive from it cached:
-    ``||A||_inf``, degree statistics, values per dtype, row chunks, and ``gpu`` (device copies,
-    keyed by device tuple; see graphkern._expm_gpu)."""
+    ``||scale A||_inf``, degree statistics, values per dtype, row chunks, and ``gpu`` (device copies,
+    keyed by device tuple; see graphkern.expm.gpu).
 
-    __slots__ = ("indptr", "indices", "weights", "n", "_anorm", "_degree_stats", "_values", "_chunks",
+    ``scale`` (a power of two, 1.0 unless the largest entry is huge or tiny, see SAFE_EXPONENT):
+    the solvers run on ``scale * A`` -- :meth:`values_as` and :meth:`inf_norm` are of that matrix --
+    with ``beta / scale``, so that no norm overflows or underflows."""
+
+    __slots__ = ("indptr", "indices", "weights", "n", "scale", "_anorm", "_degree_stats", "_values", "_chunks",
                  "_degree_order", "gpu", "__weakref__")
 
     def __init__(self, indptr, indices, weights):
@@ -68,6 +75,12 @@ class CsrMatrix:
         self.indices = indices
         self.weights = weights
         self.n = len(indptr) - 1
+        self.scale = 1.0
+        if weights is not None and weights.size:
+            peak = max(abs(float(weights.max())), abs(float(weights.min())))
+            exponent = math.frexp(peak)[1] if peak > 0.0 else 0
+            if abs(exponent) > SAFE_EXPONENT:
+                self.scale = math.ldexp(1.0, -exponent)
         self._anorm = None
         self._degree_stats = None
         self._values = {}
@@ -95,12 +108,16 @@ class CsrMatrix:
         return self._degree_stats
 
     def values_as(self, dtype):
-        """The stored values in ``dtype`` (an empty array when unweighted), converted once."""
+        """The stored values of ``scale * A`` in ``dtype`` (an empty array when unweighted), converted once."""
         dtype = np.dtype(dtype)
         values = self._values.get(dtype)
         if values is None:
-            values = (np.empty(0, dtype=dtype) if self.weights is None
-                      else np.ascontiguousarray(self.weights, dtype=dtype))
+            if self.weights is None:
+                values = np.empty(0, dtype=dtype)
+            elif self.scale != 1.0:
+                values = (self.weights * self.scale).astype(dtype)
+            else:
+                values = np.ascontiguousarray(self.weights, dtype=dtype)
             self._values[dtype] = values
         return values
 
@@ -119,7 +136,7 @@ class CsrMatrix:
         return order
 
     def inf_norm(self, n_threads):
-        """``||A||_inf`` (max absolute row sum), an upper bound of the spectral radius."""
+        """``||scale A||_inf`` (max absolute row sum), an upper bound of its spectral radius."""
         if self._anorm is None:
             if self.n == 0:
                 self._anorm = 0.0
@@ -127,13 +144,14 @@ class CsrMatrix:
                 self._anorm = float(self.degree_stats()[1])
             else:
                 from graphkern._cpu import expm as cpu
-                self._anorm = cpu.max_abs_row_sum(self.indptr, self.weights, self.chunks(n_threads), n_threads)
+                self._anorm = cpu.max_abs_row_sum(self.indptr, self.weights, self.scale, self.chunks(n_threads),
+                                                  n_threads)
         return self._anorm
 
 
 class DegreeOrder:
     """Vertices relabelled by decreasing degree (ties in the original order): the host half of the
-    reordered operator ``A' = P A P^T`` (the nonzeros are moved on the device, graphkern._expm_gpu).
+    reordered operator ``A' = P A P^T`` (the nonzeros are moved on the device, graphkern.expm.gpu).
 
     ``order[i]`` is the old id of new vertex i, ``inverse[j]`` the new id of old vertex j (both
     int32), ``indptr`` A''s row pointers (int64).  ``seconds``: host time spent building them.
@@ -153,22 +171,22 @@ class DegreeOrder:
     __slots__ = ("order", "inverse", "indptr", "bounds", "seconds")
 
     def __init__(self, indptr, parts=1):
+        from graphkern._cpu import expm as cpu
         t0 = time.perf_counter()
-        deg = np.diff(indptr)
-        n = len(deg)
+        n = len(indptr) - 1
         parts = max(1, int(parts))
         # stable: equal degrees keep their relative order, so the permutation is deterministic
-        by_degree = np.argsort(-deg, kind="stable").astype(np.int32)
+        by_degree, inverse, by_degree_indptr = cpu.degree_order(np.ascontiguousarray(indptr))
         if parts == 1:
-            self.order = by_degree
+            self.order, self.inverse, self.indptr = by_degree, inverse, by_degree_indptr
         else:
             self.order = np.concatenate([by_degree[p::parts] for p in range(parts)])
+            self.inverse = np.empty(n, dtype=np.int32)
+            self.inverse[self.order] = np.arange(n, dtype=np.int32)
+            self.indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.diff(indptr)[self.order], out=self.indptr[1:])
         counts = [len(range(p, n, parts)) for p in range(parts)]
         self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        self.inverse = np.empty(n, dtype=np.int32)
-        self.inverse[self.order] = np.arange(n, dtype=np.int32)
-        self.indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(deg[self.order], out=self.indptr[1:])
         self.seconds = time.perf_counter() - t0
 
 
@@ -246,10 +264,14 @@ class MatrixFunction:
         if values.shape != z.shape:
             raise ValueError(f"f must return one value per eigenvalue: called with shape {z.shape}, "
                              f"it returned shape {values.shape}")
-        if not np.all(np.isfinite(values)):
-            bad = z[~np.isfinite(values)][0]
-            raise ValueError(f"f returned a non-finite value at the eigenvalue {bad!r} of beta*T "
-                             "(f must be finite on the spectrum of beta*A)")
+        if np.isnan(values).any():
+            bad = z[np.isnan(values)][0]
+            raise ValueError(f"f returned NaN at the eigenvalue {bad!r} of beta*T (f must be defined and finite on "
+                             "the spectrum of beta*A)")
+        if np.isinf(values).any():
+            bad = z[np.isinf(values)][0]
+            raise FloatingPointError(f"f overflows float64 at the eigenvalue {bad!r} of beta*T; a callable f gets no "
+                                     "log scaling -- use f='exp' (scaled answers) or a smaller beta")
         return values, 0.0
 
 
@@ -294,9 +316,10 @@ class LanczosOutcome:
     host_seconds: float
 
 
-def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim):
+def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, progress=None):
     """Drive ``solver`` until the coefficients converge, break down, span all ``full_dim``
-    dimensions, or ``max_krylov`` steps are done."""
+    dimensions, or ``max_krylov`` steps are done; ``progress`` (a graphkern._progress.Progress)
+    counts the steps checked."""
     host = 0.0
     check = min(check_every, max_krylov)
     solver.enqueue(0, check)
@@ -311,6 +334,8 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim):
             solver.enqueue(check, nxt)
             solver.checkpoint(nxt)
         alpha, beta_off, rscale = solver.fetch(check)
+        if progress is not None:
+            progress.update(check - progress.done)
         t0 = time.perf_counter()
         zero = np.flatnonzero(rscale[1:check] == 0.0)
         m = int(zero[0]) + 1 if zero.size else check
@@ -373,7 +398,15 @@ class OutputScaling:
         limit = log_max - 1.0
         log_peak = math.log(peak)
         shift, rest = self.shift, self.rest
-        if log_peak + shift + rest < limit:
+        total = log_peak + shift + rest
+        if total < math.log(float(np.finfo(self.dtype).tiny)):
+            # the whole answer underflows: scaled to a largest entry of 1 (a callable f: as it is, warned)
+            if self.scalable:
+                return -log_peak, total, True
+            warnings.warn(f"{self.caller}: the result underflows {self.dtype.name} (its largest entry is about "
+                          f"e^{total:.1f}); a callable f gets no log scaling, so its entries are zero or "
+                          "subnormal", RuntimeWarning, stacklevel=5)
+        if total < limit:
             log_factor, log_scale = shift + rest, 0.0
         elif not self.scalable:
             raise FloatingPointError(
@@ -422,123 +455,3 @@ def finish_on_host(y, scaling):
         if f != 1.0:
             y *= f
     return y.astype(scaling.dtype, copy=False), log_scale
-
-
-# ----------------------------------------------------------------------------- the CPU solver
-
-class CpuLanczos:
-    """The Lanczos recurrence with the OpenMP kernels of ``graphkern/_cpu/expm.pyx``.
-
-    ``store_basis=False`` keeps three vectors and reruns the recurrence in :meth:`combine` (the
-    "none" basis mode); otherwise every Lanczos vector is kept in host memory.
-    """
-
-    lookahead = False
-
-    def __init__(self, mat, dtype, *, n_threads, store_basis, max_krylov, breakdown):
-        from graphkern._cpu import expm as cpu
-        self._cpu = cpu
-        self.mat = mat
-        self.dtype = np.dtype(dtype)
-        self.n_threads = n_threads
-        self.values = mat.values_as(self.dtype)
-        parts = n_threads * CHUNKS_PER_THREAD if n_threads > 1 else 1
-        self.spmv_chunks = mat.chunks(parts)
-        self.vector_chunks = even_chunks(mat.n, parts)
-        self.breakdown = float(breakdown)
-        self.store_basis = store_basis
-        self.cap = max_krylov
-        self.alpha = np.zeros(max_krylov)
-        self.beta = np.zeros(max_krylov)
-        self.rscale = np.zeros(max_krylov + 1)
-        self.n_spmv = 0
-        self._t = {"spmv": 0.0, "vector": 0.0}
-        self._empty = np.empty(0, dtype=self.dtype)
-        self._no_y = np.empty(0, dtype=np.float64)
-        self._blocks = []   # stored basis: (COLUMN_CHUNK, n) arrays
-        self._stored = 0    # columns [0, _stored) live in _blocks
-        self._ring = [np.empty(mat.n, dtype=self.dtype) for _ in range(3)]
-
-    def start(self, x, rscale0):
-        self._blocks = [np.empty((COLUMN_CHUNK if self.store_basis else 1, self.mat.n), dtype=self.dtype)]
-        self._blocks[0][0] = 1.0 if x is None else x  # None: the default x, ones
-        self._stored = 1
-        self.rscale[0] = rscale0
-
-    def _column(self, j):
-        if j < self._stored:
-            return self._blocks[j // COLUMN_CHUNK][j % COLUMN_CHUNK]
-        return self._ring[j % 3]
-
-    def _reserve(self, j):
-        if self.store_basis and j == self._stored:
-            if j // COLUMN_CHUNK == len(self._blocks):
-                self._blocks.append(np.empty((COLUMN_CHUNK, self.mat.n), dtype=self.dtype))
-            self._stored = j + 1
-
-    def _step(self, k, y=None, g=None):
-        second_pass = y is not None
-        if not second_pass:
-            self._reserve(k + 1)
-        cur, out = self._column(k), self._column(k + 1)
-        prev = self._column(k - 1) if k > 0 else self._empty
-        if k == 0:
-            rs, sub = self.rscale[0], 0.0
-        else:
-            if not second_pass:
-                b = self.beta[k - 1]
-                self.rscale[k] = 1.0 / b if (b > self.breakdown and self.rscale[k - 1] != 0.0) else 0.0
-            rs = self.rscale[k]
-            sub = self.beta[k - 1] * self.rscale[k - 1] if rs != 0.0 else 0.0
-        m = self.mat
-        t0 = time.perf_counter()
-        alpha = self._cpu.lanczos_spmv(m.indptr, m.indices, self.values, cur, prev, out, rs, sub,
-                                       self.spmv_chunks, self.n_threads)
-        t1 = time.perf_counter()
-        if second_pass:
-            alpha = self.alpha[k]
-        else:
-            self.alpha[k] = alpha
-        norm2 = self._cpu.lanczos_update(cur, out, alpha * rs, y if second_pass else self._no_y,
-                                         float(g[k + 1]) if second_pass else 0.0, self.vector_chunks,
-                                         self.n_threads)
-        if not second_pass:
-            self.beta[k] = math.sqrt(norm2)
-        self._t["spmv"] += t1 - t0
-        self._t["vector"] += time.perf_counter() - t1
-        self.n_spmv += 1
-
-    def enqueue(self, k0, k1):
-        for k in range(k0, k1):
-            self._step(k)
-
-    def checkpoint(self, m):
-        pass
-
-    def fetch(self, m):
-        return self.alpha[:m].copy(), self.beta[:max(m - 1, 0)].copy(), self.rscale[:m].copy()
-
-    def stop_after(self, m):
-        pass  # steps run when enqueued: none is ever ahead of the host
-
-    def combine(self, m, g):
-        t0 = time.perf_counter()
-        y = np.zeros(self.mat.n)
-        g = np.concatenate([g, [0.0]])
-        stored = min(m, self._stored)
-        for b, block in enumerate(self._blocks):
-            j0 = b * COLUMN_CHUNK
-            count = min(stored - j0, len(block))
-            if count > 0:
-                self._cpu.accumulate_columns(y, block[:count], g[j0:j0 + count], self.n_threads)
-        self._t["vector"] += time.perf_counter() - t0
-        # columns that were not kept are regenerated, bit for bit, from the last two kept ones
-        for k in range(stored - 1, m - 1):
-            self._step(k, y=y, g=g)
-        return y
-
-    def result(self, m, g, scaling):
-        return finish_on_host(self.combine(m, g), scaling)
-
-    def timings(self):
-        return dict(self._t)

@@ -27,7 +27,9 @@ finite scaled vector and ``info.log_scale = beta theta_1``, so that::
 
 (for x itself near the dtype's overflow threshold, log_scale also absorbs log ||x||).  cosh and
 sinh are shifted by ``max |beta theta|``.  A result that is still not finite raises
-FloatingPointError: no NaN or inf is ever returned silently (float32 included).
+FloatingPointError: no NaN or inf is ever returned silently (float32 included).  Underflow is
+treated the same way: an answer whose largest entry is below the dtype's smallest normal number
+is returned scaled to a largest entry of 1, with a negative ``info.log_scale``.
 
 f for :func:`funm_multiply`: "exp", "cosh", "sinh", or a callable applied elementwise to the
 eigenvalues of ``beta T_m`` -- it receives ``z = beta * theta`` (a float64 array) and returns
@@ -55,25 +57,27 @@ permuted on the device on entry and y on exit, so the caller sees A's order.  Th
 reordered operator are built once (the nonzeros are moved on the device) and cached with the
 device-resident operator; ``info.reorder`` says which order ran and ``info.times["reorder"]`` what
 building it cost in this call.  "none" keeps A's order; "auto" (default) takes "degree" for large
-skewed graphs -- at least 10^6 nonzeros and a largest degree of at least 1000 times the mean
-(on an H200 it cut R-MAT's SpMV by 10-25% and left Barabasi-Albert's unchanged) -- and "none"
-otherwise and on the
-CPU, whose SpMV is not limited by L2 gathers; ``reorder="degree"`` with the CPU backend is refused.
+skewed graphs -- at least 10^6 nonzeros and a largest degree of at least 1000 times the mean --
+and "none" otherwise and on the CPU, whose SpMV is not limited by L2 gathers; ``reorder="degree"`` with the CPU backend is refused.
 
 Caching.  Validating A (symmetry, finiteness), converting it, and on the GPU uploading it and
-building the SpMV plan cost more than a Lanczos run on a warm device (A - A.T alone is several
-passes over the nonzeros).  So the validated matrix is cached per user matrix (a Graph or a
-scipy.sparse matrix in csr, csc, coo, bsr or dia format), and on the GPU so is its device-resident
-operator: A's rows on each device (row pointers, column indices, values in the dtype used), the
-SpMV plans, and the work vectors (basis blocks included) and streams.  A later call with the same
-object finds them (``info.cached``; ``info.times["setup"]`` is then near zero).  Entries are keyed
-on the object's identity and hold only a weak reference to it: a matrix that is deleted frees its
-device memory.  Each call checks a fingerprint (format, shape, dtypes, the identity of every backing
-array, and a strided sample of their contents), so a new matrix, replaced arrays or an in-place
-edit like ``A.data *= 2`` are seen; an in-place edit that touches none of the sampled entries is
-not -- call :func:`clear_cache` (with A, or with nothing to drop everything) after one.  At most
-MAX_RESIDENT matrices keep device memory (least recently used go first), and a GPU allocation
-that would not fit first evicts other matrices.  GPU calls from several threads run one at a time.
+building the SpMV plan cost more than a Lanczos run on a warm device.  So the validated matrix is
+cached per user matrix (a Graph or a scipy.sparse matrix in csr, csc, coo, bsr or dia format), and
+on the GPU so is its device-resident operator: A's rows on each device, the SpMV plans, the work
+vectors and streams.  A later call with the same, unchanged object finds them (``info.cached``;
+``info.times["setup"]`` is then near zero).  Entries hold only a weak reference to the object: a
+matrix that is deleted frees its device memory.  Every call checks the content: a full 64-bit hash
+of the backing arrays, computed in parallel compiled code at memory speed (a Graph that carries
+its own digest, ``Graph.fingerprint``, computed once over read-only arrays, costs nothing), so any
+in-place edit of A is seen.  :func:`clear_cache` drops the entries (of A, or all of them).  At most MAX_RESIDENT matrices
+keep device memory (least recently used go first), and a GPU allocation that would not fit first
+evicts other matrices.  GPU calls from several threads run one at a time.
+
+Checks.  Column indices out of range, row pointers that are not a CSR and non-finite values are
+refused with a ValueError naming the entry, also for a Graph built with ``validate=False``: nothing
+unchecked reaches the kernels.  A weighted A whose largest entry is huge or tiny is solved as
+``scale * A`` with ``beta / scale`` (scale a power of two), so that no norm overflows or underflows;
+when ``beta * A`` itself overflows float64 a FloatingPointError says so.
 
 Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
 """
@@ -89,9 +93,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphkern._backend import finite_real, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
-from graphkern._expm_cache import MatrixCache
-from graphkern._expm_lanczos import (CpuLanczos, CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold,
-                                     run_lanczos)
+from graphkern._progress import Progress
+from graphkern.expm.cache import MatrixCache
+from graphkern.expm.lanczos import CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold, run_lanczos
+from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_variant
 from graphkern.graph import Graph, as_csr_matrix
 
 __all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo", "clear_cache", "cache_info"]
@@ -120,7 +125,9 @@ class ExpmInfo:
     lambda_max: the largest Ritz value theta_1 (an estimate, from below, of A's largest eigenvalue).
     times: seconds -- setup (everything before the first Lanczos step: checking the arguments and x,
         validating A, and on the GPU uploading it, building the SpMV plan and allocating the work
-        vectors; near zero when ``cached``), spmv (the fused SpMV kernels), vector (updates, basis
+        vectors; near zero when ``cached``), of which validate (the content check of A and, when not
+        cached, its validation) and on the GPU upload (A's upload, reordering and the work vectors)
+        and plan (the SpMV plans); spmv (the fused SpMV kernels), vector (updates, basis
         combination), host (tridiagonal eigenproblems and checks), output (combining the basis,
         scaling y and copying it back), reorder (building the vertex order and the reordered operator
         in this call, part of setup; 0 when they were cached or not used), total.
@@ -129,6 +136,8 @@ class ExpmInfo:
     reorder: vertex order the solve ran in ("degree" or "none"; see the module documentation).
     cached: the validated A (and on the GPU its device copy for these devices) came from the cache
         (see the module documentation); the SpMV plan and work vectors may still have been built.
+    exchange: how several GPUs exchanged their shares ("store" or "copy"; None on one device or the CPU).
+    task_grid: the grid sizing of the GPU task kernels ("tasks" or "resident"; None on the CPU).
     """
 
     krylov_dim: int
@@ -146,10 +155,13 @@ class ExpmInfo:
     n_spmv: int = 0
     cached: bool = False
     reorder: str = "none"
+    exchange: str | None = None
+    task_grid: str | None = None
 
 
 def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
-                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4, reorder="auto"):
+                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4, reorder="auto",
+                  exchange="auto", task_grid="tasks", verbose=False):
     """``y ~ exp(beta A) x`` for a symmetric sparse A; returns ``(y, info)``.
 
     Parameters
@@ -169,16 +181,27 @@ def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.f
         Precision of the vectors and of y.
     backend, device, n_threads, basis, spmv, check_every, reorder
         See the module documentation (reorder: "auto", "degree" or "none"; "degree" is GPU-only).
+    exchange : "auto", "store" or "copy"
+        Several GPUs: how the devices exchange their shares each step ("store": the kernels store
+        into the other devices' memory, needs peer access; "copy": the host queues copies; "auto":
+        "store" where possible).  ``info.exchange`` says which ran (None on one device or the CPU).
+    task_grid : "tasks" or "resident"
+        GPU task-driven SpMVs (rowblock, hybrid): a block per task, or at most the resident blocks
+        each walking the task table.  Recorded as ``info.task_grid``.
+    verbose : bool or callable
+        Progress of the Lanczos steps (graphkern._progress.Progress: a bar or text line with
+        True, or a callable ``(done, total)``); shown on long runs only.
 
     The answer is ``y * exp(info.log_scale)``; log_scale is 0 unless the answer overflows dtype.
     """
     return _run(A, x, "exp", beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
                 device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
-                reorder=reorder, caller="expm_multiply")
+                reorder=reorder, exchange=exchange, task_grid=task_grid, verbose=verbose, caller="expm_multiply")
 
 
 def funm_multiply(A, x, f, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
-                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4, reorder="auto"):
+                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4, reorder="auto",
+                  exchange="auto", task_grid="tasks", verbose=False):
     """``y ~ f(beta A) x`` for f in {"exp", "cosh", "sinh"} or a callable; returns ``(y, info)``.
 
     A callable receives the eigenvalues ``z = beta * theta`` of ``beta T_m`` (float64 array) and
@@ -186,12 +209,12 @@ def funm_multiply(A, x, f, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.flo
     """
     return _run(A, x, f, beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
                 device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
-                reorder=reorder, caller="funm_multiply")
+                reorder=reorder, exchange=exchange, task_grid=task_grid, verbose=verbose, caller="funm_multiply")
 
 
 def total_communicability(G, *, beta=1.0, normalize=None, tol=1e-10, max_krylov=None, dtype=np.float64,
                           backend="auto", device=None, n_threads=None, basis="auto", spmv="auto",
-                          check_every=4, reorder="auto"):
+                          check_every=4, reorder="auto", exchange="auto", task_grid="tasks", verbose=False):
     """Total communicability ``TC = exp(beta A) 1`` of every vertex; returns ``(tc, info)``.
 
     normalize: None (TC itself), "n" (TC / n), or "lambda_max" (``exp(beta (A - theta_1 I)) 1``,
@@ -203,14 +226,14 @@ def total_communicability(G, *, beta=1.0, normalize=None, tol=1e-10, max_krylov=
         raise ValueError(f"normalize must be None, 'n' or 'lambda_max'; got {normalize!r}")
     return _run(G, None, "exp", beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
                 device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
-                reorder=reorder, caller="total_communicability", normalize=normalize)
+                reorder=reorder, exchange=exchange, task_grid=task_grid, verbose=verbose,
+                caller="total_communicability", normalize=normalize)
 
 
 def clear_cache(A=None):
     """Drop the cached validated matrix and device-resident operator of ``A`` (of every matrix when
-    None), freeing the device memory they hold.  Needed only after an in-place edit of A that the
-    fingerprint may miss (see the module documentation); a deleted matrix frees its entry itself."""
-    from graphkern._expm_gpu import release_all
+    None), freeing the device memory they hold; a deleted matrix frees its entry itself."""
+    from graphkern.expm.device import release_all
     with _gpu_lock:
         if A is None:
             for mat in _matrices.values():
@@ -228,13 +251,13 @@ def cache_info():
     """What the cache holds: ``matrices`` (validated), ``hits``/``misses`` (lookups), ``resident``
     (device-resident operators), ``device_bytes`` (their device memory), ``uploads`` (matrix uploads
     to a device so far) and ``plans`` (SpMV plans built so far)."""
-    from graphkern._expm_gpu import residency_info
+    from graphkern.expm.device import residency_info
     return {"matrices": len(_matrices), "hits": _matrices.hits, "misses": _matrices.misses, **residency_info()}
 
 
 # ----------------------------------------------------------------------------- implementation
 
-def _validate(A):
+def _validate(A, n_threads):
     """The validated CSR of a Graph (as stored) or a scipy.sparse matrix (checked symmetric, finite)."""
     if isinstance(A, Graph):
         indptr, indices, weights, n = A.indptr, A.indices, A.weights, A.n_nodes
@@ -244,12 +267,44 @@ def _validate(A):
         weights = np.ascontiguousarray(csr.data, dtype=np.float64) if weighted else None
     if n > np.iinfo(np.int32).max:
         raise ValueError(f"A has {n} rows; at most 2**31 - 1 are supported (column indices are int32)")
+    require_valid = getattr(A, "require_valid", None) if isinstance(A, Graph) else None
+    if require_valid is not None:
+        require_valid()  # the Graph's own compiled check, once per Graph
+    else:
+        _check_structure(indptr, indices, n, n_threads)
+    if weights is not None and weights.size and not (np.isfinite(weights.max()) and np.isfinite(weights.min())):
+        bad = int(np.flatnonzero(~np.isfinite(weights))[0])
+        raise ValueError(f"A has a non-finite value ({weights[bad]}) at stored entry {bad}")
     return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights)
 
 
-def _lookup(A):
-    """``(CsrMatrix, cached)`` for A: validated once per matrix while it is unchanged."""
-    return _matrices.get(A, _validate)
+def _check_structure(indptr, indices, n, n_threads):
+    """Row pointers and column indices that the kernels can read safely, checked in O(nnz) compiled
+    code: a Graph built with ``validate=False`` (or edited after) must not reach them with an index
+    out of range.  The one place this module checks structure, for inputs without a check of their
+    own (``Graph.require_valid``)."""
+    from graphkern._cpu import expm as cpu
+    indptr = np.asarray(indptr)
+    if indptr.ndim != 1 or len(indptr) != n + 1:
+        raise ValueError(f"A's row pointers have shape {indptr.shape}; expected ({n + 1},)")
+    if len(indptr) and (indptr[0] != 0 or indptr[-1] != len(indices) or np.any(indptr[1:] < indptr[:-1])):
+        raise ValueError(f"A's row pointers are not a valid CSR: they must start at 0, never decrease and end "
+                         f"at the number of stored entries ({len(indices)})")
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"A's column indices must be integers, got dtype {indices.dtype}")
+    idx = np.ascontiguousarray(indices)
+    if idx.dtype not in (np.int32, np.int64):
+        idx = idx.astype(np.int64)
+    bad = cpu.first_index_out_of_range(idx, n, n_threads)
+    if bad >= 0:
+        row = int(np.searchsorted(indptr, bad, side="right")) - 1
+        raise ValueError(f"A has a column index out of range: {int(idx[bad])} in row {row} (stored entry {bad}) "
+                         f"of a matrix with {n} columns")
+
+
+def _lookup(A, n_threads=1):
+    """``(CsrMatrix, cached)`` for A: validated once per matrix while its content is unchanged."""
+    return _matrices.get(A, lambda A: _validate(A, n_threads), n_threads)
 
 
 def _matrix(A):
@@ -294,7 +349,7 @@ def _positive_int(value, name):
 
 
 def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, basis, spmv, check_every,
-         reorder, caller, normalize=None):
+         reorder, exchange, task_grid, verbose, caller, normalize=None):
     t_start = time.perf_counter()
     fn = MatrixFunction(f)
     beta = finite_real(beta, "beta")
@@ -308,8 +363,10 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         raise ValueError(f"basis must be one of {', '.join(map(repr, BASIS_MODES))}; got {basis!r}")
     if spmv != "auto" and spmv not in SPMV_VARIANTS:
         raise ValueError(f"spmv must be 'auto' or one of {', '.join(map(repr, SPMV_VARIANTS))}; got {spmv!r}")
-    if not isinstance(reorder, str) or reorder not in REORDERS:
-        raise ValueError(f"reorder must be one of {', '.join(map(repr, REORDERS))}; got {reorder!r}")
+    for name, value, allowed in (("reorder", reorder, REORDERS), ("exchange", exchange, EXCHANGES),
+                                 ("task_grid", task_grid, TASK_GRIDS)):
+        if not isinstance(value, str) or value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
     dtype = resolve_dtype(dtype)
     n_threads = resolve_threads(n_threads)
     backend = resolve_backend(backend)
@@ -317,59 +374,91 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         raise ValueError("reorder='degree' applies to the GPU backend only (the CPU SpMV is not limited by "
                          "gathers from a small cache); use reorder='auto' or 'none' with backend='cpu'")
     devices = tuple(resolve_devices(device)) if backend == "gpu" else ()
-    mat, cached = _lookup(A)
+    mat, cached = _lookup(A, n_threads)
+    validate_seconds = time.perf_counter() - t_start
     n = mat.n
     x_unit, peak, unit_norm = _start_vector(x, n)
     k_max = min(n, max_krylov if max_krylov is not None else DEFAULT_MAX_KRYLOV)
-    if peak == 0.0:
-        times = {"total": time.perf_counter() - t_start, "reorder": 0.0}
-        info = ExpmInfo(0, 0.0, True, True, 0.0, float("nan"), times, "none", backend, devices, basis, dtype.name, 0,
-                        cached)
-        return np.zeros(n, dtype=dtype), info
-    breakdown = breakdown_threshold(mat.inf_norm(n_threads), dtype, tol, beta, fn)
     if backend == "cpu":
-        return _solve(mat, cached, x_unit, peak, unit_norm, fn, beta, tol, k_max, check_every, dtype, n_threads,
-                      basis, "cpu", "none", backend, devices, breakdown, caller, normalize, t_start)
-    from graphkern._expm_gpu import choose_reorder, choose_variant
-    variant = choose_variant(mat) if spmv == "auto" else spmv
-    if reorder == "auto":
-        reorder = choose_reorder(mat)
-    with _gpu_lock:
-        return _solve(mat, cached, x_unit, peak, unit_norm, fn, beta, tol, k_max, check_every, dtype, n_threads,
-                      basis, variant, reorder, backend, devices, breakdown, caller, normalize, t_start)
-
-
-def _solve(mat, cached, x_unit, peak, unit_norm, fn, beta, tol, k_max, check_every, dtype, n_threads, basis,
-           variant, reorder, backend, devices, breakdown, caller, normalize, t_start):
-    t0 = time.perf_counter()
-    reorder_seconds = 0.0
-    if backend == "cpu":
-        solver = CpuLanczos(mat, dtype, n_threads=n_threads, store_basis=basis != "none", max_krylov=k_max,
-                            breakdown=breakdown)
+        variant, exchange, task_grid = "cpu", None, None
     else:
-        from graphkern._expm_gpu import GpuLanczos
-        solver = GpuLanczos(mat, dtype, devices=devices, variant=variant, basis=basis, max_krylov=k_max,
-                            breakdown=breakdown, n_threads=n_threads, reorder=reorder)
-        cached = cached and solver.reused
-        reorder_seconds = solver.reorder_seconds
-    solver.start(None if x_unit is None else x_unit.astype(dtype, copy=False), 1.0 / unit_norm)
-    setup = t0 - t_start + time.perf_counter() - t0
-    out = run_lanczos(solver, fn, beta, tol=tol, max_krylov=k_max, check_every=check_every, full_dim=mat.n)
-    t_out = time.perf_counter()
-    rest = math.log(peak * unit_norm)
-    if normalize == "n":
-        rest -= math.log(mat.n)
-    elif normalize == "lambda_max":
-        rest -= beta * out.theta_max
-    scaling = OutputScaling(out.shift, rest, dtype, fn.scalable, caller)
-    y, log_scale = solver.result(out.krylov_dim, out.g, scaling)
-    times = solver.timings()
-    end = time.perf_counter()
-    times.update(host=out.host_seconds, setup=setup, reorder=reorder_seconds, output=end - t_out, total=end - t_start)
-    info = ExpmInfo(out.krylov_dim, out.error_estimate, out.converged, out.breakdown, log_scale,
-                    out.theta_max, times, variant, backend, devices, basis, dtype.name, solver.n_spmv, cached,
-                    reorder)
-    if not out.converged:
-        warnings.warn(f"{caller}: not converged after {out.krylov_dim} Lanczos steps (estimated relative error "
-                      f"{out.error_estimate:.2e} > tol {tol:g}); raise max_krylov", RuntimeWarning, stacklevel=4)
-    return y, info
+        variant = choose_variant(mat) if spmv == "auto" else spmv
+        reorder = choose_reorder(mat) if reorder == "auto" else reorder
+    if backend == "cpu" or reorder == "auto":
+        reorder = "none"
+    call = _Call(mat, cached, fn, beta, tol, k_max, check_every, dtype, n_threads, basis, variant, reorder, backend,
+                 devices, exchange, task_grid, caller, normalize, verbose, t_start)
+    call.validate_seconds = validate_seconds
+    if peak == 0.0:
+        return np.zeros(n, dtype=dtype), call.info(None, None, 0.0, {"total": time.perf_counter() - t_start})
+    # the solvers run on scale * A (see CsrMatrix): beta / scale keeps beta * A
+    call.beta = beta / mat.scale
+    if not math.isfinite(call.beta):
+        raise FloatingPointError(
+            f"{caller}: beta * A overflows float64 (|beta| = {abs(beta):g}, largest |a_ij| about "
+            f"{1.0 / mat.scale:.3g}): the logarithm of the answer is not representable; use a smaller beta")
+    if backend == "cpu":
+        return call.solve(x_unit, peak, unit_norm)
+    with _gpu_lock:
+        return call.solve(x_unit, peak, unit_norm)
+
+
+class _Call:
+    """One call's resolved options, its solve and its :class:`ExpmInfo`."""
+
+    def __init__(self, mat, cached, fn, beta, tol, k_max, check_every, dtype, n_threads, basis, variant, reorder,
+                 backend, devices, exchange, task_grid, caller, normalize, verbose, t_start):
+        self.mat, self.cached, self.fn, self.beta, self.tol = mat, cached, fn, beta, tol
+        self.k_max, self.check_every, self.dtype, self.n_threads = k_max, check_every, dtype, n_threads
+        self.basis, self.variant, self.reorder, self.backend = basis, variant, reorder, backend
+        self.devices, self.exchange, self.task_grid = devices, exchange, task_grid
+        self.caller, self.normalize, self.verbose, self.t_start = caller, normalize, verbose, t_start
+
+    def solve(self, x_unit, peak, unit_norm):
+        mat, dtype = self.mat, self.dtype
+        breakdown = breakdown_threshold(mat.inf_norm(self.n_threads), dtype, self.tol, self.beta, self.fn)
+        reorder_seconds = 0.0
+        if self.backend == "cpu":
+            from graphkern.expm.cpu import CpuLanczos
+            solver = CpuLanczos(mat, dtype, n_threads=self.n_threads, store_basis=self.basis != "none",
+                                max_krylov=self.k_max, breakdown=breakdown)
+        else:
+            from graphkern.expm.gpu import GpuLanczos
+            solver = GpuLanczos(mat, dtype, devices=self.devices, variant=self.variant, basis=self.basis,
+                                max_krylov=self.k_max, breakdown=breakdown, n_threads=self.n_threads,
+                                reorder=self.reorder, exchange=self.exchange, task_grid=self.task_grid)
+            self.cached = self.cached and solver.reused
+            self.exchange = solver.exchange
+            reorder_seconds = solver.reorder_seconds
+        solver.start(None if x_unit is None else x_unit.astype(dtype, copy=False), 1.0 / unit_norm)
+        setup = time.perf_counter() - self.t_start
+        with Progress(self.k_max, self.verbose, "steps", self.caller) as progress:
+            out = run_lanczos(solver, self.fn, self.beta, tol=self.tol, max_krylov=self.k_max,
+                              check_every=self.check_every, full_dim=mat.n, progress=progress)
+        t_out = time.perf_counter()
+        rest = math.log(peak * unit_norm)
+        if self.normalize == "n":
+            rest -= math.log(mat.n)
+        elif self.normalize == "lambda_max":
+            rest -= self.beta * out.theta_max
+        scaling = OutputScaling(out.shift, rest, dtype, self.fn.scalable, self.caller)
+        y, log_scale = solver.result(out.krylov_dim, out.g, scaling)
+        times = solver.timings()
+        end = time.perf_counter()
+        times.update(host=out.host_seconds, setup=setup, reorder=reorder_seconds, output=end - t_out,
+                     total=end - self.t_start, validate=self.validate_seconds, **solver.setup_times)
+        if not out.converged:
+            warnings.warn(f"{self.caller}: not converged after {out.krylov_dim} Lanczos steps (estimated relative "
+                          f"error {out.error_estimate:.2e} > tol {self.tol:g}); raise max_krylov",
+                          RuntimeWarning, stacklevel=4)
+        return y, self.info(out, solver, log_scale, times)
+
+    def info(self, out, solver, log_scale, times):
+        times.setdefault("reorder", 0.0)
+        common = dict(times=times, backend=self.backend, devices=self.devices, basis=self.basis,
+                      dtype=self.dtype.name, cached=self.cached, exchange=self.exchange, task_grid=self.task_grid)
+        if out is None:  # x = 0: y = 0, exact, no step run
+            return ExpmInfo(0, 0.0, True, True, 0.0, float("nan"), spmv="none", n_spmv=0, reorder="none", **common)
+        return ExpmInfo(out.krylov_dim, out.error_estimate, out.converged, out.breakdown, log_scale,
+                        out.theta_max / self.mat.scale, spmv=self.variant, n_spmv=solver.n_spmv,
+                        reorder=self.reorder, **common)

@@ -1,17 +1,18 @@
-"""The matrix cache of graphkern.expm: a validated CSR per user matrix, reused while it is unchanged.
+"""The matrix cache of graphkern.expm: a validated CSR per user matrix, reused while its content is unchanged.
 
-Validating a scipy.sparse input (symmetry: ``A - A.T``; finiteness) and converting it costs several
-passes over its nonzeros, and the GPU solver hangs A's device copy and SpMV plans on the validated
-matrix (``graphkern._expm_gpu``); both are worth keeping across calls on the same matrix.
+Validating a scipy.sparse input (symmetry, finiteness) and converting it costs several passes over
+its nonzeros, and the GPU solver hangs A's device copy and SpMV plans on the validated matrix
+(graphkern.expm.device); both are worth keeping across calls on the same matrix.
 
-An entry is keyed on the identity of the user's object (a :class:`graphkern.Graph` or a
-scipy.sparse matrix) and holds only a weak reference to it: when the object is collected, the entry
-and everything hanging on it (device memory included) go with it.  Every lookup checks a cheap
-fingerprint -- the format, shape, dtypes, the identity of each backing array (a replaced
-``A.data`` is a different object) and a strided sample of each array's contents (an in-place
-edit such as ``A.data *= 2`` changes the sample).  An in-place edit that touches none of the
-sampled entries is not seen: after such an edit call ``graphkern.expm.clear_cache(A)``.
-Formats without flat backing arrays (lil, dok) are validated on every call and not cached.
+An entry belongs to the user's object (a :class:`graphkern.Graph` or a scipy.sparse matrix) and
+holds only a weak reference to it: when the object is collected, the entry and everything hanging
+on it (device memory included) go with it.  A lookup hits only when the object, the identity of
+each backing array, the layout (format, shape, dtypes) and the content are those the entry was
+built from.  The content is a 64-bit hash of every byte of the backing arrays, computed in
+compiled code in parallel at memory speed on every lookup (so any in-place edit is seen); a Graph
+that carries its own digest (``Graph.fingerprint``, computed once, its arrays read-only) is keyed
+by that and costs nothing.  Formats without flat backing arrays
+(lil, dok) are validated on every call and not cached.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ from collections import OrderedDict
 import numpy as np
 import scipy.sparse as sp
 
+from graphkern._cpu import expm as cpu
 from graphkern.graph import Graph
 
-# Entries sampled from each backing array (evenly spaced, both ends included).
-SAMPLES_PER_ARRAY = 1024
 # Matrices remembered at most (least recently used first out); an entry costs little host memory
 # itself (it shares the user's arrays), but it keeps any device copy alive.
 MAX_ENTRIES = 16
@@ -50,31 +50,41 @@ def _backing_arrays(A):
     return arrays, (fmt, A.shape, getattr(A, "blocksize", None), type(A))
 
 
-def _sample(a):
-    """Dtype, shape and a strided sample of ``a``'s contents, as a comparable tuple."""
+def _array_digest(a, n_threads):
+    """A hash of ``a``'s dtype, shape and every byte of its contents."""
     if a is None:
         return None
-    size = a.size
-    if size == 0:
-        return a.dtype.str, a.shape, b""
-    positions = np.linspace(0, size - 1, min(size, SAMPLES_PER_ARRAY)).astype(np.intp)
-    return a.dtype.str, a.shape, a.flat[positions].tobytes()
+    flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    whole = len(flat) // 8 * 8
+    words = flat[:whole].view(np.uint64)
+    return a.dtype.str, a.shape, cpu.hash_words(words, n_threads), flat[whole:].tobytes()
+
+
+def content_digest(A, arrays, n_threads):
+    """The content key of A: the Graph's own content hash when it has one, else a hash of every
+    backing array."""
+    if isinstance(A, Graph):
+        # the Graph's own digest, computed once (its arrays are read-only and its own, so it stays true)
+        own = getattr(A, "fingerprint", None)
+        if isinstance(own, (str, int, np.integer)):
+            return ("graph", own)
+    return tuple(_array_digest(a, n_threads) for a in arrays)
 
 
 class _Entry:
-    __slots__ = ("ref", "array_refs", "layout", "samples", "value")
+    __slots__ = ("ref", "array_refs", "layout", "digest", "value")
 
-    def matches(self, arrays, layout):
-        if layout != self.layout or len(arrays) != len(self.array_refs):
+    def matches(self, arrays, layout, digest):
+        if layout != self.layout or len(arrays) != len(self.array_refs) or digest != self.digest:
             return False
         for a, ref in zip(arrays, self.array_refs):
             if (a is None) != (ref is None) or (ref is not None and ref() is not a):
                 return False
-        return all(_sample(a) == s for a, s in zip(arrays, self.samples))
+        return True
 
 
 class MatrixCache:
-    """Values derived from user matrices, keyed on their identity, checked by fingerprint."""
+    """Values derived from user matrices, one per object, valid while its content is unchanged."""
 
     def __init__(self, max_entries=MAX_ENTRIES):
         self.max_entries = max_entries
@@ -83,7 +93,7 @@ class MatrixCache:
         self.hits = 0
         self.misses = 0
 
-    def get(self, A, build):
+    def get(self, A, build, n_threads=1):
         """``(value, hit)``: the cached ``build(A)`` while A is unchanged, else a fresh one (cached)."""
         described = _backing_arrays(A)
         if described is None:
@@ -91,10 +101,11 @@ class MatrixCache:
                 self.misses += 1
             return build(A), False
         arrays, layout = described
+        digest = content_digest(A, arrays, n_threads)
         key = id(A)
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None and entry.ref() is A and entry.matches(arrays, layout):
+            if entry is not None and entry.ref() is A and entry.matches(arrays, layout, digest):
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return entry.value, True
@@ -107,7 +118,7 @@ class MatrixCache:
         except TypeError:  # an object or array that takes no weak reference: not cached
             return value, False
         entry.layout = layout
-        entry.samples = tuple(_sample(a) for a in arrays)
+        entry.digest = digest
         entry.value = value
         dropped = []  # released outside the lock: dropping a value may free device memory
         with self._lock:
@@ -136,7 +147,7 @@ class MatrixCache:
         del entry  # outside the lock
 
     def peek(self, A):
-        """A's cached value without a fingerprint check, or None."""
+        """A's cached value without a content check, or None."""
         with self._lock:
             entry = self._entries.get(id(A))
             return entry.value if entry is not None and entry.ref() is A else None
