@@ -214,7 +214,8 @@ def _points(rows, ctx):
 # ----------------------------------------------------------------------------- one graph
 
 def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy, cupy_reason):
-    from graphkern.expm import _matrix, clear_cache, expm_multiply
+    from graphkern.expm import clear_cache, expm_multiply
+    from graphkern.expm.api import _matrix
 
     on_gpu = ctx.gpu
     backend = "gpu" if on_gpu else "cpu"
@@ -266,7 +267,7 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
 
     best = best_plain = None
     if on_gpu:
-        from graphkern._expm_gpu import GpuLanczos
+        from graphkern.expm.gpu import GpuLanczos
         timing, y, info, first = run_graphkern(backend="gpu", spmv="auto")
         record("graphkern gpu auto", timing, y, info, spmv=info.spmv, note=f"reorder={info.reorder} (auto)", **first)
         for variant in VARIANTS:
@@ -375,51 +376,42 @@ def _two_gpus(name, G, best, beta, args, dtype, repeat, record):
     the update with peer stores, after it with copies), and the parts that do not split: the host's
     check points, kernel launches, and the output's copy to pageable host memory (split per device
     and copied side by side)."""
-    import os
-
-    from graphkern._expm_gpu import EXCHANGE_ENV
-    from graphkern.expm import _matrix, expm_multiply
+    from graphkern.expm import expm_multiply
+    from graphkern.expm.api import _matrix
 
     reps = max(repeat, 5)
     kw = dict(beta=beta, tol=args.tol, dtype=dtype, backend="gpu", spmv=best["spmv"], reorder=best["reorder"])
     ordered = " degree-ordered" if best["reorder"] == "degree" else ""
 
-    def warm(device):
+    def warm(device, exchange="auto"):
         out = []
         t0 = time.perf_counter()
-        expm_multiply(G, device=device, **kw)  # the first call on these devices: upload, plans
+        expm_multiply(G, device=device, exchange=exchange, **kw)  # the first call on these devices: upload, plans
         first = time.perf_counter() - t0
-        timing = time_cpu(lambda: out.append(expm_multiply(G, device=device, **kw)), repeat=reps, warmup=1)
+        timing = time_cpu(lambda: out.append(expm_multiply(G, device=device, exchange=exchange, **kw)),
+                          repeat=reps, warmup=1)
         y, info = out[-1]
         return timing, y.astype(np.float64) * math.exp(info.log_scale), info, first
 
     def per_step(info):
         return 1e6 * (info.times["spmv"] + info.times["vector"]) / max(info.n_spmv, 1)
 
-    saved = os.environ.get(EXCHANGE_ENV)
     side = []
-    try:
-        timing, y, info, first = warm(0)
-        one = record(f"graphkern 1 gpu {best['spmv']}{ordered}", timing, y, info, spmv=best["spmv"], devices=1, exchange="-",
-                     step_us=per_step(info), first_s=first)
-        side.append(one)
-        for exchange in ("auto", "copy"):
-            os.environ[EXCHANGE_ENV] = exchange
-            timing, y, info, first = warm([0, 1])
-            res = _matrix(G).gpu.get(((0, 1), info.reorder))
-            ran = "store" if exchange == "auto" and res is not None and res.peer_access else "copy"
-            row = record(f"graphkern 2 gpus{ordered} ({exchange})", timing, y, info, spmv=best["spmv"], devices=2,
-                         exchange=ran, step_us=per_step(info), first_s=first)
-            ratio = one["total_s"] / row["total_s"]
-            row["speedup_vs_1gpu" if exchange == "auto" else "copy_speedup_vs_1gpu"] = ratio
-            row["step_ratio"] = one["step_us"] / row["step_us"]
-            row["x_1gpu"] = ratio
-            side.append(row)
-    finally:
-        if saved is None:
-            os.environ.pop(EXCHANGE_ENV, None)
-        else:
-            os.environ[EXCHANGE_ENV] = saved
+    timing, y, info, first = warm(0)
+    one = record(f"graphkern 1 gpu {best['spmv']}{ordered}", timing, y, info, spmv=best["spmv"], devices=1, exchange="-",
+                 step_us=per_step(info), first_s=first)
+    side.append(one)
+    for exchange in ("auto", "copy"):
+        timing, y, info, first = warm([0, 1], exchange)
+        res = _matrix(G).gpu.get(((0, 1), info.reorder))
+        ran = "store" if exchange == "auto" and res is not None and res.peer_access else "copy"
+        row = record(f"graphkern 2 gpus{ordered} ({exchange})", timing, y, info, spmv=best["spmv"], devices=2,
+                     exchange=ran, step_us=per_step(info), first_s=first)
+        ratio = one["total_s"] / row["total_s"]
+        row["speedup_vs_1gpu" if exchange == "auto" else "copy_speedup_vs_1gpu"] = ratio
+        row["step_ratio"] = one["step_us"] / row["step_us"]
+        row["x_1gpu"] = ratio
+        side.append(row)
     print_table(side, ["method", "devices", "exchange", "krylov", "n_spmv", ("first_s", "first s", "{:.3g}"),
                        ("total_s", "warm s", "{:.4g}"), ("step_us", "us/step (SpMV+update, lead)", "{:.1f}"),
                        ("spmv_us", "us/SpMV (lead)", "{:.1f}"), ("output_s", "output s", "{:.4f}"),
@@ -517,7 +509,7 @@ def _cupy_peer(cupy, G, beta, tol, repeat, record, order=None):
     import cupyx.scipy.sparse as csp
 
     from graphkern._cuda import runtime as rt
-    from graphkern._expm_lanczos import MatrixFunction, krylov_coefficients, relative_change
+    from graphkern.expm.lanczos import MatrixFunction, krylov_coefficients, relative_change
 
     n = G.n_nodes
     fn = MatrixFunction("exp")
