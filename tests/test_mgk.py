@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from graphkern import NotConvergedError
-from graphkern._mgk_data import OCTILE, build_octiles
-from graphkern._mgk_dense import dense_mgk, dense_mgk_pair, product_system
+from graphkern.mgk.data import OCTILE, build_octiles
+from graphkern.mgk.dense import dense_mgk, dense_mgk_pair, product_system
 from graphkern.basekernels import Additive, Constant, KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.graph import Graph
 from graphkern.mgk import MarginalizedGraphKernel

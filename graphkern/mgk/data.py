@@ -20,12 +20,13 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
 from graphkern.graph import Graph, pack_graphs
 
-__all__ = ["MGKDataset", "Octiles", "build_octiles", "DatasetCache", "OCTILE"]
+__all__ = ["MGKDataset", "Octiles", "build_octiles", "renumbered", "DatasetCache", "OCTILE"]
 
 #: octile edge length: the adjacency is cut into OCTILE x OCTILE tiles
 OCTILE = 8
@@ -178,6 +179,38 @@ def build_octiles(ds):
     return Octiles(tile_row=tile_rows.astype(np.int32), tile_col=tc_s[starts].astype(np.int32), bitmap=bitmap,
                    values=values, tile_offsets=tile_offsets, tile_rowptr=_nonempty(tile_rowptr.astype(np.int32)),
                    rowptr_offset=rowptr_offset)
+
+
+def renumbered(ds, perms):
+    """``ds``'s CSR, degrees and vertex features with graph g's vertex ``perms[g][k]`` renumbered k.
+
+    Returns a namespace with the fields :func:`build_octiles` reads, plus
+    ``degree``, ``node_features`` and ``perm_global`` (new global vertex -> old global vertex).
+    """
+    n_vertices = int(ds.node_offsets[-1])
+    n_entries = int(ds.entry_offsets[-1])
+    graph_of_vertex = np.repeat(np.arange(ds.n_graphs, dtype=np.int64), ds.n_nodes)
+    if perms is None:
+        perm_global = np.arange(n_vertices, dtype=np.int64)
+    else:
+        perm_global = np.concatenate([np.asarray(p, dtype=np.int64) for p in perms]) + ds.node_offsets[graph_of_vertex]
+    new_of_old = np.empty(n_vertices, dtype=np.int64)
+    new_of_old[perm_global] = np.arange(n_vertices, dtype=np.int64)
+    row_old = np.repeat(np.arange(n_vertices, dtype=np.int64), np.diff(ds.rowptr))
+    first_vertex = ds.node_offsets[graph_of_vertex[row_old]]
+    row_new = new_of_old[row_old]
+    col_new = new_of_old[ds.indices[:n_entries].astype(np.int64) + first_vertex] - first_vertex
+    order = np.argsort(row_new, kind="stable")
+    rowptr = np.concatenate([[0], np.cumsum(np.bincount(row_new, minlength=n_vertices))]).astype(np.int64)
+    return SimpleNamespace(
+        n_graphs=ds.n_graphs, dtype=ds.dtype, node_offsets=ds.node_offsets, entry_offsets=ds.entry_offsets,
+        n_nodes=ds.n_nodes, n_entries=ds.n_entries, rowptr=rowptr,
+        indices=_nonempty(col_new[order].astype(np.int32)),
+        weights=_nonempty(ds.weights[:n_entries][order]),
+        edge_features=_nonempty(ds.edge_features[:n_entries][order]),
+        degree=_nonempty(ds.degree[:n_vertices][perm_global]),
+        node_features=_nonempty(ds.node_features[:n_vertices][perm_global]),
+        perm_global=perm_global)
 
 
 class DatasetCache:
