@@ -138,12 +138,18 @@ def test_float32_kernel_computes_gradients_in_float64(rng, backend):
 
 
 def test_float32_gradient_warns_when_not_finite(rng, monkeypatch):
+    """gradient_dtype=None keeps float32: a K that overflows raises; a gradient that is not finite
+    (K itself checked out) gives a warning."""
+    import graphkern.mgk.kernel as kernel_module
+
     X = graph_list(rng, (4, 6))
     kern = make_kernel("kronecker", rng, "cpu", dtype=np.float32, tol=None, gradient_dtype=None)
     K, dK = kern(X, eval_gradient=True)
     assert np.all(np.isfinite(dK))
-    monkeypatch.setattr(type(kern), "_check_converged", staticmethod(lambda problems, s, result: None))
     kern.p = 1e30  # K ~ p^2 overflows float32
+    with pytest.raises(FloatingPointError, match="K overflowed"):
+        kern(X, eval_gradient=True)
+    monkeypatch.setattr(kernel_module, "_check_range", lambda *a, **k: None)
     with pytest.warns(RuntimeWarning, match="not finite in float32"):
         kern(X, eval_gradient=True)
 

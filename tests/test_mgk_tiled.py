@@ -427,7 +427,7 @@ def test_dataset_and_device_copies_are_reused(rng):
     nk, ek = KERNELS["kronecker"]
     kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="gpu", techniques="tiled")
     kern(X)
-    ds = next(iter(kern._datasets._entries.values()))[2]
+    ds = next(iter(kern._datasets._entries.values()))
     s = kern._settings()
     td, _ = kern._router(s).engines["tiled"].datasets(ds, ds, solver_arguments(ds, ds, s))
     assert isinstance(td, TiledData)
@@ -465,7 +465,7 @@ def test_two_gpus_equal_one(rng, monkeypatch, team, queue):
     s = kern._settings()
     engine = kern._router(s).engines["tiled"]
     assert rel_err(two, one) < 1e-11 and kern.info_.options["shared_queue"] == (queue == "shared")
-    ds = next(iter(kern._datasets._entries.values()))[2]
+    ds = next(iter(kern._datasets._entries.values()))
     engine.solve(ds, ds, np.stack(np.triu_indices(len(X)), axis=1).astype(np.int64), solver_arguments(ds, ds, s),
                  nodal=False)
     assert engine.last_shared_queue == (queue == "shared")

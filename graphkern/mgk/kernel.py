@@ -348,6 +348,7 @@ class MarginalizedGraphKernel(_KernelBase):
                 diag_x, diag_y, gdiag_x, gdiag_y, extra = self._diagonals(router, args, X, Yg, dsX, dsY, pair_arr,
                                                                           solved, grad, plan, symmetric, progress)
                 problems += extra
+        _check_range([(pa, sol.K) for pa, sol in problems], s)
 
         K = solved.K
         dK = None
@@ -379,13 +380,16 @@ class MarginalizedGraphKernel(_KernelBase):
                 a, b = pair_arr[:, 0], pair_arr[:, 1]
                 out, dK = _normalized(out, dK, diag_x[a], diag_y[b], gdiag_x[a], gdiag_y[b])
         if not nodal:
-            out = out.astype(s["dtype"], copy=False)
+            with np.errstate(over="ignore", under="ignore"):
+                out = out.astype(s["dtype"], copy=False)
+            _check_range([(pair_arr if out.ndim == 1 else None, out)], s, rounded=True)
 
         self._record(router, s, pair_arr, dsX, dsY, solved, t0, solvers)
         self._check_converged(problems, s, out)
         if not eval_gradient:
             return out
-        dK = dK.astype(s["dtype"], copy=False)
+        with np.errstate(over="ignore", under="ignore"):
+            dK = dK.astype(s["dtype"], copy=False)
         if not s["promoted"] and s["dtype"] != np.float64 and not (np.all(np.isfinite(out))
                                                                    and np.all(np.isfinite(dK))):
             warnings.warn(f"MarginalizedGraphKernel: K or its gradient is not finite in {s['dtype'].name}; "
@@ -406,7 +410,10 @@ class MarginalizedGraphKernel(_KernelBase):
         pair_arr = np.stack([idx, idx], axis=1)
         with self._progress(len(X)) as progress:
             solved = router.solve(ds, ds, pair_arr, solver_arguments(ds, ds, s), progress=progress)
-        out = solved.K.astype(s["dtype"], copy=False)
+        _check_range([(pair_arr, solved.K)], s)
+        with np.errstate(over="ignore", under="ignore"):
+            out = solved.K.astype(s["dtype"], copy=False)
+        _check_range([(pair_arr, out)], s, rounded=True)
         self._record(router, s, pair_arr, ds, ds, solved, t0, router.last_run)
         self._check_converged([(pair_arr, solved)], s, out)
         return out
@@ -662,6 +669,29 @@ class MarginalizedGraphKernel(_KernelBase):
         err.iterations = np.concatenate(bad_it)
         err.result = result
         raise err
+
+
+def _check_range(problems, s, rounded=False):
+    """K is positive and finite for every valid input: zeros are an underflow, inf or NaN an
+    overflow of the working precision (``rounded``: of the result's dtype), told apart from
+    non-convergence (graphkern.errors.NotConvergedError).  ``problems``: (pairs, K) where pairs
+    is an (m, 2) array for m values, or None for a Gram matrix K (its indices are listed)."""
+    for pairs, K in problems:
+        K = np.asarray(K)
+        over, under = ~np.isfinite(K), K == 0
+        if not (over.any() or under.any()):
+            continue
+        bad = over if over.any() else under
+        at = np.argwhere(bad) if pairs is None else pairs[bad]
+        listed = ", ".join(f"({a}, {b})" for a, b in at[:8].tolist())
+        where = f" for {int(bad.sum())} pair(s) {listed}{' ...' if len(at) > 8 else ''}"
+        name = f"{s['dtype'].name}{' when rounded to the result' if rounded else ''}"
+        if over.any():
+            raise FloatingPointError(f"K overflowed{where} in {name}: it scales with p^2 = {s['p'] * s['p']:g}; use a "
+                                     "smaller p, normalize=True, or dtype=np.float64")
+        raise FloatingPointError(
+            f"K underflowed to 0{where} in {name}: K scales with p^2 = {s['p'] * s['p']:g} and about q (q = {s['q']:g} "
+            f"shrinks the system's right-hand side D q); use a larger q or p, or dtype=np.float64")
 
 
 def _normalized(K, dK, diag_x, diag_y, gdiag_x, gdiag_y):
