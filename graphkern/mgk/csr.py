@@ -38,8 +38,8 @@ from __future__ import annotations
 import numpy as np
 
 from graphkern._cuda import runtime as rt
-from graphkern.mgk.core import (check_contractions, gradient_outputs, gradient_terms, scratch_units, solve_outputs,
-                                 timed_launch)
+from graphkern.mgk.core import (check_contractions, gradient_outputs, gradient_terms, launch_order, scratch_units,
+                                 solve_outputs, timed_launch)
 from graphkern.mgk.data import _nonempty, renumbered
 from graphkern.mgk.results import Solved, empty_result, gradient_result
 
@@ -157,8 +157,10 @@ class CSRGPUEngine:
         self.dev = rt.get_device(ordinal)
         self.s = s
 
-    def _need(self, ds1, ds2, pair_arr, args, plan=None):
-        """What a launch needs on the host: (c1, c2, g1, g2, code, params, shared bytes per pair)."""
+    def _parts(self, ds1, ds2, args, plan=None):
+        """The shared bytes of a block as ``fixed + f1[g1] + f2[g2] + cross n1[g1] n2[g2]`` (the sum
+        of :func:`header_bytes` and :func:`pair_shared_bytes`, split per graph): (c1, c2, code,
+        params, fixed, f1, f2, cross)."""
         dt = self.s["dtype"]
         extra_code = extra_params = 0
         directions = 1
@@ -167,27 +169,45 @@ class CSRGPUEngine:
             directions = gradient_entry(self.s["gradient_solves"])[1]
         c1 = csr_data(ds1)
         c2 = c1 if ds2 is ds1 else csr_data(ds2)
-        g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
-        g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
-        need = header_bytes(dt.itemsize, len(params) + extra_params, len(code) + extra_code) + pair_shared_bytes(
-            dt.itemsize, args["form_name"], c1.n_nodes[g1], c2.n_nodes[g2], c1.n_entries[g1], c2.n_entries[g2],
-            ds1.edge_features.shape[1], directions)
-        return c1, c2, g1, g2, code, params, need
+        fixed = header_bytes(dt.itemsize, len(params) + extra_params, len(code) + extra_code) + 8
+        per_entry = _ENTRY_BYTES[dt.itemsize] + (ds1.edge_features.shape[1] * dt.itemsize
+                                                 if args["form_name"] == "general" else 0)
+        f1 = c1.n_entries * per_entry + 4 * c1.n_nodes
+        f2 = f1 if c2 is c1 else c2.n_entries * per_entry + 4 * c2.n_nodes
+        return c1, c2, code, params, fixed, f1, f2, directions * dt.itemsize
 
     def accepts(self, ds1, ds2, pair_arr, args, *, gradient=None):
         """The pairs whose staged data fit one block's shared memory (``gradient``: the plan of a
-        gradient solve, whose search directions and contraction programs take room too)."""
-        need = self._need(ds1, ds2, pair_arr, args, gradient)[-1]
-        return need <= shared_memory_limit(self.dev)
+        gradient solve, whose search directions and contraction programs take room too); True
+        when every pair of the two sets fits."""
+        c1, c2, _, _, fixed, f1, f2, cross = self._parts(ds1, ds2, args, gradient)
+        limit = shared_memory_limit(self.dev)
+        if fixed + f1.max(initial=0) + f2.max(initial=0) + cross * c1.n_nodes.max(initial=0) * c2.n_nodes.max(
+                initial=0) <= limit:
+            return True
+        g1, g2 = pair_arr[:, 0], pair_arr[:, 1]
+        return fixed + f1[g1] + f2[g2] + cross * c1.n_nodes[g1] * c2.n_nodes[g2] <= limit
+
+    def _need(self, ds1, ds2, pair_arr, args, plan=None):
+        """What a launch needs on the host: (c1, c2, g1, g2, code, params, the largest pair's shared bytes)."""
+        c1, c2, code, params, fixed, f1, f2, cross = self._parts(ds1, ds2, args, plan)
+        g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
+        g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
+        # int32 holds the sizes of pairs that fit shared memory, the only ones solved here
+        n1, n2 = c1.n_nodes.astype(np.int32), c2.n_nodes.astype(np.int32)
+        pair_part = f1.astype(np.int32)[g1] + f2.astype(np.int32)[g2]
+        pair_part += cross * n1[g1] * n2[g2]
+        need = fixed + int(pair_part.max())
+        return c1, c2, g1, g2, code, params, need
 
     def solve(self, ds1, ds2, pair_arr, args, *, nodal):
         """Pairs that :meth:`accepts`: K, iterations, residuals (and nodal matrices)."""
         if len(pair_arr) == 0:
             return empty_result(nodal)
         c1, c2, g1, g2, code, params, need = self._need(ds1, ds2, pair_arr, args)
-        k, it, res, nod, seconds = self._launch(c1, c2, g1, g2, args, code, params, int(need.max()), nodal)
+        k, it, res, nod, seconds = self._launch(c1, c2, g1, g2, args, code, params, need, nodal)
         return Solved(K=k, iterations=it, residuals=res, nodal=nod, octile_pairs=None, seconds=seconds)
 
     def solve_gradient(self, ds1, ds2, pair_arr, args, plan):
@@ -199,7 +219,7 @@ class CSRGPUEngine:
         c1, c2, g1, g2, code, params, need = self._need(ds1, ds2, pair_arr, args, plan)
         check_contractions(plan, args)
         K, iters, resid, adj_iters, adj_resid, raw, seconds = self._launch_gradient(
-            c1, c2, g1, g2, args, code, params, int(need.max()), plan, entry)
+            c1, c2, g1, g2, args, code, params, need, plan, entry)
         return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, seconds)
 
     def _prepare(self, c1, c2, g1, g2, args, code, params, shared, entry, n_vectors, out_bytes):
@@ -213,7 +233,7 @@ class CSRGPUEngine:
         sizes = c1.n_nodes[g1].astype(np.int64) * c2.n_nodes[g2]
         # entry pairs per XMV (plus the vector work): the longest pairs start first
         cost = c1.n_entries[g1].astype(np.float64) * c2.n_entries[g2] + sizes
-        order = np.argsort(-cost, kind="stable")
+        order = launch_order(cost)
         fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)

@@ -250,20 +250,25 @@ class DatasetCache:
 
     @staticmethod
     def content_key(graphs, node_cols, edge_cols):
-        """A digest of the graphs' arrays that the packing reads (shapes and dtypes included)."""
+        """A digest of the graphs' arrays that the packing reads (their dtypes and shapes included)."""
         h = hashlib.blake2b(digest_size=16)
+        layout = []
         for k, g in enumerate(graphs):
             if not isinstance(g, Graph):
                 raise TypeError(f"graph {k} is a {type(g).__name__}, expected graphkern.Graph")
-            arrays = [g.indptr, g.indices, g.weights]
-            arrays += [g.node_labels.get(c) for c in node_cols] + [g.edge_labels.get(c) for c in edge_cols]
-            for arr in arrays:
+            for arr in (g.indptr, g.indices, g.weights, *(g.node_labels.get(c) for c in node_cols),
+                        *(g.edge_labels.get(c) for c in edge_cols)):
                 if arr is None:
-                    h.update(b"-")
+                    layout.append(-1)
                     continue
-                arr = np.asarray(arr)
-                h.update(f"{arr.dtype.str}{arr.shape}".encode())
-                h.update(np.ascontiguousarray(arr).view(np.uint8) if arr.dtype != object else repr(arr).encode())
+                layout += (arr.dtype.num, *arr.shape, -2)
+                if arr.dtype.hasobject:
+                    h.update(repr(arr.tolist()).encode())
+                elif arr.flags.c_contiguous:
+                    h.update(arr)
+                else:
+                    h.update(np.ascontiguousarray(arr))
+        h.update(np.array(layout, dtype=np.int64))
         return h.digest()
 
     def get(self, graphs, node_program, edge_program, tables, dtype):

@@ -75,8 +75,8 @@ import numpy as np
 
 from graphkern._cuda import runtime as rt
 from graphkern.errors import GraphTooLargeError
-from graphkern.mgk.core import (SCRATCH_SHARE, check_contractions, gradient_outputs, gradient_terms, solve_outputs,
-                                 timed_launch)
+from graphkern.mgk.core import (SCRATCH_SHARE, check_contractions, gradient_outputs, gradient_terms, launch_order,
+                                 solve_outputs, timed_launch)
 from graphkern.mgk import csr as csr_solver
 from graphkern.mgk.data import _nonempty
 from graphkern.mgk.gradient import EDGE_FORMS
@@ -343,6 +343,27 @@ def _common_categories(d1, d2, g1, g2):
     return common
 
 
+def _cost_candidates(ds1, ds2, pair_arr):
+    """Indices of the pairs that may pass :func:`gemm_wins` when their kernel forms at least one term.
+
+    Such a pair costs at least :data:`TERM_OVERHEAD_FMAS` plus ``side^2 (n1 + n2) >= n1 n2 (n1 + n2)``
+    FMA-equivalents here, so it needs ``CSR_ENTRY_PAIR_FMAS nnz1 nnz2`` above both.  The test
+    depends on (n, nnz) only: it runs on the grid of the distinct (n, nnz) of both sets first,
+    and reaches the pairs only where some combination passes.
+    """
+    def signatures(ds):
+        sig, inv = np.unique(np.stack([ds.n_nodes, ds.n_entries], axis=1), axis=0, return_inverse=True)
+        return sig.astype(np.float64), inv.reshape(-1)
+
+    (s1, inv1), (s2, inv2) = signatures(ds1), signatures(ds2)
+    n1, e1, n2, e2 = s1[:, :1], s1[:, 1:], s2[:, 0], s2[:, 1]
+    work = CSR_ENTRY_PAIR_FMAS * e1 * e2
+    ok = (work > TERM_OVERHEAD_FMAS) & (work >= n1 * n2 * (n1 + n2))
+    if not ok.any():
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(ok[inv1[pair_arr[:, 0]], inv2[pair_arr[:, 1]]])
+
+
 def route_pairs(ds1, ds2, pair_arr, s, args, *, shared_limit, by_cost, gradient=False):
     """Which pairs this solver takes, and how.
 
@@ -411,8 +432,29 @@ class GEMMGPUEngine:
                            by_cost=self.by_cost if by_cost is None else by_cost, gradient=gradient)
 
     def accepts(self, ds1, ds2, pair_arr, args, *, gradient=None):
-        """The pairs this solver takes (``gradient``: the plan of a gradient solve)."""
-        return self.route(ds1, ds2, pair_arr, args, gradient=gradient is not None).take
+        """The pairs this solver takes (``gradient``: the plan of a gradient solve); False when none.
+
+        Under ``by_cost`` the pairs that cannot win (:func:`_cost_candidates`) are left out
+        before routing.
+        """
+        cand = None
+        shape = edge_shape(args)
+        if shape is None:
+            return False
+        form, scale, h = shape
+        if self.by_cost and scale != 0 and (form == "constant" or h != 0):
+            cand = _cost_candidates(ds1, ds2, pair_arr)
+            if not len(cand):
+                return False
+        sub = pair_arr if cand is None else pair_arr[cand]
+        take = self.route(ds1, ds2, sub, args, gradient=gradient is not None).take
+        if not take.any():
+            return False
+        if cand is None:
+            return take
+        out = np.zeros(len(pair_arr), dtype=bool)
+        out[cand] = take
+        return out
 
     def _device_sets(self, plan, here):
         """Both sets' kernel arguments on the device with the layouts of pairs ``here``, or None when
@@ -507,7 +549,7 @@ class GEMMGPUEngine:
         g1, g2 = plan.g1[idx], plan.g2[idx]
         m = len(idx)
         # the longest pairs first: with a static grid-stride order they would otherwise finish last
-        order = np.argsort(-(gemm_work(plan.terms[idx], ds1.n_nodes[g1], ds2.n_nodes[g2])), kind="stable")
+        order = launch_order(gemm_work(plan.terms[idx], ds1.n_nodes[g1], ds2.n_nodes[g2]))
         fn = rt.kernel(dev, "mgk_gemm", f"{entry}_r{tile}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)

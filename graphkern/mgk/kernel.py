@@ -327,8 +327,7 @@ class MarginalizedGraphKernel(_KernelBase):
         if pairs is not None:
             pair_arr = _pair_array(pairs, len(X), len(Yg), "Y" if Y is not None else "X")
         elif symmetric:
-            i, j = np.triu_indices(len(X))
-            pair_arr = np.stack([i, j], axis=1).astype(np.int64)
+            pair_arr = _upper_pairs(len(X))
         else:
             i, j = np.indices((len(X), len(Yg)))
             pair_arr = np.stack([i.ravel(), j.ravel()], axis=1).astype(np.int64)
@@ -354,9 +353,7 @@ class MarginalizedGraphKernel(_KernelBase):
         dK = None
         if pairs is None and not nodal:
             if symmetric:
-                out = np.empty((len(X), len(X)))
-                out[pair_arr[:, 0], pair_arr[:, 1]] = K
-                out[pair_arr[:, 1], pair_arr[:, 0]] = K
+                out = _symmetric(K, len(X), s["dtype"] if not self.normalize else np.float64)
                 if eval_gradient:
                     dK = np.empty((len(X), len(X), plan.n_free))
                     dK[pair_arr[:, 0], pair_arr[:, 1]] = grad
@@ -640,7 +637,7 @@ class MarginalizedGraphKernel(_KernelBase):
         self.info_ = MGKInfo(
             backend=router.name, dtype=s["dtype"], pairs=pair_arr, iterations=solved.iterations,
             residuals=solved.residuals,
-            product_sizes=dsX.n_nodes[pair_arr[:, 0]] * dsY.n_nodes[pair_arr[:, 1]],
+            graph_sizes=(dsX.n_nodes, dsY.n_nodes),
             octile_pairs=solved.octile_pairs, edge_form=s["edge_program"].edge_form()[0],
             seconds=time.perf_counter() - t0, solve_seconds=solved.seconds,
             adjoint_iterations=solved.adjoint_iterations, solvers=dict(solvers), options=dict(s["options"]),
@@ -738,6 +735,25 @@ def _graph_list(graphs, name):
         if g.n_nodes == 0:
             raise ValueError(f"{name}[{k}] has no vertices; the marginalized graph kernel needs at least one")
     return graphs
+
+
+def _symmetric(K, n, dtype):
+    """The symmetric ``n x n`` matrix whose upper triangle, row by row, is ``K`` (see :func:`_upper_pairs`)."""
+    out = np.zeros((n, n), dtype=dtype)
+    with np.errstate(over="ignore", under="ignore"):
+        out[np.triu(np.ones((n, n), dtype=bool))] = K
+    np.copyto(out, out.T, where=np.tri(n, k=-1, dtype=bool))
+    return out
+
+
+def _upper_pairs(n):
+    """The pairs (i, j), i <= j < n, row by row (the order of ``np.triu_indices(n)``), as one array."""
+    r = np.arange(n, dtype=np.int64)
+    counts = n - r
+    pairs = np.empty((n * (n + 1) // 2, 2), dtype=np.int64)
+    pairs[:, 0] = np.repeat(r, counts)
+    pairs[:, 1] = np.arange(len(pairs), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts - r, counts)
+    return pairs
 
 
 def _pair_array(pairs, n_first, n_second, second_name):

@@ -29,7 +29,7 @@ class MGKInfo:
     pairs: np.ndarray = field(repr=False)       # (m, 2) int64
     iterations: np.ndarray = field(repr=False)  # (m,) int32
     residuals: np.ndarray = field(repr=False)   # (m,) relative residual ||r|| / ||b||
-    product_sizes: np.ndarray = field(repr=False)  # (m,) n1 * n2
+    graph_sizes: tuple = field(repr=False)      # the vertex counts of both graph lists
     octile_pairs: np.ndarray = field(default=None, repr=False)  # (m,) GPU only: tiles1 * tiles2
     edge_form: str = "general"
     seconds: float = 0.0
@@ -39,6 +39,11 @@ class MGKInfo:
     solvers: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)
     dtype_promoted: bool = False  # eval_gradient=True solved in float64 although dtype was float32
+
+    @property
+    def product_sizes(self):
+        """``n1 * n2`` of every pair (the size of its product graph)."""
+        return self.graph_sizes[0][self.pairs[:, 0]] * self.graph_sizes[1][self.pairs[:, 1]]
 
     @property
     def total_iterations(self):

@@ -59,21 +59,36 @@ class Router:
             name, engine = chain[0]
             self.last_run = {name: m}
             return _run(engine, ds1, ds2, pair_arr, args, nodal, plan, progress)
-        masks = [engine.accepts(ds1, ds2, pair_arr, args, gradient=plan) for _, engine in chain[:-1]]
-        masks.append(np.ones(m, dtype=bool))
-        owner = np.full(m, len(chain) - 1, dtype=np.int64)
-        for k in range(len(chain) - 2, -1, -1):
-            owner[masks[k]] = k
+        # per engine: a bool per pair, or True / False for every pair
+        masks = [engine.accepts(ds1, ds2, pair_arr, args, gradient=plan) for _, engine in chain[:-1]] + [True]
+        first = next(k for k, mask in enumerate(masks) if not isinstance(mask, (bool, np.bool_)) or mask)
+        if masks[first] is True or masks[first] is np.True_:  # one engine takes every pair
+            owner = None
+        else:
+            owner = np.full(m, len(chain) - 1, dtype=np.int8)
+            for k in range(len(chain) - 2, first - 1, -1):
+                if not isinstance(masks[k], (bool, np.bool_)):
+                    owner[masks[k]] = k
+                elif masks[k]:
+                    owner[:] = k
         parts = []
         for k, (name, engine) in enumerate(chain):
-            idx = np.flatnonzero(owner == k)
-            if not len(idx):
-                continue
-            sol = _run(engine, ds1, ds2, pair_arr[idx], args, nodal, plan, progress)
+            if owner is None:
+                if k != first:
+                    continue
+                idx, pairs = np.arange(m), pair_arr
+            else:
+                idx = np.flatnonzero(owner == k)
+                if not len(idx):
+                    continue
+                pairs = pair_arr[idx]
+            sol = _run(engine, ds1, ds2, pairs, args, nodal, plan, progress)
             if sol.declined is not None and len(sol.declined):
+                if owner is None:
+                    owner = np.full(m, k, dtype=np.int8)
                 declined = idx[sol.declined]
                 for later in range(k + 1, len(chain)):
-                    takes = masks[later][declined]
+                    takes = _takes(masks[later], declined)
                     owner[declined[takes]] = later
                     declined = declined[~takes]
                 kept = np.ones(len(idx), dtype=bool)
@@ -83,6 +98,13 @@ class Router:
                 parts.append((name, idx, sol))
         self.last_run = {name: len(idx) for name, idx, _ in parts}
         return _merge(parts, m, nodal, plan)
+
+
+def _takes(mask, idx):
+    """``mask`` (bool per pair, or one bool for all) at the pairs ``idx``."""
+    if isinstance(mask, (bool, np.bool_)):
+        return np.full(len(idx), bool(mask))
+    return mask[idx]
 
 
 def _run(engine, ds1, ds2, pair_arr, args, nodal, plan, progress):

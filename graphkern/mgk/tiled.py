@@ -77,7 +77,7 @@ import numpy as np
 from graphkern._backend import resolve_threads
 from graphkern._cuda import runtime as rt
 from graphkern.graph import Graph
-from graphkern.mgk.core import scratch_units
+from graphkern.mgk.core import launch_order, scratch_units
 from graphkern.mgk.data import OCTILE, _nonempty, build_octiles, renumbered
 from graphkern.mgk.results import Solved, empty_result
 from graphkern.reorder import reorder_many
@@ -679,7 +679,7 @@ class TiledGPUEngine:
         ss_max, ds_max = thresholds(tech, form)
 
         sizes = n1.astype(np.int64) * n2
-        order = np.argsort(-cost, kind="stable") if tech["schedule"] == "dynamic" else np.arange(m)
+        order = launch_order(cost) if tech["schedule"] == "dynamic" else np.arange(m)
         stride = int(-(-int(sizes.max()) // 32) * 32)
         nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
         out_bytes = m * (8 + 4 + 8 + 16) + (int(nodal_off[-1]) * dt.itemsize if nodal else 0)
