@@ -63,8 +63,8 @@ as diagonal sums, the free contractions as ``factor * y^T (D V^-1 x - b)``, the 
 factorized XMV of x dotted with y (the Kronecker delta's derivative by h, ``1 - delta``, is
 ``W1 X W2^T`` minus the common categories' terms).
 
-Cost floor (an H100, FP32 67 TFLOP/s): 10.6 MFLOP per pair-iteration of the dense set is 0.16 us
-of the whole GPU (21 us of one SM); its 820 pairs x 3 iterations 0.39 ms.
+Cost floor: 10.6 MFLOP per pair-iteration of the 96-vertex dense set, 0.16 us of a GPU of
+67 FP32 TFLOP/s.
 """
 
 from __future__ import annotations
@@ -101,12 +101,9 @@ MAX_GRADIENT_TILE = {4: 6, 8: 4}  # ... of the gradient entry points (five array
 N_VECTORS = 4               # kVectors: x, r, D / V, the XMV
 N_GRADIENT_VECTORS = 7      # kGradientVectors: x, r, the XMV of both solves, D / V
 FORM_CODES = {"constant": 0, "kronecker": 1}  # FORM_CONSTANT / FORM_KRONECKER
-#: GEMM FMA-equivalents one entry pair of the CSR solver is worth (module docstring).  H200,
-#: 160 graphs of 96 vertices (bench/results/2026-11-26-s3/mgk_h200.log): labeled BA (3 terms)
-#: GEMM 0.427 us per pair-iteration, CSR 1.08 us (2.5x slower, though the estimate of 4 sent
-#: it there); labeled NWS CSR 0.218 us, GEMM 0.403 us; molecules CSR 2.3x faster.  An entry
-#: pair is worth 10-20 FMA-equivalents on those figures; 12 routes each of these sets to its
-#: faster solver.
+#: GEMM FMA-equivalents one entry pair of the CSR solver is worth (module docstring): the
+#: crossover of the two solvers' per-pair-iteration times on dense and sparse labeled sets,
+#: from graphkern-bench mgk (docs/performance.md)
 CSR_ENTRY_PAIR_FMAS = 12
 #: FMA-equivalents of a term's fixed cost: two stagings that each wait ~1000 cycles on L2 (half of
 #: an SM's 128 FMA/cycle, the other resident block computing meanwhile) and four barriers

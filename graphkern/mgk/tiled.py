@@ -57,7 +57,7 @@ sqexp      ~1000 (SFU-bound)  20 + 100 ceil(k/4)           15 + ceil(k/4) (15 m 
 Sparse x sparse then wins up to k ~ 16 (constant), 24-28 (kronecker), 28-32 (sqexp), dense x
 sparse up to 20, 40, 40 (the sparse products' thresholds sit a little low: rows of octiles cut
 from real graphs are less even than the model's).  The general interpreter costs tens of
-instructions per term, which favours the sparse products: 32 and 56.  The paper measured
+instructions per term, which favours the sparse products: 32 and 56.  The paper found
 sparse x sparse best up to 8-16 nonzeros.  ``graphkern-bench mgk-techniques --thresholds``
 measures the crossovers on the GPU.
 """
@@ -98,12 +98,10 @@ N_VECTORS = 5              # x, r, p, Ap, diag
 SLOT_META_INTS = 8         # mgk_tiled_octile.cuh: kSlotMetaInts
 REORDER_METHODS = ("pbr", "rcm", None)
 
-#: (ss_max, ds_max) per edge-kernel form, measured by `graphkern-bench mgk-techniques --thresholds`
-#: on an H200 (2026-11-26: the largest nonzeros per octile at which the sparse primitive beat
-#: dense x dense).  The cost model of the module docstring had predicted (16, 20) .. (32, 56): far
-#: too high, since the dense product runs at 1.3-2.8 ns whatever the fill.  'general' was not
-#: swept; it evaluates the edge kernel by interpretation, so sparsity saves more there than for
-#: sqexp and its thresholds sit a little above sqexp's.
+#: (ss_max, ds_max) per edge-kernel form: the largest nonzeros per octile at which the sparse
+#: primitive beats dense x dense (``graphkern-bench mgk-techniques --thresholds``; the dense
+#: product costs about the same whatever the fill, so they sit well below the cost model's).
+#: 'general' evaluates the edge kernel by interpretation: a little above sqexp's.
 FORM_THRESHOLDS = {"constant": (2, 2), "kronecker": (4, 8), "sqexp": (6, 20), "general": (8, 24)}
 #: octile slots for G1 and output-slab values per team, by team kind
 ROW_SLOTS = {"warp": 8, "block": 32, "cluster": 32}
@@ -122,11 +120,9 @@ WARP_TEAM_MAX_OCTILE_PAIRS = 4096
 # the cluster teams (largest first) beats that on block teams (two blocks of 8 warps per SM).
 CLUSTER_MIN_OCTILES = 128
 BLOCK_TEAMS_PER_SM = 2
-# A cluster's speed against CLUSTER_BLOCKS block teams, from an H200 on 32 protein-like graphs
-# (500-1000 residues): 528 pairs on 264 block teams took 2.96 s for a makespan of ~2.2 average
-# pairs, 1.35 s per pair; 263 pairs on 33 cluster teams 1.87 s for ~8.2 average pairs, 0.23 s
-# per pair: a cluster is 5.9x a block, 0.74 of 8.  Its blocks wait for each other at every
-# reduction and share a pair's groups of tile rows unevenly.
+# A cluster's speed against CLUSTER_BLOCKS block teams (protein-like graphs of 500-1000
+# vertices, graphkern-bench mgk-techniques): its blocks wait for each other at every reduction
+# and share a pair's groups of tile rows unevenly.
 CLUSTER_EFFICIENCY = 0.74
 
 _FORM_INDEX = {"general": 0, "constant": 1, "kronecker": 2, "sqexp": 3}
@@ -507,8 +503,7 @@ def split_pairs(pair_arr, cost, n_devices, *, tiles_per_device=128):
 
     The pairs are grouped by ``(g1 // B1, g2 // B2)`` with the tile sides chosen so that about
     ``tiles_per_device * n_devices`` tiles cover the index range.  Returns a list of int64 arrays.
-    Fine tiles keep few large pairs balanced (16 protein-like graphs on two H100s: 2 x 2-graph
-    tiles, 32 per device, gave 1.79x one GPU); on large sets a tile still holds many pairs.
+    Fine tiles keep few large pairs balanced; on large sets a tile still holds many pairs.
     """
     m = len(pair_arr)
     if n_devices == 1 or m == 0:
