@@ -160,3 +160,85 @@ def test_cost_candidates_hold_every_pair_the_gemm_solver_wins(rng):
         cand[_cost_candidates(ds, ds, pairs)] = True
         assert wins.any() and np.all(cand[wins]), edge
         assert not cand[-1]  # the filter leaves out a pair of small graphs
+
+
+class _Buf:
+    def __init__(self, a):
+        self.a, self.ptr, self.poisoned = a, 0, False
+
+    def memset32(self, value, stream=None):
+        self.a.view(np.uint8)[:] = 0xFF
+        self.poisoned = True
+
+    def zero(self, stream=None):
+        self.a[...] = 0
+
+    def to_host(self):
+        return self.a.copy()
+
+
+class _Dev:
+    ordinal = 0
+    properties = {"max_shared_memory_per_block_optin": 227 * 1024, "multiprocessor_count": 132,
+                  "compute_capability": (9, 0)}
+
+    def memory_info(self):
+        return 70e9, 80e9
+
+    def synchronize(self):
+        pass
+
+    activate = synchronize
+
+
+@pytest.fixture
+def stub_device(monkeypatch):
+    """The driver layer replaced by host arrays: a launch records its entry point and pairs and
+    writes K = 1, iterations 1, residuals and derivatives 0 into its poisoned outputs."""
+    import graphkern.mgk.kernel as kernel_module
+    from graphkern._cuda import runtime as rt
+
+    launches = []
+
+    def launch(fn, blocks, threads, args, shared_mem=0, stream=None):
+        m_at = next(k for k, a in enumerate(args) if isinstance(a, np.int64))
+        launches.append((fn.name, args[m_at - 2].a.copy(), args[m_at - 1].a.copy()))
+        first = True
+        for a in args:
+            if isinstance(a, _Buf) and a.poisoned:
+                a.a[...] = (1.0 if first else 0.0) if a.a.dtype.kind == "f" else 1
+                first = first and a.a.dtype.kind != "f"
+
+    event = type("Event", (), {"__init__": lambda self, dev: None, "record": lambda self, stream=None: None,
+                               "elapsed_ms": lambda self, other: 0.0})
+    stream = type("Stream", (), {"__init__": lambda self, dev: None, "synchronize": lambda self: None})
+    fn = type("Fn", (), {"__init__": lambda self, name: setattr(self, "name", name),
+                         "set_max_dynamic_shared_memory": lambda self, n: None,
+                         "max_active_blocks_per_sm": lambda self, threads, shared: 2})
+    for name, value in dict(get_device=lambda ordinal: _Dev(), kernel=lambda dev, module, name: fn(name),
+                            check_fits=lambda *a: None, alloc=lambda dev, shape, dtype: _Buf(np.empty(shape, dtype)),
+                            to_device=lambda dev, a, stream=None: _Buf(np.array(a)), launch=launch, Event=event,
+                            Stream=stream).items():
+        monkeypatch.setattr(rt, name, value)
+    monkeypatch.setattr(kernel_module, "resolve_backend", lambda backend: "gpu")
+    monkeypatch.setattr(kernel_module, "resolve_devices", lambda device: [0])
+    return launches
+
+
+@pytest.mark.parametrize("techniques,solvers,gradient_solvers", [
+    ("auto", {"gemm", "csr", "tiled"}, {"gemm", "csr", "core"}), ("gemm", {"gemm", "csr", "core"}, {"gemm", "csr", "core"}),
+    ("csr", {"csr", "core"}, {"csr", "core"}), ("core", {"core"}, {"core"}), ("tiled", {"tiled"}, {"core"})])
+@pytest.mark.parametrize("gradient", [False, True])
+def test_every_pair_is_launched_once_on_its_solver(rng, stub_device, techniques, solvers, gradient_solvers, gradient):
+    """With the device stubbed, the GPU chains run their host code: each pair of the Gram matrix
+    reaches exactly one launch, on the solvers the chain names."""
+    X = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in (40, 57, 120)] + \
+        [labeled_graph(rng, n, 0.05, [0, 1, 2]) for n in (50, 300)]
+    kern = gemm_kernel("kronecker", q=0.05, techniques=techniques, gradient_dtype=None)
+    K = kern(X, eval_gradient=gradient)[0] if gradient else kern(X)
+    np.testing.assert_array_equal(K, np.ones((len(X), len(X)), dtype=np.float32))
+    launched = sorted((int(a), int(b)) for _, g1, g2 in stub_device for a, b in zip(g1, g2))
+    i, j = np.triu_indices(len(X))
+    assert launched == sorted(zip(i.tolist(), j.tolist()))
+    assert set(kern.info_.solvers) == (gradient_solvers if gradient else solvers)
+    assert sum(kern.info_.solvers.values()) == len(i)
