@@ -124,13 +124,6 @@ class _Launch:
         """Launch with the shared arguments then ``tail``; returns the kernel's seconds (CUDA events)."""
         return timed_launch(dev, self.fn, self.blocks, THREADS_PER_BLOCK, self.head + tail, self.shared)
 
-    def unsort(self, d_buf, dtype, width=None):
-        """A per-pair device output back in the caller's pair order."""
-        flat = d_buf.to_host()
-        out = np.empty((self.m,) if width is None else (self.m, width), dtype=dtype)
-        out[self.order] = flat if width is None else flat.reshape(self.m, width)
-        return out
-
 
 def launch_order(cost):
     """The pairs by decreasing ``cost``, quantized to 1/65535 of the largest (a radix sort of 16-bit
@@ -197,12 +190,6 @@ def _check_written(K, iters, m):
         raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(K)))} of {m} pairs unwritten")
 
 
-def _check_derivatives(raw, solver):
-    if not np.all(np.isfinite(raw)):
-        raise RuntimeError(f"the {solver} left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "
-                           "unwritten")
-
-
 def in_pair_order(d_buf, order):
     """A per-pair device output (in launch order) on the host in the caller's pair order."""
     launched = d_buf.to_host()
@@ -266,7 +253,9 @@ def gradient_outputs(dev, launch, order, plan, solver):
     raw = np.empty((m, plan.n_raw))
     raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
     _check_written(K, np.minimum(iters, adj_iters), m)
-    _check_derivatives(raw, solver)
+    if not np.all(np.isfinite(raw)):
+        raise RuntimeError(f"the {solver} left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "
+                           "unwritten")
     return K, iters, resid, adj_iters, adj_resid, raw, seconds
 
 
@@ -289,26 +278,12 @@ class GPUEngine:
         dev = self.dev
         launch = _Launch(self, ds1, ds2, pair_arr, args, "mgk_solve", n_vectors=N_VECTORS, slices=1, extra_shared=0,
                          out_bytes_per_pair=8 + 4 + 8, out_values_per_vertex_pair=1 if nodal else 0)
-        m, order, g1, g2 = launch.m, getattr(launch, "order", None), launch.g1, launch.g2
-        if m == 0:
+        if launch.m == 0:
             return empty_result(nodal, launch.tile_pairs)
-        d_k = _poisoned(dev, m, np.float64)
-        d_it = _poisoned(dev, m, np.int32)
-        d_res = _poisoned(dev, m, np.float64)
-        if nodal:
-            nodal_off = np.concatenate([[0], np.cumsum(launch.sizes[order])]).astype(np.int64)
-            d_nodal = rt.alloc(dev, max(int(nodal_off[-1]), 1), dt)
-            d_nodal_off = rt.to_device(dev, nodal_off)
-        else:
-            d_nodal = d_nodal_off = None
-        seconds = launch.run(dev, (d_k, d_it, d_res, d_nodal, d_nodal_off))
-
-        K = launch.unsort(d_k, np.float64)
-        iters = launch.unsort(d_it, np.int32)
-        resid = launch.unsort(d_res, np.float64)
-        _check_written(K, iters, m)
-        blocks_out = nodal_blocks(d_nodal, nodal_off, order, ds1.n_nodes[g1], ds2.n_nodes[g2]) if nodal else None
-        return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks_out, octile_pairs=launch.tile_pairs,
+        K, iters, resid, blocks, seconds = solve_outputs(
+            dev, lambda outputs: launch.run(dev, outputs), launch.order, ds1.n_nodes[launch.g1],
+            ds2.n_nodes[launch.g2], dt, nodal)
+        return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=launch.tile_pairs,
                       seconds=seconds)
 
     def solve_gradient(self, ds1, ds2, pair_arr, args, plan):
@@ -319,21 +294,10 @@ class GPUEngine:
         launch = _Launch(self, ds1, ds2, pair_arr, args, "mgk_gradient", n_vectors=N_GRADIENT_VECTORS, slices=2,
                          extra_shared=len(ct.params) * dt.itemsize + ct.code.nbytes,
                          out_bytes_per_pair=2 * (8 + 4 + 8) + 8 * plan.n_raw)
-        m = launch.m
-        if m == 0:
+        if launch.m == 0:
             return empty_result(False, launch.tile_pairs, plan.n_raw)
         check_contractions(plan, launch.args)
-        d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
-        d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
-        d_grad = _poisoned(dev, m * plan.n_raw, np.float64)
-        outputs = (d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad)
-        seconds = launch.run(dev, gradient_terms(dev, plan, dt) + outputs)
-
-        K = launch.unsort(d_k, np.float64)
-        iters = launch.unsort(d_it, np.int32)
-        adj_iters = launch.unsort(d_adj_it, np.int32)
-        raw = launch.unsort(d_grad, np.float64, plan.n_raw)
-        _check_written(K, np.minimum(iters, adj_iters), m)
-        _check_derivatives(raw, "GPU solver")
-        return gradient_result(K, iters, launch.unsort(d_res, np.float64), adj_iters,
-                               launch.unsort(d_adj_res, np.float64), raw, launch.tile_pairs, seconds)
+        K, iters, resid, adj_iters, adj_resid, raw, seconds = gradient_outputs(
+            dev, lambda outputs: launch.run(dev, gradient_terms(dev, plan, dt) + outputs), launch.order, plan,
+            "GPU solver")
+        return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, launch.tile_pairs, seconds)

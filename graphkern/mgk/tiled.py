@@ -77,7 +77,7 @@ import numpy as np
 from graphkern._backend import resolve_threads
 from graphkern._cuda import runtime as rt
 from graphkern.graph import Graph
-from graphkern.mgk.core import launch_order, scratch_units
+from graphkern.mgk.core import launch_order, nodal_blocks, scratch_units
 from graphkern.mgk.data import OCTILE, _nonempty, build_octiles, renumbered
 from graphkern.mgk.results import Solved, empty_result
 from graphkern.reorder import reorder_many
@@ -732,11 +732,5 @@ class TiledGPUEngine:
         if queue is None and not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
             raise RuntimeError(f"the tiled GPU solver left {int(np.sum(~np.isfinite(K) | (iters < 0)))} of {m} pairs "
                                f"unwritten on device {dev.ordinal}")
-        blocks_out = None
-        if nodal:
-            flat = d_nodal.to_host()
-            blocks_out = [None] * m
-            for k_sorted, k in enumerate(order.tolist()):
-                lo, hi = nodal_off[k_sorted], nodal_off[k_sorted + 1]
-                blocks_out[k] = flat[lo:hi].reshape(int(n1[k]), int(n2[k])).copy()
+        blocks_out = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
         return K, iters, resid, blocks_out, seconds, team
