@@ -57,7 +57,7 @@ sqexp      ~1000 (SFU-bound)  20 + 100 ceil(k/4)           15 + ceil(k/4) (15 m 
 Sparse x sparse then wins up to k ~ 16 (constant), 24-28 (kronecker), 28-32 (sqexp), dense x
 sparse up to 20, 40, 40 (the sparse products' thresholds sit a little low: rows of octiles cut
 from real graphs are less even than the model's).  The general interpreter costs tens of
-instructions per term, which favours the sparse products: 32 and 56.  The paper measured
+instructions per term, which favours the sparse products: 32 and 56.  The paper found
 sparse x sparse best up to 8-16 nonzeros.  ``graphkern-bench mgk-techniques --thresholds``
 measures the crossovers on the GPU.
 """
@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import os
 import threading
 import time
 import weakref
@@ -75,10 +74,16 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from graphkern._mgk_data import OCTILE, _nonempty, build_octiles
+from graphkern._backend import resolve_threads
+from graphkern._cuda import runtime as rt
+from graphkern.graph import Graph
+from graphkern.mgk.core import launch_order, nodal_blocks, scratch_units
+from graphkern.mgk.data import OCTILE, _nonempty, build_octiles, renumbered
+from graphkern.mgk.results import Solved, empty_result
+from graphkern.reorder import reorder_many
 
 __all__ = ["PRESETS", "TECHNIQUE_OPTIONS", "INCREMENTAL_STEPS", "resolve_techniques", "check_reorder",
-           "tiled_engine", "TiledData", "tiled_data", "TiledGPUEngine", "split_pairs", "predicted_cost",
+           "TiledData", "tiled_data", "TiledGPUEngine", "split_pairs", "predicted_cost",
            "choose_team", "supports_clusters", "CLUSTER_BLOCKS", "default_row_slots", "shared_bytes", "slot_bytes", "FORM_THRESHOLDS"]
 
 OCTILE_SIZE = OCTILE * OCTILE
@@ -91,15 +96,12 @@ MAX_BLOCK_WARPS = 16       # kMaxBlockTeamThreads / 32: the block teams' launch 
 WARP_TEAMS_PER_BLOCK = 4   # kWarpTeamsPerBlock
 N_VECTORS = 5              # x, r, p, Ap, diag
 SLOT_META_INTS = 8         # mgk_tiled_octile.cuh: kSlotMetaInts
-SCRATCH_SHARE = 0.6        # the CG scratch takes at most this share of the free device memory
 REORDER_METHODS = ("pbr", "rcm", None)
 
-#: (ss_max, ds_max) per edge-kernel form, measured by `graphkern-bench mgk-techniques --thresholds`
-#: on an H200 (2026-11-26: the largest nonzeros per octile at which the sparse primitive beat
-#: dense x dense).  The cost model of the module docstring had predicted (16, 20) .. (32, 56): far
-#: too high, since the dense product runs at 1.3-2.8 ns whatever the fill.  'general' was not
-#: swept; it evaluates the edge kernel by interpretation, so sparsity saves more there than for
-#: sqexp and its thresholds sit a little above sqexp's.
+#: (ss_max, ds_max) per edge-kernel form: the largest nonzeros per octile at which the sparse
+#: primitive beats dense x dense (``graphkern-bench mgk-techniques --thresholds``; the dense
+#: product costs about the same whatever the fill, so they sit well below the cost model's).
+#: 'general' evaluates the edge kernel by interpretation: a little above sqexp's.
 FORM_THRESHOLDS = {"constant": (2, 2), "kronecker": (4, 8), "sqexp": (6, 20), "general": (8, 24)}
 #: octile slots for G1 and output-slab values per team, by team kind
 ROW_SLOTS = {"warp": 8, "block": 32, "cluster": 32}
@@ -118,11 +120,9 @@ WARP_TEAM_MAX_OCTILE_PAIRS = 4096
 # the cluster teams (largest first) beats that on block teams (two blocks of 8 warps per SM).
 CLUSTER_MIN_OCTILES = 128
 BLOCK_TEAMS_PER_SM = 2
-# A cluster's speed against CLUSTER_BLOCKS block teams, from an H200 on 32 protein-like graphs
-# (500-1000 residues): 528 pairs on 264 block teams took 2.96 s for a makespan of ~2.2 average
-# pairs, 1.35 s per pair; 263 pairs on 33 cluster teams 1.87 s for ~8.2 average pairs, 0.23 s
-# per pair: a cluster is 5.9x a block, 0.74 of 8.  Its blocks wait for each other at every
-# reduction and share a pair's groups of tile rows unevenly.
+# A cluster's speed against CLUSTER_BLOCKS block teams (protein-like graphs of 500-1000
+# vertices, graphkern-bench mgk-techniques): its blocks wait for each other at every reduction
+# and share a pair's groups of tile rows unevenly.
 CLUSTER_EFFICIENCY = 0.74
 
 _FORM_INDEX = {"general": 0, "constant": 1, "kronecker": 2, "sqexp": 3}
@@ -150,10 +150,10 @@ INCREMENTAL_STEPS = (
     ("+Block", dict(_ALL, team="block", schedule="static"), "pbr"),
     ("+DynSched", dict(_ALL, team="block"), "pbr"),
 )
-#: preset names for ``techniques=``: "auto" (on one GPU: the CSR solver of graphkern._mgk_csr
-#: for the pairs it can hold, every tiled technique for the rest; on several: "tiled"), "tiled"
-#: (every technique, team chosen per call), "core" (the issue-6 solver, cuda_src/mgk.cu), and the
-#: incremental steps by name ("dense" ... "dynsched")
+#: preset names for ``techniques=``: "auto" and "tiled" (every technique, team chosen per call;
+#: under "auto" graphkern.mgk.router gives the tiled solver the pairs the GEMM and CSR solvers do
+#: not take), "core" (the untiled solver, cuda_src/mgk.cu), and the rows of the incremental
+#: benchmark by name ("dense", "sparse", "adaptive", "compact", "block", "dynsched")
 PRESETS = {"auto": dict(_ALL), "tiled": dict(_ALL), "core": None}
 PRESETS.update({name.lstrip("+").lower(): tech for name, tech, _ in INCREMENTAL_STEPS if name != "+Reorder"})
 
@@ -227,9 +227,6 @@ def _graph_orders(ds, method, n_threads):
     """One vertex order per graph of ``ds`` (``None``: every order is the identity)."""
     if method is None:
         return None
-    from graphkern.graph import Graph
-    from graphkern.reorder import reorder_many
-
     graphs = []
     for g in range(ds.n_graphs):
         v0, v1 = int(ds.node_offsets[g]), int(ds.node_offsets[g + 1])
@@ -237,38 +234,6 @@ def _graph_orders(ds, method, n_threads):
         indptr = ds.rowptr[v0:v1 + 1] - ds.rowptr[v0]
         graphs.append(Graph(indptr, ds.indices[e0:e1], validate=False))
     return reorder_many(graphs, method, n_threads=n_threads)
-
-
-def _renumbered(ds, perms):
-    """``ds``'s CSR, degrees and vertex features with graph g's vertex ``perms[g][k]`` renumbered k.
-
-    Returns a namespace with the fields :func:`graphkern._mgk_data.build_octiles` reads, plus
-    ``degree``, ``node_features`` and ``perm_global`` (new global vertex -> old global vertex).
-    """
-    n_vertices = int(ds.node_offsets[-1])
-    n_entries = int(ds.entry_offsets[-1])
-    graph_of_vertex = np.repeat(np.arange(ds.n_graphs, dtype=np.int64), ds.n_nodes)
-    if perms is None:
-        perm_global = np.arange(n_vertices, dtype=np.int64)
-    else:
-        perm_global = np.concatenate([np.asarray(p, dtype=np.int64) for p in perms]) + ds.node_offsets[graph_of_vertex]
-    new_of_old = np.empty(n_vertices, dtype=np.int64)
-    new_of_old[perm_global] = np.arange(n_vertices, dtype=np.int64)
-    row_old = np.repeat(np.arange(n_vertices, dtype=np.int64), np.diff(ds.rowptr))
-    first_vertex = ds.node_offsets[graph_of_vertex[row_old]]
-    row_new = new_of_old[row_old]
-    col_new = new_of_old[ds.indices[:n_entries].astype(np.int64) + first_vertex] - first_vertex
-    order = np.argsort(row_new, kind="stable")
-    rowptr = np.concatenate([[0], np.cumsum(np.bincount(row_new, minlength=n_vertices))]).astype(np.int64)
-    return SimpleNamespace(
-        n_graphs=ds.n_graphs, dtype=ds.dtype, node_offsets=ds.node_offsets, entry_offsets=ds.entry_offsets,
-        n_nodes=ds.n_nodes, n_entries=ds.n_entries, rowptr=rowptr,
-        indices=_nonempty(col_new[order].astype(np.int32)),
-        weights=_nonempty(ds.weights[:n_entries][order]),
-        edge_features=_nonempty(ds.edge_features[:n_entries][order]),
-        degree=_nonempty(ds.degree[:n_vertices][perm_global]),
-        node_features=_nonempty(ds.node_features[:n_vertices][perm_global]),
-        perm_global=perm_global)
 
 
 def _every_octile(oc, n_nodes):
@@ -330,7 +295,7 @@ class TiledData:
         t0 = time.perf_counter()
         self.perms = _graph_orders(ds, reorder, n_threads)
         self.reorder_seconds = time.perf_counter() - t0
-        view = _renumbered(ds, self.perms)
+        view = renumbered(ds, self.perms)
         self.degree = view.degree
         self.node_features = view.node_features
         oc = build_octiles(view)
@@ -377,8 +342,6 @@ class TiledData:
 
     def on_device(self, dev, stream):
         """The arrays and the TiledSet descriptor on ``dev`` (uploaded once per device)."""
-        from graphkern._cuda import runtime as rt
-
         key = self._key + (dev.ordinal,)
         with self._lock:
             copy = self._device.get(key)
@@ -418,8 +381,6 @@ def tiled_data(ds, *, reorder, tiles, storage, channels, n_threads=None):
         per_ds = _TILED_CACHE.setdefault(ds, {})
         td = per_ds.get(key)
     if td is None:
-        from graphkern._backend import resolve_threads
-
         td = TiledData(ds, reorder=reorder, tiles=tiles, storage=storage, channels=channels,
                        n_threads=resolve_threads(n_threads))
         with _CACHE_LOCK:
@@ -522,15 +483,10 @@ def supports_clusters(dev):
     return tuple(dev.properties["compute_capability"]) >= (9, 0)
 
 
-#: Share one work queue between devices where :func:`shared_queue_devices` allows it; False
-#: forces the static split (``GRAPHKERN_MGK_SHARED_QUEUE=0``, for the benchmark's comparison).
-SHARED_QUEUE = os.environ.get("GRAPHKERN_MGK_SHARED_QUEUE", "1") != "0"
-
-
 def shared_queue_devices(devs):
     """Whether ``devs`` (two or more) can share one work counter in ``devs[0]``'s memory: every
     other device has peer access to it with native atomics.  Enables the peer access it needs."""
-    if len(devs) < 2 or not SHARED_QUEUE:
+    if len(devs) < 2:
         return False
     home = devs[0]
     for dev in devs[1:]:
@@ -547,8 +503,7 @@ def split_pairs(pair_arr, cost, n_devices, *, tiles_per_device=128):
 
     The pairs are grouped by ``(g1 // B1, g2 // B2)`` with the tile sides chosen so that about
     ``tiles_per_device * n_devices`` tiles cover the index range.  Returns a list of int64 arrays.
-    Fine tiles keep few large pairs balanced (16 protein-like graphs on two H100s: 2 x 2-graph
-    tiles, 32 per device, gave 1.79x one GPU); on large sets a tile still holds many pairs.
+    Fine tiles keep few large pairs balanced; on large sets a tile still holds many pairs.
     """
     m = len(pair_arr)
     if n_devices == 1 or m == 0:
@@ -591,32 +546,29 @@ class TiledGPUEngine:
         #: whether the devices of the last solve shared one work queue (else: split_pairs)
         self.last_shared_queue = False
 
-    def datasets(self, ds1, ds2):
-        """The TiledData of both sides and the solver arguments, for the current settings."""
-        from graphkern.mgk import solver_arguments
+    def accepts(self, ds1, ds2, pair_arr, args, *, gradient=None):
+        """Every pair (of K; gradients run on the core solver)."""
+        return np.ones(len(pair_arr), dtype=bool)
 
-        args = solver_arguments(ds1, ds2, self.s)
+    def datasets(self, ds1, ds2, args):
+        """The TiledData of both sides for the current settings."""
         form = args["form_name"]
         channels = edge_channels(form, args, ds1.edge_features.shape[1])
         opts = dict(reorder=self.reorder, tiles=self.tech["tiles"], storage=self.tech["storage"], channels=channels,
                     n_threads=self.n_threads)
         td1 = tiled_data(ds1, **opts)
         td2 = td1 if ds2 is ds1 else tiled_data(ds2, **opts)
-        return td1, td2, args
+        return td1, td2
 
-    def solve(self, ds1, ds2, pair_arr, *, nodal):
-        from graphkern._cuda import runtime as rt
-        from graphkern.mgk import _Solved
-
-        td1, td2, args = self.datasets(ds1, ds2)
+    def solve(self, ds1, ds2, pair_arr, args, *, nodal):
+        td1, td2 = self.datasets(ds1, ds2, args)
         m = len(pair_arr)
         g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
         g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
         octile_pairs = td1.tiles_per_graph[g1] * td2.tiles_per_graph[g2]
         if m == 0:
             self.last_run = []
-            return _Solved(K=np.zeros(0), iterations=np.zeros(0, np.int32), residuals=np.zeros(0),
-                           nodal=[] if nodal else None, octile_pairs=octile_pairs, seconds=0.0)
+            return empty_result(nodal, octile_pairs)
         if len(args["nparam"]) > MAX_PARAMS or len(args["eparam"]) > MAX_PARAMS \
                 or len(args["ncode"]) + len(args["ecode"]) > MAX_CODE:
             raise ValueError(f"a kernel program is too long for the GPU solver (at most {MAX_PARAMS} parameters "
@@ -628,7 +580,8 @@ class TiledGPUEngine:
         blocks = [None] * m if nodal else None
         devs = [rt.get_device(ordinal) for ordinal in self.ordinals]
         queue = None
-        if len(devs) > 1 and not nodal and self.tech["schedule"] == "dynamic" and shared_queue_devices(devs):
+        if (len(devs) > 1 and not nodal and self.tech["schedule"] == "dynamic" and self.s["shared_queue"]
+                and shared_queue_devices(devs)):
             queue = rt.alloc(devs[0], 1, np.uint64)
             queue.zero()
             devs[0].synchronize()
@@ -666,8 +619,8 @@ class TiledGPUEngine:
         if not np.all(solved_by == 1):
             raise RuntimeError(f"the tiled GPU solver on devices {self.ordinals} left {int(np.sum(solved_by == 0))} of "
                                f"{m} pairs unsolved and solved {int(np.sum(solved_by > 1))} twice")
-        return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=octile_pairs,
-                       seconds=max(r[2] for r in self.last_run))
+        return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=octile_pairs,
+                      seconds=max(r[2] for r in self.last_run))
 
     def _solve_on(self, dev, td1, td2, args, g1, g2, octile_pairs, cost, nodal, *, queue=None, n_devices=1):
         """Solve the pairs (g1[k], g2[k]) on ``dev``: (K, iterations, residuals, nodal blocks, seconds, team).
@@ -676,9 +629,6 @@ class TiledGPUEngine:
         peer access), which then solve the same list: this device solves the pairs its teams
         claim, and the others come back with iterations -1 and K NaN.  ``n_devices``: how many
         devices share the pairs (the team choice predicts this device's share)."""
-        from graphkern._cuda import runtime as rt
-        from graphkern.errors import GraphTooLargeError
-
         s, tech = self.s, self.tech
         dt = s["dtype"]
         T = dt.type
@@ -724,24 +674,16 @@ class TiledGPUEngine:
         ss_max, ds_max = thresholds(tech, form)
 
         sizes = n1.astype(np.int64) * n2
-        order = np.argsort(-cost, kind="stable") if tech["schedule"] == "dynamic" else np.arange(m)
+        order = launch_order(cost) if tech["schedule"] == "dynamic" else np.arange(m)
         stride = int(-(-int(sizes.max()) // 32) * 32)
         nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
         out_bytes = m * (8 + 4 + 8 + 16) + (int(nodal_off[-1]) * dt.itemsize if nodal else 0)
         per_team = N_VECTORS * stride * dt.itemsize
-        free, _ = dev.memory_info()
         resident_blocks = sms * max(1, twin.max_active_blocks_per_sm(threads, shared))
         # units: a block of warp teams, a block team, or a cluster of blocks (one team each)
-        units = min(-(-m // teams_per_block), max(1, resident_blocks // blocks_per_team))
-        affordable = int((free - out_bytes) * SCRATCH_SHARE // (per_team * teams_per_block))
-        if affordable < 1:
-            raise GraphTooLargeError(
-                f"the CG vectors of one block of pairs need {per_team * teams_per_block / 2**30:.2f} GiB (largest "
-                f"product graph: {int(sizes.max())} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on "
-                f"device {dev.ordinal}, but only {free / 2**30:.2f} GiB is free")
-        units = min(units, affordable)
+        units = scratch_units(dev, min(-(-m // teams_per_block), max(1, resident_blocks // blocks_per_team)),
+                              per_team * teams_per_block, out_bytes, sizes)
         blocks = units * blocks_per_team
-        rt.check_fits(dev, units * teams_per_block * per_team + out_bytes, "the CG work vectors and results")
 
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
@@ -790,20 +732,5 @@ class TiledGPUEngine:
         if queue is None and not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
             raise RuntimeError(f"the tiled GPU solver left {int(np.sum(~np.isfinite(K) | (iters < 0)))} of {m} pairs "
                                f"unwritten on device {dev.ordinal}")
-        blocks_out = None
-        if nodal:
-            flat = d_nodal.to_host()
-            blocks_out = [None] * m
-            for k_sorted, k in enumerate(order.tolist()):
-                lo, hi = nodal_off[k_sorted], nodal_off[k_sorted + 1]
-                blocks_out[k] = flat[lo:hi].reshape(int(n1[k]), int(n2[k])).copy()
+        blocks_out = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
         return K, iters, resid, blocks_out, seconds, team
-
-
-def tiled_engine(devices, s, *, techniques, reorder, n_threads=None):
-    """The GPU engine for ``techniques`` (None: "auto"): a :class:`TiledGPUEngine`, or None for "core"."""
-    tech = resolve_techniques(techniques)
-    check_reorder(reorder)
-    if tech is None:
-        return None
-    return TiledGPUEngine(devices, s, tech, reorder, n_threads)

@@ -42,47 +42,47 @@ categories, and -- under ``techniques="auto"`` -- :func:`gemm_wins`: the GEMM's 
 ``T ((LD^2 + 4 LD)(n1 + n2) + 65536)`` FMA-equivalents (``LD = 16 R``, the padded side; then the
 operand staging, and a term's fixed cost, :data:`TERM_OVERHEAD_FMAS`) plus ``4 n1 n2`` for the
 vector updates, is at most :data:`CSR_ENTRY_PAIR_FMAS` times the CSR solver's ``nnz1 nnz2``
-entry pairs.  The first estimate, without a GPU, was 4 (the CSR solver's ~2e12 entry pairs/s on
-the dense set against ~10e12 FMA/s for a GEMM at 30% of FP32 peak); the H200 run of the
-labeled sets measured 10-20 (see the constant), now 12.  At 96 vertices a pair comes here from
-a density of ~0.04 with one term (a constant edge kernel: the unlabeled Barabasi-Albert set,
-0.12) and ~0.075 with three (the labeled sets: the dense and labeled BA sets come here, labeled
-NWS, 0.024, stays on the CSR solver); the molecules (~30 vertices, ~60 entries) stay there too.  ``techniques="gemm"`` runs every pair that fits here, whatever the cost.
-The others go to ``fallback`` in the same call (default: the CSR solver, whose own fallback is
-the core solver); pairs whose dense layout or CG vectors do not fit the free device memory fall
-back too, never raising :class:`~graphkern.errors.GraphTooLargeError` themselves.
-Gradients (``eval_gradient=True``, :meth:`GEMMGPUEngine.solve_gradient`) run here for the pairs
-this solver takes, under ``techniques="auto"`` too, unless the module flag :data:`GEMM_GRADIENTS`
-is off (``GRAPHKERN_MGK_GEMM_GRADIENTS=0`` in the environment at import: then ``"auto"`` leaves
-them to the fallback, the CSR and core solvers; ``techniques="gemm"`` runs them here either way).
-On an H100 (60 Barabasi-Albert graphs of 96 vertices, m=6) (K, dK) took 14.3 ms here (lockstep)
-against 47.8 ms on the CSR solver, and 11.7 ms with the sequential solves.  The gradient kernels
-solve M x = b and the adjoint M y = 1 in one block, by graphkern._mgk_csr.GRADIENT_SOLVES: one
-after the other (mgk_gemm_gradient_seq_r<R>_*, the default), the adjoint from the warm start
-alpha x with K's three ``16 R x 16 R`` arrays, or in lockstep (mgk_gemm_gradient_r<R>_*), each
-staged operand of a term serving the GEMMs of both directions (two X and two Z matrices in shared
-memory: five arrays, so R <= 6 in float32 and <= 4 in float64, :func:`gradient_shared_bytes`;
-a converged side stops); the stopping rule, tolerances
-and the raw derivative columns are those of the CSR gradient (graphkern/_mgk_gradient.py): the
-vertex-kernel derivative programs and dK/dq as diagonal sums, the free contractions as
-``factor * y^T (D V^-1 x - b)``, the others as one factorized XMV of x dotted with y (the
-Kronecker delta's derivative by h, ``1 - delta``, is ``W1 X W2^T`` minus the common categories'
-terms).  Pairs it cannot take go to the fallback's ``solve_gradient`` in the same call.
+entry pairs (the constant's comment says where its value comes from).  At 96 vertices a pair
+comes here from a density of ~0.04 with one term (a constant edge kernel) and ~0.075 with three;
+molecules (~30 vertices, ~60 entries) stay on the CSR solver.  ``techniques="gemm"`` runs every
+pair that fits here, whatever the cost.  graphkern.mgk.router gives the others to the next
+solver; pairs whose dense layout or CG vectors do not fit the free device memory come back
+declined, never raising :class:`~graphkern.errors.GraphTooLargeError` themselves.
 
-Cost floor (an H100, FP32 67 TFLOP/s): 10.6 MFLOP per pair-iteration of the dense set is 0.16 us
-of the whole GPU (21 us of one SM); its 820 pairs x 3 iterations 0.39 ms.
+Gradients (``eval_gradient=True``, :meth:`GEMMGPUEngine.solve_gradient`) run here for the pairs
+this solver takes, under ``techniques="auto"`` too unless ``gemm_gradients=False`` (then the CSR
+and core solvers take them; ``techniques="gemm"`` runs them here either way).  The gradient
+kernels solve M x = b and the adjoint M y = 1 in one block, by ``gradient_solves``: one after
+the other (mgk_gemm_gradient_seq_r<R>_*, the default), the adjoint from the warm start alpha x
+with K's three ``16 R x 16 R`` arrays, or in lockstep (mgk_gemm_gradient_r<R>_*), each staged
+operand of a term serving the GEMMs of both directions (two X and two Z matrices in shared
+memory: five arrays, so R <= 6 in float32 and <= 4 in float64, :func:`gradient_shared_bytes`;
+a converged side stops); the stopping rule, tolerances and the raw derivative columns are those
+of the CSR gradient (graphkern/mgk/gradient.py): the vertex-kernel derivative programs and dK/dq
+as diagonal sums, the free contractions as ``factor * y^T (D V^-1 x - b)``, the others as one
+factorized XMV of x dotted with y (the Kronecker delta's derivative by h, ``1 - delta``, is
+``W1 X W2^T`` minus the common categories' terms).
+
+Cost floor: 10.6 MFLOP per pair-iteration of the 96-vertex dense set, 0.16 us of a GPU of
+67 FP32 TFLOP/s.
 """
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import numpy as np
 
-from graphkern._mgk_data import _nonempty
+from graphkern._cuda import runtime as rt
+from graphkern.errors import GraphTooLargeError
+from graphkern.mgk.core import (SCRATCH_SHARE, check_contractions, gradient_outputs, gradient_terms, launch_order,
+                                 solve_outputs, timed_launch)
+from graphkern.mgk import csr as csr_solver
+from graphkern.mgk.data import _nonempty
+from graphkern.mgk.gradient import EDGE_FORMS
+from graphkern.mgk.results import Solved, empty_result, gradient_result
 
-__all__ = ["GEMM_TECHNIQUE", "GEMM_GRADIENTS", "GemmData", "gemm_data", "GEMMGPUEngine", "gemm_engine", "pair_terms",
+__all__ = ["GEMM_TECHNIQUE", "GemmData", "gemm_data", "GEMMGPUEngine", "pair_terms",
            "term_counts", "contraction_terms", "tile_of", "shared_bytes", "gradient_shared_bytes", "gemm_work",
            "gemm_wins", "route_pairs", "xmv_flops", "MAX_CATEGORIES"]
 
@@ -100,18 +100,10 @@ MAX_TILE = {4: 8, 8: 6}     # the largest tile R with an entry point, by itemsiz
 MAX_GRADIENT_TILE = {4: 6, 8: 4}  # ... of the gradient entry points (five arrays of shared memory)
 N_VECTORS = 4               # kVectors: x, r, D / V, the XMV
 N_GRADIENT_VECTORS = 7      # kGradientVectors: x, r, the XMV of both solves, D / V
-#: Gradients on this solver under ``techniques="auto"`` too (module docstring); verified on an
-#: H100 (GPU tests, memcheck and racecheck clean).  ``GRAPHKERN_MGK_GEMM_GRADIENTS=0`` leaves them
-#: to the fallback under "auto"; ``techniques="gemm"`` runs gradients here either way.
-GEMM_GRADIENTS = os.environ.get("GRAPHKERN_MGK_GEMM_GRADIENTS", "1") != "0"
-SCRATCH_SHARE = 0.6         # the CG scratch takes at most this share of the free device memory
 FORM_CODES = {"constant": 0, "kronecker": 1}  # FORM_CONSTANT / FORM_KRONECKER
-#: GEMM FMA-equivalents one entry pair of the CSR solver is worth (module docstring).  H200,
-#: 160 graphs of 96 vertices (bench/results/2026-11-26-s3/mgk_h200.log): labeled BA (3 terms)
-#: GEMM 0.427 us per pair-iteration, CSR 1.08 us (2.5x slower, though the estimate of 4 sent
-#: it there); labeled NWS CSR 0.218 us, GEMM 0.403 us; molecules CSR 2.3x faster.  An entry
-#: pair is worth 10-20 FMA-equivalents on those figures; 12 routes each of these sets to its
-#: faster solver.
+#: GEMM FMA-equivalents one entry pair of the CSR solver is worth (module docstring): the
+#: crossover of the two solvers' per-pair-iteration times on dense and sparse labeled sets,
+#: from graphkern-bench mgk (docs/performance.md)
 CSR_ENTRY_PAIR_FMAS = 12
 #: FMA-equivalents of a term's fixed cost: two stagings that each wait ~1000 cycles on L2 (half of
 #: an SM's 128 FMA/cycle, the other resident block computing meanwhile) and four barriers
@@ -195,8 +187,6 @@ def contraction_terms(cats1, cats2, contraction_form, theta):
     (``1 - delta``: ``W1 X W2^T`` minus the terms of the common categories, at most
     ``1 + MAX_CATEGORIES`` terms).
     """
-    from graphkern._mgk_gradient import EDGE_FORMS
-
     if contraction_form == EDGE_FORMS["constant"]:
         return pair_terms(cats1, cats2, "constant", 1.0, 1.0)
     if contraction_form == EDGE_FORMS["kronecker"]:
@@ -306,8 +296,6 @@ class GemmData:
 
     def on_device(self, dev):
         """The set's kernel arguments on ``dev`` (uploaded once per layout); GraphTooLargeError if they do not fit."""
-        from graphkern._cuda import runtime as rt
-
         copy = self.device_copies.get(dev.ordinal)
         if copy is not None:
             return copy
@@ -352,18 +340,37 @@ def _common_categories(d1, d2, g1, g2):
     return common
 
 
-def route_pairs(ds1, ds2, pair_arr, s, *, shared_limit, by_cost, gradient=False):
-    """Which pairs the GEMM solver takes, and their tiles and terms.
+def _cost_candidates(ds1, ds2, pair_arr):
+    """Indices of the pairs that may pass :func:`gemm_wins` when their kernel forms at least one term.
 
-    Returns a namespace with ``take`` (bool per pair), ``tile``, ``terms`` (as the kernel forms
+    Such a pair costs at least :data:`TERM_OVERHEAD_FMAS` plus ``side^2 (n1 + n2) >= n1 n2 (n1 + n2)``
+    FMA-equivalents here, so it needs ``CSR_ENTRY_PAIR_FMAS nnz1 nnz2`` above both.  The test
+    depends on (n, nnz) only: it runs on the grid of the distinct (n, nnz) of both sets first,
+    and reaches the pairs only where some combination passes.
+    """
+    def signatures(ds):
+        sig, inv = np.unique(np.stack([ds.n_nodes, ds.n_entries], axis=1), axis=0, return_inverse=True)
+        return sig.astype(np.float64), inv.reshape(-1)
+
+    (s1, inv1), (s2, inv2) = signatures(ds1), signatures(ds2)
+    n1, e1, n2, e2 = s1[:, :1], s1[:, 1:], s2[:, 0], s2[:, 1]
+    work = CSR_ENTRY_PAIR_FMAS * e1 * e2
+    ok = (work > TERM_OVERHEAD_FMAS) & (work >= n1 * n2 * (n1 + n2))
+    if not ok.any():
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(ok[inv1[pair_arr[:, 0]], inv2[pair_arr[:, 1]]])
+
+
+def route_pairs(ds1, ds2, pair_arr, s, args, *, shared_limit, by_cost, gradient=False):
+    """Which pairs this solver takes, and how.
+
+    Returns a namespace: ``take`` (bool per pair), ``tile`` (R per pair), ``terms`` (the kernel forms
     them; 0 where not taken), ``shape`` (:func:`edge_shape`) and the two :class:`GemmData`
     (None when the edge kernel does not factorize).  ``by_cost``: apply :func:`gemm_wins`
     (``techniques="auto"``); else every pair that fits.  ``gradient``: for the gradient entry
     points (their tiles and shared memory; a Kronecker delta with h = 1 keeps its categories,
-    which the contraction of its derivative by h needs).
+    which the contraction of its derivative by h needs).  ``args``: the call's solver arguments.
     """
-    from graphkern.mgk import solver_arguments
-
     dt = np.dtype(s["dtype"])
     m = len(pair_arr)
     g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
@@ -372,7 +379,6 @@ def route_pairs(ds1, ds2, pair_arr, s, *, shared_limit, by_cost, gradient=False)
     tile = tile_of(n1, n2)
     none = SimpleNamespace(take=np.zeros(m, dtype=bool), tile=tile, terms=np.zeros(m, dtype=np.int64), shape=None,
                            data=(None, None), g1=g1, g2=g2)
-    args = solver_arguments(ds1, ds2, s)
     shape = edge_shape(args)
     if shape is None or m == 0:
         return none
@@ -382,9 +388,7 @@ def route_pairs(ds1, ds2, pair_arr, s, *, shared_limit, by_cost, gradient=False)
     d1 = gemm_data(ds1, slot)
     d2 = d1 if ds2 is ds1 else gemm_data(ds2, slot)
     if gradient:
-        from graphkern._mgk_csr import gradient_entry
-
-        directions = gradient_entry()[1]
+        directions = csr_solver.gradient_entry(s["gradient_solves"])[1]
         need = gradient_shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]), directions)
         max_tile = MAX_GRADIENT_TILE
     else:
@@ -405,55 +409,53 @@ def route_pairs(ds1, ds2, pair_arr, s, *, shared_limit, by_cost, gradient=False)
 
 
 class GEMMGPUEngine:
-    """Runs cuda_src/mgk_gemm.cu over the pairs it takes (:func:`route_pairs`) on one device; the
-    rest go to ``fallback`` (an engine; default :class:`graphkern._mgk_csr.CSRGPUEngine`) in the
-    same call.  ``by_cost``: take only the pairs where :func:`gemm_wins` (``techniques="auto"``).
-
-    Gradients run here for the pairs it takes when ``by_cost=False`` (``techniques="gemm"``) or
-    :data:`GEMM_GRADIENTS` (the default); else :attr:`solve_gradient` is the fallback's.
+    """Runs cuda_src/mgk_gemm.cu over the pairs it takes (:func:`route_pairs`) on one device.
+    ``by_cost``: take only the pairs where :func:`gemm_wins` (``techniques="auto"``).  Pairs whose
+    dense layout or CG vectors do not fit the free device memory come back ``declined`` (the
+    router gives them to the next solver).  ``last_run``: of the last solve, the pairs run here,
+    the terms per pair (0 = not here) and the kernels' seconds.
     """
 
     name = "gpu"
 
-    def __init__(self, ordinal, s, fallback=None, *, by_cost=False):
-        from graphkern._cuda import runtime as rt
-
+    def __init__(self, ordinal, s, *, by_cost=False):
         self.dev = rt.get_device(ordinal)
         self.s = s
         self.by_cost = by_cost
-        if fallback is None:
-            from graphkern._mgk_csr import CSRGPUEngine
-
-            fallback = CSRGPUEngine(ordinal, s)
-        self.fallback = fallback
-        #: of the last solve: pairs run here and on the fallback, terms per pair (0 = not here), seconds here
         self.last_run = None
 
-    @property
-    def gradients_here(self):
-        """Whether :attr:`solve_gradient` runs pairs on this solver (the class docstring)."""
-        return not self.by_cost or GEMM_GRADIENTS
+    def route(self, ds1, ds2, pair_arr, args, *, gradient=False, by_cost=None):
+        return route_pairs(ds1, ds2, pair_arr, self.s, args, shared_limit=csr_solver.shared_memory_limit(self.dev),
+                           by_cost=self.by_cost if by_cost is None else by_cost, gradient=gradient)
 
-    @property
-    def solve_gradient(self):
-        """K and the raw derivatives of a :class:`graphkern._mgk_gradient.GradientPlan`: this solver's
-        (:meth:`_solve_gradient`) when :attr:`gradients_here`, else the fallback's (an AttributeError
-        when it has none, so that graphkern.mgk uses the core solver as it would without this one)."""
-        if self.gradients_here:
-            return self._solve_gradient
-        return self.fallback.solve_gradient
+    def accepts(self, ds1, ds2, pair_arr, args, *, gradient=None):
+        """The pairs this solver takes (``gradient``: the plan of a gradient solve); False when none.
 
-    def route(self, ds1, ds2, pair_arr, *, gradient=False):
-        from graphkern._mgk_csr import shared_memory_limit
-
-        return route_pairs(ds1, ds2, pair_arr, self.s, shared_limit=shared_memory_limit(self.dev),
-                           by_cost=self.by_cost, gradient=gradient)
+        Under ``by_cost`` the pairs that cannot win (:func:`_cost_candidates`) are left out
+        before routing.
+        """
+        cand = None
+        shape = edge_shape(args)
+        if shape is None:
+            return False
+        form, scale, h = shape
+        if self.by_cost and scale != 0 and (form == "constant" or h != 0):
+            cand = _cost_candidates(ds1, ds2, pair_arr)
+            if not len(cand):
+                return False
+        sub = pair_arr if cand is None else pair_arr[cand]
+        take = self.route(ds1, ds2, sub, args, gradient=gradient is not None).take
+        if not take.any():
+            return False
+        if cand is None:
+            return take
+        out = np.zeros(len(pair_arr), dtype=bool)
+        out[cand] = take
+        return out
 
     def _device_sets(self, plan, here):
         """Both sets' kernel arguments on the device with the layouts of pairs ``here``, or None when
-        they do not fit (the fallback needs far less device memory for these pairs)."""
-        from graphkern.errors import GraphTooLargeError
-
+        they do not fit (another solver needs far less device memory for these pairs)."""
         d1, d2 = plan.data
         try:
             if d2 is d1:
@@ -466,113 +468,85 @@ class GEMMGPUEngine:
         except GraphTooLargeError:
             return None
 
-    def solve(self, ds1, ds2, pair_arr, *, nodal):
-        from graphkern.mgk import _Solved
+    def _by_tile(self, route, launch):
+        """Run ``launch(idx, tile)`` per tile over the pairs ``route`` takes; returns the results
+        and the pairs done (a launch that returns None leaves its pairs undone)."""
+        here = np.flatnonzero(route.take)
+        sets = self._device_sets(route, here) if len(here) else None
+        done = np.zeros(len(route.take), dtype=bool)
+        results = []
+        if sets is None:
+            return results, done
+        for tile in np.unique(route.tile[here]).tolist():
+            idx = here[route.tile[here] == tile]
+            out = launch(sets, idx, int(tile))
+            if out is not None:
+                results.append((idx, out))
+                done[idx] = True
+        return results, done
 
+    def _record(self, route, done, seconds):
+        self.last_run = {"gemm_pairs": int(done.sum()), "terms": np.where(done, route.terms, 0),
+                         "gemm_seconds": seconds}
+
+    def solve(self, ds1, ds2, pair_arr, args, *, nodal):
+        """The pairs of ``pair_arr`` that :meth:`accepts` (others come back declined)."""
         m = len(pair_arr)
-        plan = self.route(ds1, ds2, pair_arr)
-        here = np.flatnonzero(plan.take)
+        if m == 0:
+            return empty_result(nodal)
+        route = self.route(ds1, ds2, pair_arr, args, by_cost=False)
+        results, done = self._by_tile(route, lambda sets, idx, tile: self._launch(ds1, ds2, args, route, sets, idx,
+                                                                                   tile, nodal))
         K = np.full(m, np.nan)
         iters = np.full(m, -1, dtype=np.int32)
         resid = np.full(m, np.nan)
         blocks = [None] * m if nodal else None
         seconds = 0.0
-        done = np.zeros(m, dtype=bool)
-        sets = self._device_sets(plan, here) if len(here) else None
-        if sets is None:
-            here = here[:0]
-        for tile in np.unique(plan.tile[here]).tolist():
-            idx = here[plan.tile[here] == tile]
-            out = self._launch(ds1, ds2, plan, sets, idx, int(tile), nodal)
-            if out is None:  # no room for the CG vectors of even one block: the fallback's
-                continue
-            k, it, res, nod, sec = out
+        for idx, (k, it, res, nod, sec) in results:
             K[idx], iters[idx], resid[idx] = k, it, res
             seconds += sec
-            done[idx] = True
             if nodal:
                 for j, block in zip(idx.tolist(), nod):
                     blocks[j] = block
-        rest = np.flatnonzero(~done)
-        n_here = int(done.sum())
-        terms = np.where(done, plan.terms, 0)
-        self.last_run = {"gemm_pairs": n_here, "fallback_pairs": len(rest), "terms": terms, "gemm_seconds": seconds}
-        if len(rest):
-            sol = self.fallback.solve(ds1, ds2, pair_arr[rest], nodal=nodal)
-            if not n_here:  # all on the fallback: keep its statistics (octile pairs)
-                return sol
-            K[rest], iters[rest], resid[rest] = sol.K, sol.iterations, sol.residuals
-            seconds += sol.seconds
-            if nodal:
-                for j, block in zip(rest.tolist(), sol.nodal):
-                    blocks[j] = block
-        return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds)
+        self._record(route, done, seconds)
+        return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds,
+                      declined=np.flatnonzero(~done))
 
-    def _solve_gradient(self, ds1, ds2, pair_arr, plan):
+    def solve_gradient(self, ds1, ds2, pair_arr, args, plan):
         """Gradients of the pairs the gradient entry points take (:func:`route_pairs` with
-        ``gradient=True``) here, of the rest on the fallback's ``solve_gradient`` (the core
-        solver's where the fallback has none), in one call."""
-        from graphkern._mgk_gpu import check_contractions
-        from graphkern.mgk import gradient_result, solver_arguments
-
+        ``gradient=True``); the others come back declined."""
         m = len(pair_arr)
-        route = self.route(ds1, ds2, pair_arr, gradient=True)
-        here = np.flatnonzero(route.take)
+        if m == 0:
+            return empty_result(False, None, plan.n_raw)
+        route = self.route(ds1, ds2, pair_arr, args, gradient=True, by_cost=False)
+        if route.take.any():
+            check_contractions(plan, args)
+        results, done = self._by_tile(route, lambda sets, idx, tile: self._launch_gradient(
+            ds1, ds2, args, route, sets, idx, tile, plan))
         K, resid, adj_resid = (np.full(m, np.nan) for _ in range(3))
         iters, adj_iters = (np.full(m, -1, dtype=np.int32) for _ in range(2))
         raw = np.full((m, plan.n_raw), np.nan)
         seconds = 0.0
-        done = np.zeros(m, dtype=bool)
-        if len(here):
-            check_contractions(plan, solver_arguments(ds1, ds2, self.s))
-        sets = self._device_sets(route, here) if len(here) else None
-        if sets is None:
-            here = here[:0]
-        for tile in np.unique(route.tile[here]).tolist():
-            idx = here[route.tile[here] == tile]
-            out = self._launch_gradient(ds1, ds2, route, sets, idx, int(tile), plan)
-            if out is None:
-                continue
+        for idx, out in results:
             K[idx], iters[idx], resid[idx], adj_iters[idx], adj_resid[idx], raw[idx], sec = out
             seconds += sec
-            done[idx] = True
-        rest = np.flatnonzero(~done)
-        n_here = int(done.sum())
-        self.last_run = {"gemm_pairs": n_here, "fallback_pairs": len(rest), "terms": np.where(done, route.terms, 0),
-                         "gemm_seconds": seconds}
-        if len(rest) or not n_here:
-            fallback = self.fallback
-            if not hasattr(fallback, "solve_gradient"):
-                from graphkern._mgk_gpu import GPUEngine
+        self._record(route, done, seconds)
+        return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, seconds,
+                               declined=np.flatnonzero(~done))
 
-                fallback = GPUEngine(self.dev.ordinal, self.s)
-            sol = fallback.solve_gradient(ds1, ds2, pair_arr[rest], plan)
-            if not n_here:
-                return sol
-            # the fallback's result counts both solves together (graphkern.mgk.gradient_result)
-            K[rest], raw[rest], adj_iters[rest] = sol.K, sol.gradient, sol.adjoint_iterations
-            iters[rest] = sol.iterations - sol.adjoint_iterations
-            resid[rest] = adj_resid[rest] = sol.residuals
-            seconds += sol.seconds
-        return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, seconds)
-
-    def _prepare(self, ds1, ds2, plan, sets, idx, tile, entry, shared, n_vectors, out_bytes):
+    def _prepare(self, ds1, ds2, args, plan, sets, idx, tile, entry, shared, n_vectors, out_bytes):
         """What every launch of pairs ``idx`` (tile ``tile``) begins with: (kernel, blocks, launch order,
         the arguments up to the scratch slot), or None when the free device memory holds no
         block's ``n_vectors`` CG vectors besides ``out_bytes`` of results."""
-        from graphkern._cuda import runtime as rt
-        from graphkern.mgk import solver_arguments
-
         s = self.s
         dt = np.dtype(s["dtype"])
         T = dt.type
         dev = self.dev
-        args = solver_arguments(ds1, ds2, s)
         form, scale, h = plan.shape
         g1, g2 = plan.g1[idx], plan.g2[idx]
         m = len(idx)
         # the longest pairs first: with a static grid-stride order they would otherwise finish last
-        order = np.argsort(-(gemm_work(plan.terms[idx], ds1.n_nodes[g1], ds2.n_nodes[g2])), kind="stable")
+        order = launch_order(gemm_work(plan.terms[idx], ds1.n_nodes[g1], ds2.n_nodes[g2]))
         fn = rt.kernel(dev, "mgk_gemm", f"{entry}_r{tile}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
@@ -598,48 +572,37 @@ class GEMMGPUEngine:
 
     def _run(self, fn, n_blocks, launch_args, shared):
         """One launch; the kernel's seconds (CUDA events)."""
-        from graphkern._mgk_gpu import timed_launch
-
         return timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, launch_args, shared)
 
-    def _launch(self, ds1, ds2, plan, sets, idx, tile, nodal):
+    def _launch(self, ds1, ds2, args, plan, sets, idx, tile, nodal):
         """Solve pairs ``idx`` of tile ``tile``: (K, iterations, residuals, nodal blocks, seconds), or
         None when the free device memory holds no block's CG vectors."""
-        from graphkern._mgk_gpu import solve_outputs
-        from graphkern.mgk import solver_arguments
-
         dt = np.dtype(self.s["dtype"])
         dev = self.dev
-        args = solver_arguments(ds1, ds2, self.s)
         m = len(idx)
         n1, n2 = ds1.n_nodes[plan.g1[idx]], ds2.n_nodes[plan.g2[idx]]
         sizes = n1.astype(np.int64) * n2
         out_bytes = m * (8 + 4 + 8) + (int(sizes.sum()) * dt.itemsize if nodal else 0)
         shared = int(shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"])))
-        prepared = self._prepare(ds1, ds2, plan, sets, idx, tile, "mgk_gemm", shared, N_VECTORS, out_bytes)
+        prepared = self._prepare(ds1, ds2, args, plan, sets, idx, tile, "mgk_gemm", shared, N_VECTORS, out_bytes)
         if prepared is None:
             return None
         fn, n_blocks, order, head = prepared
         return solve_outputs(dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
                              n1, n2, dt, nodal)
 
-    def _launch_gradient(self, ds1, ds2, route, sets, idx, tile, plan):
+    def _launch_gradient(self, ds1, ds2, args, route, sets, idx, tile, plan):
         """K and raw derivatives of pairs ``idx`` of tile ``tile``: (K, iterations, residuals,
         adjoint iterations, adjoint residuals, raw (m, n_raw), seconds), or None when the free
         device memory holds no block's CG vectors."""
-        from graphkern._mgk_csr import gradient_entry
-        from graphkern._mgk_gpu import gradient_outputs, gradient_terms
-        from graphkern.mgk import solver_arguments
-
         dt = np.dtype(self.s["dtype"])
         dev = self.dev
-        args = solver_arguments(ds1, ds2, self.s)
         m = len(idx)
 
-        directions = gradient_entry()[1]  # the CSR solver's GRADIENT_SOLVES: lockstep or sequential
+        directions = csr_solver.gradient_entry(self.s["gradient_solves"])[1]  # lockstep or sequential
         entry = "mgk_gemm_gradient" if directions == 2 else "mgk_gemm_gradient_seq"
         shared = int(gradient_shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]), directions))
-        prepared = self._prepare(ds1, ds2, route, sets, idx, tile, entry, shared, N_GRADIENT_VECTORS,
+        prepared = self._prepare(ds1, ds2, args, route, sets, idx, tile, entry, shared, N_GRADIENT_VECTORS,
                                  m * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         if prepared is None:
             return None
@@ -647,11 +610,3 @@ class GEMMGPUEngine:
         head = head + gradient_terms(dev, plan, dt)
         return gradient_outputs(dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
                                 plan, "GEMM solver")
-
-
-def gemm_engine(devices, s):
-    """The GEMM solver on the one device of ``devices`` for every pair that fits it, the CSR solver
-    (then the core one) for the rest (graphkern.mgk: ``techniques="gemm"``)."""
-    if len(devices) != 1:
-        raise ValueError(f"device: the GEMM solver (techniques='gemm') runs on one GPU; got {devices}")
-    return GEMMGPUEngine(devices[0], s)

@@ -1,12 +1,12 @@
-"""GPU backend of the marginalized graph kernel: uploads octile datasets once, launches cuda_src/mgk.cu.
+"""The core GPU solver of the marginalized graph kernel (cuda_src/mgk.cu), and the launch helpers all GPU solvers share.
 
 One launch solves every pair of a call: a warp per pair (grid-stride over the pairs, which
 are ordered by decreasing cost so that the long ones start first), CG vectors in a global
 scratch slot per resident warp.  Datasets are uploaded once per device and kept on the
-:class:`~graphkern._mgk_data.MGKDataset`, so a new call with other hyperparameters only
+:class:`~graphkern.mgk.data.MGKDataset`, so a new call with other hyperparameters only
 ships the programs and the pair list.  ``solve_gradient`` launches the gradient entry points
 (the forward and adjoint solves of a pair in lockstep, sharing each XMV, then the
-contractions of graphkern/_mgk_gradient.py, the free ones as diagonal sums) the same way.
+contractions of graphkern/mgk/gradient.py, the free ones as diagonal sums) the same way.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from graphkern._cuda import runtime as rt
-from graphkern._mgk_data import _nonempty
 from graphkern.errors import GraphTooLargeError
+from graphkern.mgk.data import _nonempty
+from graphkern.mgk.gradient import EDGE_FORMS
+from graphkern.mgk.results import Solved, empty_result, gradient_result
 
 WARPS_PER_BLOCK = 4           # cuda_src/mgk.cu: kWarpsPerBlock
 THREADS_PER_BLOCK = 32 * WARPS_PER_BLOCK
@@ -61,15 +63,13 @@ class _Launch:
     """What both entry points of a call share: the pairs in launch order, the kernel, shared memory,
     the grid, the scratch vectors and the device copies of the pairs and programs."""
 
-    def __init__(self, engine, ds1, ds2, pair_arr, entry, *, n_vectors, slices, extra_shared, out_bytes_per_pair,
-                 out_values_per_vertex_pair=0):
-        from graphkern.mgk import solver_arguments
-
+    def __init__(self, engine, ds1, ds2, pair_arr, args, entry, *, n_vectors, slices, extra_shared,
+                 out_bytes_per_pair, out_values_per_vertex_pair=0):
         s = engine.s
         dt = s["dtype"]
         dev = engine.dev
         self.m = m = len(pair_arr)
-        self.args = args = solver_arguments(ds1, ds2, s)
+        self.args = args
         self.g1 = g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
         self.g2 = g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
         self.sizes = sizes = ds1.n_nodes[g1] * ds2.n_nodes[g2]
@@ -82,7 +82,7 @@ class _Launch:
         self.set2 = self.set1 if ds2 is ds1 else _set_args(device_dataset(dev, ds2))
 
         # Longest pairs first: with a static grid-stride order they would otherwise finish last.
-        self.order = order = np.argsort(-(tile_pairs.astype(np.float64) * 64 + sizes), kind="stable")
+        self.order = order = launch_order(tile_pairs.astype(np.float64) * 64 + sizes)
         form = args["form_name"]
         self.fn = fn = rt.kernel(dev, "mgk", f"{entry}_{form}_{'f32' if dt == np.float32 else 'f64'}")
         staged = _STAGED_CHANNELS.get(form, ds1.octiles.channels)
@@ -101,18 +101,10 @@ class _Launch:
 
         out_bytes = m * out_bytes_per_pair + int(sizes.sum()) * out_values_per_vertex_pair * dt.itemsize
         per_warp = n_vectors * stride * dt.itemsize
-        free, _ = dev.memory_info()
         sms = dev.properties["multiprocessor_count"]
         resident = sms * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK, shared))
-        blocks = min(-(-m // WARPS_PER_BLOCK), resident)
-        affordable = int((free - out_bytes) * SCRATCH_SHARE // (per_warp * WARPS_PER_BLOCK))
-        if affordable < 1:
-            raise GraphTooLargeError(
-                f"the CG vectors of one block of pairs need {per_warp * WARPS_PER_BLOCK / 2**30:.2f} GiB "
-                f"(largest product graph: {int(sizes.max())} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of "
-                f"results on device {dev.ordinal}, but only {free / 2**30:.2f} GiB is free")
-        self.blocks = blocks = min(blocks, affordable)
-        rt.check_fits(dev, blocks * WARPS_PER_BLOCK * per_warp + out_bytes, "the CG work vectors and results")
+        self.blocks = blocks = scratch_units(dev, min(-(-m // WARPS_PER_BLOCK), resident), per_warp * WARPS_PER_BLOCK,
+                                             out_bytes, sizes)
 
         self.scratch = rt.alloc(dev, blocks * WARPS_PER_BLOCK * n_vectors * stride, dt)
         self.d_g1 = rt.to_device(dev, g1[order])
@@ -130,18 +122,34 @@ class _Launch:
 
     def run(self, dev, tail):
         """Launch with the shared arguments then ``tail``; returns the kernel's seconds (CUDA events)."""
-        start, end = rt.Event(dev), rt.Event(dev)
-        start.record()
-        rt.launch(self.fn, self.blocks, THREADS_PER_BLOCK, self.head + tail, shared_mem=self.shared)
-        end.record()
-        return start.elapsed_ms(end) / 1e3
+        return timed_launch(dev, self.fn, self.blocks, THREADS_PER_BLOCK, self.head + tail, self.shared)
 
-    def unsort(self, d_buf, dtype, width=None):
-        """A per-pair device output back in the caller's pair order."""
-        flat = d_buf.to_host()
-        out = np.empty((self.m,) if width is None else (self.m, width), dtype=dtype)
-        out[self.order] = flat if width is None else flat.reshape(self.m, width)
-        return out
+
+def launch_order(cost):
+    """The pairs by decreasing ``cost``, quantized to 1/65535 of the largest (a radix sort of 16-bit
+    keys, linear in the pairs).  The order only balances a launch -- the longest pairs start
+    first -- and no pair's result depends on it."""
+    cost = np.asarray(cost, dtype=np.float64)
+    top = float(cost.max(initial=0.0))
+    key = cost * (-65535.0 / top) if top > 0 else np.zeros(len(cost))
+    key += 65535.0
+    return np.argsort(key.astype(np.uint16), kind="stable")
+
+
+def scratch_units(dev, wanted, per_unit, out_bytes, sizes):
+    """How many units (blocks, teams) of CG scratch of ``per_unit`` bytes to allocate: at most
+    ``wanted``, within :data:`SCRATCH_SHARE` of the free device memory left by ``out_bytes`` of
+    results; GraphTooLargeError when not one fits (``sizes``: the pairs' product-graph sizes)."""
+    free, _ = dev.memory_info()
+    affordable = int((free - out_bytes) * SCRATCH_SHARE // per_unit)
+    if affordable < 1:
+        raise GraphTooLargeError(
+            f"the CG vectors of one block of pairs need {per_unit / 2**30:.2f} GiB (largest product graph: "
+            f"{int(sizes.max())} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on device {dev.ordinal}, "
+            f"but only {free / 2**30:.2f} GiB is free")
+    units = min(wanted, affordable)
+    rt.check_fits(dev, units * per_unit + out_bytes, "the CG work vectors and results")
+    return units
 
 
 def _poisoned(dev, shape, dtype):
@@ -154,8 +162,6 @@ def _poisoned(dev, shape, dtype):
 def check_contractions(plan, args):
     """The plan's edge contractions must be of the launch's edge-kernel form (or its derivative) and
     read its feature: the kernels stage one form's data (the CSR one: theta * w where labels differ)."""
-    from graphkern._mgk_gradient import EDGE_FORMS
-
     form = args["form_name"]
     allowed = {EDGE_FORMS[form], EDGE_FORMS.get(f"{form}_derivative", EDGE_FORMS[form])}
     base = plan.contraction_form == EDGE_FORMS[form]
@@ -192,6 +198,15 @@ def in_pair_order(d_buf, order):
     return out
 
 
+def nodal_blocks(d_nodal, nodal_off, order, n1, n2):
+    """The nodal matrices of a launch (block k_sorted of the flat output is pair order[k_sorted]) in pair order."""
+    flat = d_nodal.to_host()
+    blocks = [None] * len(order)
+    for k_sorted, k in enumerate(order.tolist()):
+        blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
+    return blocks
+
+
 def timed_launch(dev, fn, n_blocks, threads, args, shared):
     """One launch; the kernel's seconds (CUDA events)."""
     start, end = rt.Event(dev), rt.Event(dev)
@@ -219,12 +234,7 @@ def solve_outputs(dev, launch, order, n1, n2, dt, nodal):
     seconds = launch((d_k, d_it, d_res, d_nodal, d_nodal_off))
     K, iters, resid = (in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
     _check_written(K, iters, m)
-    blocks = None
-    if nodal:
-        flat = d_nodal.to_host()  # block k_sorted of the flat output is pair order[k_sorted]
-        blocks = [None] * m
-        for k_sorted, k in enumerate(order.tolist()):
-            blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
+    blocks = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
     return K, iters, resid, blocks, seconds
 
 
@@ -250,7 +260,8 @@ def gradient_outputs(dev, launch, order, plan, solver):
 
 
 class GPUEngine:
-    """Runs the CUDA solver over a list of pairs on one device."""
+    """Runs the core CUDA solver (cuda_src/mgk.cu) over a list of pairs on one device: every pair, K,
+    nodal matrices and gradients."""
 
     name = "gpu"
 
@@ -258,71 +269,35 @@ class GPUEngine:
         self.dev = rt.get_device(ordinal)
         self.s = s
 
-    def solve(self, ds1, ds2, pair_arr, *, nodal):
-        from graphkern.mgk import _Solved
+    def accepts(self, ds1, ds2, pair_arr, args, *, gradient=False):
+        """Every pair."""
+        return np.ones(len(pair_arr), dtype=bool)
 
+    def solve(self, ds1, ds2, pair_arr, args, *, nodal):
         dt = self.s["dtype"]
         dev = self.dev
-        launch = _Launch(self, ds1, ds2, pair_arr, "mgk_solve", n_vectors=N_VECTORS, slices=1, extra_shared=0,
+        launch = _Launch(self, ds1, ds2, pair_arr, args, "mgk_solve", n_vectors=N_VECTORS, slices=1, extra_shared=0,
                          out_bytes_per_pair=8 + 4 + 8, out_values_per_vertex_pair=1 if nodal else 0)
-        m, order, g1, g2 = launch.m, getattr(launch, "order", None), launch.g1, launch.g2
-        if m == 0:
-            return _Solved(K=np.zeros(0), iterations=np.zeros(0, np.int32), residuals=np.zeros(0),
-                           nodal=[] if nodal else None, octile_pairs=launch.tile_pairs, seconds=0.0)
-        d_k = _poisoned(dev, m, np.float64)
-        d_it = _poisoned(dev, m, np.int32)
-        d_res = _poisoned(dev, m, np.float64)
-        if nodal:
-            nodal_off = np.concatenate([[0], np.cumsum(launch.sizes[order])]).astype(np.int64)
-            d_nodal = rt.alloc(dev, max(int(nodal_off[-1]), 1), dt)
-            d_nodal_off = rt.to_device(dev, nodal_off)
-        else:
-            d_nodal = d_nodal_off = None
-        seconds = launch.run(dev, (d_k, d_it, d_res, d_nodal, d_nodal_off))
+        if launch.m == 0:
+            return empty_result(nodal, launch.tile_pairs)
+        K, iters, resid, blocks, seconds = solve_outputs(
+            dev, lambda outputs: launch.run(dev, outputs), launch.order, ds1.n_nodes[launch.g1],
+            ds2.n_nodes[launch.g2], dt, nodal)
+        return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=launch.tile_pairs,
+                      seconds=seconds)
 
-        K = launch.unsort(d_k, np.float64)
-        iters = launch.unsort(d_it, np.int32)
-        resid = launch.unsort(d_res, np.float64)
-        _check_written(K, iters, m)
-        blocks_out = None
-        if nodal:
-            flat = d_nodal.to_host()
-            blocks_out = [None] * m
-            for k_sorted, k in enumerate(order.tolist()):
-                lo, hi = nodal_off[k_sorted], nodal_off[k_sorted + 1]
-                blocks_out[k] = flat[lo:hi].reshape(ds1.n_nodes[g1[k]], ds2.n_nodes[g2[k]]).copy()
-        return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks_out, octile_pairs=launch.tile_pairs,
-                       seconds=seconds)
-
-    def solve_gradient(self, ds1, ds2, pair_arr, plan):
-        """K and the raw derivatives of :class:`graphkern._mgk_gradient.GradientPlan` for each pair."""
-        from graphkern.mgk import gradient_result
-
+    def solve_gradient(self, ds1, ds2, pair_arr, args, plan):
+        """K and the raw derivatives of :class:`graphkern.mgk.gradient.GradientPlan` for each pair."""
         dt = self.s["dtype"]
         dev = self.dev
         ct = plan.contraction_programs
-        launch = _Launch(self, ds1, ds2, pair_arr, "mgk_gradient", n_vectors=N_GRADIENT_VECTORS, slices=2,
+        launch = _Launch(self, ds1, ds2, pair_arr, args, "mgk_gradient", n_vectors=N_GRADIENT_VECTORS, slices=2,
                          extra_shared=len(ct.params) * dt.itemsize + ct.code.nbytes,
                          out_bytes_per_pair=2 * (8 + 4 + 8) + 8 * plan.n_raw)
-        m = launch.m
-        if m == 0:
-            empty = np.zeros(0)
-            return gradient_result(empty, np.zeros(0, np.int32), empty, np.zeros(0, np.int32), empty,
-                                   np.zeros((0, plan.n_raw)), launch.tile_pairs, 0.0)
+        if launch.m == 0:
+            return empty_result(False, launch.tile_pairs, plan.n_raw)
         check_contractions(plan, launch.args)
-        d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
-        d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
-        d_grad = _poisoned(dev, m * plan.n_raw, np.float64)
-        outputs = (d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad)
-        seconds = launch.run(dev, gradient_terms(dev, plan, dt) + outputs)
-
-        K = launch.unsort(d_k, np.float64)
-        iters = launch.unsort(d_it, np.int32)
-        adj_iters = launch.unsort(d_adj_it, np.int32)
-        raw = launch.unsort(d_grad, np.float64, plan.n_raw)
-        _check_written(K, np.minimum(iters, adj_iters), m)
-        if not np.all(np.isfinite(raw)):
-            raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "
-                               "unwritten")
-        return gradient_result(K, iters, launch.unsort(d_res, np.float64), adj_iters,
-                               launch.unsort(d_adj_res, np.float64), raw, launch.tile_pairs, seconds)
+        K, iters, resid, adj_iters, adj_resid, raw, seconds = gradient_outputs(
+            dev, lambda outputs: launch.run(dev, gradient_terms(dev, plan, dt) + outputs), launch.order, plan,
+            "GPU solver")
+        return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, launch.tile_pairs, seconds)

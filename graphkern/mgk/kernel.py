@@ -37,7 +37,10 @@ in ``kernel.info_``.
 
 Precision: float32 (the default) stores the system in single precision, so K carries a
 relative error of about ``1e-7 * deg / q`` from rounding (about 1e-5 at q = 5e-4);
-float64 gives ~1e-12.  CG scalars are accumulated in float64 in both.
+float64 gives ~1e-12.  CG scalars are accumulated in float64 in both.  Gradients
+(``eval_gradient=True``, which is what a Gaussian process fit asks for) are computed in
+float64 whatever ``dtype`` says (``gradient_dtype=None`` keeps ``dtype``, and then a result
+that is not finite raises a warning): a float32 likelihood surface is too rough for L-BFGS-B.
 
 Hyperparameters and gradients (scikit-learn's kernel conventions): the hyperparameters are
 every base-kernel term of the vertex and edge kernels (``node_kernel__element__h``,
@@ -52,7 +55,7 @@ forward one, both directions sharing each Kronecker product) and
     dK/dtheta = p^2 (y^T d(D_x q_x)/dtheta - y^T (dM/dtheta) x),
 
 where dM/dtheta is diagonal for vertex-kernel parameters and q, and ``-A_x (.) dE_x/dtheta``
-for edge-kernel parameters, contracted on the fly like the XMV (graphkern/_mgk_gradient.py;
+for edge-kernel parameters, contracted on the fly like the XMV (graphkern/mgk/gradient.py;
 on the GPU a constant factor of the edge kernel costs no XMV: ``M x = b`` gives its
 contraction as a diagonal sum).
 ``normalize=True`` differentiates ``K_ij / sqrt(K_ii K_jj)``.  With ``nodal=True`` the
@@ -67,21 +70,27 @@ datasets (and device copies) with the original, so an optimizer's trials pack on
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import numbers
 import time
-from dataclasses import dataclass, field
+import warnings
 
 import numpy as np
 
 from graphkern._backend import BACKENDS, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
-from graphkern._mgk_data import DatasetCache
-from graphkern._mgk_gradient import GradientPlan, finite_difference_steps, hyperparameter_specs
-from graphkern._mgk_tiled import check_reorder, resolve_techniques
+from graphkern._progress import Progress
 from graphkern.basekernels import Kernel, bounds_key, check_bounds
 from graphkern.errors import NotConvergedError
 from graphkern.graph import as_graph_list
+from graphkern.mgk.csr import CSR_TECHNIQUE, GRADIENT_ENTRIES
+from graphkern.mgk.data import DatasetCache
+from graphkern.mgk.gemm import GEMM_TECHNIQUE
+from graphkern.mgk.gradient import GradientPlan, finite_difference_steps, hyperparameter_specs
+from graphkern.mgk.results import MGKInfo, solver_arguments
+from graphkern.mgk.router import make_router
+from graphkern.mgk.tiled import check_reorder, resolve_techniques
 
 try:  # with scikit-learn the kernel is one of its Kernels (kernel algebra, isinstance checks)
     from sklearn.gaussian_process.kernels import Hyperparameter
@@ -107,48 +116,6 @@ __all__ = ["MarginalizedGraphKernel", "MGKInfo"]
 
 _DEFAULT_TOL = {np.dtype(np.float32): 1e-6, np.dtype(np.float64): 1e-10}
 _DEFAULT_MAX_ITER = 2000
-_EDGE_FORM_CODES = {"general": 0, "constant": 1, "kronecker": 2, "sqexp": 3}
-
-
-@dataclass
-class MGKInfo:
-    """What the last call solved: one row per pair (indices into its two graph lists)."""
-
-    backend: str
-    dtype: np.dtype
-    pairs: np.ndarray = field(repr=False)       # (m, 2) int64
-    iterations: np.ndarray = field(repr=False)  # (m,) int32
-    residuals: np.ndarray = field(repr=False)   # (m,) relative residual ||r|| / ||b||
-    product_sizes: np.ndarray = field(repr=False)  # (m,) n1 * n2
-    octile_pairs: np.ndarray = field(default=None, repr=False)  # (m,) GPU only: tiles1 * tiles2
-    edge_form: str = "general"
-    seconds: float = 0.0
-    solve_seconds: float = 0.0
-    # eval_gradient=True: iterations above count both solves of a pair, these the adjoint's alone
-    adjoint_iterations: np.ndarray = field(default=None, repr=False)
-
-    @property
-    def total_iterations(self):
-        return int(np.sum(self.iterations, dtype=np.int64))
-
-
-@dataclass
-class _Solved:
-    K: np.ndarray
-    iterations: np.ndarray
-    residuals: np.ndarray
-    nodal: list | None
-    octile_pairs: np.ndarray | None
-    seconds: float
-    gradient: np.ndarray | None = None           # (m, plan.n_raw) raw derivatives (graphkern._mgk_gradient)
-    adjoint_iterations: np.ndarray | None = None
-
-
-def gradient_result(K, iterations, residuals, adjoint_iterations, adjoint_residuals, raw, octile_pairs, seconds):
-    """A gradient solve as a :class:`_Solved`: a pair has converged when both of its solves have."""
-    return _Solved(K=K, iterations=iterations + adjoint_iterations, residuals=np.maximum(residuals, adjoint_residuals),
-                   nodal=None, octile_pairs=octile_pairs, seconds=seconds, gradient=raw,
-                   adjoint_iterations=adjoint_iterations)
 
 
 class MarginalizedGraphKernel(_KernelBase):
@@ -183,18 +150,40 @@ class MarginalizedGraphKernel(_KernelBase):
     reorder : "pbr", "rcm" or None
         Vertex order in which the GPU solver cuts graphs into octiles (graphkern.reorder);
         results do not depend on it.
-    techniques : "auto", "tiled", "csr", "gemm", "core", another preset name, or a dict
-        The GPU solver.  ``"auto"``: on one GPU the dense-graph solver of cuda_src/mgk_gemm.cu
-        for the pairs where it does less work (graphkern._mgk_gemm: constant or Kronecker edge
-        kernels), the sparse solver of cuda_src/mgk_csr.cu for every other pair whose two
-        graphs fit its shared memory and the tiled solver for the rest; on several GPUs the
-        tiled solver.  ``"gemm"``: the dense-graph solver for every pair it can take, the CSR
-        solver (then the core one) for the rest (one GPU).  ``"tiled"``: the tiled solver with
-        every technique (graphkern._mgk_tiled: PRESETS and the keys of a dict); ``"csr"``: the sparse solver,
-        the core one for pairs that do not fit (one GPU); ``"core"``: the untiled solver of
-        cuda_src/mgk.cu.  ``eval_gradient=True`` runs the CSR solver's gradient where it
-        runs K ("auto" on one GPU, "csr"; pairs too large for it: the core solver's), and the
-        core solver's otherwise.
+    techniques : "auto", "tiled", "csr", "gemm", "core", a tiled preset name, or a dict
+        The GPU solvers (graphkern.mgk.router partitions the pairs between them once per call).
+        ``"auto"``: on one GPU the dense-graph GEMM solver (graphkern.mgk.gemm; constant or
+        Kronecker edge kernels) for the pairs where it does less work, the CSR solver
+        (graphkern.mgk.csr) for every other pair whose two graphs fit its shared memory, and
+        the tiled solver (graphkern.mgk.tiled) for the rest; on several GPUs the tiled solver.
+        ``"gemm"``: the GEMM solver for every pair it can take, then CSR, then core (one GPU).
+        ``"csr"``: the CSR solver, the core one for pairs that do not fit (one GPU).
+        ``"tiled"``: the tiled solver with every technique; a dict of tiled options
+        (graphkern.mgk.tiled.TECHNIQUE_OPTIONS) or a preset of graphkern.mgk.tiled.PRESETS
+        ("dense", "sparse", "adaptive", "compact", "block", "dynsched": the tiled solver with
+        only some of its techniques, for benchmarks) picks them.  ``"core"``: the untiled solver
+        (graphkern.mgk.core).  ``eval_gradient=True`` runs the GEMM (see ``gemm_gradients``)
+        and CSR solvers' gradients where they run K ("auto" on one GPU, "gemm", "csr") and the
+        core solver's for every other pair.
+    gemm_gradients : bool
+        Under ``techniques="auto"``, compute gradients on the GEMM solver for the pairs it takes
+        (else the CSR and core solvers take them).
+    gradient_solves : "sequential" or "lockstep"
+        How the CSR and GEMM gradient kernels run a pair's forward and adjoint solves: one after
+        the other (the adjoint from a warm start, with K's shared-memory footprint) or both at
+        once (both search directions in shared memory).  Results agree within the tolerance.
+    shared_queue : bool
+        On several GPUs that reach each other's memory with native atomics, let them take pairs
+        from one work queue (else a static split of the Gram matrix by predicted cost).
+    gradient_dtype : np.float64 or None
+        Working precision of ``eval_gradient=True`` calls (None: ``dtype``; then a likelihood
+        surface that is not finite gives a warning).
+    verbose : bool or callable
+        Progress of long Gram matrices (pairs done, pairs/s, ETA; graphkern._progress): True
+        shows a bar, a callable receives ``(done, total)``.
+
+    The options above (from ``techniques`` on) are recorded in ``info_.options`` and the pairs
+    each solver ran in ``info_.solvers``.
 
     Calling ``kernel(X, Y=None, eval_gradient=False, *, nodal=False, pairs=None)`` returns
     the Gram matrix (``Y=None``: X against itself, solving only the upper triangle), the
@@ -202,14 +191,19 @@ class MarginalizedGraphKernel(_KernelBase):
     pairs; ``eval_gradient=True`` returns ``(K, dK)`` with the derivatives by the free
     hyperparameters' logarithms on a last axis.  Packing, octiles and device copies of a
     list of graphs are cached on the kernel and reused while the same graph objects are
-    passed again.  scikit-learn's kernel attributes (``theta``, ``bounds``,
+    passed again (a content hash notices arrays edited in place).  As a scikit-learn
+    transformer, ``fit(X)`` keeps the training graphs and ``transform(Y)`` returns
+    ``K(Y, X_fit_)``, so the kernel drops into ``Pipeline([("mgk", kernel), ("svc",
+    SVC(kernel="precomputed"))])``.  scikit-learn's kernel attributes (``theta``, ``bounds``,
     ``hyperparameters``, ``n_dims``, ``clone_with_theta``, ``get_params``/``set_params``)
     are described in the module docstring.
     """
 
     def __init__(self, node_kernel, edge_kernel, *, p="uniform", q=0.05, tol=None, max_iter=None,
                  dtype=np.float32, backend="auto", device=None, n_threads=None, normalize=False,
-                 q_bounds=(1e-3, 1 - 1e-3), p_bounds="fixed", reorder="pbr", techniques="auto"):
+                 q_bounds=(1e-3, 1 - 1e-3), p_bounds="fixed", reorder="pbr", techniques="auto",
+                 gemm_gradients=True, gradient_solves="sequential", shared_queue=True, gradient_dtype=np.float64,
+                 verbose=False):
         self.node_kernel = node_kernel
         self.edge_kernel = edge_kernel
         self.p = p
@@ -225,15 +219,32 @@ class MarginalizedGraphKernel(_KernelBase):
         self.p_bounds = p_bounds
         self.reorder = reorder
         self.techniques = techniques
+        self.gemm_gradients = gemm_gradients
+        self.gradient_solves = gradient_solves
+        self.shared_queue = shared_queue
+        self.gradient_dtype = gradient_dtype
+        self.verbose = verbose
         self._settings()  # validate now so that a bad argument fails where it was written
-        self._tables = {"node": {}, "edge": {}}
+        self.__setstate__({"info_": None})
+
+    def __getstate__(self):
+        """Parameters, the label-code tables and the last call's statistics; the packed datasets
+        (and their device copies) and the solver engines are rebuilt on use."""
+        state = self.__dict__.copy()
+        state.pop("_datasets", None)
+        state["last_engine_"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.__dict__.setdefault("_tables", {"node": {}, "edge": {}})
+        self.__dict__.setdefault("last_engine_", None)
         self._datasets = DatasetCache()
-        self.info_ = None
-        self.last_engine_ = None
 
     # ------------------------------------------------------------------ validation
-    def _settings(self):
-        """Validated settings as a dict (read afresh on each call: attributes may be changed)."""
+    def _settings(self, gradient=False):
+        """Validated settings as a dict (read afresh on each call: attributes may be changed);
+        ``gradient``: of an eval_gradient=True call (its working precision)."""
         if not isinstance(self.node_kernel, Kernel):
             raise TypeError(f"node_kernel must be a graphkern.basekernels kernel, got {self.node_kernel!r}")
         if not isinstance(self.edge_kernel, Kernel):
@@ -253,6 +264,10 @@ class MarginalizedGraphKernel(_KernelBase):
         if not q < 1:
             raise ValueError(f"q is a stopping probability and must lie in (0, 1), got {q}")
         dtype = resolve_dtype(self.dtype)
+        gradient_dtype = dtype if self.gradient_dtype is None else resolve_dtype(self.gradient_dtype)
+        promoted = gradient and gradient_dtype != dtype
+        if gradient:
+            dtype = gradient_dtype
         tol = _DEFAULT_TOL[dtype] if self.tol is None else self.tol
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not (tol >= 0 and math.isfinite(tol)):
             raise ValueError(f"tol must be a finite number >= 0, got {self.tol!r}")
@@ -263,18 +278,28 @@ class MarginalizedGraphKernel(_KernelBase):
             raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {self.backend!r}")
         if not isinstance(self.normalize, (bool, np.bool_)):
             raise TypeError(f"normalize must be True or False, got {self.normalize!r}")
-        if self.n_threads is not None:
-            resolve_threads(self.n_threads)
+        n_threads = resolve_threads(self.n_threads)
         check_bounds(self.p_bounds, "p", "MarginalizedGraphKernel")
         check_bounds(self.q_bounds, "q", "MarginalizedGraphKernel", upper=1.0)
         if not isinstance(self.q_bounds, str) and not bounds_key(self.q_bounds)[1] < 1:
             raise ValueError(f"MarginalizedGraphKernel: q_bounds must lie below 1 (q is a stopping probability), "
                              f"got {self.q_bounds!r}")
         check_reorder(self.reorder)
-        if not _is_csr(self.techniques) and not _is_gemm(self.techniques):
+        if self.techniques not in (CSR_TECHNIQUE, GEMM_TECHNIQUE):
             resolve_techniques(self.techniques)
+        for name in ("gemm_gradients", "shared_queue"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.gradient_solves not in GRADIENT_ENTRIES:
+            raise ValueError(f"gradient_solves must be 'sequential' or 'lockstep', got {self.gradient_solves!r}")
+        if not (isinstance(self.verbose, (bool, np.bool_)) or callable(self.verbose)):
+            raise TypeError(f"verbose must be True, False or a callable (done, total), got {self.verbose!r}")
+        options = dict(techniques=self.techniques, reorder=self.reorder, gemm_gradients=bool(self.gemm_gradients),
+                       gradient_solves=self.gradient_solves, shared_queue=bool(self.shared_queue),
+                       gradient_dtype=None if self.gradient_dtype is None else gradient_dtype.name)
         return dict(node_program=node_program, edge_program=edge_program, p=p, q=q, tol=float(tol),
-                    max_iter=int(max_iter), dtype=dtype)
+                    max_iter=int(max_iter), dtype=dtype, n_threads=n_threads, promoted=promoted, options=options,
+                    **{k: options[k] for k in ("gemm_gradients", "gradient_solves", "shared_queue")})
 
     # ------------------------------------------------------------------ public API
     def __call__(self, X, Y=None, eval_gradient=False, *, nodal=False, pairs=None):
@@ -288,50 +313,47 @@ class MarginalizedGraphKernel(_KernelBase):
         holding ``dK / dlog(theta_k)`` (exact for K, finite differences with ``nodal``).
         """
         t0 = time.perf_counter()
-        s = self._settings()
+        if not isinstance(eval_gradient, (bool, np.bool_)):
+            raise TypeError(f"eval_gradient must be True or False, got {eval_gradient!r}")
+        if not isinstance(nodal, (bool, np.bool_)):
+            raise TypeError(f"nodal must be True or False, got {nodal!r}")
+        s = self._settings(gradient=bool(eval_gradient))
         X = _graph_list(X, "X")
         Y = None if Y is None else _graph_list(Y, "Y")
         symmetric = Y is None
         Yg = X if symmetric else Y
-        if not isinstance(nodal, (bool, np.bool_)):
-            raise TypeError(f"nodal must be True or False, got {nodal!r}")
-        if not isinstance(eval_gradient, (bool, np.bool_)):
-            raise TypeError(f"eval_gradient must be True or False, got {eval_gradient!r}")
         if eval_gradient and nodal:
             return self._nodal_gradient(X, Y, pairs, s)
         if pairs is not None:
             pair_arr = _pair_array(pairs, len(X), len(Yg), "Y" if Y is not None else "X")
         elif symmetric:
-            i, j = np.triu_indices(len(X))
-            pair_arr = np.stack([i, j], axis=1).astype(np.int64)
+            pair_arr = _upper_pairs(len(X))
         else:
             i, j = np.indices((len(X), len(Yg)))
             pair_arr = np.stack([i.ravel(), j.ravel()], axis=1).astype(np.int64)
 
-        engine = self._engine(s)
-        if eval_gradient and not hasattr(engine, "solve_gradient"):
-            engine = self._core_engine(s)
-        #: the solver engine of the last call (its ``last_run`` says where the pairs ran; diagnostics)
-        self.last_engine_ = engine
+        router = self._router(s)
         dsX = self._dataset(X, s)
         dsY = dsX if symmetric else self._dataset(Yg, s)
-        plan = self._gradient_plan(s, dsX, dsY) if eval_gradient else None
-        solved = _solve(engine, dsX, dsY, pair_arr, nodal, plan)
-        problems = [(pair_arr, solved)]
-        grad = plan.derivatives(solved.K, solved.gradient) if eval_gradient else None
-
-        if self.normalize:
-            diag_x, diag_y, gdiag_x, gdiag_y, extra = self._diagonals(engine, X, Yg, dsX, dsY, pair_arr, solved,
-                                                                      grad, plan, symmetric)
-            problems += extra
+        args = solver_arguments(dsX, dsY, s)
+        plan = self._gradient_plan(s, dsX, args) if eval_gradient else None
+        with self._progress(len(pair_arr) + (len(X) + (0 if symmetric else len(Yg)) if self.normalize else 0)) \
+                as progress:
+            solved = router.solve(dsX, dsY, pair_arr, args, nodal=nodal, plan=plan, progress=progress)
+            solvers = router.last_run
+            problems = [(pair_arr, solved)]
+            grad = plan.derivatives(solved.K, solved.gradient) if eval_gradient else None
+            if self.normalize:
+                diag_x, diag_y, gdiag_x, gdiag_y, extra = self._diagonals(router, args, X, Yg, dsX, dsY, pair_arr,
+                                                                          solved, grad, plan, symmetric, progress)
+                problems += extra
+        _check_range([(pa, sol.K) for pa, sol in problems], s)
 
         K = solved.K
         dK = None
         if pairs is None and not nodal:
             if symmetric:
-                out = np.empty((len(X), len(X)))
-                out[pair_arr[:, 0], pair_arr[:, 1]] = K
-                out[pair_arr[:, 1], pair_arr[:, 0]] = K
+                out = _symmetric(K, len(X), s["dtype"] if not self.normalize else np.float64)
                 if eval_gradient:
                     dK = np.empty((len(X), len(X), plan.n_free))
                     dK[pair_arr[:, 0], pair_arr[:, 1]] = grad
@@ -355,11 +377,22 @@ class MarginalizedGraphKernel(_KernelBase):
                 a, b = pair_arr[:, 0], pair_arr[:, 1]
                 out, dK = _normalized(out, dK, diag_x[a], diag_y[b], gdiag_x[a], gdiag_y[b])
         if not nodal:
-            out = out.astype(s["dtype"], copy=False)
+            with np.errstate(over="ignore", under="ignore"):
+                out = out.astype(s["dtype"], copy=False)
+            _check_range([(pair_arr if out.ndim == 1 else None, out)], s, rounded=True)
 
-        self._record(engine, s, pair_arr, dsX, dsY, solved, t0)
+        self._record(router, s, pair_arr, dsX, dsY, solved, t0, solvers)
         self._check_converged(problems, s, out)
-        return (out, dK.astype(s["dtype"], copy=False)) if eval_gradient else out
+        if not eval_gradient:
+            return out
+        with np.errstate(over="ignore", under="ignore"):
+            dK = dK.astype(s["dtype"], copy=False)
+        if not s["promoted"] and s["dtype"] != np.float64 and not (np.all(np.isfinite(out))
+                                                                   and np.all(np.isfinite(dK))):
+            warnings.warn(f"MarginalizedGraphKernel: K or its gradient is not finite in {s['dtype'].name}; "
+                          "leave gradient_dtype=np.float64 (the default) for gradient-based fits",
+                          RuntimeWarning, stacklevel=2)
+        return out, dK
 
     def diag(self, X):
         """``K(X[i], X[i])`` for every graph (ones when ``normalize=True``)."""
@@ -368,15 +401,35 @@ class MarginalizedGraphKernel(_KernelBase):
         X = _graph_list(X, "X")
         if self.normalize:
             return np.ones(len(X), dtype=s["dtype"])
-        engine = self._engine(s)
+        router = self._router(s)
         ds = self._dataset(X, s)
         idx = np.arange(len(X), dtype=np.int64)
         pair_arr = np.stack([idx, idx], axis=1)
-        solved = engine.solve(ds, ds, pair_arr, nodal=False)
-        out = solved.K.astype(s["dtype"], copy=False)
-        self._record(engine, s, pair_arr, ds, ds, solved, t0)
+        with self._progress(len(X)) as progress:
+            solved = router.solve(ds, ds, pair_arr, solver_arguments(ds, ds, s), progress=progress)
+        _check_range([(pair_arr, solved.K)], s)
+        with np.errstate(over="ignore", under="ignore"):
+            out = solved.K.astype(s["dtype"], copy=False)
+        _check_range([(pair_arr, out)], s, rounded=True)
+        self._record(router, s, pair_arr, ds, ds, solved, t0, router.last_run)
         self._check_converged([(pair_arr, solved)], s, out)
         return out
+
+    # ------------------------------------------------------------------ scikit-learn transformer manners
+    def fit(self, X, y=None):
+        """Keep the graphs ``X`` (``X_fit_``); :meth:`transform` compares new graphs with them."""
+        self.X_fit_ = _graph_list(X, "X")
+        return self
+
+    def transform(self, Y):
+        """``K(Y, X_fit_)``, shape ``(len(Y), len(X_fit_))``."""
+        if not hasattr(self, "X_fit_"):
+            raise AttributeError("this MarginalizedGraphKernel is not fitted yet: call fit(X) first")
+        return self(Y, self.X_fit_)
+
+    def fit_transform(self, X, y=None):
+        """``fit(X)`` then ``K(X, X)`` (the upper triangle solved once)."""
+        return self.fit(X)(self.X_fit_)
 
     # ------------------------------------------------------------------ scikit-learn kernel manners
     def _hyperparameter_specs(self):
@@ -485,8 +538,7 @@ class MarginalizedGraphKernel(_KernelBase):
         return f"{type(self).__name__}({', '.join(shown)})"
 
     # ------------------------------------------------------------------ gradients
-    def _gradient_plan(self, s, dsX, dsY):
-        args = solver_arguments(dsX, dsY, s)
+    def _gradient_plan(self, s, dsX, args):
         specs = hyperparameter_specs(s["node_program"], s["edge_program"], s["p"], self.p_bounds, s["q"],
                                      self.q_bounds)
         return GradientPlan(specs, s, args, {"node": dsX.node_widths, "edge": dsX.edge_widths})
@@ -521,47 +573,25 @@ class MarginalizedGraphKernel(_KernelBase):
         return R, dR
 
     # ------------------------------------------------------------------ helpers
-    def _engine(self, s):
-        if resolve_backend(self.backend) == "gpu":
-            devices = resolve_devices(self.device)
-            if _is_csr(self.techniques):
-                from graphkern._mgk_csr import csr_engine
-                return csr_engine(devices, s)
-            if _is_gemm(self.techniques):
-                from graphkern._mgk_gemm import gemm_engine
-                return gemm_engine(devices, s)
-            from graphkern._mgk_tiled import tiled_engine
-            engine = tiled_engine(devices, s, techniques=self.techniques, reorder=self.reorder,
-                                  n_threads=self.n_threads)
-            if engine is None:  # techniques="core"
-                return self._core_engine(s)
-            if self.techniques in (None, "auto") and len(devices) == 1:
-                # the GEMM solver for the pairs where it does less work (dense graphs), the CSR
-                # solver where a pair fits its shared memory (5-9x the tiled one on the sparse
-                # H200 sets), the tiled solver for the rest
-                from graphkern._mgk_csr import CSRGPUEngine
-                from graphkern._mgk_gemm import GEMMGPUEngine
-                return GEMMGPUEngine(devices[0], s, fallback=CSRGPUEngine(devices[0], s, fallback=engine),
-                                     by_cost=True)
-            return engine
-        return self._core_engine(s)
-
-    def _core_engine(self, s):
-        """The CG solvers: graphkern._cpu.mgk, or graphkern._mgk_gpu on one GPU (both compute gradients)."""
+    def _router(self, s):
+        """The solver chains of this call (graphkern.mgk.router), kept as ``last_engine_`` (diagnostics)."""
         backend = resolve_backend(self.backend)
-        if backend == "gpu":
-            devices = resolve_devices(self.device)
-            if len(devices) != 1:
-                raise ValueError(f"device: the core solver (techniques='core', and every eval_gradient=True call) "
-                                 f"runs on one GPU; got {devices}")
-            from graphkern._mgk_gpu import GPUEngine
-            return GPUEngine(devices[0], s)
-        return _CPUEngine(resolve_threads(self.n_threads), s)
+        devices = resolve_devices(self.device) if backend == "gpu" else None
+        router = make_router(s, backend=backend, devices=devices, techniques=self.techniques, reorder=self.reorder,
+                             n_threads=s["n_threads"])
+        self.last_engine_ = router
+        return router
+
+    def _progress(self, total):
+        """A progress report of ``total`` pairs when ``verbose`` asks for one (else no reporting)."""
+        if not self.verbose:
+            return contextlib.nullcontext()
+        return Progress(total, self.verbose, "pairs", "MarginalizedGraphKernel")
 
     def _dataset(self, graphs, s):
         return self._datasets.get(graphs, s["node_program"], s["edge_program"], self._tables, s["dtype"])
 
-    def _diagonals(self, engine, X, Yg, dsX, dsY, pair_arr, solved, grad, plan, symmetric):
+    def _diagonals(self, router, args, X, Yg, dsX, dsY, pair_arr, solved, grad, plan, symmetric, progress):
         """K(X[i], X[i]) and K(Y[j], Y[j]), with their dK/dlog(theta) rows when ``plan`` is given
         (zero-width otherwise), reusing the diagonal pairs already solved."""
         extra = []
@@ -576,7 +606,7 @@ class MarginalizedGraphKernel(_KernelBase):
             need = np.flatnonzero(np.isnan(d))
             if len(need):
                 pa = np.stack([need, need], axis=1).astype(np.int64)
-                sol = _solve(engine, ds, ds, pa, False, plan)
+                sol = router.solve(ds, ds, pa, args, plan=plan, progress=progress)
                 d[need] = sol.K
                 if plan is not None:
                     gd[need] = plan.derivatives(sol.K, sol.gradient)
@@ -603,14 +633,15 @@ class MarginalizedGraphKernel(_KernelBase):
                 out[offx[b]:offx[b + 1], offy[a]:offy[a + 1]] = R.T
         return out
 
-    def _record(self, engine, s, pair_arr, dsX, dsY, solved, t0):
+    def _record(self, router, s, pair_arr, dsX, dsY, solved, t0, solvers):
         self.info_ = MGKInfo(
-            backend=engine.name, dtype=s["dtype"], pairs=pair_arr, iterations=solved.iterations,
+            backend=router.name, dtype=s["dtype"], pairs=pair_arr, iterations=solved.iterations,
             residuals=solved.residuals,
-            product_sizes=dsX.n_nodes[pair_arr[:, 0]] * dsY.n_nodes[pair_arr[:, 1]],
+            graph_sizes=(dsX.n_nodes, dsY.n_nodes),
             octile_pairs=solved.octile_pairs, edge_form=s["edge_program"].edge_form()[0],
             seconds=time.perf_counter() - t0, solve_seconds=solved.seconds,
-            adjoint_iterations=solved.adjoint_iterations)
+            adjoint_iterations=solved.adjoint_iterations, solvers=dict(solvers), options=dict(s["options"]),
+            dtype_promoted=s["promoted"])
 
     @staticmethod
     def _check_converged(problems, s, result):
@@ -637,83 +668,27 @@ class MarginalizedGraphKernel(_KernelBase):
         raise err
 
 
-class _CPUEngine:
-    """Runs the Cython solver (graphkern._cpu.mgk) over a list of pairs."""
-
-    name = "cpu"
-
-    def __init__(self, n_threads, s):
-        self.n_threads = n_threads
-        self.s = s
-
-    def _arguments(self, ds1, ds2, pair_arr):
-        """``(g1, g2, arguments)``: the pairs' graph indices and the argument list both Cython entry
-        points begin with (the two sets, the pairs, the programs, the hyperparameters)."""
-        s = self.s
-        dt = s["dtype"]
-        args = solver_arguments(ds1, ds2, s)
-        g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
-        g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
-        return g1, g2, (ds1.node_offsets, ds1.rowptr, ds1.indices, ds1.weights, ds1.degree, ds1.node_features,
-                ds1.edge_features,
-                ds2.node_offsets, ds2.rowptr, ds2.indices, ds2.weights, ds2.degree, ds2.node_features,
-                ds2.edge_features,
-                g1, g2, args["ncode"], args["nparam"].astype(dt), args["ecode"], args["eparam"].astype(dt),
-                args["edge_form"], args["ek_scale"], args["ek_theta"], args["ek_aux"], args["ek_slot"],
-                s["q"], s["tol"], s["max_iter"], s["p"])
-
-    def solve(self, ds1, ds2, pair_arr, *, nodal):
-        from graphkern._cpu import mgk as cpu_mgk
-
-        dt = self.s["dtype"]
-        m = len(pair_arr)
-        g1, g2, arguments = self._arguments(ds1, ds2, pair_arr)
-        sizes = ds1.n_nodes[g1] * ds2.n_nodes[g2]
-        K = np.zeros(m)
-        iters = np.zeros(m, dtype=np.int32)
-        resid = np.zeros(m)
-        if nodal:
-            nodal_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-            nodal_buf = np.zeros(max(int(nodal_off[-1]), 1), dtype=dt)
-        else:
-            nodal_off = np.zeros(1, dtype=np.int64)
-            nodal_buf = np.zeros(1, dtype=dt)
-        t0 = time.perf_counter()
-        cpu_mgk.solve_pairs(*arguments, K, iters, resid, nodal_buf, nodal_off, bool(nodal),
-                            self.n_threads)
-        seconds = time.perf_counter() - t0
-        blocks = None
-        if nodal:
-            blocks = [nodal_buf[nodal_off[k]:nodal_off[k + 1]].reshape(ds1.n_nodes[g1[k]], ds2.n_nodes[g2[k]]).copy()
-                      for k in range(m)]
-        return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds)
-
-    def solve_gradient(self, ds1, ds2, pair_arr, plan):
-        """K and the raw derivatives of :class:`graphkern._mgk_gradient.GradientPlan` for each pair."""
-        from graphkern._cpu import mgk as cpu_mgk
-
-        dt = self.s["dtype"]
-        m = len(pair_arr)
-        _, _, arguments = self._arguments(ds1, ds2, pair_arr)
-        K = np.zeros(m)
-        iters, adj_iters = np.zeros(m, dtype=np.int32), np.zeros(m, dtype=np.int32)
-        resid, adj_resid = np.zeros(m), np.zeros(m)
-        raw = np.zeros((m, plan.n_raw))
-        nd, ct = plan.node_programs, plan.contraction_programs
-        t0 = time.perf_counter()
-        cpu_mgk.solve_pairs_gradient(
-            *arguments,
-            nd.code, nd.params.astype(dt), nd.code_off, nd.param_off,
-            plan.contraction_form, plan.contraction_theta, plan.contraction_aux, plan.contraction_slot,
-            ct.code, ct.params.astype(dt), ct.code_off, ct.param_off, plan.contraction_free,
-            K, iters, resid, adj_iters, adj_resid, raw, self.n_threads)
-        return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, time.perf_counter() - t0)
-
-
-def _solve(engine, ds1, ds2, pair_arr, nodal, plan):
-    if plan is None:
-        return engine.solve(ds1, ds2, pair_arr, nodal=nodal)
-    return engine.solve_gradient(ds1, ds2, pair_arr, plan)
+def _check_range(problems, s, rounded=False):
+    """K is positive and finite for every valid input: zeros are an underflow, inf or NaN an
+    overflow of the working precision (``rounded``: of the result's dtype), told apart from
+    non-convergence (graphkern.errors.NotConvergedError).  ``problems``: (pairs, K) where pairs
+    is an (m, 2) array for m values, or None for a Gram matrix K (its indices are listed)."""
+    for pairs, K in problems:
+        K = np.asarray(K)
+        over, under = ~np.isfinite(K), K == 0
+        if not (over.any() or under.any()):
+            continue
+        bad = over if over.any() else under
+        at = np.argwhere(bad) if pairs is None else pairs[bad]
+        listed = ", ".join(f"({a}, {b})" for a, b in at[:8].tolist())
+        where = f" for {int(bad.sum())} pair(s) {listed}{' ...' if len(at) > 8 else ''}"
+        name = f"{s['dtype'].name}{' when rounded to the result' if rounded else ''}"
+        if over.any():
+            raise FloatingPointError(f"K overflowed{where} in {name}: it scales with p^2 = {s['p'] * s['p']:g}; use a "
+                                     "smaller p, normalize=True, or dtype=np.float64")
+        raise FloatingPointError(
+            f"K underflowed to 0{where} in {name}: K scales with p^2 = {s['p'] * s['p']:g} and about q (q = {s['q']:g} "
+            f"shrinks the system's right-hand side D q); use a larger q or p, or dtype=np.float64")
 
 
 def _normalized(K, dK, diag_x, diag_y, gdiag_x, gdiag_y):
@@ -739,39 +714,6 @@ def _same(value, default):
         return False
 
 
-def solver_arguments(ds1, ds2, s):
-    """The encoded programs and the edge-kernel shortcut shared by both backends."""
-    for what, w1, w2 in (("node", ds1.node_widths, ds2.node_widths), ("edge", ds1.edge_widths, ds2.edge_widths)):
-        if w1 != w2:
-            raise ValueError(f"X and Y disagree on the width of {what} label columns: {w1} vs {w2}")
-    node_program, edge_program = s["node_program"], s["edge_program"]
-    ncode, nparam = node_program.encode(ds1.node_widths)
-    ecode, eparam = edge_program.encode(ds1.edge_widths)
-    form = edge_program.edge_form()
-    out = dict(ncode=ncode, nparam=nparam, ecode=ecode, eparam=eparam, edge_form=_EDGE_FORM_CODES["general"],
-               ek_scale=1.0, ek_theta=0.0, ek_aux=0.0, ek_slot=0, form_name="general")
-    if form[0] == "constant":
-        out.update(edge_form=_EDGE_FORM_CODES["constant"], ek_scale=form[1], form_name="constant")
-    elif form[0] in ("kronecker", "sqexp"):
-        transform = "category" if form[0] == "kronecker" else "raw"
-        slot, width = edge_program.slots(ds1.edge_widths)[(form[3], transform)]
-        if width == 1:
-            out.update(edge_form=_EDGE_FORM_CODES[form[0]], ek_scale=form[1],
-                       ek_theta=form[2] if form[0] == "kronecker" else 0.0,
-                       ek_aux=form[2] if form[0] == "sqexp" else 0.0, ek_slot=slot, form_name=form[0])
-    return out
-
-
-def _is_gemm(techniques):
-    """``techniques="gemm"``: the GEMM solver of graphkern/_mgk_gemm.py (not a preset of the tiled solver)."""
-    return isinstance(techniques, str) and techniques == "gemm"
-
-
-def _is_csr(techniques):
-    """``techniques="csr"``: the CSR solver of graphkern/_mgk_csr.py (not a preset of the tiled solver)."""
-    return isinstance(techniques, str) and techniques == "csr"
-
-
 def _positive_real(value, name):
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {value!r}")
@@ -782,11 +724,36 @@ def _positive_real(value, name):
 
 
 def _graph_list(graphs, name):
+    """``graphs`` as a list of :class:`graphkern.Graph`, each with at least one vertex.
+
+    The one place where the kernel converts its input: when graphkern.graph gains the converter
+    ``as_graphs(X, name)`` (networkx graphs, RDKit molecules, SMILES strings), call it here
+    instead of ``as_graph_list``.
+    """
     graphs = as_graph_list(graphs, name)
     for k, g in enumerate(graphs):
         if g.n_nodes == 0:
             raise ValueError(f"{name}[{k}] has no vertices; the marginalized graph kernel needs at least one")
     return graphs
+
+
+def _symmetric(K, n, dtype):
+    """The symmetric ``n x n`` matrix whose upper triangle, row by row, is ``K`` (see :func:`_upper_pairs`)."""
+    out = np.zeros((n, n), dtype=dtype)
+    with np.errstate(over="ignore", under="ignore"):
+        out[np.triu(np.ones((n, n), dtype=bool))] = K
+    np.copyto(out, out.T, where=np.tri(n, k=-1, dtype=bool))
+    return out
+
+
+def _upper_pairs(n):
+    """The pairs (i, j), i <= j < n, row by row (the order of ``np.triu_indices(n)``), as one array."""
+    r = np.arange(n, dtype=np.int64)
+    counts = n - r
+    pairs = np.empty((n * (n + 1) // 2, 2), dtype=np.int64)
+    pairs[:, 0] = np.repeat(r, counts)
+    pairs[:, 1] = np.arange(len(pairs), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts - r, counts)
+    return pairs
 
 
 def _pair_array(pairs, n_first, n_second, second_name):

@@ -17,15 +17,16 @@ once and reused by every call that changes only hyperparameters.
 
 from __future__ import annotations
 
-import weakref
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
 from graphkern.graph import Graph, pack_graphs
 
-__all__ = ["MGKDataset", "Octiles", "build_octiles", "DatasetCache", "OCTILE"]
+__all__ = ["MGKDataset", "Octiles", "build_octiles", "renumbered", "DatasetCache", "OCTILE"]
 
 #: octile edge length: the adjacency is cut into OCTILE x OCTILE tiles
 OCTILE = 8
@@ -38,6 +39,10 @@ def _column_shapes(graphs, columns, what):
         first = None
         for k, g in enumerate(graphs):
             arr = g.require_node_label(col) if what == "node" else g.require_edge_label(col)
+            need = g.n_nodes if what == "node" else g.nnz
+            if len(arr) != need:
+                raise ValueError(f"graph {k}: {what} label {col!r} has {len(arr)} rows but the graph has {need} "
+                                 f"{'vertices' if what == 'node' else 'stored entries'}")
             trailing = arr.shape[1:]
             if first is None:
                 first = (k, trailing)
@@ -64,6 +69,7 @@ class MGKDataset:
         self.n_entries = np.diff(self.entry_offsets)
         row_lengths = np.concatenate([np.diff(g.indptr) for g in graphs]) if graphs else np.zeros(0, np.int64)
         self.rowptr = np.concatenate([[0], np.cumsum(row_lengths, dtype=np.int64)]).astype(np.int64)
+        _check_structure(self, packed.indices, row_lengths)
         self.indices = _nonempty(packed.indices.astype(np.int32, copy=False))
         weights64 = packed.weights.astype(np.float64, copy=False)
         self.weights = _nonempty(weights64.astype(self.dtype))
@@ -84,6 +90,24 @@ class MGKDataset:
         if self._octiles is None:
             self._octiles = build_octiles(self)
         return self._octiles
+
+
+def _check_structure(ds, indices, row_lengths):
+    """Row pointers and column indices the solvers can trust, checked where they are used (a Graph
+    built with validate=False, or whose arrays were edited, may hold anything)."""
+    ends = ds.rowptr[ds.node_offsets[1:]] - ds.rowptr[ds.node_offsets[:-1]]
+    bad_rows = (row_lengths < 0) if len(row_lengths) else np.zeros(0, dtype=bool)
+    if bad_rows.any() or np.any(ends != ds.n_entries):
+        g = int(np.searchsorted(ds.node_offsets, np.flatnonzero(bad_rows)[0], side="right") - 1) if bad_rows.any() \
+            else int(np.flatnonzero(ends != ds.n_entries)[0])
+        raise ValueError(f"graph {g}: indptr is not a valid row-pointer array for its {int(ds.n_entries[g])} entries")
+    n_of_entry = np.repeat(ds.n_nodes, ds.n_entries)
+    bad = (indices < 0) | (indices >= n_of_entry)
+    if bad.any():
+        e = int(np.flatnonzero(bad)[0])
+        g = int(np.searchsorted(ds.entry_offsets, e, side="right") - 1)
+        raise ValueError(f"graph {g}: column index {int(indices[e])} at entry {e - int(ds.entry_offsets[g])} is out "
+                         f"of range for its {int(ds.n_nodes[g])} vertices")
 
 
 def _nonempty(arr):
@@ -180,12 +204,44 @@ def build_octiles(ds):
                    rowptr_offset=rowptr_offset)
 
 
-class DatasetCache:
-    """Packed datasets keyed by the identity of a list's graphs and what the packing depends on.
+def renumbered(ds, perms):
+    """``ds``'s CSR, degrees and vertex features with graph g's vertex ``perms[g][k]`` renumbered k.
 
-    A hit requires the very same Graph objects (weak references, so the cache keeps no
-    graph alive) with unchanged arrays; graphs modified in place by replacing an array are
-    re-packed.  The least recently used dataset is dropped beyond ``capacity``.
+    Returns a namespace with the fields :func:`build_octiles` reads, plus
+    ``degree``, ``node_features`` and ``perm_global`` (new global vertex -> old global vertex).
+    """
+    n_vertices = int(ds.node_offsets[-1])
+    n_entries = int(ds.entry_offsets[-1])
+    graph_of_vertex = np.repeat(np.arange(ds.n_graphs, dtype=np.int64), ds.n_nodes)
+    if perms is None:
+        perm_global = np.arange(n_vertices, dtype=np.int64)
+    else:
+        perm_global = np.concatenate([np.asarray(p, dtype=np.int64) for p in perms]) + ds.node_offsets[graph_of_vertex]
+    new_of_old = np.empty(n_vertices, dtype=np.int64)
+    new_of_old[perm_global] = np.arange(n_vertices, dtype=np.int64)
+    row_old = np.repeat(np.arange(n_vertices, dtype=np.int64), np.diff(ds.rowptr))
+    first_vertex = ds.node_offsets[graph_of_vertex[row_old]]
+    row_new = new_of_old[row_old]
+    col_new = new_of_old[ds.indices[:n_entries].astype(np.int64) + first_vertex] - first_vertex
+    order = np.argsort(row_new, kind="stable")
+    rowptr = np.concatenate([[0], np.cumsum(np.bincount(row_new, minlength=n_vertices))]).astype(np.int64)
+    return SimpleNamespace(
+        n_graphs=ds.n_graphs, dtype=ds.dtype, node_offsets=ds.node_offsets, entry_offsets=ds.entry_offsets,
+        n_nodes=ds.n_nodes, n_entries=ds.n_entries, rowptr=rowptr,
+        indices=_nonempty(col_new[order].astype(np.int32)),
+        weights=_nonempty(ds.weights[:n_entries][order]),
+        edge_features=_nonempty(ds.edge_features[:n_entries][order]),
+        degree=_nonempty(ds.degree[:n_vertices][perm_global]),
+        node_features=_nonempty(ds.node_features[:n_vertices][perm_global]),
+        perm_global=perm_global)
+
+
+class DatasetCache:
+    """Packed datasets keyed by the content of a list's graphs and what the packing depends on.
+
+    The key is a hash of every array the packing reads (structure, weights, the label columns
+    the programs use), so a graph edited in place, or replaced by an equal copy, is looked up by
+    what it holds.  The least recently used dataset is dropped beyond ``capacity``.
     """
 
     def __init__(self, capacity=8):
@@ -193,28 +249,38 @@ class DatasetCache:
         self._entries = OrderedDict()
 
     @staticmethod
-    def _fingerprint(g, node_cols, edge_cols):
-        return (g.n_nodes, g.nnz, id(g.indices), id(g.weights),
-                tuple(id(g.node_labels.get(c)) for c in node_cols),
-                tuple(id(g.edge_labels.get(c)) for c in edge_cols))
-
-    def get(self, graphs, node_program, edge_program, tables, dtype):
-        graphs = list(graphs)
+    def content_key(graphs, node_cols, edge_cols):
+        """A digest of the graphs' arrays that the packing reads (their dtypes and shapes included)."""
+        h = hashlib.blake2b(digest_size=16)
+        layout = []
         for k, g in enumerate(graphs):
             if not isinstance(g, Graph):
                 raise TypeError(f"graph {k} is a {type(g).__name__}, expected graphkern.Graph")
-        key = (tuple(id(g) for g in graphs), node_program.structure_key(), edge_program.structure_key(),
-               np.dtype(dtype).str)
-        prints = [self._fingerprint(g, node_program.columns, edge_program.columns) for g in graphs]
-        entry = self._entries.get(key)
-        if entry is not None:
-            refs, old_prints, ds = entry
-            if all(r() is g for r, g in zip(refs, graphs)) and old_prints == prints:
-                self._entries.move_to_end(key)
-                return ds
-            del self._entries[key]
+            for arr in (g.indptr, g.indices, g.weights, *(g.node_labels.get(c) for c in node_cols),
+                        *(g.edge_labels.get(c) for c in edge_cols)):
+                if arr is None:
+                    layout.append(-1)
+                    continue
+                layout += (arr.dtype.num, *arr.shape, -2)
+                if arr.dtype.hasobject:
+                    h.update(repr(arr.tolist()).encode())
+                elif arr.flags.c_contiguous:
+                    h.update(arr)
+                else:
+                    h.update(np.ascontiguousarray(arr))
+        h.update(np.array(layout, dtype=np.int64))
+        return h.digest()
+
+    def get(self, graphs, node_program, edge_program, tables, dtype):
+        graphs = list(graphs)
+        key = (self.content_key(graphs, node_program.columns, edge_program.columns), node_program.structure_key(),
+               edge_program.structure_key(), np.dtype(dtype).str)
+        ds = self._entries.get(key)
+        if ds is not None:
+            self._entries.move_to_end(key)
+            return ds
         ds = MGKDataset(graphs, node_program, edge_program, tables, dtype)
-        self._entries[key] = ([weakref.ref(g) for g in graphs], prints, ds)
+        self._entries[key] = ds
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
         return ds

@@ -14,7 +14,7 @@ per resident block (the kernel's header comment has the layout).  The linear sys
 preconditioner, tolerance, float32/float64 handling and the nodal output are the core
 solver's.  ``eval_gradient=True`` runs :meth:`CSRGPUEngine.solve_gradient`: the adjoint solve
 after the forward one in the same block, from the warm start alpha x, with K's footprint
-(:data:`GRADIENT_SOLVES` ``"sequential"``, the default), or in lockstep with it (both search
+(``gradient_solves="sequential"``, the default), or in lockstep with it (both search
 directions interleaved in shared memory, one gather and one edge-kernel evaluation per entry pair
 serving both; a converged side stops); then the contractions of graphkern/_mgk_gradient.py, those of a constant factor of the
 edge kernel free (a diagonal sum).  Pairs whose footprint does not fit run the core solver's
@@ -27,7 +27,7 @@ for scattered columns, one wavefront per clock per SM).  For the 96-vertex BA se
 entry pairs, ~0.28 us per pair-iteration at issue rate on 132 SMs, ~0.6 us at the
 shared-memory rate; ~6 iterations: 2-4 us per pair.
 
-Vertices are renumbered per graph by decreasing row length (graphkern._mgk_tiled._renumbered)
+Vertices are renumbered per graph by decreasing row length (graphkern.mgk.data.renumbered)
 so that the 32 outputs of a warp have rows of similar length; the nodal matrices come back in
 the caller's numbering.  Pairs whose staged data exceed the device's shared memory per block
 (:func:`shared_memory_limit`) run on the core solver instead, in the same call.
@@ -35,14 +35,15 @@ the caller's numbering.  Pairs whose staged data exceed the device's shared memo
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-from graphkern._mgk_data import _nonempty
-from graphkern._mgk_tiled import _renumbered
+from graphkern._cuda import runtime as rt
+from graphkern.mgk.core import (check_contractions, gradient_outputs, gradient_terms, launch_order, scratch_units,
+                                 solve_outputs, timed_launch)
+from graphkern.mgk.data import _nonempty, renumbered
+from graphkern.mgk.results import Solved, empty_result, gradient_result
 
-__all__ = ["CSR_TECHNIQUE", "CSRData", "csr_data", "csr_engine", "CSRGPUEngine", "header_bytes",
+__all__ = ["CSR_TECHNIQUE", "CSRData", "csr_data", "CSRGPUEngine", "gradient_entry", "header_bytes",
            "pair_shared_bytes", "shared_memory_limit"]
 
 #: the ``techniques=`` name of this solver
@@ -51,7 +52,6 @@ THREADS_PER_BLOCK = 256     # cuda_src/mgk_csr.cu: kThreads
 REDUCE_BYTES = 8 * 4 * 8    # kReduceBytes: kWarps x kMaxReduce doubles
 N_VECTORS = 4               # x, r, Ap, diagonal (p is in shared memory)
 N_GRADIENT_VECTORS = 7      # x, r, Ap of both solves and the diagonal (mgk_csr.cu: csr_gradient)
-SCRATCH_SHARE = 0.6         # the CG scratch takes at most this share of the free device memory
 _ENTRY_BYTES = {4: 16, 8: 32}  # EntrySlot<float> / EntrySlot<double>
 
 
@@ -75,7 +75,7 @@ class CSRData:
         order = np.lexsort((np.arange(n_vertices), -row_length, graph_of_vertex))
         local = order - ds.node_offsets[graph_of_vertex]  # order keeps every graph's vertices in its range
         perms = np.split(local, ds.node_offsets[1:-1]) if ds.n_graphs else []
-        rd = _renumbered(ds, perms)
+        rd = renumbered(ds, perms)
         self.n_graphs = ds.n_graphs
         self.node_offsets = ds.node_offsets
         self.n_nodes = ds.n_nodes
@@ -91,8 +91,6 @@ class CSRData:
 
     def on_device(self, dev):
         """The arrays on ``dev`` and the two widths, in the kernel's argument order (uploaded once)."""
-        from graphkern._cuda import runtime as rt
-
         copy = self.device_copies.get(dev.ordinal)
         if copy is not None:
             return copy
@@ -130,21 +128,18 @@ def pair_shared_bytes(itemsize, form, n1, n2, nnz1, nnz2, n_edge_features, direc
 
 
 #: How the gradient kernels (this solver's and the GEMM solver's) run the forward and adjoint
-#: solves (GRAPHKERN_MGK_GRADIENT_SOLVES): "sequential" (the adjoint after the forward solve, from
-#: a warm start, with K's footprint: one direction in shared memory, K's blocks per SM) or
-#: "lockstep" (both at once, both directions in shared memory).  On an H100 (mgk --gradient, 60
-#: graphs of 96 vertices) (K, dK) / K was 2.27 / 2.20 / 2.27 sequential against 2.61 / 2.75 /
-#: 2.61 lockstep on NWS (CSR), BA and BA-labeled (GEMM): a lockstep iteration costs 2.3-2.4 K
-#: iterations, a sequential one about one.
-GRADIENT_SOLVES = os.environ.get("GRAPHKERN_MGK_GRADIENT_SOLVES", "sequential")
-_GRADIENT_ENTRIES = {"lockstep": ("mgk_csr_gradient", 2), "sequential": ("mgk_csr_gradient_seq", 1)}
+#: solves (``MarginalizedGraphKernel(gradient_solves=...)``): "sequential" (the adjoint after the
+#: forward solve, from a warm start, with K's footprint: one direction in shared memory, K's
+#: blocks per SM) or "lockstep" (both at once, both directions in shared memory).  A lockstep
+#: iteration costs about 2.3 K iterations, a sequential one about one (docs/performance.md).
+GRADIENT_ENTRIES = {"lockstep": ("mgk_csr_gradient", 2), "sequential": ("mgk_csr_gradient_seq", 1)}
 
 
-def gradient_entry():
-    """(entry point prefix, directions in shared memory) of :data:`GRADIENT_SOLVES`."""
-    if GRADIENT_SOLVES not in _GRADIENT_ENTRIES:
-        raise ValueError(f"GRAPHKERN_MGK_GRADIENT_SOLVES must be lockstep or sequential, not {GRADIENT_SOLVES!r}")
-    return _GRADIENT_ENTRIES[GRADIENT_SOLVES]
+def gradient_entry(solves):
+    """(entry point prefix, directions in shared memory) of the gradient scheme ``solves``."""
+    if solves not in GRADIENT_ENTRIES:
+        raise ValueError(f"gradient_solves must be 'lockstep' or 'sequential', not {solves!r}")
+    return GRADIENT_ENTRIES[solves]
 
 
 def shared_memory_limit(dev):
@@ -153,128 +148,83 @@ def shared_memory_limit(dev):
 
 
 class CSRGPUEngine:
-    """Runs cuda_src/mgk_csr.cu over a list of pairs on one device; pairs too large for its shared
-    memory go to ``fallback`` (an engine; default the core solver,
-    :class:`graphkern._mgk_gpu.GPUEngine`) in the same call, and for gradients to the core solver
-    unless ``fallback`` computes them too."""
+    """Runs cuda_src/mgk_csr.cu over a list of pairs on one device; :meth:`accepts` says which pairs
+    fit its shared memory (graphkern.mgk.router gives the others to another solver)."""
 
     name = "gpu"
 
-    def __init__(self, ordinal, s, fallback=None):
-        from graphkern._cuda import runtime as rt
-
+    def __init__(self, ordinal, s):
         self.dev = rt.get_device(ordinal)
         self.s = s
-        self.fallback = fallback
-        #: of the last solve: pairs run here, pairs routed to the fallback solver, shared bytes per block
-        self.last_run = None
 
-    def _split(self, ds1, ds2, pair_arr, extra_code=0, extra_params=0, directions=1):
-        """What a launch needs on the host: (args, c1, c2, g1, g2, code, params, need, fits)."""
-        from graphkern.mgk import solver_arguments
-
+    def _parts(self, ds1, ds2, args, plan=None):
+        """The shared bytes of a block as ``fixed + f1[g1] + f2[g2] + cross n1[g1] n2[g2]`` (the sum
+        of :func:`header_bytes` and :func:`pair_shared_bytes`, split per graph): (c1, c2, code,
+        params, fixed, f1, f2, cross)."""
         dt = self.s["dtype"]
-        args = solver_arguments(ds1, ds2, self.s)
+        extra_code = extra_params = 0
+        directions = 1
+        if plan is not None:
+            extra_code, extra_params = len(plan.contraction_programs.code), len(plan.contraction_programs.params)
+            directions = gradient_entry(self.s["gradient_solves"])[1]
         c1 = csr_data(ds1)
         c2 = c1 if ds2 is ds1 else csr_data(ds2)
-        g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
-        g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
-        need = header_bytes(dt.itemsize, len(params) + extra_params, len(code) + extra_code) + pair_shared_bytes(
-            dt.itemsize, args["form_name"], c1.n_nodes[g1], c2.n_nodes[g2], c1.n_entries[g1], c2.n_entries[g2],
-            ds1.edge_features.shape[1], directions)
-        fits = need <= shared_memory_limit(self.dev)
-        return args, c1, c2, g1, g2, code, params, need, fits
+        fixed = header_bytes(dt.itemsize, len(params) + extra_params, len(code) + extra_code) + 8
+        per_entry = _ENTRY_BYTES[dt.itemsize] + (ds1.edge_features.shape[1] * dt.itemsize
+                                                 if args["form_name"] == "general" else 0)
+        f1 = c1.n_entries * per_entry + 4 * c1.n_nodes
+        f2 = f1 if c2 is c1 else c2.n_entries * per_entry + 4 * c2.n_nodes
+        return c1, c2, code, params, fixed, f1, f2, directions * dt.itemsize
 
-    def solve(self, ds1, ds2, pair_arr, *, nodal):
-        from graphkern.mgk import _Solved
+    def accepts(self, ds1, ds2, pair_arr, args, *, gradient=None):
+        """The pairs whose staged data fit one block's shared memory (``gradient``: the plan of a
+        gradient solve, whose search directions and contraction programs take room too); True
+        when every pair of the two sets fits."""
+        c1, c2, _, _, fixed, f1, f2, cross = self._parts(ds1, ds2, args, gradient)
+        limit = shared_memory_limit(self.dev)
+        if fixed + f1.max(initial=0) + f2.max(initial=0) + cross * c1.n_nodes.max(initial=0) * c2.n_nodes.max(
+                initial=0) <= limit:
+            return True
+        g1, g2 = pair_arr[:, 0], pair_arr[:, 1]
+        return fixed + f1[g1] + f2[g2] + cross * c1.n_nodes[g1] * c2.n_nodes[g2] <= limit
 
-        m = len(pair_arr)
-        if m == 0:
-            self.last_run = {"csr_pairs": 0, "core_pairs": 0, "shared_bytes": 0}
-            return _Solved(K=np.zeros(0), iterations=np.zeros(0, np.int32), residuals=np.zeros(0),
-                           nodal=[] if nodal else None, octile_pairs=None, seconds=0.0)
-        args, c1, c2, g1, g2, code, params, need, fits = self._split(ds1, ds2, pair_arr)
-        here, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
+    def _need(self, ds1, ds2, pair_arr, args, plan=None):
+        """What a launch needs on the host: (c1, c2, g1, g2, code, params, the largest pair's shared bytes)."""
+        c1, c2, code, params, fixed, f1, f2, cross = self._parts(ds1, ds2, args, plan)
+        g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
+        g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
+        # int32 holds the sizes of pairs that fit shared memory, the only ones solved here
+        n1, n2 = c1.n_nodes.astype(np.int32), c2.n_nodes.astype(np.int32)
+        pair_part = f1.astype(np.int32)[g1] + f2.astype(np.int32)[g2]
+        pair_part += cross * n1[g1] * n2[g2]
+        need = fixed + int(pair_part.max())
+        return c1, c2, g1, g2, code, params, need
 
-        K = np.full(m, np.nan)
-        iters = np.full(m, -1, dtype=np.int32)
-        resid = np.full(m, np.nan)
-        blocks = [None] * m if nodal else None
-        seconds = 0.0
-        shared = int(need[here].max()) if len(here) else 0
-        if len(here):
-            k, it, res, nod, seconds = self._launch(c1, c2, g1[here], g2[here], args, code, params, shared, nodal)
-            K[here], iters[here], resid[here] = k, it, res
-            if nodal:
-                for j, block in zip(here.tolist(), nod):
-                    blocks[j] = block
-        if len(rest):
-            from graphkern._mgk_gpu import GPUEngine
+    def solve(self, ds1, ds2, pair_arr, args, *, nodal):
+        """Pairs that :meth:`accepts`: K, iterations, residuals (and nodal matrices)."""
+        if len(pair_arr) == 0:
+            return empty_result(nodal)
+        c1, c2, g1, g2, code, params, need = self._need(ds1, ds2, pair_arr, args)
+        k, it, res, nod, seconds = self._launch(c1, c2, g1, g2, args, code, params, need, nodal)
+        return Solved(K=k, iterations=it, residuals=res, nodal=nod, octile_pairs=None, seconds=seconds)
 
-            fallback = self.fallback if self.fallback is not None else GPUEngine(self.dev.ordinal, self.s)
-            sol = fallback.solve(ds1, ds2, pair_arr[rest], nodal=nodal)
-            if not len(here):  # all on the fallback: keep its statistics (octile pairs)
-                self.last_run = {"csr_pairs": 0, "core_pairs": len(rest), "shared_bytes": 0}
-                return sol
-            K[rest], iters[rest], resid[rest] = sol.K, sol.iterations, sol.residuals
-            seconds += sol.seconds
-            if nodal:
-                for j, block in zip(rest.tolist(), sol.nodal):
-                    blocks[j] = block
-        self.last_run = {"csr_pairs": len(here), "core_pairs": len(rest), "shared_bytes": shared}
-        return _Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds)
-
-    def solve_gradient(self, ds1, ds2, pair_arr, plan):
-        """K and the raw derivatives of :class:`graphkern._mgk_gradient.GradientPlan` for each pair:
-        here where a pair fits with its search directions, else on the core solver."""
-        from graphkern._mgk_gpu import check_contractions
-        from graphkern.mgk import gradient_result
-
-        m = len(pair_arr)
-        ct = plan.contraction_programs
-        if m == 0:
-            self.last_run = {"csr_pairs": 0, "core_pairs": 0, "shared_bytes": 0}
-            empty = np.zeros(0)
-            return gradient_result(empty, np.zeros(0, np.int32), empty, np.zeros(0, np.int32), empty,
-                                   np.zeros((0, plan.n_raw)), None, 0.0)
-        entry, directions = gradient_entry()
-        args, c1, c2, g1, g2, code, params, need, fits = self._split(ds1, ds2, pair_arr, len(ct.code),
-                                                                     len(ct.params), directions=directions)
+    def solve_gradient(self, ds1, ds2, pair_arr, args, plan):
+        """K and the raw derivatives of :class:`graphkern.mgk.gradient.GradientPlan` for pairs that
+        :meth:`accepts` with ``gradient=plan``."""
+        if len(pair_arr) == 0:
+            return empty_result(False, None, plan.n_raw)
+        entry = gradient_entry(self.s["gradient_solves"])[0]
+        c1, c2, g1, g2, code, params, need = self._need(ds1, ds2, pair_arr, args, plan)
         check_contractions(plan, args)
-        here, rest = np.flatnonzero(fits), np.flatnonzero(~fits)
-        K, resid, adj_resid = (np.full(m, np.nan) for _ in range(3))
-        iters, adj_iters = (np.full(m, -1, dtype=np.int32) for _ in range(2))
-        raw = np.full((m, plan.n_raw), np.nan)
-        seconds = 0.0
-        shared = int(need[here].max()) if len(here) else 0
-        if len(here):
-            out = self._launch_gradient(c1, c2, g1[here], g2[here], args, code, params, shared, plan, entry)
-            K[here], iters[here], resid[here], adj_iters[here], adj_resid[here], raw[here], seconds = out
-        if len(rest):
-            from graphkern._mgk_gpu import GPUEngine
-
-            fallback = self.fallback if hasattr(self.fallback, "solve_gradient") else GPUEngine(self.dev.ordinal,
-                                                                                                self.s)
-            sol = fallback.solve_gradient(ds1, ds2, pair_arr[rest], plan)
-            if not len(here):
-                self.last_run = {"csr_pairs": 0, "core_pairs": len(rest), "shared_bytes": 0}
-                return sol
-            # the core solver's result counts both solves together (graphkern.mgk.gradient_result)
-            K[rest], raw[rest], adj_iters[rest] = sol.K, sol.gradient, sol.adjoint_iterations
-            iters[rest] = sol.iterations - sol.adjoint_iterations
-            resid[rest] = adj_resid[rest] = sol.residuals
-            seconds += sol.seconds
-        self.last_run = {"csr_pairs": len(here), "core_pairs": len(rest), "shared_bytes": shared}
+        K, iters, resid, adj_iters, adj_resid, raw, seconds = self._launch_gradient(
+            c1, c2, g1, g2, args, code, params, need, plan, entry)
         return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, seconds)
 
     def _prepare(self, c1, c2, g1, g2, args, code, params, shared, entry, n_vectors, out_bytes):
         """The launch of ``entry`` over pairs (g1[k], g2[k]): its kernel, grid, pair order and the
         arguments every entry point begins with (sets, pairs, programs, hyperparameters, scratch)."""
-        from graphkern._cuda import runtime as rt
-        from graphkern.errors import GraphTooLargeError
-
         s = self.s
         dt = s["dtype"]
         T = dt.type
@@ -283,23 +233,15 @@ class CSRGPUEngine:
         sizes = c1.n_nodes[g1].astype(np.int64) * c2.n_nodes[g2]
         # entry pairs per XMV (plus the vector work): the longest pairs start first
         cost = c1.n_entries[g1].astype(np.float64) * c2.n_entries[g2] + sizes
-        order = np.argsort(-cost, kind="stable")
+        order = launch_order(cost)
         fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
         stride = int(-(-int(sizes.max()) // 32) * 32)
         per_block = n_vectors * stride * dt.itemsize
-        free, _ = dev.memory_info()
         resident = dev.properties["multiprocessor_count"] * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK,
                                                                                                shared))
-        affordable = int((free - out_bytes) * SCRATCH_SHARE // per_block)
-        if affordable < 1:
-            raise GraphTooLargeError(
-                f"the CG vectors of one pair need {per_block / 2**30:.2f} GiB (largest product graph: "
-                f"{int(sizes.max())} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on device "
-                f"{dev.ordinal}, but only {free / 2**30:.2f} GiB is free")
-        n_blocks = min(m, resident, affordable)
-        rt.check_fits(dev, n_blocks * per_block + out_bytes, "the CG work vectors and results")
+        n_blocks = scratch_units(dev, min(m, resident), per_block, out_bytes, sizes)
 
         set1 = c1.on_device(dev)
         set2 = set1 if c2 is c1 else c2.on_device(dev)
@@ -316,14 +258,10 @@ class CSRGPUEngine:
 
     def _run(self, fn, n_blocks, args, shared):
         """One launch; the kernel's seconds (CUDA events)."""
-        from graphkern._mgk_gpu import timed_launch
-
         return timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, args, shared)
 
     def _launch(self, c1, c2, g1, g2, args, code, params, shared, nodal):
         """Solve pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations, residuals, nodal blocks, seconds)."""
-        from graphkern._mgk_gpu import solve_outputs
-
         dt = self.s["dtype"]
         n1, n2 = c1.n_nodes[g1], c2.n_nodes[g2]
         out_bytes = len(g1) * (8 + 4 + 8) + (int((n1.astype(np.int64) * n2).sum()) * dt.itemsize if nodal else 0)
@@ -335,8 +273,6 @@ class CSRGPUEngine:
     def _launch_gradient(self, c1, c2, g1, g2, args, code, params, shared, plan, entry="mgk_csr_gradient"):
         """K and raw derivatives of pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations,
         residuals, adjoint iterations, adjoint residuals, raw (m, n_raw), seconds)."""
-        from graphkern._mgk_gpu import gradient_outputs, gradient_terms
-
         dt = self.s["dtype"]
         fn, n_blocks, order, _, head = self._prepare(c1, c2, g1, g2, args, code, params, shared,
                                                      entry, N_GRADIENT_VECTORS,
@@ -344,10 +280,3 @@ class CSRGPUEngine:
         head = head + gradient_terms(self.dev, plan, dt)
         return gradient_outputs(self.dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
                                 plan, "GPU solver")
-
-
-def csr_engine(devices, s):
-    """The CSR solver on the one device of ``devices`` (graphkern.mgk: ``techniques="csr"``)."""
-    if len(devices) != 1:
-        raise ValueError(f"device: the CSR solver (techniques='csr') runs on one GPU; got {devices}")
-    return CSRGPUEngine(devices[0], s)
