@@ -567,12 +567,12 @@ def test_suite_runs_quick_without_gpu(capsys):
     counts = {r["set"]: r for r in rows if "pbr_tiles" in r}
     assert set(counts) == {"molecules", "protein"}
     assert counts["protein"]["pbr_tiles"] < counts["protein"]["rcm_tiles"]
-    assert any(r.get("target", "").startswith("protein: all techniques") for r in rows)
+    assert any(r.get("kind") == "target" and "core solver" in r["target"] and r["verdict"] == "n/a" for r in rows)
     delegated = suites["mgk"].run(parser.parse_args(["mgk", "--techniques", "--graphs", "6", "--sets", "molecules"]),
                                   ctx)
     assert [r["set"] for r in delegated if "pbr_tiles" in r] == ["molecules"]
     out = capsys.readouterr().out
-    assert "non-empty octiles summed over each set" in out and "targets (one H100)" in out
+    assert "non-empty octiles summed over each set" in out and "targets (set for H100-class GPUs" in out
 
 
 def test_multi_gpu_only_runs_nothing_else_and_says_why_without_two_gpus(capsys):
@@ -583,9 +583,9 @@ def test_multi_gpu_only_runs_nothing_else_and_says_why_without_two_gpus(capsys):
     args = parser.parse_args(["mgk-techniques", "--sets", "protein", "--protein-graphs", "2", "--multi-gpu-only"])
     ctx = cli.Context(quick=True, progress=cli.Progress(False), system={"gpus": []}, repeat=1)
     rows = suites["mgk-techniques"].run(args, ctx)
-    assert [r["status"] for r in rows] == ["not measured (0 GPU)"]  # no octile counts, no technique rows
+    assert [(r["kind"], r["verdict"], r["why"]) for r in rows] == [("target", "n/a", "0 GPU here")]  # nothing else
     out = capsys.readouterr().out
-    assert "non-empty octiles" not in out and "two GPUs >= 1.8x one GPU" in out
+    assert "non-empty octiles" not in out and "two GPUs ≥ 1.8x one GPU" in out
 
 
 def test_last_engine_is_the_engine_of_the_last_call(rng):

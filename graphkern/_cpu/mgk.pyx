@@ -358,7 +358,7 @@ cdef void gradient_pair(floating* work, int64_t stride,
     """K of one pair and its raw derivatives ``grad = [dK/dtheta of each node derivative program,
     dK/dq, y^T (A1 (x) A2 (.) E_c) x of each edge contraction c]``, all times p^2.  A contraction
     with ``cfree[c] != 0`` is ``cfree[c] y^T (D V^-1 x - b)`` (M x = b: no XMV; see
-    graphkern._mgk_gradient)."""
+    graphkern.mgk.gradient)."""
     cdef int64_t N = <int64_t>n1 * n2, i
     cdef int i1, i2, j
     cdef floating* x = work + VEC_X * stride
@@ -451,7 +451,7 @@ def solve_pairs(
         floating[::1] nodal_out, const int64_t[::1] nodal_off, bint want_nodal, int n_threads):
     """Solve every listed pair ``(pair_g1[k] of set 1, pair_g2[k] of set 2)``.
 
-    Sets are packed as in graphkern._mgk_data: ``node_off`` graph -> first vertex,
+    Sets are packed as in graphkern.mgk.data: ``node_off`` graph -> first vertex,
     ``rowptr`` global row pointers into the entries (``len = n_vertices + 1``),
     ``indices`` local column indices, feature rows per vertex / per entry.
     Writes ``k_out[k]``, ``iters_out[k]``, ``resid_out[k]`` and, when ``want_nodal``,

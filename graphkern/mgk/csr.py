@@ -63,7 +63,7 @@ class CSRData:
     """One dataset's graphs renumbered by decreasing row length, as cuda_src/mgk_csr.cu reads them.
 
     ``rowptr`` (global, int64), ``indices`` (local, int32), ``weights``, ``edge_features``,
-    ``degree`` and ``node_features`` are those of :class:`graphkern._mgk_data.MGKDataset` in the
+    ``degree`` and ``node_features`` are those of :class:`graphkern.mgk.data.MGKDataset` in the
     new numbering; ``orig[v]`` is renumbered global vertex v's index in its graph as given.
     """
 

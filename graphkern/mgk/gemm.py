@@ -182,7 +182,7 @@ def pair_terms(cats1, cats2, form, scale, h):
 def contraction_terms(cats1, cats2, contraction_form, theta):
     """The terms of an edge contraction's XMV, as cuda_src/mgk_gemm.cu's contraction_terms forms them.
 
-    ``contraction_form``: graphkern._mgk_gradient.EDGE_FORMS' "constant" (the constant 1),
+    ``contraction_form``: graphkern.mgk.gradient.EDGE_FORMS' "constant" (the constant 1),
     "kronecker" (the base kernel ``theta + (1 - theta) delta``, scale 1) or "kronecker_derivative"
     (``1 - delta``: ``W1 X W2^T`` minus the terms of the common categories, at most
     ``1 + MAX_CATEGORIES`` terms).

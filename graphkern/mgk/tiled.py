@@ -273,7 +273,7 @@ def bitmap_mask(bitmap):
 
 
 class TiledData:
-    """One packed dataset (:class:`graphkern._mgk_data.MGKDataset`) cut into octiles for the tiled solver.
+    """One packed dataset (:class:`graphkern.mgk.data.MGKDataset`) cut into octiles for the tiled solver.
 
     ``perms[g]`` is graph g's vertex order (None: natural).  Tiles of a graph are consecutive,
     sorted by tile row then column (``tile_offsets``, ``tile_rowptr`` from ``rowptr_offset[g]``,

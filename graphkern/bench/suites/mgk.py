@@ -44,7 +44,7 @@ counts the flops it performs: 2 per entry pair (the multiply-add; the edge kerne
 
 The GPU gemm solver row (``techniques="gemm"``, cuda_src/mgk_gemm.cu) factorizes the XMV of a
 constant or single-column Kronecker edge kernel into T terms ``alpha L X R^T`` of masked
-adjacency matrices (graphkern/_mgk_gemm.py), each two dense GEMMs: ``2 T n1 n2 (n1 + n2)`` flops
+adjacency matrices (graphkern/mgk/gemm.py), each two dense GEMMs: ``2 T n1 n2 (n1 + n2)`` flops
 per XMV, the flops this algorithm performs and the ones its "XMV TFLOP/s" counts (unpadded
 sizes; T = 3 for the dense set: 10.6 MFLOP per pair-iteration, where the element-wise solvers
 evaluate 67M edge-kernel terms).  Its floor is ``flops / 67e12`` s (0.39 ms for the dense set's
@@ -68,7 +68,7 @@ every pair that fits its shared memory, K and gradients alike); the core solver 
 cuda_src/mgk.cu (``techniques="core"``) is timed beside it for comparison.  The gradient also
 solves the adjoint system, then contracts x and y: diagonal sums for the vertex kernel and q,
 nothing more for a constant factor of the edge kernel (``M x = b`` makes its contraction a
-diagonal sum: graphkern/_mgk_gradient.py), one XMV for any other edge-kernel derivative
+diagonal sum: graphkern/mgk/gradient.py), one XMV for any other edge-kernel derivative
 ("contractions" below counts those).  The CPU solves the two systems one after the other: its
 cost floor relative to K is ``(forward + adjoint iterations + contractions) / forward
 iterations``; the GPU solvers run them in lockstep, one pass serving both directions while
@@ -280,7 +280,7 @@ def _dense_row(*args):
 
 
 def _dense_figures(set_name, graphs, node_kernel, edge_kernel, n_pairs, total_pairs, q, K_by_solver):
-    from graphkern._mgk_dense import dense_mgk_pair
+    from graphkern.mgk.dense import dense_mgk_pair
 
     nk, ek = node_kernel.compile(), edge_kernel.compile()
     idx = [(i, (i * 7 + 3) % len(graphs)) for i in range(n_pairs)]
@@ -495,11 +495,12 @@ def _csr_figures(kern, info, graphs, kernel_s):
 def _gemm_figures(kern, info, graphs, kernel_s):
     """The GEMM solver (cuda_src/mgk_gemm.cu): the XMV's FLOP/s in the flops its GEMMs perform, on the
     pairs its engine routes to it (module docstring)."""
-    from graphkern._mgk_gemm import xmv_flops
+    from graphkern.mgk.gemm import xmv_flops
+    from graphkern.mgk.results import solver_arguments
 
     s = kern._settings()
     ds = kern._dataset(graphs, s)
-    plan = kern._engine(s).route(ds, ds, info.pairs)
+    plan = kern._router(s).engines["gemm"].route(ds, ds, info.pairs, solver_arguments(ds, ds, s))
     n1, n2 = ds.n_nodes[info.pairs[:, 0]], ds.n_nodes[info.pairs[:, 1]]
     flops = float(np.sum(np.where(plan.take, info.iterations * xmv_flops(plan.terms, n1, n2), 0.0)))
     peak = FP32_PEAK if np.dtype(kern.dtype) == np.float32 else FP64_PEAK

@@ -16,8 +16,8 @@ Printed per set:
    octile, and PBR's time for the whole set (CPU, all threads; measured without a GPU too);
 2. on the GPU, the time to solution of the whole Gram matrix (upper triangle) with the techniques
    added one at a time: Dense, +Sparse, +Reorder, +Adaptive, +Compact, +Block, +DynSched
-   (graphkern._mgk_tiled.INCREMENTAL_STEPS), the library's default ``techniques="auto"`` ("all
-   (auto)": every tiled technique, plus the CSR solver of graphkern._mgk_csr for the pairs whose
+   (graphkern.mgk.tiled.INCREMENTAL_STEPS), the library's default ``techniques="auto"`` ("all
+   (auto)": every tiled technique, plus the CSR solver of graphkern.mgk.csr for the pairs whose
    product graph fits a block's shared memory, e.g. every molecule pair and no protein pair), and
    the core solver (``techniques="core"``).
    A row whose kernel time, predicted from a measured row with the same octile products (dense x
@@ -59,7 +59,7 @@ Threshold microbenchmark: graphs of 64 vertices whose octiles (a band of three t
 all hold about k nonzeros, solved with each primitive forced (``primitives="dd"|"ds"|"ss"``)
 for k from 1 to 64 and every edge-kernel form; it prints the kernel time per octile product and
 the k up to which sparse x sparse and dense x sparse win, the values for
-graphkern._mgk_tiled.FORM_THRESHOLDS.
+graphkern.mgk.tiled.FORM_THRESHOLDS.
 """
 
 from __future__ import annotations
@@ -203,14 +203,15 @@ def _upper_pairs(n):
 
 def _octile_work(kern, graphs, pairs, iterations):
     """Octile products of solving ``pairs`` with these iterations under the kernel's variant (its octiles)."""
-    from graphkern._mgk_tiled import resolve_techniques
+    from graphkern.mgk.results import solver_arguments
+    from graphkern.mgk.tiled import resolve_techniques
 
     s = kern._settings()
     ds = kern._dataset(graphs, s)
     if resolve_techniques(kern.techniques) is None:
         tiles = ds.octiles.tiles_per_graph()
     else:
-        td, _, _ = kern._engine(s).datasets(ds, ds)
+        td, _ = kern._router(s).engines["tiled"].datasets(ds, ds, solver_arguments(ds, ds, s))
         tiles = td.tiles_per_graph
     return float(np.sum(np.asarray(iterations, dtype=np.float64) * tiles[pairs[:, 0]] * tiles[pairs[:, 1]]))
 
@@ -287,7 +288,7 @@ def floor_seconds(graphs, pairs, iterations, edge_form, dtype):
     return parts[bound], bound
 
 
-# the library's default: every tiled technique, and the CSR solver (graphkern._mgk_csr) for the
+# the library's default: every tiled technique, and the CSR solver (graphkern.mgk.csr) for the
 # pairs whose product graph fits a block's shared memory
 AUTO_ROW = "all (auto)"
 # --quick times the techniques on the GPU on this set only (the octile counts cover every set)
@@ -300,7 +301,7 @@ _DENSE_PRODUCT_ROWS = ("+Reorder", "+Sparse", "core", "Dense")
 
 
 def incremental_table(name, graphs, nk, ek, args, ctx, budget):
-    from graphkern._mgk_tiled import INCREMENTAL_STEPS
+    from graphkern.mgk.tiled import INCREMENTAL_STEPS
 
     repeat = ctx.repeat or (1 if ctx.quick else 3)
     variants = {label: (tech, reorder) for label, tech, reorder in INCREMENTAL_STEPS}
@@ -388,7 +389,7 @@ def multi_gpu_rows(name, graphs, nk, ek, args, ctx, n_devices):
         kern = MarginalizedGraphKernel(nk, ek, q=args.q, dtype=np.dtype(args.dtype), backend="gpu", device=devices)
         kern(graphs)
         wall = time_cpu(lambda: kern(graphs), repeat=repeat, warmup=0)
-        engine = kern.last_engine_
+        engine = kern.last_engine_.engines.get("tiled")
         per_device = getattr(engine, "last_run", None)
         rows.append({"set": name, "devices": len(devices), "seconds": wall.median,
                      "kernel_s": kern.info_.solve_seconds, "pairs": len(kern.info_.pairs),
