@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-import graphkern.spgk as spgk
+import graphkern.spgk.api as spgk
 from graphkern import Graph
 from graphkern._cuda import runtime
 from graphkern.errors import GPUUnavailableError
@@ -283,7 +283,7 @@ def test_shortest_paths_cached_per_graph(rng, monkeypatch):
 
     monkeypatch.setattr(spgk, "shortest_path_graph", counting)
     graphs = [random_graph(rng, 8, weighted=True) for _ in range(4)]
-    kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu")
+    kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu", method="openmp_out")
     first = kernel(graphs)
     kernel(graphs[:2], graphs[2:])
     assert sorted(calls) == sorted(map(id, graphs))  # once per graph across calls
@@ -408,7 +408,10 @@ def test_scikit_learn_manners(rng):
 
 def test_auto_method_resolution(rng):
     graphs = [random_graph(rng, 5)]
-    kernel = ShortestPathKernel(backend="cpu", n_threads=1)
+    kernel = ShortestPathKernel(backend="cpu")
+    kernel(graphs)
+    assert kernel.method_ == "features"  # Dirac kernels: the explicit feature map
+    kernel = ShortestPathKernel(backend="cpu", n_threads=1, edge_kernel=EDGE["gaussian"])
     kernel(graphs)
     assert kernel.method_ == "fcsp"
     kernel.set_params(n_threads=2)(graphs)

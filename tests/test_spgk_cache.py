@@ -13,11 +13,11 @@ import weakref
 import numpy as np
 import pytest
 
-import graphkern.spgk as spgk
+import graphkern.spgk.api as spgk
 from graphkern import Graph
 from graphkern._cpu import spgk as cpu_spgk
 from graphkern._cuda import runtime
-from graphkern._spgk_kernels import node_features
+from graphkern.spgk.kernels import node_features
 from graphkern.graph import pack_graphs
 from graphkern.spgk import DiracEdge, DiracNode, GaussianEdge, GaussianNode, ShortestPathKernel
 from test_spgk import EDGE, NODE, assert_close, graph_zoo, random_graph, ref_dirac, ref_gaussian, reference_gram
@@ -130,19 +130,21 @@ def test_replaced_or_removed_label_column_is_seen(rng):
         kernel(graphs)
 
 
-def test_structure_or_weights_edited_in_place_give_fresh_values(rng):
+@pytest.mark.parametrize("method", ["openmp_out", "features"])
+def test_structure_or_weights_edited_in_place_give_fresh_values(rng, method):
     graphs = zoo(rng) + [path_graph([0, 1, 2, 3])]
-    kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu")
+    kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu", method=method)
     before = kernel(graphs)
+    cache = kernel._counts if method == "features" else kernel._batches
     # 0-1-2-3 becomes 0-2-1-3 in place: same degrees, so the same indptr
     graphs[-1].indices[:] = path_graph([0, 2, 1, 3]).indices
     after = kernel(graphs)
     assert_close(after, reference_gram(graphs, graphs, ref_dirac("c"), "dirac"), 1e-12)
-    assert kernel._batches.packed == 2 and after[-1, -1] != before[-1, -1]
+    assert cache.packed == 2 and after[-1, -1] != before[-1, -1]
     weighted = next(g for g in graphs if g.weights is not None and g.nnz)
     weighted.weights[:] += 1.0
     assert_close(kernel(graphs), reference_gram(graphs, graphs, ref_dirac("c"), "dirac"), 1e-12)
-    assert kernel._batches.packed == 3
+    assert cache.packed == 3
 
 
 def test_node_kernel_changes_give_fresh_values(rng):

@@ -107,9 +107,11 @@ import numpy as np
 from scipy.sparse.csgraph import shortest_path
 
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
-from graphkern._spgk_kernels import (BrownianBridgeEdge, DiracEdge, DiracNode, EdgeKernel, GaussianEdge,
+from graphkern.spgk.kernels import (BrownianBridgeEdge, DiracEdge, DiracNode, EdgeKernel, GaussianEdge,
                                      GaussianNode, NodeKernel, ProductNode, node_features)
+from graphkern._progress import Progress
 from graphkern.graph import Graph, as_graph_list
+from graphkern.spgk import features
 
 __all__ = ["ShortestPathKernel", "DiracNode", "GaussianNode", "ProductNode", "DiracEdge", "GaussianEdge",
            "BrownianBridgeEdge", "shortest_path_graph", "CPU_METHODS", "GPU_METHODS"]
@@ -121,7 +123,9 @@ _DENSE_EDGES = (0, 2)
 CPU_WALKS = ("auto", "edges", "dense")
 _WALK_MODES = {"edges": 0, "auto": 1, "dense": 2}
 GPU_METHODS = ("gpu_1d", "gpu_2d", "gpu_1d_overlap", "gpu_2d_overlap", "gpu_batched")
-METHODS = ("auto",) + CPU_METHODS + GPU_METHODS
+# the explicit feature map of Dirac kernels (graphkern.spgk.features), on the CPU or the GPU
+FEATURES = "features"
+METHODS = ("auto", FEATURES) + CPU_METHODS + GPU_METHODS
 BACKENDS = ("auto", "cpu", "gpu", "hybrid")
 
 # packed batches a kernel object keeps: a Gram matrix needs one, transform two (the fitted graphs'
@@ -918,10 +922,10 @@ class ShortestPathKernel:
     """
 
     _PARAMS = ("node_kernel", "edge_kernel", "normalize", "backend", "device", "n_threads", "method", "dtype",
-               "cpu_walk")
+               "cpu_walk", "verbose")
 
     def __init__(self, *, node_kernel=None, edge_kernel=None, normalize=False, backend="auto", device=None,
-                 n_threads=None, method="auto", dtype=np.float64, cpu_walk="auto"):
+                 n_threads=None, method="auto", dtype=np.float64, cpu_walk="auto", verbose=False):
         self.node_kernel = node_kernel
         self.edge_kernel = edge_kernel
         self.normalize = normalize
@@ -931,9 +935,8 @@ class ShortestPathKernel:
         self.method = method
         self.dtype = dtype
         self.cpu_walk = cpu_walk
-        self._paths = _PathCache()
-        self._batches = _BatchCache(_BATCH_CACHE_SIZE)
-        self._gpu = None  # (key, _GpuRunner) of the last GPU call
+        self.verbose = verbose
+        self.__setstate__({})
 
     # ---- scikit-learn manners
     def get_params(self, deep=True):
@@ -956,46 +959,91 @@ class ShortestPathKernel:
     def __getstate__(self):
         state = self.__dict__.copy()
         # weakrefs and device memory do not pickle; the caches are rebuilt on use
-        state["_paths"] = state["_batches"] = state["_gpu"] = None
+        for cache in ("_paths", "_batches", "_gpu", "_counts"):
+            state.pop(cache, None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._paths = _PathCache()
         self._batches = _BatchCache(_BATCH_CACHE_SIZE)
-        self._gpu = None
+        self._counts = _BatchCache(_BATCH_CACHE_SIZE)  # TripletCounts of the last lists of graphs
+        self._gpu = None  # (key, _GpuRunner) of the last GPU call
 
     def _drop_batches(self):
         """Forget the packed batches (and their device copies) and the GPU runner."""
         self._batches.clear()
+        self._counts.clear()
         self._gpu = None
+        self.__dict__.pop("_fitted", None)
 
     def fit(self, X, y=None):
-        """Remember the graphs ``X`` (validated); ``transform`` compares new graphs with them."""
+        """Remember the graphs ``X`` (validated); ``transform`` compares new graphs with them.
+
+        With the feature map (Dirac kernels, ``method`` "auto" or "features") their features and
+        the vocabulary of triplets are made here, once."""
         self.X_fit_ = as_graph_list(X, "X")
+        self.__dict__.pop("_fitted", None)
+        cfg = self._config()
+        if cfg["method"] == FEATURES:
+            counts = self._triplets(self.X_fit_, "X", cfg)
+            self._fitted = (counts, features.Vocabulary(counts, features.label_columns(cfg["node_kernel"])))
         return self
 
-    def transform(self, Y):
-        """``K(Y, X_fit_)``, shape ``(len(Y), len(X_fit_))``."""
+    def transform(self, Y, *, out=None):
+        """``K(Y, X_fit_)``, shape ``(len(Y), len(X_fit_))`` (written into ``out`` when given)."""
         if not hasattr(self, "X_fit_"):
             raise AttributeError("this ShortestPathKernel is not fitted yet: call fit(X) first")
-        return self._gram(as_graph_list(Y, "Y"), self.X_fit_)
+        return self._gram(as_graph_list(Y, "Y"), self.X_fit_, out, fitted=True)
 
     def fit_transform(self, X, y=None):
         return self.fit(X)(self.X_fit_)
 
-    def __call__(self, X, Y=None):
-        """The kernel matrix ``K(X, Y)``, ``(len(X), len(Y))``; ``Y=None`` computes only the upper triangle of ``K(X, X)``."""
+    def __call__(self, X, Y=None, *, out=None):
+        """The kernel matrix ``K(X, Y)``, ``(len(X), len(Y))``; ``Y=None`` computes only the upper
+        triangle of ``K(X, X)``.  ``out``: a float64 array (or memory-mapped file) of that shape to
+        write ``K`` into, returned."""
         X = as_graph_list(X, "X")
-        return self._gram(X, None if Y is None else as_graph_list(Y, "Y"))
+        return self._gram(X, None if Y is None else as_graph_list(Y, "Y"), out)
 
     def diag(self, X):
         """``K(x, x)`` for each graph of ``X`` (never normalised)."""
         X = as_graph_list(X, "X")
         cfg = self._config()
+        if cfg["method"] == FEATURES:
+            return self._triplets(X, "X", cfg).self_dot.copy()
         A = self._batch(X, "X", cfg)
         idx = np.arange(len(X), dtype=np.int64)
         return self._execute(cfg, A, A, idx, idx)
+
+    def features(self, X):
+        """The explicit features of ``X``: a scipy.sparse CSR matrix (int64 counts), one row per
+        graph, one column per triplet of the fitted graphs (:attr:`feature_names_`); ``K(X, Y) =
+        features(X) @ features(Y).T`` over the fitted vocabulary.  Triplets the fitted graphs lack
+        are not columns.  An unfitted kernel is fitted on ``X`` first.  Needs Dirac kernels."""
+        X = as_graph_list(X, "X")
+        cfg = self._config()
+        if cfg["method"] != FEATURES:
+            raise ValueError(f"features() needs DiracNode factors (or no node kernel), DiracEdge and method 'auto' or "
+                             f"'features'; this kernel has node_kernel={self.node_kernel!r}, "
+                             f"edge_kernel={self.edge_kernel!r}, method={self.method!r}")
+        if getattr(self, "_fitted", None) is None:
+            self.fit(X)
+        return self._fitted[1].matrix(self._triplets(X, "X", cfg)).copy()
+
+    @property
+    def feature_names_(self):
+        """The columns of :meth:`features`: one ``(labels of a, labels of b, length)`` each, where a
+        label tuple holds the vertex's values of the DiracNode columns (``feature_label_columns_``)."""
+        if getattr(self, "_fitted", None) is None:
+            raise AttributeError("feature_names_ exists after fit() with Dirac kernels")
+        return self._fitted[1].names()
+
+    @property
+    def feature_label_columns_(self):
+        if getattr(self, "_fitted", None) is None:
+            raise AttributeError("feature_label_columns_ exists after fit() with Dirac kernels")
+        return self._fitted[1].columns
 
     # ---- configuration
     def _config(self):
@@ -1018,6 +1066,15 @@ class ShortestPathKernel:
         dtype = resolve_dtype(self.dtype)
         n_threads = resolve_threads(self.n_threads)
         method, backend = self.method, self.backend
+        if method == FEATURES or (method == "auto" and features.applies(node_kernel, edge_kernel)):
+            if not features.applies(node_kernel, edge_kernel):
+                raise ValueError(f"method 'features' needs DiracNode factors (or no node kernel) and DiracEdge; got "
+                                 f"node_kernel={node_kernel!r}, edge_kernel={edge_kernel!r}")
+            # the feature map on the GPU also serves "hybrid": the CPU has no share worth taking
+            backend = resolve_backend("gpu" if backend == "hybrid" else backend, allowed=BACKENDS)
+            device = resolve_devices(self.device)[0] if backend == "gpu" else None
+            return dict(node_kernel=node_kernel, edge_kernel=edge_kernel, dtype=dtype, n_threads=n_threads,
+                        method=FEATURES, backend=backend, device=device, cpu_walk=self.cpu_walk)
         if backend == "auto":
             if method in GPU_METHODS:
                 backend = "gpu"
@@ -1061,9 +1118,23 @@ class ShortestPathKernel:
 
         return self._batches.get(graphs, node_kernel, build)
 
+    def _triplets(self, graphs, name, cfg):
+        """The :class:`features.TripletCounts` of ``graphs``: the last calls' when unchanged."""
+        def build(structure):
+            return features.TripletCounts(graphs, cfg["node_kernel"], cfg["n_threads"],
+                                          lambda k: _graph_name(graphs, name, k))
+
+        return self._counts.get(graphs, cfg["node_kernel"], build)
+
     # ---- evaluation
-    def _gram(self, X, Y):
+    def _gram(self, X, Y, out=None, fitted=False):
         cfg = self._config()
+        out = _check_out(out, len(X), len(X) if Y is None else len(Y))
+        if cfg["method"] == FEATURES:
+            return self._gram_features(cfg, X, Y, out, fitted)
+        if out is not None:
+            out[...] = self._gram(X, Y)
+            return out
         A = self._batch(X, "X", cfg)
         B = A if Y is None else self._batch(Y, "Y", cfg)
         pa, pb = A.pairs(None if Y is None else B)
@@ -1084,6 +1155,34 @@ class ShortestPathKernel:
         scale = np.sqrt(np.outer(dx, dy))
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.where(scale > 0, K / np.where(scale > 0, scale, 1.0), 0.0)
+
+    def _gram_features(self, cfg, X, Y, out, fitted):
+        """``K(X, Y)`` (``Y`` None: ``K(X, X)``) as a product of feature matrices; ``fitted``: ``Y``
+        is ``X_fit_``, whose vocabulary and features :meth:`fit` made."""
+        if fitted and getattr(self, "_fitted", None) is not None:
+            cy, vocab = self._fitted
+        else:
+            cy = self._triplets(X if Y is None else Y, "X" if Y is None else "Y", cfg)
+            vocab = cy.cache.get("vocabulary")
+            if vocab is None:
+                vocab = cy.cache["vocabulary"] = features.Vocabulary(cy, features.label_columns(cfg["node_kernel"]))
+        if fitted:  # transform: the rows are the new graphs, the columns the fitted ones
+            cx = self._triplets(X, "Y", cfg)
+        else:
+            cx, cy = (cy, cy) if Y is None else (self._triplets(X, "X", cfg), cy)
+        A, B = vocab.matrix(cx), vocab.matrix(cy)
+        shape = (A.shape[0], B.shape[0])
+        out = np.empty(shape) if out is None else out
+        scale = (cx.self_dot, cy.self_dot) if self.normalize else None
+        symmetric = Y is None and not fitted
+        self.method_, self.backend_ = FEATURES, cfg["backend"]
+        with Progress(shape[0] * shape[1], self.verbose, "entries", "ShortestPathKernel") as bar:
+            if cfg["backend"] == "gpu":
+                from graphkern.spgk.features_gpu import features_gram
+
+                return features_gram(cfg["device"], A, B, out, symmetric=symmetric, scale=scale, progress=bar)
+            return features.gram_cpu(A, B, out, symmetric=symmetric, n_threads=cfg["n_threads"], scale=scale,
+                                     progress=bar)
 
     def _runner(self, cfg):
         """The GPU runner for this call's device, dtype and edge kernel: the last call's if they match."""
@@ -1130,6 +1229,23 @@ class ShortestPathKernel:
 
 
 _DEFAULTS = {"node_kernel": None, "edge_kernel": None, "normalize": False, "backend": "auto", "device": None,
-             "n_threads": None, "method": "auto", "dtype": np.float64, "cpu_walk": "auto"}
+             "n_threads": None, "method": "auto", "dtype": np.float64, "cpu_walk": "auto", "verbose": False}
+
+
+def _graph_name(graphs, name, k):
+    g = graphs[k]
+    return f"{name}[{k}]" + (f" ({g.name!r})" if g.name is not None else "")
+
+
+def _check_out(out, rows, cols):
+    """``out`` when it can hold the ``(rows, cols)`` float64 kernel matrix (None stays None)."""
+    if out is None:
+        return None
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"out must be a NumPy array or memory map, got {type(out).__name__}")
+    if out.shape != (rows, cols) or out.dtype != np.float64 or not out.flags.writeable:
+        raise ValueError(f"out must be a writeable float64 array of shape {(rows, cols)}; got {out.dtype} "
+                         f"{out.shape}{'' if out.flags.writeable else ', read-only'}")
+    return out
 
 

@@ -1,0 +1,192 @@
+"""The feature map of the Dirac shortest-path kernel against an independent reference, the pairwise
+methods, GraKeL, and across CPU and GPU.
+
+The reference computes shortest paths by its own Floyd-Warshall and counts the (labels, labels,
+length) triplets of ordered pairs of distinct reachable vertices with a Counter; weights are
+multiples of 1/2, so every path length is exact and no summation order can change one.
+"""
+
+import collections
+import copy
+import pickle
+
+import numpy as np
+import pytest
+
+from graphkern import Graph
+from graphkern.spgk import BrownianBridgeEdge, DiracEdge, DiracNode, GaussianNode, ShortestPathKernel
+from graphkern.spgk import features_gpu
+
+BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def random_graph(rng, *, weighted, n_labels=3, columns=("a", "b")):
+    """Up to 14 vertices in up to 3 components, isolated vertices and self-loops included."""
+    n = int(rng.integers(1, 15))
+    edges = set()
+    parts = np.sort(rng.choice(np.arange(1, n + 1), size=min(n, int(rng.integers(1, 4))), replace=False))
+    lo = 0
+    for hi in parts:
+        for i in range(lo, hi):
+            for j in range(i, hi):
+                if (i == j and rng.random() < 0.1) or (i != j and rng.random() < 0.3):
+                    edges.add((i, j))
+        lo = hi
+    edges = sorted(edges)
+    weights = rng.integers(0, 5, len(edges)) / 2.0 if weighted else None
+    labels = {c: rng.integers(0, n_labels, n) for c in columns}
+    return Graph.from_edges(edges, n, weights=weights, node_labels=labels)
+
+
+def random_graphs(rng, count, *, weighted=None, **kw):
+    return [random_graph(rng, weighted=bool(rng.integers(2)) if weighted is None else weighted, **kw)
+            for _ in range(count)]
+
+
+def reference_triplets(g, columns):
+    n = g.n_nodes
+    D = np.full((n, n), np.inf)
+    rows = np.repeat(np.arange(n), np.diff(g.indptr))
+    D[rows, g.indices] = g.weight_array()
+    np.fill_diagonal(D, 0.0)
+    for k in range(n):
+        D = np.minimum(D, D[:, [k]] + D[[k], :])
+    labels = list(zip(*(g.node_labels[c].tolist() for c in columns))) if columns else [()] * n
+    return collections.Counter((labels[a], labels[b], D[a, b]) for a in range(n) for b in range(n)
+                               if a != b and np.isfinite(D[a, b]))
+
+
+def reference_gram(X, Y, columns, normalize=False):
+    cx = [reference_triplets(g, columns) for g in X]
+    cy = [reference_triplets(g, columns) for g in Y]
+    K = np.array([[float(sum(c[t] * d[t] for t in c)) for d in cy] for c in cx])
+    if normalize:
+        dx = np.array([float(sum(v * v for v in c.values())) for c in cx])
+        dy = np.array([float(sum(v * v for v in c.values())) for c in cy])
+        scale = np.sqrt(np.outer(dx, dy))
+        K = np.where(scale > 0, K / np.where(scale > 0, scale, 1.0), 0.0)
+    return K
+
+
+NODE_KERNELS = {(): None, ("a",): DiracNode("a"), ("a", "b"): DiracNode("a") * DiracNode("b")}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("columns", list(NODE_KERNELS))
+@pytest.mark.parametrize("normalize", [False, True])
+def test_features_equal_reference_and_pairwise(rng, backend, columns, normalize):
+    X = random_graphs(rng, 14)
+    kernel = ShortestPathKernel(node_kernel=NODE_KERNELS[columns], normalize=normalize, backend=backend)
+    K = kernel(X)
+    assert kernel.method_ == "features" and kernel.backend_ == backend
+    np.testing.assert_array_equal(K, reference_gram(X, X, columns, normalize))
+    pairwise = ShortestPathKernel(node_kernel=NODE_KERNELS[columns], normalize=normalize, method="openmp_out")
+    np.testing.assert_array_equal(K, pairwise(X))
+    Y = random_graphs(rng, 5)
+    np.testing.assert_array_equal(kernel(X, Y), pairwise(X, Y))
+    np.testing.assert_array_equal(kernel.diag(Y), pairwise.diag(Y))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("normalize", [False, True])
+def test_fit_transform_with_unseen_labels_and_lengths(rng, backend, normalize):
+    X = random_graphs(rng, 12, n_labels=2)
+    Y = random_graphs(rng, 7, n_labels=4)  # labels 2 and 3 never occur in X
+    Y.append(Graph.from_edges([(0, 1), (1, 2)], 3, weights=[0.25, 7.75], node_labels={"a": [0, 1, 5], "b": [0, 0, 1]}))
+    columns = ("a", "b")
+    kernel = ShortestPathKernel(node_kernel=NODE_KERNELS[columns], normalize=normalize, backend=backend).fit(X)
+    K = kernel.transform(Y)
+    np.testing.assert_array_equal(K, reference_gram(Y, X, columns, normalize))
+    pairwise = ShortestPathKernel(node_kernel=NODE_KERNELS[columns], normalize=normalize, method="openmp_out")
+    np.testing.assert_array_equal(K, pairwise.fit(X).transform(Y))
+    if not normalize:
+        np.testing.assert_array_equal((kernel.features(Y) @ kernel.features(X).T).toarray(), K)
+
+
+def test_feature_columns_are_the_triplets(rng):
+    X = random_graphs(rng, 10)
+    kernel = ShortestPathKernel(node_kernel=DiracNode("a") * DiracNode("b")).fit(X)
+    phi = kernel.features(X)
+    names = kernel.feature_names_
+    assert kernel.feature_label_columns_ == ("a", "b")
+    assert phi.shape == (len(X), len(names)) and phi.dtype == np.int64
+    for g, row in zip(X, phi.toarray()):
+        got = {names[j]: int(v) for j, v in enumerate(row) if v}
+        assert got == dict(reference_triplets(g, ("a", "b")))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_memory_map_in_tiles(rng, backend, tmp_path, monkeypatch):
+    """A Gram matrix written into a memory map, several tiles of rows (both products)."""
+    from graphkern.spgk import features
+
+    monkeypatch.setattr(features, "_TILE_BYTES", 3 * 8 * 30)
+    monkeypatch.setattr(features_gpu, "_TILE_BYTES", 64 * 8 * 30)
+    X = random_graphs(rng, 150, n_labels=2)
+    kernel = ShortestPathKernel(node_kernel=DiracNode("a"), backend=backend)
+    out = np.lib.format.open_memmap(tmp_path / "K.npy", mode="w+", dtype=np.float64, shape=(150, 150))
+    assert kernel(X, out=out) is out
+    expected = ShortestPathKernel(node_kernel=DiracNode("a"), method="openmp_out")(X)
+    np.testing.assert_array_equal(np.load(tmp_path / "K.npy"), expected)
+    Y = X[:70]
+    np.testing.assert_array_equal(kernel.fit(X).transform(Y), expected[:70])
+    np.testing.assert_array_equal(kernel(Y, X), expected[:70])
+
+
+def test_auto_uses_features_only_for_dirac_kernels(rng):
+    X = random_graphs(rng, 4, columns=("a",))
+    for g in X:
+        g.node_labels["x"] = rng.random(g.n_nodes)
+    k = ShortestPathKernel(node_kernel=DiracNode("a"), backend="cpu")
+    k(X)
+    assert k.method_ == "features"
+    for other in (dict(node_kernel=GaussianNode("x", sigma=1.0)), dict(edge_kernel=BrownianBridgeEdge(c=1.0))):
+        k = ShortestPathKernel(backend="cpu", **other)
+        k(X)
+        assert k.method_ == "openmp_out"
+        with pytest.raises(ValueError, match="features"):
+            ShortestPathKernel(backend="cpu", method="features", **other)(X)
+        with pytest.raises(ValueError, match="features"):
+            k.features(X)
+
+
+def test_pickle_and_deepcopy_before_and_after_use(rng):
+    X, Y = random_graphs(rng, 8), random_graphs(rng, 3)
+    kernel = ShortestPathKernel(node_kernel=DiracNode("a"), edge_kernel=DiracEdge(), normalize=True)
+    fresh = pickle.loads(pickle.dumps(kernel))
+    expected = fresh.fit(X).transform(Y)
+    kernel.fit(X)
+    for clone in (pickle.loads(pickle.dumps(kernel)), copy.deepcopy(kernel)):
+        np.testing.assert_array_equal(clone.transform(Y), expected)
+        assert clone.feature_names_ == kernel.feature_names_
+
+
+def test_bad_input_is_named(rng):
+    X = random_graphs(rng, 3, weighted=True)
+    bad = Graph.from_edges([(0, 1)], 2, weights=[1.0], node_labels={"a": [0, 1], "b": [0, 0]})
+    bad.weights[:] = -1.0  # edited after validation
+    with pytest.raises(ValueError, match=r"X\[3\] has a negative edge weight"):
+        ShortestPathKernel(node_kernel=DiracNode("a"))(X + [bad])
+    with pytest.raises(ValueError, match="out must be"):
+        ShortestPathKernel(node_kernel=DiracNode("a"))(X, out=np.zeros((2, 3)))
+    with pytest.raises(KeyError, match="nope"):
+        ShortestPathKernel(node_kernel=DiracNode("nope"))(X)
+
+
+def test_equals_grakel_on_molecules():
+    grakel = pytest.importorskip("grakel")
+    from graphkern.bench.data import molecules_path
+    from graphkern.io import read_sdf
+
+    graphs = read_sdf(molecules_path())[:120]
+
+    def convert(g):
+        return grakel.Graph(g.to_scipy().toarray(), {i: int(v) for i, v in enumerate(g.node_labels["element"])})
+
+    train, test = [convert(g) for g in graphs[:80]], [convert(g) for g in graphs[80:]]
+    for normalize in (False, True):
+        peer = grakel.ShortestPath(with_labels=True, normalize=normalize)
+        expected_train, expected_test = peer.fit_transform(train), peer.transform(test)
+        kernel = ShortestPathKernel(node_kernel=DiracNode("element"), normalize=normalize, backend="cpu")
+        np.testing.assert_allclose(kernel.fit_transform(graphs[:80]), expected_train, rtol=1e-15, atol=0)
+        np.testing.assert_allclose(kernel.transform(graphs[80:]), expected_test, rtol=1e-15, atol=0)
