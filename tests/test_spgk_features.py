@@ -7,6 +7,7 @@ multiples of 1/2, so every path length is exact and no summation order can chang
 """
 
 import collections
+import types
 import copy
 import pickle
 
@@ -190,3 +191,125 @@ def test_equals_grakel_on_molecules():
         kernel = ShortestPathKernel(node_kernel=DiracNode("element"), normalize=normalize, backend="cpu")
         np.testing.assert_allclose(kernel.fit_transform(graphs[:80]), expected_train, rtol=1e-15, atol=0)
         np.testing.assert_allclose(kernel.transform(graphs[80:]), expected_test, rtol=1e-15, atol=0)
+
+
+# --------------------------------------------------------------------------- the GPU driver on a host emulation
+
+class FakeBuffer:
+    """Device memory as host bytes; views share them."""
+
+    def __init__(self, nbytes, data=None, offset=0):
+        self.data = np.zeros(max(nbytes, 1), np.uint8) if data is None else data
+        self.offset, self.nbytes = offset, nbytes
+
+    def bytes(self):
+        return self.data[self.offset:self.offset + self.nbytes]
+
+    def as_(self, dtype):
+        return self.bytes().view(dtype)
+
+    def view(self, offset, nbytes):
+        assert offset + nbytes <= self.nbytes, "view outside the buffer"
+        return FakeBuffer(nbytes, self.data, self.offset + offset)
+
+    def zero(self, stream=None):
+        self.bytes()[:] = 0
+
+    def copy_from_host(self, host, stream=None):
+        self.bytes()[:] = np.frombuffer(np.ascontiguousarray(host).tobytes(), np.uint8)
+
+    def copy_to_host(self, out, stream=None):
+        flat = memoryview(out).cast("B")
+        flat[:] = self.bytes()[:len(flat)].tobytes()
+
+    def to_host(self, shape):
+        return self.as_(np.float64)[:int(np.prod(shape))].reshape(shape).copy()
+
+
+class FakeFeatureRuntime:
+    """The two kernels of cuda_src/spgk_features.cu in NumPy, with their padding and flags."""
+
+    def __init__(self):
+        self.launches = []
+
+    def get_device(self, ordinal):
+        return types.SimpleNamespace(memory_info=lambda: (1 << 30, 1 << 30), ordinal=ordinal)
+
+    def kernel(self, dev, module, name):
+        assert module == "spgk_features"
+        return name
+
+    def alloc(self, dev, shape, dtype):
+        return FakeBuffer(int(np.prod(shape)) * np.dtype(dtype).itemsize)
+
+    def to_device(self, dev, array, stream=None):
+        buf = self.alloc(dev, np.shape(array), np.asarray(array).dtype)
+        buf.copy_from_host(array)
+        return buf
+
+    def check_fits(self, dev, nbytes, what):
+        pass
+
+    def Stream(self, dev):
+        return types.SimpleNamespace(synchronize=lambda: None)
+
+    def launch(self, fn, grid, block, args, shared_mem=0, stream=None):
+        self.launches.append(fn)
+        if fn == "spgk_features_scatter":
+            indptr, cols, counts, n_rows, dense, ld = args
+            D = dense.as_(np.float64).reshape(-1, int(ld))
+            ip = indptr.as_(np.int64)
+            rows = np.repeat(np.arange(int(n_rows)), np.diff(ip))
+            D[rows, cols.as_(np.int32)[:len(rows)]] = counts.as_(np.int64)[:len(rows)]
+            return
+        A, rows, B, cols, depth, fa, fb, dx, dy, C, ldc = args
+        rows, cols, depth = int(rows), int(cols), int(depth)
+        a = A.as_(np.float64).reshape(-1, depth)
+        b = B.as_(np.float64).reshape(-1, depth)
+        steps = depth // 16
+        fa = fa.as_(np.uint8).reshape(-1, steps)
+        fb = fb.as_(np.uint8).reshape(-1, steps)
+        assert grid == (-(-cols // 64), -(-rows // 64)) and len(a) >= 64 * grid[1] and len(b) >= 64 * grid[0]
+        out = C.as_(np.float64).reshape(-1, int(ldc))
+        for bi in range(grid[1]):
+            for bj in range(grid[0]):
+                acc = np.zeros((64, 64))
+                for s in range(steps):
+                    if fa[bi, s] and fb[bj, s]:
+                        k = slice(16 * s, 16 * s + 16)
+                        acc += a[64 * bi:64 * bi + 64, k] @ b[64 * bj:64 * bj + 64, k].T
+                i1, j1 = min(64, rows - 64 * bi), min(64, cols - 64 * bj)
+                value = acc[:i1, :j1]
+                if dx is not None:
+                    scale = np.sqrt(np.outer(dx.as_(np.float64)[64 * bi:64 * bi + i1],
+                                             dy.as_(np.float64)[64 * bj:64 * bj + j1]))
+                    value = np.where(scale > 0, value / np.where(scale > 0, scale, 1.0), 0.0)
+                out[64 * bi:64 * bi + i1, 64 * bj:64 * bj + j1] = value
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize):
+    """The GPU driver's tiling, padding, column order and skipped steps, its kernels emulated."""
+    from graphkern._cuda import runtime
+
+    fake = FakeFeatureRuntime()
+    for name in ("get_device", "kernel", "alloc", "to_device", "check_fits", "Stream", "launch"):
+        monkeypatch.setattr(runtime, name, getattr(fake, name))
+    monkeypatch.setattr(runtime, "require_gpu", lambda: None)
+    monkeypatch.setattr(runtime, "resolve_devices", lambda d: [0], raising=False)
+    monkeypatch.setattr(features_gpu, "_TILE_BYTES", 64 * 8 * 90)  # tiles of 64 rows
+    X, Y = random_graphs(rng, 150, n_labels=3), random_graphs(rng, 70, n_labels=3)
+    node = DiracNode("a") * DiracNode("b")
+    cpu = ShortestPathKernel(node_kernel=node, normalize=normalize, backend="cpu")
+    from graphkern.spgk import api
+
+    cfg = {"node_kernel": node, "edge_kernel": DiracEdge(), "n_threads": 2, "backend": "gpu", "device": 0}
+    kernel = ShortestPathKernel(node_kernel=node, normalize=normalize)
+    monkeypatch.setattr(kernel, "_config", lambda: dict(cfg, dtype=np.dtype(np.float64), method="features",
+                                                         cpu_walk="auto"))
+    out = np.full((150, 150), np.nan)
+    np.testing.assert_array_equal(kernel(X, out=out), cpu(X))
+    assert fake.launches.count("spgk_features_gram") == 3
+    np.testing.assert_array_equal(kernel(Y, X), cpu(Y, X))
+    np.testing.assert_array_equal(kernel.fit(X).transform(Y), cpu.fit(X).transform(Y))
+    assert api.FEATURES == kernel.method_ and kernel.backend_ == "gpu"

@@ -16,21 +16,26 @@ _THREADS = 256
 _TILE_BYTES = 1 << 30
 
 
-def _dense(rt, dev, M, depth, stream):
-    """The CSR count matrix ``M`` as dense float64 rows of ``depth`` columns on the device, its
-    rows padded with zeros to a multiple of the tile."""
+def _dense(rt, dev, M, rank, depth, stream):
+    """The CSR count matrix ``M`` as dense float64 rows of ``depth`` columns on the device (column
+    ``j`` at ``rank[j]``), its rows padded with zeros to a multiple of the tile; and the flags of
+    its (64-row tile, 16-column step) blocks that hold a nonzero."""
     rows = -(-max(M.shape[0], 1) // _TILE_ROWS) * _TILE_ROWS
+    flags = np.zeros((rows // _TILE_ROWS, depth // _DEPTH), np.uint8)
+    row_of = np.repeat(np.arange(M.shape[0]), np.diff(M.indptr))
+    flags[row_of // _TILE_ROWS, rank[M.indices] // _DEPTH] = 1
     dense = rt.alloc(dev, (rows, depth), np.float64)
     dense.zero(stream=stream)
+    d_flags = rt.to_device(dev, flags, stream=stream)
     if M.nnz:
         indptr = rt.to_device(dev, M.indptr.astype(np.int64), stream=stream)
-        cols = rt.to_device(dev, M.indices.astype(np.int32), stream=stream)
+        cols = rt.to_device(dev, rank[M.indices].astype(np.int32), stream=stream)
         counts = rt.to_device(dev, M.data.astype(np.int64), stream=stream)
         grid = max(1, min(-(-M.shape[0] // (_THREADS // 32)), 65535))
         rt.launch(rt.kernel(dev, "spgk_features", "spgk_features_scatter"), grid, _THREADS,
                   (indptr, cols, counts, np.int64(M.shape[0]), dense, np.int64(depth)), stream=stream)
-        stream.synchronize()  # the host arrays of the copies above go out of scope
-    return dense
+    stream.synchronize()  # the host arrays of the copies above go out of scope
+    return dense, d_flags
 
 
 def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None):
@@ -52,8 +57,11 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None):
     rt.check_fits(dev, inputs + 2 * 8 * step * nb,
                   f"the shortest-path features of {na} x {nb} graphs ({A.shape[1]} triplets) and two output tiles")
     streams = [rt.Stream(dev), rt.Stream(dev)]
-    dB = _dense(rt, dev, B, depth, streams[0])
-    dA = dB if symmetric else _dense(rt, dev, A, depth, streams[0])
+    # the columns by decreasing frequency, so that the rare ones gather in steps most tiles skip
+    rank = np.empty(A.shape[1], np.int64)
+    rank[np.argsort(-np.bincount(B.indices, minlength=A.shape[1]), kind="stable")] = np.arange(A.shape[1])
+    dB, fB = _dense(rt, dev, B, rank, depth, streams[0])
+    dA, fA = (dB, fB) if symmetric else _dense(rt, dev, A, rank, depth, streams[0])
     dx = dy = None
     if scale is not None:
         dx = rt.to_device(dev, np.ascontiguousarray(scale[0], np.float64))
@@ -66,8 +74,11 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None):
         i0 = starts[t]
         rows = min(step, na - i0)
         a = dA.view(8 * i0 * depth, 8 * pad(rows) * depth)
+        steps = depth // _DEPTH
+        fa = fA.view(i0 // _TILE_ROWS * steps, pad(rows) // _TILE_ROWS * steps)
         grid = (-(-nb // _TILE_ROWS), -(-rows // _TILE_ROWS))
-        rt.launch(fn, grid, _THREADS, (a, np.int64(rows), dB, np.int64(nb), np.int64(depth), dx, dy,
+        tile_dx = None if dx is None else dx.view(8 * i0, 8 * rows)  # the kernel counts rows from the tile's first
+        rt.launch(fn, grid, _THREADS, (a, np.int64(rows), dB, np.int64(nb), np.int64(depth), fa, fB, tile_dx, dy,
                                        tiles[t % 2], np.int64(nb)), stream=streams[t % 2])
 
     host_contiguous = out.flags.c_contiguous
