@@ -116,18 +116,22 @@ def test_feature_columns_are_the_triplets(rng):
         assert got == dict(reference_triplets(g, ("a", "b")))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_out_memory_map_in_tiles(rng, backend, tmp_path, monkeypatch):
-    """A Gram matrix written into a memory map, several tiles of rows (both products)."""
+@pytest.mark.parametrize("backend, sparse_cost", [("cpu", 0.0), ("cpu", 1e30), pytest.param("gpu", 1, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_out_memory_map_in_tiles(rng, backend, sparse_cost, normalize, tmp_path, monkeypatch):
+    """A Gram matrix written into a memory map, several tiles of rows (the CPU's sparse and dense
+    products, and the GPU's)."""
     from graphkern.spgk import features
 
     monkeypatch.setattr(features, "_TILE_BYTES", 3 * 8 * 30)
+    monkeypatch.setattr(features, "_SPARSE_COST", sparse_cost)
     monkeypatch.setattr(features_gpu, "_TILE_BYTES", 64 * 8 * 30)
     X = random_graphs(rng, 150, n_labels=2)
-    kernel = ShortestPathKernel(node_kernel=DiracNode("a"), backend=backend)
+    kernel = ShortestPathKernel(node_kernel=DiracNode("a"), backend=backend, normalize=normalize)
     out = np.lib.format.open_memmap(tmp_path / "K.npy", mode="w+", dtype=np.float64, shape=(150, 150))
     assert kernel(X, out=out) is out
-    expected = ShortestPathKernel(node_kernel=DiracNode("a"), method="openmp_out")(X)
+    out.flush()
+    expected = ShortestPathKernel(node_kernel=DiracNode("a"), method="openmp_out", normalize=normalize)(X)
     np.testing.assert_array_equal(np.load(tmp_path / "K.npy"), expected)
     Y = X[:70]
     np.testing.assert_array_equal(kernel.fit(X).transform(Y), expected[:70])

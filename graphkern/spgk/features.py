@@ -26,8 +26,9 @@ ID_BITS = 21
 MAX_IDS = 1 << ID_BITS
 # the CPU product: a dense tile of the Gram matrix at most this many bytes
 _TILE_BYTES = 256 << 20
-# a sparse multiply-add costs this many dense (BLAS) ones: the CPU product takes the cheaper
-_SPARSE_COST = 16.0
+# a scattered sparse multiply-add costs about this many dense (BLAS) ones: the CPU product takes
+# the cheaper
+_SPARSE_COST = 8.0
 
 
 def applies(node_kernel, edge_kernel):
@@ -182,37 +183,54 @@ def scale_tile(tile, dx, dy):
 
 
 def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
-    """``out = A B^T`` (``A``, ``B`` CSR count matrices) in row tiles; ``symmetric``: ``B`` is
-    ``A`` and only the tiles on and above the diagonal are multiplied (then mirrored).
-    ``scale``: ``(dx, dy)`` to normalise each tile.  Dense tiles through BLAS or a sparse product,
-    whichever costs less for these matrices."""
+    """``out = A B^T`` (``A``, ``B`` CSR count matrices) in tiles of rows; ``symmetric``: ``B`` is
+    ``A`` and only entries on and above the diagonal are multiplied (then mirrored).  ``scale``:
+    ``(dx, dy)`` to normalise each tile.  Dense tiles through BLAS or a compiled sparse product
+    (parallel over rows, scattered straight into ``out``), whichever costs less here."""
+    from graphkern._cpu import spgk_paths
+
     na, nb, F = A.shape[0], B.shape[0], A.shape[1]
     sparse_ops = float(np.dot(np.bincount(A.indices, minlength=F).astype(np.float64),
                               np.bincount(B.indices, minlength=F).astype(np.float64)))
     dense = _SPARSE_COST * sparse_ops > float(na) * nb * F and nb * F * 8 <= 4 * _TILE_BYTES
     step = max(1, min(na, _TILE_BYTES // max(8 * max(nb, F), 1)))
-    Bt = (B.T.toarray().astype(np.float64) if dense else B.T.tocsc().astype(np.float64))
+    if dense:
+        Bt = B.T.toarray().astype(np.float64)
+    else:
+        Bc = B.tocsc()
+        Bc.sort_indices()
+        columns = (Bc.indptr.astype(np.int64), Bc.indices.astype(np.int32), Bc.data.astype(np.int64))
     with _blas_threads(n_threads):
         for i0 in range(0, na, step):
             i1 = min(na, i0 + step)
             j0 = i0 if symmetric else 0
-            a = A[i0:i1].astype(np.float64)
-            tile = out[i0:i1, j0:]
+            a = A[i0:i1]
             if dense:
-                rhs = Bt[:, j0:]
+                tile = out[i0:i1, j0:]
                 if tile.flags.c_contiguous:
-                    np.dot(a.toarray(), rhs, out=tile)
+                    np.dot(a.toarray().astype(np.float64), Bt[:, j0:], out=tile)
                 else:
-                    tile[...] = a.toarray() @ rhs
+                    tile[...] = a.toarray().astype(np.float64) @ Bt[:, j0:]
             else:
-                tile[...] = (a @ Bt[:, j0:]).toarray()
+                rows = out[i0:i1] if out[i0:i1].flags.c_contiguous else np.empty((i1 - i0, nb))
+                rows[:, j0:] = 0.0
+                spgk_paths.gram_sparse(a.indptr.astype(np.int64), a.indices.astype(np.int32),
+                                       a.data.astype(np.int64), *columns, rows, i0, symmetric, n_threads)
+                if symmetric:  # the diagonal block's lower triangle
+                    block = rows[:, i0:i1]
+                    block[...] = np.triu(block) + np.triu(block, 1).T
+                if rows is not out[i0:i1] and not np.shares_memory(rows, out):
+                    out[i0:i1, j0:] = rows[:, j0:]
             if scale is not None:
-                scale_tile(tile, scale[0][i0:i1], scale[1][j0:])
+                scale_tile(out[i0:i1, j0:], scale[0][i0:i1], scale[1][j0:])
             if symmetric:
                 out[i1:, i0:i1] = out[i0:i1, i1:].T
             if progress is not None:
                 progress.update((i1 - i0) * (nb - j0))
     return out
+
+
+_CONTROLLER = []  # threadpoolctl's view of the loaded BLAS, made once (it reads every loaded library)
 
 
 class _blas_threads:
@@ -222,11 +240,15 @@ class _blas_threads:
         self.n, self.limit = n, None
 
     def __enter__(self):
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:
-            return self
-        self.limit = threadpool_limits(self.n, user_api="blas")
+        if not _CONTROLLER:
+            try:
+                from threadpoolctl import ThreadpoolController
+            except ImportError:
+                _CONTROLLER.append(None)
+            else:
+                _CONTROLLER.append(ThreadpoolController())
+        if _CONTROLLER[0] is not None:
+            self.limit = _CONTROLLER[0].limit(limits=self.n, user_api="blas")
         return self
 
     def __exit__(self, *exc):
