@@ -273,32 +273,32 @@ def test_shortest_path_graph_matches_networkx(rng, n, p, weighted):
     assert len(ends) == len(expected)
 
 
-def test_shortest_paths_cached_per_graph(rng, monkeypatch):
+def test_shortest_paths_computed_once_per_list(rng, monkeypatch):
     calls = []
-    original = spgk.shortest_path_graph
+    original = spgk._all_shortest_paths
 
-    def counting(g, **kw):
-        calls.append(id(g))
-        return original(g, **kw)
+    def counting(graphs, names, n_threads):
+        calls.append(len(graphs))
+        return original(graphs, names, n_threads)
 
-    monkeypatch.setattr(spgk, "shortest_path_graph", counting)
+    monkeypatch.setattr(spgk, "_all_shortest_paths", counting)
     graphs = [random_graph(rng, 8, weighted=True) for _ in range(4)]
     kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu", method="openmp_out")
     first = kernel(graphs)
-    kernel(graphs[:2], graphs[2:])
-    assert sorted(calls) == sorted(map(id, graphs))  # once per graph across calls
+    kernel(graphs)
+    assert calls == [4]  # one compiled pass for the list, then the kept batch
     # an in-place change of the weights is seen
     graphs[0].weights[:] = 1.0
     second = kernel(graphs)
-    assert calls.count(id(graphs[0])) == 2 and len(calls) == 5
+    assert calls == [4, 4]
     expected = reference_gram(graphs, graphs, ref_dirac("c"), "dirac")
     assert_close(second, expected, 1e-12)
     assert not np.array_equal(first, second)
-    # a collected graph leaves the cache
-    size = len(kernel._paths)
+    # a collected graph takes its batch with it
+    assert len(kernel._batches) == 1
     del graphs[3]
     gc.collect()
-    assert len(kernel._paths) == size - 1
+    assert len(kernel._batches) == 0
 
 
 # --------------------------------------------------------------------------- errors
@@ -629,7 +629,7 @@ def test_dense_walk_forced_runs_every_dense_pair(rng, monkeypatch):
     from graphkern._cpu import spgk as cpu
     graphs = [random_graph(rng, n, p=0.3) for n in (5, 12, 20)] + [random_graph(rng, 260, p=0.02)]
     spec, vertex = NODE["discrete"]
-    batch = spgk._Batch(graphs, [spgk.shortest_path_graph(g) for g in graphs], spec)
+    batch = spgk._Batch(graphs, spec, str, 2)
     offsets, dense = spgk._dense_lengths(batch, "dense")
     assert offsets[-1] == -1 and np.all(offsets[:-1] >= 0)
     align, max_nodes, cost = cpu.dense_layout()

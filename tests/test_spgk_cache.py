@@ -188,7 +188,7 @@ def test_cache_keeps_no_graph_alive(rng):
     del graphs
     # the graphs go at once (the caches hold them weakly), and with them the entries and the batch
     assert all(r() is None for r in refs)
-    assert batch() is None and len(kernel._batches) == 0 and len(kernel._paths) == 0
+    assert batch() is None and len(kernel._batches) == 0
 
 
 # --------------------------------------------------------------------------- GPU on a fake runtime
@@ -270,7 +270,8 @@ class FakeRuntime:
         pass
 
     def Stream(self, device):
-        return type("FakeStream", (), dict(synchronize=lambda self: None, wait_event=lambda self, e: None))()
+        return type("FakeStream", (), dict(synchronize=lambda self: None, wait_event=lambda self, e: None,
+                                           query=lambda self: True))()
 
     def Event(self, device, timing=True):
         return FakeEvent(self, timing)
@@ -392,3 +393,13 @@ def test_long_pair_lists_are_not_kept(rng, fake_gpu, monkeypatch):
     kernel(small)
     pa, pb = kernel._batch(small, "X", kernel._config()).pairs()
     assert not pa.flags.writeable and not pb.flags.writeable and len(kernel._gpu[1]._plans) == 1
+
+
+def test_hybrid_runs_the_gpu_alone_when_every_pair_has_a_block(rng, fake_gpu):
+    """4 fake SMs x 2 blocks: an idle GPU starts every pair of 5 graphs at once, so the CPU takes none."""
+    graphs = zoo(rng)[:5]
+    kernel = ShortestPathKernel(node_kernel=MIXED, edge_kernel=EDGE["gaussian"], backend="hybrid", n_threads=3)
+    fake_gpu.queries, fake_gpu.busy_queries = 0, 3
+    assert_close(kernel(graphs), reference_gram(graphs, graphs, MIXED_REF, "gaussian"), 1e-12)
+    split = kernel.hybrid_split_
+    assert split["gpu_alone"] and split["cpu_pairs"] == 0 and split["gpu_pairs"] == 15

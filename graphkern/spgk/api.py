@@ -35,15 +35,18 @@ Relation to GraKeL (checked against grakel 0.1.11's source and by the tests):
 
 How it is computed
 ------------------
-Per graph, shortest paths come from :func:`scipy.sparse.csgraph.shortest_path`:
-breadth-first (``unweighted=True``) for unweighted graphs, Floyd-Warshall for small
-dense weighted graphs (at most 256 vertices and a quarter of the possible entries
-stored), Dijkstra otherwise.  Negative weights are an error.  The result is stored as
-unordered paths ``a < b`` and cached on the kernel object, keyed on the graph's
-identity and a fingerprint of its arrays, so later calls reuse it.  So is the packed
-batch of the last few lists of graphs (vertex features and path arrays, with their GPU
-copies), checked by the same fingerprints and a hash of the label columns the vertex
-kernel reads: a repeated call on unchanged graphs packs and uploads nothing.
+Shortest paths of a whole list of graphs come from one compiled pass, parallel over the graphs
+(graphkern/_cpu/spgk_paths.pyx): breadth-first search for unweighted graphs, Dijkstra
+otherwise, each pair's length taken from the search of its smaller endpoint.  Negative weights
+are an error.  They are stored as unordered paths ``a < b`` in the packed batch of the last few
+lists of graphs (vertex features and path arrays, with their GPU copies), kept on the kernel
+object and keyed on the graphs' identity, a fingerprint of their arrays and a hash of the label
+columns the vertex kernel reads: a repeated call on unchanged graphs packs and uploads nothing.
+
+With Dirac kernels only (``DiracNode`` factors or none, ``DiracEdge``), ``method="auto"`` uses
+the explicit feature map instead (:mod:`graphkern.spgk.features`): ``K`` is a product of
+triplet-count matrices, the same numbers exactly, at a cost growing with N P + N^2 F rather
+than N^2 P^2.
 
 ``K`` is evaluated from the unordered paths as
 ``2 * sum_{a<b} sum_{c<d} k_e * (V[a,c] V[b,d] + V[a,d] V[b,c])`` with the vertex-kernel
@@ -104,7 +107,6 @@ import time
 import weakref
 
 import numpy as np
-from scipy.sparse.csgraph import shortest_path
 
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern.spgk.kernels import (BrownianBridgeEdge, DiracEdge, DiracNode, EdgeKernel, GaussianEdge,
@@ -134,78 +136,31 @@ _BATCH_CACHE_SIZE = 4
 # a batch keeps its pair lists up to this many pairs (16 MiB; a Gram matrix of 1,448 graphs)
 _PAIRS_KEPT = 1 << 20
 
-# Floyd-Warshall beats Dijkstra from every source on small dense weighted graphs
-_FLOYD_WARSHALL_MAX_NODES = 256
-_FLOYD_WARSHALL_MIN_DENSITY = 0.25
-
 
 # --------------------------------------------------------------------------- shortest paths
 
 def shortest_path_graph(graph, *, where="graph"):
     """The shortest-path graph of ``graph`` as unordered paths: ``(ends, lengths)``.
 
-    ``ends`` is int32 ``(P, 2)`` with ``a < b`` in each row, ``lengths`` float64 ``(P,)``;
+    ``ends`` is int32 ``(P, 2)`` with ``a < b`` in each row (sorted), ``lengths`` float64 ``(P,)``;
     unreachable pairs are left out.  ``where`` names the graph in error messages.
     """
-    n = graph.n_nodes
-    if n < 2:
-        return np.zeros((0, 2), np.int32), np.zeros(0)
-    if graph.weights is None:
-        dist = shortest_path(graph.to_scipy(), method="D", directed=False, unweighted=True)
-    else:
-        w = graph.weights
-        bad = ~np.isfinite(w) | (w < 0)
-        if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            i = int(np.searchsorted(graph.indptr, k, side="right") - 1)
-            problem = "negative" if w[k] < 0 else "non-finite"
-            raise ValueError(f"{where} has a {problem} edge weight {w[k]} on edge ({i}, {int(graph.indices[k])}): "
-                             "shortest paths need non-negative finite weights")
-        dense = graph.nnz >= _FLOYD_WARSHALL_MIN_DENSITY * n * n
-        method = "FW" if n <= _FLOYD_WARSHALL_MAX_NODES and dense else "D"
-        dist = shortest_path(graph.to_scipy(), method=method, directed=False)
-    rows, cols = np.triu_indices(n, 1)
-    lengths = dist[rows, cols]
-    keep = np.isfinite(lengths)
-    ends = np.stack([rows[keep], cols[keep]], axis=1).astype(np.int32)
-    return ends, np.ascontiguousarray(lengths[keep], dtype=np.float64)
+    _, ends, lengths = _all_shortest_paths([graph], lambda k: where, 1)
+    return ends, lengths
+
+
+def _all_shortest_paths(graphs, names, n_threads):
+    """``(path_offsets, ends, lengths)`` of every graph, from one compiled pass parallel over the
+    graphs (breadth-first search for hop counts, Dijkstra for weights)."""
+    from graphkern._cpu import spgk_paths
+
+    return spgk_paths.shortest_paths(*features.pack_structure(graphs, names), n_threads)
 
 
 def _fingerprint(graph):
     """Changes when the graph's structure or weights are modified in place."""
     w = None if graph.weights is None else hash(graph.weights.tobytes())
     return (graph.n_nodes, graph.nnz, hash(graph.indptr.tobytes()), hash(graph.indices.tobytes()), w)
-
-
-class _PathCache:
-    """Shortest-path graphs per graph, keyed on identity plus a content fingerprint.
-
-    Entries go when their graph is garbage-collected (a weakref callback), so the
-    cache never keeps graphs alive nor answers for a new graph that reuses an id.
-    """
-
-    def __init__(self):
-        self._entries = {}
-
-    def get(self, graph, where, fp=None):
-        """``graph``'s shortest-path graph; ``fp``: its :func:`_fingerprint` when already computed."""
-        key = id(graph)
-        fp = _fingerprint(graph) if fp is None else fp
-        entry = self._entries.get(key)
-        if entry is not None and entry[0]() is graph and entry[1] == fp:
-            return entry[2]
-        paths = shortest_path_graph(graph, where=where)
-        entries = self._entries
-
-        def forget(ref, key=key):
-            if entries.get(key, (None,))[0] is ref:
-                del entries[key]
-
-        self._entries[key] = (weakref.ref(graph, forget), fp, paths)
-        return paths
-
-    def __len__(self):
-        return len(self._entries)
 
 
 # --------------------------------------------------------------------------- batches
@@ -218,15 +173,12 @@ class _Batch:
     :meth:`_GpuRunner.upload`.
     """
 
-    def __init__(self, graphs, paths, node_kernel):
+    def __init__(self, graphs, node_kernel, names, n_threads):
         self.n_graphs = len(graphs)
         self.node_offsets, self.discrete, self.continuous, self.weights = node_features(node_kernel, graphs)
         self.n_nodes = np.diff(self.node_offsets)
-        self.n_paths = np.array([len(lengths) for _, lengths in paths], dtype=np.int64)
-        self.path_offsets = np.concatenate([[0], np.cumsum(self.n_paths)]).astype(np.int64)
-        self.ends = np.ascontiguousarray(np.concatenate([e for e, _ in paths]) if paths
-                                         else np.zeros((0, 2), np.int32), dtype=np.int32)
-        self.lengths = np.concatenate([l for _, l in paths]) if paths else np.zeros(0)
+        self.path_offsets, self.ends, self.lengths = _all_shortest_paths(graphs, names, n_threads)
+        self.n_paths = np.diff(self.path_offsets)
         self._cpu = {}
         self._pairs = {}
         self.device_copies = {}
@@ -626,6 +578,7 @@ class _GpuRunner:
         if self.stream is None:
             self.stream = rt.Stream(dev)
         st = self.stream
+        idle = st.query()  # nothing queued before this launch
         rt.check_fits(dev, grid * stride * itemsize + n_pairs * (8 if plan.d_pa is not None else 24) + 8,
                       "shortest-path kernel pair list and vertex-kernel scratch")
         if plan.d_pa is None:
@@ -633,6 +586,7 @@ class _GpuRunner:
             plan.d_pa = rt.to_device(dev, plan.pa, stream=st)
             plan.d_pb = rt.to_device(dev, plan.pb, stream=st)
         launch = _BatchedLaunch(self, plan.order)
+        launch.blocks, launch.idle = grid, idle  # resident blocks: on an idle GPU each takes a pair at once
         launch.works = plan.works  # in the launch's order, heaviest first
         launch.plan = plan  # its host pair arrays stay alive while copied
         launch.d_pa, launch.d_pb = plan.d_pa, plan.d_pb
@@ -910,9 +864,9 @@ class ShortestPathKernel:
         seconds, the GPU kernel's seconds (CUDA events), the whole call's, and the lightest
         pair's work left to the GPU.
 
-    Between calls the object keeps each graph's shortest paths and the packed batches of the
-    last few lists of graphs, with their GPU copies (device memory); they go with their graphs,
-    and ``set_params`` drops the batches.
+    Between calls the object keeps the packed batches (shortest paths, labels, or triplet counts)
+    of the last few lists of graphs, with their GPU copies (device memory); they go with their
+    graphs, and ``set_params`` drops them.
 
     Examples
     --------
@@ -959,13 +913,12 @@ class ShortestPathKernel:
     def __getstate__(self):
         state = self.__dict__.copy()
         # weakrefs and device memory do not pickle; the caches are rebuilt on use
-        for cache in ("_paths", "_batches", "_gpu", "_counts"):
+        for cache in ("_batches", "_gpu", "_counts"):
             state.pop(cache, None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self._paths = _PathCache()
         self._batches = _BatchCache(_BATCH_CACHE_SIZE)
         self._counts = _BatchCache(_BATCH_CACHE_SIZE)  # TripletCounts of the last lists of graphs
         self._gpu = None  # (key, _GpuRunner) of the last GPU call
@@ -1112,9 +1065,7 @@ class ShortestPathKernel:
         node_kernel = cfg["node_kernel"]
 
         def build(structure):
-            paths = [self._paths.get(g, f"{name}[{i}]" + (f" ({g.name!r})" if g.name is not None else ""), fp)
-                     for i, (g, fp) in enumerate(zip(graphs, structure))]
-            return _Batch(graphs, paths, node_kernel)
+            return _Batch(graphs, node_kernel, lambda k: _graph_name(graphs, name, k), cfg["n_threads"])
 
         return self._batches.get(graphs, node_kernel, build)
 
@@ -1207,12 +1158,20 @@ class ShortestPathKernel:
         runner.upload(A, B)
         edge, dtype, walk = cfg["edge_kernel"], cfg["dtype"], cfg["cpu_walk"]
         n_threads = max(1, cfg["n_threads"] - _HYBRID_FREE_CORES)
-        if edge.code in _DENSE_EDGES and (walk == "dense" or (walk == "auto" and _dense_auto())):
-            A.cpu(False, walk), B.cpu(False, walk)  # made (once per batch) before the launch, not in a CPU step
         t0 = time.perf_counter()
         launch = runner.start_batched(A, B, pa, pb, shared_with_cpu=True)
         order = launch.order
         cpu_values = np.empty(len(pa))
+        if launch.idle and len(pa) <= launch.blocks + _PROGRESS_STRIDE:
+            # an idle GPU gives every pair a block at once: the CPU could only compute pairs twice
+            out = launch.finish()
+            self.hybrid_split_ = dict(cpu_pairs=0, gpu_pairs=len(pa), cpu_steps=0, cpu_seconds=0.0, cpu_work=0.0,
+                                      gpu_work=float(launch.plan.tail[0]), threshold_work=float(launch.works[-1]),
+                                      gpu_alone=True, gpu_seconds=launch.gpu_seconds(),
+                                      seconds=time.perf_counter() - t0)
+            return out
+        if edge.code in _DENSE_EDGES and (walk == "dense" or (walk == "auto" and _dense_auto())):
+            A.cpu(False, walk), B.cpu(False, walk)  # made (once per batch) while the GPU runs, not in a CPU step
 
         def run_cpu(lo, hi):
             idx = order[lo:hi]
@@ -1223,7 +1182,7 @@ class ShortestPathKernel:
         finally:
             out = launch.finish()  # waits for the GPU even when the CPU side raised
         out[order[b:]] = cpu_values[b:]
-        split.update(gpu_seconds=launch.gpu_seconds(), seconds=time.perf_counter() - t0)
+        split.update(gpu_alone=False, gpu_seconds=launch.gpu_seconds(), seconds=time.perf_counter() - t0)
         self.hybrid_split_ = split
         return out
 
