@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 import pytest
 
-import graphkern.spgk.api as spgk
+from graphkern.spgk import batch as spgk_batch, gpu as spgk_gpu
 from graphkern import Graph
 from graphkern._cpu import spgk as cpu_spgk
 from graphkern._cuda import runtime
@@ -94,9 +94,9 @@ def test_repeated_call_reuses_the_packed_batch(rng):
 def test_cache_is_bounded(rng):
     graphs = zoo(rng)
     kernel = ShortestPathKernel(node_kernel=MIXED, backend="cpu")
-    for k in range(2 * spgk._BATCH_CACHE_SIZE):
+    for k in range(2 * spgk_batch.BATCH_CACHE_SIZE):
         kernel(graphs[k:])
-    assert len(kernel._batches) == spgk._BATCH_CACHE_SIZE
+    assert len(kernel._batches) == spgk_batch.BATCH_CACHE_SIZE
 
 
 @pytest.mark.parametrize("column", ["c", "x", "v"])
@@ -313,7 +313,7 @@ def fake_gpu(monkeypatch):
         monkeypatch.setattr(runtime, name, getattr(fake, name))
     monkeypatch.setattr(runtime, "require_gpu", lambda: None)
     monkeypatch.setattr(runtime, "device_count", lambda: 2)
-    monkeypatch.setattr(spgk, "_PINNED_PAIRS", [])  # no fake buffer may reach the real pool
+    monkeypatch.setattr(spgk_gpu, "_PINNED_PAIRS", [])  # no fake buffer may reach the real pool
     return fake
 
 
@@ -382,7 +382,7 @@ def test_hybrid_on_the_fake_runtime(rng, fake_gpu, monkeypatch):
 
 
 def test_long_pair_lists_are_not_kept(rng, fake_gpu, monkeypatch):
-    monkeypatch.setattr(spgk, "_PAIRS_KEPT", 10)
+    monkeypatch.setattr(spgk_batch, "_PAIRS_KEPT", 10)
     graphs = zoo(rng)
     kernel = ShortestPathKernel(node_kernel=MIXED, backend="gpu")
     first = kernel(graphs)

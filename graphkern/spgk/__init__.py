@@ -1,6 +1,7 @@
 """The shortest-path graph kernel on multicore CPUs and NVIDIA GPUs (see :mod:`graphkern.spgk.api`)."""
 
-from graphkern.spgk.api import CPU_METHODS, GPU_METHODS, ShortestPathKernel, shortest_path_graph
+from graphkern.spgk.api import CPU_METHODS, GPU_METHODS, ShortestPathKernel
+from graphkern.spgk.batch import shortest_path_graph
 from graphkern.spgk.kernels import (BrownianBridgeEdge, DiracEdge, DiracNode, GaussianEdge, GaussianNode,
                                     ProductNode)
 
