@@ -155,15 +155,20 @@ def test_auto_uses_features_only_for_dirac_kernels(rng):
             k.features(X)
 
 
-def test_pickle_and_deepcopy_before_and_after_use(rng):
+@pytest.mark.parametrize("backend", BACKENDS + [pytest.param("hybrid", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("edge", [DiracEdge(), BrownianBridgeEdge(c=1.0)])
+def test_pickle_and_deepcopy_before_and_after_use(rng, backend, edge):
     X, Y = random_graphs(rng, 8), random_graphs(rng, 3)
-    kernel = ShortestPathKernel(node_kernel=DiracNode("a"), edge_kernel=DiracEdge(), normalize=True)
+    kernel = ShortestPathKernel(node_kernel=DiracNode("a"), edge_kernel=edge, normalize=True, backend=backend)
     fresh = pickle.loads(pickle.dumps(kernel))
     expected = fresh.fit(X).transform(Y)
     kernel.fit(X)
+    kernel(X)  # caches, device copies and runners in use
     for clone in (pickle.loads(pickle.dumps(kernel)), copy.deepcopy(kernel)):
-        np.testing.assert_array_equal(clone.transform(Y), expected)
-        assert clone.feature_names_ == kernel.feature_names_
+        np.testing.assert_allclose(clone.transform(Y), expected, rtol=1e-13)
+        np.testing.assert_allclose(clone(X), kernel(X), rtol=1e-13)
+        if isinstance(edge, DiracEdge):
+            assert clone.feature_names_ == kernel.feature_names_
 
 
 def test_bad_input_is_named(rng):
@@ -317,3 +322,25 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize):
     np.testing.assert_array_equal(kernel(Y, X), cpu(Y, X))
     np.testing.assert_array_equal(kernel.fit(X).transform(Y), cpu.fit(X).transform(Y))
     assert api.FEATURES == kernel.method_ and kernel.backend_ == "gpu"
+
+
+def test_progress_and_long_call_warning(rng, monkeypatch):
+    from graphkern.spgk import api
+
+    X = random_graphs(rng, 12, columns=("a",))
+    for g in X:
+        g.node_labels["x"] = rng.random(g.n_nodes)
+    seen = []
+    kernel = ShortestPathKernel(node_kernel=DiracNode("a"), verbose=lambda done, total: seen.append((done, total)))
+    kernel(X)
+    assert seen and seen[-1] == (144, 144)  # the feature map reports entries of K
+    monkeypatch.setattr(api, "_PROGRESS_CHUNK", 10)
+    seen.clear()
+    pairwise = ShortestPathKernel(node_kernel=GaussianNode("x", sigma=1.0), backend="cpu",
+                                  verbose=lambda done, total: seen.append((done, total)))
+    expected = ShortestPathKernel(node_kernel=GaussianNode("x", sigma=1.0), backend="cpu")(X)
+    np.testing.assert_array_equal(pairwise(X), expected)
+    assert seen[-1] == (78, 78)  # reports are throttled in time; the last one is the total
+    monkeypatch.setattr(api, "LONG_PAIR_WORK", 1.0)
+    with pytest.warns(RuntimeWarning, match=r"O\(n\^4\)"):
+        pairwise(X)

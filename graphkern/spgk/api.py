@@ -103,13 +103,15 @@ orders.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._progress import Progress
 from graphkern.graph import as_graph_list
 from graphkern.spgk import features
-from graphkern.spgk.batch import BATCH_CACHE_SIZE, Batch, BatchCache
+from graphkern.spgk.batch import BATCH_CACHE_SIZE, Batch, BatchCache, pair_work
 from graphkern.spgk.cpu import CPU_METHODS, CPU_WALKS, run_cpu
 from graphkern.spgk.gpu import GPU_METHODS, GpuRunner
 from graphkern.spgk.hybrid import run_hybrid
@@ -144,9 +146,12 @@ class ShortestPathKernel:
     n_threads : int or None
         CPU threads (None: all cores, honouring OMP_NUM_THREADS).
     method : str
-        The algorithm (module docstring table); ``"auto"`` picks openmp_out / gpu_batched.
+        The algorithm (module docstring table); ``"auto"`` picks the feature map for Dirac kernels
+        (on the CPU or the GPU by ``backend``; "hybrid" runs it on the GPU), else openmp_out /
+        gpu_batched / the hybrid split.
     dtype : float64 or float32
-        Precision of the vertex-kernel matrix and its products; sums are float64.
+        Precision of the vertex-kernel matrix and its products; sums are float64.  The feature
+        map is exact in float64 whatever ``dtype`` says.
     cpu_walk : "auto", "edges" or "dense"
         How ``fcsp`` and ``openmp_out`` (and the hybrid's CPU side) walk a pair: ``"edges"``, the
         paper's loop over both graphs' path arrays; ``"dense"``, one graph's lengths as a dense
@@ -154,6 +159,14 @@ class ShortestPathKernel:
         evaluations but no gathers; Dirac and Brownian bridge length kernels, graphs of up to 256
         vertices); ``"auto"``, the dense walk for the pairs where it costs less, on AVX2 and
         AVX-512 CPUs.  Same values to rounding.
+    verbose : bool or callable
+        Progress of long Gram matrices (:class:`graphkern._progress.Progress`): a bar of pairs
+        (entries with the feature map) done, their rate and the ETA; a callable gets
+        ``(done, total)`` instead.
+
+    A pair of huge graphs is slow on the pairwise methods (the walk is O(n^4) in the vertices):
+    a call whose heaviest pair visits ``LONG_PAIR_WORK`` (1e11) path pairs or more warns first
+    (RuntimeWarning); with Dirac kernels the feature map, O(n^2 log n) per graph, serves it.
 
     Attributes
     ----------
@@ -391,7 +404,17 @@ class ShortestPathKernel:
         A = self._batch(X, "X", cfg)
         B = A if Y is None else self._batch(Y, "Y", cfg)
         pa, pb = A.pairs(None if Y is None else B)
-        values = self._execute(cfg, A, B, pa, pb)
+        _warn_if_long(A, B, pa, pb, X if Y is None else Y)
+        with Progress(len(pa), self.verbose, "pairs", "ShortestPathKernel") as bar:
+            if self.verbose and cfg["method"] in CPU_METHODS:  # in chunks of pairs, to report on
+                values = np.empty(len(pa))
+                for i in range(0, len(pa), _PROGRESS_CHUNK):
+                    values[i:i + _PROGRESS_CHUNK] = self._execute(cfg, A, B, pa[i:i + _PROGRESS_CHUNK],
+                                                                  pb[i:i + _PROGRESS_CHUNK])
+                    bar.update(len(values[i:i + _PROGRESS_CHUNK]))
+            else:  # the batch's own pair arrays: a GPU launch plan made of them is kept
+                values = self._execute(cfg, A, B, pa, pb)
+                bar.update(len(pa))
         K = np.zeros((len(X), len(B)))
         K[pa, pb] = values
         if Y is None:
@@ -457,6 +480,29 @@ class ShortestPathKernel:
 
 _DEFAULTS = {"node_kernel": None, "edge_kernel": None, "normalize": False, "backend": "auto", "device": None,
              "n_threads": None, "method": "auto", "dtype": np.float64, "cpu_walk": "auto", "verbose": False}
+
+
+# verbose CPU calls report after each this many pairs
+_PROGRESS_CHUNK = 4096
+# a pair of graphs whose walk visits this many path pairs takes minutes on one core: the walk is
+# O(P^2) = O(n^4) for graphs of n vertices (5,000 vertices: 1.6e14 path pairs, hours)
+LONG_PAIR_WORK = 1e11
+
+
+def _warn_if_long(A, B, pa, pb, graphs):
+    """Warn before a call whose heaviest pair alone visits LONG_PAIR_WORK path pairs or more."""
+    if len(pa) == 0:
+        return
+    work = pair_work(A, B, pa, pb)
+    k = int(np.argmax(work))
+    if work[k] < LONG_PAIR_WORK:
+        return
+    g = int(pa[k])
+    warnings.warn(f"ShortestPathKernel: the pairwise walk of graph {g} ({int(A.n_nodes[g])} vertices, "
+                  f"{int(A.n_paths[g])} shortest paths) with graph {int(pb[k])} visits {work[k]:.2g} path pairs "
+                  f"(O(n^4) in the vertices; total {work.sum():.2g}): expect minutes to hours.  With DiracNode "
+                  "factors and DiracEdge the feature map (method='auto') costs O(n^2 log n) per graph instead",
+                  RuntimeWarning, stacklevel=4)
 
 
 def _graph_name(graphs, name, k):
