@@ -12,6 +12,7 @@ import numpy as np
 _TILE_ROWS = 64  # the kernel's tile (rows and columns of output per block)
 _DEPTH = 16  # its step through the feature columns
 _THREADS = 256
+_MAX_GRID_Y = 65535  # a tile's blocks of rows (the grid's second dimension)
 # one output tile buffer holds at most this many bytes (two of them are in flight)
 _TILE_BYTES = 1 << 30
 
@@ -49,7 +50,7 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None):
     dev = rt.get_device(device)
     depth = max(_DEPTH, -(-A.shape[1] // _DEPTH) * _DEPTH)
     pad = lambda n: -(-n // _TILE_ROWS) * _TILE_ROWS
-    step = max(_TILE_ROWS, min(pad(na), _TILE_BYTES // (8 * nb) // _TILE_ROWS * _TILE_ROWS))
+    step = max(_TILE_ROWS, min(pad(na), _TILE_BYTES // (8 * nb) // _TILE_ROWS * _TILE_ROWS, _MAX_GRID_Y * _TILE_ROWS))
     free, _ = dev.memory_info()
     inputs = 8 * depth * (pad(nb) + (0 if symmetric else pad(na))) + (16 * (na + nb) if scale else 0)
     while step > _TILE_ROWS and inputs + 2 * 8 * step * nb > 0.9 * free:
