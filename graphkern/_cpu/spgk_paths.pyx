@@ -257,20 +257,23 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
 
 def gram_sparse(a_indptr, a_indices, a_data, bt_indptr, bt_rows, bt_data, double[:, ::1] out, int64_t row0,
                 bint upper, int n_threads):
-    """``out[i - row0, j] += sum_f A[i, f] B[j, f]`` for the rows ``i`` of the CSR matrix ``A``,
-    with ``B`` given by column (CSC: ``bt_indptr``, ``bt_rows`` sorted, ``bt_data``); every row of
-    ``out`` scattered into by one thread.  ``upper``: only ``j >= i`` (the rows of ``A`` are rows
-    ``row0...`` of ``B``).  Counts are int64, sums float64 (exact below 2**53)."""
+    """``out[i, j] += sum_f A[i, f] B[j, f]`` for the rows ``i`` of the CSR matrix ``A``, with ``B``
+    given by column (CSC: ``bt_indptr``, ``bt_rows`` sorted, ``bt_data``); every row of ``out``
+    scattered into by one thread.  ``upper``: the rows of ``A`` are rows ``row0...`` of ``B``; only
+    ``j >= row0 + i`` is summed, then the square block ``out[:, row0:row0 + rows]`` gets its lower
+    triangle from its upper one.  Counts are int64, sums float64 (exact below 2**53)."""
     cdef const int64_t[::1] aip = a_indptr
     cdef const int32_t[::1] aix = a_indices
     cdef const int64_t[::1] ad = a_data
     cdef const int64_t[::1] bip = bt_indptr
     cdef const int32_t[::1] brow = bt_rows
     cdef const int64_t[::1] bd = bt_data
-    cdef int64_t n_rows = out.shape[0], i, k, m, lo, hi, f
+    cdef int64_t n_rows = out.shape[0], i, j, k, m, lo, hi, f
     cdef double a
+    cdef double* row
     with nogil:
         for i in prange(n_rows, schedule="dynamic", chunksize=4, num_threads=n_threads):
+            row = &out[i, 0]
             for k in range(aip[i], aip[i + 1]):
                 f = aix[k]
                 a = <double>ad[k]
@@ -285,4 +288,8 @@ def gram_sparse(a_indptr, a_indices, a_data, bt_indptr, bt_rows, bt_data, double
                             hi = m
                     hi = bip[f + 1]
                 for m in range(lo, hi):
-                    out[i, brow[m]] += a * <double>bd[m]
+                    row[brow[m]] += a * <double>bd[m]
+        if upper:
+            for i in prange(n_rows, schedule="static", num_threads=n_threads):
+                for j in range(i):
+                    out[i, row0 + j] = out[j, row0 + i]

@@ -26,8 +26,8 @@ ID_BITS = 21
 MAX_IDS = 1 << ID_BITS
 # the CPU product: a dense tile of the Gram matrix at most this many bytes
 _TILE_BYTES = 256 << 20
-# a scattered sparse multiply-add costs about this many dense (BLAS) ones: the CPU product takes
-# the cheaper
+# a scattered sparse multiply-add costs about this many dense (BLAS) ones: the CPU product sends
+# each column the cheaper way
 _SPARSE_COST = 8.0
 
 
@@ -184,43 +184,39 @@ def scale_tile(tile, dx, dy):
 
 def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
     """``out = A B^T`` (``A``, ``B`` CSR count matrices) in tiles of rows; ``symmetric``: ``B`` is
-    ``A`` and only entries on and above the diagonal are multiplied (then mirrored).  ``scale``:
-    ``(dx, dy)`` to normalise each tile.  Dense tiles through BLAS or a compiled sparse product
-    (parallel over rows, scattered straight into ``out``), whichever costs less here."""
+    ``A`` and only entries on and above the diagonal are summed (then mirrored).  ``scale``:
+    ``(dx, dy)`` to normalise each tile.
+
+    The columns are split by cost: a triplet in ``c_a`` rows of ``A`` and ``c_b`` of ``B`` costs
+    ``c_a c_b`` scattered multiply-adds in a sparse product but ``na nb`` in a dense one, so the
+    frequent triplets go through dense BLAS tiles and the rare ones through a compiled sparse
+    product (parallel over rows, added straight into ``out``)."""
     from graphkern._cpu import spgk_paths
 
     na, nb, F = A.shape[0], B.shape[0], A.shape[1]
-    sparse_ops = float(np.dot(np.bincount(A.indices, minlength=F).astype(np.float64),
-                              np.bincount(B.indices, minlength=F).astype(np.float64)))
-    dense = _SPARSE_COST * sparse_ops > float(na) * nb * F and nb * F * 8 <= 4 * _TILE_BYTES
+    freq = np.bincount(A.indices, minlength=F).astype(np.float64) * np.bincount(B.indices, minlength=F)
+    frequent = _SPARSE_COST * freq > float(na) * nb
+    frequent &= np.cumsum(frequent) * nb * 8 <= 4 * _TILE_BYTES  # the dense columns of B fit in memory
+    Ad, As = A[:, frequent], A[:, ~frequent]
+    Bd = B[:, frequent].T.toarray().astype(np.float64) if frequent.any() else None
+    Bs = B[:, ~frequent].tocsc()
+    Bs.sort_indices()
+    columns = (Bs.indptr.astype(np.int64), Bs.indices.astype(np.int32), Bs.data.astype(np.int64))
     step = max(1, min(na, _TILE_BYTES // max(8 * max(nb, F), 1)))
-    if dense:
-        Bt = B.T.toarray().astype(np.float64)
-    else:
-        Bc = B.tocsc()
-        Bc.sort_indices()
-        columns = (Bc.indptr.astype(np.int64), Bc.indices.astype(np.int32), Bc.data.astype(np.int64))
     with _blas_threads(n_threads):
         for i0 in range(0, na, step):
             i1 = min(na, i0 + step)
             j0 = i0 if symmetric else 0
-            a = A[i0:i1]
-            if dense:
-                tile = out[i0:i1, j0:]
-                if tile.flags.c_contiguous:
-                    np.dot(a.toarray().astype(np.float64), Bt[:, j0:], out=tile)
-                else:
-                    tile[...] = a.toarray().astype(np.float64) @ Bt[:, j0:]
-            else:
-                rows = out[i0:i1] if out[i0:i1].flags.c_contiguous else np.empty((i1 - i0, nb))
+            rows = out[i0:i1] if out[i0:i1].flags.c_contiguous else np.empty((i1 - i0, nb))
+            if Bd is None:
                 rows[:, j0:] = 0.0
-                spgk_paths.gram_sparse(a.indptr.astype(np.int64), a.indices.astype(np.int32),
-                                       a.data.astype(np.int64), *columns, rows, i0, symmetric, n_threads)
-                if symmetric:  # the diagonal block's lower triangle
-                    block = rows[:, i0:i1]
-                    block[...] = np.triu(block) + np.triu(block, 1).T
-                if rows is not out[i0:i1] and not np.shares_memory(rows, out):
-                    out[i0:i1, j0:] = rows[:, j0:]
+            else:
+                rows[:, j0:] = Ad[i0:i1].toarray().astype(np.float64) @ Bd[:, j0:]
+            a = As[i0:i1]
+            spgk_paths.gram_sparse(a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data.astype(np.int64),
+                                   *columns, rows, i0, symmetric, n_threads)
+            if not np.shares_memory(rows, out):
+                out[i0:i1, j0:] = rows[:, j0:]
             if scale is not None:
                 scale_tile(out[i0:i1, j0:], scale[0][i0:i1], scale[1][j0:])
             if symmetric:
