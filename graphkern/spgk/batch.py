@@ -34,6 +34,7 @@ def _all_shortest_paths(graphs, names, n_threads):
     graphs (breadth-first search for hop counts, Dijkstra for weights)."""
     from graphkern._cpu import spgk_paths
 
+    n_threads = features.threads_for(len(graphs), features.GRAPHS_PER_THREAD, n_threads)
     return spgk_paths.shortest_paths(*features.pack_structure(graphs, names), n_threads)
 
 

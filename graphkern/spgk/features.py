@@ -26,9 +26,18 @@ ID_BITS = 21
 MAX_IDS = 1 << ID_BITS
 # the CPU product: a dense tile of the Gram matrix at most this many bytes
 _TILE_BYTES = 256 << 20
+# work a thread is started for: graphs in a counting pass, entries of K in a product (a team's start
+# and join cost about what this much work does)
+GRAPHS_PER_THREAD = 256
+ENTRIES_PER_THREAD = 1 << 16
 # a scattered sparse multiply-add costs about this many dense (BLAS) ones: the CPU product sends
 # each column the cheaper way
 _SPARSE_COST = 8.0
+
+
+def threads_for(work, per_thread, n_threads):
+    """Threads worth starting for ``work`` units: one per ``per_thread`` units, 1 to ``n_threads``."""
+    return int(max(1, min(n_threads, work // per_thread)))
 
 
 def applies(node_kernel, edge_kernel):
@@ -99,7 +108,7 @@ class TripletCounts:
         n_labels = max(1, len(uniq))
         ids = np.ascontiguousarray(ids.reshape(-1), dtype=np.int64)
         self.row_offsets, pairs, self.lengths, self.counts = spgk_paths.triplet_counts(
-            *structure, ids, n_labels, n_threads)
+            *structure, ids, n_labels, threads_for(len(graphs), GRAPHS_PER_THREAD, n_threads))
         self.la, self.lb = np.divmod(pairs, n_labels)
         row = np.repeat(np.arange(len(graphs)), np.diff(self.row_offsets))
         self.self_dot = np.bincount(row, weights=self.counts.astype(np.float64) ** 2, minlength=len(graphs))
@@ -203,6 +212,7 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
     Bs.sort_indices()
     columns = (Bs.indptr.astype(np.int64), Bs.indices.astype(np.int32), Bs.data.astype(np.int64))
     step = max(1, min(na, _TILE_BYTES // max(8 * max(nb, F), 1)))
+    n_threads = threads_for(min(step, na) * nb, ENTRIES_PER_THREAD, n_threads)
     with _blas_threads(n_threads):
         for i0 in range(0, na, step):
             i1 = min(na, i0 + step)
