@@ -344,3 +344,20 @@ def test_progress_and_long_call_warning(rng, monkeypatch):
     monkeypatch.setattr(api, "LONG_PAIR_WORK", 1.0)
     with pytest.warns(RuntimeWarning, match=r"O\(n\^4\)"):
         pairwise(X)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("normalize", [False, True])
+def test_gpu_equals_cpu_on_molecules(normalize, monkeypatch):
+    """3,000 molecules (the packaged set, augmented as in the scaling benchmark), in several tiles."""
+    from graphkern.bench.data import molecules_path
+    from graphkern.bench.suites._spgk_scaling import augmented_molecules
+    from graphkern.io import read_sdf
+
+    monkeypatch.setattr(features_gpu, "_TILE_BYTES", 8 * 3000 * 640)  # tiles of 640 rows
+    graphs = augmented_molecules(read_sdf(molecules_path(), hydrogens=False), 3000)
+    gpu = ShortestPathKernel(node_kernel=DiracNode("element"), normalize=normalize, backend="gpu")
+    cpu = ShortestPathKernel(node_kernel=DiracNode("element"), normalize=normalize, backend="cpu")
+    np.testing.assert_array_equal(gpu(graphs), cpu(graphs))
+    np.testing.assert_array_equal(gpu.fit(graphs[:2000]).transform(graphs[2000:]),
+                                  cpu.fit(graphs[:2000]).transform(graphs[2000:]))
