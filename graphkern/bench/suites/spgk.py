@@ -85,7 +85,11 @@ def add_arguments(parser):
                         help="time only these algorithms")
     parser.add_argument("--no-peers", action="store_true", help="skip GraKeL")
     parser.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
-                        help="only these datasets (complete-N, mixed, molecules-bonds, molecules-3d)")
+                        help="only these datasets (complete-N, mixed, molecules-bonds, molecules-3d, scaling)")
+    parser.add_argument("--scaling", type=lambda s: [int(x) for x in s.split(",")], default=None, metavar="N,N",
+                        help="molecule counts of the scaling table (default 100,1000,10000,100000; --quick: 100,1000)")
+    parser.add_argument("--scaling-budget", type=float, default=60.0,
+                        help="seconds a scaling-table call may be predicted to take and still run (default 60)")
 
 
 # --------------------------------------------------------------------------- datasets
@@ -310,8 +314,13 @@ def run(args, ctx):
         say(f"GPU rows skipped ({', '.join(no_gpu)}): {ctx.system.get('gpu_unavailable_reason') or 'no GPU'}")
     for ds in _datasets(args, ctx):
         rows += _run_dataset(ds, methods, budget, repeat, threads, args, ctx)
-    _print_tables(rows)
-    rows += _targets(rows, ctx)
+    if rows:
+        _print_tables(rows)
+        rows += _targets(rows, ctx)
+    if not args.datasets or "scaling" in args.datasets:
+        from graphkern.bench.suites._spgk_scaling import scaling_table
+
+        rows += scaling_table(args, ctx, _grakel_runner)
     return rows + headline(rows) + points(rows)
 
 
