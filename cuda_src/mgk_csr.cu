@@ -388,8 +388,13 @@ __device__ void csr_solve(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t*
     double* red = reinterpret_cast<double*>(smem);
     T* s_par;
     int* s_code;
-    unsigned char* pair_area = stage_programs<T>(smem, code, params, ncode_len + ecode_len, nparam_len + eparam_len,
-                                                 nullptr, nullptr, 0, 0, s_code, s_par);
+    // stage_programs' layout, copied here: its call costs this loop registers (the float general form spills)
+    const int param_len = nparam_len + eparam_len, code_len = ncode_len + ecode_len;
+    s_par = reinterpret_cast<T*>(smem + kReduceBytes);
+    s_code = reinterpret_cast<int*>(smem + kReduceBytes + align16(param_len * (int)sizeof(T)));
+    unsigned char* pair_area = smem + header_bytes<T>(param_len, code_len);
+    for (int i = threadIdx.x; i < param_len; i += kThreads) s_par[i] = params[i];
+    for (int i = threadIdx.x; i < code_len; i += kThreads) s_code[i] = code[i];
     const int* ncode = s_code;
     const T* npar = s_par;
     const EdgeKernel<T> ek{ek_scale, ek_theta, ek_aux, ek_slot, s_code + ncode_len, s_par + nparam_len};

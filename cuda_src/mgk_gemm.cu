@@ -648,10 +648,8 @@ GEMM_ENTRY(8, float, f32)
 GEMM_R6(GEMM_ENTRY, double, f64)
 
 // Gradient entry points mgk_gemm_gradient_r<R>_<f32|f64> (graphkern/_mgk_gemm.py:
-// GEMMGPUEngine.solve_gradient): the K entry points' head (no nodal output), then the gradient
-// arguments of cuda_src/mgk_csr.cu's gradient entry points (graphkern/_mgk_gpu.py: gradient_terms;
-// the general form's contraction programs and the square exponential's aux are not used here)
-// and its outputs.  Five LD x LD arrays: float stops at R = 6, double at R = 4.
+// GEMMGPUEngine.solve_gradient): the head, then MGK_GRADIENT_PARAMS (the contractions' programs
+// and aux unused here).  Five LD x LD arrays: float stops at R = 6, double at R = 4.
 #define GEMM_GRADIENT_ENTRY_OF(KIND, R, T, SUFFIX, S, MINB)                                                   \
     extern "C" __global__ void __launch_bounds__(kThreads, MINB)                                             \
         mgk_gemm_##KIND##_r##R##_##SUFFIX(GEMM_HEAD(T), MGK_GRADIENT_PARAMS(T)) {                            \

@@ -1,12 +1,9 @@
-// The diagonally preconditioned conjugate gradient of the marginalized graph kernel, shared by its
-// solvers (mgk.cu, mgk_csr.cu, mgk_gemm.cu, mgk_tiled.cu).  A solver supplies the team that sums
-// (common/reductions.cuh: a warp, a block, or mgk_tiled.cu's block or cluster) and an operator
-// that owns the vectors and their layout; the loops here hold the scalars and every decision.
-//
-// Every scalar is accumulated in double in both precisions; alpha and beta are rounded to the
-// vector type once.  Stopping: ||r|| <= tol ||b||, p^T A p <= 0 (only an exactly zero residual:
-// M = D / V - A1 (x) A2 (.) E is positive definite), or max_iter iterations.  Every decision comes
-// from team sums, the same bits in every thread, so the team's threads branch together.
+// The diagonally preconditioned CG of the marginalized graph kernel's solvers (mgk*.cu).  A solver
+// supplies the team that sums (a warp, a block, a cluster: common/reductions.cuh, teams.cuh) and an
+// operator owning the vectors; the loops here hold the scalars and every decision.  Scalars are
+// summed in double in both precisions, alpha and beta rounded to the vector type once.  Stop at
+// ||r|| <= tol ||b||, p^T A p <= 0 (only an exactly zero residual: M = D / V - A1 (x) A2 (.) E is
+// positive definite) or max_iter.  Decisions come from team sums, the same bits in every thread.
 #pragma once
 
 namespace mgk {
