@@ -13,9 +13,7 @@
 // 64 x 64 block A1[t1] (x) A2[t2] (.) E to the 64-entry slice of p at (col(t1), col(t2)).
 // Octiles and the slice are staged in shared memory; lane (a, b) owns the two outputs
 // (R1*8 + a, R2*8 + b) and (R1*8 + a + 4, R2*8 + b) in registers for the whole block, so y is
-// written once per block with no atomics.  The edge kernel is evaluated per element pair:
-// no product matrix is ever stored.  Edge kernels that ignore labels factorize the block as
-// W1 X W2^T (2 * 2 * 8^3 flops instead of 64 * 64 * 3).
+// written once per block with no atomics (common/octile_product.cuh; no product matrix is stored).
 //
 // CG vectors live in global scratch, one slot per resident warp (grid-stride over pairs);
 // dot products are accumulated in double in both precisions and reduced by warp shuffles.
@@ -448,8 +446,8 @@ __device__ void gradient_pair(const GraphSet<T>& s1, const GraphSet<T>& s2, int6
         double acc = 0;
         for (int64_t i = lane; i < N; i += kWarp) {
             const int i1 = (int)(i / n2), i2 = (int)(i - (int64_t)i1 * n2);
-            acc += vertex_derivative_term(s1.node_feat + (v1 + i1) * s1.n_feat, s2.node_feat + (v2 + i2) * s2.n_feat,
-                                          ncode, npar, dcode, dpar, x[i], y[i], diag[i]);
+            add_vertex_derivative(acc, s1.node_feat + (v1 + i1) * s1.n_feat, s2.node_feat + (v2 + i2) * s2.n_feat,
+                                  ncode, npar, dcode, dpar, x[i], y[i], diag[i]);
         }
         acc = warp_sum(acc);
         if (lane == 0) grad[j] = (double)p2 * acc;

@@ -34,9 +34,8 @@
 // the adjoint M y = 1, after M x = b from a warm start (mgk_csr_gradient_seq_*, the default; see
 // csr_gradient) or in lockstep with it (mgk_csr_gradient_*).  In lockstep the two search
 // directions are interleaved in shared memory (p[2 L] forward, p[2 L + 1] adjoint; G1's records
-// then hold j1 * 2 n2), so while
-// both solves run one 64-bit (float) or 128-bit (double) gather fetches both and the record load
-// and the edge kernel of an entry pair serve both FMAs.  A side that has converged stops: the
+// then hold j1 * 2 n2), so while both solves run one 64-bit (float) or 128-bit (double) gather
+// fetches both and the record load and the edge kernel of an entry pair serve both FMAs.  A side that has converged stops: the
 // other runs on alone, gathering only its half.  Then the contractions: diagonal sums for the
 // vertex-kernel derivatives, q and the edge contractions the plan marks free (a constant factor
 // of the edge kernel: y^T (A (.) E) x = y^T (D V^-1 x - b) + y^T r_x, r_x the forward residual,
@@ -659,9 +658,9 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
             double acc[1] = {0.0};
             for (int L = threadIdx.x; L < N; L += kThreads) {
                 const int a = L / n2, b = L - a * n2;
-                acc[0] += vertex_derivative_term(s1.node_feat + (v1 + a) * s1.n_nfeat,
-                                                 s2.node_feat + (v2 + b) * s2.n_nfeat, ncode, npar, dcode, dpar, x[L],
-                                                 y[L], diag[L]);
+                add_vertex_derivative(acc[0], s1.node_feat + (v1 + a) * s1.n_nfeat,
+                                      s2.node_feat + (v2 + b) * s2.n_nfeat, ncode, npar, dcode, dpar, x[L], y[L],
+                                      diag[L]);
             }
             gk::block_sum<kWarps, kMaxReduce>(acc, red);
             if (threadIdx.x == 0) grad[j] = (double)p2 * acc[0];

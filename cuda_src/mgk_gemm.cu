@@ -345,7 +345,9 @@ __device__ void gemm_solve(const GemmSet<T> s1, const GemmSet<T> s2, const int64
 template <typename T>
 __device__ __noinline__ double vertex_derivative_term(const T* feat1, const T* feat2, const int* ncode, const T* npar,
                                                       const int* dcode, const T* dpar, T x, T y, T diag) {
-    return mgk::vertex_derivative_term(feat1, feat2, ncode, npar, dcode, dpar, x, y, diag);
+    double term = 0.0;  // +0.0 plus the term: the same addend for the caller's sum
+    add_vertex_derivative(term, feat1, feat2, ncode, npar, dcode, dpar, x, y, diag);
+    return term;
 }
 
 // The sequential gradient's adjoint start (S = 1): y0 = alpha x, r0 = 1 - alpha (b - r_x), its

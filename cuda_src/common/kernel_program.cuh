@@ -162,16 +162,17 @@ __device__ __forceinline__ T system_diagonal(T degree1, T degree2, const T* feat
     return d / v;
 }
 
-// The gradient's diagonal terms at one vertex pair with solutions x, y and diag = D / V.
-// y x D V^-2 dV/dtheta for a vertex-kernel derivative program (0 where V is floored: no derivative).
+// Adds y x D V^-2 dV/dtheta, a vertex-kernel derivative program's term at one vertex pair with
+// solutions x, y and diag = D / V, to acc; nothing where V is floored (no derivative there).  The
+// sum is formed in acc (not returned) so that its last product and add fuse as in a plain loop.
 template <typename T>
-__device__ __forceinline__ double vertex_derivative_term(const T* feat1, const T* feat2, const int* ncode,
-                                                         const T* npar, const int* dcode, const T* dpar, T x, T y,
-                                                         T diag) {
+__device__ __forceinline__ void add_vertex_derivative(double& acc, const T* feat1, const T* feat2, const int* ncode,
+                                                      const T* npar, const int* dcode, const T* dpar, T x, T y,
+                                                      T diag) {
     const T v = eval_program(ncode, npar, feat1, 1, feat2, 1);
-    if (v < T(kVertexKernelFloor)) return 0.0;
+    if (v < T(kVertexKernelFloor)) return;
     const T dv = eval_program(dcode, dpar, feat1, 1, feat2, 1);
-    return (double)y * x * ((double)diag / v) * dv;
+    acc += (double)y * x * ((double)diag / v) * dv;
 }
 
 }  // namespace mgk
