@@ -102,7 +102,7 @@ class BuildExt(build_ext):
         for a in archs:
             code = f"[sm_{a},compute_{a}]" if a == newest else f"sm_{a}"
             gencode += ["-gencode", f"arch=compute_{a},code={code}"]
-        headers = glob.glob(os.path.join(ROOT, "cuda_src", "*.cuh"))
+        headers = glob.glob(os.path.join(ROOT, "cuda_src", "**", "*.cuh"), recursive=True)
         sources = [s for s in sorted(glob.glob(os.path.join(ROOT, "cuda_src", "*.cu"))) if _wanted(s)]
 
         def compile_one(src):
