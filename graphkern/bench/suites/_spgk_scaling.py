@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from graphkern.bench.cli import print_table
+from graphkern.bench.report import Target, print_targets
 
 _SAMPLE_ROWS = 256
 _SEED = 20
@@ -165,33 +166,32 @@ def _print(rows, sizes):
     print(flush=True)
 
 
+TARGETS = {
+    "gpu": Target("GPU ≥ 100x GraKeL ShortestPath at 10,000 molecules, identical Gram matrix", ">=", 100,
+                  sizes="10,000 molecules", quick_ok=True),
+    "cpu": Target("CPU (16 threads) ≥ 10x GraKeL ShortestPath at 10,000 molecules", ">=", 10, gpu=None,
+                  sizes="10,000 molecules", quick_ok=True),
+    "every": Target("CPU faster than GraKeL ShortestPath at every size", ">", 1, gpu=None,
+                    sizes="every size measured", quick_ok=True),
+    "big": Target("100,000 molecules on one GPU, Gram matrix streamed in tiles", "<", 60, unit=" s",
+                  sizes="100,000 molecules", quick_ok=True),
+}
+
+
 def _verdicts(rows, ctx):
-    """Targets set for one H100 with 16 cores; judged only there, shown as info elsewhere."""
-    gpus = ctx.system.get("gpus") or []
-    h100 = bool(gpus) and "H100" in gpus[0].get("name", "")
-    sixteen = (ctx.system.get("threads") or 0) >= 16
-    checks = []
-
-    def check(name, value, goal, judged, ok):
-        verdict = "n/a" if value is None else (("PASS" if ok else "MISS") if judged else "info")
-        checks.append(dict(target=name, measured="-" if value is None else value, goal=goal, verdict=verdict))
-
+    """The scaling targets, judged by the shared helper (only on the hardware and sizes they were set for)."""
+    out = []
     peer = _get(rows, 10_000, "GraKeL ShortestPath")
     gpu = _get(rows, 10_000, "graphkern GPU")
-    equal = all(r.get("equal") is not False for r in rows)
-    check("GPU over GraKeL, 10,000 molecules", f"{peer / gpu:.0f}x" if peer and gpu else None, ">= 100x, same K",
-          h100, bool(peer and gpu and peer / gpu >= 100 and equal))
     cpu = _get(rows, 10_000, "graphkern CPU")
-    check("CPU over GraKeL, 10,000 molecules", f"{peer / cpu:.1f}x" if peer and cpu else None, ">= 10x",
-          sixteen, bool(peer and cpu and peer / cpu >= 10))
+    equal = all(r.get("equal") is not False for r in rows)
+    gpu_ratio = peer / gpu if peer and gpu and equal else None
+    out.append(TARGETS["gpu"].judge(gpu_ratio, ctx, detail="" if equal else "Gram matrices differ"))
+    out.append(TARGETS["cpu"].judge(peer / cpu if peer and cpu else None, ctx))
     sizes = sorted({r["molecules"] for r in rows if _get(rows, r["molecules"], "GraKeL ShortestPath")})
     ratios = [_get(rows, n, "GraKeL ShortestPath") / _get(rows, n, "graphkern CPU") for n in sizes
               if _get(rows, n, "graphkern CPU")]
-    check("CPU faster than GraKeL at every size", f"min {min(ratios):.1f}x" if ratios else None, "> 1x",
-          sixteen, bool(ratios and min(ratios) > 1))
-    big = _get(rows, 100_000, "graphkern GPU")
-    check("100,000 molecules on one GPU", f"{big:.1f} s" if big else None, "< 60 s", h100, bool(big and big < 60))
-    where = (gpus[0]["name"] if gpus else "no GPU") + f", {ctx.system.get('threads')} threads"
-    print_table(checks, ["target", "measured", "goal", "verdict"],
-                title=f"scaling targets (set for one H100 and 16 cores; measured on {where})")
-    return [dict(kind="target", **c) for c in checks]
+    out.append(TARGETS["every"].judge(min(ratios) if ratios else None, ctx, detail=f"sizes {sizes}"))
+    out.append(TARGETS["big"].judge(_get(rows, 100_000, "graphkern GPU"), ctx))
+    print_targets(out, title="scaling targets (set for one H100-class GPU and 16 cores)")
+    return out
