@@ -44,7 +44,7 @@ import numpy as np
 __all__ = ["HyperparameterSpec", "hyperparameter_specs", "GradientPlan", "EDGE_FORMS", "ProgramTable",
            "finite_difference_steps"]
 
-#: the XMV's edge-kernel forms, as cuda_src/mgk.cu and graphkern/_cpu/mgk.pyx number them
+#: the XMV's edge-kernel forms, as cuda_src/common/kernel_program.cuh (EDGE_*) and graphkern/_cpu/mgk.pyx number them
 EDGE_FORMS = {"general": 0, "constant": 1, "kronecker": 2, "sqexp": 3, "kronecker_derivative": 4,
               "sqexp_derivative": 5}
 
