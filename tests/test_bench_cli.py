@@ -83,3 +83,13 @@ def test_a_wrong_answer_fails_the_run(monkeypatch, capsys):
     status = cli.main(["jaccard", "--quick", "--no-progress", "--graphs", "delaunay", "--no-peers"])
     assert status == 1
     assert "WRONG ANSWER" in capsys.readouterr().out
+
+
+def test_a_peer_that_kills_its_process_is_a_failure_not_a_crash():
+    import os
+
+    from graphkern.bench.report import PeerCrashed, isolated
+
+    with pytest.raises(PeerCrashed, match="SIGABRT"):
+        isolated(os.abort, timeout=60)
+    assert isolated(divmod, 7, 2, timeout=60) == (3, 1)

@@ -14,6 +14,7 @@ import os
 import re
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 
 WIDTH = 120
@@ -73,6 +74,50 @@ def guarded(row, fn, *args, **kwargs):
     except Exception as exc:  # a peer's failure is a result, not the end of the suite
         return dict(row, failed=failure_text(exc), note=failure_text(exc))
     return dict(row, **(out or {}))
+
+
+class PeerCrashed(RuntimeError):
+    """A peer ended its process (a signal such as SIGSEGV, or a hard exit) instead of raising."""
+
+
+def _isolated_main(queue, fn, args):
+    try:
+        queue.put(("ok", fn(*args)))
+    except BaseException as exc:  # sent back and raised in the parent as a failed row
+        queue.put(("error", error_text(exc)))
+
+
+def isolated(fn, *args, timeout=300):
+    """``fn(*args)`` in a fresh process, for peers that can crash their interpreter (a native
+    library's segfault cannot be caught in-process).  ``fn`` and its arguments must pickle.
+    A crash or a timeout raises :class:`PeerCrashed`; an exception in the child, RuntimeError."""
+    import multiprocessing as mp
+    import queue as queue_mod
+    import signal
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_isolated_main, args=(q, fn, args), daemon=True)
+    proc.start()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            status, value = q.get(timeout=0.2)
+            break
+        except queue_mod.Empty:
+            if proc.is_alive() and time.monotonic() < deadline:
+                continue
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+            code = proc.exitcode
+            if code is not None and code < 0:
+                raise PeerCrashed(f"the peer's process died with {signal.Signals(-code).name}") from None
+            raise PeerCrashed(f"the peer's process gave no answer (exit code {code}, limit {timeout} s)") from None
+    proc.join()
+    if status == "error":
+        raise RuntimeError(value)
+    return value
 
 
 # --------------------------------------------------------------------------- targets
