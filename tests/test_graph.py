@@ -179,3 +179,16 @@ def test_as_csr_matrix_sees_an_unmirrored_explicit_zero():
     assert A.nnz == 3  # (1, 2) stored as an explicit zero, (2, 1) absent
     with pytest.raises(ValueError, match="not symmetric"):
         as_csr_matrix(A)
+
+
+@pytest.mark.parametrize("asked", [100_000, 10_000, 2**31, np.int64(2**40)])
+def test_thread_counts_are_clamped_with_a_warning(asked):
+    from graphkern._backend import MAX_THREADS_PER_CORE, available_cores, resolve_threads
+    limit = MAX_THREADS_PER_CORE * available_cores()
+    with pytest.warns(RuntimeWarning, match=f"lowered to {limit}"):
+        assert resolve_threads(asked) == limit
+    assert resolve_threads(1) == 1 and resolve_threads(None) == available_cores()
+    with pytest.raises(ValueError, match="n_threads must be >= 1"):
+        resolve_threads(0)
+    with pytest.raises(TypeError, match="n_threads must be a positive int"):
+        resolve_threads(2.0)
