@@ -30,6 +30,8 @@ ELEMENT_LABEL = "element"
 
 # problem kinds reported by graphkern._cpu.validate.scan_csr, in its column order
 RANGE, UNSORTED, DUPLICATE, NONFINITE, NEGATIVE, MISSING, DIFFERS, NOT_ONE = range(8)
+# CSR scans of fewer entries run on one thread: starting a parallel region costs more
+PARALLEL_ENTRIES = 1 << 16
 # arrays of at least this many bytes are hashed in parallel blocks of this many 8-byte words
 _HASH_PARALLEL_BYTES = 1 << 20
 _HASH_BLOCK_WORDS = 1 << 15
@@ -208,7 +210,7 @@ def scan(indptr, indices, values=None, *, symmetric, signed=False):
         vals = np.ascontiguousarray(values)
     else:  # equality survives the casts: wider floats, and uint64 -> int64 is one-to-one
         vals = np.ascontiguousarray(values, dtype=np.float64 if values.dtype.kind == "f" else np.int64)
-    threads = resolve_threads(None)
+    threads = resolve_threads(None) if len(idx) >= PARALLEL_ENTRIES else 1
     first = _compiled.scan_csr(ptr, idx, vals, has_values=values is not None, symmetric=False, signed=signed,
                                n_threads=threads)
     nnz = len(idx)

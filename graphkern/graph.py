@@ -37,8 +37,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphkern._arrays import (_INT32_MAX, _INT64_MAX, ATOMIC_NUMBER, DIFFERS, DUPLICATE, ELEMENT_LABEL, MISSING,
-                               NEGATIVE, NONFINITE, NOT_ONE, RANGE, UNSORTED, LabelColumns, category_code, frozen,
-                               hash_array, index_dtype, indptr_problem, label_column, numeric, require_memory, scan)
+                               NEGATIVE, NONFINITE, NOT_ONE, PARALLEL_ENTRIES, RANGE, UNSORTED, LabelColumns,
+                               category_code, frozen, hash_array, index_dtype, indptr_problem, label_column, numeric,
+                               require_memory, scan)
 from graphkern._backend import resolve_threads
 from graphkern._cpu import validate as _compiled
 
@@ -137,8 +138,9 @@ class Graph:
             self._symmetrize()
             return
         if first[DIFFERS] < nnz or self._edge_labels:
+            threads = resolve_threads(None) if nnz >= PARALLEL_ENTRIES else 1
             self._check_mirror_values(symmetrize, _compiled.mirror_positions(
-                np.ascontiguousarray(self._indptr, dtype=np.int64), self._indices, resolve_threads(None)))
+                np.ascontiguousarray(self._indptr, dtype=np.int64), self._indices, threads))
         self._cache["valid"] = True
 
     def _check_mirror_values(self, symmetrize, mirror):
@@ -609,7 +611,8 @@ def as_graphs(X, name="X"):
     try:
         items = list(X)
     except TypeError:
-        raise TypeError(f"{name} must be a sequence of graphs ({_ACCEPTED}), got {type(X).__name__}") from None
+        raise TypeError(f"{name} must be a sequence of graphkern.Graph (or networkx graphs, RDKit molecules, "
+                        f"SMILES strings), got {type(X).__name__}") from None
     return [_convert(g, f"{name}[{k}]") for k, g in enumerate(items)]
 
 

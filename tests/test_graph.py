@@ -170,7 +170,7 @@ def test_as_graph_list_names_the_bad_item():
         as_graph_list(G)
     with pytest.raises(TypeError, match=r"Y\[1\] is a int"):
         as_graph_list([G, 3], "Y")
-    with pytest.raises(TypeError, match="must be a sequence of graphs .*, got int"):
+    with pytest.raises(TypeError, match="sequence of graphkern.Graph .*, got int"):
         as_graph_list(5)
 
 

@@ -102,8 +102,15 @@ def scan_csr(const int64_t[::1] indptr, const index_t[::1] indices, const value_
     cdef int64_t[:, ::1] firsts = firsts_arr
     if nnz == 0:
         return firsts_arr[0]
-    for b in prange(parts, nogil=True, num_threads=n_threads, schedule="dynamic"):
-        scan_rows(indptr, indices, values, has_values, symmetric, signed, n, bounds[b], bounds[b + 1], firsts, b)
+    if n_threads == 1:  # no parallel region: its start costs more than a small graph's scan
+        with nogil:
+            for b in range(parts):
+                scan_rows(indptr, indices, values, has_values, symmetric, signed, n, bounds[b], bounds[b + 1],
+                          firsts, b)
+    else:
+        for b in prange(parts, nogil=True, num_threads=n_threads, schedule="dynamic"):
+            scan_rows(indptr, indices, values, has_values, symmetric, signed, n, bounds[b], bounds[b + 1],
+                      firsts, b)
     return firsts_arr.min(axis=0)
 
 
@@ -130,7 +137,7 @@ def mirror_positions(const int64_t[::1] indptr, const index_t[::1] indices, int 
     if indices.shape[0] == 0:
         return out_arr
     cdef const index_t* idx = &indices[0]
-    for i in prange(n, nogil=True, num_threads=n_threads, schedule="guided"):
+    for i in prange(n, nogil=True, num_threads=n_threads, schedule="guided", use_threads_if=n_threads > 1):
         for k in range(indptr[i], indptr[i + 1]):
             j = idx[k]
             m = lower_bound(idx, indptr[j], indptr[j + 1], i)
@@ -187,7 +194,8 @@ def is_symmetric(const int64_t[::1] indptr, const index_t[::1] indices, const va
     cdef const int64_t* ptr = &indptr[0]
     cdef const index_t* idx = &indices[0]
     cdef Py_ssize_t t
-    for t in prange(parts, nogil=True, num_threads=n_threads, schedule="static", chunksize=1):
+    for t in prange(parts, nogil=True, num_threads=n_threads, schedule="static", chunksize=1,
+                    use_threads_if=n_threads > 1):
         if bounds[t] < bounds[t + 1]:
             verdicts[t] = mirror_walk(ptr, idx, values, has_values, cur, bounds[t], bounds[t + 1])
     found = set(verdicts_arr.tolist())
@@ -208,10 +216,55 @@ def content_hash_blocks(const uint64_t[::1] words, int64_t block, int n_threads)
     cdef uint64_t h
     out_arr = np.zeros(parts, dtype=np.uint64)
     cdef uint64_t[::1] out = out_arr
-    for b in prange(parts, nogil=True, num_threads=n_threads, schedule="static"):
+    for b in prange(parts, nogil=True, num_threads=n_threads, schedule="static", use_threads_if=n_threads > 1):
         h = 0x243F6A8885A308D3ULL + <uint64_t>b
         end = min((b + 1) * block, nwords)
         for k in range(b * block, end):
             h = mix(h, words[k])
         out[b] = h ^ (h >> 29)
     return out_arr
+
+
+def first_bad_coordinate_line(const unsigned char[::1] text, int n_fields):
+    """The 1-based number of the first line of a Matrix Market coordinate text that is not
+    ``n_fields`` whitespace-separated fields with the first two made of digits (the size line,
+    the first non-comment line, must be three digit fields), or 0 if every line is.
+    Comment (``%``) and blank lines are skipped."""
+    cdef Py_ssize_t size = text.shape[0], pos = 0
+    cdef int64_t line = 0, bad = 0
+    cdef int field, want, size_line = 1
+    cdef unsigned char c
+    cdef bint digits
+    with nogil:
+        while pos < size and bad == 0:
+            line += 1
+            while pos < size and (text[pos] == 32 or text[pos] == 9):
+                pos += 1
+            if pos >= size or text[pos] == 10 or text[pos] == 13 or text[pos] == 37:  # blank or %
+                while pos < size and text[pos] != 10:
+                    pos += 1
+                pos += 1
+                continue
+            want = 3 if size_line else n_fields
+            field = 0
+            while pos < size and text[pos] != 10 and text[pos] != 13:
+                digits = True
+                while pos < size:
+                    c = text[pos]
+                    if c == 32 or c == 9 or c == 10 or c == 13:
+                        break
+                    if c < 48 or c > 57:
+                        digits = False
+                    pos += 1
+                if (field < 2 or size_line) and not digits:
+                    bad = line
+                field += 1
+                while pos < size and (text[pos] == 32 or text[pos] == 9):
+                    pos += 1
+            if field != want:
+                bad = line
+            size_line = 0
+            while pos < size and text[pos] != 10:
+                pos += 1
+            pos += 1
+    return bad
