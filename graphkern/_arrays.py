@@ -112,6 +112,8 @@ def label_column(values, length, *, what, name):
         raise ValueError(f"{label} has {arr.shape[0]} rows but the graph has {length} "
                          f"{'nodes' if what == 'node' else 'stored edge entries'}")
     if arr.dtype.kind in "US" or (arr.dtype == object and arr.size and all(isinstance(v, str) for v in arr.ravel())):
+        if not isinstance(values, np.ndarray) and not all(isinstance(v, str) for v in values):
+            raise TypeError(f"{label} mixes strings and numbers; give one kind")
         if arr.ndim != 1:
             raise ValueError(f"{label}: string labels must be one column, got shape {arr.shape}")
         if what == "node" and name == ELEMENT_LABEL:
