@@ -572,7 +572,7 @@ _ACCEPTED = "a graphkern.Graph, a networkx graph, an RDKit molecule or a SMILES 
 
 
 def _convert(item, label):
-    """One input as a Graph: ``(graph, converter name)``, errors naming ``label`` and the converter."""
+    """One input as a Graph, errors naming ``label`` and the converter."""
     if isinstance(item, Graph):
         return item.require_valid()
     module = type(item).__module__ or ""
@@ -616,7 +616,7 @@ def as_graphs(X, name="X"):
     return [_convert(g, f"{name}[{k}]") for k, g in enumerate(items)]
 
 
-# the name the kernels used before conversions were added
+# the name the kernels call it by
 as_graph_list = as_graphs
 
 
