@@ -411,8 +411,12 @@ class Graph:
         return self.weights.astype(dtype, copy=False)
 
     def to_scipy(self, dtype=np.float64):
-        """The symmetric adjacency as a scipy.sparse.csr_matrix (ones if unweighted)."""
-        return sp.csr_matrix((self.weight_array(dtype), self.indices, self.indptr), shape=(self.n_nodes,) * 2)
+        """The symmetric adjacency as a scipy.sparse.csr_matrix (ones if unweighted), sharing the
+        graph's read-only index arrays."""
+        A = sp.csr_matrix((self.weight_array(dtype), self.indices, self.indptr), shape=(self.n_nodes,) * 2)
+        if self._cache.get("valid"):  # sorted rows without duplicates: SciPy need not check again
+            A.has_canonical_format = True
+        return A
 
     def edge_list(self):
         """Undirected edges ``(i, j)`` with ``i <= j``, in CSR order, and their entry positions."""
