@@ -80,7 +80,9 @@ cdef void scan_rows(const int64_t[::1] indptr, const index_t[::1] indices, const
 def _row_blocks(ptr, int n_threads):
     """Row boundaries of blocks holding about equal numbers of entries (several per thread)."""
     n = len(ptr) - 1
-    parts = max(1, min(n, 8 * n_threads if n_threads > 1 else 1))
+    if n_threads == 1:
+        return np.array([0, max(n, 0)], dtype=np.int64)
+    parts = max(1, min(n, 8 * n_threads))
     bounds = np.searchsorted(ptr, np.linspace(0, ptr[n], parts + 1), side="left").astype(np.int64)
     bounds[0] = 0
     bounds[parts] = n
@@ -183,10 +185,8 @@ def is_symmetric(const int64_t[::1] indptr, const index_t[::1] indices, const va
     if indices.shape[0] == 0:
         return 0
     ptr_arr = np.asarray(indptr)
-    cdef int64_t parts = max(1, min(n, n_threads))
-    cdef int64_t[::1] bounds = np.searchsorted(ptr_arr, np.linspace(0, ptr_arr[n], parts + 1)).astype(np.int64)
-    bounds[0] = 0
-    bounds[parts] = n
+    cdef int64_t[::1] bounds = _row_blocks(ptr_arr, n_threads)
+    cdef int64_t parts = bounds.shape[0] - 1
     cur_arr = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] cur = cur_arr
     verdicts_arr = np.zeros(parts, dtype=np.intc)
