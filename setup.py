@@ -102,7 +102,7 @@ class BuildExt(build_ext):
         for a in archs:
             code = f"[sm_{a},compute_{a}]" if a == newest else f"sm_{a}"
             gencode += ["-gencode", f"arch=compute_{a},code={code}"]
-        headers = glob.glob(os.path.join(ROOT, "cuda_src", "*.cuh"))
+        headers = glob.glob(os.path.join(ROOT, "cuda_src", "**", "*.cuh"), recursive=True)
         sources = [s for s in sorted(glob.glob(os.path.join(ROOT, "cuda_src", "*.cu"))) if _wanted(s)]
 
         def compile_one(src):
@@ -146,12 +146,30 @@ class BuildExt(build_ext):
                 fh.write(f"{k} = {v!r}\n")
 
 
-def _dependencies():
-    deps = ["numpy>=1.25", "scipy>=1.10"]
-    if CUDA_VER:
-        deps.append(f"cuda-bindings=={CUDA_VER}.*")
-    return deps
+def _extras():
+    """Optional dependencies.  ``pip install graphkern`` never needs cuda-bindings: the CPU path runs
+    without it and the GPU path says what to install.  ``graphkern[cuda]`` adds the cuda-bindings
+    series matching the headers the driver layer was compiled against (any series for a CPU-only
+    build, which has no driver layer to use it)."""
+    cuda = [f"cuda-bindings=={CUDA_VER}.*" if CUDA_VER else "cuda-bindings"]
+    # zarr 3 (the Zarr output of graphkern.distributed) needs Python 3.11; on 3.10 gram returns NumPy only
+    distributed = ["dask>=2024.1", "distributed>=2024.1", "zarr>=3; python_version >= '3.11'"]
+    peers = ["networkx>=3", "grakel", "rdkit"]
+    return {
+        "cuda": cuda,
+        "sklearn": ["scikit-learn>=1.2"],
+        "rdkit": ["rdkit"],
+        "distributed": distributed,
+        "plot": ["matplotlib"],
+        "progress": ["tqdm"],
+        "bench": ["igraph", "matplotlib", *peers],
+        # the GPU tests need the driver bindings, so the README's install command brings them
+        "test": ["pytest>=7", "hypothesis", "scikit-learn>=1.2", "tqdm", *cuda, *peers, *distributed],
+    }
 
 
-setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt}, install_requires=_dependencies(),
-      package_data={"graphkern": ["py.typed"], "graphkern.bench.data": ["*.sdf.gz", "README.md"]}, zip_safe=False)
+setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt}, install_requires=["numpy>=1.25", "scipy>=1.10"],
+      extras_require=_extras(), zip_safe=False,
+      package_data={"graphkern": ["py.typed"], "graphkern.bench.data": ["*.sdf.gz", "README.md"]},
+      # the wheel carries the compiled modules, not their sources or Cython's generated C/C++
+      exclude_package_data={"graphkern._cpu": ["*.c", "*.cpp", "*.pyx", "*.h"], "graphkern._cuda": ["*.cpp", "*.pyx"]})

@@ -45,11 +45,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/reductions.cuh"
+
 namespace {
 
+using gk::kFullMask;
+using gk::kWarp;
+
 constexpr int kBlock = 256;
-constexpr int kWarp = 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 // Products staged in shared memory by one row block of the rowblock variant (16 KiB in float64), and
 // the most rows such a block may have.  The host builds row blocks within both limits (longer rows
 // become long-row segments); a block beyond them falls back to a warp per row.
@@ -110,16 +113,7 @@ __device__ StepScalars step_scalars(double* coef, int64_t cap, int64_t k, const 
 // Sum over the block, valid in thread 0.  Starts with a barrier so consecutive calls can share scratch.
 __device__ double block_sum(double v) {
     __shared__ double scratch[kBlock / kWarp];
-    for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_down_sync(kFullMask, v, o);
-    const int lane = threadIdx.x & (kWarp - 1), warp = threadIdx.x / kWarp;
-    __syncthreads();
-    if (lane == 0) scratch[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        v = lane < (int)(blockDim.x / kWarp) ? scratch[lane] : 0.0;
-        for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_down_sync(kFullMask, v, o);
-    }
-    return v;
+    return gk::block_sum_to_first<true>(v, scratch, threadIdx.x, (int)(blockDim.x / kWarp));
 }
 
 // The partials[0..n_partials) in order, then extra[0..n_extra), summed by one block into *out and
@@ -127,7 +121,7 @@ __device__ double block_sum(double v) {
 __device__ void sum_partials(const double* partials, int64_t n_partials, const double* extra, int64_t n_extra,
                              double* out, const uint64_t* peer_outs, int32_t n_peer_outs) {
     // Each thread adds b = threadIdx.x, + blockDim.x, ... in that order, with kLoads loads in flight
-    // at a time: one load per add made one block take 185 us for R-MAT's 1.3e5 partials (H100).
+    // at a time: one block summing 1e5 partials is latency-bound with one load per add.
     constexpr int kLoads = 8;
     double acc = 0.0;
     const int64_t total = n_partials + n_extra;
@@ -232,21 +226,16 @@ DEFINE_LD_ONCE_V4(float4, "f32", "f")
 DEFINE_LD_ONCE_V2(double2, "f64", "d")
 
 // Gather of x[col].  Hot columns go through L1 (__ldg); the others skip it (__ldcg, L2 only), so
-// that they do not evict the hot ones.  In a degree-ordered matrix the low columns are the hubs':
-// on the H100's R-MAT (scale 22, 1.28e8 nonzeros) the first 12,288 columns (96 KiB of float64 x,
-// about what L1 holds beside the staged products at 5 blocks per SM) take 36% of the gathers; L1
-// for all of them gave 1124 us per SpMV, L1 for none 1754 us, L1 for the first 8K / 12K / 16K
-// 1089 / 1061 / 1092 us.  In A's own order len is INT32_MAX: every gather uses L1, which keeps the
-// reuse of meshes and grids.
+// that they do not evict the hot ones.  In a degree-ordered matrix the low columns are the hubs'
+// and take a large share of the gathers of a power-law graph; the host sizes the range to about
+// what L1 holds beside the staged products.  In A's own order len is INT32_MAX: every gather uses
+// L1, which keeps the reuse of meshes and grids.
 //
 // Hot are [0, len) and [start1, start1 + len); start1 = 2^31 leaves the second range empty (the
 // unsigned difference of a column and 2^31 is never below len).  With the rows dealt to several
 // devices, each device's block of rows (and of columns) starts with its share of the hubs, so the
-// hubs sit at the start of every block: the host puts the second range at the second block.  On two
-// H100s (R-MAT scale 22), each device's half of the SpMV took 0.80-0.83 ms with one range ([0,
-// 12288): the even-ranked hubs only, the second largest not among them) and 0.54-0.55 ms with two
-// (6144 columns at the start of each block; 12288 each: the same), against 1.04-1.06 ms for the
-// whole matrix on one H100.
+// hubs sit at the start of every block: the host puts the second range at the second block (one
+// range would hold only the even-ranked hubs).
 struct HotColumns {
     int32_t len;
     uint32_t start1;
@@ -394,7 +383,7 @@ __device__ double rows_vector(const SpmvArgs<T, P>& a) {
             for (P e = a.indptr[i] + lane; e < end; e += kGroup)
                 dot += entry<T, kWeighted>(a.values, a.indices, a.w_cur, a.hot, e, a.policy);
         }
-        for (int o = kGroup / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, kGroup);
+        dot = gk::group_sum_down(dot, kGroup);
         if (active && lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
     }
     return part;
@@ -412,7 +401,7 @@ __device__ double warp_rows(const SpmvArgs<T, P>& a, int64_t t0, int64_t t1, con
         for_each_product<T, kWeighted>(a.indices, a.values, a.w_cur, a.hot, (int64_t)a.indptr[i],
                                        (int64_t)a.indptr[i + 1], lane, kWarp, a.policy,
                                        [&](int64_t, T p) { dot += p; });
-        for (int o = kWarp / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o);
+        dot = gk::group_sum_down(dot, kWarp);
         if (lane == 0) part += finish_row(dot, a.row0 + i, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
     }
     return part;
@@ -456,7 +445,7 @@ __device__ double stream_rows(const SpmvArgs<T, P>& a, int64_t r0, int64_t r1, i
             const int32_t end = row_start[local + 1];
             for (int32_t j = row_start[local] + lane; j < end; j += group) dot += staged[j];
         }
-        for (int o = group / 2; o > 0; o >>= 1) dot += __shfl_down_sync(kFullMask, dot, o, group);
+        dot = gk::group_sum_down(dot, group);
         if (active && lane == 0) {
             part += finish_row(dot, a.row0 + r0 + local, a.s, a.w_cur, a.w_prev, a.w_out, a.policy);
         }
@@ -557,12 +546,9 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
     if (alpha_out != nullptr)                                                                             \
         grid_sum(part, partials, counter, alpha_out, alpha_peers, n_alpha_peers, long_alpha, n_long);
 
-// Blocks per SM the SpMV kernels are compiled for.  With __launch_bounds__(kBlock) alone, ptxas
-// (CUDA 13) kept the unweighted float64 task kernel at 40 registers and spilled 8 bytes: ncu counted
-// 2.4M local-memory requests per R-MAT SpMV, 90% of them L1 misses, i.e. L2 traffic beside the
-// gathers.  With gather_x's two kinds of load, 6 blocks (40 registers) spill ~100 bytes (R-MAT
-// 1205 us); 5 blocks (48 registers) spill at most 8 and were as fast as 6 without the split
-// (1127 against 1124 us), 1061 us with it.  The weighted kernels need 64 (4 blocks) not to spill.
+// Blocks per SM the SpMV kernels are compiled for: 5 (48 registers) keeps the unweighted kernels
+// from spilling (their local-memory traffic would go to L2 beside the gathers); the weighted ones
+// need 64 registers (4 blocks).
 #define SPMV_MIN_BLOCKS(W) ((W) ? 4 : 5)
 
 #define DEFINE_SPMV(NAME, ROWS, T, TN, P, PN, W, WN)                                              \

@@ -1,9 +1,8 @@
 // Marginalized graph kernel on the GPU for sparse graphs: one thread block per pair, the XMV as
 // a sum over pairs of stored entries (CSR x CSR) instead of dense 8x8 octile products.
 //
-// The linear system, the preconditioner, the stopping rule and the outputs are those of the core
-// solver (cuda_src/mgk.cu): M = D / V - A1 (x) A2 (.) E, b = D q^2, x0 = 0, diagonally
-// preconditioned CG with the scalars accumulated in double, K = p^2 sum(x).
+// The system M = D / V - A1 (x) A2 (.) E, b = D q^2, x0 = 0, and its CG (common/cg.cuh) are the
+// core solver's (cuda_src/mgk.cu); K = p^2 sum(x).
 //
 // Data (graphkern/_mgk_csr.py builds it): every graph's vertices renumbered by decreasing
 // degree (so that the 32 outputs of a warp, which differ in their G2 vertex, have rows of
@@ -35,9 +34,8 @@
 // the adjoint M y = 1, after M x = b from a warm start (mgk_csr_gradient_seq_*, the default; see
 // csr_gradient) or in lockstep with it (mgk_csr_gradient_*).  In lockstep the two search
 // directions are interleaved in shared memory (p[2 L] forward, p[2 L + 1] adjoint; G1's records
-// then hold j1 * 2 n2), so while
-// both solves run one 64-bit (float) or 128-bit (double) gather fetches both and the record load
-// and the edge kernel of an entry pair serve both FMAs.  A side that has converged stops: the
+// then hold j1 * 2 n2), so while both solves run one 64-bit (float) or 128-bit (double) gather
+// fetches both and the record load and the edge kernel of an entry pair serve both FMAs.  A side that has converged stops: the
 // other runs on alone, gathering only its half.  Then the contractions: diagonal sums for the
 // vertex-kernel derivatives, q and the edge contractions the plan marks free (a constant factor
 // of the edge kernel: y^T (A (.) E) x = y^T (D V^-1 x - b) + y^T r_x, r_x the forward residual,
@@ -45,41 +43,20 @@
 // with the derivative edge kernel, dotted with y.
 #include <cstdint>
 
-#include "mgk_program.cuh"
+#include "common/cg.cuh"
+#include "common/kernel_program.cuh"
+#include "common/reductions.cuh"
 
 namespace {
 
-constexpr int kWarp = 32;
+using namespace mgk;
+using gk::kWarp;
+
 constexpr int kThreads = 256;               // graphkern/_mgk_csr.py: THREADS_PER_BLOCK
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kMaxReduce = 4;               // values summed by one block reduction at most
 constexpr int kReduceBytes = kWarps * kMaxReduce * 8;  // graphkern/_mgk_csr.py: REDUCE_BYTES
-constexpr unsigned kFullMask = 0xffffffffu;
-constexpr double kVertexKernelFloor = 1e-20;  // as cuda_src/mgk.cu and the CPU solver
-
-// Edge-kernel forms (graphkern/_mgk_gradient.py: EDGE_FORMS; the first four are graphkern/mgk.py's
-// _EDGE_FORM_CODES).  The derivative forms: d/dh of the Kronecker delta (1 where labels differ) and
-// d^2 exp(aux d^2), the square exponential's derivative by its length scale up to 1 / l^3.
-enum : int {
-    EDGE_GENERAL = 0,
-    EDGE_CONSTANT = 1,
-    EDGE_KRONECKER = 2,
-    EDGE_SQEXP = 3,
-    EDGE_KRONECKER_DERIVATIVE = 4,
-    EDGE_SQEXP_DERIVATIVE = 5
-};
-// The form of the derivative of a shortcut edge kernel by its labeled term's hyperparameter.
-template <int FORM>
-__host__ __device__ constexpr int derivative_form() {
-    return FORM == EDGE_KRONECKER ? EDGE_KRONECKER_DERIVATIVE : (FORM == EDGE_SQEXP ? EDGE_SQEXP_DERIVATIVE : FORM);
-}
-// Forms whose records carry one scalar edge feature.
-template <int FORM>
-__host__ __device__ constexpr bool single_feature() {
-    return FORM == EDGE_KRONECKER || FORM == EDGE_SQEXP;
-}
-
-// ptxas -v (sm_90): at 3 blocks per SM (80 registers) the float entry points do not spill and a
+// Blocks per SM (sm_90 register counts): at 3 (80 registers) the float entry points do not spill and a
 // 96-vertex pair's ~75 KB of shared memory lets 3 blocks share an SM; the double ones spill there
 // (their 32-byte records), so they ask for 2 (128 registers).
 template <typename T>
@@ -142,17 +119,6 @@ struct CsrSet {
     int n_nfeat;
 };
 
-// The edge kernel as the XMV needs it.
-template <typename T>
-struct EdgeKernel {
-    T scale;  // the factor the shortcut forms take out of the sum (1 for the general form)
-    T theta;  // Kronecker: the value where labels differ
-    T aux;    // square exponential: -1 / (2 l^2)
-    int slot; // the edge feature the shortcut forms compare
-    const int* code;  // the general form's program (shared memory)
-    const T* par;
-};
-
 template <typename T>
 struct Scratch {
     T* __restrict__ x;
@@ -160,31 +126,6 @@ struct Scratch {
     T* __restrict__ Ap;
     T* __restrict__ diag;
 };
-
-// The sum of v[k] over the block, the same bits in every thread (each sums the warps' partial
-// sums in the same order).  Called by every thread of the block.
-template <int K>
-__device__ __forceinline__ void block_sum(double (&v)[K], double* red) {
-    static_assert(K <= kMaxReduce, "raise kMaxReduce");
-    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-#pragma unroll
-        for (int off = kWarp / 2; off > 0; off >>= 1) v[k] += __shfl_xor_sync(kFullMask, v[k], off);
-    }
-    __syncthreads();  // every thread has read the previous reduction's partial sums
-    if (lane == 0) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) red[warp * kMaxReduce + k] = v[k];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-        double s = 0;
-        for (int w = 0; w < kWarps; ++w) s += red[w * kMaxReduce + k];
-        v[k] = s;
-    }
-}
 
 // E(e1, e2) w1 for G1's record g and G2's record f (k1, k2: their entries, for the general
 // form's feature rows f1 + k1 * nf, f2 + k2 * nf).
@@ -197,10 +138,10 @@ __device__ __forceinline__ T weighted_edge(const CsrEntry<T>& g, const CsrEntry<
     if (FORM == EDGE_SQEXP || FORM == EDGE_SQEXP_DERIVATIVE) {
         const T diff = g.e - f.e;
         const T d2 = diff * diff;
-        const T k = mgk::exp_of(ek.aux * d2);
+        const T k = exp_of(ek.aux * d2);
         return FORM == EDGE_SQEXP ? g.w * k : g.w * (d2 * k);
     }
-    return g.w * mgk::eval_program(ek.code, ek.par, f1 + (int64_t)k1 * nf, 1, f2 + (int64_t)k2 * nf, 1);
+    return g.w * eval_program(ek.code, ek.par, f1 + (int64_t)k1 * nf, 1, f2 + (int64_t)k2 * nf, 1);
 }
 
 // One pair's staged data in shared memory.  The search directions: p[L S + side] (S = 1 for K;
@@ -371,16 +312,67 @@ __device__ __forceinline__ void stage_pair(const CsrSet<T>& s1, const CsrSet<T>&
     }
 }
 
-// D_L = (d1 + q)(d2 + q) and the system's diagonal D_L / V_L (V floored) at vertex pair (a, b).
-template <typename T>
-__device__ __forceinline__ T system_diagonal(const CsrSet<T>& s1, const CsrSet<T>& s2, int64_t v1, int64_t v2, int a,
-                                             int b, const int* ncode, const T* npar, T q, T& d) {
-    d = (s1.degree[v1 + a] + q) * (s2.degree[v2 + b] + q);
-    T v = mgk::eval_program(ncode, npar, s1.node_feat + (v1 + a) * s1.n_nfeat, 1, s2.node_feat + (v2 + b) * s2.n_nfeat,
-                            1);
-    const T floor_v = T(kVertexKernelFloor);
-    if (v < floor_v) v = floor_v;
-    return d / v;
+// The CG operator of one pair (common/cg.cuh): thread t owns the outputs t, t + kThreads, ...
+// of every vector; the block's barriers order the direction p in shared memory (the product's
+// sums are the first barrier after a direction is written: every thread is done with p by the
+// second sum of an iteration).
+template <typename T, int FORM>
+struct CsrOperator {
+    const PairShared<T>& ps;
+    const EdgeKernel<T>& ek;
+    const Scratch<T>& sc;
+    T* p;
+    int N, nf;
+    __device__ __forceinline__ double product() {
+        double pAp[1] = {0.0};
+        T* const Ap[1] = {sc.Ap};
+        system_product<T, FORM, 1, 1>(ps, ek, sc.diag, p, Ap, nf, pAp);
+        return pAp[0];
+    }
+    __device__ __forceinline__ void step(T alpha, double& rr, double& rz) {
+        for (int L = threadIdx.x; L < N; L += kThreads) {
+            const T di = sc.diag[L];
+            sc.x[L] = sc.x[L] + alpha * p[L];
+            const T ri = sc.r[L] - alpha * sc.Ap[L];
+            sc.r[L] = ri;
+            rr += (double)ri * ri;
+            rz += (double)ri * (ri / di);
+        }
+    }
+    __device__ __forceinline__ void new_direction(T beta) {
+        for (int L = threadIdx.x; L < N; L += kThreads) p[L] = sc.r[L] / sc.diag[L] + beta * p[L];
+        __syncthreads();  // the next product reads p across threads
+    }
+};
+
+// diag = D / V (V floored), x0 = 0, r0 = b = D q^2 and its direction r0 / diag at p[S L] for this
+// thread's outputs; with the adjoint (S = 2) also y0 = 0, r0 = 1 and its direction at p[2 L + 1].
+// Adds this thread's shares of r^T z, ||b||^2 (and the adjoint's r^T z) to init.
+template <typename T, int S, int K>
+__device__ __forceinline__ void start_systems(const CsrSet<T>& s1, const CsrSet<T>& s2, int64_t v1, int64_t v2, int n2,
+                                              int N, const int* ncode, const T* npar, T q, T* diag, T* x, T* r, T* y,
+                                              T* ry, T* p, double (&init)[K]) {
+    for (int L = threadIdx.x; L < N; L += kThreads) {
+        const int a = L / n2, b = L - a * n2;
+        T d;
+        const T m = system_diagonal(s1.degree[v1 + a], s2.degree[v2 + b], s1.node_feat + (v1 + a) * s1.n_nfeat,
+                                    s2.node_feat + (v2 + b) * s2.n_nfeat, ncode, npar, q, d);
+        const T bi = d * q * q;
+        const T zx = bi / m;
+        diag[L] = m;
+        x[L] = 0;
+        r[L] = bi;
+        p[S * L] = zx;
+        init[0] += (double)bi * zx;
+        init[1] += (double)bi * bi;
+        if constexpr (S == 2) {
+            const T zy = T(1) / m;
+            y[L] = 0;
+            ry[L] = 1;
+            p[2 * L + 1] = zy;
+            init[2] += (double)zy;
+        }
+    }
 }
 
 template <typename T, int FORM>
@@ -395,6 +387,7 @@ __device__ void csr_solve(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t*
     double* red = reinterpret_cast<double*>(smem);
     T* s_par;
     int* s_code;
+    // stage_programs' layout, copied here: its call costs this loop registers (the float general form spills)
     const int param_len = nparam_len + eparam_len, code_len = ncode_len + ecode_len;
     s_par = reinterpret_cast<T*>(smem + kReduceBytes);
     s_code = reinterpret_cast<int*>(smem + kReduceBytes + align16(param_len * (int)sizeof(T)));
@@ -419,55 +412,16 @@ __device__ void csr_solve(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t*
 
         // diag = D / V (V floored), x0 = 0, r0 = b = D q^2, p0 = r0 / diag: this thread's outputs
         double init[2] = {0.0, 0.0};  // r^T z, ||b||^2
-        for (int L = threadIdx.x; L < N; L += kThreads) {
-            const int a = L / n2, b = L - a * n2;
-            T d;
-            const T m = system_diagonal(s1, s2, v1, v2, a, b, ncode, npar, q, d);
-            const T bi = d * q * q;
-            const T z = bi / m;
-            sc.diag[L] = m;
-            sc.x[L] = 0;
-            sc.r[L] = bi;
-            p[L] = z;
-            init[0] += (double)bi * z;
-            init[1] += (double)bi * bi;
-        }
-        block_sum(init, red);  // its barriers also publish the staged records and p
-        double rz = init[0];
-        const double bnorm = sqrt(init[1]);
-        double rnorm = bnorm;
-        int it = 0;
+        start_systems<T, 1>(s1, s2, v1, v2, n2, N, ncode, npar, q, sc.diag, sc.x, sc.r, nullptr, nullptr, p, init);
+        gk::block_sum<kWarps, kMaxReduce>(init, red);  // its barriers also publish the staged records and p
+        CGState cg{init[0], sqrt(init[1]), sqrt(init[1]), 0, true};
         const PairShared<T> ps = pair_layout<T, 1>(pair_area, pd, nf);
-
-        while (it < max_iter) {
-            double pAp[1] = {0.0};
-            T* const Ap[1] = {sc.Ap};
-            system_product<T, FORM, 1, 1>(ps, ek, sc.diag, p, Ap, nf, pAp);
-            block_sum(pAp, red);
-            if (!(pAp[0] > 0)) break;  // an exactly zero residual (M is positive definite)
-            const T alpha = (T)(rz / pAp[0]);
-            double upd[2] = {0.0, 0.0};  // ||r||^2, r^T z
-            for (int L = threadIdx.x; L < N; L += kThreads) {
-                const T di = sc.diag[L];
-                sc.x[L] = sc.x[L] + alpha * p[L];
-                const T ri = sc.r[L] - alpha * sc.Ap[L];
-                sc.r[L] = ri;
-                upd[0] += (double)ri * ri;
-                upd[1] += (double)ri * (ri / di);
-            }
-            block_sum(upd, red);  // also: every thread is done reading p in the product
-            ++it;
-            rnorm = sqrt(upd[0]);
-            if (rnorm <= tol * bnorm) break;
-            const T beta = (T)(upd[1] / rz);
-            rz = upd[1];
-            for (int L = threadIdx.x; L < N; L += kThreads) p[L] = sc.r[L] / sc.diag[L] + beta * p[L];
-            __syncthreads();  // the next product reads p across threads
-        }
+        CsrOperator<T, FORM> op{ps, ek, sc, p, N, nf};
+        preconditioned_cg<T>(gk::BlockTeam<kWarps, kMaxReduce>{red}, op, cg, tol, max_iter);
 
         double total[1] = {0.0};
         for (int L = threadIdx.x; L < N; L += kThreads) total[0] += (double)sc.x[L];
-        block_sum(total, red);
+        gk::block_sum<kWarps, kMaxReduce>(total, red);
         if (nodal != nullptr) {
             T* out = nodal + nodal_off[k];
             for (int L = threadIdx.x; L < N; L += kThreads) {
@@ -477,35 +431,11 @@ __device__ void csr_solve(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t*
         }
         if (threadIdx.x == 0) {
             k_out[k] = (double)p2 * total[0];
-            it_out[k] = it;
-            res_out[k] = bnorm > 0 ? rnorm / bnorm : 0.0;
+            it_out[k] = cg.it;
+            res_out[k] = cg.bnorm > 0 ? cg.rnorm / cg.bnorm : 0.0;
         }
     }
 }
-
-
-// The derivative programs and edge contractions of a gradient launch (graphkern/_mgk_gradient.py:
-// GradientPlan): vertex-kernel derivative program j at ncode + ncode_off[j] (global memory); edge
-// contraction c of form cform[c], its shortcut's theta and aux, its program (general form; in
-// shared memory once staged) and cfree[c]: 0, or the factor that makes it cfree[c] y^T (A (.) E) x
-// (the free contraction: a diagonal sum, no XMV).
-template <typename T>
-struct GradientTerms {
-    int n_node;
-    const int* ncode;
-    const T* npar;
-    const int64_t* ncode_off;
-    const int64_t* npar_off;
-    int n_contractions;
-    const int* cform;
-    const T* ctheta;
-    const T* caux;
-    const int* ccode;
-    const T* cpar;
-    const int64_t* ccode_off;
-    const int64_t* cpar_off;
-    const double* cfree;
-};
 
 // y^T (A1 (x) A2 (.) E_c) x for this thread's outputs: x at p[S L] (the forward half when S = 2).
 template <typename T, int CFORM, int S>
@@ -523,19 +453,14 @@ __device__ double contraction_share(const PairShared<T>& ps, const EdgeKernel<T>
     return sum;
 }
 
-// One CG system of a gradient's pair: its vectors (x, r, Ap in global scratch; the direction at
-// p[2 L + side]) and scalars.
+// One CG system of a gradient's pair: its scalars and vectors (x, r, Ap in global scratch; the
+// direction at p[S L + side]).
 template <typename T>
-struct CGSide {
+struct CGSide : CGState {
     T* __restrict__ x;
     T* __restrict__ r;
     T* __restrict__ Ap;
     int side;
-    double rz;
-    double bnorm;
-    double rnorm;
-    int it;
-    bool running;
 };
 
 // x += alpha p, r -= alpha Ap for this thread's outputs; adds its share of r^T r and r^T z.
@@ -551,39 +476,25 @@ __device__ __forceinline__ void cg_step(CGSide<T>& cg, T alpha, const T* __restr
     }
 }
 
-// After the reduction of r^T r and r^T z: counts the iteration, stops a converged side, else
-// returns beta (0 for a stopped side, whose direction is no longer touched).
-template <typename T>
-__device__ __forceinline__ T cg_finish(CGSide<T>& cg, double rr, double rzn, double tol) {
-    ++cg.it;
-    cg.rnorm = sqrt(rr);
-    if (cg.rnorm <= tol * cg.bnorm) {
-        cg.running = false;
-        return T(0);
-    }
-    const T beta = (T)(rzn / cg.rz);
-    cg.rz = rzn;
-    return beta;
-}
-
 // The sequential gradient's adjoint start (S = 1, after the forward solve): y0 = alpha x, r0 =
 // 1 - alpha (b - r_x), z0 = r0 / diag into p; returns whether the adjoint still has to run.  Its
 // first reduction also tells every thread that the forward solve's last reads of p are done.
 template <typename T>
-__device__ bool warm_adjoint(const CsrSet<T>& s1, const CsrSet<T>& s2, int64_t v1, int64_t v2, int n2, int N,
+__device__ bool adjoint_warm_start(const CsrSet<T>& s1, const CsrSet<T>& s2, int64_t v1, int64_t v2, int n2, int N,
                              const int* ncode, const T* npar, T q, double tol, const CGSide<T>& cx, CGSide<T>& cy,
                              T* p, const T* __restrict__ diag, double* red) {
     double w[2] = {0.0, 0.0};  // 1^T x and x^T (b - r_x) = x^T M x
     for (int L = threadIdx.x; L < N; L += kThreads) {
         const int a = L / n2, b = L - a * n2;
         T d;
-        system_diagonal(s1, s2, v1, v2, a, b, ncode, npar, q, d);
+        system_diagonal(s1.degree[v1 + a], s2.degree[v2 + b], s1.node_feat + (v1 + a) * s1.n_nfeat,
+                        s2.node_feat + (v2 + b) * s2.n_nfeat, ncode, npar, q, d);
         const T mx = d * q * q - cx.r[L];  // (M x)_L, kept in the adjoint's r
         cy.r[L] = mx;
         w[0] += (double)cx.x[L];
         w[1] += (double)cx.x[L] * mx;
     }
-    block_sum(w, red);
+    gk::block_sum<kWarps, kMaxReduce>(w, red);
     const T alpha = w[1] > 0 ? (T)(w[0] / w[1]) : T(0);
     double rs[2] = {0.0, 0.0};  // r^T z and r^T r of the adjoint's start
     for (int L = threadIdx.x; L < N; L += kThreads) {
@@ -595,13 +506,69 @@ __device__ bool warm_adjoint(const CsrSet<T>& s1, const CsrSet<T>& s2, int64_t v
         rs[0] += (double)ri * zi;
         rs[1] += (double)ri * ri;
     }
-    block_sum(rs, red);  // also publishes p
+    gk::block_sum<kWarps, kMaxReduce>(rs, red);  // also publishes p
     cy.rz = rs[0];
     cy.bnorm = sqrt((double)N);
     cy.rnorm = sqrt(rs[1]);
     cy.it = 0;
     return cy.rnorm > tol * cy.bnorm && rs[0] > 0;
 }
+
+// The lockstep CG operator of a gradient's pair (common/cg.cuh): csr_solve's, for the directions
+// of x and y interleaved in p (S = 2) or sharing it one after the other (S = 1).
+template <typename T, int FORM, int S>
+struct CsrLockstepOperator {
+    const PairShared<T>& ps;
+    const EdgeKernel<T>& ek;
+    CGSide<T>&cx, &cy;
+    T* p;
+    const T* __restrict__ diag;
+    int N, nf;
+    // the adjoint's warm start (S = 1)
+    const CsrSet<T>&s1, &s2;
+    int64_t v1, v2;
+    const int* ncode;
+    const T* npar;
+    T q;
+    double tol;
+    double* red;
+
+    __device__ __forceinline__ void product(bool run_x, bool run_y, double (&pAp)[2]) {
+        bool both = false;
+        if constexpr (S == 2) {
+            if (run_x && run_y) {
+                T* const Ap[2] = {cx.Ap, cy.Ap};
+                system_product<T, FORM, 2, S>(ps, ek, diag, p, Ap, nf, pAp);
+                both = true;
+            }
+        }
+        if (!both) {
+            // one side runs on alone, gathering only its half of p (S = 2) or all of it
+            const int side = run_x ? cx.side : cy.side;
+            double one[1] = {0.0};
+            T* const Ap[1] = {run_x ? cx.Ap : cy.Ap};
+            system_product<T, FORM, 1, S>(ps, ek, diag, p + side, Ap, nf, one);
+            pAp[0] = run_x ? one[0] : 0.0;
+            pAp[1] = run_x ? 0.0 : one[0];
+        }
+    }
+    __device__ __forceinline__ void step(int side, T alpha, double& rr, double& rz) {
+        cg_step<T, S>(side == 0 ? cx : cy, alpha, p, diag, N, rr, rz);
+    }
+    __device__ __forceinline__ void new_directions(bool run_x, bool run_y, T beta_x, T beta_y) {
+        if (run_x || run_y) {
+            for (int L = threadIdx.x; L < N; L += kThreads) {
+                const T di = diag[L];
+                if (run_x) p[S * L] = cx.r[L] / di + beta_x * p[S * L];
+                if (run_y) p[S * L + cy.side] = cy.r[L] / di + beta_y * p[S * L + cy.side];
+            }
+        }
+        __syncthreads();  // the next product reads p across threads
+    }
+    __device__ __forceinline__ bool warm_adjoint(CGState&) {
+        return adjoint_warm_start<T>(s1, s2, v1, v2, ps.n2, N, ncode, npar, q, tol, cx, cy, p, diag, red);
+    }
+};
 
 // S = 2: the two solves in lockstep (both directions interleaved in p).  S = 1: one after the
 // other, sharing one direction array (the footprint of K): M x = b first, then M y = 1 from the
@@ -643,87 +610,21 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
         const int64_t v1 = pd.v1, v2 = pd.v2;
         const int n2 = pd.n2, N = pd.n1 * n2;
         T* p = pair_layout<T, S>(pair_area, pd, nf).p;
-        CGSide<T> cx{work, work + stride, work + 2 * stride, 0, 0.0, 0.0, 0.0, 0, true};
-        CGSide<T> cy{work + 3 * stride, work + 4 * stride, work + 5 * stride, S - 1, 0.0, 0.0, 0.0, 0, S == 2};
-        bool adjoint_started = S == 2;
+        CGSide<T> cx{{0.0, 0.0, 0.0, 0, true}, work, work + stride, work + 2 * stride, 0};
+        CGSide<T> cy{{0.0, 0.0, 0.0, 0, S == 2}, work + 3 * stride, work + 4 * stride, work + 5 * stride, S - 1};
 
         // M x = b = D q^2 and M y = 1, both from 0, preconditioned by diag = D / V
         double init[3] = {0.0, 0.0, 0.0};  // r^T z of x, ||b||^2, r^T z of y
-        for (int L = threadIdx.x; L < N; L += kThreads) {
-            const int a = L / n2, b = L - a * n2;
-            T d;
-            const T m = system_diagonal(s1, s2, v1, v2, a, b, ncode, npar, q, d);
-            const T bi = d * q * q;
-            const T zx = bi / m, zy = T(1) / m;
-            diag[L] = m;
-            cx.x[L] = 0;
-            cx.r[L] = bi;
-            p[S * L] = zx;
-            init[0] += (double)bi * zx;
-            init[1] += (double)bi * bi;
-            if (S == 2) {
-                cy.x[L] = 0;
-                cy.r[L] = 1;
-                p[2 * L + 1] = zy;
-                init[2] += (double)zy;
-            }
-        }
-        block_sum(init, red);  // its barriers also publish the staged records and p
+        start_systems<T, S>(s1, s2, v1, v2, n2, N, ncode, npar, q, diag, cx.x, cx.r, cy.x, cy.r, p, init);
+        gk::block_sum<kWarps, kMaxReduce>(init, red);  // its barriers also publish the staged records and p
         cx.rz = init[0];
         cx.bnorm = cx.rnorm = sqrt(init[1]);
         cy.rz = init[2];
         cy.bnorm = cy.rnorm = sqrt((double)N);
         const PairShared<T> ps = pair_layout<T, S>(pair_area, pd, nf);
 
-        // Lockstep: one pass over the entry pairs serves both directions while both run.  Every
-        // decision below comes from block sums, the same bits in every thread.
-        while (true) {
-            cx.running = cx.running && cx.it < max_iter;
-            cy.running = cy.running && cy.it < max_iter;
-            if (!cx.running && !cy.running) {
-                if (adjoint_started) break;
-                adjoint_started = true;
-                cy.running = warm_adjoint<T>(s1, s2, v1, v2, n2, N, ncode, npar, q, tol, cx, cy, p, diag, red);
-                continue;
-            }
-            double pAp[2] = {0.0, 0.0};
-            bool both = false;
-            if constexpr (S == 2) {
-                if (cx.running && cy.running) {
-                    T* const Ap[2] = {cx.Ap, cy.Ap};
-                    system_product<T, FORM, 2, S>(ps, ek, diag, p, Ap, nf, pAp);
-                    both = true;
-                }
-            }
-            if (!both) {
-                // one side runs on alone, gathering only its half of p (S = 2) or all of it
-                const int side = cx.running ? cx.side : cy.side;
-                double one[1] = {0.0};
-                T* const Ap[1] = {cx.running ? cx.Ap : cy.Ap};
-                system_product<T, FORM, 1, S>(ps, ek, diag, p + side, Ap, nf, one);
-                pAp[0] = cx.running ? one[0] : 0.0;
-                pAp[1] = cx.running ? 0.0 : one[0];
-            }
-            block_sum(pAp, red);
-            // pAp <= 0 only for an exactly zero residual (M is positive definite): that side is done
-            cx.running = cx.running && pAp[0] > 0;
-            cy.running = cy.running && pAp[1] > 0;
-            double upd[4] = {0.0, 0.0, 0.0, 0.0};  // r^T r and r^T z of x, then of y
-            if (cx.running) cg_step<T, S>(cx, (T)(cx.rz / pAp[0]), p, diag, N, upd[0], upd[1]);
-            if (cy.running) cg_step<T, S>(cy, (T)(cy.rz / pAp[1]), p, diag, N, upd[2], upd[3]);
-            block_sum(upd, red);  // also: every thread is done reading p in the product
-            const bool was_x = cx.running, was_y = cy.running;
-            const T beta_x = was_x ? cg_finish(cx, upd[0], upd[1], tol) : T(0);
-            const T beta_y = was_y ? cg_finish(cy, upd[2], upd[3], tol) : T(0);
-            if (cx.running || cy.running) {
-                for (int L = threadIdx.x; L < N; L += kThreads) {
-                    const T di = diag[L];
-                    if (cx.running) p[S * L] = cx.r[L] / di + beta_x * p[S * L];
-                    if (cy.running) p[S * L + cy.side] = cy.r[L] / di + beta_y * p[S * L + cy.side];
-                }
-            }
-            __syncthreads();  // the next product reads p across threads
-        }
+        CsrLockstepOperator<T, FORM, S> op{ps, ek, cx, cy, p, diag, N, nf, s1, s2, v1, v2, ncode, npar, q, tol, red};
+        lockstep_cg<T>(gk::BlockTeam<kWarps, kMaxReduce>{red}, op, cx, cy, S == 2, tol, max_iter);
 
         const T* __restrict__ x = cx.x;
         const T* __restrict__ y = cy.x;
@@ -741,7 +642,7 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
             sums[2] += yi * (m * xi - d * qd * qd);
             if (any_xmv) p[S * L] = x[L];  // the contractions' XMVs gather x
         }
-        block_sum(sums, red);  // also publishes x in p
+        gk::block_sum<kWarps, kMaxReduce>(sums, red);  // also publishes x in p
         if (threadIdx.x == 0) {
             k_out[k] = (double)p2 * sums[0];
             it_out[k] = cx.it;
@@ -751,21 +652,17 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
             grad[gt.n_node] = (double)p2 * sums[1];
         }
         // vertex-kernel terms: dM/dtheta = -D V^-2 dV/dtheta (diag = D / V; a floored V has no derivative)
-        const T floor_v = T(kVertexKernelFloor);
         for (int j = 0; j < gt.n_node; ++j) {
             const int* dcode = gt.ncode + gt.ncode_off[j];
             const T* dpar = gt.npar + gt.npar_off[j];
             double acc[1] = {0.0};
             for (int L = threadIdx.x; L < N; L += kThreads) {
                 const int a = L / n2, b = L - a * n2;
-                const T* f1 = s1.node_feat + (v1 + a) * s1.n_nfeat;
-                const T* f2 = s2.node_feat + (v2 + b) * s2.n_nfeat;
-                const T v = mgk::eval_program(ncode, npar, f1, 1, f2, 1);
-                if (v < floor_v) continue;
-                const T dv = mgk::eval_program(dcode, dpar, f1, 1, f2, 1);
-                acc[0] += (double)y[L] * x[L] * ((double)diag[L] / v) * dv;
+                add_vertex_derivative(acc[0], s1.node_feat + (v1 + a) * s1.n_nfeat,
+                                      s2.node_feat + (v2 + b) * s2.n_nfeat, ncode, npar, dcode, dpar, x[L], y[L],
+                                      diag[L]);
             }
-            block_sum(acc, red);
+            gk::block_sum<kWarps, kMaxReduce>(acc, red);
             if (threadIdx.x == 0) grad[j] = (double)p2 * acc[0];
         }
         // edge-kernel terms: y^T (A1 (x) A2 (.) dE_c) x, free or by one XMV of x
@@ -781,7 +678,7 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
                 } else if constexpr (derivative_form<FORM>() != FORM) {
                     acc[0] = contraction_share<T, derivative_form<FORM>(), S>(ps, ck, y, nf);
                 }
-                block_sum(acc, red);
+                gk::block_sum<kWarps, kMaxReduce>(acc, red);
             }
             if (threadIdx.x == 0) grad[gt.n_node + 1 + c] = (double)p2 * acc[0];
         }
@@ -800,52 +697,37 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
             n_nfeat##S                                                                                      \
     }
 
+// Every entry point's head: the two graph sets, the pairs, the programs, the edge-kernel shortcut,
+// the hyperparameters and the scratch.
+#define CSR_HEAD(T)                                                                                        \
+    CSR_SET_ARGS(T, 1), CSR_SET_ARGS(T, 2), const int64_t *pair_g1, const int64_t *pair_g2, int64_t n_pairs, \
+        const int *code, const T *params, int ncode_len, int nparam_len, int ecode_len, int eparam_len,      \
+        T ek_scale, T ek_theta, T ek_aux, int ek_slot, T q, T p2, double tol, int max_iter, T *scratch,       \
+        int64_t stride
+#define CSR_HEAD_ARGS(T)                                                                                   \
+    CSR_SET(T, 1), CSR_SET(T, 2), pair_g1, pair_g2, n_pairs, code, params, ncode_len, nparam_len, ecode_len, \
+        eparam_len, ek_scale, ek_theta, ek_aux, ek_slot, q, p2, tol, max_iter, scratch, stride
+
 // Entry points mgk_csr_<form>_<f32|f64> (graphkern/_mgk_csr.py: CSRGPUEngine).
 #define CSR_ENTRY(NAME, T, FORM)                                                                           \
     extern "C" __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<T>())                        \
-        NAME(CSR_SET_ARGS(T, 1), CSR_SET_ARGS(T, 2), const int64_t* pair_g1, const int64_t* pair_g2,        \
-             int64_t n_pairs, const int* code, const T* params, int ncode_len, int nparam_len, int ecode_len, \
-             int eparam_len, T ek_scale, T ek_theta, T ek_aux, int ek_slot, T q, T p2, double tol,          \
-             int max_iter, T* scratch, int64_t stride, double* k_out, int32_t* it_out, double* res_out,     \
-             T* nodal, const int64_t* nodal_off) {                                                         \
-        csr_solve<T, FORM>(CSR_SET(T, 1), CSR_SET(T, 2), pair_g1, pair_g2, n_pairs, code, params, ncode_len, \
-                           nparam_len, ecode_len, eparam_len, ek_scale, ek_theta, ek_aux, ek_slot, q, p2, tol, \
-                           max_iter, scratch, stride, k_out, it_out, res_out, nodal, nodal_off);           \
+        NAME(CSR_HEAD(T), double* k_out, int32_t* it_out, double* res_out, T* nodal, const int64_t* nodal_off) { \
+        csr_solve<T, FORM>(CSR_HEAD_ARGS(T), k_out, it_out, res_out, nodal, nodal_off);                    \
     }
 
-CSR_ENTRY(mgk_csr_general_f32, float, EDGE_GENERAL)
-CSR_ENTRY(mgk_csr_constant_f32, float, EDGE_CONSTANT)
-CSR_ENTRY(mgk_csr_kronecker_f32, float, EDGE_KRONECKER)
-CSR_ENTRY(mgk_csr_sqexp_f32, float, EDGE_SQEXP)
-CSR_ENTRY(mgk_csr_general_f64, double, EDGE_GENERAL)
-CSR_ENTRY(mgk_csr_constant_f64, double, EDGE_CONSTANT)
-CSR_ENTRY(mgk_csr_kronecker_f64, double, EDGE_KRONECKER)
-CSR_ENTRY(mgk_csr_sqexp_f64, double, EDGE_SQEXP)
+MGK_EVERY_FORM(CSR_ENTRY, mgk_csr)
 
 // Gradient entry points mgk_csr_gradient_<form>_<f32|f64>: the same head (no nodal output), then
 // the derivative programs, the edge contractions and the outputs (graphkern/_mgk_csr.py:
-// CSRGPUEngine.solve_gradient).  ptxas -v (sm_90): at 3 blocks per SM (80 registers) the float
+// CSRGPUEngine.solve_gradient).  At 3 blocks per SM (80 registers, sm_90) the float
 // ones spill (two accumulators per output, the paired gather); at 2 (128 registers) the constant
 // and Kronecker forms do not, general f32 and sqexp f64 spill ~24 bytes; a 96-vertex pair's
 // ~81-110 KB of shared memory (both directions) allows only 2 blocks per SM anyway.
 constexpr int kGradientMinBlocksPerSM = 2;
 #define CSR_GRADIENT_ENTRY(NAME, T, FORM, S, MINB)                                                            \
-    extern "C" __global__ void __launch_bounds__(kThreads, MINB)                                           \
-        NAME(CSR_SET_ARGS(T, 1), CSR_SET_ARGS(T, 2), const int64_t* pair_g1, const int64_t* pair_g2,         \
-             int64_t n_pairs, const int* code, const T* params, int ncode_len, int nparam_len, int ecode_len,  \
-             int eparam_len, T ek_scale, T ek_theta, T ek_aux, int ek_slot, T q, T p2, double tol,           \
-             int max_iter, T* scratch, int64_t stride, int n_node, const int* ncode, const T* npar,          \
-             const int64_t* ncode_off, const int64_t* npar_off, int n_contractions, const int* cform,        \
-             const T* ctheta, const T* caux, const int* ccode, const T* cpar, const int64_t* ccode_off,       \
-             const int64_t* cpar_off, const double* cfree, int ccode_len, int cpar_len, int n_raw,            \
-             double* k_out, int32_t* it_out, double* res_out, int32_t* adj_it_out, double* adj_res_out,      \
-             double* grad_out) {                                                                             \
-        const GradientTerms<T> gt{n_node, ncode,  npar,  ncode_off, npar_off, n_contractions, cform,         \
-                                  ctheta, caux,   ccode, cpar, ccode_off, cpar_off,  cfree};                 \
-        csr_gradient<T, FORM, S>(CSR_SET(T, 1), CSR_SET(T, 2), pair_g1, pair_g2, n_pairs, code, params,      \
-                              ncode_len, nparam_len, ecode_len, eparam_len, ek_scale, ek_theta, ek_aux,      \
-                              ek_slot, q, p2, tol, max_iter, scratch, stride, gt, ccode_len, cpar_len,       \
-                              n_raw, k_out, it_out, res_out, adj_it_out, adj_res_out, grad_out);             \
+    extern "C" __global__ void __launch_bounds__(kThreads, MINB) NAME(CSR_HEAD(T), MGK_GRADIENT_PARAMS(T)) {  \
+        csr_gradient<T, FORM, S>(CSR_HEAD_ARGS(T), MGK_GRADIENT_TERMS(T), ccode_len, cpar_len, n_raw, k_out,   \
+                                 it_out, res_out, adj_it_out, adj_res_out, grad_out);                        \
     }
 
 // Lockstep (S = 2) entry points mgk_csr_gradient_<form>_<f32|f64>, and the sequential ones

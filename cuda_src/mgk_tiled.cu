@@ -1,6 +1,6 @@
 // The tiled marginalized-graph-kernel solver: the core solver's preconditioned CG (mgk.cu) with
-// the techniques of issue 7, each switchable (graphkern/_mgk_tiled.py picks the entry point and
-// the run-time parameters):
+// sparsity, reordering, tile sharing, clusters and dynamic scheduling, each switchable
+// (graphkern/_mgk_tiled.py picks the entry point and the run-time parameters):
 //
 //   inter-tile sparsity  the host streams only non-empty octiles, or every octile ("dense" mode);
 //   reordering           the host renumbers the vertices (PBR / RCM) before cutting octiles;
@@ -33,154 +33,27 @@
 // scalars are accumulated in double in both precisions, as in mgk.cu.
 #include <cstdint>
 
-#include "mgk_program.cuh"
+#include "common/cg.cuh"
+#include "common/kernel_program.cuh"
+#include "common/teams.cuh"
 #include "mgk_tiled_octile.cuh"
-
-// Thread-block clusters exist from sm_90 on.  Older targets compile the cluster entry points as
-// plain block teams of one rank; the host launches them only on devices of compute capability 9+.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define MGK_TILED_CLUSTERS 1
-#include <cooperative_groups.h>
-#else
-#define MGK_TILED_CLUSTERS 0
-#endif
 
 namespace mgk_tiled {
 
+using namespace gk;  // the teams and their cluster helpers
+
 constexpr int kMaxParams = 96;   // params per program (graphkern._mgk_tiled.MAX_PARAMS)
 constexpr int kMaxCode = 256;    // code of both programs (graphkern._mgk_tiled.MAX_CODE)
-constexpr int kMaxWarps = 32;    // per block
 constexpr int kWarpTeamsPerBlock = 4;
 // Launch bounds: warp teams run blocks of 4 warps, block teams up to 16 warps (the host checks).
 constexpr int kWarpTeamThreads = kWarpTeamsPerBlock * kWarp;
 constexpr int kMaxBlockTeamThreads = 16 * kWarp;
-// ptxas -v (sm_90, f32): the warp teams need 160-170 registers without spilling; their shared
+// The warp teams need 160-170 registers (sm_90, f32) not to spill; their shared
 // memory allows about 3 blocks of 4 teams per SM anyway.
 constexpr int kWarpTeamMinBlocks = 3;
 constexpr int kClusterBlocks = 8;  // graphkern._mgk_tiled.CLUSTER_BLOCKS (the portable cluster size)
-constexpr double kVertexKernelFloor = 1e-20;  // as mgk.cu and the CPU solver
 
 enum : int { VEC_X = 0, VEC_R = 1, VEC_P = 2, VEC_AP = 3, VEC_DIAG = 4, N_VECTORS = 5 };
-
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-    for (int offset = kWarp / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
-    return v;
-}
-
-__device__ __forceinline__ int cluster_rank() {
-#if MGK_TILED_CLUSTERS
-    return (int)cooperative_groups::this_cluster().block_rank();
-#else
-    return 0;
-#endif
-}
-
-__device__ __forceinline__ int cluster_blocks() {
-#if MGK_TILED_CLUSTERS
-    return (int)cooperative_groups::this_cluster().num_blocks();
-#else
-    return 1;
-#endif
-}
-
-// A barrier over the cluster's blocks; it also orders their global and shared memory accesses
-// (arrive has release, wait acquire semantics at cluster scope).
-__device__ __forceinline__ void cluster_sync() {
-#if MGK_TILED_CLUSTERS
-    cooperative_groups::this_cluster().sync();
-#else
-    __syncthreads();
-#endif
-}
-
-// `ptr` (this block's shared memory) as it lies in block `rank` of the cluster.
-template <typename P>
-__device__ __forceinline__ P* cluster_peer(P* ptr, int rank) {
-#if MGK_TILED_CLUSTERS
-    return cooperative_groups::this_cluster().map_shared_rank(ptr, (unsigned)rank);
-#else
-    return ptr;
-#endif
-}
-
-// The threads that solve one pair together: a warp, a whole block, or (block teams launched in
-// clusters) the blocks of a cluster.  Every thread of a team gets the same sums (the butterfly,
-// the per-warp partials and the per-block totals are added in one order), so the CG's branches
-// agree across the team.  tid/size number the team's threads (the CG vector loops), btid/bsize
-// the block's (its shared memory: the XMV's staging and slab).
-template <bool BLOCK>
-struct Team {
-    int tid, size, warp, n_warps, lane;
-    int btid, bsize;
-    int rank, ranks;  // this block in the cluster, and the cluster's blocks (1 without clusters)
-    double* red;      // block teams: 2 kMaxWarps partial sums
-    double* cred;     // cluster teams: this block's 2 totals, read by the other blocks
-
-    // the whole team (a cluster barrier when the team spans several blocks)
-    __device__ __forceinline__ void sync() const {
-        if (!BLOCK) {
-            __syncwarp();
-        } else if (ranks > 1) {
-            cluster_sync();
-        } else {
-            __syncthreads();
-        }
-    }
-
-    // this block's share of the team (its shared memory)
-    __device__ __forceinline__ void block_sync() const {
-        if (BLOCK) {
-            __syncthreads();
-        } else {
-            __syncwarp();
-        }
-    }
-
-    __device__ void sum2(double& a, double& b) const {
-        block_sync();
-        a = warp_sum(a);
-        b = warp_sum(b);
-        if (!BLOCK) return;
-        if (lane == 0) {
-            red[warp] = a;
-            red[kMaxWarps + warp] = b;
-        }
-        __syncthreads();
-        double ta = 0, tb = 0;
-        for (int w = 0; w < n_warps; ++w) {
-            ta += red[w];
-            tb += red[kMaxWarps + w];
-        }
-        if (ranks > 1) {
-            if (btid == 0) {
-                cred[0] = ta;
-                cred[1] = tb;
-            }
-            // publishes cred and every vector the team wrote before the reduction; red is
-            // read by then too
-            cluster_sync();
-            ta = 0;
-            tb = 0;
-            for (int r = 0; r < ranks; ++r) {
-                const double* peer = cluster_peer(cred, r);
-                ta += peer[0];
-                tb += peer[1];
-            }
-            cluster_sync();  // every block has read cred before it is written again
-        } else {
-            __syncthreads();  // everyone has read red before it is written again
-        }
-        a = ta;
-        b = tb;
-    }
-
-    __device__ double sum(double v) const {
-        double unused = 0;
-        sum2(v, unused);
-        return v;
-    }
-};
 
 // f(r, c) for every r < rows, c < cols, spread over threads tid of size with consecutive threads
 // on consecutive c (coalesced along rows of the n1 x n2 vectors).
@@ -328,6 +201,38 @@ struct Problem {
     int max_iter, ss_max, ds_max;
 };
 
+// The CG operator of one pair (common/cg.cuh): the team's XMV, the vector loops strided over the
+// team's threads; the team's barrier orders a new direction before the next XMV reads it.
+template <typename T, int FORM, bool BLOCK, bool COMPACT>
+struct TiledOperator {
+    const Team<BLOCK>& team;
+    TeamSpace<T>& sp;
+    const Problem<T>& pb;
+    const TiledSet<T>&g1, &g2;
+    const int32_t *trp1, *trp2;
+    int n1, n2;
+    int64_t N;
+    T *__restrict__ x, *__restrict__ r, *__restrict__ p, *__restrict__ Ap;
+    const T* __restrict__ diag;
+    __device__ __forceinline__ double product() {
+        return xmv<T, FORM, BLOCK, COMPACT>(team, sp, g1, g2, trp1, trp2, n1, n2, p, diag, Ap, pb.ek_scale, pb.ek,
+                                            pb.ss_max, pb.ds_max);
+    }
+    __device__ __forceinline__ void step(T a, double& rr, double& rz) {
+        for (int64_t i = team.tid; i < N; i += team.size) {
+            x[i] = x[i] + a * p[i];
+            const T ri = r[i] - a * Ap[i];
+            r[i] = ri;
+            rr += (double)ri * ri;
+            rz += (double)ri * (ri / diag[i]);
+        }
+    }
+    __device__ __forceinline__ void new_direction(T beta) {
+        for (int64_t i = team.tid; i < N; i += team.size) p[i] = r[i] / diag[i] + beta * p[i];
+        team.sync();  // the next XMV reads p across the team
+    }
+};
+
 template <typename T, int FORM, bool BLOCK, bool COMPACT>
 __device__ void solve_pair(const Team<BLOCK>& team, TeamSpace<T>& sp, const Problem<T>& pb, int64_t ga, int64_t gb,
                            T* __restrict__ work, int64_t stride, double* k_out, int32_t* it_out, double* res_out,
@@ -345,17 +250,14 @@ __device__ void solve_pair(const Team<BLOCK>& team, TeamSpace<T>& sp, const Prob
     const int32_t* trp1 = g1.tile_rowptr + g1.rowptr_off[ga];
     const int32_t* trp2 = g2.tile_rowptr + g2.rowptr_off[gb];
     const T q = pb.q;
-    const T floor_v = T(kVertexKernelFloor);
 
     // x0 = 0, r0 = b = D q_x, z0 = p0 = r0 / diag with diag = D / V (the preconditioner)
     double rz = 0, bb = 0;
     for_each_2d(team.tid, team.size, n1, n2, [&](int i1, int i2) {
         const int64_t i = (int64_t)i1 * n2 + i2;
-        const T d = (g1.degree[v1 + i1] + q) * (g2.degree[v2 + i2] + q);
-        T v = mgk::eval_program(pb.ncode, pb.npar, g1.node_feat + (v1 + i1) * g1.n_feat, 1,
-                                g2.node_feat + (v2 + i2) * g2.n_feat, 1);
-        if (v < floor_v) v = floor_v;
-        const T m = d / v;
+        T d;
+        const T m = system_diagonal(g1.degree[v1 + i1], g2.degree[v2 + i2], g1.node_feat + (v1 + i1) * g1.n_feat,
+                                    g2.node_feat + (v2 + i2) * g2.n_feat, pb.ncode, pb.npar, q, d);
         const T bi = d * q * q;
         const T z = bi / m;
         diag[i] = m;
@@ -366,33 +268,9 @@ __device__ void solve_pair(const Team<BLOCK>& team, TeamSpace<T>& sp, const Prob
         bb += (double)bi * bi;
     });
     team.sum2(rz, bb);
-    const double bnorm = sqrt(bb);
-    double rnorm = bnorm;
-    int it = 0;
-    while (it < pb.max_iter) {
-        double pap = xmv<T, FORM, BLOCK, COMPACT>(team, sp, g1, g2, trp1, trp2, n1, n2, p, diag, Ap, pb.ek_scale,
-                                                  pb.ek, pb.ss_max, pb.ds_max);
-        pap = team.sum(pap);
-        if (!(pap > 0)) break;  // only an exactly zero residual gets here
-        const double alpha = rz / pap;
-        const T a = (T)alpha;
-        double rr = 0, rzn = 0;
-        for (int64_t i = team.tid; i < N; i += team.size) {
-            x[i] = x[i] + a * p[i];
-            const T ri = r[i] - a * Ap[i];
-            r[i] = ri;
-            rr += (double)ri * ri;
-            rzn += (double)ri * (ri / diag[i]);
-        }
-        team.sum2(rr, rzn);
-        ++it;
-        rnorm = sqrt(rr);
-        if (rnorm <= pb.tol * bnorm) break;
-        const T beta = (T)(rzn / rz);
-        rz = rzn;
-        for (int64_t i = team.tid; i < N; i += team.size) p[i] = r[i] / diag[i] + beta * p[i];
-        team.sync();  // the next XMV reads p across the team
-    }
+    CGState cg{rz, sqrt(bb), sqrt(bb), 0, true};
+    TiledOperator<T, FORM, BLOCK, COMPACT> op{team, sp, pb, g1, g2, trp1, trp2, n1, n2, N, x, r, p, Ap, diag};
+    preconditioned_cg<T>(team, op, cg, pb.tol, pb.max_iter);
     double total = 0;
     for (int64_t i = team.tid; i < N; i += team.size) {
         total += (double)x[i];
@@ -401,8 +279,8 @@ __device__ void solve_pair(const Team<BLOCK>& team, TeamSpace<T>& sp, const Prob
     total = team.sum(total);
     if (team.tid == 0) {
         *k_out = (double)pb.p2 * total;
-        *it_out = it;
-        *res_out = bnorm > 0 ? rnorm / bnorm : 0.0;
+        *it_out = cg.it;
+        *res_out = cg.bnorm > 0 ? cg.rnorm / cg.bnorm : 0.0;
     }
 }
 
@@ -484,22 +362,8 @@ __device__ void tiled_solve(const TiledSet<T>* __restrict__ set1, const TiledSet
     for (int i = team.btid; i < slab_cap; i += team.bsize) sp.slab[i] = T(0);
     __syncthreads();
 
-    Problem<T> pb;
-    pb.g1 = s_sets;
-    pb.g2 = s_sets + 1;
-    pb.ncode = s_code;
-    pb.npar = s_par;
-    pb.ek.theta = ek_theta;
-    pb.ek.aux = ek_aux;
-    pb.ek.code = s_code + ncode_len;
-    pb.ek.par = s_par + nparam_len;
-    pb.ek_scale = ek_scale;
-    pb.q = q;
-    pb.p2 = p2;
-    pb.tol = tol;
-    pb.max_iter = max_iter;
-    pb.ss_max = ss_max;
-    pb.ds_max = ds_max;
+    const EdgeKernel<T> ek{ek_scale, ek_theta, ek_aux, 0, s_code + ncode_len, s_par + nparam_len};
+    const Problem<T> pb{s_sets, s_sets + 1, s_code, s_par, ek, ek_scale, q, p2, tol, max_iter, ss_max, ds_max};
 
     // a cluster's blocks are consecutive in the (one-dimensional) grid
     const int64_t team_global = (int64_t)(blockIdx.x / team.ranks) * teams_per_block + team_in_block;
@@ -555,7 +419,7 @@ using namespace mgk_tiled;
 
 // Cluster teams: block teams whose kernels carry a compile-time cluster size (sm_90+), so a plain
 // launch (a grid of a multiple of kClusterBlocks blocks) forms the clusters.
-#if MGK_TILED_CLUSTERS
+#if GK_CLUSTERS
 #define MGK_TILED_CLUSTER_DIMS __cluster_dims__(kClusterBlocks, 1, 1)
 #else
 #define MGK_TILED_CLUSTER_DIMS
@@ -577,7 +441,7 @@ using namespace mgk_tiled;
     MGK_TILED_TEAMS(kronecker, EDGE_KRONECKER, T, TN)         \
     MGK_TILED_TEAMS(sqexp, EDGE_SQEXP, T, TN)
 
-#ifndef MGK_TILED_SELECTED_ENTRIES  // lets a development build compile a few entry points (ptxas -v)
+#ifndef MGK_TILED_SELECTED_ENTRIES  // defined: a build of a few entry points, to inspect them
 MGK_TILED_FORMS(float, f32)
 MGK_TILED_FORMS(double, f64)
 #endif

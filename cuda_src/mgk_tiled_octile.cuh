@@ -27,16 +27,16 @@
 
 #include <cstdint>
 
-#include "mgk_program.cuh"
+#include "common/kernel_program.cuh"
+#include "common/octile_product.cuh"
+#include "common/reductions.cuh"
 
 namespace mgk_tiled {
 
-constexpr int kWarp = 32;
-constexpr int kOctile = 8;
-constexpr int kOctileSize = 64;
-constexpr unsigned kFullMask = 0xffffffffu;
+using namespace mgk;
+using gk::kFullMask;
+using gk::kWarp;
 
-enum : int { EDGE_GENERAL = 0, EDGE_CONSTANT = 1, EDGE_KRONECKER = 2, EDGE_SQEXP = 3 };
 
 // One list of graphs, as graphkern/_mgk_tiled.py (TiledData.descriptor) lays it out in device
 // memory: 13 eight-byte fields.  Tiles of a graph are consecutive, sorted by tile row then tile
@@ -120,38 +120,10 @@ __device__ __forceinline__ void stage_octile(const Slot<T>& s, const TiledSet<T>
     }
 }
 
-__device__ __forceinline__ float exp_fast(float v) { return __expf(v); }
-__device__ __forceinline__ double exp_fast(double v) { return exp(v); }
-
-// What the products need to evaluate the edge kernel (mgk.cu's shortcut forms and interpreter).
-template <typename T>
-struct EdgeKernel {
-    T theta;          // KroneckerDelta: the value where the labels differ
-    T aux;            // SquareExponential: -1 / (2 length_scale^2)
-    const int* code;  // the general form's program (graphkern.basekernels)
-    const T* par;
-};
-
-// The edge kernel of two edge-feature values (shortcut forms; constant: 1).
-template <typename T, int FORM>
-__device__ __forceinline__ T kappa_value(T e1, T e2, const EdgeKernel<T>& ek) {
-    if (FORM == EDGE_KRONECKER) return e1 == e2 ? T(1) : ek.theta;
-    if (FORM == EDGE_SQEXP) {
-        const T d = e1 - e2;
-        return exp_fast(ek.aux * d * d);
-    }
-    return T(1);
-}
-
 // The general form: e1 and e2 point at feature 0 of an element, features 64 apart.
 template <typename T>
 __device__ __forceinline__ T kappa_program(const T* e1, const T* e2, const EdgeKernel<T>& ek) {
-    return mgk::eval_program(ek.code, ek.par, e1, kOctileSize, e2, kOctileSize);
-}
-
-template <int FORM>
-__host__ __device__ constexpr bool is_shortcut() {
-    return FORM == EDGE_KRONECKER || FORM == EDGE_SQEXP;
+    return eval_program(ek.code, ek.par, e1, kOctileSize, e2, kOctileSize);
 }
 
 // dense x dense: out[a][b] (row stride ld) += the product, lane (a, b) owning rows a and a + 4.
@@ -175,7 +147,7 @@ __device__ __forceinline__ void product_dd(const Slot<T>& s1, const Slot<T>& s2,
             acc_u += t1[a * kOctile + c] * s;
             acc_l += t1[(a + 4) * kOctile + c] * s;
         }
-    } else if (is_shortcut<FORM>()) {
+    } else if (single_feature<FORM>()) {
         T w2[kOctile], e2[kOctile];
 #pragma unroll
         for (int d = 0; d < kOctile; ++d) {
@@ -190,8 +162,8 @@ __device__ __forceinline__ void product_dd(const Slot<T>& s1, const Slot<T>& s2,
 #pragma unroll
             for (int d = 0; d < kOctile; ++d) {
                 const T s = w2[d] * xs[c * kOctile + d];
-                su += kappa_value<T, FORM>(e1u, e2[d], ek) * s;
-                sl += kappa_value<T, FORM>(e1l, e2[d], ek) * s;
+                su += edge_shortcut<T, FORM, true>(e1u, e2[d], ek.theta, ek.aux) * s;
+                sl += edge_shortcut<T, FORM, true>(e1l, e2[d], ek.theta, ek.aux) * s;
             }
             acc_u += w1u * su;
             acc_l += w1l * sl;
@@ -234,20 +206,20 @@ __device__ __forceinline__ void product_ds(const Slot<T>& D, const Slot<T>& S, c
 #pragma unroll
     for (int c = 0; c < kOctile; ++c) {
         wd[c] = D.dense[r * kOctile + c];
-        ed[c] = is_shortcut<FORM>() ? D.dense[kOctileSize + r * kOctile + c] : T(0);
+        ed[c] = single_feature<FORM>() ? D.dense[kOctileSize + r * kOctile + c] : T(0);
     }
     for (int j = first; j < last; ++j) {
         const int where = S.pos[j];
         const int rs = where >> 3, cs = where & 7;
         const T ws = S.list[j];
-        const T es = is_shortcut<FORM>() ? S.list[kOctileSize + j] : T(0);
+        const T es = single_feature<FORM>() ? S.list[kOctileSize + j] : T(0);
         T acc = 0;
 #pragma unroll
         for (int c = 0; c < kOctile; ++c) {
             const T xv = SPARSE_IS_2 ? xs[c * kOctile + cs] : xs[cs * kOctile + c];
             T term = wd[c] * xv;
-            if (is_shortcut<FORM>()) {
-                term *= kappa_value<T, FORM>(ed[c], es, ek);
+            if (single_feature<FORM>()) {
+                term *= edge_shortcut<T, FORM, true>(ed[c], es, ek.theta, ek.aux);
             } else if (FORM == EDGE_GENERAL) {
                 const T* ef_d = D.dense + kOctileSize + r * kOctile + c;
                 const T* ef_s = S.list + kOctileSize + j;
@@ -273,13 +245,13 @@ __device__ __forceinline__ void product_ss(const Slot<T>& R, const Slot<T>& L, c
     for (int j = first; j < last; ++j) {
         const int where = L.pos[j];
         const int rl = where >> 3, cl = where & 7;
-        const T el = is_shortcut<FORM>() ? L.list[kOctileSize + j] : T(0);
+        const T el = single_feature<FORM>() ? L.list[kOctileSize + j] : T(0);
         T acc = 0;
         for (int i = row_first; i < row_last; ++i) {
             const int cr = R.pos[i] & 7;
             T term = R.list[i] * (ROWS_OF_1 ? xs[cr * kOctile + cl] : xs[cl * kOctile + cr]);
-            if (is_shortcut<FORM>()) {
-                term *= kappa_value<T, FORM>(R.list[kOctileSize + i], el, ek);
+            if (single_feature<FORM>()) {
+                term *= edge_shortcut<T, FORM, true>(R.list[kOctileSize + i], el, ek.theta, ek.aux);
             } else if (FORM == EDGE_GENERAL) {
                 const T* ef_r = R.list + kOctileSize + i;
                 const T* ef_l = L.list + kOctileSize + j;

@@ -29,11 +29,12 @@
 // by a switch at kernel entry, so no loop carries a branch on it.
 #include <cstdint>
 
+#include "common/reductions.cuh"
+
 namespace {
 
 enum { EDGE_DIRAC = 0, EDGE_GAUSSIAN = 1, EDGE_BROWNIAN = 2 };
 
-constexpr int WARP = 32;
 constexpr int MAX_WARPS = 32;  // 1024 threads per block at most
 
 template <int KIND, typename T>
@@ -68,15 +69,7 @@ __device__ __forceinline__ T vertex_kernel(const int64_t* __restrict__ disc1, co
 __device__ double block_sum(double v, double* scratch) {
     const int tid = threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y;
     const int n_threads = blockDim.x * blockDim.y * blockDim.z;
-    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    if (tid % WARP == 0) scratch[tid / WARP] = v;
-    __syncthreads();
-    if (tid < WARP) {
-        const int n_warps = (n_threads + WARP - 1) / WARP;
-        v = tid < n_warps ? scratch[tid] : 0.0;
-        for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    }
-    return v;
+    return gk::block_sum_to_first(v, scratch, tid, (n_threads + gk::kWarp - 1) / gk::kWarp);
 }
 
 template <typename T>
@@ -168,9 +161,9 @@ __device__ void batched(BatchArrays A, BatchArrays B, int n_disc, int n_cont, co
             int64_t k = (int64_t)atomicAdd(next_pair, 1ull);
             if (limit != nullptr && k < n_pairs) {
                 // progress is a hint (posted writes over the host link, from any block, in any
-                // order; one pair in 32 keeps them few: a read or a write per pair of host memory
-                // from every block made the kernel 1.6x slower on an H100); the limit, read from
-                // L2, decides: a pair at or past it is the CPU's
+                // order; one pair in 32 keeps them few: host-memory traffic per pair from every
+                // block slows the kernel); the limit, read from L2, decides: a pair at or past it
+                // is the CPU's
                 if ((k & 31) == 0) *progress = k;
                 if (k >= *limit) k = n_pairs;
             }

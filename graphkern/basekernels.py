@@ -15,6 +15,21 @@ each applied to one named label column by
 * :class:`Additive` ``(...)``: the normalized sum, the mean of its terms (weights 1/n that
   sum to 1), so that values stay in [0, 1].
 
+The shortest-path kernel (graphkern.spgk) names its fixed-form base kernels after what they
+compare; their counterparts here, for the marginalized kernel:
+
+=====================================  ==================================================
+graphkern.spgk                          graphkern.basekernels
+=====================================  ==================================================
+``DiracNode("c")``                      ``TensorProduct(c=KroneckerDelta(h))``, h > 0 for
+                                        vertices (the solver divides by vertex values)
+``GaussianNode("x", sigma=s)``          ``TensorProduct(x=SquareExponential(s))``
+``GaussianNode("x", gamma=g)``          ``SquareExponential(1 / sqrt(2 g))``
+``ProductNode(k1, k2)``, ``k1 * k2``    ``TensorProduct(c1=..., c2=...)``
+``DiracEdge()`` / ``GaussianEdge(s)``   ``KroneckerDelta(0.0)`` / ``SquareExponential(s)``
+                                        on an edge label column
+=====================================  ==================================================
+
 Every kernel is callable on label arrays (``kernel(x, y)``, elementwise and broadcasting;
 a composition takes two mappings from column name to array), which is how the dense
 reference solver evaluates it.  The solvers do not call Python per label pair: a
@@ -149,6 +164,9 @@ def _hyperparameter_property(name):
         if not (value > 0 if self.upper is None else 0.0 <= value <= self.upper):
             need = "be > 0" if self.upper is None else f"lie in [0, {self.upper:g}]"
             raise ValueError(f"{type(self).__name__}: {name} must {need}{self.range_reason}, got {value}")
+        if self.magnitude is not None and value and not self.magnitude[0] <= value <= self.magnitude[1]:
+            raise ValueError(f"{type(self).__name__}: {name} must lie in [{self.magnitude[0]:g}, "
+                             f"{self.magnitude[1]:g}] ({self.magnitude[2]}), got {value}")
         self._value = value
 
     return property(get, set, doc=f"The hyperparameter {name}.")
@@ -169,6 +187,8 @@ class BaseKernel(Kernel):
     hyperparameter = None
     #: valid values: [0, upper], or > 0 when None
     upper = None
+    #: (low, high, why): the magnitudes a nonzero value may take, or None for any
+    magnitude = None
     range_reason = ""
 
     @property
@@ -301,6 +321,8 @@ class SquareExponential(BaseKernel):
     kind = KIND_SQUARE_EXPONENTIAL
     transform = "raw"
     hyperparameter = "length_scale"
+    magnitude = (1e-150, 1e150, "its square divides the squared label distance and must stay a finite, "
+                 "nonzero float64")
 
     def __init__(self, length_scale, *, length_scale_bounds=(1e-2, 1e2)):
         self.length_scale = length_scale

@@ -166,3 +166,13 @@ def test_category_codes_agree_across_datasets(rng):
 ])
 def test_edge_form(kernel, form):
     assert kernel.compile().edge_form() == form
+
+
+@pytest.mark.parametrize("length_scale", [1e-300, 1e-160, 1e160, 1e200])
+def test_square_exponential_length_scale_out_of_float_range_is_refused(length_scale):
+    with pytest.raises(ValueError, match=r"SquareExponential: length_scale must lie in \[1e-150, 1e\+150\]"):
+        SquareExponential(length_scale)
+    k = SquareExponential(1.0)
+    with pytest.raises(ValueError, match="length_scale must lie in"):
+        k.length_scale = length_scale
+    assert k.length_scale == 1.0

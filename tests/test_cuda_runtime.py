@@ -1,5 +1,6 @@
 """The CUDA runtime layer: discovery, memory, launches from the packaged fatbin, errors."""
 
+import math
 import pickle
 import time
 
@@ -165,6 +166,44 @@ def test_launch_packaged_kernel(rng, gpu_device):
     # the module is loaded once per device and functions are cached
     assert rt.kernel(gpu_device, "runtime_selftest", "selftest_axpy_f64") is fn
     assert fn.attributes["num_regs"] > 0
+
+
+def _butterfly(v):
+    """Every lane's sum of v (32 lanes) in warp_sum's order: v[l] + v[l ^ off], off = 16 .. 1."""
+    for off in (16, 8, 4, 2, 1):
+        v = v + v[np.arange(32) ^ off]
+    return v
+
+
+def _tree(v):
+    """Lane 0's sum of v (32 lanes) in the shuffle-down order: v[l] + v[l + off], off = 16 .. 1."""
+    v = v.copy()
+    for off in (16, 8, 4, 2, 1):
+        v[:off] = v[:off] + v[off:2 * off]
+    return v[0]
+
+
+@pytest.mark.gpu
+def test_device_reductions_add_in_their_documented_order(rng, gpu_device):
+    # magnitudes over 16 decades: any other order of the additions changes the bits
+    x = rng.normal(size=256) * 10.0 ** rng.integers(-8, 8, size=256)
+    dx = rt.to_device(gpu_device, x)
+    warp, block, first = (rt.to_device(gpu_device, np.full(n, np.nan)) for n in (256, 256, 1))
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_reductions")
+    s = rt.Stream(gpu_device)
+    rt.launch(fn, 1, 256, (dx, warp, block, first), stream=s)
+    s.synchronize()
+    lanes = x.reshape(8, 32)
+    want_warp = np.concatenate([_butterfly(w) for w in lanes])
+    totals = want_warp[::32]
+    want_block = 0.0
+    for t in totals:  # every thread adds the warps' totals in warp order
+        want_block += t
+    want_first = _tree(np.concatenate([[_tree(w) for w in lanes], np.zeros(24)]))
+    np.testing.assert_array_equal(warp.to_host(), want_warp)
+    np.testing.assert_array_equal(block.to_host(), np.full(256, want_block))
+    assert first.to_host()[0] == want_first
+    assert abs(want_block - math.fsum(x)) <= 1e-12 * np.abs(x).sum()
 
 
 @pytest.mark.gpu

@@ -230,9 +230,13 @@ def test_no_overflow_means_plain_answer(backend, rng):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_float32_never_returns_nan_silently(backend, rng):
     A = random_graph(rng, 40, 0.3, weighted=True)
-    A.data *= 1e37  # A q overflows float32
-    with pytest.raises(FloatingPointError, match="non-finite"):
-        expm_multiply(A, np.ones(40), dtype=np.float32, backend=backend)
+    x = rng.standard_normal(40)
+    ref = dense_funm(0.5 * A, x, np.exp)
+    A.data *= 1e37  # A q overflows float32 unless A is scaled
+    y, info = expm_multiply(A, x, beta=0.5e-37, dtype=np.float32, backend=backend)
+    assert info.log_scale == 0.0 and rel(y, ref) <= 1e-5
+    y, info = expm_multiply(A, x, beta=1.0, dtype=np.float32, backend=backend)  # e^(1e37): log-scaled
+    assert np.all(np.isfinite(y)) and info.log_scale > 1e37
     B = random_graph(rng, 40, 0.3)
     with pytest.raises(FloatingPointError, match="overflows float32"):
         funm_multiply(B, np.ones(40), np.exp, beta=20.0, dtype=np.float32, backend=backend)
@@ -323,7 +327,7 @@ def _sym(n=6):
     (lambda: funm_multiply(_sym(), np.ones(6), "log"), ValueError, "f must be one of"),
     (lambda: funm_multiply(_sym(), np.ones(6), 3), TypeError, "f must be"),
     (lambda: funm_multiply(_sym(), np.ones(6), lambda z: z[:1]), ValueError, "one value per eigenvalue"),
-    (lambda: funm_multiply(_sym(), np.ones(6), lambda z: np.log(z - 100)), ValueError, "non-finite value"),
+    (lambda: funm_multiply(_sym(), np.ones(6), lambda z: np.log(z - 100)), ValueError, "f returned NaN"),
     (lambda: total_communicability(_sym(), normalize="max"), ValueError, "normalize must be"),
 ])
 def test_bad_input_is_refused_with_a_clear_message(call, error, match):
@@ -348,8 +352,9 @@ def _spmv_graphs(rng, weighted):
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("reorder", ["none", "degree"])
 def test_gpu_spmv_variants_match_scipy(variant, dtype, weighted, reorder, rng):
-    from graphkern._expm_gpu import GpuLanczos, hot_columns
-    from graphkern.expm import _matrix
+    from graphkern.expm.gpu import GpuLanczos
+    from graphkern.expm.plans import hot_columns
+    from graphkern.expm.api import _matrix
     for kind, A in _spmv_graphs(rng, weighted).items():
         mat = _matrix(A)
         x = rng.standard_normal(A.shape[0])
@@ -370,9 +375,8 @@ def test_split_alpha_sum_gives_the_same_bits(devices, exchange, rng, monkeypatch
     SPLIT_SUM_BLOCKS_PER_SM blocks per SM) or by the SpMV's last block: the same sum in the same
     order, so the same bits, with long rows (their shares are added last), in both orders and, on
     two devices, with both exchanges."""
-    import graphkern._expm_gpu as eg
+    import graphkern.expm.gpu as eg
     from graphkern.expm import clear_cache
-    monkeypatch.setenv(eg.EXCHANGE_ENV, exchange)
     A = skewed_graph(rng, 12000, [9000, 5000, 1100, 40], weighted=True)
     x = rng.standard_normal(12000)
     for reorder in ("none", "degree"):
@@ -380,7 +384,8 @@ def test_split_alpha_sum_gives_the_same_bits(devices, exchange, rng, monkeypatch
         for split in (False, True):
             monkeypatch.setattr(eg, "SPLIT_SUM_BLOCKS_PER_SM", 0 if split else 10**9)
             clear_cache()
-            y, info = expm_multiply(A, x, beta=0.1, backend="gpu", device=devices, spmv="rowblock", reorder=reorder)
+            y, info = expm_multiply(A, x, beta=0.1, backend="gpu", device=devices, spmv="rowblock", reorder=reorder,
+                                    exchange=exchange)
             out[split] = (y, info.krylov_dim)
         assert out[True][1] == out[False][1] and np.array_equal(out[True][0], out[False][0]), reorder
         assert rel(out[True][0], scipy.sparse.linalg.expm_multiply(0.1 * A, x)) <= 1e-10
@@ -388,7 +393,7 @@ def test_split_alpha_sum_gives_the_same_bits(devices, exchange, rng, monkeypatch
 
 
 def test_hot_columns_cover_96_kib_of_x_only_in_degree_order():
-    from graphkern._expm_gpu import hot_columns
+    from graphkern.expm.plans import hot_columns
     empty = 1 << 31  # no second range
     assert hot_columns("degree", np.float64) == (12288, empty)
     assert hot_columns("degree", np.float32) == (24576, empty)
@@ -401,14 +406,14 @@ def test_hot_columns_cover_96_kib_of_x_only_in_degree_order():
 def test_hot_columns_start_every_devices_block_in_degree_order():
     """Dealt round robin by degree, each device's block of rows begins with its share of the hubs:
     the hot columns are half the budget at the start of each of the first two blocks."""
-    from graphkern._expm_gpu import hot_columns
+    from graphkern.expm.plans import hot_columns
     assert hot_columns("degree", np.float64, [0, 35000, 70000]) == (6144, 35000)
     assert hot_columns("degree", np.float32, [0, 35000, 70000]) == (12288, 35000)
     assert hot_columns("degree", np.float64, [0, 25, 50, 75]) == (6144, 25)
 
 
 def test_degree_order_deals_the_hubs_to_the_start_of_every_block(rng):
-    from graphkern._expm_lanczos import DegreeOrder
+    from graphkern.expm.lanczos import DegreeOrder
     A = skewed_graph(rng, 3000, [900, 500, 110, 70], weighted=False)
     indptr = A.indptr.astype(np.int64)
     order = DegreeOrder(indptr, 2)
@@ -448,7 +453,7 @@ def test_gates_skip_the_lookahead_and_leave_the_answer_bit_for_bit(devices, basi
     a stream held at the start of every queued interval makes each interval's gates read the host's
     decision, so exactly m first-pass SpMVs run, and the answer is the same bits as with no gates
     (and stays so in the solves after a skipped one, which reuse the workspace and its counters)."""
-    import graphkern._expm_gpu as eg
+    import graphkern.expm.gpu as eg
     from graphkern._cuda import runtime as rt
     from graphkern.expm import clear_cache
     clear_cache()
@@ -509,8 +514,8 @@ def test_two_gpus_equal_one(variant, basis, reorder, rng):
 @pytest.mark.parametrize("variant", ["scalar", "vector", "rowblock", "hybrid"])
 @pytest.mark.parametrize("reorder", ["none", "degree"])
 def test_two_gpu_spmv_matches_scipy(variant, reorder, rng):
-    from graphkern._expm_gpu import GpuLanczos
-    from graphkern.expm import _matrix
+    from graphkern.expm.gpu import GpuLanczos
+    from graphkern.expm.api import _matrix
     A = skewed_graph(rng, 12000, [9000, 5000, 40], weighted=True)
     x = rng.standard_normal(12000)
     solver = GpuLanczos(_matrix(A), np.float64, devices=[0, 1], variant=variant, basis="none", max_krylov=4,
@@ -550,7 +555,7 @@ def mirrored_halves_graph(rng, half, weighted=False):
 
 
 def test_mirrored_halves_graph_has_local_remote_and_empty_rows(rng):
-    from graphkern._expm_lanczos import row_chunks
+    from graphkern.expm.lanczos import row_chunks
     half = 1500
     A = mirrored_halves_graph(rng, half)
     assert abs(A - A.T).max() == 0
@@ -568,7 +573,7 @@ def test_mirrored_halves_graph_has_local_remote_and_empty_rows(rng):
 
 @pytest.mark.parametrize("parts", [1, 2, 3])
 def test_degree_order_is_dealt_round_robin_across_devices(parts, rng):
-    from graphkern._expm_lanczos import CsrMatrix, DegreeOrder
+    from graphkern.expm.lanczos import CsrMatrix, DegreeOrder
     A = skewed_graph(rng, 3001, [900, 400, 400, 60])
     deg = np.diff(A.indptr)
     by_degree = DegreeOrder(A.indptr).order
@@ -606,10 +611,9 @@ def _devices_available():
 @pytest.mark.parametrize("basis", ["device", "none", "host"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("kind", ["mirrored halves", "skewed degree-ordered"])
-def test_multi_gpu_exchanges_agree_with_one_gpu_and_scipy(exchange, basis, dtype, kind, rng, monkeypatch):
-    from graphkern._expm_gpu import EXCHANGE_ENV, GpuLanczos
-    from graphkern.expm import _matrix
-    monkeypatch.setenv(EXCHANGE_ENV, exchange)
+def test_multi_gpu_exchanges_agree_with_one_gpu_and_scipy(exchange, basis, dtype, kind, rng):
+    from graphkern.expm.api import _matrix
+    from graphkern.expm.gpu import GpuLanczos
     if kind == "mirrored halves":
         A, reorder, beta = mirrored_halves_graph(rng, 1500, weighted=True), "none", 0.2
     else:
@@ -624,41 +628,42 @@ def test_multi_gpu_exchanges_agree_with_one_gpu_and_scipy(exchange, basis, dtype
     for count in counts:
         devices = list(range(count))
         solver = GpuLanczos(_matrix(A), dtype, devices=devices, variant="rowblock", basis=basis, max_krylov=8,
-                            breakdown=0.0, n_threads=2, reorder=reorder)
+                            breakdown=0.0, n_threads=2, reorder=reorder, exchange=exchange)
         assert solver.exchange == ("copy" if exchange == "copy" or not solver.res.peer_access else "store")
+        solver_exchange = solver.exchange
         if kind == "mirrored halves" and count == 2:
             assert solver.shares[0].row1 == 1500  # rows with all columns local, all remote, none
         del solver
         for variant in ("scalar", "rowblock", "hybrid"):
             y, info = expm_multiply(A, x, beta=beta, backend="gpu", device=devices, basis=basis, dtype=dtype,
-                                    spmv=variant, reorder=reorder)
+                                    spmv=variant, reorder=reorder, exchange=exchange)
             assert info.devices == tuple(devices) and info.reorder == reorder
+            assert info.exchange == solver_exchange
             assert abs(info.krylov_dim - info1.krylov_dim) <= 4
             assert rel(y, y1) <= tol, (count, variant)
             assert rel(y, ref) <= (1e-10 if dtype == np.float64 else 1e-4), (count, variant)
         # the device list in another order: another lead device, the same answer
         y_rev, _ = expm_multiply(A, x, beta=beta, backend="gpu", device=devices[::-1], basis=basis, dtype=dtype,
-                                 reorder=reorder)
+                                 reorder=reorder, exchange=exchange)
         assert rel(y_rev, y1) <= tol
 
 
 @pytest.mark.gpu
 @pytest.mark.multigpu
-def test_multi_gpu_exchanges_give_the_same_bits(rng, monkeypatch):
+def test_multi_gpu_exchanges_give_the_same_bits(rng):
     """Stores and copies move the same numbers: the two exchanges give bit-identical answers (and
     repeated runs too), with the default x, overflow scaling, and a device left without rows."""
-    from graphkern._expm_gpu import EXCHANGE_ENV
     A = skewed_graph(rng, 6000, [4000, 900], weighted=True)
     x = rng.standard_normal(6000)
     out = {}
     _, probe = expm_multiply(A, x, beta=0.1, backend="cpu")
     beta_big = 800.0 / probe.lambda_max  # e^800 overflows float64: a scaled answer
     for exchange in ("store", "copy", "store"):
-        monkeypatch.setenv(EXCHANGE_ENV, exchange)
+        kw = dict(backend="gpu", device=[0, 1], exchange=exchange)
         for reorder in ("none", "degree"):
-            y, info = expm_multiply(A, x, beta=0.1, backend="gpu", device=[0, 1], reorder=reorder)
-            tc, _ = total_communicability(A, beta=0.1, backend="gpu", device=[0, 1], reorder=reorder)
-            big, big_info = expm_multiply(A, x, beta=beta_big, backend="gpu", device=[0, 1], reorder=reorder)
+            y, info = expm_multiply(A, x, beta=0.1, reorder=reorder, **kw)
+            tc, _ = total_communicability(A, beta=0.1, reorder=reorder, **kw)
+            big, big_info = expm_multiply(A, x, beta=beta_big, reorder=reorder, **kw)
             assert big_info.log_scale > 0 and np.all(np.isfinite(big))
             key = (exchange, reorder)
             if key in out:
@@ -678,8 +683,8 @@ def test_multi_gpu_exchanges_give_the_same_bits(rng, monkeypatch):
 @pytest.mark.multigpu
 @pytest.mark.parametrize("kind", ["mirrored halves", "grid"])
 def test_peer_masks_mark_the_rows_other_devices_read(kind, rng):
-    from graphkern._expm_gpu import GpuLanczos
-    from graphkern.expm import _matrix
+    from graphkern.expm.gpu import GpuLanczos
+    from graphkern.expm.api import _matrix
     A = mirrored_halves_graph(rng, 1500) if kind == "mirrored halves" else grid_graph(80, 75)
     n = A.shape[0]
     solver = GpuLanczos(_matrix(A), np.float64, devices=[0, 1], variant="scalar", basis="none", max_krylov=4,
@@ -699,18 +704,16 @@ def test_peer_masks_mark_the_rows_other_devices_read(kind, rng):
 
 @pytest.mark.gpu
 @pytest.mark.multigpu
-def test_bad_exchange_is_refused(monkeypatch):
-    from graphkern._expm_gpu import EXCHANGE_ENV
-    monkeypatch.setenv(EXCHANGE_ENV, "teleport")
+def test_bad_exchange_is_refused():
     with pytest.raises(ValueError, match="exchange"):
-        expm_multiply(_sym(), backend="gpu", device=[0, 1])
+        expm_multiply(_sym(), backend="gpu", device=[0, 1], exchange="teleport")
 
 
 # ----------------------------------------------------------------------------- the matrix cache
 
 import gc
 
-import graphkern.expm as expm_module
+import graphkern.expm.api as expm_module
 from graphkern.expm import cache_info, clear_cache
 
 
@@ -755,11 +758,17 @@ def test_cache_sees_an_edit_of_a_graph_and_of_its_structure(backend, rng):
     A = random_graph(rng, 50, 0.15, weighted=True)
     G = Graph.from_scipy(A)
     y1, _ = expm_multiply(G, beta=0.4, backend=backend, tol=1e-12)
-    G.weights[:] = rng.uniform(0.5, 2.0, G.nnz)
-    G.weights[:] = G.to_scipy().maximum(G.to_scipy().T).data  # keep it symmetric
-    y2, info = expm_multiply(G, beta=0.4, backend=backend, tol=1e-12)
-    assert not info.cached
-    assert rel(y2, dense_funm(0.4 * G.to_scipy(), np.ones(50), np.exp)) <= 1e-12
+    if G.weights.flags.writeable:
+        G.weights[:] = rng.uniform(0.5, 2.0, G.nnz)
+        G.weights[:] = G.to_scipy().maximum(G.to_scipy().T).data  # keep it symmetric
+        y2, info = expm_multiply(G, beta=0.4, backend=backend, tol=1e-12)
+        assert not info.cached
+        assert rel(y2, dense_funm(0.4 * G.to_scipy(), np.ones(50), np.exp)) <= 1e-12
+    else:  # a Graph whose arrays are read-only cannot change behind the cache
+        with pytest.raises(ValueError, match="read-only"):
+            G.weights[:] = 1.0
+        _, info = expm_multiply(G, beta=0.4, backend=backend, tol=1e-12)
+        assert info.cached
     # the same pattern with other column indices (a permutation of the vertices)
     B = random_graph(rng, 50, 0.15)
     y_b, _ = expm_multiply(B, beta=0.4, backend=backend, tol=1e-12)
@@ -873,7 +882,7 @@ def test_gpu_in_place_edit_of_a_graph_is_seen(rng):
 
 @pytest.mark.gpu
 def test_gpu_least_recently_used_operators_are_evicted(rng):
-    from graphkern._expm_gpu import MAX_RESIDENT
+    from graphkern.expm.device import MAX_RESIDENT
     clear_cache()
     mats = [random_graph(rng, 4000, 0.002, weighted=True) for _ in range(MAX_RESIDENT + 2)]
     refs = [expm_multiply(M, beta=0.5, backend="gpu")[0] for M in mats]
@@ -921,7 +930,7 @@ def _plan_graphs(rng):
 
 @pytest.mark.parametrize("kind", ["skewed", "empty rows", "grid"])
 def test_rowblock_plan_covers_every_row_once_within_the_kernel_limits(kind, rng):
-    from graphkern import _expm_gpu as g
+    from graphkern.expm import plans as g
     A = _plan_graphs(rng)[kind]
     indptr = A.indptr.astype(np.int64)
     n = A.shape[0]
@@ -961,7 +970,7 @@ def test_rowblock_plan_covers_every_row_once_within_the_kernel_limits(kind, rng)
 
 @pytest.mark.parametrize("kind", ["skewed", "empty rows", "grid"])
 def test_hybrid_plan_covers_every_row_once(kind, rng):
-    from graphkern import _expm_gpu as g
+    from graphkern.expm import plans as g
     A = _plan_graphs(rng)[kind]
     indptr = A.indptr.astype(np.int64)
     n = A.shape[0]
@@ -984,21 +993,21 @@ def test_hybrid_plan_covers_every_row_once(kind, rng):
 
 
 def test_auto_variant_from_degree_statistics(rng):
-    from graphkern._expm_gpu import choose_variant
+    from graphkern.expm.plans import choose_variant
     assert choose_variant(expm_module._matrix(grid_graph(30, 40))) == "scalar"
     assert choose_variant(expm_module._matrix(skewed_graph(rng, 3000, [1500]))) == "rowblock"
     assert choose_variant(expm_module._matrix(random_graph(rng, 400, 0.1))) == "rowblock"
 
 
 def test_vector_lanes_round_the_mean_degree_on_a_log_scale():
-    from graphkern._expm_gpu import sub_warp_size
+    from graphkern.expm.plans import sub_warp_size
     assert [sub_warp_size(m) for m in (1.0, 3.9, 5.9, 10.0, 12.0, 40.0, 300.0)] == [2, 4, 8, 8, 16, 32, 32]
 
 
 # ----------------------------------------------------------------------------- the answer's scale
 
 def test_output_scaling_factors_are_finite_and_exact_in_log_space():
-    from graphkern._expm_lanczos import OutputScaling
+    from graphkern.expm.lanczos import OutputScaling
     for log_factor in (-1465.0, -1300.5, -700.0, -3.0, 0.0, 0.7, 599.0, 600.5, 1250.25, 1454.0):
         factors = OutputScaling.factors(log_factor)
         assert len(factors) == 3 and all(math.isfinite(f) and f > 0 for f in factors)
@@ -1007,7 +1016,7 @@ def test_output_scaling_factors_are_finite_and_exact_in_log_space():
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_output_scaling_decisions(dtype):
-    from graphkern._expm_lanczos import OutputScaling
+    from graphkern.expm.lanczos import OutputScaling
     log_max = math.log(float(np.finfo(dtype).max))
     plain = OutputScaling(5.0, 1.0, dtype, True, "t")
     assert plain.decide(2.0) == (6.0, 0.0, True)
@@ -1047,7 +1056,7 @@ def _emulated_device_reorder(A, deg_order, row0=0, row1=None):
 
 @pytest.mark.parametrize("weighted", [False, True])
 def test_degree_order_relabels_by_decreasing_degree_and_gives_p_a_pt(weighted, rng):
-    from graphkern._expm_lanczos import DegreeOrder
+    from graphkern.expm.lanczos import DegreeOrder
     A = skewed_graph(rng, 3000, [900, 400, 400, 60], weighted)
     deg = np.diff(A.indptr)
     o = DegreeOrder(A.indptr)
@@ -1071,8 +1080,8 @@ def test_degree_order_relabels_by_decreasing_degree_and_gives_p_a_pt(weighted, r
 
 
 def test_auto_reorder_from_size_and_skew():
-    from graphkern._expm_gpu import REORDER_MIN_NNZ, REORDER_SKEW, choose_reorder
-    from graphkern._expm_lanczos import CsrMatrix
+    from graphkern.expm.plans import REORDER_MIN_NNZ, REORDER_SKEW, choose_reorder
+    from graphkern.expm.lanczos import CsrMatrix
 
     def degrees(deg):
         indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
@@ -1105,8 +1114,8 @@ def test_cpu_runs_in_the_given_order(rng):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("weighted", [False, True])
 def test_gpu_degree_ordered_spmv_variants_match_scipy(variant, dtype, weighted, rng):
-    from graphkern._expm_gpu import GpuLanczos
-    from graphkern.expm import _matrix
+    from graphkern.expm.gpu import GpuLanczos
+    from graphkern.expm.api import _matrix
     A = skewed_graph(rng, 12000, [9000, 5000, 1100, 700, 40], weighted)
     mat = _matrix(A)
     x = rng.standard_normal(A.shape[0])
@@ -1134,41 +1143,49 @@ def test_gpu_degree_ordered_spmv_variants_match_scipy(variant, dtype, weighted, 
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", ["rowblock", "hybrid"])
 @pytest.mark.parametrize("reorder", ["degree", "none"])
-def test_gpu_task_grids_give_the_same_bits(variant, reorder, rng, monkeypatch):
+def test_gpu_task_grids_give_the_same_bits(variant, reorder, rng):
     """The task kernels with the resident grid and with a block per task: the same SpMV bits (a
     row's sum does not depend on which block takes its task), and an expm within rounding (alpha's
     block partials are grouped differently)."""
-    from graphkern._expm_gpu import TASK_GRID_ENV, GpuLanczos
-    from graphkern.expm import _matrix, clear_cache
+    from graphkern.expm import clear_cache
+    from graphkern.expm.api import _matrix
+    from graphkern.expm.gpu import GpuLanczos
     # ~2.3M nonzeros: more stream tasks (2048 nonzeros each) than an H100 holds blocks (6 x 132)
     A = skewed_graph(rng, 700_000, [90000, 5000, 1100, 700, 40], weighted=False)
     x = rng.standard_normal(A.shape[0])
     spmv, expm, grids = {}, {}, {}
     for grid in ("resident", "tasks"):
-        monkeypatch.setenv(TASK_GRID_ENV, grid)
         clear_cache()
         solver = GpuLanczos(_matrix(A), np.float64, devices=[0], variant=variant, basis="device", max_krylov=4,
-                            breakdown=0.0, n_threads=2, reorder=reorder)
+                            breakdown=0.0, n_threads=2, reorder=reorder, task_grid=grid)
         grids[grid] = solver.shares[0].spmv_grid
         spmv[grid] = solver.spmv(x)
         del solver
         clear_cache()
-        expm[grid], _ = expm_multiply(A, x, beta=0.05, backend="gpu", spmv=variant, reorder=reorder)
+        expm[grid], info = expm_multiply(A, x, beta=0.05, backend="gpu", spmv=variant, reorder=reorder,
+                                         task_grid=grid)
+        assert info.task_grid == grid
     assert grids["tasks"] > grids["resident"]
     assert np.array_equal(spmv["tasks"], spmv["resident"])
     assert rel(expm["tasks"], expm["resident"]) <= 1e-13
     clear_cache()
 
 
-def test_bad_task_grid_is_refused(monkeypatch):
-    from graphkern._expm_gpu import TASK_GRID_ENV, task_grid
-    monkeypatch.delenv(TASK_GRID_ENV, raising=False)
-    assert task_grid() == "tasks"
-    monkeypatch.setenv(TASK_GRID_ENV, "resident")
-    assert task_grid() == "resident"
-    monkeypatch.setenv(TASK_GRID_ENV, "everything")
-    with pytest.raises(ValueError, match=TASK_GRID_ENV):
-        task_grid()
+@pytest.mark.parametrize("name, value", [("task_grid", "everything"), ("exchange", "teleport"), ("task_grid", None),
+                                         ("exchange", 3)])
+def test_bad_options_are_refused_before_any_work(name, value):
+    with pytest.raises(ValueError, match=name):
+        expm_multiply(_sym(), backend="cpu", **{name: value})
+
+
+def test_options_are_read_at_call_time_and_recorded(rng, monkeypatch):
+    """The exchange and grid options are arguments recorded with the result; the environment
+    variables that once chose them are ignored."""
+    monkeypatch.setenv("GRAPHKERN_EXPM_EXCHANGE", "teleport")
+    monkeypatch.setenv("GRAPHKERN_EXPM_TASK_GRID", "everything")
+    A = random_graph(rng, 40, 0.2, weighted=True)
+    _, info = expm_multiply(A, beta=0.2, backend="cpu")
+    assert info.exchange is None and info.task_grid is None  # CPU: neither applies
 
 
 @pytest.mark.gpu

@@ -1,158 +1,15 @@
-"""Jaccard / Sorensen / overlap similarity against a plain Python set reference, CPU and GPU."""
-
-import itertools
+"""Jaccard / Sorensen / overlap similarity against a plain Python set reference, CPU and GPU:
+conventions, extreme weights, bad input, the info record and progress."""
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphkern import Graph, GraphTooLargeError
-import graphkern.similarity as similarity
-from graphkern.similarity import (VARIANTS, DeviceSimilarity, SymmetricPattern, choose_variant, hash_table_rows,
-                                  hub_vertices, jaccard, overlap, pair_rows_per_block, row_locality,
-                                  shortrow_group_size, staged_rows_per_block, sorensen, symmetric_pattern,
-                                  work_line_length)
-
-BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
-GPU_VARIANTS = [v for v in VARIANTS if v != "auto"]
-METRICS = {"jaccard": jaccard, "sorensen": sorensen, "overlap": overlap}
-# every metric x weighted x self-loop convention x output type
-CONVENTIONS = pytest.mark.parametrize(
-    "metric,weighted,self_loops,dtype",
-    list(itertools.product(METRICS, [False, True], [False, True], [np.float32, np.float64])))
-
-
-# --------------------------------------------------------------------------- reference
-
-
-def neighbour_sets(A, *, weighted, self_loops):
-    """{k: weight} per vertex, from the stored entries of A (weight 1 when unweighted)."""
-    A = sp.csr_matrix(A)
-    A.sum_duplicates()
-    sets = []
-    for i in range(A.shape[0]):
-        lo, hi = A.indptr[i], A.indptr[i + 1]
-        row = {int(k): (float(v) if weighted else 1.0) for k, v in zip(A.indices[lo:hi], A.data[lo:hi])}
-        if self_loops:
-            row.setdefault(i, 1.0)
-        else:
-            row.pop(i, None)
-        sets.append(row)
-    return sets
-
-
-def reference(A, metric, *, weighted=False, self_loops=False):
-    """The similarity of every stored entry of A, in CSR order, by Python set arithmetic."""
-    A = sp.csr_matrix(A)
-    A.sum_duplicates()
-    sets = neighbour_sets(A, weighted=weighted, self_loops=self_loops)
-    out = np.zeros(A.nnz)
-    for i in range(A.shape[0]):
-        for k in range(A.indptr[i], A.indptr[i + 1]):
-            j = int(A.indices[k])
-            if i == j:
-                out[k] = 1.0
-                continue
-            a, b = sets[i], sets[j]
-            inter = sum(min(a[x], b[x]) for x in a.keys() & b.keys())
-            wa, wb = sum(a.values()), sum(b.values())
-            num, den = {"jaccard": (inter, wa + wb - inter), "sorensen": (2 * inter, wa + wb),
-                        "overlap": (inter, min(wa, wb))}[metric]
-            out[k] = num / den if den > 0 else 0.0
-    return out
-
-
-def random_graph(rng, n, density, *, loops=0.2, isolated=0.1):
-    """A random symmetric matrix with random positive weights, some self-loops and isolated nodes."""
-    A = sp.random(n, n, density=density, random_state=rng, format="coo")
-    A = sp.csr_matrix((A.data, (A.row, A.col)), shape=(n, n))
-    A = A + A.T
-    A.setdiag(np.where(rng.random(n) < loops, rng.random(n) + 0.1, 0.0))
-    alone = rng.random(n) < isolated
-    keep = sp.diags((~alone).astype(float))
-    A = (keep @ A @ keep).tocsr()
-    A.eliminate_zeros()
-    A.data = rng.random(A.nnz) + 0.05
-    A = sp.csr_matrix((A + A.T) / 2)
-    A.sort_indices()
-    return A
-
-
-def hub_graph(rng, n, hubs, hub_degree, extra_edges):
-    """Sparse random edges plus a few hubs each joined to about hub_degree random nodes."""
-    r = rng.integers(0, n, extra_edges)
-    c = rng.integers(0, n, extra_edges)
-    centres = rng.choice(n, hubs, replace=False)
-    hr = np.repeat(centres, hub_degree)
-    hc = rng.integers(0, n, hr.size)
-    rows, cols = np.concatenate([r, hr]), np.concatenate([c, hc])
-    keep = rows != cols
-    A = sp.csr_matrix((rng.random(keep.sum()) + 0.1, (rows[keep], cols[keep])), shape=(n, n))
-    A = A.maximum(A.T).tocsr()
-    A.sort_indices()
-    return A
-
-
-def bounded_degree_graph(rng, n, max_degree, *, loops=0.3, isolated=0.1):
-    """Random weighted graph whose rows have at most max_degree entries (many exactly that many).
-
-    Some vertices are isolated; the others (an even number m of them) get max_degree - 1
-    distinct neighbours from as many random rounds of a round-robin schedule on m players (each
-    round a perfect matching, no pair met twice), and some get a self-loop.
-    """
-    alive = rng.permutation(np.flatnonzero(rng.random(n) >= isolated))
-    alive = alive[: alive.size - alive.size % 2]
-    m = alive.size
-    rows, cols = [], []
-    if m >= 2:
-        for r in rng.choice(m - 1, min(max_degree - 1, m - 1), replace=False):
-            k = np.arange(1, m // 2)
-            a = np.r_[r, (r + k) % (m - 1)]
-            b = np.r_[m - 1, (r - k) % (m - 1)]
-            rows += [alive[a], alive[b]]
-            cols += [alive[b], alive[a]]
-    looped = alive[rng.random(m) < loops] if max_degree > 0 else alive[:0]
-    rows, cols = np.concatenate(rows + [looped]), np.concatenate(cols + [looped])
-    A = sp.csr_matrix((rng.random(rows.size) + 0.05, (rows, cols)), shape=(n, n))
-    A = sp.csr_matrix((A + A.T) / 2)
-    A.sort_indices()
-    assert np.diff(A.indptr).max() <= max_degree
-    return A
-
-
-def gpu_test_graph(rng, variant, n, density):
-    """A random graph for a GPU variant; "shortrow" needs rows of at most 32 entries."""
-    if variant == "shortrow":
-        return bounded_degree_graph(rng, n, int(rng.integers(2, 33)))
-    return random_graph(rng, n, density)
-
-
-def device_values(dev, A, metric, *, weighted=False, self_loops=False, dtype=np.float64, **options):
-    """DeviceSimilarity run directly (for options the public functions do not expose)."""
-    run = DeviceSimilarity(dev, symmetric_pattern(A, weighted=weighted), metric=similarity._METRICS[metric],
-                           self_loops=self_loops, dtype=dtype, **options)
-    run.upload()
-    run.compute()
-    return run.download(np.empty(run.pattern.nnz, dtype=dtype)), run
-
-
-def assert_same_pattern(R, A):
-    A = sp.csr_matrix(A)
-    A.sum_duplicates()
-    assert isinstance(R, sp.csr_matrix)
-    assert R.shape == A.shape
-    np.testing.assert_array_equal(R.indptr, A.indptr)
-    np.testing.assert_array_equal(R.indices, A.indices)
-
-
-def tolerance(dtype, weighted):
-    if dtype == np.float64:
-        return 1e-12
-    return 2e-6 if weighted else 1e-7
-
-
-# --------------------------------------------------------------------------- against the reference
-
+from graphkern import Graph
+from graphkern.similarity import VARIANTS, jaccard, overlap, sorensen
+from graphkern.similarity.api import symmetric_pattern
+from jaccard_graphs import (BACKENDS, CONVENTIONS, METRICS, assert_same_pattern, bounded_degree_graph, random_graph,
+                            reference, skewed_graph, tolerance)
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @CONVENTIONS
@@ -165,54 +22,6 @@ def test_matches_set_reference(rng, backend, metric, weighted, self_loops, dtype
                                rtol=0, atol=tolerance(dtype, weighted))
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", GPU_VARIANTS)
-@CONVENTIONS
-def test_gpu_variant_matches_reference_and_cpu(rng, variant, metric, weighted, self_loops, dtype):
-    A = gpu_test_graph(rng, variant, int(rng.integers(60, 120)), 0.1)
-    opts = dict(weighted=weighted, self_loops=self_loops, dtype=dtype)
-    gpu = METRICS[metric](A, backend="gpu", variant=variant, **opts)
-    cpu = METRICS[metric](A, backend="cpu", **opts)
-    assert_same_pattern(gpu, A)
-    assert not np.isnan(gpu.data).any(), "an entry was not written (outputs are poisoned with NaN)"
-    np.testing.assert_allclose(gpu.data, reference(A, metric, weighted=weighted, self_loops=self_loops),
-                               rtol=0, atol=tolerance(dtype, weighted))
-    if weighted:
-        np.testing.assert_allclose(gpu.data, cpu.data, rtol=0, atol=tolerance(dtype, True))
-    else:  # exact counts divided in double on both sides
-        np.testing.assert_array_equal(gpu.data, cpu.data)
-
-
-def skewed_graph(rng):
-    # hubs of degree ~2000 on 6000 nodes: hub-to-hub entries need ~2000 searches each,
-    # and the ~70k entries span many prefix-sum tiles of the balanced variant
-    return hub_graph(rng, 6000, hubs=4, hub_degree=2100, extra_edges=24000)
-
-
-def high_hub_graph(rng, n=6000, extra_edges=24000, loops=0.2):
-    """Four hubs at the highest indices n-1..n-4, each joined to ~2000 random vertices of the
-    lowest 60%, plus random edges among the other vertices, which get self-loops at random.
-
-    Hubs n-1 and n-2 are joined (a pair whose work spans many chunks); hub n-3 stores a self-loop;
-    hub n-4 stores neither, so its largest neighbour lies below 0.6 n: its pair with a vertex j
-    that also has a neighbour in [0.6 n, n-4) is galloped to the end of the hub's row before the
-    short row j reaches n-4 (the gallop stops there).  About 55k entries: many prefix-sum tiles.
-    """
-    hubs = np.arange(n - 4, n)[::-1]
-    low = int(0.6 * n)
-    hr = np.repeat(hubs, 2000)
-    hc = rng.integers(0, low, hr.size)
-    r = rng.integers(0, n - 4, extra_edges)
-    c = rng.integers(0, n - 4, extra_edges)
-    looped = np.flatnonzero(rng.random(n - 4) < loops)
-    rows = np.concatenate([hr, r, looped, [hubs[0], hubs[2]]])
-    cols = np.concatenate([hc, c, looped, [hubs[1], hubs[2]]])
-    A = sp.csr_matrix((rng.random(rows.size) + 0.1, (rows, cols)), shape=(n, n))
-    A = A.maximum(A.T).tocsr()
-    A.sort_indices()
-    return A
-
-
 def test_cpu_skewed_graph_matches_reference(rng):
     A = skewed_graph(rng)
     assert np.diff(A.indptr).max() > 1500
@@ -220,699 +29,13 @@ def test_cpu_skewed_graph_matches_reference(rng):
     np.testing.assert_allclose(R.data, reference(A, "jaccard"), rtol=0, atol=1e-12)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", GPU_VARIANTS + ["auto"])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_gpu_skewed_graph(rng, variant, weighted):
-    A = skewed_graph(rng)
-    if variant == "shortrow":
-        with pytest.raises(ValueError, match="at most 32 stored entries; G has a row of"):
-            jaccard(A, weighted=weighted, backend="gpu", variant=variant)
-        return
-    gpu = jaccard(A, weighted=weighted, backend="gpu", variant=variant, dtype=np.float64)
-    cpu = jaccard(A, weighted=weighted, backend="cpu", dtype=np.float64)
-    assert not np.isnan(gpu.data).any()
-    if weighted:
-        np.testing.assert_allclose(gpu.data, cpu.data, rtol=0, atol=1e-12)
-    else:
-        np.testing.assert_array_equal(gpu.data, cpu.data)
-    sample = rng.choice(A.nnz, 300, replace=False)  # the reference is slow on 2000-degree hubs
-    np.testing.assert_allclose(gpu.data[sample], reference(A, "jaccard", weighted=weighted)[sample], atol=1e-12)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["hub", "longrow"])
-@CONVENTIONS
-def test_gpu_hub_bitmaps_on_small_graphs(rng, gpu_device, variant, metric, weighted, self_loops, dtype):
-    # every vertex of degree >= 1 may get a bitmap, but only as many as fit in the cap: the long
-    # rows of some pairs have bitmaps and others not, in one run
-    A = random_graph(rng, int(rng.integers(60, 120)), 0.1)
-    n = A.shape[0]
-    n_hubs = int(rng.integers(1, n // 2))
-    values, run = device_values(gpu_device, A, metric, weighted=weighted, self_loops=self_loops, dtype=dtype,
-                                variant=variant, hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32))
-    assert run.hubs.size == (0 if weighted else n_hubs)
-    assert not np.isnan(values).any()
-    np.testing.assert_allclose(values, reference(A, metric, weighted=weighted, self_loops=self_loops),
-                               rtol=0, atol=tolerance(dtype, weighted))
-    cpu = METRICS[metric](A, backend="cpu", weighted=weighted, self_loops=self_loops, dtype=dtype)
-    if not weighted:
-        np.testing.assert_array_equal(values, cpu.data)
-    # a second compute on the same buffers clears and rebuilds the bitmaps: the same result (to
-    # the last bit when unweighted; weighted sums are added by float atomics, in any order)
-    run.compute()
-    again = run.download(np.empty_like(values))
-    if weighted:
-        np.testing.assert_allclose(again, values, rtol=0, atol=tolerance(dtype, weighted))
-    else:
-        np.testing.assert_array_equal(again, values)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["hub", "longrow"])
-@pytest.mark.parametrize("n_hubs", [0, 1, 3, 40])
-def test_gpu_hub_bitmaps_with_tied_degrees(gpu_device, variant, n_hubs):
-    # a complete graph: every degree ties, so the owner of each pair is decided by the index rule,
-    # and with some hubs the owner is sometimes the lower entry
-    n = 40
-    A = sp.csr_matrix(np.ones((n, n)) - np.eye(n))
-    values, run = device_values(gpu_device, A, "jaccard", variant=variant, hub_min_degree=1,
-                                hub_max_bytes=n_hubs * 4 * -(-n // 32))
-    assert run.hubs.size == n_hubs
-    np.testing.assert_allclose(values, (n - 2) / n)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("self_loops", [False, True])
-def test_gpu_hub_bitmaps_on_a_wide_graph(rng, gpu_device, self_loops):
-    # n well past one bitmap word per hub and hubs past the default threshold of 64
-    A = hub_graph(rng, 5000, hubs=6, hub_degree=400, extra_edges=15000)
-    A.setdiag(np.where(rng.random(5000) < 0.2, 1.0, 0.0))
-    A.eliminate_zeros()
-    A = sp.csr_matrix(A)
-    values, run = device_values(gpu_device, A, "jaccard", self_loops=self_loops, variant="hub")
-    assert run.hubs.size >= 6
-    cpu = jaccard(A, backend="cpu", self_loops=self_loops, dtype=np.float64)
-    np.testing.assert_array_equal(values, cpu.data)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("max_degree", [1, 2, 3, 8, 9, 16, 17, 31, 32])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_gpu_shortrow_group_sizes(rng, max_degree, weighted):
-    A = bounded_degree_graph(rng, int(rng.integers(300, 700)), max_degree)
-    gpu = jaccard(A, weighted=weighted, backend="gpu", variant="shortrow", dtype=np.float64)
-    assert not np.isnan(gpu.data).any()
-    np.testing.assert_allclose(gpu.data, reference(A, "jaccard", weighted=weighted), rtol=0, atol=1e-12)
-    if not weighted:
-        np.testing.assert_array_equal(gpu.data, jaccard(A, backend="cpu", dtype=np.float64).data)
-
-
-def assert_matches_cpu(values, A, metric="jaccard", *, weighted=False, self_loops=False, dtype=np.float64):
-    """GPU values against the CPU backend: identical when unweighted, to rounding when weighted."""
-    assert not np.isnan(values).any(), "an entry was not written (outputs are poisoned with NaN)"
-    cpu = METRICS[metric](A, backend="cpu", weighted=weighted, self_loops=self_loops, dtype=dtype).data
-    if weighted:
-        np.testing.assert_allclose(values, cpu, rtol=0, atol=tolerance(dtype, True))
-    else:
-        np.testing.assert_array_equal(values, cpu)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("rows_per_block", [1, 8, 37, 64, 256])
-@pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("self_loops", [False, True])
-def test_gpu_pair_rows_per_block(rng, gpu_device, rows_per_block, weighted, self_loops):
-    # many blocks, each listing the upper entries of its rows; self-loops and isolated vertices
-    A = random_graph(rng, int(rng.integers(300, 700)), 0.02, loops=0.3, isolated=0.15)
-    values, run = device_values(gpu_device, A, "jaccard", weighted=weighted, self_loops=self_loops,
-                                variant="pair", rows_per_block=rows_per_block)
-    assert run.rows_per_block == rows_per_block
-    np.testing.assert_allclose(values, reference(A, "jaccard", weighted=weighted, self_loops=self_loops),
-                               rtol=0, atol=1e-12)
-    assert_matches_cpu(values, A, weighted=weighted, self_loops=self_loops)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("pair_width", [1, 2, 4])
-@pytest.mark.parametrize("rows_per_block", [1, 48, 192])
-@pytest.mark.parametrize("metric", ["jaccard", "overlap"])
-@pytest.mark.parametrize("self_loops", [False, True])
-def test_gpu_pair_widths(rng, gpu_device, pair_width, rows_per_block, metric, self_loops):
-    # rows of 0 to ~20 entries start at every offset modulo 4 and end anywhere in their last
-    # aligned block; nnz is rarely a multiple of 4, so the last row's block reads the padding
-    A = random_graph(rng, int(rng.integers(300, 700)), 0.015, loops=0.3, isolated=0.1)
-    values, run = device_values(gpu_device, A, metric, self_loops=self_loops, variant="pair",
-                                rows_per_block=rows_per_block, pair_width=pair_width)
-    assert run.pair_width == pair_width
-    assert len(set(A.indptr[:-1] % 4)) == 4
-    np.testing.assert_allclose(values, reference(A, metric, self_loops=self_loops), rtol=0, atol=1e-12)
-    assert_matches_cpu(values, A, metric, self_loops=self_loops)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("pair_width", [2, 4])
-def test_gpu_pair_vector_merge_on_long_and_dense_rows(rng, gpu_device, pair_width):
-    # long rows (a star centre, a dense block) and rows of 1 entry: many blocks per row, and pairs
-    # whose last blocks meet with either one ahead
-    star = hub_graph(rng, 3000, hubs=2, hub_degree=1500, extra_edges=3000)
-    dense = sp.csr_matrix(np.triu(rng.random((120, 120)) < 0.7, 1).astype(float))
-    for B in (star, dense + dense.T):
-        B = sp.csr_matrix(B)
-        values, run = device_values(gpu_device, B, "jaccard", variant="pair", pair_width=pair_width)
-        assert run.pair_width == pair_width
-        assert_matches_cpu(values, B)
-
-
-@pytest.mark.gpu
-def test_gpu_weighted_pair_merges_by_element(rng, gpu_device):
-    A = random_graph(rng, 300, 0.03)
-    values, run = device_values(gpu_device, A, "jaccard", weighted=True, variant="pair", pair_width=4)
-    assert run.pair_width == 1  # the vector merge counts; weights need the merge by element
-    assert_matches_cpu(values, A, weighted=True)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("weighted", [False, True])
-def test_gpu_pair_entries_past_the_shared_list(rng, gpu_device, weighted):
-    # 256 rows of ~60 upper entries each: ~15000 per block, listed 2048 at a time in several
-    # passes; a star centre with 3000 upper entries needs two passes on its own
-    A = random_graph(rng, 1500, 0.04, loops=0.2, isolated=0.05)
-    star = sp.csr_matrix((np.ones(3000), (np.zeros(3000, dtype=int), np.arange(1, 3001))), shape=(3001, 3001))
-    for B in (A, star + star.T):
-        B = sp.csr_matrix(B)
-        assert np.diff(B.indptr).max() * 256 > 2 * 2048
-        values, _ = device_values(gpu_device, B, "sorensen", weighted=weighted, variant="pair", rows_per_block=256)
-        assert_matches_cpu(values, B, "sorensen", weighted=weighted)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["pair", "longrow"])
-@pytest.mark.parametrize("self_loops", [False, True])
-def test_gpu_star_and_isolated_vertices(rng, variant, self_loops):
-    # a star whose centre is the highest index, plus isolated vertices before and after it
-    m = int(rng.integers(50, 400))
-    n = m + 20
-    centre = m + 9
-    leaves = np.r_[np.arange(0, 5), np.arange(5, m + 4) + 5][:m]
-    edges = np.stack([np.full(m, centre), leaves], axis=1)
-    G = Graph.from_edges(edges, n)
-    A = G.to_scipy()
-    J = jaccard(G, backend="gpu", variant=variant, self_loops=self_loops, dtype=np.float64)
-    assert_same_pattern(J, A)
-    np.testing.assert_allclose(J.data, 2 / (m + 1) if self_loops else 0.0)
-    assert_matches_cpu(J.data, A, self_loops=self_loops)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("chunk", [1, 2, 4, 7, 32, 64])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_gpu_longrow_chunks_and_bitmaps(rng, gpu_device, chunk, weighted):
-    # skewed: hub-to-hub pairs span many chunks and threads; some hubs have bitmaps, some hash
-    # tables (unweighted), some neither
-    A = skewed_graph(rng)
-    n = A.shape[0]
-    for n_hubs, hash_min_degree in ((0, 0), (0, 32), (2, 0), (2, 8), (40, 2)):
-        values, run = device_values(gpu_device, A, "jaccard", weighted=weighted, variant="longrow",
-                                    balanced_chunk=chunk, hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32),
-                                    hash_min_degree=hash_min_degree)
-        assert run.hubs.size == (0 if weighted else n_hubs)
-        assert (run.hash_rows.size > 0) == (not weighted and hash_min_degree > 0)
-        assert_matches_cpu(values, A, weighted=weighted)
-
-
-def owner_entries(pattern, variant, hubs):
-    """Whether each stored entry carries its pair's work in the balanced, hub or longrow variant
-    (owner_row of cuda_src/jaccard.cu): the long side for longrow or where that vertex is one of
-    ``hubs``, else the smaller index; never a diagonal entry."""
-    d = pattern.degrees
-    rows = np.repeat(np.arange(pattern.n), d)
-    cols = pattern.indices
-    long_is_row = (d[rows] > d[cols]) | ((d[rows] == d[cols]) & (rows > cols))
-    if variant == "longrow":
-        owner = long_is_row
-    else:
-        has_bitmap = np.zeros(pattern.n, dtype=bool)
-        has_bitmap[hubs] = True
-        owner = np.where(has_bitmap[np.where(long_is_row, rows, cols)], long_is_row, rows < cols)
-    return owner & (rows != cols)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("chunk", [1, 3, 8])
-@pytest.mark.parametrize("weighted", [False, True])
-@pytest.mark.parametrize("self_loops", [False, True])
-def test_gpu_longrow_mirror_offsets(rng, gpu_device, chunk, weighted, self_loops):
-    # the balanced pass records, for each owner entry (i, j) in a long row i, where row j stores i;
-    # a gallop that reaches the end of row i first records nothing and the finalize pass searches
-    # row j: both kinds of entry, with and without bitmaps, over many prefix-sum tiles
-    A = high_hub_graph(rng)
-    n = A.shape[0]
-    sample = rng.choice(A.nnz, 300, replace=False)  # the reference is slow on 2000-degree hubs
-    expected = reference(A, "jaccard", weighted=weighted, self_loops=self_loops)[sample]
-    for n_hubs, hash_min_degree in ((0, 0), (4, 0), (0, 1000)):  # gallops, bitmaps, tables (unweighted)
-        values, run = device_values(gpu_device, A, "jaccard", weighted=weighted, self_loops=self_loops,
-                                    variant="longrow", balanced_chunk=chunk, hub_min_degree=1000,
-                                    hub_max_bytes=n_hubs * 4 * -(-n // 32), hash_min_degree=hash_min_degree)
-        assert run.hubs.size == (0 if weighted else n_hubs)
-        assert run.hash_rows.size == (0 if weighted or hash_min_degree == 0 else 4)
-        assert run.n_tiles > 8
-        assert_matches_cpu(values, A, weighted=weighted, self_loops=self_loops)
-        np.testing.assert_allclose(values[sample], expected, rtol=0, atol=1e-12)
-        p = run.pattern
-        owner = owner_entries(p, "longrow", run.hubs)
-        mirror_off = run.mirror_off.to_host()
-        assert (mirror_off[~owner] == -1).all()
-        recorded = owner & (mirror_off >= 0)
-        rows = np.repeat(np.arange(n), p.degrees)[recorded]
-        j = p.indices[recorded]
-        at = p.indptr[j] + mirror_off[recorded]
-        assert (at < p.indptr[j + 1]).all()
-        np.testing.assert_array_equal(p.indices[at], rows)
-        assert recorded.any()
-        # hub n-4's gallops stop before most of its mirrors (its lookups, where it has a table, do not)
-        if chunk > 1 and run.hubs.size == 0 and run.hash_rows.size == 0:
-            assert (owner & (mirror_off < 0)).any()
-        has_table = np.zeros(n, dtype=bool)
-        has_table[run.hash_rows] = True
-        in_table_row = owner & has_table[np.repeat(np.arange(n), p.degrees)]
-        assert (mirror_off[in_table_row] >= 0).all()  # the lookups never stop early
-        # compute() resets the offsets itself: a wrong offset left from before would misplace entries
-        run.mirror_off.memset32(0)
-        run.compute()
-        again = run.download(np.empty_like(values))
-        if weighted:
-            np.testing.assert_allclose(again, values, rtol=0, atol=tolerance(np.float64, True))
-        else:
-            np.testing.assert_array_equal(again, values)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["balanced", "hub", "longrow"])
-@pytest.mark.parametrize("chunk", [1, 8])
-def test_gpu_work_line_buffers(rng, gpu_device, variant, chunk):
-    # the work line's buffers against NumPy: each entry's row (balanced_work), the exclusive
-    # offsets of the entries' work and each tile's first offset (scan_tiles, scan_tile_sums), and
-    # the entry holding the first item of each warp's group of chunks (scan_tiles); the last tile
-    # is partial
-    A = high_hub_graph(rng)
-    values, run = device_values(gpu_device, A, "jaccard", variant=variant, balanced_chunk=chunk)
-    assert_matches_cpu(values, A)
-    p = run.pattern
-    assert run.n_tiles > 8
-    assert variant == "balanced" or run.hubs.size == 4
-    d = p.degrees
-    rows = np.repeat(np.arange(p.n), d)
-    np.testing.assert_array_equal(run.rows.to_host(), rows)
-    work = np.where(owner_entries(p, variant, run.hubs), np.minimum(d[rows], d[p.indices]), 0)
-    offsets = np.r_[0, np.cumsum(work)]
-    assert offsets[-1] == work_line_length(p)
-    np.testing.assert_array_equal(run.offsets.to_host(), offsets)
-    np.testing.assert_array_equal(run.tile_sums.to_host(), offsets[np.arange(run.n_tiles) * similarity._SCAN_TILE])
-    starts = np.arange(-(-offsets[-1] // run.group_items)) * run.group_items
-    group_entry = np.searchsorted(offsets, starts, side="right") - 1
-    np.testing.assert_array_equal(run.group_entry.to_host()[:starts.size], group_entry)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["balanced", "hub"])
-@pytest.mark.parametrize("chunk", [1, 2, 3, 8])
-def test_gpu_work_line_chunks(rng, gpu_device, variant, chunk):
-    # a warp's 32 chunks find their entries between two group starts written by the prefix sum:
-    # small chunks put many group starts inside one hub-to-hub entry, and entries without work
-    # (lower triangle, diagonal) between others
-    A = skewed_graph(rng)
-    A.setdiag(np.where(rng.random(A.shape[0]) < 0.1, 1.0, 0.0))
-    A.eliminate_zeros()
-    A = sp.csr_matrix(A)
-    values, run = device_values(gpu_device, A, "jaccard", variant=variant, balanced_chunk=chunk)
-    assert run.group_items == 32 * chunk
-    assert_matches_cpu(values, A)
-
-
-def expected_hash_rows(degrees, hubs, min_degree):
-    """The rows with a hash table: degree >= min_degree (0: none), not a hub."""
-    chosen = (degrees >= max(min_degree, 1)) & (min_degree > 0)
-    chosen[hubs] = False
-    return np.flatnonzero(chosen)
-
-
-def assert_hash_tables(run):
-    """The tables row_hashes built, against a model of cuda_src/jaccard_search.cuh: each listed
-    row's table holds its columns and empty slots (-1) only, each bucket of 4 slots fills from its
-    first slot, and the walk of hash_contains (the buckets from that of the column's Fibonacci-hash
-    home slot on, stopping at the first whose last slot is empty) reaches each column;
-    hash_off points at each listed row's table, -1 elsewhere."""
-    p = run.pattern
-    rows, slots = hash_table_rows(p.degrees, run.hubs, min_degree=run.hash_min_degree)
-    np.testing.assert_array_equal(run.hash_rows, rows)
-    hash_off = run.hash_off.to_host()
-    expected_off = np.full(p.n, -1, dtype=np.int64)
-    expected_off[rows] = slots[:-1]
-    np.testing.assert_array_equal(hash_off, expected_off)
-    keys = run.hash_keys.to_host()
-    assert keys.size == slots[-1]
-    for w, v in enumerate(rows):
-        table = keys[slots[w]:slots[w + 1]]
-        cols = p.indices[p.indptr[v]:p.indptr[v + 1]]  # sorted
-        bits = max(2, (2 * cols.size - 1).bit_length())  # hash_shift's size: load factor <= 1/2
-        assert table.size == 1 << bits
-        filled = table != -1
-        np.testing.assert_array_equal(np.sort(table[filled]), cols)
-        buckets = filled.reshape(-1, 4)
-        assert (buckets[:, :-1] >= buckets[:, 1:]).all()  # no empty slot before a filled one
-        n_buckets = buckets.shape[0]
-        home = (((cols.astype(np.uint64) * 0x9E3779B1) & 0xFFFFFFFF) >> np.uint64(32 - bits)).astype(np.int64)
-        home //= 4  # the home slot's bucket
-        at = np.flatnonzero(filled)[np.argsort(table[filled], kind="stable")] // 4  # each column's bucket
-        steps = (at - home) % n_buckets
-        open_before = np.r_[0, np.cumsum(np.r_[~buckets[:, -1], ~buckets[:, -1]])]  # of two laps
-        assert (open_before[home + steps] == open_before[home]).all()  # no stop before the column's bucket
-
-
-def star_graph_with_loops(rng, m):
-    """A star of m leaves whose centre sits mid-range, sparse edges among the leaves, self-loops
-    on some vertices (the centre included) and isolated vertices before and after."""
-    n = m + 40
-    centre = n // 2
-    leaves = rng.choice(np.r_[10:centre, centre + 1:n - 10], m, replace=False)
-    r = rng.choice(leaves, 3 * m)
-    c = rng.choice(leaves, 3 * m)
-    looped = np.r_[centre, leaves[rng.random(m) < 0.3]]
-    rows = np.r_[np.full(m, centre), r, looped]
-    cols = np.r_[leaves, c, looped]
-    A = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n))
-    A = sp.csr_matrix(A.maximum(A.T))
-    A.sort_indices()
-    return A
-
-
-def hash_test_graph(rng, kind):
-    """A skewed graph of the given kind, with isolated vertices and self-loops."""
-    if kind == "star":
-        return star_graph_with_loops(rng, int(rng.integers(200, 600)))
-    if kind == "hubs":
-        A = skewed_graph(rng)
-    elif kind == "high_hubs":
-        A = high_hub_graph(rng)  # self-loops already
-    else:
-        from graphkern.generators import chung_lu
-        A = sp.csr_matrix(chung_lu(n=5000, gamma=2.3, avg_degree=16, max_degree=4999,
-                                   seed=int(rng.integers(1 << 30)), as_csr=True))
-    if kind != "high_hubs":
-        A.setdiag(np.where(rng.random(A.shape[0]) < 0.1, 1.0, 0.0))  # self-loops, some on hubs
-        A.eliminate_zeros()
-    A = sp.csr_matrix(sp.block_diag([sp.csr_matrix((7, 7)), A]))  # isolated vertices first: hubs keep their order
-    A.sort_indices()
-    return A
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("hash_min_degree", [2, 8])
-@CONVENTIONS
-def test_gpu_longrow_hash_tables_on_small_graphs(rng, gpu_device, hash_min_degree, metric, weighted, self_loops,
-                                                 dtype):
-    # rows of a few to ~20 entries: most long rows of a pair have a table, a few a bitmap
-    A = random_graph(rng, int(rng.integers(60, 120)), 0.1)
-    n = A.shape[0]
-    values, run = device_values(gpu_device, A, metric, weighted=weighted, self_loops=self_loops, dtype=dtype,
-                                variant="longrow", hub_min_degree=1, hub_max_bytes=2 * 4 * -(-n // 32),
-                                hash_min_degree=hash_min_degree)
-    if weighted:
-        assert run.hash_rows.size == 0 and run.hash_keys is None
-    else:
-        np.testing.assert_array_equal(run.hash_rows, expected_hash_rows(run.pattern.degrees, run.hubs,
-                                                                        hash_min_degree))
-        assert run.hash_rows.size > 0
-        assert_hash_tables(run)
-    np.testing.assert_allclose(values, reference(A, metric, weighted=weighted, self_loops=self_loops),
-                               rtol=0, atol=tolerance(dtype, weighted))
-    assert_matches_cpu(values, A, metric, weighted=weighted, self_loops=self_loops, dtype=dtype)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("kind", ["star", "hubs", "high_hubs", "power_law"])
-@pytest.mark.parametrize("hash_min_degree", [2, 8])
-@pytest.mark.parametrize("self_loops", [False, True])
-def test_gpu_longrow_hash_tables_on_skewed_graphs(rng, gpu_device, kind, hash_min_degree, self_loops):
-    # long rows of every length, with and without bitmaps for the longest; owner entries whose
-    # long row has a table record every mirror; a second compute clears and rebuilds the tables
-    A = hash_test_graph(rng, kind)
-    n = A.shape[0]
-    assert (np.diff(A.indptr) == 0).any()
-    for n_hubs, chunk in ((0, 8), (3, 1), (3, 5)):
-        values, run = device_values(gpu_device, A, "jaccard", self_loops=self_loops, variant="longrow",
-                                    balanced_chunk=chunk, hub_min_degree=1, hub_max_bytes=n_hubs * 4 * -(-n // 32),
-                                    hash_min_degree=hash_min_degree)
-        assert run.hubs.size == n_hubs
-        np.testing.assert_array_equal(run.hash_rows, expected_hash_rows(run.pattern.degrees, run.hubs,
-                                                                        hash_min_degree))
-        assert_matches_cpu(values, A, self_loops=self_loops)
-        assert_hash_tables(run)
-        p = run.pattern
-        rows = np.repeat(np.arange(n), p.degrees)
-        has_table = np.zeros(n, dtype=bool)
-        has_table[run.hash_rows] = True
-        in_table_row = owner_entries(p, "longrow", run.hubs) & has_table[rows]
-        assert in_table_row.any()
-        mirror_off = run.mirror_off.to_host()[in_table_row]
-        j = p.indices[in_table_row]
-        assert (mirror_off >= 0).all()
-        np.testing.assert_array_equal(p.indices[p.indptr[j] + mirror_off], rows[in_table_row])
-        run.compute()
-        np.testing.assert_array_equal(run.download(np.empty_like(values)), values)
-
-
-@pytest.mark.gpu
-def test_gpu_hash_min_degree_from_the_environment(rng, gpu_device, monkeypatch):
-    # the skewed graph's 4 hubs (~2000 entries) have bitmaps; the other rows have ~10 entries
-    A = skewed_graph(rng)
-    cpu = jaccard(A, backend="cpu", dtype=np.float64)
-    for setting, min_degree in (("0", 0), ("4", 4), ("12", 12), ("", similarity._HASH_MIN_DEGREE)):
-        monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, setting)
-        np.testing.assert_array_equal(jaccard(A, backend="gpu", variant="longrow", dtype=np.float64).data, cpu.data)
-        _, run = device_values(gpu_device, A, "jaccard", variant="longrow")
-        assert run.hubs.size >= 4 and run.hash_min_degree == min_degree
-        np.testing.assert_array_equal(run.hash_rows, expected_hash_rows(run.pattern.degrees, run.hubs, min_degree))
-        assert (run.hash_keys is not None) == (run.hash_rows.size > 0) == (0 < min_degree <= 12)
-    monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, "4")
-    _, run = device_values(gpu_device, A, "jaccard", variant="longrow", hash_min_degree=0)  # the argument wins
-    assert run.hash_rows.size == 0
-    for variant in ("balanced", "hub"):  # no tables outside longrow
-        _, run = device_values(gpu_device, A, "jaccard", variant=variant, hash_min_degree=2)
-        assert run.hash_rows.size == 0 and run.hash_keys is None
-
-
-@pytest.mark.gpu
-def test_gpu_pair_and_longrow_agree_with_element_on_a_power_law_graph(rng, gpu_device):
-    # Chung-Lu-like degrees (a few hubs of thousands, most rows short) at a test's size
-    from graphkern.generators import chung_lu
-    A = sp.csr_matrix(chung_lu(n=20_000, gamma=2.3, avg_degree=16, max_degree=19_999,
-                               seed=int(rng.integers(1 << 30)), as_csr=True))
-    element, _ = device_values(gpu_device, A, "jaccard", variant="element")
-    for variant, options in (("pair", {}), ("pair", dict(pair_width=2)), ("pair", dict(pair_width=1)),
-                             ("longrow", {}), ("longrow", dict(balanced_chunk=2)),
-                             ("longrow", dict(balanced_chunk=32, hub_max_bytes=0)),
-                             ("longrow", dict(hash_min_degree=0)), ("longrow", dict(hash_min_degree=2)),
-                             ("longrow", dict(hash_min_degree=8, hub_max_bytes=0, balanced_chunk=3))):
-        values, _ = device_values(gpu_device, A, "jaccard", variant=variant, **options)
-        np.testing.assert_array_equal(values, element, err_msg=f"{variant} {options}")
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["staged", "window"])
-@pytest.mark.parametrize("rows_per_block", [None, 1, 7, 64, 256])
-@pytest.mark.parametrize("self_loops", [False, True])
-def test_gpu_staged_on_local_and_hub_rows(rng, gpu_device, variant, rows_per_block, self_loops):
-    """The staged and window variants where nearly every pair lies inside a block (a ring lattice
-    with a few random shortcuts and self-loops), and where a hub's block holds too many entries to
-    stage (those blocks read global memory; the hub's list lies mostly outside its window): equal
-    to element, bit for bit, and to the CPU."""
-    from graphkern.generators import watts_strogatz
-    A = sp.csr_matrix(watts_strogatz(n=3000, k=10, p=0.1, seed=int(rng.integers(1 << 30)), as_csr=True))
-    A = sp.lil_matrix(A)
-    loops = rng.random(A.shape[0]) < 0.2
-    A.setdiag(loops.astype(np.float64))
-    hub = int(rng.integers(A.shape[0]))
-    far = rng.choice(A.shape[0], 2500, replace=False)
-    A[hub, far] = 1.0
-    A[far, hub] = 1.0
-    A[hub, hub] = 0.0
-    A = sp.csr_matrix(A)
-    A.eliminate_zeros()
-    for metric in ("jaccard", "overlap"):
-        element, _ = device_values(gpu_device, A, metric, self_loops=self_loops, variant="element")
-        values, run = device_values(gpu_device, A, metric, self_loops=self_loops, variant=variant,
-                                    rows_per_block=rows_per_block)
-        assert run.variant == variant
-        np.testing.assert_array_equal(values, element, err_msg=f"{metric} rows/block {rows_per_block}")
-        assert_matches_cpu(values, A, metric=metric, self_loops=self_loops)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["staged", "window"])
-def test_gpu_weighted_staged_runs_as_pair(rng, gpu_device, variant):
-    A = random_graph(rng, 300, 0.05)
-    values, run = device_values(gpu_device, A, "jaccard", weighted=True, variant=variant)
-    assert run.variant == "pair"
-    assert_matches_cpu(values, A, weighted=True)
-
-
-def band_graph(rng, n, offsets, extra):
-    """Edges i -- i + d for every offset d, plus ``extra`` random edges, symmetric, no self-loops."""
-    rows = np.concatenate([np.arange(n - d) for d in offsets] + [rng.integers(0, n, extra)])
-    cols = np.concatenate([np.arange(d, n) for d in offsets] + [rng.integers(0, n, extra)])
-    A = sp.coo_matrix((np.ones(rows.size), (rows, cols)), shape=(n, n)).tocsr()
-    A = ((A + A.T) > 0).astype(np.float64)
-    A.setdiag(0)
-    A.eliminate_zeros()
-    return sp.csr_matrix(A)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("self_loops", [False, True])
-@pytest.mark.parametrize("offsets, extra", [([1, 2, 30, 31, 32], 300),  # mostly the masks' fast path
-                                            ([1, 31, 32, 33, 63, 64, 100], 800)])  # rows past 4 far entries
-def test_gpu_window_at_its_edges(rng, gpu_device, self_loops, offsets, extra):
-    """Neighbours on both sides of the window's edges (31, 32, 33 either side of a row), random
-    long edges and stored self-loops: the window variant's mask popcounts, far-entry lookups and
-    merges of incomplete rows agree with element, bit for bit, and with the CPU."""
-    A = sp.lil_matrix(band_graph(rng, 3000, offsets, extra=extra))
-    A.setdiag((rng.random(3000) < 0.3).astype(np.float64))
-    A = sp.csr_matrix(A)
-    A.eliminate_zeros()
-    for metric in ("jaccard", "sorensen"):
-        element, _ = device_values(gpu_device, A, metric, self_loops=self_loops, variant="element")
-        for rows_per_block in (None, 1, 13, 256):
-            values, run = device_values(gpu_device, A, metric, self_loops=self_loops, variant="window",
-                                        rows_per_block=rows_per_block)
-            np.testing.assert_array_equal(values, element, err_msg=f"{metric} rows/block {rows_per_block}")
-        assert_matches_cpu(values, A, metric=metric, self_loops=self_loops)
-
-
-def test_window_locality(rng):
-    from graphkern.generators import watts_strogatz
-    ring = symmetric_pattern(sp.csr_matrix(watts_strogatz(n=5000, k=10, p=0.0, seed=1, as_csr=True)))
-    # neighbours within 5, except the 15 pairs (30 entries) that wrap around the ring; rows 0 and
-    # 4999 have 5 such entries each (more than 4), so their 2 x 5 near pairs (20 entries) merge too
-    assert similarity.window_locality(ring) == pytest.approx(1 - 50 / ring.nnz, abs=1e-12)
-    wide = symmetric_pattern(band_graph(rng, 2000, [32, 100], extra=0))
-    assert similarity.window_locality(wide) == 0.0
-    # rows 100..1899 have 6 entries 32 or more away (offsets 32, 33, 40 both sides): no fast pair
-    # there; the first and last 40 rows have at most 3 and keep their offset-1 pairs
-    mixed = symmetric_pattern(band_graph(rng, 2000, [1, 32, 33, 40], extra=0))
-    assert 0 < similarity.window_locality(mixed) < 0.05
-    assert similarity.window_locality(symmetric_pattern(sp.csr_matrix(np.eye(4)))) == 0.0
-
-
-def test_row_locality_and_the_auto_choice_between_pair_and_staged(rng):
-    from graphkern.generators import watts_strogatz
-    ring = sp.csr_matrix(watts_strogatz(n=5000, k=10, p=0.0, seed=1, as_csr=True))
-    pattern = symmetric_pattern(ring)
-    rows = staged_rows_per_block(pattern.degrees)
-    # a ring lattice (neighbours within 5) leaves its block only in the 1 + 2 + .. + 5 = 15 pairs,
-    # 30 entries, that cross each block boundary and the wrap
-    expected = 1 - 30 * (5000 // rows + 1) / ring.nnz
-    assert row_locality(pattern, rows) == pytest.approx(expected, abs=1e-12)
-    assert similarity.auto_variant(pattern) == "window"  # neighbours within 5: the row masks
-    perm = rng.permutation(5000)
-    shuffled = symmetric_pattern(sp.csr_matrix(ring[perm][:, perm]))
-    assert row_locality(shuffled, rows) < 0.1
-    assert similarity.auto_variant(shuffled) == "pair"
-    assert choose_variant(pattern.degrees) == "pair"  # locality unknown
-    assert choose_variant(pattern.degrees, 0.5) == "staged"
-    assert choose_variant(pattern.degrees, 0.5, 0.49) == "staged"
-    assert choose_variant(pattern.degrees, 0.0, 0.5) == "window"
-    wide = symmetric_pattern(band_graph(rng, 5000, [1, 40, 41, 42, 43, 44], extra=0))  # staged, not window
-    assert similarity.window_locality(wide) < 0.5 <= row_locality(wide, staged_rows_per_block(wide.degrees))
-    assert similarity.auto_variant(wide) == "staged"
-
-
-def test_window_rows_per_block():
-    assert similarity.window_rows_per_block(100_000, 528) == 192  # 190 rows fill the 528 slots once
-    assert similarity.window_rows_per_block(1_000, 528) == 96  # at least 96
-    assert similarity.window_rows_per_block(10**7, 528) == 256  # several waves of the most rows
-    assert similarity.window_rows_per_block(2001, 10) == 208  # 201 to a multiple of 8
-    assert row_locality(symmetric_pattern(sp.csr_matrix(np.eye(4))), 8) == 0.0  # no off-diagonal entry
-
-
-def test_staged_rows_per_block():
-    assert staged_rows_per_block(np.full(1000, 10)) == 160  # 0.8 x 2048 entries at 10 per row: 163 -> 160
-    assert staged_rows_per_block(np.full(1000, 2)) == 256  # one block of threads at most
-    assert staged_rows_per_block(np.full(1000, 500)) == 8  # at least 8
-    assert staged_rows_per_block(np.zeros(3, dtype=np.int64)) == 256
-
-
-def test_pair_rows_per_block():
-    assert pair_rows_per_block(np.full(1000, 10)) == 192  # 960 upper entries at 5 per row
-    assert pair_rows_per_block(np.full(1000, 14)) == 136  # 137, to a multiple of 8
-    assert pair_rows_per_block(np.full(1000, 2)) == 256  # one block of threads at most
-    assert pair_rows_per_block(np.full(1000, 400)) == 8  # at least 8
-    assert pair_rows_per_block(np.zeros(3, dtype=np.int64)) == 256
-    assert pair_rows_per_block(np.full(10, 10), entries=1000) == 200
-
-
-def test_device_options_are_checked_before_the_device_is_used():
-    pattern = symmetric_pattern(sp.csr_matrix(np.ones((3, 3)) - np.eye(3)))
-    for options, message in ((dict(rows_per_block=0), "rows_per_block must be 1 to 256"),
-                             (dict(rows_per_block=257), "rows_per_block must be 1 to 256"),
-                             (dict(balanced_chunk=0), "balanced_chunk must be 1 to 65536"),
-                             (dict(pair_width=3), r"pair_width must be one of \(1, 2, 4\)"),
-                             (dict(hash_min_degree=-1), "hash_min_degree must be an integer >= 0"),
-                             (dict(hash_min_degree=2.5), "hash_min_degree must be an integer >= 0")):
-        with pytest.raises(ValueError, match=message):
-            DeviceSimilarity(None, pattern, metric=0, self_loops=False, dtype=np.float32, variant="pair", **options)
-
-
-def test_work_line_length_is_the_sum_of_shorter_degrees(rng):
-    A = random_graph(rng, 200, 0.05, loops=0.3, isolated=0.1)
-    pattern = symmetric_pattern(A)
-    d = pattern.degrees
-    expected = sum(min(d[i], d[j]) for i in range(pattern.n)
-                   for j in pattern.indices[pattern.indptr[i]:pattern.indptr[i + 1]] if i < j)
-    assert work_line_length(pattern) == expected
-
-
-def test_shortrow_group_size_and_limit():
-    assert shortrow_group_size(np.array([0, 1, 1])) == 1
-    assert shortrow_group_size(np.array([3, 5, 0])) == 8
-    assert shortrow_group_size(np.array([16])) == 16
-    assert shortrow_group_size(np.array([17, 2])) == 32
-    assert shortrow_group_size(np.array([32])) == 32
-    with pytest.raises(ValueError, match="at most 32 stored entries; G has a row of 33"):
-        shortrow_group_size(np.array([33, 1]))
-
-
-def test_hub_vertices_are_the_highest_degrees_that_fit(rng):
-    n = 1000
-    d = rng.integers(0, 300, n)
-    words = -(-n // 32)
-    hubs = hub_vertices(d, min_degree=64, max_bytes=10 * 4 * words + 3)
-    assert hubs.dtype == np.int32 and hubs.size == 10
-    assert np.all(np.diff(d[hubs]) <= 0)  # highest degree first
-    assert d[hubs].min() >= np.sort(d)[-10]  # no vertex outside has a higher degree
-    everything = hub_vertices(d, min_degree=64, max_bytes=1 << 40)
-    np.testing.assert_array_equal(np.sort(everything), np.flatnonzero(d >= 64))
-    assert hub_vertices(d, min_degree=64, max_bytes=4 * words - 1).size == 0
-    assert hub_vertices(np.zeros(5, dtype=np.int64), min_degree=0, max_bytes=1 << 20).size == 0
-
-
-def test_hash_table_rows(rng):
-    d = np.array([0, 1, 2, 3, 4, 31, 32, 33, 64, 100, 1000])
-    rows, slots = hash_table_rows(d, np.array([9], dtype=np.int32), min_degree=1)
-    assert rows.dtype == np.int32 and slots.dtype == np.int64
-    np.testing.assert_array_equal(rows, [1, 2, 3, 4, 5, 6, 7, 8, 10])  # not the hub 9, not degree 0
-    np.testing.assert_array_equal(np.diff(slots), [4, 4, 8, 8, 64, 64, 128, 128, 2048])  # a bucket at least
-    assert slots[0] == 0
-    for min_degree in (0, 1, 2, 8, 32, 200):
-        d = rng.integers(0, 300, 500)
-        hubs = rng.choice(500, 20, replace=False).astype(np.int32)
-        rows, slots = hash_table_rows(d, hubs, min_degree=min_degree)
-        np.testing.assert_array_equal(rows, expected_hash_rows(d, hubs, min_degree))
-        sizes = np.diff(slots)
-        assert slots.size == rows.size + 1 and slots[0] == 0
-        assert ((sizes & (sizes - 1)) == 0).all() and (slots % 4 == 0).all()  # aligned buckets of 4
-        assert ((2 * d[rows] <= sizes) & ((sizes < 4 * d[rows]) | (sizes == 4))).all()  # load in (1/4, 1/2]
-        # the size cuda_src/jaccard_search.cuh's hash_shift gives: 2^(32 - min(clz(2 d - 1), 30))
-        assert all(int(size) == 1 << max(2, int(2 * k - 1).bit_length()) for size, k in zip(sizes, d[rows]))
-    assert hash_table_rows(np.zeros(4, dtype=np.int64), [], min_degree=1)[0].size == 0
-
-
-def test_default_hash_min_degree_follows_the_environment(monkeypatch):
-    monkeypatch.delenv(similarity._HASH_MIN_DEGREE_ENV, raising=False)
-    assert similarity.default_hash_min_degree() == similarity._HASH_MIN_DEGREE == 128
-    monkeypatch.setattr(similarity, "_HASH_MIN_DEGREE", 5)
-    assert similarity.default_hash_min_degree() == 5
-    for value, expected in (("0", 0), ("8", 8), (" 2 ", 2), ("", 5)):
-        monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, value)
-        assert similarity.default_hash_min_degree() == expected
-    pattern = symmetric_pattern(sp.csr_matrix(np.ones((3, 3)) - np.eye(3)))
-    for value in ("-1", "x", "2.5"):
-        monkeypatch.setenv(similarity._HASH_MIN_DEGREE_ENV, value)
-        with pytest.raises(ValueError, match="GRAPHKERN_JACCARD_HASH_MIN_DEGREE must be an integer >= 0"):
-            similarity.default_hash_min_degree()
-        with pytest.raises(ValueError, match="GRAPHKERN_JACCARD_HASH_MIN_DEGREE"):  # before the device is used
-            DeviceSimilarity(None, pattern, metric=0, self_loops=False, dtype=np.float32, variant="longrow")
+def test_hash_min_degree_is_checked_and_recorded():
+    A = sp.csr_matrix(np.ones((3, 3)) - np.eye(3))
+    for value in (-1, 2.5, "4", True):
+        with pytest.raises(ValueError, match="hash_min_degree must be an integer >= 0"):
+            jaccard(A, backend="cpu", hash_min_degree=value)
+    _, info = jaccard(A, backend="cpu", hash_min_degree=7, return_info=True)
+    assert info.options["hash_min_degree"] == 7 and info.variant == "cpu"
 
 
 def test_bounded_degree_graph_reaches_its_bound(rng):
@@ -920,20 +43,6 @@ def test_bounded_degree_graph_reaches_its_bound(rng):
     d = np.diff(A.indptr)
     assert d.max() == 32 and (d == 0).any()
     assert (abs(A - A.T) > 0).nnz == 0
-
-
-def test_auto_variant_follows_the_degree_distribution():
-    ring = sp.diags([np.ones(999), np.ones(999)], [1, -1], shape=(1000, 1000)).tocsr()
-    assert choose_variant(np.diff(ring.indptr)) == "pair"  # short lists everywhere
-    ba_like = np.r_[np.full(10_000, 10), [1000, 700, 400]]
-    assert choose_variant(ba_like) == "warp"  # moderate hubs
-    assert choose_variant(np.full(500, 200)) == "warp"  # long lists everywhere
-    chung_lu_like = np.r_[np.full(100_000, 16), [180_000]]
-    assert choose_variant(chung_lu_like) == "longrow"  # a hub that dwarfs the mean
-    assert choose_variant(np.zeros(10, dtype=np.int64)) == "element"
-
-
-# --------------------------------------------------------------------------- conventions
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -1075,12 +184,132 @@ def test_public_names_are_the_functions():
     assert graphkern.jaccard is jaccard and graphkern.sorensen is sorensen
 
 
+def huge_weight_graph(rng, top, n=60):
+    """A random weighted graph whose weights reach ``top`` (a few near it, the rest spread below)."""
+    A = random_graph(rng, n, 0.15, loops=0.3, isolated=0.0)
+    A = sp.triu(A, format="csr")
+    A.data = top * rng.uniform(0.01, 1.0, A.nnz)
+    A.data[rng.random(A.nnz) < 0.2] = top
+    return sp.csr_matrix(A + sp.triu(A, 1).T)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("metric", list(METRICS))
+@pytest.mark.parametrize("dtype,top", [(np.float32, 3e38), (np.float32, 1e300), (np.float64, 1e308)])
+def test_weight_sums_past_the_dtype_range(rng, backend, metric, dtype, top):
+    # the sums overflow dtype: the ratios must still be right (the reference divides out `top`)
+    A = huge_weight_graph(rng, top)
+    scaled = A.copy()
+    scaled.data = scaled.data / top
+    expected = reference(scaled, metric, weighted=True)
+    R, info = METRICS[metric](A, weighted=True, backend=backend, dtype=dtype, return_info=True)
+    assert R.dtype == dtype and np.isfinite(R.data).all()
+    np.testing.assert_allclose(R.data, expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-7)
+    assert info.compute_dtype == "float64"
+    assert (info.weight_scale < 1.0) == (top > 1e300)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_scaled_weights_with_self_loops(rng, backend):
+    A = huge_weight_graph(rng, 1e308).tolil()
+    A.setdiag(1e307)  # every vertex stores its own weight: scaling keeps every ratio
+    A = sp.csr_matrix(A)
+    scaled = A.copy()
+    scaled.data = scaled.data / 1e308
+    R = jaccard(A, weighted=True, self_loops=True, backend=backend, dtype=np.float64)
+    np.testing.assert_allclose(R.data, reference(scaled, "jaccard", weighted=True, self_loops=True), rtol=1e-12,
+                               atol=1e-14)
+
+
+def implicit_loop_graphs(rng):
+    """Two components without stored self-loops: weights near 1e308 and weights near 1, where a
+    vertex's own weight of 1 weighs as much as an edge's."""
+    huge = huge_weight_graph(rng, 1e308)
+    small = random_graph(rng, 50, 0.15, loops=0.0)
+    small.data = rng.uniform(0.5, 2.0, small.nnz)
+    small = sp.csr_matrix(small + small.T)
+    A = sp.csr_matrix(sp.block_diag([huge - sp.diags(huge.diagonal()), small]))
+    A.eliminate_zeros()
+    return A, huge.shape[0], small
+
+
+def test_scaled_weights_with_implicit_self_loops(rng):
+    # the CPU scales a vertex's own weight with the others, so the small component keeps its ratios
+    A, offset, small = implicit_loop_graphs(rng)
+    R = jaccard(A, weighted=True, self_loops=True, backend="cpu", dtype=np.float64)
+    tail = R[offset:, offset:].tocsr()
+    np.testing.assert_allclose(tail.data, reference(small, "jaccard", weighted=True, self_loops=True), rtol=1e-12)
+    head = R[:offset, :offset].tocsr()
+    scaled = A[:offset, :offset].tocsr() / 1e308
+    # a vertex's own weight, 1 against sums near 1e308, only shows as ~1e-309 where no neighbour is shared
+    np.testing.assert_allclose(head.data, reference(scaled, "jaccard", weighted=True), rtol=1e-10, atol=1e-300)
+
+
 @pytest.mark.gpu
-def test_graph_too_large_for_the_device_names_the_size(gpu_device):
-    # 2e10 stored entries (no host memory: the index array is a broadcast view); over 160 GB on the card
-    n, per_row = 100_000, 200_000
-    indptr = np.arange(n + 1, dtype=np.int64) * per_row
-    indices = np.broadcast_to(np.int32(0), (n * per_row,))
-    pattern = SymmetricPattern(n, indptr, indices, None)
-    with pytest.raises(GraphTooLargeError, match=r"similarity \(element variant\) of a graph with 100000 nodes.*GiB"):
-        DeviceSimilarity(gpu_device, pattern, metric=0, self_loops=False, dtype=np.float32, variant="element")
+def test_gpu_refuses_scaled_weights_with_implicit_self_loops(rng):
+    A, _, _ = implicit_loop_graphs(rng)
+    with pytest.raises(ValueError, match="overflow float64.*self_loops=True"):
+        jaccard(A, weighted=True, self_loops=True, backend="gpu", dtype=np.float64)
+    R = jaccard(A, weighted=True, self_loops=False, backend="gpu", dtype=np.float64)
+    np.testing.assert_allclose(R.data, jaccard(A, weighted=True, backend="cpu", dtype=np.float64).data,
+                               rtol=1e-12)
+
+
+def test_ordinary_weights_keep_their_type(rng):
+    A = random_graph(rng, 80, 0.1)
+    A.data = rng.uniform(0.5, 2.0, A.nnz)
+    A = sp.csr_matrix(A + A.T)
+    _, info = jaccard(A, weighted=True, backend="cpu", dtype=np.float32, return_info=True)
+    assert info.compute_dtype == "float32" and info.weight_scale == 1.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad", [10**6, -1, 40])
+def test_out_of_range_index_of_an_unchecked_graph(rng, backend, bad):
+    A = random_graph(rng, 40, 0.1)
+    G = Graph(A.indptr, A.indices.copy(), validate=False)
+    G.indices[3] = bad
+    with pytest.raises(ValueError, match=rf"G has a column index {bad} out of range \[0, 40\)"):
+        jaccard(G, backend=backend)
+
+
+def test_broken_row_pointers_of_an_unchecked_graph(rng):
+    A = random_graph(rng, 40, 0.1)
+    indptr = A.indptr.copy()
+    indptr[5], indptr[6] = indptr[6], indptr[5] - 1  # decreasing
+    G = Graph(indptr, A.indices.copy(), validate=False)
+    with pytest.raises(ValueError, match="row pointers are not a valid CSR"):
+        jaccard(G, backend="cpu")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_progress_and_info(rng, backend):
+    A = random_graph(rng, 3000, 0.004)
+    seen = []
+    R, info = jaccard(A, backend=backend, verbose=lambda done, total: seen.append((done, total)),
+                      return_info=True)
+    np.testing.assert_array_equal(R.data, jaccard(A, backend=backend).data)
+    assert seen and seen[-1][0] == seen[-1][1]
+    assert all(a[0] <= b[0] for a, b in zip(seen, seen[1:]))
+    assert info.backend == backend and info.metric == "jaccard" and info.dtype == "float32"
+    assert set(info.times) >= {"validate", "compute", "total"}
+    if backend == "cpu":
+        assert seen[-1][1] == A.shape[0] and info.options["n_threads"] >= 1
+    else:
+        assert seen[-1][1] == 3 and info.variant in VARIANTS and info.plan["device_bytes"] > 0
+        assert set(info.times) >= {"plan", "upload", "download"}
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cpu_kernel_in_blocks_matches_one_pass(rng, weighted):
+    from graphkern._cpu.jaccard import similarity as kernel
+
+    pattern = symmetric_pattern(skewed_graph(rng), weighted=weighted)
+    weights = pattern.weights if weighted else np.zeros(0)
+    whole = np.empty(pattern.nnz)
+    kernel(pattern.indptr, pattern.indices, weights, whole, 0, weighted, False, 2)
+    blocks, calls = np.full(pattern.nnz, np.nan), []
+    kernel(pattern.indptr, pattern.indices, weights, blocks, 0, weighted, False, 2, progress=calls.append,
+           progress_rows=97)
+    assert calls == [97] * (pattern.n // 97) + ([pattern.n % 97] if pattern.n % 97 else [])
+    np.testing.assert_array_equal(blocks, whole)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from graphkern import NotConvergedError
-from graphkern._mgk_data import OCTILE, build_octiles
-from graphkern._mgk_dense import dense_mgk, dense_mgk_pair, product_system
+from graphkern.mgk.data import OCTILE, build_octiles
+from graphkern.mgk.dense import dense_mgk, dense_mgk_pair, product_system
 from graphkern.basekernels import Additive, Constant, KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.graph import Graph
 from graphkern.mgk import MarginalizedGraphKernel
@@ -245,17 +245,46 @@ def test_dataset_is_packed_once_and_reused(rng):
     nk, ek = KERNELS["kronecker"]
     kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="cpu")
     kern(X)
-    (entry,) = kern._datasets._entries.values()
-    ds = entry[2]
+    (ds,) = kern._datasets._entries.values()
     kern.q = 0.2  # a new hyperparameter reuses the packed dataset and gives the new kernel
     K = kern(X)
     (entry,) = kern._datasets._entries.values()
-    assert entry[2] is ds
+    assert entry is ds
     assert rel_err(K, dense_mgk(X, None, *programs("kronecker"), q=0.2)) < 1e-10
     X[0].edge_labels["order"] = (X[0].edge_labels["order"] % 2).copy()  # replaced array: re-packed
     K = kern(X)
-    assert kern._datasets._entries[next(reversed(kern._datasets._entries))][2] is not ds
+    assert kern._datasets._entries[next(reversed(kern._datasets._entries))] is not ds
     assert rel_err(K, dense_mgk(X, None, *programs("kronecker"), q=0.2)) < 1e-10
+    copies = [Graph(g.indptr.copy(), g.indices.copy(), g.weights, node_labels=dict(g.node_labels),
+                    edge_labels=dict(g.edge_labels)) for g in X]
+    n_entries = len(kern._datasets._entries)
+    np.testing.assert_array_equal(kern(copies), K)  # equal content: the same dataset
+    assert len(kern._datasets._entries) == n_entries
+
+
+def test_arrays_edited_in_place_are_seen(rng):
+    X = [random_graph(rng, n) for n in (5, 9, 7)]
+    nk, ek = KERNELS["kronecker"]
+    kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="cpu")
+    kern(X)
+    X[1].edge_labels["order"][:] = (X[1].edge_labels["order"] + 1) % 3
+    X[2].node_labels["element"][0] += 1
+    if X[0].weights is not None:
+        X[0].weights[:] *= 0.5
+    np.testing.assert_allclose(kern(X), dense_mgk(X, None, *programs("kronecker"), q=0.05), rtol=1e-10)
+
+
+def test_bad_structure_and_short_labels_are_refused_where_used(rng):
+    nk, ek = KERNELS["kronecker"]
+    kern = MarginalizedGraphKernel(nk, ek, backend="cpu")
+    X = [random_graph(rng, 6), random_graph(rng, 8)]
+    X[1].node_labels["element"] = X[1].node_labels["element"][:5]
+    with pytest.raises(ValueError, match=r"graph 1: node label 'element' has 5 rows but the graph has 8 vertices"):
+        kern(X)
+    X = [random_graph(rng, 6), random_graph(rng, 8)]
+    X[1].indices[0] = 10**6
+    with pytest.raises(ValueError, match=r"graph 1: column index 1000000 at entry 0 is out of range for its 8"):
+        kern(X)
 
 
 def test_categories_agree_between_x_and_y(rng):
@@ -456,7 +485,7 @@ def test_gpu_reuses_device_dataset(rng, techniques):
     nk, ek = KERNELS["sqexp"]
     kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="gpu", techniques=techniques)
     kern(X)
-    ds = next(iter(kern._datasets._entries.values()))[2]
+    ds = next(iter(kern._datasets._entries.values()))
     # the core solver keeps its octiles with the dataset; "auto" (the CSR solver here) its CSR
     copies = dict(ds.device_copies if techniques == "core" else ds._csr_solver_data.device_copies)
     assert copies
@@ -467,3 +496,58 @@ def test_gpu_reuses_device_dataset(rng, techniques):
     assert all(now[k] is v for k, v in copies.items())
     ref = dense_mgk(X, None, nk.compile(), kern.edge_kernel.compile(), q=0.3)
     assert rel_err(K, ref) < 1e-10
+
+
+# ---------------------------------------------------------------------------- extreme inputs
+
+
+@pytest.mark.parametrize("dtype,params,kind", [
+    (np.float32, dict(q=1e-25), "underflowed"), (np.float64, dict(q=1e-170), "underflowed"),
+    (np.float32, dict(p=1e-30), "underflowed"), (np.float64, dict(p=1e200), "overflowed"),
+    (np.float32, dict(p=1e20), "overflowed")])
+def test_extreme_p_and_q_raise_over_or_underflow_not_wrong_values(rng, dtype, params, kind):
+    X = [random_graph(rng, n) for n in (4, 7)]
+    nk, ek = KERNELS["kronecker"]
+    kern = MarginalizedGraphKernel(nk, ek, dtype=dtype, backend="cpu", **params)
+    with pytest.raises(FloatingPointError, match=f"K {kind}"):
+        kern(X)
+    with pytest.raises(FloatingPointError, match=f"K {kind}"):
+        kern.diag(X)
+
+
+def test_small_q_and_p_that_fit_give_the_reference(rng):
+    X = [random_graph(rng, n) for n in (4, 7)]
+    nk, ek = KERNELS["kronecker"]
+    for params in (dict(q=1e-4, p=1e-30), dict(q=1e-3, p=1e100)):
+        K = MarginalizedGraphKernel(nk, ek, dtype=np.float64, backend="cpu", tol=1e-12, max_iter=20000, **params)(X)
+        ref = dense_mgk(X, None, *programs("kronecker"), **params)
+        assert rel_err(K, ref) < 1e-6, params
+    # normalized: p cancels, so a p whose K would not fit float32 still gives the normalized matrix
+    Kn = MarginalizedGraphKernel(nk, ek, dtype=np.float32, backend="cpu", normalize=True, p=1e-30)(X)
+    ref = dense_mgk(X, None, *programs("kronecker"), q=0.05)
+    np.testing.assert_allclose(Kn, ref / np.sqrt(np.outer(np.diag(ref), np.diag(ref))), rtol=1e-5)
+
+
+def test_cpu_work_vector_allocation_failure_raises_instead_of_hanging():
+    """Two path graphs of 13,400 vertices need 7 GiB of CG vectors per thread: under a 3 GiB
+    address-space limit every thread's share fails to allocate and MemoryError is raised."""
+    from conftest import run_python
+
+    code = """
+import resource, numpy as np
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+from graphkern import Graph
+from graphkern.basekernels import Constant
+from graphkern.mgk import MarginalizedGraphKernel
+n = 13400
+G = Graph.from_edges(np.stack([np.arange(n - 1), np.arange(1, n)], axis=1), n)
+for grad in (False, True):
+    try:
+        MarginalizedGraphKernel(Constant(1.0), Constant(1.0), dtype=np.float64, backend="cpu", n_threads=2)(
+            [G], eval_gradient=grad)
+    except MemoryError as e:
+        print("MemoryError", "CG work vectors" in str(e))
+"""
+    res = run_python(code, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["MemoryError", "True", "MemoryError", "True"]

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from graphkern import NotConvergedError
-from graphkern import _mgk_csr
-from graphkern._mgk_csr import csr_data, header_bytes, pair_shared_bytes
-from graphkern._mgk_dense import dense_mgk, dense_mgk_pair
+from graphkern.mgk import csr as _mgk_csr
+from graphkern.mgk.csr import csr_data, header_bytes, pair_shared_bytes
+from graphkern.mgk.dense import dense_mgk, dense_mgk_pair
 from graphkern.mgk import MarginalizedGraphKernel
 
 from test_mgk import KERNELS, programs, random_graph, rel_err
@@ -98,7 +98,7 @@ def test_gram_matrix_every_form_against_dense_cpu_and_core(rng, name):
     kern = csr_kernel(name, q=0.05, tol=1e-13, dtype=np.float64)
     K64 = kern(X)
     assert K64.dtype == np.float64 and kern.info_.backend == "gpu"
-    assert kern._engine(kern._settings()).__class__.__name__ == "CSRGPUEngine"
+    assert kern.info_.solvers == {"csr": len(X) * (len(X) + 1) // 2}
     assert rel_err(K64, ref) < 1e-10
     np.testing.assert_array_equal(K64, K64.T)
     cpu = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="cpu")(X)
@@ -153,22 +153,19 @@ def test_pairs_beyond_shared_memory_go_to_the_core_solver(rng, monkeypatch, name
     kern = csr_kernel(name, q=0.05, tol=1e-13, dtype=np.float64)
     # a limit between the small and the large pairs' needs: both solvers run in one call
     monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: 6000)
-    engine = kern._engine(kern._settings())
-    s = kern._settings()
-    ds = kern._dataset(X, s)
     i, j = np.triu_indices(len(X))
     pair_arr = np.stack([i, j], axis=1).astype(np.int64)
-    solved = engine.solve(ds, ds, pair_arr, nodal=True)
-    assert engine.last_run["csr_pairs"] > 0 and engine.last_run["core_pairs"] > 0
-    assert rel_err(solved.K, ref[i, j]) < 1e-10
-    for (a, b), R in zip(pair_arr.tolist(), solved.nodal):
+    nodal = kern(X, nodal=True, pairs=pair_arr)
+    assert kern.info_.solvers["csr"] > 0 and kern.info_.solvers["core"] > 0
+    assert rel_err(kern(X, pairs=pair_arr), ref[i, j]) < 1e-10
+    for (a, b), R in zip(pair_arr.tolist(), nodal):
         want = dense_mgk_pair(X[a], X[b], *programs(name), q=0.05, nodal=True)
         np.testing.assert_allclose(R, want, rtol=1e-8, atol=1e-12 * np.abs(want).max())
 
 
 @gpu
 def test_auto_runs_csr_and_tiled_in_one_call(rng, monkeypatch):
-    from graphkern._mgk_tiled import TiledGPUEngine
+    from graphkern.mgk.tiled import TiledGPUEngine
 
     X = sparse_set(rng)
     nk, ek = KERNELS["kronecker"]
@@ -176,19 +173,17 @@ def test_auto_runs_csr_and_tiled_in_one_call(rng, monkeypatch):
     kern = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu")  # auto
     monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: 6000)
     # auto: the GEMM solver takes the pairs where it wins, the CSR solver the rest that fit, the tiled solver the others
-    engine = kern._engine(kern._settings()).fallback
-    assert isinstance(engine, _mgk_csr.CSRGPUEngine) and isinstance(engine.fallback, TiledGPUEngine)
+    chain = kern._router(kern._settings()).chain
+    assert [name for name, _ in chain] == ["gemm", "csr", "tiled"]
+    assert isinstance(chain[1][1], _mgk_csr.CSRGPUEngine) and isinstance(chain[2][1], TiledGPUEngine)
     assert rel_err(kern(X), ref) < 1e-10
-    ds = kern._dataset(X, kern._settings())
-    i, j = np.triu_indices(len(X))
-    engine.solve(ds, ds, np.stack([i, j], axis=1).astype(np.int64), nodal=False)
-    assert engine.last_run["csr_pairs"] > 0 and engine.last_run["core_pairs"] > 0
+    assert kern.info_.solvers["csr"] > 0 and kern.info_.solvers["tiled"] > 0
     # nothing fits: the tiled solver's own result, octile statistics included
     monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: 0)
     assert rel_err(kern(X), ref) < 1e-10
     assert kern.info_.octile_pairs is not None
     tiled = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu", techniques="tiled")
-    assert isinstance(tiled._engine(tiled._settings()), TiledGPUEngine)
+    assert [type(e) for _, e in tiled._router(tiled._settings()).chain] == [TiledGPUEngine]
 
 
 @gpu
@@ -200,11 +195,8 @@ def test_pair_too_large_for_any_shared_memory(rng):
     K = kern(X)
     cpu = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-12, dtype=np.float64, backend="cpu")(X)
     assert rel_err(K, cpu) < 2e-5
-    engine = kern._engine(kern._settings())
-    s = kern._settings()
-    ds = kern._dataset(X, s)
-    engine.solve(ds, ds, np.array([[0, 0], [0, 1], [1, 1]]), nodal=False)
-    assert engine.last_run["core_pairs"] == 1 and engine.last_run["csr_pairs"] == 2
+    kern(X, pairs=np.array([[0, 0], [0, 1], [1, 1]]))
+    assert kern.info_.solvers == {"csr": 2, "core": 1}
 
 
 @gpu
@@ -258,12 +250,7 @@ def test_gradient_on_csr_and_fallback_against_cpu_and_finite_differences(rng, mo
     gpu64 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr")
     Kc, dc = cpu(X, eval_gradient=True)
     Kg, dg = gpu64(X, eval_gradient=True)
-    engine = gpu64._engine(gpu64._settings())
-    s = gpu64._settings()
-    ds = gpu64._dataset(X, s)
-    i, j = np.triu_indices(len(X))
-    engine.solve_gradient(ds, ds, np.stack([i, j], axis=1).astype(np.int64), gpu64._gradient_plan(s, ds, ds))
-    assert engine.last_run["csr_pairs"] > 0 and engine.last_run["core_pairs"] > 0
+    assert gpu64.info_.solvers["csr"] > 0 and gpu64.info_.solvers["core"] > 0
     assert rel_err(Kg, Kc) < 1e-10
     assert np.max(np.abs(dg - dc)) <= 1e-9 * np.max(np.abs(dc)), form
     names = [h.name for h in gpu64.hyperparameters if not h.fixed]
@@ -279,7 +266,8 @@ def test_gradient_on_csr_and_fallback_against_cpu_and_finite_differences(rng, mo
     assert np.max(np.abs(info_g.adjoint_iterations - info_c.adjoint_iterations)) <= 2
     assert np.all(info_g.residuals <= 1e-13)
 
-    gpu32 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr", dtype=np.float32, tol=None)
+    gpu32 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr", dtype=np.float32, tol=None,
+                        gradient_dtype=None)
     K32, d32 = gpu32(X, eval_gradient=True)
     assert K32.dtype == d32.dtype == np.float32
     assert rel_err(K32, Kc) < 2e-5
@@ -292,7 +280,7 @@ def test_default_solver_gradient_runs_on_csr(rng, dtype, tol, bound):
     """techniques='auto' computes gradients on the GEMM solver where it takes the pair and on the CSR
     solver otherwise (no octile statistics: the core solver did not run), normalized and rectangular
     ones included, equal to the core solver's."""
-    from graphkern._mgk_gemm import GEMMGPUEngine
+    from graphkern.mgk.gemm import GEMMGPUEngine
     from test_mgk_gradient import make_kernel
 
     X = [random_graph(rng, n, 0.2) for n in (1, 7, 15, 24)]
@@ -302,11 +290,12 @@ def test_default_solver_gradient_runs_on_csr(rng, dtype, tol, bound):
         auto = make_kernel(form, np.random.default_rng(seed), "gpu", dtype=dtype, tol=tol, normalize=True)
         core = make_kernel(form, np.random.default_rng(seed), "gpu", dtype=dtype, tol=tol, normalize=True,
                            techniques="core")
-        engine = auto._engine(auto._settings())
-        assert isinstance(engine, GEMMGPUEngine) and isinstance(engine.fallback, _mgk_csr.CSRGPUEngine)
+        chain = auto._router(auto._settings()).gradient_chain()
+        assert [name for name, _ in chain] == ["gemm", "csr", "core"]
+        assert isinstance(chain[0][1], GEMMGPUEngine) and isinstance(chain[1][1], _mgk_csr.CSRGPUEngine)
         for args in ((X,), (X, Y)):
             Ka, da = auto(*args, eval_gradient=True)
-            assert auto.info_.octile_pairs is None and auto.info_.adjoint_iterations is not None
+            assert auto.info_.adjoint_iterations is not None and "core" not in auto.info_.solvers
             Kc, dc = core(*args, eval_gradient=True)
             assert np.max(np.abs(Ka - Kc)) <= bound * np.max(np.abs(Kc))
             assert np.max(np.abs(da - dc)) <= bound * np.max(np.abs(dc)), (form, len(args))
@@ -335,7 +324,6 @@ def test_gradient_solves_lockstep_and_sequential(rng, monkeypatch, form, solves)
     from graphkern._cuda import runtime as rt
     from test_mgk_gradient import make_kernel
 
-    monkeypatch.setattr(_mgk_csr, "GRADIENT_SOLVES", solves)
     launched = []
     real_launch = rt.launch
     monkeypatch.setattr(rt, "launch", lambda fn, *a, **k: (launched.append(fn.name), real_launch(fn, *a, **k))[1])
@@ -344,9 +332,10 @@ def test_gradient_solves_lockstep_and_sequential(rng, monkeypatch, form, solves)
     cpu = make_kernel(form, np.random.default_rng(seed), "cpu")
     Kc, dc = cpu(X, eval_gradient=True)
     info_c = cpu.info_
-    gpu64 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr")
+    gpu64 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr", gradient_solves=solves)
     Kg, dg = gpu64(X, eval_gradient=True)
     info_g = gpu64.info_
+    assert info_g.options["gradient_solves"] == solves
     entries = {name for name in launched if name.startswith("mgk_csr_gradient_")}
     assert entries and all(name.startswith("mgk_csr_gradient_seq_") == (solves == "sequential") for name in entries)
     assert rel_err(Kg, Kc) < 1e-10
@@ -357,12 +346,14 @@ def test_gradient_solves_lockstep_and_sequential(rng, monkeypatch, form, solves)
     if solves == "sequential":  # the warm start never costs iterations
         assert np.all(info_g.adjoint_iterations <= info_c.adjoint_iterations + 2)
     K32, d32 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr", dtype=np.float32,
-                           tol=None)(X, eval_gradient=True)
+                           tol=None, gradient_solves=solves)(X, eval_gradient=True)
     assert rel_err(K32, Kc) < 2e-5
     assert np.max(np.abs(d32 - dc)) <= 1e-4 * np.max(np.abs(dc)), form
 
 
-def test_gradient_solves_setting_is_checked(monkeypatch):
-    monkeypatch.setattr(_mgk_csr, "GRADIENT_SOLVES", "both")
-    with pytest.raises(ValueError, match="GRAPHKERN_MGK_GRADIENT_SOLVES must be lockstep or sequential"):
-        _mgk_csr.gradient_entry()
+def test_gradient_solves_setting_is_checked():
+    nk, ek = KERNELS["kronecker"]
+    with pytest.raises(ValueError, match="gradient_solves must be 'sequential' or 'lockstep'"):
+        MarginalizedGraphKernel(nk, ek, gradient_solves="both")
+    with pytest.raises(ValueError, match="gradient_solves must be 'lockstep' or 'sequential'"):
+        _mgk_csr.gradient_entry("both")

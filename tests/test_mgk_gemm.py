@@ -7,18 +7,17 @@ import numpy as np
 import pytest
 from scipy.sparse.linalg import LinearOperator, cg
 
-import graphkern._mgk_gemm as mgk_gemm
 from graphkern import NotConvergedError
-from graphkern._mgk_dense import dense_edge_labels, dense_mgk, dense_mgk_pair, product_system
-from graphkern._mgk_gemm import (MAX_CATEGORIES, MAX_GRADIENT_TILE, MAX_TILE, GEMMGPUEngine, _common_categories,
+from graphkern.mgk.dense import dense_edge_labels, dense_mgk, dense_mgk_pair, product_system
+from graphkern.mgk.gemm import (MAX_CATEGORIES, MAX_GRADIENT_TILE, MAX_TILE, GEMMGPUEngine, _common_categories,
                                  contraction_terms, gemm_data, gemm_wins, gradient_shared_bytes, pair_terms, route_pairs,
                                  shared_bytes, term_counts, tile_of, xmv_flops)
-from graphkern._mgk_gradient import EDGE_FORMS
+from graphkern.mgk.gradient import EDGE_FORMS
 from graphkern.basekernels import Constant, KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.graph import Graph
 from graphkern.mgk import MarginalizedGraphKernel
+from graphkern.mgk.results import solver_arguments
 
-from conftest import run_python
 from test_mgk_gradient import assert_gradient_close, finite_differences
 
 gpu = pytest.mark.gpu
@@ -185,7 +184,7 @@ def test_factorized_xmv_equals_the_product_system(rng, edge):
     ds, s = dataset(kern, X)
     i, j = np.triu_indices(len(X))
     pairs = np.stack([i, j], axis=1)
-    plan = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False)
+    plan = route_pairs(ds, ds, pairs, s, solver_arguments(ds, ds, s), shared_limit=H100_SHARED, by_cost=False)
     assert plan.take.all()
     d1, d2 = plan.data
     d1.require(np.arange(len(X)))
@@ -246,8 +245,8 @@ def test_routing_by_cost_form_size_and_categories(rng):
     pairs = np.stack([i, j], axis=1)
     kern = kernel("kronecker", dtype=np.float32, backend="cpu")
     ds, s = dataset(kern, X)
-    everything = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False)
-    by_cost = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=True)
+    everything = route_pairs(ds, ds, pairs, s, solver_arguments(ds, ds, s), shared_limit=H100_SHARED, by_cost=False)
+    by_cost = route_pairs(ds, ds, pairs, s, solver_arguments(ds, ds, s), shared_limit=H100_SHARED, by_cost=True)
     kind = ["dense", "dense", "medium", "sparse", "sparse", "big", "many"]
     for k, (a, b) in enumerate(pairs.tolist()):
         fits = "big" not in (kind[a], kind[b]) and "many" not in (kind[a], kind[b])
@@ -274,10 +273,10 @@ def test_routing_by_cost_form_size_and_categories(rng):
     kern64 = kernel("kronecker", dtype=np.float64, backend="cpu")
     ds64, s64 = dataset(kern64, [dense[0], labeled_graph(rng, 97, 0.9, [0]), medium[0]])
     p64 = np.array([[0, 0], [0, 1], [2, 2]])
-    assert route_pairs(ds64, ds64, p64, s64, shared_limit=H100_SHARED, by_cost=False).take.tolist() == [True, False,
+    assert route_pairs(ds64, ds64, p64, s64, solver_arguments(ds64, ds64, s64), shared_limit=H100_SHARED, by_cost=False).take.tolist() == [True, False,
                                                                                                         True]
     small_shared = int(shared_bytes(8, 4, 64, 64))
-    assert route_pairs(ds64, ds64, p64, s64, shared_limit=small_shared, by_cost=False).take.tolist() == [False, False,
+    assert route_pairs(ds64, ds64, p64, s64, solver_arguments(ds64, ds64, s64), shared_limit=small_shared, by_cost=False).take.tolist() == [False, False,
                                                                                                         True]
 
 
@@ -289,7 +288,8 @@ def test_other_edge_forms_are_not_taken(rng, edge_kernel):
         G.edge_labels["length"] = rng.uniform(1, 2, G.nnz)
     kern = MarginalizedGraphKernel(node_kernel(), edge_kernel, backend="cpu")
     ds, s = dataset(kern, X)
-    plan = route_pairs(ds, ds, np.array([[0, 1]]), s, shared_limit=H100_SHARED, by_cost=False)
+    plan = route_pairs(ds, ds, np.array([[0, 1]]), s, solver_arguments(ds, ds, s), shared_limit=H100_SHARED,
+                       by_cost=False)
     assert not plan.take.any() and plan.shape is None
 
 
@@ -316,33 +316,32 @@ def test_gradient_tiles_and_shared_memory():
 
 @pytest.mark.parametrize("mode", ["sequential", "lockstep"])
 def test_gradient_routing(rng, monkeypatch, mode):
-    from graphkern import _mgk_csr
+    from graphkern.mgk import csr as _mgk_csr
 
-    monkeypatch.setattr(_mgk_csr, "GRADIENT_SOLVES", mode)
-    directions = _mgk_csr.gradient_entry()[1]
+    directions = _mgk_csr.gradient_entry(mode)[1]
     X = [labeled_graph(rng, 96, 0.9, [0, 1, 2]), labeled_graph(rng, 97, 0.9, [0]), labeled_graph(rng, 64, 0.5, [1]),
          labeled_graph(rng, 65, 0.5, [1, 2]), labeled_graph(rng, 30, 0.9, list(range(MAX_CATEGORIES + 1)))]
     pairs = np.array([[0, 0], [0, 1], [2, 2], [2, 3], [4, 4], [0, 2]])
     for dtype, expect in ((np.float32, [True, False, True, True, False, True]),
                           (np.float64, [False, False, True, False, False, False])):
-        kern = kernel("kronecker", dtype=dtype, backend="cpu")
+        kern = kernel("kronecker", dtype=dtype, backend="cpu", gradient_solves=mode, gradient_dtype=None)
         ds, s = dataset(kern, X)
-        route = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False, gradient=True)
+        route = route_pairs(ds, ds, pairs, s, solver_arguments(ds, ds, s), shared_limit=H100_SHARED, by_cost=False, gradient=True)
         assert route.take.tolist() == expect, dtype
-        k_route = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False)
+        k_route = route_pairs(ds, ds, pairs, s, solver_arguments(ds, ds, s), shared_limit=H100_SHARED, by_cost=False)
         assert np.all(k_route.take >= route.take)  # gradients take a subset of what K takes
         np.testing.assert_array_equal(route.terms[route.take], k_route.terms[route.take])
         small = int(gradient_shared_bytes(np.dtype(dtype).itemsize, 4, 64, 64, directions))
-        limited = route_pairs(ds, ds, pairs, s, shared_limit=small, by_cost=False, gradient=True)
+        limited = route_pairs(ds, ds, pairs, s, solver_arguments(ds, ds, s), shared_limit=small, by_cost=False, gradient=True)
         assert limited.take.tolist() == [False, False, True, False, False, False]  # only tiles <= 4
     # h = 1: the solve's terms are a constant kernel's, but the layout keeps the categories that the
     # contraction of the derivative by h needs
     kern = kernel("kronecker-h1", dtype=np.float32, backend="cpu")
     ds, s = dataset(kern, X)
-    route = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False, gradient=True)
+    route = route_pairs(ds, ds, pairs, s, solver_arguments(ds, ds, s), shared_limit=H100_SHARED, by_cost=False, gradient=True)
     assert route.shape[0] == "constant" and route.data[0].slot is not None
     assert route.take.tolist() == [True, False, True, True, False, True]
-    assert route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False).data[0].slot is None
+    assert route_pairs(ds, ds, pairs, s, solver_arguments(ds, ds, s), shared_limit=H100_SHARED, by_cost=False).data[0].slot is None
 
 
 @pytest.mark.parametrize("edge", list(EDGE_KERNELS))
@@ -354,7 +353,7 @@ def test_contraction_terms_equal_the_derivative_operators(rng, edge):
     ds, s = dataset(kern, X)
     i, j = np.triu_indices(len(X))
     pairs = np.stack([i, j], axis=1)
-    route = route_pairs(ds, ds, pairs, s, shared_limit=H100_SHARED, by_cost=False, gradient=True)
+    route = route_pairs(ds, ds, pairs, s, solver_arguments(ds, ds, s), shared_limit=H100_SHARED, by_cost=False, gradient=True)
     assert route.take.all()
     d1, _ = route.data
     d1.require(np.arange(len(X)))
@@ -380,50 +379,26 @@ def test_contraction_terms_equal_the_derivative_operators(rng, edge):
         contraction_terms([0], [0], EDGE_FORMS["sqexp"], 1.0)
 
 
-class _FallbackWithGradients:
-    def solve_gradient(self, *args):
-        raise AssertionError("not called here")
+@gpu
+def test_gradient_chain_follows_the_switch():
+    """techniques="gemm" runs gradients on the GEMM solver; "auto" too unless gemm_gradients=False
+    (then the CSR and core solvers take them)."""
+    for techniques, switch, expect in (("gemm", False, ["gemm", "csr", "core"]), ("auto", True, ["gemm", "csr", "core"]),
+                                       ("auto", False, ["csr", "core"])):
+        kern = kernel("kronecker", backend="gpu", techniques=techniques, gemm_gradients=switch)
+        assert [name for name, _ in kern._router(kern._settings()).gradient_chain()] == expect
 
 
-def _engine_without_device(by_cost, fallback):
-    engine = GEMMGPUEngine.__new__(GEMMGPUEngine)  # no device needed for the switch
-    engine.by_cost, engine.fallback = by_cost, fallback
-    return engine
-
-
-def test_gradient_switch(monkeypatch):
-    """techniques="gemm" (by_cost=False) runs gradients here; "auto" (by_cost=True) too unless
-    GEMM_GRADIENTS is off, then leaves them to the fallback; a fallback without gradients gives an
-    AttributeError there (graphkern.mgk then takes the core solver)."""
-    fallback = _FallbackWithGradients()
-    monkeypatch.setattr(mgk_gemm, "GEMM_GRADIENTS", False)
-    gemm, auto = _engine_without_device(False, fallback), _engine_without_device(True, fallback)
-    assert gemm.gradients_here and gemm.solve_gradient.__func__ is GEMMGPUEngine._solve_gradient
-    assert not auto.gradients_here and auto.solve_gradient.__self__ is fallback
-    assert not hasattr(_engine_without_device(True, object()), "solve_gradient")
-    assert hasattr(_engine_without_device(False, object()), "solve_gradient")  # the core solver is its fallback
-    monkeypatch.setattr(mgk_gemm, "GEMM_GRADIENTS", True)
-    assert auto.gradients_here and auto.solve_gradient.__func__ is GEMMGPUEngine._solve_gradient
-
-
-def test_gradient_switch_reads_the_environment():
-    code = "import graphkern._mgk_gemm as g; print(g.GEMM_GRADIENTS)"
-    import os
-
-    for value, expect in (("1", "True"), ("0", "False"), (None, "True")):
-        env = {k: v for k, v in os.environ.items() if k != "GRAPHKERN_MGK_GEMM_GRADIENTS"}
-        if value is not None:
-            env["GRAPHKERN_MGK_GEMM_GRADIENTS"] = value
-        res = run_python(code, env=env)
-        assert res.returncode == 0, res.stderr
-        assert res.stdout.strip() == expect
+def test_gradient_switch_is_checked():
+    with pytest.raises(TypeError, match="gemm_gradients must be True or False"):
+        kernel("kronecker", gemm_gradients="no")
 
 
 # ---------------------------------------------------------------------------- the GPU solver
 
 
 def gemm_engine_of(kern):
-    engine = kern._engine(kern._settings())
+    engine = kern._router(kern._settings()).chain[0][1]
     assert type(engine).__name__ == "GEMMGPUEngine"
     return engine
 
@@ -442,12 +417,8 @@ def test_gram_matrix_against_dense_and_cpu(rng, edge):
     cpu = kernel(edge, q=q, tol=1e-13, dtype=np.float64, backend="cpu")(X)
     assert rel_err(K64, cpu) < 1e-10
     # every pair ran on the GEMM solver
-    engine = gemm_engine_of(kern)
-    ds, _ = dataset(kern, X)
     i, j = np.triu_indices(len(X))
-    sol = engine.solve(ds, ds, np.stack([i, j], axis=1), nodal=False)
-    assert engine.last_run["gemm_pairs"] == len(i) and engine.last_run["fallback_pairs"] == 0
-    assert rel_err(sol.K, ref[i, j]) < 1e-10
+    assert kern.info_.solvers == {"gemm": len(i)}
     K32 = kernel(edge, q=q, backend="gpu", techniques="gemm")(X)
     assert K32.dtype == np.float32
     assert rel_err(K32, ref) < 2e-5
@@ -500,20 +471,14 @@ def test_every_tile_on_dense_and_medium_graphs(rng, edge):
         ref[a, b] = ref[b, a] = factorized_reference(X[a], X[b], edge, q)
     # a NumPy model of the kernel's float32 arithmetic gave 2e-8..2e-7 on such pairs
     assert rel_err(K32, ref) < 5e-5
-    engine = gemm_engine_of(kern)
-    ds, _ = dataset(kern, X)
-    engine.solve(ds, ds, np.stack([i, j], axis=1), nodal=False)
-    assert engine.last_run["gemm_pairs"] == len(i)
+    assert kern.info_.solvers == {"gemm": len(i)}
     # float64: tiles up to 6; pairs with a 113- or 128-vertex graph run on the fallback solver
     kern64 = kernel(edge, q=q, tol=1e-12, dtype=np.float64, backend="gpu", techniques="gemm")
     K64 = kern64(X)
     assert rel_err(K64, ref) < 1e-9
-    engine64 = gemm_engine_of(kern64)
-    ds64, _ = dataset(kern64, X)
-    engine64.solve(ds64, ds64, np.stack([i, j], axis=1), nodal=False)
     small = (np.array(sizes)[i] <= 96) & (np.array(sizes)[j] <= 96)
-    assert engine64.last_run["gemm_pairs"] == int(small.sum())
-    assert engine64.last_run["fallback_pairs"] == int((~small).sum())
+    assert kern64.info_.solvers["gemm"] == int(small.sum())
+    assert kern64.info_.solvers.get("csr", 0) + kern64.info_.solvers.get("core", 0) == int((~small).sum())
 
 
 @gpu
@@ -527,21 +492,18 @@ def test_auto_routes_dense_pairs_here_and_sparse_pairs_to_csr(rng, monkeypatch):
     cpu = kernel("kronecker", q=q, tol=1e-12, dtype=np.float64, backend="cpu")(X)
     assert rel_err(K, cpu) < 1e-9
     engine = gemm_engine_of(auto)
-    assert engine.by_cost and type(engine.fallback).__name__ == "CSRGPUEngine"
+    assert engine.by_cost and [name for name, _ in auto.last_engine_.chain] == ["gemm", "csr", "tiled"]
     ds, s = dataset(auto, X)
     i, j = np.triu_indices(len(X))
     pairs = np.stack([i, j], axis=1)
-    sol = engine.solve(ds, ds, pairs, nodal=False)
-    plan = engine.route(ds, ds, pairs)
-    assert engine.last_run["gemm_pairs"] == int(plan.take.sum()) > 0
-    assert engine.last_run["fallback_pairs"] == int((~plan.take).sum()) > 0
+    plan = engine.route(ds, ds, pairs, solver_arguments(ds, ds, s))
+    assert auto.info_.solvers["gemm"] == int(plan.take.sum()) > 0
+    assert auto.info_.solvers["csr"] + auto.info_.solvers.get("tiled", 0) == int((~plan.take).sum()) > 0
     assert all(plan.take[k] for k, (a, b) in enumerate(pairs.tolist()) if a < 3 and b < 3)
     assert not any(plan.take[k] for k, (a, b) in enumerate(pairs.tolist()) if a >= 3 and b >= 3)
-    np.testing.assert_array_equal(engine.last_run["terms"] > 0, plan.take & (plan.terms > 0))
-    assert rel_err(sol.K, cpu[i, j]) < 1e-9
-    # with the switch off, gradients are the fallback's (the CSR solver's)
-    monkeypatch.setattr(mgk_gemm, "GEMM_GRADIENTS", False)
-    assert engine.solve_gradient.__self__ is engine.fallback
+    # with the switch off, gradients are the CSR solver's
+    auto.gemm_gradients = False
+    assert [name for name, _ in auto._router(auto._settings()).gradient_chain()] == ["csr", "core"]
     csr = kernel("kronecker", q=q, tol=1e-12, dtype=np.float64, backend="gpu", techniques="csr")
     _, dK = auto(X, eval_gradient=True)
     _, dK_csr = csr(X, eval_gradient=True)
@@ -586,23 +548,23 @@ def gradient_set(rng):
 
 
 def solve_gradient_directly(kern, X):
-    """The engine's solve_gradient over every pair of X: (engine, solution)."""
-    s = kern._settings()
+    """The router's gradient solve over every pair of X: (pairs per solver, solution)."""
+    s = kern._settings(gradient=True)
     ds = kern._dataset(X, s)
-    plan = kern._gradient_plan(s, ds, ds)
+    args = solver_arguments(ds, ds, s)
+    plan = kern._gradient_plan(s, ds, args)
     i, j = np.triu_indices(len(X))
-    engine = kern._engine(s)
-    return engine, engine.solve_gradient(ds, ds, np.stack([i, j], axis=1), plan)
+    router = kern._router(s)
+    sol = router.solve(ds, ds, np.stack([i, j], axis=1), args, plan=plan)
+    return router.last_run, sol
 
 
 @pytest.fixture(params=["lockstep", "sequential"])
 def solves(request, monkeypatch):
-    """Both ways of running the forward and adjoint solves (graphkern._mgk_csr.GRADIENT_SOLVES);
-    returns the names of the kernels launched."""
-    from graphkern import _mgk_csr
+    """Both ways of running the forward and adjoint solves (``gradient_solves``); returns the mode
+    and the names of the kernels launched."""
     from graphkern._cuda import runtime as rt
 
-    monkeypatch.setattr(_mgk_csr, "GRADIENT_SOLVES", request.param)
     launched = []
     real_launch = rt.launch
     monkeypatch.setattr(rt, "launch", lambda fn, *a, **k: (launched.append(fn.name), real_launch(fn, *a, **k))[1])
@@ -613,7 +575,7 @@ def solves(request, monkeypatch):
 @pytest.mark.parametrize("edge", list(GRADIENT_EDGES))
 def test_gradient_against_cpu_and_finite_differences(rng, edge, solves):
     X = gradient_set(rng)
-    kern = gradient_kernel(edge, backend="gpu", techniques="gemm")
+    kern = gradient_kernel(edge, backend="gpu", techniques="gemm", gradient_solves=solves[0])
     cpu = gradient_kernel(edge, backend="cpu")
     K, dK = kern(X, eval_gradient=True)
     Kc, dKc = cpu(X, eval_gradient=True)
@@ -623,9 +585,8 @@ def test_gradient_against_cpu_and_finite_differences(rng, edge, solves):
     if edge != "kronecker-h1":  # h = 1 sits on its upper bound: no central difference there
         assert_gradient_close(dK, finite_differences(kern, X), K, names)
     # every pair ran on the GEMM solver, each solve within 2 iterations of the CPU's
-    engine, sol = solve_gradient_directly(kern, X)
-    assert type(engine).__name__ == "GEMMGPUEngine"
-    assert engine.last_run["gemm_pairs"] == len(sol.K) and engine.last_run["fallback_pairs"] == 0
+    ran, sol = solve_gradient_directly(kern, X)
+    assert ran == {"gemm": len(sol.K)}
     _, ref = solve_gradient_directly(cpu, X)
     forward, ref_forward = sol.iterations - sol.adjoint_iterations, ref.iterations - ref.adjoint_iterations
     assert np.all(np.abs(forward - ref_forward) <= 2), (forward, ref_forward)
@@ -645,17 +606,18 @@ def test_gradient_pairs_that_fall_back_mix_with_pairs_here(rng, solves):
     gradient in the same call; rectangular X, Y and normalize too."""
     X = [labeled_graph(rng, 40, 0.9, [0, 1, 2]), labeled_graph(rng, 70, 0.5, [0, 1]),
          labeled_graph(rng, 30, 0.9, list(range(MAX_CATEGORIES + 1))), labeled_graph(rng, 50, 0.3, [1, 2])]
-    kern = gradient_kernel("kronecker-scaled", backend="gpu", techniques="gemm")
+    kern = gradient_kernel("kronecker-scaled", backend="gpu", techniques="gemm", gradient_solves=solves[0])
     cpu = gradient_kernel("kronecker-scaled", backend="cpu")
     K, dK = kern(X, eval_gradient=True)
     Kc, dKc = cpu(X, eval_gradient=True)
     assert rel_err(K, Kc) < 1e-9
     np.testing.assert_allclose(dK, dKc, rtol=1e-9, atol=1e-12 * np.abs(dKc).max())
-    engine, _ = solve_gradient_directly(kern, X)
-    assert engine.last_run["gemm_pairs"] == 3 and engine.last_run["fallback_pairs"] == 7  # (0, 0), (0, 3), (3, 3)
+    ran, _ = solve_gradient_directly(kern, X)
+    assert ran["gemm"] == 3 and ran.get("csr", 0) + ran.get("core", 0) == 7  # (0, 0), (0, 3), (3, 3)
     Y = [labeled_graph(rng, 12, 0.8, [2]), labeled_graph(rng, 25, 0.6, [0, 1])]
     for normalize in (False, True):
-        g = gradient_kernel("kronecker", backend="gpu", techniques="gemm", normalize=normalize)
+        g = gradient_kernel("kronecker", backend="gpu", techniques="gemm", normalize=normalize,
+                            gradient_solves=solves[0])
         c = gradient_kernel("kronecker", backend="cpu", normalize=normalize)
         K, dK = g(X, Y, eval_gradient=True)
         Kc, dKc = c(X, Y, eval_gradient=True)
@@ -668,36 +630,36 @@ def test_gradient_pairs_that_fall_back_mix_with_pairs_here(rng, solves):
 def test_float32_gradient_near_cpu_float64(rng, edge, solves):
     """float32 takes tiles up to 6: 96-vertex dense graphs run here too."""
     X = gradient_set(rng)[2:] + [labeled_graph(rng, 96, 0.9, [0, 1, 2]), labeled_graph(rng, 81, 0.5, [1, 2])]
-    K32, d32 = gradient_kernel(edge, backend="gpu", techniques="gemm", dtype=np.float32, tol=None)(X, eval_gradient=True)
+    K32, d32 = gradient_kernel(edge, backend="gpu", techniques="gemm", dtype=np.float32, tol=None, gradient_dtype=None,
+                               gradient_solves=solves[0])(X, eval_gradient=True)
     K64, d64 = gradient_kernel(edge, backend="cpu")(X, eval_gradient=True)
     assert K32.dtype == d32.dtype == np.float32
     assert rel_err(K32, K64) < 2e-5
     assert np.max(np.abs(d32 - d64)) <= 1e-4 * np.max(np.abs(d64))
-    engine, _ = solve_gradient_directly(gradient_kernel(edge, backend="gpu", techniques="gemm", dtype=np.float32,
-                                                        tol=None), X)
-    assert engine.last_run["fallback_pairs"] == 0
+    ran, _ = solve_gradient_directly(gradient_kernel(edge, backend="gpu", techniques="gemm", dtype=np.float32,
+                                                     tol=None, gradient_dtype=None), X)
+    assert list(ran) == ["gemm"]
 
 
 @gpu
 def test_gradient_pair_that_does_not_converge_is_reported(rng):
     X = [labeled_graph(rng, n, 0.9, [0, 1]) for n in (30, 41)]
     kern = gradient_kernel("kronecker", q=0.01, max_iter=1, tol=None, dtype=np.float32, backend="gpu",
-                           techniques="gemm")
+                           techniques="gemm", gradient_dtype=None)
     with pytest.raises(NotConvergedError) as info:
         kern(X, eval_gradient=True)
     assert len(info.value.pairs) == 3
 
 
 @gpu
-def test_auto_runs_gradients_here_with_the_switch(rng, monkeypatch):
+def test_auto_runs_gradients_here_with_the_switch(rng):
     dense = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in (40, 57, 64)]
     sparse = [labeled_graph(rng, n, 0.04, [0, 1, 2]) for n in (50, 60)]
     X = dense + sparse
     csr = gradient_kernel("kronecker", backend="gpu", techniques="csr")
     _, dK_csr = csr(X, eval_gradient=True)
-    monkeypatch.setattr(mgk_gemm, "GEMM_GRADIENTS", True)
-    auto = gradient_kernel("kronecker", backend="gpu")
+    auto = gradient_kernel("kronecker", backend="gpu", gemm_gradients=True)
     _, dK = auto(X, eval_gradient=True)
     np.testing.assert_allclose(dK, dK_csr, rtol=1e-8, atol=1e-12 * np.abs(dK_csr).max())
-    engine, _ = solve_gradient_directly(auto, X)
-    assert engine.by_cost and engine.last_run["gemm_pairs"] > 0 and engine.last_run["fallback_pairs"] > 0
+    ran, _ = solve_gradient_directly(auto, X)
+    assert ran["gemm"] > 0 and ran["csr"] + ran.get("core", 0) > 0

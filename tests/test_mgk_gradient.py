@@ -6,6 +6,7 @@ import pytest
 from graphkern import NotConvergedError
 from graphkern.basekernels import Additive, Constant, KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.mgk import MarginalizedGraphKernel
+from graphkern.mgk.results import solver_arguments
 
 from conftest import run_python
 from test_mgk import random_graph
@@ -114,11 +115,43 @@ def test_float32_gradient_near_float64(rng, backend):
     for form in FORMS:
         seed = int(rng.integers(1 << 30))
         k64 = make_kernel(form, np.random.default_rng(seed), backend, normalize=True)
-        k32 = make_kernel(form, np.random.default_rng(seed), backend, normalize=True, dtype=np.float32, tol=None)
+        k32 = make_kernel(form, np.random.default_rng(seed), backend, normalize=True, dtype=np.float32, tol=None,
+                          gradient_dtype=None)
         _, d64 = k64(X, eval_gradient=True)
         K32, d32 = k32(X, eval_gradient=True)
-        assert K32.dtype == d32.dtype == np.float32
+        assert K32.dtype == d32.dtype == np.float32 and not k32.info_.dtype_promoted
         assert np.max(np.abs(d32 - d64)) <= 1e-4 * np.max(np.abs(d64)), form
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_float32_kernel_computes_gradients_in_float64(rng, backend):
+    """dtype=float32 with the default gradient_dtype: (K, dK) in float64, equal to a float64 kernel's."""
+    X = graph_list(rng)
+    seed = int(rng.integers(1 << 30))
+    k64 = make_kernel("kronecker", np.random.default_rng(seed), backend, normalize=True)
+    k32 = make_kernel("kronecker", np.random.default_rng(seed), backend, normalize=True, dtype=np.float32, tol=None)
+    K64, d64 = k64(X, eval_gradient=True)
+    K32, d32 = k32(X, eval_gradient=True)
+    assert K32.dtype == d32.dtype == np.float64 and k32.info_.dtype_promoted
+    assert np.max(np.abs(d32 - d64)) <= 1e-6 * np.max(np.abs(d64))
+    assert k32(X).dtype == np.float32
+
+
+def test_float32_gradient_warns_when_not_finite(rng, monkeypatch):
+    """gradient_dtype=None keeps float32: a K that overflows raises; a gradient that is not finite
+    (K itself checked out) gives a warning."""
+    import graphkern.mgk.kernel as kernel_module
+
+    X = graph_list(rng, (4, 6))
+    kern = make_kernel("kronecker", rng, "cpu", dtype=np.float32, tol=None, gradient_dtype=None)
+    K, dK = kern(X, eval_gradient=True)
+    assert np.all(np.isfinite(dK))
+    kern.p = 1e30  # K ~ p^2 overflows float32
+    with pytest.raises(FloatingPointError, match="K overflowed"):
+        kern(X, eval_gradient=True)
+    monkeypatch.setattr(kernel_module, "_check_range", lambda *a, **k: None)
+    with pytest.warns(RuntimeWarning, match="not finite in float32"):
+        kern(X, eval_gradient=True)
 
 
 def test_fixed_hyperparameters_are_left_out(rng):
@@ -209,14 +242,15 @@ def test_free_contractions_equal_the_xmv_ones(rng, form, free):
     contraction y^T (A (.) E) x formed with the explicit off-diagonal part of the dense product
     system (so the identity M x = b it rests on is checked, not assumed), and exactly the
     constant factors are marked."""
-    from graphkern._mgk_dense import product_system
-    from graphkern._mgk_gradient import EDGE_FORMS
+    from graphkern.mgk.dense import product_system
+    from graphkern.mgk.gradient import EDGE_FORMS
 
     X = graph_list(rng, (1, 5, 8))
     kern = make_kernel(form, rng, "cpu", tol=1e-14)
     s = kern._settings()
     ds = kern._dataset(X, s)
-    plan = kern._gradient_plan(s, ds, ds)
+    args = solver_arguments(ds, ds, s)
+    plan = kern._gradient_plan(s, ds, args)
     if form == "general-one-group":
         # one contraction per free edge term (order, length, k); only the Constant's is free
         assert plan.contraction_free.tolist()[:2] == [0.0, 0.0] and plan.contraction_free[2] == pytest.approx(
@@ -227,7 +261,7 @@ def test_free_contractions_equal_the_xmv_ones(rng, form, free):
     else:
         assert not np.any(plan.contraction_free)
     pairs = np.array([[0, 1], [1, 2], [2, 2]], dtype=np.int64)
-    sol = kern._core_engine(s).solve_gradient(ds, ds, pairs, plan)
+    sol = kern._router(s).solve(ds, ds, pairs, args, plan=plan)
     nk, ek = s["node_program"], s["edge_program"]
     for row, (a, b) in enumerate(pairs.tolist()):
         M, rhs, V = product_system(X[a], X[b], nk, ek, q=s["q"])

@@ -143,3 +143,103 @@ def test_precomputed_svm(rng):
     decision = K_test[:, svc.support_] @ svc.dual_coef_[0] + svc.intercept_[0]
     np.testing.assert_allclose(svc.decision_function(K_test), decision, rtol=1e-10, atol=1e-12)
     assert svc.predict(K_test).shape == (10,)
+
+
+# ---------------------------------------------------------------------------- workflows
+
+
+def _roundtrips(obj):
+    """``obj`` through pickle, joblib and deepcopy."""
+    import copy
+    import io
+    import pickle
+
+    import joblib
+
+    buf = io.BytesIO()
+    joblib.dump(obj, buf)
+    buf.seek(0)
+    return [pickle.loads(pickle.dumps(obj)), joblib.load(buf), copy.deepcopy(obj)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_kernel_pickles_and_copies_before_and_after_use(rng, backend):
+    X, _ = regression_set(rng, 8)
+    kern = labeled_kernel(backend)
+    for other in _roundtrips(kern):
+        np.testing.assert_array_equal(other(X), kern(X))
+    K = kern(X)
+    kern(X, eval_gradient=True)
+    kern.fit(X)
+    pairs = kern.info_.pairs
+    for other in _roundtrips(kern):
+        np.testing.assert_array_equal(other.info_.pairs, pairs)
+        assert len(other.X_fit_) == len(X)
+        np.testing.assert_array_equal(other(X), K)
+        np.testing.assert_array_equal(other.transform(X[:3]), kern.transform(X[:3]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fitted_models_round_trip_and_predict_the_same(rng, backend):
+    X, y = regression_set(rng, 24)
+    gpr = GaussianProcessRegressor(kernel=labeled_kernel(backend) + WhiteKernel(1e-2), random_state=0).fit(X[:18], y[:18])
+    svc = SVC(kernel=labeled_kernel(backend)).fit(X[:18], y[:18] > np.median(y))
+    for model in (gpr, svc):
+        want = model.predict(X[18:])
+        for other in _roundtrips(model):
+            np.testing.assert_array_equal(other.predict(X[18:]), want)
+
+
+def test_transformer_in_a_pipeline_with_cross_validation_and_grid_search(rng):
+    from sklearn.model_selection import GridSearchCV, cross_val_score
+    from sklearn.pipeline import Pipeline
+
+    X, y = regression_set(rng, 30)
+    labels = (y > np.median(y)).astype(int)
+    kern = labeled_kernel(dtype=np.float32, tol=None)
+    K = kern.fit_transform(X)
+    np.testing.assert_array_equal(K, kern(X))
+    np.testing.assert_array_equal(kern.transform(X[:4]), kern(X[:4], X))
+    with pytest.raises(AttributeError, match="not fitted"):
+        labeled_kernel().transform(X)
+    pipe = Pipeline([("mgk", labeled_kernel()), ("svc", SVC(kernel="precomputed"))])
+    scores = cross_val_score(pipe, X, labels, cv=3)
+    assert scores.shape == (3,) and np.all(np.isfinite(scores))
+    search = GridSearchCV(pipe, {"mgk__q": [0.05, 0.2], "svc__C": [0.5, 2.0]}, cv=3).fit(X, labels)
+    assert search.best_params_["mgk__q"] in (0.05, 0.2)
+    model = search.best_estimator_
+    for other in _roundtrips(search):
+        np.testing.assert_array_equal(other.predict(X[:5]), model.predict(X[:5]))
+    fitted = clone(pipe).fit(X[:20], labels[:20])
+    gram = labeled_kernel()(X[20:], X[:20])
+    np.testing.assert_array_equal(fitted.decision_function(X[20:]), fitted.named_steps["svc"].decision_function(gram))
+
+
+def test_gaussian_process_with_defaults_learns_on_molecules():
+    """float32 kernel, default settings: the fit moves the hyperparameters and raises the
+    log-marginal likelihood (gradients are evaluated in float64)."""
+    from graphkern.bench.data import molecules_path
+    from graphkern.io import read_sdf
+
+    graphs = list(read_sdf(molecules_path()))[:25]
+    y = np.array([np.sum(g.node_labels["element"] == 8) - 0.5 * np.sum(g.node_labels["element"] == 7)
+                  for g in graphs], dtype=float)
+    kern = MarginalizedGraphKernel(TensorProduct(element=KroneckerDelta(0.5)), TensorProduct(bond_order=KroneckerDelta(0.5)),
+                                   normalize=True)
+    gpr = GaussianProcessRegressor(kernel=kern + WhiteKernel(), normalize_y=True, random_state=0).fit(graphs, y)
+    start = gpr.log_marginal_likelihood(gpr.kernel.theta)
+    assert np.isfinite(gpr.log_marginal_likelihood_value_)
+    assert gpr.log_marginal_likelihood_value_ > start + 1.0
+    assert not np.allclose(gpr.kernel_.theta, gpr.kernel.theta)
+
+
+def test_progress_reports_every_pair(rng):
+    X, _ = regression_set(rng, 70)  # 2485 pairs: two chunks on the CPU
+    seen = []
+    kern = labeled_kernel(normalize=False, verbose=lambda done, total: seen.append((done, total)))
+    K = kern(X)
+    total = len(X) * (len(X) + 1) // 2
+    assert seen and seen[-1] == (total, total) and all(d <= t for d, t in seen)
+    np.testing.assert_array_equal(K, labeled_kernel(normalize=False)(X))
+    with pytest.raises(TypeError, match="verbose must be"):
+        labeled_kernel(verbose="yes")

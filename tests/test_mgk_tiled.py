@@ -8,14 +8,15 @@ import numpy as np
 import pytest
 
 from graphkern import NotConvergedError
-from graphkern._mgk_dense import dense_mgk, dense_mgk_pair
-from graphkern._mgk_tiled import (BLOCK_SHARED_BUDGET, CLUSTER_BLOCKS, FORM_THRESHOLDS, INCREMENTAL_STEPS, PRESETS,
+from graphkern.mgk.dense import dense_mgk, dense_mgk_pair
+from graphkern.mgk.tiled import (BLOCK_SHARED_BUDGET, CLUSTER_BLOCKS, FORM_THRESHOLDS, INCREMENTAL_STEPS, PRESETS,
                                   ROW_SLOTS, ROW_SLOTS_MIN, SLAB, TiledData, bitmap_mask, choose_team,
                                   default_row_slots, expected_iterations, lpt_makespan, resolve_techniques, shared_bytes,
                                   split_pairs, supports_clusters, thresholds, tiled_data)
 from graphkern.basekernels import Additive, Constant, KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.graph import Graph
 from graphkern.mgk import MarginalizedGraphKernel
+from graphkern.mgk.results import solver_arguments
 
 # One kernel pair per edge-kernel form of the solver: constant, the two shortcuts, the interpreter.
 KERNELS = {
@@ -367,9 +368,11 @@ def test_nodal_rectangular_pairs_and_normalize(rng, reorder, team):
 
 def _teams_run(kern, X):
     """The team kind each device ran when ``kern``'s tiled engine solves the upper triangle of X."""
-    engine = kern._engine(kern._settings())
-    ds = kern._dataset(X, kern._settings())
-    engine.solve(ds, ds, np.stack(np.triu_indices(len(X)), axis=1).astype(np.int64), nodal=False)
+    s = kern._settings()
+    engine = kern._router(s).engines["tiled"]
+    ds = kern._dataset(X, s)
+    engine.solve(ds, ds, np.stack(np.triu_indices(len(X)), axis=1).astype(np.int64), solver_arguments(ds, ds, s),
+                 nodal=False)
     return [r[3] for r in engine.last_run]
 
 
@@ -424,9 +427,9 @@ def test_dataset_and_device_copies_are_reused(rng):
     nk, ek = KERNELS["kronecker"]
     kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="gpu", techniques="tiled")
     kern(X)
-    ds = next(iter(kern._datasets._entries.values()))[2]
-    engine = kern._engine(kern._settings())
-    td, _, _ = engine.datasets(ds, ds)
+    ds = next(iter(kern._datasets._entries.values()))
+    s = kern._settings()
+    td, _ = kern._router(s).engines["tiled"].datasets(ds, ds, solver_arguments(ds, ds, s))
     assert isinstance(td, TiledData)
     # the tiled octiles' device copies are kept with the dataset's, one per option set and device
     copies = {k: v for k, v in ds.device_copies.items() if k[0] == "tiled"}
@@ -445,25 +448,26 @@ def test_dataset_and_device_copies_are_reused(rng):
 def test_two_gpus_equal_one(rng, monkeypatch, team, queue):
     """Two devices sharing one work queue (NVLink), splitting the Gram matrix's tiles (the shared
     queue turned off, or a static schedule): the same K as one device, every pair solved once."""
-    from graphkern import _mgk_tiled
     from graphkern._cuda import runtime as rt
+    from graphkern.mgk import tiled as _mgk_tiled
 
     if team not in gpu_teams(0) or team not in gpu_teams(1):
         pytest.skip("thread-block clusters need compute capability 9.0")
     if queue == "shared" and not _mgk_tiled.shared_queue_devices([rt.get_device(0), rt.get_device(1)]):
         pytest.skip("device 1 has no native atomics on device 0's memory (no NVLink)")
-    monkeypatch.setattr(_mgk_tiled, "SHARED_QUEUE", queue == "shared")
     X = [labeled_graph(rng, int(n), 0.15) for n in rng.integers(5, 60, 24)]
     nk, ek = KERNELS["sqexp"]
-    kw = dict(q=0.05, tol=1e-13, dtype=np.float64, backend="gpu",
+    kw = dict(q=0.05, tol=1e-13, dtype=np.float64, backend="gpu", shared_queue=queue == "shared",
               techniques={"team": team, "schedule": "static" if queue == "static" else "dynamic"})
     one = MarginalizedGraphKernel(nk, ek, device=0, **kw)(X)
     kern = MarginalizedGraphKernel(nk, ek, device=[0, 1], **kw)
     two = kern(X)
-    engine = kern._engine(kern._settings())
-    assert rel_err(two, one) < 1e-11
-    engine.solve(*[next(iter(kern._datasets._entries.values()))[2]] * 2,
-                 np.stack(np.triu_indices(len(X)), axis=1).astype(np.int64), nodal=False)
+    s = kern._settings()
+    engine = kern._router(s).engines["tiled"]
+    assert rel_err(two, one) < 1e-11 and kern.info_.options["shared_queue"] == (queue == "shared")
+    ds = next(iter(kern._datasets._entries.values()))
+    engine.solve(ds, ds, np.stack(np.triu_indices(len(X)), axis=1).astype(np.int64), solver_arguments(ds, ds, s),
+                 nodal=False)
     assert engine.last_shared_queue == (queue == "shared")
     assert sorted(r[0] for r in engine.last_run) == [0, 1]
     # every pair once (with a shared queue the device that starts first may take all 300 small pairs)
@@ -475,8 +479,8 @@ def test_two_gpus_equal_one(rng, monkeypatch, team, queue):
                                rtol=1e-10)
 
 
-def test_shared_queue_needs_native_peer_atomics_to_the_first_device(monkeypatch):
-    from graphkern import _mgk_tiled
+def test_shared_queue_needs_native_peer_atomics_to_the_first_device():
+    from graphkern.mgk import tiled as _mgk_tiled
 
     class FakeDevice:
         def __init__(self, peer, atomics):
@@ -497,8 +501,8 @@ def test_shared_queue_needs_native_peer_atomics_to_the_first_device(monkeypatch)
     assert not _mgk_tiled.shared_queue_devices([home, FakeDevice(False, False)])
     assert not _mgk_tiled.shared_queue_devices([home])
     assert not _mgk_tiled.shared_queue_devices([home, home])  # one device listed twice
-    monkeypatch.setattr(_mgk_tiled, "SHARED_QUEUE", False)
-    assert not _mgk_tiled.shared_queue_devices([home, FakeDevice(True, True)])
+    with pytest.raises(TypeError, match="shared_queue must be True or False"):
+        MarginalizedGraphKernel(*KERNELS["kronecker"], shared_queue="no")
 
 
 # ---------------------------------------------------------------------------- the benchmark suite
@@ -563,12 +567,12 @@ def test_suite_runs_quick_without_gpu(capsys):
     counts = {r["set"]: r for r in rows if "pbr_tiles" in r}
     assert set(counts) == {"molecules", "protein"}
     assert counts["protein"]["pbr_tiles"] < counts["protein"]["rcm_tiles"]
-    assert any(r.get("target", "").startswith("protein: all techniques") for r in rows)
+    assert any(r.get("kind") == "target" and "core solver" in r["target"] and r["verdict"] == "n/a" for r in rows)
     delegated = suites["mgk"].run(parser.parse_args(["mgk", "--techniques", "--graphs", "6", "--sets", "molecules"]),
                                   ctx)
     assert [r["set"] for r in delegated if "pbr_tiles" in r] == ["molecules"]
     out = capsys.readouterr().out
-    assert "non-empty octiles summed over each set" in out and "targets (one H100)" in out
+    assert "non-empty octiles summed over each set" in out and "targets (set for H100-class GPUs" in out
 
 
 def test_multi_gpu_only_runs_nothing_else_and_says_why_without_two_gpus(capsys):
@@ -579,9 +583,9 @@ def test_multi_gpu_only_runs_nothing_else_and_says_why_without_two_gpus(capsys):
     args = parser.parse_args(["mgk-techniques", "--sets", "protein", "--protein-graphs", "2", "--multi-gpu-only"])
     ctx = cli.Context(quick=True, progress=cli.Progress(False), system={"gpus": []}, repeat=1)
     rows = suites["mgk-techniques"].run(args, ctx)
-    assert [r["status"] for r in rows] == ["not measured (0 GPU)"]  # no octile counts, no technique rows
+    assert [(r["kind"], r["verdict"], r["why"]) for r in rows] == [("target", "n/a", "0 GPU here")]  # nothing else
     out = capsys.readouterr().out
-    assert "non-empty octiles" not in out and "two GPUs >= 1.8x one GPU" in out
+    assert "non-empty octiles" not in out and "two GPUs ≥ 1.8x one GPU" in out
 
 
 def test_last_engine_is_the_engine_of_the_last_call(rng):

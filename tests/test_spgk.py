@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-import graphkern.spgk as spgk
+from graphkern.spgk import batch as spgk_batch, cpu as spgk_cpu, gpu as spgk_gpu, hybrid as spgk_hybrid
 from graphkern import Graph
 from graphkern._cuda import runtime
 from graphkern.errors import GPUUnavailableError
@@ -273,32 +273,32 @@ def test_shortest_path_graph_matches_networkx(rng, n, p, weighted):
     assert len(ends) == len(expected)
 
 
-def test_shortest_paths_cached_per_graph(rng, monkeypatch):
+def test_shortest_paths_computed_once_per_list(rng, monkeypatch):
     calls = []
-    original = spgk.shortest_path_graph
+    original = spgk_batch._all_shortest_paths
 
-    def counting(g, **kw):
-        calls.append(id(g))
-        return original(g, **kw)
+    def counting(graphs, names, n_threads):
+        calls.append(len(graphs))
+        return original(graphs, names, n_threads)
 
-    monkeypatch.setattr(spgk, "shortest_path_graph", counting)
+    monkeypatch.setattr(spgk_batch, "_all_shortest_paths", counting)
     graphs = [random_graph(rng, 8, weighted=True) for _ in range(4)]
-    kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu")
+    kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu", method="openmp_out")
     first = kernel(graphs)
-    kernel(graphs[:2], graphs[2:])
-    assert sorted(calls) == sorted(map(id, graphs))  # once per graph across calls
+    kernel(graphs)
+    assert calls == [4]  # one compiled pass for the list, then the kept batch
     # an in-place change of the weights is seen
     graphs[0].weights[:] = 1.0
     second = kernel(graphs)
-    assert calls.count(id(graphs[0])) == 2 and len(calls) == 5
+    assert calls == [4, 4]
     expected = reference_gram(graphs, graphs, ref_dirac("c"), "dirac")
     assert_close(second, expected, 1e-12)
     assert not np.array_equal(first, second)
-    # a collected graph leaves the cache
-    size = len(kernel._paths)
+    # a collected graph takes its batch with it
+    assert len(kernel._batches) == 1
     del graphs[3]
     gc.collect()
-    assert len(kernel._paths) == size - 1
+    assert len(kernel._batches) == 0
 
 
 # --------------------------------------------------------------------------- errors
@@ -408,7 +408,10 @@ def test_scikit_learn_manners(rng):
 
 def test_auto_method_resolution(rng):
     graphs = [random_graph(rng, 5)]
-    kernel = ShortestPathKernel(backend="cpu", n_threads=1)
+    kernel = ShortestPathKernel(backend="cpu")
+    kernel(graphs)
+    assert kernel.method_ == "features"  # Dirac kernels: the explicit feature map
+    kernel = ShortestPathKernel(backend="cpu", n_threads=1, edge_kernel=EDGE["gaussian"])
     kernel(graphs)
     assert kernel.method_ == "fcsp"
     kernel.set_params(n_threads=2)(graphs)
@@ -485,7 +488,7 @@ def test_sharing_from_both_ends_computes_every_pair(rng, gpu_speed, start):
         cpu_runs[lo:hi] += 1
         time.sleep(works[lo:hi].sum() / cpu_rate)
 
-    b, record = spgk.share_from_both_ends(works, run_cpu, gpu, n_threads=4, step_seconds=0.01)
+    b, record = spgk_hybrid.share_from_both_ends(works, run_cpu, gpu, n_threads=4, step_seconds=0.01)
     gpu.join()
     assert (cpu_runs[b:] == 1).all() and (cpu_runs[:b] == 0).all()
     assert (gpu.runs[:b] >= 1).all()
@@ -511,7 +514,7 @@ def test_sharing_from_both_ends_reraises_the_cpu_side_error(rng):
         raise RuntimeError("cpu side broke")
 
     with pytest.raises(RuntimeError, match="cpu side broke"):
-        spgk.share_from_both_ends(works, broken, gpu, n_threads=2)
+        spgk_hybrid.share_from_both_ends(works, broken, gpu, n_threads=2)
     gpu.join()
 
 
@@ -560,7 +563,7 @@ def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
     assert split["gpu_seconds"] > 0  # the CPU may find the launch done before its first step
     assert_close(kernel(small, large), expected[:30, 30:], 1e-12)
     # a GPU held back 20 ms before its launch: the CPU takes the light end, the GPU the rest
-    start = spgk._GpuRunner.start_batched
+    start = spgk_gpu.GpuRunner.start_batched
     hold = [0.02]
 
     def late(self, *args, **kw):
@@ -569,7 +572,7 @@ def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
         runtime.hold_stream(self.stream, hold[0])
         return start(self, *args, **kw)
 
-    monkeypatch.setattr(spgk._GpuRunner, "start_batched", late)
+    monkeypatch.setattr(spgk_gpu.GpuRunner, "start_batched", late)
     assert_close(kernel(graphs), expected, 1e-12)
     split = kernel.hybrid_split_
     assert split["cpu_pairs"] > 2 * kernel._config()["n_threads"] and split["cpu_pairs"] + split["gpu_pairs"] == n_pairs
@@ -578,9 +581,9 @@ def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
     assert_close(kernel(graphs), expected, 1e-12)
     assert kernel.hybrid_split_["gpu_pairs"] == 0 and kernel.hybrid_split_["cpu_pairs"] == n_pairs
     # a slow CPU (every step 50 ms longer): the GPU takes nearly everything
-    monkeypatch.setattr(spgk._GpuRunner, "start_batched", start)
-    run_cpu = spgk._run_cpu
-    monkeypatch.setattr(spgk, "_run_cpu", lambda *a: (time.sleep(0.05), run_cpu(*a))[1])
+    monkeypatch.setattr(spgk_gpu.GpuRunner, "start_batched", start)
+    run_cpu = spgk_hybrid.run_cpu
+    monkeypatch.setattr(spgk_hybrid, "run_cpu", lambda *a: (time.sleep(0.05), run_cpu(*a))[1])
     assert_close(kernel(graphs), expected, 1e-12)
     split = kernel.hybrid_split_
     assert split["cpu_steps"] <= 2 and split["gpu_pairs"] >= n_pairs - 4 * kernel._config()["n_threads"]
@@ -599,7 +602,7 @@ def test_gpu_normalized_cross_matrix(rng):
 
 # --------------------------------------------------------------------------- the dense walk (cpu_walk)
 
-@pytest.mark.parametrize("method", spgk.DENSE_METHODS)
+@pytest.mark.parametrize("method", spgk_cpu.DENSE_METHODS)
 @pytest.mark.parametrize("edge", list(EDGE))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_dense_walk_matches_definition_and_the_edge_walk(rng, method, edge, dtype):
@@ -611,7 +614,7 @@ def test_dense_walk_matches_definition_and_the_edge_walk(rng, method, edge, dtyp
     spec, vertex = NODE["mixed"]
     R = reference_gram(X, Y, vertex, edge)
     values = {}
-    for walk in spgk.CPU_WALKS:
+    for walk in spgk_cpu.CPU_WALKS:
         kernel = ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE[edge], method=method, backend="cpu",
                                     n_threads=2, dtype=dtype, cpu_walk=walk)
         values[walk] = kernel(X, Y)
@@ -626,8 +629,8 @@ def test_dense_walk_forced_runs_every_dense_pair(rng, monkeypatch):
     from graphkern._cpu import spgk as cpu
     graphs = [random_graph(rng, n, p=0.3) for n in (5, 12, 20)] + [random_graph(rng, 260, p=0.02)]
     spec, vertex = NODE["discrete"]
-    batch = spgk._Batch(graphs, [spgk.shortest_path_graph(g) for g in graphs], spec)
-    offsets, dense = spgk._dense_lengths(batch, "dense")
+    batch = spgk_batch.Batch(graphs, spec, str, 2)
+    offsets, dense = spgk_cpu.dense_lengths(batch, "dense")
     assert offsets[-1] == -1 and np.all(offsets[:-1] >= 0)
     align, max_nodes, cost = cpu.dense_layout()
     assert max_nodes == 256 and align == 8
@@ -638,7 +641,7 @@ def test_dense_walk_forced_runs_every_dense_pair(rng, monkeypatch):
         D = reference_distances(graphs[g])
         D[np.arange(n), np.arange(n)] = np.inf
         assert np.array_equal(L[:, :n], D) and np.all(np.isinf(L[:, n:]))
-    auto_offsets, _ = spgk._dense_lengths(batch, "auto")
+    auto_offsets, _ = spgk_cpu.dense_lengths(batch, "auto")
     sparse = batch.n_paths < cost * batch.n_nodes * (-(-batch.n_nodes // align) * align)
     assert np.all((auto_offsets == -1) >= sparse)
     K = ShortestPathKernel(node_kernel=spec, method="openmp_out", n_threads=2, cpu_walk="dense")(graphs)

@@ -13,11 +13,11 @@ import weakref
 import numpy as np
 import pytest
 
-import graphkern.spgk as spgk
+from graphkern.spgk import batch as spgk_batch, gpu as spgk_gpu
 from graphkern import Graph
 from graphkern._cpu import spgk as cpu_spgk
 from graphkern._cuda import runtime
-from graphkern._spgk_kernels import node_features
+from graphkern.spgk.kernels import node_features
 from graphkern.graph import pack_graphs
 from graphkern.spgk import DiracEdge, DiracNode, GaussianEdge, GaussianNode, ShortestPathKernel
 from test_spgk import EDGE, NODE, assert_close, graph_zoo, random_graph, ref_dirac, ref_gaussian, reference_gram
@@ -94,9 +94,9 @@ def test_repeated_call_reuses_the_packed_batch(rng):
 def test_cache_is_bounded(rng):
     graphs = zoo(rng)
     kernel = ShortestPathKernel(node_kernel=MIXED, backend="cpu")
-    for k in range(2 * spgk._BATCH_CACHE_SIZE):
+    for k in range(2 * spgk_batch.BATCH_CACHE_SIZE):
         kernel(graphs[k:])
-    assert len(kernel._batches) == spgk._BATCH_CACHE_SIZE
+    assert len(kernel._batches) == spgk_batch.BATCH_CACHE_SIZE
 
 
 @pytest.mark.parametrize("column", ["c", "x", "v"])
@@ -130,19 +130,21 @@ def test_replaced_or_removed_label_column_is_seen(rng):
         kernel(graphs)
 
 
-def test_structure_or_weights_edited_in_place_give_fresh_values(rng):
+@pytest.mark.parametrize("method", ["openmp_out", "features"])
+def test_structure_or_weights_edited_in_place_give_fresh_values(rng, method):
     graphs = zoo(rng) + [path_graph([0, 1, 2, 3])]
-    kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu")
+    kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu", method=method)
     before = kernel(graphs)
+    cache = kernel._counts if method == "features" else kernel._batches
     # 0-1-2-3 becomes 0-2-1-3 in place: same degrees, so the same indptr
     graphs[-1].indices[:] = path_graph([0, 2, 1, 3]).indices
     after = kernel(graphs)
     assert_close(after, reference_gram(graphs, graphs, ref_dirac("c"), "dirac"), 1e-12)
-    assert kernel._batches.packed == 2 and after[-1, -1] != before[-1, -1]
+    assert cache.packed == 2 and after[-1, -1] != before[-1, -1]
     weighted = next(g for g in graphs if g.weights is not None and g.nnz)
     weighted.weights[:] += 1.0
     assert_close(kernel(graphs), reference_gram(graphs, graphs, ref_dirac("c"), "dirac"), 1e-12)
-    assert kernel._batches.packed == 3
+    assert cache.packed == 3
 
 
 def test_node_kernel_changes_give_fresh_values(rng):
@@ -186,7 +188,7 @@ def test_cache_keeps_no_graph_alive(rng):
     del graphs
     # the graphs go at once (the caches hold them weakly), and with them the entries and the batch
     assert all(r() is None for r in refs)
-    assert batch() is None and len(kernel._batches) == 0 and len(kernel._paths) == 0
+    assert batch() is None and len(kernel._batches) == 0
 
 
 # --------------------------------------------------------------------------- GPU on a fake runtime
@@ -268,7 +270,8 @@ class FakeRuntime:
         pass
 
     def Stream(self, device):
-        return type("FakeStream", (), dict(synchronize=lambda self: None, wait_event=lambda self, e: None))()
+        return type("FakeStream", (), dict(synchronize=lambda self: None, wait_event=lambda self, e: None,
+                                           query=lambda self: True))()
 
     def Event(self, device, timing=True):
         return FakeEvent(self, timing)
@@ -310,7 +313,7 @@ def fake_gpu(monkeypatch):
         monkeypatch.setattr(runtime, name, getattr(fake, name))
     monkeypatch.setattr(runtime, "require_gpu", lambda: None)
     monkeypatch.setattr(runtime, "device_count", lambda: 2)
-    monkeypatch.setattr(spgk, "_PINNED_PAIRS", [])  # no fake buffer may reach the real pool
+    monkeypatch.setattr(spgk_gpu, "_PINNED_PAIRS", [])  # no fake buffer may reach the real pool
     return fake
 
 
@@ -379,7 +382,7 @@ def test_hybrid_on_the_fake_runtime(rng, fake_gpu, monkeypatch):
 
 
 def test_long_pair_lists_are_not_kept(rng, fake_gpu, monkeypatch):
-    monkeypatch.setattr(spgk, "_PAIRS_KEPT", 10)
+    monkeypatch.setattr(spgk_batch, "_PAIRS_KEPT", 10)
     graphs = zoo(rng)
     kernel = ShortestPathKernel(node_kernel=MIXED, backend="gpu")
     first = kernel(graphs)
@@ -390,3 +393,13 @@ def test_long_pair_lists_are_not_kept(rng, fake_gpu, monkeypatch):
     kernel(small)
     pa, pb = kernel._batch(small, "X", kernel._config()).pairs()
     assert not pa.flags.writeable and not pb.flags.writeable and len(kernel._gpu[1]._plans) == 1
+
+
+def test_hybrid_runs_the_gpu_alone_when_every_pair_has_a_block(rng, fake_gpu):
+    """4 fake SMs x 2 blocks: an idle GPU starts every pair of 5 graphs at once, so the CPU takes none."""
+    graphs = zoo(rng)[:5]
+    kernel = ShortestPathKernel(node_kernel=MIXED, edge_kernel=EDGE["gaussian"], backend="hybrid", n_threads=3)
+    fake_gpu.queries, fake_gpu.busy_queries = 0, 3
+    assert_close(kernel(graphs), reference_gram(graphs, graphs, MIXED_REF, "gaussian"), 1e-12)
+    split = kernel.hybrid_split_
+    assert split["gpu_alone"] and split["cpu_pairs"] == 0 and split["gpu_pairs"] == 15

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""OpenMP kernels of the Lanczos engine for f(beta A) x on the CPU (see graphkern._expm_lanczos).
+"""OpenMP kernels of the Lanczos engine for f(beta A) x on the CPU (see graphkern.expm.lanczos).
 
 The Lanczos vectors are kept unnormalised, ``w_k = beta_{k-1} q_k``, with ``q_k = rscale_k * w_k``
 (the GPU path does the same so that one engine drives both).  A step is two passes over memory:
@@ -12,11 +12,16 @@ The Lanczos vectors are kept unnormalised, ``w_k = beta_{k-1} q_k``, with ``q_k 
 Rows are split into fixed chunks balanced on ``nnz + rows`` (``row_chunks`` in the engine), a few
 per thread, handed out dynamically: each thread gets about the same number of nonzeros, and a thread
 that the OS delays does not hold the others up for its whole share.  Partial sums are kept per chunk
-and added in chunk order, so every reduction is deterministic for a given chunking.  Vectors are float32 or float64; dot products accumulate in float64.
+and added in chunk order, so every reduction is deterministic for a given chunking.  Vectors are
+float32 or float64; dot products accumulate in float64.
+
+Around the solve: :func:`hash_words` (the matrix cache's content key), :func:`first_index_out_of_range`
+(no index outside the matrix reaches a kernel) and :func:`degree_order` (the GPU's vertex order),
+each one pass at memory speed.
 """
 
 from cython.parallel cimport prange
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.math cimport fabs
 
 import numpy as np
@@ -28,6 +33,9 @@ ctypedef fused real:
 ctypedef fused index_t:
     int32_t
     int64_t
+
+cdef enum:
+    HASH_BLOCK = 65536  # words per parallel block of the hash and index scans
 
 
 def lanczos_spmv(const index_t[::1] indptr, const int32_t[::1] indices, const real[::1] values,
@@ -111,9 +119,10 @@ def accumulate_columns(double[::1] y, const real[:, ::1] columns, const double[:
             y[i] = y[i] + acc
 
 
-def max_abs_row_sum(const index_t[::1] indptr, const double[::1] values, const int64_t[::1] chunks,
+def max_abs_row_sum(const index_t[::1] indptr, const double[::1] values, double scale, const int64_t[::1] chunks,
                     int n_threads):
-    """``max_i sum_j |a_ij|``: the infinity norm, an upper bound of the spectral norm of a symmetric A."""
+    """``max_i sum_j |scale * a_ij|``: the infinity norm of ``scale * A``, an upper bound of its spectral
+    norm for a symmetric A (``scale`` keeps the sums finite when the entries are huge)."""
     cdef Py_ssize_t n_chunks = chunks.shape[0] - 1
     cdef Py_ssize_t c
     cdef int64_t i, e
@@ -125,7 +134,7 @@ def max_abs_row_sum(const index_t[::1] indptr, const double[::1] values, const i
             for i in range(chunks[c], chunks[c + 1]):
                 s = 0.0
                 for e in range(indptr[i], indptr[i + 1]):
-                    s = s + fabs(values[e])
+                    s = s + fabs(scale * values[e])
                 if s > local:
                     local = s
             partial[c] = local
@@ -138,3 +147,132 @@ cdef double _ordered_sum(double[::1] partial) noexcept:
     for c in range(partial.shape[0]):
         s += partial[c]
     return s
+
+
+# ----------------------------------------------------------------------------- cache keys and index checks
+
+cdef inline uint64_t _mix(uint64_t h, uint64_t w) noexcept nogil:
+    h ^= w * 0x9E3779B97F4A7C15ULL
+    h = (h << 31) | (h >> 33)
+    return h * 0xC2B2AE3D27D4EB4FULL
+
+
+cdef inline uint64_t _finish(uint64_t h0, uint64_t h1, uint64_t h2, uint64_t h3) noexcept nogil:
+    cdef uint64_t h = _mix(_mix(_mix(h0, h1), h2), h3)
+    return h ^ (h >> 29)
+
+
+def hash_words(const uint64_t[::1] words, int n_threads):
+    """A 64-bit hash of ``words``, a cache key (not cryptographic).  Each block runs eight lanes of
+    ``h = (h ^ w) * K`` (K odd: every step is a bijection of h, so changing any one word always
+    changes the lane, and eight independent multiply chains keep the loop at memory speed); the
+    lanes and then the blocks are combined in order by a stronger mix."""
+    cdef int64_t n = words.shape[0]
+    cdef int64_t block = HASH_BLOCK
+    cdef Py_ssize_t parts = (n + block - 1) // block, b
+    cdef int64_t k, end, k8
+    cdef uint64_t h0, h1, h2, h3, h4, h5, h6, h7
+    cdef uint64_t K = 0x9E3779B97F4A7C15ULL
+    out_arr = np.zeros(max(parts, 1), dtype=np.uint64)
+    cdef uint64_t[::1] out = out_arr
+    cdef const uint64_t* w
+    if n:
+        w = &words[0]
+    with nogil:
+        for b in prange(parts, schedule="static", num_threads=n_threads):
+            h0 = 0x243F6A8885A308D3ULL + <uint64_t>b
+            h1 = h2 = h3 = h4 = h5 = h6 = h7 = 0x13198A2E03707344ULL
+            end = min((b + 1) * block, n)
+            k = b * block
+            k8 = k + ((end - k) // 8) * 8
+            while k < k8:
+                h0 = (h0 ^ w[k]) * K
+                h1 = (h1 ^ w[k + 1]) * K
+                h2 = (h2 ^ w[k + 2]) * K
+                h3 = (h3 ^ w[k + 3]) * K
+                h4 = (h4 ^ w[k + 4]) * K
+                h5 = (h5 ^ w[k + 5]) * K
+                h6 = (h6 ^ w[k + 6]) * K
+                h7 = (h7 ^ w[k + 7]) * K
+                k = k + 8
+            while k < end:
+                h0 = (h0 ^ w[k]) * K
+                k = k + 1
+            out[b] = _finish(_mix(_mix(h0, h1), h2), _mix(h3, h4), _mix(h5, h6), h7)
+    cdef uint64_t h = <uint64_t>n
+    for b in range(parts):
+        h = _mix(h, out[b])
+    return int(h ^ (h >> 29))
+
+
+cdef inline bint _out_of_range(const index_t* v, int64_t count, int64_t n) noexcept nogil:
+    """Whether any of ``v[:count]`` is outside ``[0, n)``: as unsigned numbers the negative ones are
+    huge, so one comparison per entry, counted without branches (a loop the compiler vectorises)."""
+    cdef uint64_t limit = <uint64_t>n
+    cdef int64_t k, outside = 0
+    if sizeof(index_t) == 4:
+        for k in range(count):
+            outside += <uint32_t>v[k] >= <uint32_t>limit
+    else:
+        for k in range(count):
+            outside += <uint64_t>v[k] >= limit
+    return outside != 0
+
+
+def first_index_out_of_range(const index_t[::1] indices, int64_t n, int n_threads):
+    """The first position whose column index is not in ``[0, n)``, or -1.  Each block takes its
+    minimum and maximum (a loop without branches, vectorised); only a block out of range is
+    searched for the position."""
+    cdef int64_t nnz = indices.shape[0]
+    cdef int64_t block = HASH_BLOCK
+    cdef Py_ssize_t parts = (nnz + block - 1) // block, b
+    cdef int64_t k
+    bad_arr = np.zeros(max(parts, 1), dtype=np.uint8)
+    cdef unsigned char[::1] bad = bad_arr
+    if nnz == 0:
+        return -1
+    cdef const index_t* idx = &indices[0]
+    with nogil:
+        for b in prange(parts, schedule="static", num_threads=n_threads):
+            bad[b] = _out_of_range(idx + b * block, min(block, nnz - b * block), n)
+    for b in range(parts):
+        if bad[b]:
+            for k in range(b * block, min((b + 1) * block, nnz)):
+                if indices[k] < 0 or indices[k] >= n:
+                    return int(k)
+    return -1
+
+
+def degree_order(const index_t[::1] indptr):
+    """The rows by decreasing degree, ties in row order (a stable counting sort, O(n + max degree)):
+    ``order`` (int32; ``order[i]`` is the old id of new row i), ``inverse`` (int32) and the row
+    pointers of the reordered matrix (int64)."""
+    cdef int64_t n = indptr.shape[0] - 1, i, d, dmax = 0, running = 0, p, c
+    for i in range(n):
+        d = indptr[i + 1] - indptr[i]
+        if d > dmax:
+            dmax = d
+    start_arr = np.zeros(dmax + 1, dtype=np.int64)
+    order_arr = np.empty(max(n, 0), dtype=np.int32)
+    inverse_arr = np.empty(max(n, 0), dtype=np.int32)
+    cdef int64_t[::1] start = start_arr
+    cdef int32_t[::1] order = order_arr
+    cdef int32_t[::1] inverse = inverse_arr
+    new_indptr_arr = np.zeros(max(n, 0) + 1, dtype=np.int64)
+    cdef int64_t[::1] new_indptr = new_indptr_arr
+    with nogil:
+        for i in range(n):
+            start[indptr[i + 1] - indptr[i]] += 1
+        for d in range(dmax, -1, -1):  # the positions of each degree, highest first
+            p = start[d]
+            for c in range(running, running + p):  # the new rows of degree d
+                new_indptr[c + 1] = new_indptr[c] + d
+            start[d] = running
+            running = running + p
+        for i in range(n):
+            d = indptr[i + 1] - indptr[i]
+            p = start[d]
+            start[d] = p + 1
+            order[p] = <int32_t>i
+            inverse[i] = <int32_t>p
+    return order_arr, inverse_arr, new_indptr_arr

@@ -1,15 +1,14 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Jaccard, Sorensen and overlap similarity of a symmetric CSR on the CPU (OpenMP over rows).
+"""Jaccard, Sorensen and overlap similarity of a symmetric CSR on the CPU (OpenMP over rows),
+and the counting pass that plans the GPU kernels.
 
 Each undirected pair {i, j} is computed once, by the row of its *owner*: the endpoint of larger
 degree (the larger index on a tie).  That row's neighbours are marked in a per-thread array
 (position in the row + 1), and the other endpoint's shorter row is scanned against the marks, so
 the pair costs exactly min(d_i, d_j) lookups; the value is then written to (i, j) and to its
-mirror (j, i), found by a binary search in the shorter row.  Measured on this machine (2 cores,
-Watts-Strogatz 100k/k=10, Barabasi-Albert 100k/m=5, Chung-Lu 200k/gamma=2.3, 1M-3M entries), in
-ms: merge of both rows per entry 31 / 114 / 5832; galloping the shorter row through the longer
-one, each pair once 16 / 50 / 702; marking row i and scanning row j per upper entry 8.8 / 9.4 /
-89; owner marking (kept) 7.5 / 9.1 / 61.  The marks cost 4 bytes x n per thread.
+mirror (j, i), found by a binary search in the shorter row.  Merging both rows per entry, or
+galloping the shorter row through the longer one, costs several times more on skewed graphs.
+The marks cost 4 bytes x n per thread.
 
 The raw intersection counts stored self-loops; the per-vertex terms of :func:`_vertex_terms`
 then give the neighbour sets of the chosen convention, the same arithmetic as the CUDA kernels
@@ -73,9 +72,10 @@ cdef inline floating smaller(floating a, floating b) noexcept nogil:
 
 
 cdef void _vertex_terms(const int64_t* indptr, const int32_t* idx, const floating* w, int64_t n,
-                        bint weighted, bint self_loops, int32_t* deg, int32_t* adj, floating* wsum,
+                        bint weighted, bint self_loops, floating unit, int32_t* deg, int32_t* adj, floating* wsum,
                         floating* selfw, int n_threads) noexcept nogil:
-    """Per-vertex terms of the neighbour-set convention (see VertexTerms in cuda_src/jaccard.cu)."""
+    """Per-vertex terms of the neighbour-set convention (see VertexTerms in cuda_src/jaccard.cu);
+    ``unit`` is the weight of a vertex in its own set where no self-loop is stored."""
     cdef int64_t i, k, a0, a1, p
     cdef int32_t stored
     cdef floating total, loop_w
@@ -97,25 +97,32 @@ cdef void _vertex_terms(const int64_t* indptr, const int32_t* idx, const floatin
                 total = total + w[k]
             loop_w = w[p] if stored else 0
             if self_loops:
-                wsum[i] = total if stored else total + 1
-                selfw[i] = 0 if stored else 1
+                wsum[i] = total if stored else total + unit
+                selfw[i] = 0 if stored else unit
             else:
                 wsum[i] = total - loop_w
                 selfw[i] = loop_w
 
 
 def similarity(const int64_t[::1] indptr, const int32_t[::1] indices, const floating[::1] weights,
-               floating[::1] out, int metric, bint weighted, bint self_loops, int n_threads):
+               floating[::1] out, int metric, bint weighted, bint self_loops, int n_threads, *,
+               double unit=1.0, progress=None, int64_t progress_rows=0):
     """Fill ``out`` (one value per stored entry) with the similarity of each entry's endpoints.
 
-    ``weights`` is ignored (and may be empty) unless ``weighted``.  Indices must be sorted
-    within rows and the pattern symmetric: the caller (graphkern/jaccard.py) checks both.
+    ``weights`` is ignored (and may be empty) unless ``weighted``; ``unit`` is a vertex's weight
+    in its own set where it has no stored self-loop (``self_loops``), 1 unless the weights were
+    scaled.  Indices must lie in range and be sorted within rows, and the pattern must be
+    symmetric: the caller checks all three.  ``progress``, a callable, receives the number of rows
+    finished after each block of about ``progress_rows`` rows (blocks end at a parallel region's
+    barrier, so they are used only when progress is asked for).
     """
     cdef int64_t n = indptr.shape[0] - 1
     cdef int64_t nnz = indices.shape[0]
     if out.shape[0] != nnz or (weighted and weights.shape[0] != nnz):
         raise ValueError("out and weights must have one value per stored entry")
     if nnz == 0:
+        if progress is not None:
+            progress(n)
         return
     cdef floating[::1] wsum = np.zeros(n if weighted else 0, dtype=np.asarray(out).dtype)
     cdef floating[::1] selfw = np.zeros(n if weighted else 0, dtype=np.asarray(out).dtype)
@@ -132,17 +139,21 @@ def similarity(const int64_t[::1] indptr, const int32_t[::1] indices, const floa
     cdef floating* res = &out[0]
     cdef floating sign = 1 if self_loops else -1
     cdef int32_t* mark = NULL
-    cdef int64_t i, j, k, q, a0, a1, b0, b1, di, dj, count
+    cdef int64_t i, j, k, q, a0, a1, b0, b1, di, dj, count, r0, r1
     cdef int32_t m
     cdef floating raw, value, w_ij
+    cdef int64_t step = n if progress is None or progress_rows <= 0 else progress_rows
 
     with nogil:
-        _vertex_terms(ip, idx, w, n, weighted, self_loops, &deg[0], &adj[0], ws, sw, n_threads)
-        with parallel(num_threads=n_threads):
+        _vertex_terms(ip, idx, w, n, weighted, self_loops, <floating>unit, &deg[0], &adj[0], ws, sw, n_threads)
+    r0 = 0
+    while r0 < n:
+        r1 = min(n, r0 + step)
+        with nogil, parallel(num_threads=n_threads):
             mark = &marks[openmp.omp_get_thread_num(), 0]
             # dynamic: a row's cost is the sum of the shorter degrees of the pairs it owns,
             # which varies by orders of magnitude between hubs and leaves
-            for i in prange(n, schedule="dynamic", chunksize=64):
+            for i in prange(r0, r1, schedule="dynamic", chunksize=64):
                 a0 = ip[i]
                 a1 = ip[i + 1]
                 di = a1 - a0
@@ -173,6 +184,78 @@ def similarity(const int64_t[::1] indptr, const int32_t[::1] indices, const floa
                             count = count + (mark[idx[q]] != 0)
                         value = <floating>count_ratio(metric, count + adj[i] + adj[j], deg[i], deg[j])
                     res[k] = value
-                    res[lower_bound(idx, b0, b1, <int32_t>i)] = value
+                    q = lower_bound(idx, b0, b1, <int32_t>i)
+                    if q < b1:  # the mirror (j, i) of a symmetric pattern; never past row j
+                        res[q] = value
                 for k in range(a0, a1):
                     mark[idx[k]] = 0
+        if progress is not None:
+            progress(r1 - r0)
+        r0 = r1
+
+
+def plan_counts(const int64_t[::1] indptr, const int32_t[::1] indices, const int32_t[::1] degrees,
+                bint work_line, int64_t block_rows, bint window, int64_t window_half, int64_t window_far,
+                int n_threads):
+    """The counts the GPU plan needs, in one parallel pass over the stored entries (two with
+    ``window``: each row's far entries first).
+
+    ``degrees`` holds the row lengths as int32 (half the bytes of ``indptr`` for the random
+    reads of the work line).  Returns ``(bad, work, off, in_block, near)``: ``bad`` the entries whose column lies outside
+    [0, n) (the other counts leave them out, and mean nothing unless ``bad`` is 0); with
+    ``work_line``, ``work`` = Σ min(d_i, d_j) over the upper entries (i < j); ``off`` the off-diagonal entries (counted only with ``block_rows`` or ``window``); with ``block_rows`` > 0, ``in_block``
+    the off-diagonal entries whose row and column fall in one block of ``block_rows`` rows; with
+    ``window``, ``near`` the off-diagonal entries with |i - j| < ``window_half`` whose two rows
+    each have at most ``window_far`` entries ``window_half`` or more away from their own index.
+    """
+    cdef int64_t n = indptr.shape[0] - 1
+    cdef int64_t i, j, k, a0, a1, di, dj, gap
+    if degrees.shape[0] != n:
+        raise ValueError("degrees must have one value per row")
+    cdef int64_t bad = 0, work = 0, off = 0, in_block = 0, near = 0
+    cdef const int64_t* ip = &indptr[0]
+    cdef const int32_t* idx = &indices[0] if indices.shape[0] else NULL
+    cdef const int32_t* deg = &degrees[0] if n else NULL
+    cdef int32_t[::1] far_counts = np.zeros(n if window else 0, dtype=np.int32)
+    cdef int32_t* far = &far_counts[0] if (window and n) else NULL
+    cdef int32_t count
+    with nogil:
+        if window:  # each row's far entries first: an entry's test reads both of its rows' counts
+            for i in prange(n, schedule="guided", num_threads=n_threads):
+                count = 0
+                for k in range(ip[i], ip[i + 1]):
+                    j = idx[k]
+                    if j - i >= window_half or i - j >= window_half:
+                        count = count + 1
+                far[i] = count
+        for i in prange(n, schedule="guided", num_threads=n_threads):
+            a0 = ip[i]
+            a1 = ip[i + 1]
+            di = a1 - a0
+            if not (window or block_rows > 0):  # the range check and the work line alone: a tight loop
+                for k in range(a0, a1):
+                    j = idx[k]
+                    if j < 0 or j >= n:
+                        bad += 1
+                    elif work_line and j > i:
+                        dj = deg[j]
+                        work += di if di < dj else dj
+                continue
+            for k in range(a0, a1):
+                j = idx[k]
+                if j < 0 or j >= n:
+                    bad += 1
+                    continue
+                if j == i:
+                    continue
+                off += 1
+                if work_line and i < j:
+                    dj = deg[j]
+                    work += di if di < dj else dj
+                if block_rows > 0 and i // block_rows == j // block_rows:
+                    in_block += 1
+                if window:
+                    gap = j - i if j > i else i - j
+                    if gap < window_half and far[i] <= window_far and far[j] <= window_far:
+                        near += 1
+    return bad, work, off, in_block, near

@@ -19,7 +19,7 @@ symmetric) and contracts it with the solution x of ``M x = b`` into the derivati
 which derivative programs and edge contractions it is given.
 """
 
-from cython.parallel cimport parallel, prange
+from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport exp, expf, sqrt
 from libc.stdint cimport int32_t, int64_t
 from libc.stdlib cimport free, malloc
@@ -358,7 +358,7 @@ cdef void gradient_pair(floating* work, int64_t stride,
     """K of one pair and its raw derivatives ``grad = [dK/dtheta of each node derivative program,
     dK/dq, y^T (A1 (x) A2 (.) E_c) x of each edge contraction c]``, all times p^2.  A contraction
     with ``cfree[c] != 0`` is ``cfree[c] y^T (D V^-1 x - b)`` (M x = b: no XMV; see
-    graphkern._mgk_gradient)."""
+    graphkern.mgk.gradient)."""
     cdef int64_t N = <int64_t>n1 * n2, i
     cdef int i1, i2, j
     cdef floating* x = work + VEC_X * stride
@@ -422,6 +422,20 @@ cdef void gradient_pair(floating* work, int64_t stride,
         grad[n_node_derivatives + 1 + j] = p2 * acc
 
 
+cdef void* work_vectors(int n_threads, int n_vectors, int64_t stride, size_t itemsize) except NULL:
+    """The CG work vectors of every thread, allocated before the parallel region so that a failed
+    allocation raises MemoryError here instead of leaving one thread out of the team."""
+    cdef double total = <double>n_threads * n_vectors * stride * itemsize
+    cdef void* buf = NULL
+    if total < 9.0e18:
+        buf = malloc(<size_t>n_threads * n_vectors * stride * itemsize)
+    if buf == NULL:
+        raise MemoryError(f"could not allocate the CG work vectors: {n_threads} threads x {n_vectors} vectors x "
+                          f"{stride} vertex pairs ({total / 2**30:.2f} GiB); use fewer threads (n_threads) or "
+                          "smaller graphs")
+    return buf
+
+
 def solve_pairs(
         const int64_t[::1] node_off1, const int64_t[::1] rowptr1, const int32_t[::1] indices1,
         const floating[::1] weights1, const floating[::1] degree1, const floating[:, ::1] nfeat1,
@@ -437,7 +451,7 @@ def solve_pairs(
         floating[::1] nodal_out, const int64_t[::1] nodal_off, bint want_nodal, int n_threads):
     """Solve every listed pair ``(pair_g1[k] of set 1, pair_g2[k] of set 2)``.
 
-    Sets are packed as in graphkern._mgk_data: ``node_off`` graph -> first vertex,
+    Sets are packed as in graphkern.mgk.data: ``node_off`` graph -> first vertex,
     ``rowptr`` global row pointers into the entries (``len = n_vertices + 1``),
     ``indices`` local column indices, feature rows per vertex / per entry.
     Writes ``k_out[k]``, ``iters_out[k]``, ``resid_out[k]`` and, when ``want_nodal``,
@@ -449,17 +463,15 @@ def solve_pairs(
     cdef double p2 = p_scale * p_scale
     cdef floating* work
     cdef floating* nodal_ptr
-    cdef int failed = 0
-    cdef int* failed_flag = &failed  # written through a pointer: a plain assignment would be thread-private
     cdef EdgeForm ek = edge_form_of(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
     cdef int64_t stride = largest_product(node_off1, node_off2, pair_g1, pair_g2)
     if n_pairs == 0:
         return
-    with nogil, parallel(num_threads=n_threads):
-        work = <floating*>malloc(N_VECTORS * stride * sizeof(floating))
-        if work == NULL:
-            failed_flag[0] = 1
-        else:
+    n_threads = <int>min(max(n_threads, 1), n_pairs)
+    cdef floating* scratch = <floating*>work_vectors(n_threads, N_VECTORS, stride, sizeof(floating))
+    try:
+        with nogil, parallel(num_threads=n_threads):
+            work = &scratch[threadid() * N_VECTORS * stride]
             for k in prange(n_pairs, schedule="dynamic"):
                 g1 = pair_g1[k]
                 g2 = pair_g2[k]
@@ -473,9 +485,8 @@ def solve_pairs(
                            &nfeat2[o2, 0], fv2, &efeat2[0, 0], fe2,
                            &ncode[0], &nparam[0], &ek, &ecode[0], &eparam[0], <floating>q, tol, max_iter, p2,
                            &k_out[k], &iters_out[k], &resid_out[k], nodal_ptr)
-            free(work)
-    if failed:
-        raise MemoryError(f"could not allocate the CG work vectors ({N_VECTORS} x {stride} values per thread)")
+    finally:
+        free(scratch)
 
 
 def solve_pairs_gradient(
@@ -513,8 +524,7 @@ def solve_pairs_gradient(
     cdef double p2 = p_scale * p_scale
     cdef EdgeForm* cforms
     cdef floating* work
-    cdef int failed = 0
-    cdef int* failed_flag = &failed  # written through a pointer: a plain assignment would be thread-private
+    cdef floating* scratch
     cdef EdgeForm ek = edge_form_of(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
     cdef int64_t stride = largest_product(node_off1, node_off2, pair_g1, pair_g2)
     if grad_out.shape[0] != n_pairs or grad_out.shape[1] != n_node_derivatives + 1 + n_contractions:
@@ -529,12 +539,12 @@ def solve_pairs_gradient(
     for c in range(n_contractions):
         cforms[c] = edge_form_of(cform[c], 1.0, ctheta[c], caux[c], cslot[c])
     cdef const double* cfree_ptr = &cfree[0] if n_contractions else NULL
+    n_threads = <int>min(max(n_threads, 1), n_pairs)
     try:
-        with nogil, parallel(num_threads=n_threads):
-            work = <floating*>malloc(N_GRADIENT_VECTORS * stride * sizeof(floating))
-            if work == NULL:
-                failed_flag[0] = 1
-            else:
+        scratch = <floating*>work_vectors(n_threads, N_GRADIENT_VECTORS, stride, sizeof(floating))
+        try:
+            with nogil, parallel(num_threads=n_threads):
+                work = &scratch[threadid() * N_GRADIENT_VECTORS * stride]
                 for k in prange(n_pairs, schedule="dynamic"):
                     g1 = pair_g1[k]
                     g2 = pair_g2[k]
@@ -551,8 +561,7 @@ def solve_pairs_gradient(
                                   cfree_ptr, &k_out[k], &iters_out[k], &resid_out[k], &adj_iters_out[k],
                                   &adj_resid_out[k],
                                   &grad_out[k, 0])
-                free(work)
+        finally:
+            free(scratch)
     finally:
         free(cforms)
-    if failed:
-        raise MemoryError(f"could not allocate the CG work vectors ({N_GRADIENT_VECTORS} x {stride} values per thread)")

@@ -53,9 +53,9 @@ cdef extern from "spgk_dense.h" nogil:
 cdef enum:
     DENSE_ALIGN = 8
     DENSE_MAX_NODES = 256
-# An entry of the dense walk costs this many path pairs of the edge walk (auto): measured 0.10-0.13
-# with AVX-512 and 0.19-0.23 with AVX2 (AMD EPYC, one thread: complete graphs of 10 and 50
-# vertices, Dirac and Brownian).  graphkern.spgk reads it from dense_layout().
+# An entry of the dense walk costs about this many path pairs of the edge walk (auto's threshold,
+# the AVX2 figure rounded up, so AVX-512 is on the safe side too); graphkern.spgk reads it from
+# dense_layout().  The measurements are in the spgk benchmark (fcsp_dense against fcsp).
 cdef double DENSE_COST = 0.25
 
 # walk modes of kernel_pairs
@@ -77,10 +77,9 @@ def dense_isa():
 
 
 def dense_auto():
-    """Whether walk mode auto may take the dense walk here: with AVX2 or AVX-512.  Complete graphs
-    of 50 vertices, one thread (AMD EPYC): the edge walk 0.52 ns per path pair, the dense walk 0.14
-    with AVX-512, 0.23 with AVX2 and 0.72 with the baseline copy, so without AVX2 auto keeps the
-    edge walk; "dense" runs any copy."""
+    """Whether walk mode auto may take the dense walk here: with AVX2 or AVX-512.  The baseline copy
+    is correct but slower than the edge walk, so without AVX2 auto keeps the edge walk; "dense"
+    runs any copy."""
     return gk_dense_level() >= 1
 
 
@@ -104,7 +103,7 @@ ctypedef fused floating:
     float
     double
 
-# codes shared with graphkern/_spgk_kernels.py
+# codes shared with graphkern/spgk/kernels.py
 cdef enum:
     EDGE_DIRAC = 0
     EDGE_GAUSSIAN = 1

@@ -15,8 +15,11 @@ import pkgutil
 import platform
 import sys
 import time
+import traceback
 
+from graphkern.bench import report
 from graphkern.bench import suites as suites_pkg
+from graphkern.bench.report import WIDTH, print_table  # noqa: F401  (suites import it from here)
 
 
 class Progress:
@@ -66,7 +69,8 @@ class Context:
         return bool(self.system.get("gpus"))
 
     def log(self, *args):
-        print(*args, flush=True)
+        """Print a line, wrapped at the table width unless --wide."""
+        report.say(*args)
 
 
 def discover_suites():
@@ -130,59 +134,135 @@ def print_header(info):
 
 def build_parser(suites):
     p = argparse.ArgumentParser(prog="graphkern-bench", description=__doc__.splitlines()[0])
-    p.add_argument("--json", metavar="FILE", help="write system info and every result row to FILE")
-    p.add_argument("--quick", action="store_true", help="small inputs, few repeats (seconds per suite)")
-    p.add_argument("--repeat", type=int, default=None, help="timed repeats per measurement")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    common = [
+        (("--json",), dict(metavar="FILE", help="write system info and every result row to FILE")),
+        (("--quick",), dict(action="store_true", help="small inputs, few repeats (seconds per suite)")),
+        (("--repeat",), dict(type=int, help="timed repeats per measurement")),
+        (("--no-progress",), dict(action="store_true", help="no progress bars")),
+        (("--wide",), dict(action="store_true", help=f"every column, lines longer than {WIDTH} characters")),
+        (("--plot",), dict(metavar="DIR", help="write PNG figures to DIR (needs matplotlib)")),
+    ]
+    for flags, kw in common:
+        p.add_argument(*flags, default=False if kw.get("action") == "store_true" else None, **kw)
+    p.add_argument("--figures-from", nargs="+", metavar="JSON",
+                   help="run nothing: draw the figures (--plot DIR) of these --json files, runs of one card merged")
     sub = p.add_subparsers(dest="suite", metavar="SUITE")
     for name, mod in suites.items():
         sp = sub.add_parser(name, help=getattr(mod, "HELP", ""))
-        sp.add_argument("--json", metavar="FILE", default=argparse.SUPPRESS)
-        sp.add_argument("--quick", action="store_true", default=argparse.SUPPRESS)
-        sp.add_argument("--repeat", type=int, default=argparse.SUPPRESS)
-        sp.add_argument("--no-progress", action="store_true", default=argparse.SUPPRESS)
+        for flags, kw in common:
+            sp.add_argument(*flags, default=argparse.SUPPRESS, **kw)
         mod.add_arguments(sp)
     return p
 
 
 def main(argv=None):
+    """Run the chosen suite (or every suite's quick run); exit 1 only if graphkern failed or was wrong."""
     suites = discover_suites()
     parser = build_parser(suites)
     args = parser.parse_args(argv)
+    if args.figures_from:
+        return _figures_from(args.figures_from, args.plot or parser.error("--figures-from needs --plot DIR"))
+    report.set_wide(args.wide)
+    report.reset()
+    t_start = time.perf_counter()
     info = system_info()
     print_header(info)
     progress = Progress(enabled=not args.no_progress and sys.stderr.isatty())
     results = {"system": info, "suites": {}}
     if args.suite is None:
-        # the default job: every suite's quick version on built-in generated data
+        # the main job: every suite's quick run on built-in data
         chosen = list(suites)
         args.quick = True
     else:
         chosen = [args.suite]
     ctx = Context(quick=args.quick, progress=progress, system=info, repeat=args.repeat)
-    status = 0
+    crashed = []
     for name in chosen:
         mod = suites[name]
-        if args.suite is None:
-            sub_args = parser.parse_args([name] + (["--quick"] if args.quick else []))
-        else:
-            sub_args = args
+        sub_args = parser.parse_args([name] + (["--quick"] if args.quick else [])) if args.suite is None else args
         print(f"== {name} ==", flush=True)
         t0 = time.perf_counter()
         try:
             rows = mod.run(sub_args, ctx)
-        except Exception as exc:  # one suite's failure must not hide the others' results
-            import traceback
+        except Exception as exc:  # graphkern itself crashed: report it, run the other suites, exit 1
             traceback.print_exc()
-            rows = [{"error": f"{type(exc).__name__}: {exc}"}]
-            status = 1
+            rows = [{"kind": "crashed", "error": report.error_text(exc)}]
+            crashed.append(f"{name}: {report.error_text(exc)}")
         results["suites"][name] = {"rows": rows, "seconds": time.perf_counter() - t0}
         print(flush=True)
+    total = time.perf_counter() - t_start
+    print_summary(results, total, crashed)
+    results["total_seconds"] = total
+    results["wrong_answers"] = report.wrong_answers()
+    _copy_bandwidths(info)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1, default=_jsonable)
         print(f"results written to {args.json}")
-    return status
+    if args.plot:
+        from graphkern.bench.plots import write_plots
+
+        for path in write_plots(results, args.plot):
+            print(f"figure written to {path}")
+    return 1 if crashed or report.wrong_answers() else 0
+
+
+def _copy_bandwidths(info):
+    """The copy bandwidths the bandwidth figures compare with: the device's on a GPU, the host's always."""
+    from graphkern.bench.timing import device_copy_bandwidth, host_copy_bandwidth
+
+    if info["gpus"]:
+        try:
+            info["device_copy_bandwidth"] = device_copy_bandwidth()
+        except Exception as exc:  # the figure goes without the line, and says why
+            print(f"device copy bandwidth not measured: {report.failure_text(exc)}")
+    info["host_copy_bandwidth"] = host_copy_bandwidth()
+
+
+def _figures_from(paths, directory):
+    """The figures of several JSON results (one card), each suite's rows concatenated."""
+    from graphkern.bench.plots import write_plots
+
+    merged = {"system": {}, "suites": {}}
+    for path in paths:
+        with open(path) as fh:
+            res = json.load(fh)
+        merged["system"].update({k: v for k, v in res["system"].items() if v is not None})
+        for name, suite in res["suites"].items():
+            merged["suites"].setdefault(name, {"rows": [], "seconds": 0.0})
+            merged["suites"][name]["rows"] += suite["rows"]
+    for path in write_plots(merged, directory):
+        print(f"figure written to {path}")
+    return 0
+
+
+def print_summary(results, total, crashed):
+    """One line per suite (headline ratio against its best peer, verdict counts), then the totals."""
+    lines, counts = [], {"PASS": 0, "MISS": 0, "info": 0}
+    for name, res in results["suites"].items():
+        rows = res["rows"]
+        verdicts = [r.get("verdict") for r in rows if r.get("kind") == "target"]
+        for v in verdicts:
+            if v in counts:
+                counts[v] += 1
+        head = next((r for r in rows if r.get("kind") == "headline"), None)
+        crash = next((r for r in rows if r.get("kind") == "crashed"), None)
+        if crash is not None:
+            headline = "graphkern crashed: " + crash["error"]
+        elif head is None:
+            headline = "no peer timed in this suite"
+        else:
+            headline = (f"{head['what']}: {'est ' if head.get('estimated') else ''}{head['ratio']:.3g}x "
+                        f"{head['peer']}" if head.get("ratio") else f"{head['what']}: {head.get('note', '-')}")
+        lines.append({"suite": name, "seconds": res["seconds"], "headline": headline,
+                      "verdicts": " ".join(f"{v.count(k)} {k}" for k in ("PASS", "MISS", "info")
+                                           for v in [verdicts] if v.count(k)) or "-"})
+    print_table(lines, [("suite", "suite"), ("seconds", "time s", "{:.1f}"), ("verdicts", "verdicts"),
+                        ("headline", "graphkern against its best peer (ratio = peer time / graphkern time)")],
+                title="summary")
+    print(f"total: {counts['PASS']} PASS, {counts['MISS']} MISS, {counts['info']} info; {total:.1f} s"
+          + (f"; graphkern crashed in: {'; '.join(crashed)}" if crashed else "")
+          + (f"; wrong answers: {len(report.wrong_answers())}" if report.wrong_answers() else ""), flush=True)
 
 
 def _jsonable(obj):
@@ -192,26 +272,3 @@ def _jsonable(obj):
     if isinstance(obj, np.ndarray):
         return obj.tolist()
     return str(obj)
-
-
-def print_table(rows, columns, *, title=None):
-    """Print ``rows`` (dicts) as an aligned table of ``columns`` (key or (key, header, fmt))."""
-    cols = [(c, c, "{}") if isinstance(c, str) else (c + ("{}",))[:3] for c in columns]
-    cells = [[h for _, h, _ in cols]]
-    for r in rows:
-        line = []
-        for key, _, fmt in cols:
-            v = r.get(key, "")
-            try:
-                line.append(fmt.format(v) if v != "" and v is not None else "-")
-            except (ValueError, TypeError):
-                line.append(str(v))
-        cells.append(line)
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
-    if title:
-        print(title)
-    for k, row in enumerate(cells):
-        print("  ".join(s.rjust(w) if k else s.ljust(w) for s, w in zip(row, widths)))
-        if k == 0:
-            print("  ".join("-" * w for w in widths))
-    sys.stdout.flush()

@@ -97,3 +97,28 @@ def time_gpu(fn, stream, *, repeat=10, warmup=2, max_seconds=None):
 def scaled_estimate(timing, factor):
     """A timing measured on a subset, scaled up by ``factor`` and marked as estimated."""
     return Timing([x * factor for x in timing.times], estimated=True)
+
+
+def device_copy_bandwidth(device=0):
+    """Device-to-device copy bandwidth of ``device`` (bytes read + written per second)."""
+    import numpy as np
+
+    from graphkern._cuda import runtime as rt
+
+    dev = rt.get_device(device)
+    nbytes = min(1 << 30, dev.memory_info()[0] // 8)
+    src, dst = rt.alloc(dev, nbytes, np.uint8), rt.alloc(dev, nbytes, np.uint8)
+    src.memset32(0x3F800000)
+    stream = rt.Stream(dev)
+    timing = time_gpu(lambda: dst.copy_from_device(src, nbytes, stream), stream, repeat=10)
+    return 2 * nbytes / timing.median
+
+
+def host_copy_bandwidth(nbytes=1 << 27):
+    """Host memcpy bandwidth of one ``nbytes`` copy (bytes read + written per second)."""
+    import numpy as np
+
+    src = np.ones(nbytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    timing = time_cpu(lambda: np.copyto(dst, src), repeat=5, warmup=1)
+    return 2 * nbytes / timing.min

@@ -13,7 +13,7 @@ Datasets (the FCSP paper's synthetic sets and a molecular one):
   (``graphkern.bench.data``).
 
 The paper's CPU algorithms (naive, fcsp, openmp_in, openmp_out) run its walk over both
-graphs' path arrays (``cpu_walk="edges"``), and the issue's ratios against sequential FCSP
+graphs' path arrays (``cpu_walk="edges"``), and the targets' ratios against sequential FCSP
 use that walk; ``fcsp_dense`` and ``openmp_out_dense`` are the same schedules with the dense
 walk (``cpu_walk="dense"``: one graph's lengths as a matrix whose rows run 4-8 doubles wide),
 and the hybrid's CPU side uses the default ``cpu_walk="auto"``.
@@ -42,7 +42,8 @@ import time
 
 import numpy as np
 
-from graphkern.bench.cli import print_table
+from graphkern.bench.report import (USER_CALL_COLUMNS, USER_CALL_LEGEND, Target, failure_text, in_ms, print_table,
+                                    print_targets, say, user_call_figures)
 from graphkern.bench.timing import Timing, scaled_estimate, time_cpu
 
 NAME = "spgk"
@@ -52,6 +53,18 @@ CPU_ROWS = ("naive", "fcsp", "openmp_in", "openmp_out")
 DENSE_ROWS = ("fcsp_dense", "openmp_out_dense")
 GPU_ROWS = ("gpu_1d", "gpu_2d", "gpu_1d_overlap", "gpu_2d_overlap", "gpu_batched", "hybrid")
 SIGMA = 1.0
+FULL = "256 complete graphs of 50 vertices; the mixed set 180x10 + 76x50"
+TARGETS = {
+    "naive": Target("sequential FCSP ≥ 50x the naive algorithm on complete graphs of 50 vertices", ">=", 50,
+                    gpu=None, cores=1, sizes=FULL),
+    "gpu_fcsp": Target("best GPU method ≥ 100x sequential FCSP on complete graphs of 50 vertices", ">=", 100,
+                       sizes=FULL),
+    "grakel": Target("graphkern ≥ 1000x GraKeL ShortestPathAttr on complete graphs of 50 vertices", ">=", 1000,
+                     sizes=FULL),
+    "hybrid": Target("hybrid faster than every single backend on the mixed set", ">=", 1, sizes=FULL),
+    "first_warm": Target("first call ≤ 2x the warm call on ≥ 250 molecules", "<=", 2,
+                         sizes="≥ 250 molecules"),
+}
 # bond lengths are 1.0-1.6 Angstrom: paths within half an Angstrom of each other still match a little
 BROWNIAN_C = 0.5
 
@@ -72,7 +85,11 @@ def add_arguments(parser):
                         help="time only these algorithms")
     parser.add_argument("--no-peers", action="store_true", help="skip GraKeL")
     parser.add_argument("--datasets", nargs="+", default=None, metavar="NAME",
-                        help="only these datasets (complete-N, mixed, molecules-bonds, molecules-3d)")
+                        help="only these datasets (complete-N, mixed, molecules-bonds, molecules-3d, scaling)")
+    parser.add_argument("--scaling", type=lambda s: [int(x) for x in s.split(",")], default=None, metavar="N,N",
+                        help="molecule counts of the scaling table (default 100,1000,10000,100000; --quick: 100,1000)")
+    parser.add_argument("--scaling-budget", type=float, default=60.0,
+                        help="seconds a scaling-table call may be predicted to take and still run (default 60)")
 
 
 # --------------------------------------------------------------------------- datasets
@@ -262,8 +279,12 @@ def _grakel_runner(peer, dataset):
 
 # --------------------------------------------------------------------------- the suite
 
+# --quick times the methods the targets and the headline compare; --methods picks any
+QUICK_METHODS = ("naive", "fcsp", "fcsp_dense", "openmp_out_dense", "gpu_batched", "hybrid")
+
+
 def _methods(args, ctx):
-    chosen = args.methods or list(CPU_ROWS + DENSE_ROWS + GPU_ROWS)
+    chosen = args.methods or list(QUICK_METHODS if ctx.quick else CPU_ROWS + DENSE_ROWS + GPU_ROWS)
     return ([m for m in chosen if m not in GPU_ROWS or ctx.gpu],
             [m for m in chosen if m in GPU_ROWS and not ctx.gpu])
 
@@ -290,21 +311,26 @@ def run(args, ctx):
     methods, no_gpu = _methods(args, ctx)
     rows = []
     if no_gpu:
-        print(f"GPU rows skipped ({', '.join(no_gpu)}): {ctx.system.get('gpu_unavailable_reason') or 'no GPU'}")
+        say(f"GPU rows skipped ({', '.join(no_gpu)}): {ctx.system.get('gpu_unavailable_reason') or 'no GPU'}")
     for ds in _datasets(args, ctx):
         rows += _run_dataset(ds, methods, budget, repeat, threads, args, ctx)
-    _print_tables(rows)
-    rows += _targets(rows, ctx)
-    return rows
+    if rows:
+        _print_tables(rows)
+        rows += _targets(rows, ctx)
+    if not args.datasets or "scaling" in args.datasets:
+        from graphkern.bench.suites._spgk_scaling import scaling_table
+
+        rows += scaling_table(args, ctx, _grakel_runner)
+    return rows + headline(rows) + points(rows)
 
 
 def _run_dataset(ds, methods, budget, repeat, threads, args, ctx):
     graphs = ds["graphs"]
     n = len(graphs)
     timer = _Budget(graphs, budget, repeat)
-    header = dict(dataset=ds["name"], graphs=n, pairs=n * (n + 1) // 2)
-    print(f"{ds['name']}: {ds['about']}", flush=True)
-    rows = []
+    header = dict(dataset=ds["name"], graphs=n, pairs=n * (n + 1) // 2, work=timer.total)
+    say(f"{ds['name']}: {ds['about']}")
+    rows = [_user_call(ds, header, repeat, ctx.quick)]
     # the shortest paths, once per graph (every kernel object caches them)
     t0 = time.perf_counter()
     from graphkern.spgk import shortest_path_graph
@@ -316,9 +342,8 @@ def _run_dataset(ds, methods, budget, repeat, threads, args, ctx):
         kernel = _kernel_for(method, ds["kernel"], threads)
         try:
             timing, used = timer.measure(kernel)
-        except Exception as exc:  # one method's failure must not hide the others
-            rows.append(dict(header, method=method, error=f"{type(exc).__name__}: {exc}"))
-            print(f"  {method}: FAILED {type(exc).__name__}: {exc}", flush=True)
+        except Exception as exc:  # one method's failure is a row; the others still run
+            rows.append(dict(header, method=method, error=failure_text(exc)))
             continue
         row = dict(header, method=method, backend=_backend(method), seconds=timing.median,
                    estimated=timing.estimated, graphs_timed=used)
@@ -337,13 +362,49 @@ def _run_dataset(ds, methods, budget, repeat, threads, args, ctx):
             rows.append(dict(header, method=name, skipped=reason))
         else:
             gram, work, rate = peer
-            timing, used = _Budget(graphs, budget, 1, work=work).measure(gram, probe=1, rate=rate)
+            try:
+                timing, used = _Budget(graphs, budget, 1, work=work).measure(gram, probe=1, rate=rate)
+            except Exception as exc:  # a peer's failure is a row, not the end of the suite
+                rows.append(dict(header, method=name, backend="peer", error=failure_text(exc)))
+                _print_dataset(ds, rows)
+                return rows
             rows.append(dict(header, method=name, backend="peer", seconds=timing.median,
                              estimated=timing.estimated, graphs_timed=used,
                              **({"note": "from its time per loop iteration on 8-vertex graphs"} if used == 0
                                 else {})))
     _print_dataset(ds, rows)
     return rows
+
+
+def _fresh(g):
+    """A new Graph with copies of ``g``'s arrays: nothing cached on it, as a user's freshly read graph."""
+    from graphkern import Graph
+
+    return Graph(g.indptr.copy(), g.indices.copy(), None if g.weights is None else g.weights.copy(),
+                 node_labels={k: np.array(v) for k, v in g.node_labels.items()},
+                 edge_labels={k: np.array(v) for k, v in g.edge_labels.items()})
+
+
+def _user_call(ds, header, repeat, quick):
+    """``ShortestPathKernel(...)(graphs)`` with default options: first calls (each a fresh object on fresh
+    graphs; the median of three in a full run) and warm calls."""
+    from graphkern.spgk import ShortestPathKernel
+
+    firsts = []
+    for _ in range(1 if quick else 3):
+        graphs = [_fresh(g) for g in ds["graphs"]]
+        kernel = ShortestPathKernel(**ds["kernel"])
+        t0 = time.perf_counter()
+        kernel(graphs)
+        firsts.append(time.perf_counter() - t0)
+    first = float(np.median(firsts))
+    warm = time_cpu(lambda: kernel(graphs), repeat=repeat, warmup=0, max_seconds=5)
+    split = getattr(kernel, "hybrid_split_", None)
+    kernel_s = split.get("gpu_seconds") if split and not split.get("cpu_pairs") else None
+    return dict(header, method="user call", backend=getattr(kernel, "backend_", "default"), seconds=warm.median,
+                estimated=False, graphs_timed=len(graphs), repeats=len(warm.times), first_repeats=len(firsts),
+                note="" if kernel_s else "kernel time not exposed by ShortestPathKernel on this backend",
+                **user_call_figures(first, warm.median, kernel_s))
 
 
 def _backend(method):
@@ -360,7 +421,7 @@ def _seconds(rows, dataset, method):
 def _fmt_time(seconds, estimated):
     if seconds is None:
         return "-"
-    return ("~" if estimated else "") + (f"{seconds:.3f}" if seconds >= 0.01 else f"{seconds * 1e3:.3f} ms")
+    return ("est " if estimated else "") + f"{seconds * 1e3:.4g}"
 
 
 def _print_dataset(ds, rows):
@@ -374,11 +435,17 @@ def _print_dataset(ds, rows):
             if fcsp and r["method"] not in ("shortest paths",):
                 line["vs_fcsp"] = _ratio(fcsp, r["seconds"])
         else:
-            line["time"] = "skipped: " + r.get("skipped", r.get("error", ""))
+            line["note"] = r["error"] if "error" in r else "skipped: " + r.get("skipped", "")
         table.append(line)
-    print_table(table, ["method", "backend", ("time", "seconds (~ estimated)"), ("graphs_timed", "graphs timed"),
-                        ("vs_fcsp", "speed-up over fcsp"), "note"],
-                title=f"{ds['name']}: {rows[0]['graphs']} graphs, {rows[0]['pairs']} pairs")
+    user = [in_ms(r, "first", "warm", "kernel") for r in rows if "first_s" in r]
+    print_table(user, [("backend", "ShortestPathKernel(...)(graphs)")] + USER_CALL_COLUMNS + [("note", "note")],
+                title=f"{ds['name']}: {rows[0]['graphs']} graphs, {rows[0]['pairs']} pairs — the user's call",
+                legend=USER_CALL_LEGEND)
+    print_table(table[1:], ["method", "backend", ("time", "time ms"), ("graphs_timed", "graphs timed"),
+                            ("vs_fcsp", "x fcsp"), "note"],
+                title=f"{ds['name']}: every method (shortest paths cached)",
+                legend="est: timed on a subset of the graphs (or GraKeL's time per loop iteration) and scaled to "
+                       "the set, never judged; x fcsp: sequential FCSP's time / this time")
     print(flush=True)
 
 
@@ -395,7 +462,7 @@ def _print_tables(rows):
         naive, e1 = _seconds(rows, d, "naive")
         fcsp, e2 = _seconds(rows, d, "fcsp")
         table.append(dict(dataset=d, naive=_fmt_time(naive, e1), fcsp=_fmt_time(fcsp, e2), ratio=ratio(naive, fcsp)))
-    print_table(table, ["dataset", ("naive", "naive s"), ("fcsp", "fcsp s"), ("ratio", "naive / fcsp")],
+    print_table(table, ["dataset", ("naive", "naive ms"), ("fcsp", "fcsp ms"), ("ratio", "naive / fcsp")],
                 title="FCSP over naive (sequential, one thread)")
     print()
     # every parallel variant over sequential FCSP
@@ -411,10 +478,10 @@ def _print_tables(rows):
         hybrid, _ = _seconds(rows, "mixed", "hybrid")
         table = []
         for r in rows:
-            if r.get("dataset") == "mixed" and "seconds" in r and r["method"] not in ("shortest paths", "hybrid"):
+            if r.get("dataset") == "mixed" and "seconds" in r and r["method"] not in ("shortest paths", "hybrid", "user call"):
                 table.append(dict(method=r["method"], time=_fmt_time(r["seconds"], r["estimated"]),
                                   hybrid_speedup=ratio(r["seconds"], hybrid)))
-        print_table(table, ["method", ("time", "seconds"), ("hybrid_speedup", "this / hybrid")],
+        print_table(table, ["method", ("time", "time ms"), ("hybrid_speedup", "this / hybrid")],
                     title="hybrid against the others on the mixed set"
                           + ("" if hybrid else " (no hybrid row: needs a GPU)"))
         print()
@@ -429,37 +496,61 @@ def _targets(rows, ctx):
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     largest = max((d for d in datasets if d.startswith("complete-")), key=lambda d: int(d.split("-")[1]),
                   default=None)
-    checks = []
+    full = not ctx.quick
+    out = []
 
-    def check(name, value, goal, note=""):
-        if value is None:
-            checks.append(dict(target=name, measured="-", goal=goal, verdict="n/a", note=note))
-        else:
-            checks.append(dict(target=name, measured=f"{value:.1f}x", goal=goal,
-                               verdict="PASS" if value >= float(goal.strip(">=x ")) else "MISS", note=note))
+    def judge(key, num, den, detail, estimated=False, repeats=3, size_ok=True):
+        value = num / den if num and den else None
+        out.append(TARGETS[key].judge(value, ctx, estimated=estimated, repeats=repeats, detail=detail,
+                                      full_size=full and size_ok))
 
     if largest:
+        size_ok = largest == "complete-50"
         naive, e_naive = _seconds(rows, largest, "naive")
         fcsp, e_fcsp = _seconds(rows, largest, "fcsp")
-        check(f"sequential FCSP over naive ({largest})", naive / fcsp if naive and fcsp else None, ">= 50x",
-              "naive estimated from a subset" if e_naive else "")
-        gpu, name, _ = _best(rows, largest, GPU_ROWS[:-1])
-        check(f"best GPU over sequential FCSP ({largest})", fcsp / gpu if gpu and fcsp else None, ">= 100x",
-              f"best: {name}" + ("; fcsp estimated" if e_fcsp else "") if gpu else "needs a GPU")
-        ours, ours_name, _ = _best(rows, largest, CPU_ROWS[1:] + DENSE_ROWS + GPU_ROWS)
+        judge("naive", naive, fcsp, largest, e_naive or e_fcsp, size_ok=size_ok)
+        gpu, name, e_gpu = _best(rows, largest, GPU_ROWS[:-1])
+        judge("gpu_fcsp", fcsp, gpu, f"{largest}: {name}" if gpu else "needs a GPU", e_fcsp or e_gpu, size_ok=size_ok)
+        ours, ours_name, e_ours = _best(rows, largest, CPU_ROWS[1:] + DENSE_ROWS + GPU_ROWS)
         peer, e_peer = _seconds(rows, largest, "GraKeL ShortestPathAttr")
-        check(f"over GraKeL ShortestPathAttr ({largest})", peer / ours if peer and ours else None, ">= 1000x",
-              (f"ours: {ours_name}" + ("; GraKeL estimated from a subset" if e_peer else "")) if peer
-              else "GraKeL not measured")
+        judge("grakel", peer, ours, f"{largest}: {ours_name}", e_peer or e_ours, size_ok=size_ok)
     if "mixed" in datasets:
-        hybrid, _ = _seconds(rows, "mixed", "hybrid")
-        other, other_name, _ = _best(rows, "mixed", CPU_ROWS[1:] + DENSE_ROWS + GPU_ROWS[:-1])
-        value = other / hybrid if hybrid and other else None
-        checks.append(dict(target="hybrid the fastest on the mixed set",
-                           measured=f"{value:.2f}x the next best ({other_name})" if value else "-",
-                           goal="> 1x", verdict="n/a" if value is None else ("PASS" if value > 1 else "MISS"),
-                           note="" if value else "needs a GPU"))
-    where = "this machine" + ("" if ctx.gpu else " (no GPU)")
-    print_table(checks, ["target", "measured", "goal", "verdict", "note"],
-                title=f"targets (set for 16 cores + one H100; measured on {where})")
-    return [dict(kind="target", **c) for c in checks]
+        hybrid, e_h = _seconds(rows, "mixed", "hybrid")
+        other, other_name, e_o = _best(rows, "mixed", CPU_ROWS[1:] + DENSE_ROWS + GPU_ROWS[:-1])
+        judge("hybrid", other, hybrid, f"next best: {other_name}" if hybrid else "needs a GPU", e_h or e_o)
+    for r in rows:
+        if r.get("method") == "user call" and r["dataset"] == "molecules-bonds":
+            judge("first_warm", r["first_s"], r["warm_s"], "", repeats=r["first_repeats"],
+                  size_ok=r["graphs"] >= 250)
+    print_targets(out, title="targets (set for one H100-class GPU and 16 cores)")
+    return out
+
+
+def headline(rows):
+    """graphkern's fastest method against GraKeL on the largest set where both ran."""
+    best = None
+    for d in dict.fromkeys(r["dataset"] for r in rows if "dataset" in r):
+        peer, e_peer = _seconds(rows, d, "GraKeL ShortestPathAttr")
+        if peer is None:
+            peer, e_peer = _seconds(rows, d, "GraKeL ShortestPath")
+        ours, name, e_ours = _best(rows, d, CPU_ROWS[1:] + DENSE_ROWS + GPU_ROWS)
+        if peer and ours:
+            pairs = next(r["pairs"] for r in rows if r.get("dataset") == d)
+            cand = {"kind": "headline", "what": f"spgk {name}, {d}", "ratio": peer / ours, "peer": "GraKeL",
+                    "estimated": e_peer or e_ours, "pairs": pairs}
+            if best is None or (not cand["estimated"], pairs) >= (not best["estimated"], best["pairs"]):
+                best = cand
+    return [best] if best else []
+
+
+def points(rows):
+    """Time against the work of the whole Gram matrix (Σ over pairs of the path-array products)."""
+    out = []
+    for r in rows:
+        if r.get("seconds") and r.get("method") not in ("shortest paths",) and r.get("work"):
+            series = {"peer": r["method"]}.get(r.get("backend"), f"graphkern {r.get('backend')} {r['method']}")
+            if r["method"] == "user call":
+                series = "graphkern user call"
+            out.append({"kind": "point", "series": series, "size": r["work"], "seconds": r["seconds"],
+                        "estimated": r.get("estimated", False), "size_label": "pair work", "graph": r["dataset"]})
+    return out

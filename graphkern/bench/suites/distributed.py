@@ -1,0 +1,128 @@
+"""graphkern.distributed.gram on a local cluster: tiles/s and pairs/s for 1, 2, ... workers.
+
+The marginalized kernel (element and bond-order Kronecker deltas, h=0.5, q=0.05, float32) on the
+packaged 1000 NCI molecules repeated (as distinct Graph objects) to ``--molecules`` (default
+4000, 8 million pairs).  With GPUs: one worker per GPU for 1, 2, ... of them, against the
+in-process kernel on one GPU and on the same GPUs (``device=[0, 1, ...]``, its tiled multi-GPU
+solver).  Without: CPU workers of one thread each against the in-process kernel with as many
+OpenMP threads (``--quick``: 120 molecules, seconds).
+
+Each time is one ``gram`` call on a started cluster, graphs on the host: scattering the graphs,
+packing them on every worker, the tiles, gathering the matrix; the cluster's start is shown on
+its own.  The in-process time is the first call on a fresh kernel (packing included).
+Per-tile overhead = (workers x wall time - the tiles' kernel seconds) / tiles.  ``bit-equal``
+compares with the row's in-process run: on several GPUs that is the tiled multi-GPU solver, whose
+rounding differs from the one-GPU solvers each worker runs, so there it is expected False.
+Targets: 2 workers >= 1.8x one; Dask within 10% of the in-process multi-GPU run.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+
+from graphkern.bench.cli import print_table
+
+NAME = "distributed"
+HELP = "graphkern.distributed.gram: tiles/s and pairs/s on 1, 2, ... workers vs the in-process kernel"
+
+
+def add_arguments(parser):
+    parser.add_argument("--molecules", type=int, default=None, help="graphs (default 4000; --quick 120)")
+    parser.add_argument("--tile", type=int, default=None, help="tile edge in graphs (default: gram's choice)")
+    parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                        help="worker counts to run, e.g. 1,2 (default: 1 and every GPU, or 1,2 CPU workers)")
+
+
+def _molecules(n):
+    from graphkern.bench.data import molecules_path
+    from graphkern.io import read_sdf
+
+    base = [g for g in read_sdf(molecules_path()) if g.n_nodes > 0]
+    return [base[k % len(base)] if k < len(base) else copy.deepcopy(base[k % len(base)]) for k in range(n)]
+
+
+def _kernel(**kw):
+    from graphkern.basekernels import KroneckerDelta, TensorProduct
+    from graphkern.mgk import MarginalizedGraphKernel
+
+    return MarginalizedGraphKernel(TensorProduct(element=KroneckerDelta(0.5)),
+                                   TensorProduct(bond_order=KroneckerDelta(0.5)), q=0.05, **kw)
+
+
+def _in_process(graphs, repeat, **kw):
+    best = np.inf
+    for _ in range(repeat):
+        kernel = _kernel(**kw)
+        t0 = time.perf_counter()
+        K = kernel(graphs)
+        best = min(best, time.perf_counter() - t0)
+    return best, K
+
+
+def run(args, ctx):
+    try:
+        from distributed import Client
+    except ImportError:
+        ctx.log("skipped: dask.distributed is not installed (pip install 'graphkern[distributed]')")
+        return [{"skipped": "dask.distributed is not installed"}]
+    from graphkern.distributed._cluster import local_cluster, visible_gpus
+    from graphkern.distributed.api import _gram
+
+    gpus = visible_gpus()
+    n = args.molecules or (120 if ctx.quick else 4000)
+    repeat = ctx.repeat or (1 if ctx.quick else 2)
+    counts = args.workers or ([1] + list(range(2, len(gpus) + 1)) if gpus else [1, 2])
+    graphs = _molecules(n)
+    pairs = n * (n + 1) // 2
+    where = "gpu" if gpus else "cpu"
+    ctx.log(f"-- {n} molecules ({pairs:,} pairs), MGK float32 q=0.05, {where} workers {counts}")
+    rows = []
+    for k in counts:
+        if gpus and k > len(gpus):
+            ctx.log(f"   {k} workers: only {len(gpus)} GPU(s) visible, skipped")
+            continue
+        kw = dict(backend="gpu", device=list(range(k)) if k > 1 else 0) if gpus else dict(backend="cpu", n_threads=k)
+        base_s, K_ref = _in_process(graphs, repeat, **kw)
+        t0 = time.perf_counter()
+        if gpus:
+            cluster = local_cluster(gpus[:k], 1)
+        else:
+            from distributed import LocalCluster
+            cluster = LocalCluster(n_workers=k, threads_per_worker=1, processes=True, dashboard_address=None)
+        with cluster, Client(cluster) as client:
+            client.wait_for_workers(k)
+            start_s = time.perf_counter() - t0
+            kernel = _kernel(backend="gpu" if gpus else "cpu", n_threads=1)
+            _gram(kernel, graphs[:2], client=client)  # workers import graphkern (and start CUDA) once
+            best = None
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                K, stats = _gram(kernel, graphs, client=client, tile=args.tile)
+                wall = time.perf_counter() - t0
+                if best is None or wall < best[0]:
+                    best = (wall, stats)
+        wall, stats = best
+        same = bool(np.array_equal(K, K_ref))
+        tiles = stats["tiles"]
+        rows.append({"workers": k, "device": where, "tiles": tiles, "pairs": stats["pairs"], "seconds": wall,
+                     "tiles_per_s": tiles / wall, "pairs_per_s": stats["pairs"] / wall,
+                     "overhead_ms_per_tile": 1e3 * (k * wall - sum(stats["tile_seconds"])) / max(tiles, 1),
+                     "in_process_s": base_s, "dask_vs_in_process": wall / base_s, "cluster_start_s": start_s,
+                     "equal_to_in_process": same, "max_abs_diff": float(np.max(np.abs(K - K_ref)))})
+    one = next((r for r in rows if r["workers"] == 1), None)
+    for r in rows:
+        r["speedup_vs_1"] = one["seconds"] / r["seconds"] if one else float("nan")
+    print_table(rows, ["workers", "device", "tiles", ("pairs", "pairs", "{:,}"), ("seconds", "s", "{:.2f}"),
+                       ("tiles_per_s", "tiles/s", "{:.1f}"), ("pairs_per_s", "pairs/s", "{:,.0f}"),
+                       ("speedup_vs_1", "vs 1", "{:.2f}x"), ("overhead_ms_per_tile", "ms/tile overhead", "{:.1f}"),
+                       ("in_process_s", "in-process s", "{:.2f}"), ("dask_vs_in_process", "dask/in-proc", "{:.2f}"),
+                       ("cluster_start_s", "start s", "{:.1f}"), ("equal_to_in_process", "bit-equal")])
+    two = next((r for r in rows if r["workers"] == 2), None)
+    if gpus and one and two:
+        ctx.log(f"target 2 workers >= 1.8x one: {two['speedup_vs_1']:.2f}x "
+                f"{'PASS' if two['speedup_vs_1'] >= 1.8 else 'MISS'}; Dask within 10% of in-process device=[0, 1]: "
+                f"{two['dask_vs_in_process']:.2f} {'PASS' if two['dask_vs_in_process'] <= 1.1 else 'MISS'}")
+    return rows

@@ -1,0 +1,48 @@
+"""The local cluster ``gram`` starts when it is given no client: one worker per visible GPU, else
+one CPU worker running the kernel's OpenMP threads."""
+
+from __future__ import annotations
+
+import os
+
+
+def visible_gpus():
+    """The identifiers of the GPUs this process sees (as CUDA_VISIBLE_DEVICES names them)."""
+    import graphkern
+
+    if not graphkern.gpu_available():
+        return []
+    n = len(graphkern.devices())
+    named = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return named[:n] if named else [str(k) for k in range(n)]
+
+
+def local_cluster(gpus, n_threads):
+    """A started cluster for this machine: one worker per GPU of ``gpus`` (identifiers as
+    :func:`visible_gpus` gives them), or one CPU worker when ``gpus`` is empty.
+
+    GPUs: dask-cuda's LocalCUDACluster when installed, else one worker process per GPU whose
+    CUDA_VISIBLE_DEVICES lists its own GPU first (dask-cuda's convention, so device 0 of every
+    worker is its own card).  No GPU: one worker process with one task thread, whose kernel uses
+    ``n_threads`` OpenMP threads (Dask sets OMP_NUM_THREADS=1 in workers unless told).
+    """
+    from distributed import LocalCluster, Nanny, Scheduler, SpecCluster
+
+    gpus = list(gpus)
+    if not gpus:
+        return LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                            env={"OMP_NUM_THREADS": str(n_threads)})
+    per_gpu_threads = str(max(1, (os.cpu_count() or 1) // len(gpus)))
+    try:
+        from dask_cuda import LocalCUDACluster
+    except ImportError:
+        LocalCUDACluster = None
+    if LocalCUDACluster is not None:
+        return LocalCUDACluster(CUDA_VISIBLE_DEVICES=",".join(gpus), threads_per_worker=1,
+                                env={"OMP_NUM_THREADS": per_gpu_threads})
+    workers = {}
+    for k, gpu in enumerate(gpus):
+        order = gpus[k:] + gpus[:k]
+        workers[f"gpu-{gpu}"] = {"cls": Nanny, "options": {
+            "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": ",".join(order), "OMP_NUM_THREADS": per_gpu_threads}}}
+    return SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": ":8787"}}, workers=workers)

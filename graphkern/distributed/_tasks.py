@@ -1,0 +1,110 @@
+"""What runs on a worker: one tile of the Gram matrix, one diagonal run, one tile's normalization.
+
+Each worker thread builds its kernel once per ``gram`` call (from the class and its parameters,
+which pickle whatever the kernel's caches hold) and keeps it while tiles of that call arrive, so
+the kernel's caches (packed graphs, device copies, shortest paths) serve every tile that
+shares a block of rows or columns.  The graphs arrive once per worker (scattered by the caller).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+# tile states in the Zarr marker array
+MISSING, RAW, NORMALIZED = 0, 1, 2
+
+_KERNELS = OrderedDict()  # (call token, thread id) -> kernel
+_KERNELS_KEPT = 8
+_LOCK = threading.Lock()
+
+
+def _kernel(job):
+    token, cls, params = job
+    key = (token, threading.get_ident())
+    with _LOCK:
+        kernel = _KERNELS.get(key)
+        if kernel is None:
+            kernel = _KERNELS[key] = cls(**params)
+            while len(_KERNELS) > _KERNELS_KEPT:
+                _KERNELS.popitem(last=False)
+        return kernel
+
+
+def forget(token):
+    """Drop the kernels of call ``token`` (their packed graphs and device memory) from this worker."""
+    with _LOCK:
+        for key in [k for k in _KERNELS if k[0] == token]:
+            del _KERNELS[key]
+
+
+def compute_tile(job, X, Y, tile, sink):
+    """The raw kernel values of ``tile``: returned, or written to ``sink`` (then only the seconds)."""
+    kernel = _kernel(job)
+    t0 = time.perf_counter()
+    if Y is None and tile.ti == tile.tj:
+        K = kernel(X[tile.i0:tile.i1])
+    else:
+        K = kernel(X[tile.i0:tile.i1], (X if Y is None else Y)[tile.j0:tile.j1])
+    K = np.asarray(K)
+    seconds = time.perf_counter() - t0
+    if sink is None:
+        return K, seconds
+    sink.write(tile, K, RAW)
+    return None, seconds
+
+
+def compute_diag(job, graphs, lo, hi):
+    """``kernel.diag`` of ``graphs[lo:hi]``."""
+    return np.asarray(_kernel(job).diag(graphs[lo:hi]), dtype=np.float64)
+
+
+def normalized(K, dx, dy, dtype):
+    """``K_ij / sqrt(dx_i dy_j)`` in float64, 0 where the product is 0, cast to ``dtype``: the
+    arithmetic of both kernels' ``normalize=True``."""
+    scale = np.sqrt(np.outer(dx, dy))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(scale > 0, K / np.where(scale > 0, scale, 1.0), 0.0)
+    return out.astype(dtype, copy=False)
+
+
+def normalize_tile(sink, tile, dx, dy, dtype):
+    """Rewrite a raw tile of ``sink`` normalized by the diagonals ``dx`` (its rows) and ``dy``."""
+    K = sink.read(tile)
+    sink.write(tile, normalized(K, dx, dy, dtype), NORMALIZED)
+
+
+class ZarrSink:
+    """The Zarr group of a result: ``K`` (the matrix, chunked ``chunk x chunk``), ``tiles`` (one
+    state per tile: MISSING, RAW, NORMALIZED), and ``diag_x``/``diag_y`` for ``normalize``.
+
+    It pickles as its store, so workers write their tiles straight to shared storage.  A tile's
+    marker is written after its data: a tile cut short by a lost worker stays MISSING.
+    """
+
+    def __init__(self, store):
+        self.store = store
+        self._group = None
+
+    def __getstate__(self):
+        return {"store": self.store, "_group": None}
+
+    @property
+    def group(self):
+        if self._group is None:
+            import zarr
+            self._group = zarr.open_group(self.store, mode="r+")
+        return self._group
+
+    def read(self, tile):
+        return self.group["K"][tile.i0:tile.i1, tile.j0:tile.j1]
+
+    def write(self, tile, K, state):
+        arr = self.group["K"]
+        arr[tile.i0:tile.i1, tile.j0:tile.j1] = K
+        if tile.mirror:
+            arr[tile.j0:tile.j1, tile.i0:tile.i1] = K.T
+        self.group["tiles"][tile.ti, tile.tj] = state

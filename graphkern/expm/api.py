@@ -1,0 +1,464 @@
+"""exp(beta A) x, f(beta A) x and total communicability by Lanczos, on the CPU or one or more GPUs.
+
+For a symmetric sparse A (a :class:`graphkern.Graph` or a square scipy.sparse matrix)::
+
+    y, info = graphkern.expm_multiply(A, x, beta=1.0)          # y ~ exp(beta A) x
+    y, info = graphkern.funm_multiply(A, x, "cosh", beta=2.0)  # y ~ cosh(beta A) x
+    tc, info = graphkern.total_communicability(G, beta=1.0)    # tc = exp(beta A) 1
+
+Method.  The Lanczos three-term recurrence builds an orthonormal basis Q_m of the Krylov space of
+A and x and the tridiagonal T_m = Q_m^T A Q_m; then ``f(beta A) x ~ ||x|| Q_m f(beta T_m) e_1``,
+with ``f(beta T_m) e_1 = V f(beta Theta) V^T e_1`` from the eigendecomposition of T_m on the host.
+Every vector operation runs on the chosen hardware; only alpha_k, beta_k and the small coefficient
+vector cross to the host, every few steps.  Stopping is a-posteriori: the run ends when successive
+coefficient vectors (checked every ``check_every`` steps, less often as m grows) differ by at most
+``tol`` relative to their norm (``info.error_estimate``).  A breakdown (beta_k ~ 0 relative to
+||A||: x in an invariant subspace, e.g. a graph component or a sum of a few eigenvectors) ends the
+run early with the exact answer (``info.breakdown``).  No reorthogonalisation is done (the result
+of exp is insensitive to the loss of orthogonality that Ritz values converging cause).
+
+Overflow.  exp(beta A) x grows like e^{beta lambda_1}, which overflows float64 beyond
+beta lambda_1 ~ 709 and float32 beyond ~ 88.  The coefficients are computed shifted by the largest
+Ritz value theta_1 (exp(beta T) = e^{beta theta_1} exp(beta (T - theta_1 I))).  When the answer
+fits the requested dtype, ``info.log_scale == 0`` and y is the answer.  Otherwise y is the
+finite scaled vector and ``info.log_scale = beta theta_1``, so that::
+
+    y_true = y * exp(info.log_scale)       # compare or rank in log space: log y + log_scale
+
+(for x itself near the dtype's overflow threshold, log_scale also absorbs log ||x||).  cosh and
+sinh are shifted by ``max |beta theta|``.  A result that is still not finite raises
+FloatingPointError: no NaN or inf is ever returned silently (float32 included).  Underflow is
+treated the same way: an answer whose largest entry is below the dtype's smallest normal number
+is returned scaled to a largest entry of 1, with a negative ``info.log_scale``.
+
+f for :func:`funm_multiply`: "exp", "cosh", "sinh", or a callable applied elementwise to the
+eigenvalues of ``beta T_m`` -- it receives ``z = beta * theta`` (a float64 array) and returns
+``f(z)``, so ``funm_multiply(A, x, f, beta=b)`` computes ``f(b A) x`` for every f; a callable gets
+no overflow scaling (log_scale is always 0 for it).
+
+Backends.  ``backend="cpu"``: OpenMP SpMV and fused vector kernels (``n_threads``).
+``backend="gpu"``: ``device`` (an ordinal or a list of them) -- with several devices the rows of A
+are split among them by equal nonzeros and the vector is exchanged every step.  ``spmv`` picks the
+GPU SpMV: "scalar" (a thread per row), "vector" (a sub-warp per row sized from the mean degree),
+"rowblock" (row blocks of equal nonzeros staged in shared memory; the longest rows split over
+several thread blocks), "hybrid" (rows split by degree: short ones a thread each, medium ones a
+warp each, long ones whole blocks) or "auto" (from the degree statistics); the CPU has one SpMV
+and ignores it.  ``basis`` chooses where the Lanczos vectors live on the GPU: "device", "host"
+(streamed to pinned host memory), "none" (a second pass regenerates them; O(n) memory besides A)
+or "auto" (on the device while it fits, the rest regenerated); on the CPU "none" regenerates and
+the others keep them in memory.  float32 vectors accumulate dot products and norms in float64.
+
+Vertex order (GPU only).  ``reorder="degree"`` runs the GPU solve on A' = P A P^T with the
+vertices relabelled by decreasing degree (ties keep their order): on a power-law graph most
+nonzeros point at a few hubs, whose entries of x then share a few cache lines that stay in L1/L2,
+instead of each gather moving its own L2 sector.  Since exp(beta P A P^T) P x = P exp(beta A) x,
+the answer is the same up to rounding (Lanczos on A' and Px makes the same coefficients); x is
+permuted on the device on entry and y on exit, so the caller sees A's order.  The order and the
+reordered operator are built once (the nonzeros are moved on the device) and cached with the
+device-resident operator; ``info.reorder`` says which order ran and ``info.times["reorder"]`` what
+building it cost in this call.  "none" keeps A's order; "auto" (default) takes "degree" for large
+skewed graphs -- at least 10^6 nonzeros and a largest degree of at least 1000 times the mean --
+and "none" otherwise and on the CPU, whose SpMV is not limited by L2 gathers; ``reorder="degree"`` with the CPU backend is refused.
+
+Caching.  Validating A (symmetry, finiteness), converting it, and on the GPU uploading it and
+building the SpMV plan cost more than a Lanczos run on a warm device.  So the validated matrix is
+cached per user matrix (a Graph or a scipy.sparse matrix in csr, csc, coo, bsr or dia format), and
+on the GPU so is its device-resident operator: A's rows on each device, the SpMV plans, the work
+vectors and streams.  A later call with the same, unchanged object finds them (``info.cached``;
+``info.times["setup"]`` is then near zero).  Entries hold only a weak reference to the object: a
+matrix that is deleted frees its device memory.  Every call checks the content: a full 64-bit hash
+of the backing arrays, computed in parallel compiled code at memory speed (a Graph that carries
+its own digest, ``Graph.fingerprint``, computed once over read-only arrays, costs nothing), so any
+in-place edit of A is seen.  :func:`clear_cache` drops the entries (of A, or all of them).  At most MAX_RESIDENT matrices
+keep device memory (least recently used go first), and a GPU allocation that would not fit first
+evicts other matrices.  GPU calls from several threads run one at a time.
+
+Checks.  Column indices out of range, row pointers that are not a CSR and non-finite values are
+refused with a ValueError naming the entry, also for a Graph built with ``validate=False``: nothing
+unchecked reaches the kernels.  A weighted A whose largest entry is huge or tiny is solved as
+``scale * A`` with ``beta / scale`` (scale a power of two), so that no norm overflows or underflows;
+when ``beta * A`` itself overflows float64 a FloatingPointError says so.
+
+Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphkern._backend import finite_real, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
+from graphkern._progress import Progress
+from graphkern.expm.cache import MatrixCache
+from graphkern.expm.lanczos import CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold, run_lanczos
+from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_variant
+from graphkern.graph import Graph, as_csr_matrix
+
+__all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo", "clear_cache", "cache_info"]
+
+SPMV_VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
+REORDERS = ("auto", "degree", "none")
+BASIS_MODES = ("auto", "device", "host", "none")
+DEFAULT_MAX_KRYLOV = 1000
+NORMALIZE = (None, "n", "lambda_max")
+
+_matrices = MatrixCache()
+_gpu_lock = threading.RLock()  # one GPU solve at a time: they share the cached device work vectors
+
+
+@dataclass(frozen=True)
+class ExpmInfo:
+    """What a Lanczos run did.
+
+    krylov_dim: dimension m of the Krylov space used (after a breakdown, where it stopped).
+    error_estimate: relative change of the coefficient vector over the last check interval
+        (0.0 when a breakdown made the answer exact).
+    converged: the estimate reached ``tol``, or a breakdown / the full space made it exact.
+    breakdown: the recurrence found an invariant subspace (beta_m ~ 0) and stopped there.
+    log_scale: 0.0, or the shift ``max_j beta theta_j`` (beta theta_1 for beta > 0; max |beta theta_j| for
+        cosh and sinh) when the answer overflows the dtype: y_true = y * exp(log_scale).
+    lambda_max: the largest Ritz value theta_1 (an estimate, from below, of A's largest eigenvalue).
+    times: seconds -- setup (everything before the first Lanczos step: checking the arguments and x,
+        validating A, and on the GPU uploading it, building the SpMV plan and allocating the work
+        vectors; near zero when ``cached``), of which validate (the content check of A and, when not
+        cached, its validation) and on the GPU upload (A's upload, reordering and the work vectors)
+        and plan (the SpMV plans); spmv (the fused SpMV kernels), vector (updates, basis
+        combination), host (tridiagonal eigenproblems and checks), output (combining the basis,
+        scaling y and copying it back), reorder (building the vertex order and the reordered operator
+        in this call, part of setup; 0 when they were cached or not used), total.
+    spmv: SpMV variant used ("cpu" on the CPU).  backend: "cpu" or "gpu".  devices: GPU ordinals.
+    basis: basis storage mode used.  n_spmv: SpMVs run (speculative steps and a second pass included).
+    reorder: vertex order the solve ran in ("degree" or "none"; see the module documentation).
+    cached: the validated A (and on the GPU its device copy for these devices) came from the cache
+        (see the module documentation); the SpMV plan and work vectors may still have been built.
+    exchange: how several GPUs exchanged their shares ("store" or "copy"; None on one device or the CPU).
+    task_grid: the grid sizing of the GPU task kernels ("tasks" or "resident"; None on the CPU).
+    """
+
+    krylov_dim: int
+    error_estimate: float
+    converged: bool
+    breakdown: bool
+    log_scale: float
+    lambda_max: float
+    times: dict = field(default_factory=dict)
+    spmv: str = "cpu"
+    backend: str = "cpu"
+    devices: tuple = ()
+    basis: str = "auto"
+    dtype: str = "float64"
+    n_spmv: int = 0
+    cached: bool = False
+    reorder: str = "none"
+    exchange: str | None = None
+    task_grid: str | None = None
+
+
+def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
+                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4, reorder="auto",
+                  exchange="auto", task_grid="tasks", verbose=False):
+    """``y ~ exp(beta A) x`` for a symmetric sparse A; returns ``(y, info)``.
+
+    Parameters
+    ----------
+    A : Graph or scipy.sparse matrix
+        Symmetric, finite (NaN/inf or asymmetric input raises ValueError).
+    x : array_like of length n, optional
+        Start vector (default: ones).  Must be finite and not empty.
+    beta : float
+        Finite real scale (negative allowed).
+    tol : float in (0, 1)
+        A-posteriori tolerance on the relative change of the Krylov coefficients.
+    max_krylov : int >= 1, optional
+        Most Lanczos steps (default ``min(n, 1000)``); not converging by then warns (RuntimeWarning)
+        and sets ``info.converged = False``.
+    dtype : float32 or float64
+        Precision of the vectors and of y.
+    backend, device, n_threads, basis, spmv, check_every, reorder
+        See the module documentation (reorder: "auto", "degree" or "none"; "degree" is GPU-only).
+    exchange : "auto", "store" or "copy"
+        Several GPUs: how the devices exchange their shares each step ("store": the kernels store
+        into the other devices' memory, needs peer access; "copy": the host queues copies; "auto":
+        "store" where possible).  ``info.exchange`` says which ran (None on one device or the CPU).
+    task_grid : "tasks" or "resident"
+        GPU task-driven SpMVs (rowblock, hybrid): a block per task, or at most the resident blocks
+        each walking the task table.  Recorded as ``info.task_grid``.
+    verbose : bool or callable
+        Progress of the Lanczos steps (graphkern._progress.Progress: a bar or text line with
+        True, or a callable ``(done, total)``); shown on long runs only.
+
+    The answer is ``y * exp(info.log_scale)``; log_scale is 0 unless the answer overflows dtype.
+    """
+    return _run(A, x, "exp", beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
+                device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
+                reorder=reorder, exchange=exchange, task_grid=task_grid, verbose=verbose, caller="expm_multiply")
+
+
+def funm_multiply(A, x, f, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
+                  device=None, n_threads=None, basis="auto", spmv="auto", check_every=4, reorder="auto",
+                  exchange="auto", task_grid="tasks", verbose=False):
+    """``y ~ f(beta A) x`` for f in {"exp", "cosh", "sinh"} or a callable; returns ``(y, info)``.
+
+    A callable receives the eigenvalues ``z = beta * theta`` of ``beta T_m`` (float64 array) and
+    must return ``f(z)``, finite, of the same shape.  Other parameters as :func:`expm_multiply`.
+    """
+    return _run(A, x, f, beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
+                device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
+                reorder=reorder, exchange=exchange, task_grid=task_grid, verbose=verbose, caller="funm_multiply")
+
+
+def total_communicability(G, *, beta=1.0, normalize=None, tol=1e-10, max_krylov=None, dtype=np.float64,
+                          backend="auto", device=None, n_threads=None, basis="auto", spmv="auto",
+                          check_every=4, reorder="auto", exchange="auto", task_grid="tasks", verbose=False):
+    """Total communicability ``TC = exp(beta A) 1`` of every vertex; returns ``(tc, info)``.
+
+    normalize: None (TC itself), "n" (TC / n), or "lambda_max" (``exp(beta (A - theta_1 I)) 1``,
+    TC divided by ``e^{beta theta_1}`` with theta_1 = ``info.lambda_max``, the largest Ritz value:
+    bounded by ``sqrt(n)`` for beta >= 0 and never overflowing, it ranks vertices like TC).
+    Other parameters as :func:`expm_multiply`.
+    """
+    if normalize not in NORMALIZE:
+        raise ValueError(f"normalize must be None, 'n' or 'lambda_max'; got {normalize!r}")
+    return _run(G, None, "exp", beta=beta, tol=tol, max_krylov=max_krylov, dtype=dtype, backend=backend,
+                device=device, n_threads=n_threads, basis=basis, spmv=spmv, check_every=check_every,
+                reorder=reorder, exchange=exchange, task_grid=task_grid, verbose=verbose,
+                caller="total_communicability", normalize=normalize)
+
+
+def clear_cache(A=None):
+    """Drop the cached validated matrix and device-resident operator of ``A`` (of every matrix when
+    None), freeing the device memory they hold; a deleted matrix frees its entry itself."""
+    from graphkern.expm.device import release_all
+    with _gpu_lock:
+        if A is None:
+            for mat in _matrices.values():
+                mat.gpu.clear()
+            _matrices.clear()
+            release_all()
+        else:
+            mat = _matrices.peek(A)
+            if mat is not None:
+                mat.gpu.clear()
+            _matrices.discard(A)
+
+
+def cache_info():
+    """What the cache holds: ``matrices`` (validated), ``hits``/``misses`` (lookups), ``resident``
+    (device-resident operators), ``device_bytes`` (their device memory), ``uploads`` (matrix uploads
+    to a device so far) and ``plans`` (SpMV plans built so far)."""
+    from graphkern.expm.device import residency_info
+    return {"matrices": len(_matrices), "hits": _matrices.hits, "misses": _matrices.misses, **residency_info()}
+
+
+# ----------------------------------------------------------------------------- implementation
+
+def _validate(A, n_threads):
+    """The validated CSR of a Graph (as stored) or a scipy.sparse matrix (checked symmetric, finite)."""
+    if isinstance(A, Graph):
+        indptr, indices, weights, n = A.indptr, A.indices, A.weights, A.n_nodes
+    else:
+        csr, weighted = as_csr_matrix(A, name="A")
+        indptr, indices, n = csr.indptr, csr.indices, csr.shape[0]
+        weights = np.ascontiguousarray(csr.data, dtype=np.float64) if weighted else None
+    if n > np.iinfo(np.int32).max:
+        raise ValueError(f"A has {n} rows; at most 2**31 - 1 are supported (column indices are int32)")
+    require_valid = getattr(A, "require_valid", None) if isinstance(A, Graph) else None
+    if require_valid is not None:
+        require_valid()  # the Graph's own compiled check, once per Graph
+    else:
+        _check_structure(indptr, indices, n, n_threads)
+    if weights is not None and weights.size and not (np.isfinite(weights.max()) and np.isfinite(weights.min())):
+        bad = int(np.flatnonzero(~np.isfinite(weights))[0])
+        raise ValueError(f"A has a non-finite value ({weights[bad]}) at stored entry {bad}")
+    return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights)
+
+
+def _check_structure(indptr, indices, n, n_threads):
+    """Row pointers and column indices that the kernels can read safely, checked in O(nnz) compiled
+    code: a Graph built with ``validate=False`` (or edited after) must not reach them with an index
+    out of range.  The one place this module checks structure, for inputs without a check of their
+    own (``Graph.require_valid``)."""
+    from graphkern._cpu import expm as cpu
+    indptr = np.asarray(indptr)
+    if indptr.ndim != 1 or len(indptr) != n + 1:
+        raise ValueError(f"A's row pointers have shape {indptr.shape}; expected ({n + 1},)")
+    if len(indptr) and (indptr[0] != 0 or indptr[-1] != len(indices) or np.any(indptr[1:] < indptr[:-1])):
+        raise ValueError(f"A's row pointers are not a valid CSR: they must start at 0, never decrease and end "
+                         f"at the number of stored entries ({len(indices)})")
+    if indices.dtype.kind not in "iu":
+        raise TypeError(f"A's column indices must be integers, got dtype {indices.dtype}")
+    idx = np.ascontiguousarray(indices)
+    if idx.dtype not in (np.int32, np.int64):
+        idx = idx.astype(np.int64)
+    bad = cpu.first_index_out_of_range(idx, n, n_threads)
+    if bad >= 0:
+        row = int(np.searchsorted(indptr, bad, side="right")) - 1
+        raise ValueError(f"A has a column index out of range: {int(idx[bad])} in row {row} (stored entry {bad}) "
+                         f"of a matrix with {n} columns")
+
+
+def _lookup(A, n_threads=1):
+    """``(CsrMatrix, cached)`` for A: validated once per matrix while its content is unchanged."""
+    return _matrices.get(A, lambda A: _validate(A, n_threads), n_threads)
+
+
+def _matrix(A):
+    return _lookup(A)[0]
+
+
+def _start_vector(x, n):
+    """``(x_unit, peak, unit_norm)``: x / max|x| in float64 (None for the default x = ones, which the
+    solvers make themselves), max|x| and ||x_unit||."""
+    if x is None:
+        if n == 0:
+            raise ValueError("x is empty: A has no rows")
+        return None, 1.0, math.sqrt(n)
+    x = np.asarray(x)
+    if x.dtype.kind == "c":
+        raise TypeError("x must be real; complex vectors are not supported")
+    if x.dtype.kind not in "fiub":
+        raise TypeError(f"x must be a real numeric vector, got dtype {x.dtype}")
+    if x.ndim != 1:
+        raise ValueError(f"x must be a 1-D vector of length {n}, got shape {x.shape}")
+    if x.size == 0:
+        raise ValueError("x is empty: it must have one entry per row of A")
+    if len(x) != n:
+        raise ValueError(f"x has length {len(x)} but A has {n} rows")
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    peak = float(np.maximum(x.max(), -x.min()))  # NaN propagates, inf shows
+    if not math.isfinite(peak):
+        bad = ~np.isfinite(x)
+        raise ValueError(f"x contains a non-finite value ({x[bad][0]}) at index {int(np.flatnonzero(bad)[0])}")
+    if peak == 0.0:
+        return None, 0.0, 0.0
+    x_unit = x / peak
+    return x_unit, peak, float(np.linalg.norm(x_unit))
+
+
+def _positive_int(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int >= 1, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return int(value)
+
+
+def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, basis, spmv, check_every,
+         reorder, exchange, task_grid, verbose, caller, normalize=None):
+    t_start = time.perf_counter()
+    fn = MatrixFunction(f)
+    beta = finite_real(beta, "beta")
+    tol = finite_real(tol, "tol")
+    if not 0.0 < tol < 1.0:
+        raise ValueError(f"tol must be in (0, 1), got {tol}")
+    if max_krylov is not None:
+        max_krylov = _positive_int(max_krylov, "max_krylov")
+    check_every = _positive_int(check_every, "check_every")
+    if basis not in BASIS_MODES:
+        raise ValueError(f"basis must be one of {', '.join(map(repr, BASIS_MODES))}; got {basis!r}")
+    if spmv != "auto" and spmv not in SPMV_VARIANTS:
+        raise ValueError(f"spmv must be 'auto' or one of {', '.join(map(repr, SPMV_VARIANTS))}; got {spmv!r}")
+    for name, value, allowed in (("reorder", reorder, REORDERS), ("exchange", exchange, EXCHANGES),
+                                 ("task_grid", task_grid, TASK_GRIDS)):
+        if not isinstance(value, str) or value not in allowed:
+            raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+    dtype = resolve_dtype(dtype)
+    n_threads = resolve_threads(n_threads)
+    backend = resolve_backend(backend)
+    if backend == "cpu" and reorder == "degree":
+        raise ValueError("reorder='degree' applies to the GPU backend only (the CPU SpMV is not limited by "
+                         "gathers from a small cache); use reorder='auto' or 'none' with backend='cpu'")
+    devices = tuple(resolve_devices(device)) if backend == "gpu" else ()
+    mat, cached = _lookup(A, n_threads)
+    validate_seconds = time.perf_counter() - t_start
+    n = mat.n
+    x_unit, peak, unit_norm = _start_vector(x, n)
+    k_max = min(n, max_krylov if max_krylov is not None else DEFAULT_MAX_KRYLOV)
+    if backend == "cpu":
+        variant, exchange, task_grid = "cpu", None, None
+    else:
+        variant = choose_variant(mat) if spmv == "auto" else spmv
+        reorder = choose_reorder(mat) if reorder == "auto" else reorder
+    if backend == "cpu" or reorder == "auto":
+        reorder = "none"
+    call = _Call(mat, cached, fn, beta, tol, k_max, check_every, dtype, n_threads, basis, variant, reorder, backend,
+                 devices, exchange, task_grid, caller, normalize, verbose, t_start)
+    call.validate_seconds = validate_seconds
+    if peak == 0.0:
+        return np.zeros(n, dtype=dtype), call.info(None, None, 0.0, {"total": time.perf_counter() - t_start})
+    # the solvers run on scale * A (see CsrMatrix): beta / scale keeps beta * A
+    call.beta = beta / mat.scale
+    if not math.isfinite(call.beta):
+        raise FloatingPointError(
+            f"{caller}: beta * A overflows float64 (|beta| = {abs(beta):g}, largest |a_ij| about "
+            f"{1.0 / mat.scale:.3g}): the logarithm of the answer is not representable; use a smaller beta")
+    if backend == "cpu":
+        return call.solve(x_unit, peak, unit_norm)
+    with _gpu_lock:
+        return call.solve(x_unit, peak, unit_norm)
+
+
+class _Call:
+    """One call's resolved options, its solve and its :class:`ExpmInfo`."""
+
+    def __init__(self, mat, cached, fn, beta, tol, k_max, check_every, dtype, n_threads, basis, variant, reorder,
+                 backend, devices, exchange, task_grid, caller, normalize, verbose, t_start):
+        self.mat, self.cached, self.fn, self.beta, self.tol = mat, cached, fn, beta, tol
+        self.k_max, self.check_every, self.dtype, self.n_threads = k_max, check_every, dtype, n_threads
+        self.basis, self.variant, self.reorder, self.backend = basis, variant, reorder, backend
+        self.devices, self.exchange, self.task_grid = devices, exchange, task_grid
+        self.caller, self.normalize, self.verbose, self.t_start = caller, normalize, verbose, t_start
+
+    def solve(self, x_unit, peak, unit_norm):
+        mat, dtype = self.mat, self.dtype
+        breakdown = breakdown_threshold(mat.inf_norm(self.n_threads), dtype, self.tol, self.beta, self.fn)
+        reorder_seconds = 0.0
+        if self.backend == "cpu":
+            from graphkern.expm.cpu import CpuLanczos
+            solver = CpuLanczos(mat, dtype, n_threads=self.n_threads, store_basis=self.basis != "none",
+                                max_krylov=self.k_max, breakdown=breakdown)
+        else:
+            from graphkern.expm.gpu import GpuLanczos
+            solver = GpuLanczos(mat, dtype, devices=self.devices, variant=self.variant, basis=self.basis,
+                                max_krylov=self.k_max, breakdown=breakdown, n_threads=self.n_threads,
+                                reorder=self.reorder, exchange=self.exchange, task_grid=self.task_grid)
+            self.cached = self.cached and solver.reused
+            self.exchange = solver.exchange
+            reorder_seconds = solver.reorder_seconds
+        solver.start(None if x_unit is None else x_unit.astype(dtype, copy=False), 1.0 / unit_norm)
+        setup = time.perf_counter() - self.t_start
+        with Progress(self.k_max, self.verbose, "steps", self.caller) as progress:
+            out = run_lanczos(solver, self.fn, self.beta, tol=self.tol, max_krylov=self.k_max,
+                              check_every=self.check_every, full_dim=mat.n, progress=progress)
+        t_out = time.perf_counter()
+        rest = math.log(peak * unit_norm)
+        if self.normalize == "n":
+            rest -= math.log(mat.n)
+        elif self.normalize == "lambda_max":
+            rest -= self.beta * out.theta_max
+        scaling = OutputScaling(out.shift, rest, dtype, self.fn.scalable, self.caller)
+        y, log_scale = solver.result(out.krylov_dim, out.g, scaling)
+        times = solver.timings()
+        end = time.perf_counter()
+        times.update(host=out.host_seconds, setup=setup, reorder=reorder_seconds, output=end - t_out,
+                     total=end - self.t_start, validate=self.validate_seconds, **solver.setup_times)
+        if not out.converged:
+            warnings.warn(f"{self.caller}: not converged after {out.krylov_dim} Lanczos steps (estimated relative "
+                          f"error {out.error_estimate:.2e} > tol {self.tol:g}); raise max_krylov",
+                          RuntimeWarning, stacklevel=4)
+        return y, self.info(out, solver, log_scale, times)
+
+    def info(self, out, solver, log_scale, times):
+        times.setdefault("reorder", 0.0)
+        common = dict(times=times, backend=self.backend, devices=self.devices, basis=self.basis,
+                      dtype=self.dtype.name, cached=self.cached, exchange=self.exchange, task_grid=self.task_grid)
+        if out is None:  # x = 0: y = 0, exact, no step run
+            return ExpmInfo(0, 0.0, True, True, 0.0, float("nan"), spmv="none", n_spmv=0, reorder="none", **common)
+        return ExpmInfo(out.krylov_dim, out.error_estimate, out.converged, out.breakdown, log_scale,
+                        out.theta_max / self.mat.scale, spmv=self.variant, n_spmv=solver.n_spmv,
+                        reorder=self.reorder, **common)

@@ -1,0 +1,169 @@
+"""The matrix cache of graphkern.expm: a validated CSR per user matrix, reused while its content is unchanged.
+
+Validating a scipy.sparse input (symmetry, finiteness) and converting it costs several passes over
+its nonzeros, and the GPU solver hangs A's device copy and SpMV plans on the validated matrix
+(graphkern.expm.device); both are worth keeping across calls on the same matrix.
+
+An entry belongs to the user's object (a :class:`graphkern.Graph` or a scipy.sparse matrix) and
+holds only a weak reference to it: when the object is collected, the entry and everything hanging
+on it (device memory included) go with it.  A lookup hits only when the object, the identity of
+each backing array, the layout (format, shape, dtypes) and the content are those the entry was
+built from.  The content is a 64-bit hash of every byte of the backing arrays, computed in
+compiled code in parallel at memory speed on every lookup (so any in-place edit is seen); a Graph
+that carries its own digest (``Graph.fingerprint``, computed once, its arrays read-only) is keyed
+by that and costs nothing.  Formats without flat backing arrays
+(lil, dok) are validated on every call and not cached.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+
+import numpy as np
+import scipy.sparse as sp
+
+from graphkern._cpu import expm as cpu
+from graphkern.graph import Graph
+
+# Matrices remembered at most (least recently used first out); an entry costs little host memory
+# itself (it shares the user's arrays), but it keeps any device copy alive.
+MAX_ENTRIES = 16
+
+
+def _backing_arrays(A):
+    """``(arrays, layout)`` describing A, or None when A cannot be fingerprinted cheaply."""
+    if isinstance(A, Graph):
+        return (A.indptr, A.indices, A.weights), ("graph", A.n_nodes)
+    if not sp.issparse(A):
+        return None
+    fmt = A.format
+    if fmt in ("csr", "csc", "bsr"):
+        arrays = (A.indptr, A.indices, A.data)
+    elif fmt == "coo":
+        arrays = (A.row, A.col, A.data)
+    elif fmt == "dia":
+        arrays = (A.offsets, A.data)
+    else:
+        return None
+    return arrays, (fmt, A.shape, getattr(A, "blocksize", None), type(A))
+
+
+def _array_digest(a, n_threads):
+    """A hash of ``a``'s dtype, shape and every byte of its contents."""
+    if a is None:
+        return None
+    flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    whole = len(flat) // 8 * 8
+    words = flat[:whole].view(np.uint64)
+    return a.dtype.str, a.shape, cpu.hash_words(words, n_threads), flat[whole:].tobytes()
+
+
+def content_digest(A, arrays, n_threads):
+    """The content key of A: the Graph's own content hash when it has one, else a hash of every
+    backing array."""
+    if isinstance(A, Graph):
+        # the Graph's own digest, computed once (its arrays are read-only and its own, so it stays true)
+        own = getattr(A, "fingerprint", None)
+        if isinstance(own, (str, int, np.integer)):
+            return ("graph", own)
+    return tuple(_array_digest(a, n_threads) for a in arrays)
+
+
+class _Entry:
+    __slots__ = ("ref", "array_refs", "layout", "digest", "value")
+
+    def matches(self, arrays, layout, digest):
+        if layout != self.layout or len(arrays) != len(self.array_refs) or digest != self.digest:
+            return False
+        for a, ref in zip(arrays, self.array_refs):
+            if (a is None) != (ref is None) or (ref is not None and ref() is not a):
+                return False
+        return True
+
+
+class MatrixCache:
+    """Values derived from user matrices, one per object, valid while its content is unchanged."""
+
+    def __init__(self, max_entries=MAX_ENTRIES):
+        self.max_entries = max_entries
+        self._entries = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, A, build, n_threads=1):
+        """``(value, hit)``: the cached ``build(A)`` while A is unchanged, else a fresh one (cached)."""
+        described = _backing_arrays(A)
+        if described is None:
+            with self._lock:
+                self.misses += 1
+            return build(A), False
+        arrays, layout = described
+        digest = content_digest(A, arrays, n_threads)
+        key = id(A)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry.ref() is A and entry.matches(arrays, layout, digest):
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return entry.value, True
+            self.misses += 1
+        value = build(A)  # outside the lock: validation is the slow part
+        try:
+            entry = _Entry()
+            entry.ref = weakref.ref(A, self._forget_callback(key))
+            entry.array_refs = tuple(None if a is None else weakref.ref(a) for a in arrays)
+        except TypeError:  # an object or array that takes no weak reference: not cached
+            return value, False
+        entry.layout = layout
+        entry.digest = digest
+        entry.value = value
+        dropped = []  # released outside the lock: dropping a value may free device memory
+        with self._lock:
+            dropped.append(self._entries.pop(key, None))
+            self._entries[key] = entry
+            while len(self._entries) > self.max_entries:
+                dropped.append(self._entries.popitem(last=False)[1])
+        del dropped
+        return value, False
+
+    def _forget_callback(self, key):
+        cache_ref = weakref.ref(self)
+
+        def forget(ref):
+            cache = cache_ref()
+            if cache is not None:
+                cache._pop(key, lambda entry: entry.ref is ref)
+        return forget
+
+    def _pop(self, key, belongs):
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not belongs(entry):
+                return
+            del self._entries[key]
+        del entry  # outside the lock
+
+    def peek(self, A):
+        """A's cached value without a content check, or None."""
+        with self._lock:
+            entry = self._entries.get(id(A))
+            return entry.value if entry is not None and entry.ref() is A else None
+
+    def discard(self, A):
+        """Forget A's entry (if any)."""
+        self._pop(id(A), lambda entry: entry.ref() is A)
+
+    def clear(self):
+        with self._lock:
+            entries, self._entries = self._entries, OrderedDict()
+        del entries
+
+    def values(self):
+        with self._lock:
+            return [e.value for e in self._entries.values()]
+
+    def __len__(self):
+        return len(self._entries)

@@ -1,0 +1,303 @@
+"""The core GPU solver of the marginalized graph kernel (cuda_src/mgk.cu), and the launch helpers all GPU solvers share.
+
+One launch solves every pair of a call: a warp per pair (grid-stride over the pairs, which
+are ordered by decreasing cost so that the long ones start first), CG vectors in a global
+scratch slot per resident warp.  Datasets are uploaded once per device and kept on the
+:class:`~graphkern.mgk.data.MGKDataset`, so a new call with other hyperparameters only
+ships the programs and the pair list.  ``solve_gradient`` launches the gradient entry points
+(the forward and adjoint solves of a pair in lockstep, sharing each XMV, then the
+contractions of graphkern/mgk/gradient.py, the free ones as diagonal sums) the same way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphkern._cuda import runtime as rt
+from graphkern.errors import GraphTooLargeError
+from graphkern.mgk.data import _nonempty
+from graphkern.mgk.gradient import EDGE_FORMS
+from graphkern.mgk.results import Solved, empty_result, gradient_result
+
+WARPS_PER_BLOCK = 4           # cuda_src/mgk.cu: kWarpsPerBlock
+THREADS_PER_BLOCK = 32 * WARPS_PER_BLOCK
+MAX_PARAMS = 96               # cuda_src/mgk.cu: kMaxParams (per program)
+N_VECTORS = 5                 # x, r, p, Ap, diagonal
+N_GRADIENT_VECTORS = 9        # ... and the adjoint's y, r, p, Ap (cuda_src/mgk.cu: N_GRADIENT_VECTORS)
+OCTILE_SIZE = 64
+# Leave room for other users of the device: the scratch takes at most this share of free memory.
+SCRATCH_SHARE = 0.6
+
+_STAGED_CHANNELS = {"constant": 1, "kronecker": 2, "sqexp": 2}
+
+
+def device_dataset(dev, ds):
+    """The dataset's arrays on ``dev`` (uploaded on first use, then reused)."""
+    copy = ds.device_copies.get(dev.ordinal)
+    if copy is not None:
+        return copy
+    oc = ds.octiles
+    host = {
+        "node_off": ds.node_offsets,
+        "rowptr_off": _nonempty(oc.rowptr_offset),
+        "tile_rowptr": oc.tile_rowptr,
+        "tile_col": _nonempty(oc.tile_col),
+        "tile_val": _nonempty(oc.values.reshape(-1)),
+        "degree": ds.degree,
+        "node_feat": ds.node_features,
+    }
+    rt.check_fits(dev, sum(a.nbytes for a in host.values()), f"the octiles of {ds.n_graphs} graphs")
+    copy = {k: rt.to_device(dev, v) for k, v in host.items()}
+    copy["n_feat"] = np.int32(ds.node_features.shape[1])
+    copy["channels"] = np.int32(oc.channels)
+    ds.device_copies[dev.ordinal] = copy
+    return copy
+
+
+def _set_args(copy):
+    return (copy["node_off"], copy["rowptr_off"], copy["tile_rowptr"], copy["tile_col"], copy["tile_val"],
+            copy["degree"], copy["node_feat"], copy["n_feat"], copy["channels"])
+
+
+class _Launch:
+    """What both entry points of a call share: the pairs in launch order, the kernel, shared memory,
+    the grid, the scratch vectors and the device copies of the pairs and programs."""
+
+    def __init__(self, engine, ds1, ds2, pair_arr, args, entry, *, n_vectors, slices, extra_shared,
+                 out_bytes_per_pair, out_values_per_vertex_pair=0):
+        s = engine.s
+        dt = s["dtype"]
+        dev = engine.dev
+        self.m = m = len(pair_arr)
+        self.args = args
+        self.g1 = g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
+        self.g2 = g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
+        self.sizes = sizes = ds1.n_nodes[g1] * ds2.n_nodes[g2]
+        self.tile_pairs = tile_pairs = ds1.octiles.tiles_per_graph()[g1] * ds2.octiles.tiles_per_graph()[g2]
+        if m == 0:
+            return
+        if len(args["nparam"]) > MAX_PARAMS or len(args["eparam"]) > MAX_PARAMS:
+            raise ValueError(f"a kernel program has more than {MAX_PARAMS} parameters")
+        self.set1 = _set_args(device_dataset(dev, ds1))
+        self.set2 = self.set1 if ds2 is ds1 else _set_args(device_dataset(dev, ds2))
+
+        # Longest pairs first: with a static grid-stride order they would otherwise finish last.
+        self.order = order = launch_order(tile_pairs.astype(np.float64) * 64 + sizes)
+        form = args["form_name"]
+        self.fn = fn = rt.kernel(dev, "mgk", f"{entry}_{form}_{'f32' if dt == np.float32 else 'f64'}")
+        staged = _STAGED_CHANNELS.get(form, ds1.octiles.channels)
+        code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
+        params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
+        # cuda_src/mgk.cu share_block: programs, then per warp two octiles and `slices` vector slices
+        self.shared = shared = ((2 * MAX_PARAMS + WARPS_PER_BLOCK * (2 * staged + slices) * OCTILE_SIZE) * dt.itemsize
+                                + code.nbytes + extra_shared)
+        limit = dev.properties.get("max_shared_memory_per_block_optin", 48 * 1024)
+        if shared > limit:
+            raise ValueError(f"the kernel programs and octile planes ({staged} per octile) need {shared} bytes of "
+                             f"shared memory per block; device {dev.ordinal} allows {limit}")
+        if shared > 48 * 1024:
+            fn.set_max_dynamic_shared_memory(shared)
+        self.stride = stride = int(-(-int(sizes.max()) // 32) * 32)
+
+        out_bytes = m * out_bytes_per_pair + int(sizes.sum()) * out_values_per_vertex_pair * dt.itemsize
+        per_warp = n_vectors * stride * dt.itemsize
+        sms = dev.properties["multiprocessor_count"]
+        resident = sms * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK, shared))
+        self.blocks = blocks = scratch_units(dev, min(-(-m // WARPS_PER_BLOCK), resident), per_warp * WARPS_PER_BLOCK,
+                                             out_bytes, sizes)
+
+        self.scratch = rt.alloc(dev, blocks * WARPS_PER_BLOCK * n_vectors * stride, dt)
+        self.d_g1 = rt.to_device(dev, g1[order])
+        self.d_g2 = rt.to_device(dev, g2[order])
+        self.d_code = rt.to_device(dev, code)
+        self.d_params = rt.to_device(dev, params)
+        T = dt.type
+        self.head = self.set1 + self.set2 + (
+            self.d_g1, self.d_g2, np.int64(m), self.d_code, self.d_params,
+            np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
+            np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
+            T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]),
+            np.int32(1 + args["ek_slot"]), T(s["q"]), T(s["p"] * s["p"]),
+            np.float64(s["tol"]), np.int32(s["max_iter"]), self.scratch, np.int64(stride))
+
+    def run(self, dev, tail):
+        """Launch with the shared arguments then ``tail``; returns the kernel's seconds (CUDA events)."""
+        return timed_launch(dev, self.fn, self.blocks, THREADS_PER_BLOCK, self.head + tail, self.shared)
+
+
+def launch_order(cost):
+    """The pairs by decreasing ``cost``, quantized to 1/65535 of the largest (a radix sort of 16-bit
+    keys, linear in the pairs).  The order only balances a launch -- the longest pairs start
+    first -- and no pair's result depends on it."""
+    cost = np.asarray(cost, dtype=np.float64)
+    top = float(cost.max(initial=0.0))
+    key = cost * (-65535.0 / top) if top > 0 else np.zeros(len(cost))
+    key += 65535.0
+    return np.argsort(key.astype(np.uint16), kind="stable")
+
+
+def scratch_units(dev, wanted, per_unit, out_bytes, sizes):
+    """How many units (blocks, teams) of CG scratch of ``per_unit`` bytes to allocate: at most
+    ``wanted``, within :data:`SCRATCH_SHARE` of the free device memory left by ``out_bytes`` of
+    results; GraphTooLargeError when not one fits (``sizes``: the pairs' product-graph sizes)."""
+    free, _ = dev.memory_info()
+    affordable = int((free - out_bytes) * SCRATCH_SHARE // per_unit)
+    if affordable < 1:
+        raise GraphTooLargeError(
+            f"the CG vectors of one block of pairs need {per_unit / 2**30:.2f} GiB (largest product graph: "
+            f"{int(sizes.max())} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on device {dev.ordinal}, "
+            f"but only {free / 2**30:.2f} GiB is free")
+    units = min(wanted, affordable)
+    rt.check_fits(dev, units * per_unit + out_bytes, "the CG work vectors and results")
+    return units
+
+
+def _poisoned(dev, shape, dtype):
+    """A device buffer filled with NaN (int: -1): an output the kernel never wrote shows up."""
+    buf = rt.alloc(dev, shape, dtype)
+    buf.memset32(0xFFFFFFFF)
+    return buf
+
+
+def check_contractions(plan, args):
+    """The plan's edge contractions must be of the launch's edge-kernel form (or its derivative) and
+    read its feature: the kernels stage one form's data (the CSR one: theta * w where labels differ)."""
+    form = args["form_name"]
+    allowed = {EDGE_FORMS[form], EDGE_FORMS.get(f"{form}_derivative", EDGE_FORMS[form])}
+    base = plan.contraction_form == EDGE_FORMS[form]
+    if (not set(plan.contraction_form.tolist()) <= allowed or np.any(plan.contraction_slot != args["ek_slot"])
+            or (form == "kronecker" and np.any(plan.contraction_theta[base] != args["ek_theta"]))):
+        raise ValueError(f"edge contractions {plan.contraction_form.tolist()} do not fit the {form!r} edge kernel")
+
+
+def gradient_terms(dev, plan, dt):
+    """The gradient entry points' arguments after the head, up to the outputs (cuda_src/mgk.cu and
+    cuda_src/mgk_csr.cu take the same): derivative programs, edge contractions, their lengths."""
+    nd, ct = plan.node_programs, plan.contraction_programs
+    return (np.int32(len(nd)), rt.to_device(dev, nd.code), rt.to_device(dev, nd.params.astype(dt)),
+            rt.to_device(dev, nd.code_off), rt.to_device(dev, nd.param_off),
+            np.int32(plan.n_contractions), rt.to_device(dev, _nonempty(plan.contraction_form)),
+            rt.to_device(dev, _nonempty(plan.contraction_theta.astype(dt))),
+            rt.to_device(dev, _nonempty(plan.contraction_aux.astype(dt))),
+            rt.to_device(dev, ct.code), rt.to_device(dev, ct.params.astype(dt)),
+            rt.to_device(dev, ct.code_off), rt.to_device(dev, ct.param_off),
+            rt.to_device(dev, _nonempty(plan.contraction_free)),
+            np.int32(len(ct.code)), np.int32(len(ct.params)), np.int32(plan.n_raw))
+
+
+def _check_written(K, iters, m):
+    if not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
+        raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(K)))} of {m} pairs unwritten")
+
+
+def in_pair_order(d_buf, order):
+    """A per-pair device output (in launch order) on the host in the caller's pair order."""
+    launched = d_buf.to_host()
+    out = np.empty_like(launched)
+    out[order] = launched
+    return out
+
+
+def nodal_blocks(d_nodal, nodal_off, order, n1, n2):
+    """The nodal matrices of a launch (block k_sorted of the flat output is pair order[k_sorted]) in pair order."""
+    flat = d_nodal.to_host()
+    blocks = [None] * len(order)
+    for k_sorted, k in enumerate(order.tolist()):
+        blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
+    return blocks
+
+
+def timed_launch(dev, fn, n_blocks, threads, args, shared):
+    """One launch; the kernel's seconds (CUDA events)."""
+    start, end = rt.Event(dev), rt.Event(dev)
+    start.record()
+    rt.launch(fn, n_blocks, threads, args, shared_mem=shared)
+    end.record()
+    return start.elapsed_ms(end) / 1e3
+
+
+def solve_outputs(dev, launch, order, n1, n2, dt, nodal):
+    """The per-pair outputs of a K launch of the CSR and GEMM solvers: allocated poisoned, passed to
+    ``launch(outputs)`` (which returns the kernel's seconds) as (K, iterations, residuals, nodal
+    buffer, nodal offsets), read back in pair order.  ``order`` is the launch order of the pairs,
+    ``n1``, ``n2`` their graphs' sizes.  Returns (K, iterations, residuals, nodal blocks or None, seconds)."""
+    m = len(order)
+    sizes = n1.astype(np.int64) * n2
+    nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
+    d_k, d_res = _poisoned(dev, m, np.float64), _poisoned(dev, m, np.float64)
+    d_it = _poisoned(dev, m, np.int32)  # NaN and -1: a pair the kernel never wrote shows up
+    if nodal:
+        d_nodal = _poisoned(dev, max(int(nodal_off[-1]), 1), dt)
+        d_nodal_off = rt.to_device(dev, nodal_off)
+    else:
+        d_nodal = d_nodal_off = None
+    seconds = launch((d_k, d_it, d_res, d_nodal, d_nodal_off))
+    K, iters, resid = (in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
+    _check_written(K, iters, m)
+    blocks = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
+    return K, iters, resid, blocks, seconds
+
+
+def gradient_outputs(dev, launch, order, plan, solver):
+    """The per-pair outputs of a gradient launch of the CSR and GEMM solvers, like
+    :func:`solve_outputs`: ``launch(outputs)`` gets (K, iterations, residuals, adjoint iterations,
+    adjoint residuals, raw derivatives (m x plan.n_raw)).  Returns those in pair order and the
+    kernel's seconds; ``solver`` names the solver in the error for unwritten derivatives."""
+    m = len(order)
+    d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
+    d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
+    d_grad = _poisoned(dev, max(m * plan.n_raw, 1), np.float64)
+    seconds = launch((d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad))
+    K, iters, resid, adj_iters, adj_resid = (in_pair_order(buf, order)
+                                             for buf in (d_k, d_it, d_res, d_adj_it, d_adj_res))
+    raw = np.empty((m, plan.n_raw))
+    raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
+    _check_written(K, np.minimum(iters, adj_iters), m)
+    if not np.all(np.isfinite(raw)):
+        raise RuntimeError(f"the {solver} left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "
+                           "unwritten")
+    return K, iters, resid, adj_iters, adj_resid, raw, seconds
+
+
+class GPUEngine:
+    """Runs the core CUDA solver (cuda_src/mgk.cu) over a list of pairs on one device: every pair, K,
+    nodal matrices and gradients."""
+
+    name = "gpu"
+
+    def __init__(self, ordinal, s):
+        self.dev = rt.get_device(ordinal)
+        self.s = s
+
+    def accepts(self, ds1, ds2, pair_arr, args, *, gradient=False):
+        """Every pair."""
+        return np.ones(len(pair_arr), dtype=bool)
+
+    def solve(self, ds1, ds2, pair_arr, args, *, nodal):
+        dt = self.s["dtype"]
+        dev = self.dev
+        launch = _Launch(self, ds1, ds2, pair_arr, args, "mgk_solve", n_vectors=N_VECTORS, slices=1, extra_shared=0,
+                         out_bytes_per_pair=8 + 4 + 8, out_values_per_vertex_pair=1 if nodal else 0)
+        if launch.m == 0:
+            return empty_result(nodal, launch.tile_pairs)
+        K, iters, resid, blocks, seconds = solve_outputs(
+            dev, lambda outputs: launch.run(dev, outputs), launch.order, ds1.n_nodes[launch.g1],
+            ds2.n_nodes[launch.g2], dt, nodal)
+        return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=launch.tile_pairs,
+                      seconds=seconds)
+
+    def solve_gradient(self, ds1, ds2, pair_arr, args, plan):
+        """K and the raw derivatives of :class:`graphkern.mgk.gradient.GradientPlan` for each pair."""
+        dt = self.s["dtype"]
+        dev = self.dev
+        ct = plan.contraction_programs
+        launch = _Launch(self, ds1, ds2, pair_arr, args, "mgk_gradient", n_vectors=N_GRADIENT_VECTORS, slices=2,
+                         extra_shared=len(ct.params) * dt.itemsize + ct.code.nbytes,
+                         out_bytes_per_pair=2 * (8 + 4 + 8) + 8 * plan.n_raw)
+        if launch.m == 0:
+            return empty_result(False, launch.tile_pairs, plan.n_raw)
+        check_contractions(plan, launch.args)
+        K, iters, resid, adj_iters, adj_resid, raw, seconds = gradient_outputs(
+            dev, lambda outputs: launch.run(dev, gradient_terms(dev, plan, dt) + outputs), launch.order, plan,
+            "GPU solver")
+        return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, launch.tile_pairs, seconds)

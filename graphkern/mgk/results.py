@@ -1,0 +1,110 @@
+"""What every MGK solver returns and reads: the per-pair result, the call's statistics, the solver arguments.
+
+The engines (cpu, core, csr, gemm, tiled) and the router import this module; the public kernel
+(graphkern.mgk.kernel) shapes their results.  Nothing here imports a solver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["MGKInfo", "Solved", "gradient_result", "empty_result", "solver_arguments", "EDGE_FORM_CODES"]
+
+#: the edge-kernel forms the device solvers specialize on (their entry points' ``_<form>`` suffix)
+EDGE_FORM_CODES = {"general": 0, "constant": 1, "kronecker": 2, "sqexp": 3}
+
+
+@dataclass
+class MGKInfo:
+    """What the last call solved: one row per pair (indices into its two graph lists).
+
+    ``solvers`` counts the pairs each solver ran (``{"gemm": 12, "csr": 300, ...}``) and
+    ``options`` records the solver options of the call (:class:`graphkern.mgk.MGKOptions`).
+    """
+
+    backend: str
+    dtype: np.dtype
+    pairs: np.ndarray = field(repr=False)       # (m, 2) int64
+    iterations: np.ndarray = field(repr=False)  # (m,) int32
+    residuals: np.ndarray = field(repr=False)   # (m,) relative residual ||r|| / ||b||
+    graph_sizes: tuple = field(repr=False)      # the vertex counts of both graph lists
+    octile_pairs: np.ndarray = field(default=None, repr=False)  # (m,) GPU only: tiles1 * tiles2
+    edge_form: str = "general"
+    seconds: float = 0.0
+    solve_seconds: float = 0.0
+    # eval_gradient=True: iterations above count both solves of a pair, these the adjoint's alone
+    adjoint_iterations: np.ndarray = field(default=None, repr=False)
+    solvers: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    dtype_promoted: bool = False  # eval_gradient=True solved in float64 although dtype was float32
+
+    @property
+    def product_sizes(self):
+        """``n1 * n2`` of every pair (the size of its product graph)."""
+        return self.graph_sizes[0][self.pairs[:, 0]] * self.graph_sizes[1][self.pairs[:, 1]]
+
+    @property
+    def total_iterations(self):
+        return int(np.sum(self.iterations, dtype=np.int64))
+
+
+@dataclass
+class Solved:
+    """One solver's answer for a list of pairs, in the order of that list.
+
+    ``declined``: indices of pairs the solver left for another (not enough device memory for
+    its layout); their entries are NaN / -1 and the router gives them to the next solver.
+    """
+
+    K: np.ndarray
+    iterations: np.ndarray
+    residuals: np.ndarray
+    nodal: list | None
+    octile_pairs: np.ndarray | None
+    seconds: float
+    gradient: np.ndarray | None = None           # (m, plan.n_raw) raw derivatives (graphkern.mgk.gradient)
+    adjoint_iterations: np.ndarray | None = None
+    declined: np.ndarray | None = None
+
+
+def gradient_result(K, iterations, residuals, adjoint_iterations, adjoint_residuals, raw, octile_pairs, seconds,
+                    declined=None):
+    """A gradient solve as a :class:`Solved`: a pair has converged when both of its solves have."""
+    return Solved(K=K, iterations=iterations + adjoint_iterations, residuals=np.maximum(residuals, adjoint_residuals),
+                  nodal=None, octile_pairs=octile_pairs, seconds=seconds, gradient=raw,
+                  adjoint_iterations=adjoint_iterations, declined=declined)
+
+
+def empty_result(nodal, octile_pairs=None, n_raw=None):
+    """The answer for no pairs (``n_raw``: of a gradient solve with that many raw derivatives)."""
+    if n_raw is not None:
+        empty = np.zeros(0)
+        return gradient_result(empty, np.zeros(0, np.int32), empty, np.zeros(0, np.int32), empty,
+                               np.zeros((0, n_raw)), octile_pairs, 0.0)
+    return Solved(K=np.zeros(0), iterations=np.zeros(0, np.int32), residuals=np.zeros(0),
+                  nodal=[] if nodal else None, octile_pairs=octile_pairs, seconds=0.0)
+
+
+def solver_arguments(ds1, ds2, s):
+    """The encoded programs and the edge-kernel shortcut shared by every solver (computed once per call)."""
+    for what, w1, w2 in (("node", ds1.node_widths, ds2.node_widths), ("edge", ds1.edge_widths, ds2.edge_widths)):
+        if w1 != w2:
+            raise ValueError(f"X and Y disagree on the width of {what} label columns: {w1} vs {w2}")
+    node_program, edge_program = s["node_program"], s["edge_program"]
+    ncode, nparam = node_program.encode(ds1.node_widths)
+    ecode, eparam = edge_program.encode(ds1.edge_widths)
+    form = edge_program.edge_form()
+    out = dict(ncode=ncode, nparam=nparam, ecode=ecode, eparam=eparam, edge_form=EDGE_FORM_CODES["general"],
+               ek_scale=1.0, ek_theta=0.0, ek_aux=0.0, ek_slot=0, form_name="general")
+    if form[0] == "constant":
+        out.update(edge_form=EDGE_FORM_CODES["constant"], ek_scale=form[1], form_name="constant")
+    elif form[0] in ("kronecker", "sqexp"):
+        transform = "category" if form[0] == "kronecker" else "raw"
+        slot, width = edge_program.slots(ds1.edge_widths)[(form[3], transform)]
+        if width == 1:
+            out.update(edge_form=EDGE_FORM_CODES[form[0]], ek_scale=form[1],
+                       ek_theta=form[2] if form[0] == "kronecker" else 0.0,
+                       ek_aux=form[2] if form[0] == "sqexp" else 0.0, ek_slot=slot, form_name=form[0])
+    return out

@@ -1,0 +1,202 @@
+"""Which solver runs which pair: the pairs of a call are partitioned once, each solver runs its
+share, and the results are merged in the caller's pair order.
+
+A solver chain is an ordered list of engines; a pair goes to the first engine that
+:meth:`accepts` it (the last accepts every pair).  On one GPU with ``techniques="auto"`` the chain
+is the GEMM solver (pairs of dense graphs where it does less work: graphkern.mgk.gemm), the CSR
+solver (pairs whose two graphs fit its shared memory: graphkern.mgk.csr), then the tiled solver
+(graphkern.mgk.tiled); gradients run on the GEMM solver (unless ``gemm_gradients=False``), the
+CSR solver and the core solver (graphkern.mgk.core).  An engine may decline pairs at run time
+(the GEMM solver, when its dense layout or CG vectors do not fit the free device memory); those
+go to the next engine of the chain that accepts them, in the same call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphkern.mgk.core import GPUEngine
+from graphkern.mgk.cpu import CPUEngine
+from graphkern.mgk.csr import CSR_TECHNIQUE, CSRGPUEngine
+from graphkern.mgk.gemm import GEMM_TECHNIQUE, GEMMGPUEngine
+from graphkern.mgk.results import Solved
+from graphkern.mgk.tiled import TiledGPUEngine, resolve_techniques
+
+__all__ = ["Router", "make_router"]
+
+
+class Router:
+    """Runs a call's pairs on a chain of solvers (module docstring).
+
+    ``chain``: ``[(name, engine), ...]`` for K; ``gradient_chain``: a function returning the
+    chain for gradients (built on first use: it may need one GPU where K does not).
+    ``last_run``: the pairs each solver ran in the last :meth:`solve`.
+    """
+
+    def __init__(self, chain, gradient_chain):
+        self.chain = chain
+        self._gradient_factory = gradient_chain
+        self._gradient_chain = None
+        self.name = chain[-1][1].name
+        self.last_run = {}
+
+    @property
+    def engines(self):
+        """The K chain's engines by name (diagnostics: the GEMM engine's ``last_run``)."""
+        return dict(self.chain)
+
+    def gradient_chain(self):
+        if self._gradient_chain is None:
+            self._gradient_chain = self._gradient_factory()
+        return self._gradient_chain
+
+    def solve(self, ds1, ds2, pair_arr, args, *, nodal=False, plan=None, progress=None):
+        """Every pair of ``pair_arr`` solved (``plan``: with its raw derivatives) as one :class:`Solved`;
+        ``progress`` (graphkern._progress.Progress) counts the pairs as each launch returns."""
+        chain = self.chain if plan is None else self.gradient_chain()
+        m = len(pair_arr)
+        if m == 0 or len(chain) == 1:
+            name, engine = chain[0]
+            self.last_run = {name: m}
+            return _run(engine, ds1, ds2, pair_arr, args, nodal, plan, progress)
+        # per engine: a bool per pair, or True / False for every pair
+        masks = [engine.accepts(ds1, ds2, pair_arr, args, gradient=plan) for _, engine in chain[:-1]] + [True]
+        first = next(k for k, mask in enumerate(masks) if not isinstance(mask, (bool, np.bool_)) or mask)
+        if masks[first] is True or masks[first] is np.True_:  # one engine takes every pair
+            owner = None
+        else:
+            owner = np.full(m, len(chain) - 1, dtype=np.int8)
+            for k in range(len(chain) - 2, first - 1, -1):
+                if not isinstance(masks[k], (bool, np.bool_)):
+                    owner[masks[k]] = k
+                elif masks[k]:
+                    owner[:] = k
+        parts = []
+        for k, (name, engine) in enumerate(chain):
+            if owner is None:
+                if k != first:
+                    continue
+                idx, pairs = np.arange(m), pair_arr
+            else:
+                idx = np.flatnonzero(owner == k)
+                if not len(idx):
+                    continue
+                pairs = pair_arr[idx]
+            sol = _run(engine, ds1, ds2, pairs, args, nodal, plan, progress)
+            if sol.declined is not None and len(sol.declined):
+                if owner is None:
+                    owner = np.full(m, k, dtype=np.int8)
+                declined = idx[sol.declined]
+                for later in range(k + 1, len(chain)):
+                    takes = _takes(masks[later], declined)
+                    owner[declined[takes]] = later
+                    declined = declined[~takes]
+                kept = np.ones(len(idx), dtype=bool)
+                kept[sol.declined] = False
+                idx, sol = idx[kept], _subset(sol, kept)
+            if len(idx):
+                parts.append((name, idx, sol))
+        self.last_run = {name: len(idx) for name, idx, _ in parts}
+        return _merge(parts, m, nodal, plan)
+
+
+def _takes(mask, idx):
+    """``mask`` (bool per pair, or one bool for all) at the pairs ``idx``."""
+    if isinstance(mask, (bool, np.bool_)):
+        return np.full(len(idx), bool(mask))
+    return mask[idx]
+
+
+def _run(engine, ds1, ds2, pair_arr, args, nodal, plan, progress):
+    """One engine over ``pair_arr``; where the engine names a ``progress_chunk`` and ``progress`` is
+    given, in chunks of that many pairs (each pair's result does not depend on its chunk)."""
+    chunk = getattr(engine, "progress_chunk", None)
+    m = len(pair_arr)
+    if progress is None or not chunk or m <= chunk:
+        sol = _solve_one(engine, ds1, ds2, pair_arr, args, nodal, plan)
+        if progress is not None:
+            progress.update(m)
+        return sol
+    parts = []
+    for lo in range(0, m, chunk):
+        idx = np.arange(lo, min(lo + chunk, m))
+        parts.append((engine.name, idx, _solve_one(engine, ds1, ds2, pair_arr[idx], args, nodal, plan)))
+        progress.update(len(idx))
+    return _merge(parts, m, nodal, plan)
+
+
+def _solve_one(engine, ds1, ds2, pair_arr, args, nodal, plan):
+    if plan is None:
+        return engine.solve(ds1, ds2, pair_arr, args, nodal=nodal)
+    return engine.solve_gradient(ds1, ds2, pair_arr, args, plan)
+
+
+def _subset(sol, kept):
+    """The rows ``kept`` (bool) of a solver's answer."""
+    pick = (lambda a: None if a is None else a[kept])
+    nodal = None if sol.nodal is None else [b for b, k in zip(sol.nodal, kept.tolist()) if k]
+    return Solved(K=sol.K[kept], iterations=sol.iterations[kept], residuals=sol.residuals[kept], nodal=nodal,
+                  octile_pairs=pick(sol.octile_pairs), seconds=sol.seconds, gradient=pick(sol.gradient),
+                  adjoint_iterations=pick(sol.adjoint_iterations))
+
+
+def _merge(parts, m, nodal, plan):
+    """One answer in pair order from the solvers' parts ``[(name, pair indices, Solved), ...]``;
+    a single part that ran every pair is returned as it is (with its octile statistics)."""
+    if len(parts) == 1 and len(parts[0][1]) == m:
+        return parts[0][2]
+    K = np.full(m, np.nan)
+    iters = np.full(m, -1, dtype=np.int32)
+    resid = np.full(m, np.nan)
+    blocks = [None] * m if nodal else None
+    raw = None if plan is None else np.full((m, plan.n_raw), np.nan)
+    adjoint = None if plan is None else np.full(m, -1, dtype=np.int32)
+    seconds = 0.0
+    for _, idx, sol in parts:
+        K[idx], iters[idx], resid[idx] = sol.K, sol.iterations, sol.residuals
+        seconds += sol.seconds
+        if nodal:
+            for j, block in zip(idx.tolist(), sol.nodal):
+                blocks[j] = block
+        if plan is not None:
+            raw[idx], adjoint[idx] = sol.gradient, sol.adjoint_iterations
+    return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds,
+                  gradient=raw, adjoint_iterations=adjoint)
+
+
+def _one_gpu(devices, what):
+    if len(devices) != 1:
+        raise ValueError(f"device: {what} runs on one GPU; got {devices}")
+    return devices[0]
+
+
+def make_router(s, *, backend, devices, techniques, reorder, n_threads):
+    """The solver chains of a call: ``backend`` "cpu" or "gpu" (then ``devices``, ``techniques``:
+    see :class:`graphkern.mgk.MarginalizedGraphKernel`)."""
+    if backend == "cpu":
+        chain = [("cpu", CPUEngine(n_threads, s))]
+        return Router(chain, lambda: chain)
+
+    def core_chain():
+        what = "the core solver (techniques='core', and every eval_gradient=True call)"
+        return [("core", GPUEngine(_one_gpu(devices, what), s))]
+
+    if techniques == CSR_TECHNIQUE:
+        dev = _one_gpu(devices, "the CSR solver (techniques='csr')")
+        chain = [("csr", CSRGPUEngine(dev, s))] + core_chain()
+        return Router(chain, lambda: chain)
+    if techniques == GEMM_TECHNIQUE:
+        dev = _one_gpu(devices, "the GEMM solver (techniques='gemm')")
+        chain = [("gemm", GEMMGPUEngine(dev, s)), ("csr", CSRGPUEngine(dev, s))] + core_chain()
+        return Router(chain, lambda: chain)
+    tech = resolve_techniques(techniques)
+    if tech is None:  # "core"
+        chain = core_chain()
+        return Router(chain, lambda: chain)
+    tiled = ("tiled", TiledGPUEngine(devices, s, tech, reorder, n_threads))
+    if techniques in (None, "auto") and len(devices) == 1:
+        gemm = ("gemm", GEMMGPUEngine(devices[0], s, by_cost=True))
+        csr = ("csr", CSRGPUEngine(devices[0], s))
+        return Router([gemm, csr, tiled],
+                      lambda: ([gemm] if s["gemm_gradients"] else []) + [csr] + core_chain())
+    return Router([tiled], core_chain)

@@ -1,0 +1,255 @@
+"""The GPU driver of the similarity kernels (cuda_src/jaccard.cu): one graph's buffers and launches.
+
+:class:`DeviceSimilarity` takes its decisions from :func:`~graphkern.similarity.plan.plan_similarity`
+and only allocates, copies and launches; :func:`gpu_values` is the path of a user's call.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from graphkern._progress import Progress
+from graphkern.similarity.plan import (BLOCK, STAGED_VARIANTS, DeviceOptions, plan_similarity,
+                                       window_rows_per_block)
+
+
+def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, n_threads=1, verbose=False,
+               times=None, while_computing=None):
+    """The similarity of every stored entry of ``pattern`` on GPU ``device``, in ``dtype``.
+
+    Returns ``(values, variant, plan)``: the host array (written by the download itself), the
+    variant that ran and the plan's figures.  ``scale`` as in graphkern.similarity.cpu.cpu_values.
+    ``times`` (a dict) receives the seconds of plan, upload, compute (host clock from the first
+    launch to the stream's end) and download.  ``while_computing``: host work (a callable) run
+    while the kernels run.
+    """
+    from graphkern._cuda import runtime as rt
+
+    times = {} if times is None else times
+    out = np.empty(pattern.nnz, dtype=dtype)
+    with Progress(3, verbose, "steps", "similarity (GPU)") as bar:
+        if pattern.nnz == 0:
+            if while_computing is not None:
+                while_computing()
+            bar.update(3)
+            return out, "none", {}
+        t = time.perf_counter()
+        dev = rt.get_device(device)
+        run = DeviceSimilarity(dev, pattern, metric=metric, self_loops=self_loops, dtype=dtype, options=options,
+                               weight_scale=scale, n_threads=n_threads)
+        times["plan"] = (t1 := time.perf_counter()) - t
+        run.upload()
+        run.stream.synchronize()
+        times["upload"] = (t2 := time.perf_counter()) - t1
+        bar.update()
+        run.compute()
+        if while_computing is not None:
+            while_computing()
+        run.stream.synchronize()
+        times["compute"] = (t3 := time.perf_counter()) - t2
+        bar.update()
+        run.download(out)
+        times["download"] = time.perf_counter() - t3
+        bar.update()
+    plan = run.plan
+    figures = dict(hubs=int(plan.hubs.size), hash_rows=int(plan.hash_rows.size), work_items=int(plan.work_items),
+                   device_bytes=int(plan.nbytes), rows_per_block=run.rows_per_block, group=plan.group)
+    return out, run.variant, figures
+
+
+class DeviceSimilarity:
+    """One graph's CSR on a device and the buffers of one similarity computation on ``stream``.
+
+    :func:`gpu_values` calls :meth:`upload`, :meth:`compute`, :meth:`download`; the benchmark
+    times :meth:`compute` alone (no host-device copies) and the three together.  The output is
+    poisoned with NaN at allocation, so an entry no kernel writes shows.
+    """
+
+    def __init__(self, dev, pattern, *, metric, self_loops, dtype, variant="auto", stream=None, options=None,
+                 weight_scale=0, n_threads=1, **tuning):
+        """``options``: a :class:`~graphkern.similarity.plan.DeviceOptions`, or its fields as
+        keyword arguments (``variant`` and ``tuning``: hub_min_degree, hub_max_bytes,
+        hash_min_degree, balanced_chunk, rows_per_block, pair_width), checked before the device
+        is used.  ``weight_scale``: the weights are multiplied by 2^-weight_scale on upload.
+        ``n_threads``: host threads of the planning pass."""
+        from graphkern._cuda import runtime as rt
+
+        if options is None:
+            options = DeviceOptions(variant=variant, **{k: v for k, v in tuning.items() if v is not None})
+        elif tuning:
+            raise TypeError("pass either options or its fields, not both")
+        if pattern.nnz == 0:
+            raise ValueError("DeviceSimilarity needs at least one stored entry")
+        self.rt = rt
+        self.dev = dev
+        self.pattern = pattern
+        self.options = options
+        self.metric = int(metric)
+        self.self_loops = bool(self_loops)
+        self.dtype = np.dtype(dtype)
+        self.weighted = pattern.weights is not None
+        self.hash_min_degree = options.hash_min_degree
+        self.plan = plan = plan_similarity(pattern, options, weighted=self.weighted, dtype=self.dtype,
+                                           free_bytes=dev.memory_info()[0], n_threads=n_threads)
+        n, nnz = pattern.n, pattern.nnz
+        self.variant, self.group, self.shortrow_group = plan.variant, plan.group, plan.shortrow_group
+        self.rows_per_block, self.pair_width = plan.rows_per_block, plan.pair_width
+        self.balanced_chunk, self.group_items, self.n_tiles = plan.balanced_chunk, plan.group_items, plan.n_tiles
+        self.hubs, self.hub_words = plan.hubs, -(-n // 32)
+        self.hash_rows, self._hash_slots, self._hash_items = plan.hash_rows, plan.hash_slots, plan.hash_items
+        sizes = plan.sizes
+        self.stream = stream if stream is not None else rt.Stream(dev)
+        self.nbytes = plan.nbytes
+        rt.check_fits(dev, self.nbytes, f"{('weighted ' if self.weighted else '')}similarity ({self.variant} "
+                      f"variant) of a graph with {n} nodes and {nnz} stored entries")
+
+        def alloc(name, count, dt):
+            return rt.alloc(dev, (count,), dt) if name in sizes else None
+
+        padded_nnz = sizes["indices"] // 4
+        self.indptr = alloc("indptr", n + 1, np.int64)
+        self.indices = alloc("indices", padded_nnz, np.int32)
+        if padded_nnz > nnz:  # never read as a column: the vector merge masks what lies past a row
+            self.indices.view(4 * nnz, 4 * (padded_nnz - nnz)).zero()
+        self.weights = alloc("weights", nnz, self.dtype)
+        self.out = alloc("out", nnz, self.dtype)
+        self.deg = alloc("deg", n, np.int32)
+        self.adj = alloc("adj", n, np.int32)
+        self.wsum = alloc("wsum", n, self.dtype)
+        self.selfw = alloc("selfw", n, self.dtype)
+        self.rows = alloc("rows", nnz, np.int32)
+        self.offsets = alloc("offsets", nnz + 1, np.int64)
+        self.tile_sums = alloc("tile_sums", self.n_tiles, np.int64)
+        self.group_entry = alloc("group_entry", plan.n_groups, np.int64)
+        self.inter = alloc("inter", nnz, self.dtype if self.weighted else np.int32)
+        self.mirror_off = alloc("mirror_off", nnz, np.int32)
+        self.hub_list = alloc("hub_list", self.hubs.size, np.int32)
+        self.hub_slot = alloc("hub_slot", n, np.int32)
+        self.bitmaps = alloc("bitmaps", self.hub_words * self.hubs.size, np.uint32)
+        if self.bitmaps is not None:
+            self.bitmaps.zero()  # once: each compute clears only the words it is about to set
+        self.hash_list = alloc("hash_list", self.hash_rows.size, np.int32)
+        self.hash_items = alloc("hash_items", self.hash_rows.size + 1, np.int64)
+        self.hash_slots = alloc("hash_slots", self.hash_rows.size + 1, np.int64)
+        self.hash_off = alloc("hash_off", n, np.int64)
+        self.hash_keys = alloc("hash_keys", int(self._hash_slots[-1]), np.int32)
+        if self.hash_off is not None:
+            self.hash_off.memset32(0xFFFFFFFF)  # -1, no table; once: each compute writes the same rows' offsets
+        self.out.memset32(0x7FC00000)  # NaN in float32, and a NaN pattern in float64
+
+        self._host_weights = None
+        if self.weighted:
+            w = np.ldexp(pattern.weights, -weight_scale) if weight_scale else pattern.weights
+            self._host_weights = w.astype(self.dtype, copy=False)
+        flavour = f"{'weight' if self.weighted else 'count'}_{'f32' if self.dtype == np.float32 else 'f64'}"
+        self._fn = {name: rt.kernel(dev, "jaccard", f"jaccard_{name}_{flavour}")
+                    for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow")}
+        pair_kernel = "pair" if self.pair_width == 1 else f"pair_vec{self.pair_width}"
+        self._fn["pair"] = rt.kernel(dev, "jaccard", f"jaccard_{pair_kernel}_{flavour}")
+        if self.variant in STAGED_VARIANTS:
+            self._fn[self.variant] = rt.kernel(dev, "jaccard", f"jaccard_{self.variant}_{flavour}")
+        self._fn_vertex = (rt.kernel(dev, "jaccard", f"jaccard_vertex_weights_{flavour[-3:]}") if self.weighted
+                           else rt.kernel(dev, "jaccard", "jaccard_vertex_counts"))
+        self._fn_work = rt.kernel(dev, "jaccard", "jaccard_balanced_work")
+        self._fn_hub_bitmaps = rt.kernel(dev, "jaccard", "jaccard_hub_bitmaps")
+        self._fn_row_hashes = rt.kernel(dev, "jaccard", "jaccard_row_hashes")
+        self._fn_scan_sums = rt.kernel(dev, "jaccard", "jaccard_scan_tile_sums")
+        self._fn_scan_tiles = rt.kernel(dev, "jaccard", "jaccard_scan_tiles")
+        sms = dev.properties["multiprocessor_count"]
+        self._balanced_grid = sms * max(1, self._fn["balanced"].max_active_blocks_per_sm(BLOCK, 0))
+        if self.rows_per_block is None:  # "window": as many rows per block as fill one wave of blocks
+            slots = sms * max(1, self._fn["window"].max_active_blocks_per_sm(BLOCK, 0))
+            self.rows_per_block = window_rows_per_block(n, slots)
+
+    def upload(self):
+        """Copy the CSR (and weights) to the device, on the stream."""
+        self.indptr.copy_from_host(self.pattern.indptr, self.stream)
+        self.indices.copy_from_host(self.pattern.indices, self.stream)
+        if self.weighted:
+            self.weights.copy_from_host(self._host_weights, self.stream)
+        if self.hub_list is not None:
+            self.hub_list.copy_from_host(self.hubs, self.stream)
+        if self.hash_list is not None:
+            self.hash_list.copy_from_host(self.hash_rows, self.stream)
+            self.hash_items.copy_from_host(self._hash_items, self.stream)
+            self.hash_slots.copy_from_host(self._hash_slots, self.stream)
+
+    def compute(self):
+        """Enqueue every kernel of the chosen variant on the stream (no copies, no host waits).
+
+        The hub and longrow variants' bitmaps and vertex-to-bitmap map, and longrow's hash tables,
+        are built here, as part of the work.
+        """
+        rt, st, p = self.rt, self.stream, self.pattern
+        n, nnz = p.n, p.nnz
+        n32, nnz64 = np.int32(n), np.int64(nnz)
+        scalar = self.dtype.type
+        if self.variant == "shortrow":
+            g = self.shortrow_group
+            rt.launch(self._fn["shortrow"], -(-n // (BLOCK // g)), BLOCK,
+                      (self.indptr, self.indices, self.weights, n32, np.int32(self.metric),
+                       np.int32(self.self_loops), self.out, np.int32(g)), stream=st)
+            return
+        common = (self.indptr, self.indices, self.weights, n32, nnz64, np.int32(self.metric), self.deg, self.adj,
+                  self.wsum, self.selfw, scalar(1 if self.self_loops else -1), self.out)
+        if self.variant in ("pair",) + STAGED_VARIANTS and not self.weighted:  # one launch: it finds the vertex terms
+            self._launch_pair(common)
+            return
+        if self.hub_slot is not None:
+            self.hub_slot.memset32(0xFFFFFFFF, st)  # -1: no bitmap
+            rt.launch(self._fn_hub_bitmaps, self.hubs.size, BLOCK,
+                      (self.indptr, self.indices, self.hub_list, np.int64(self.hub_words), self.bitmaps,
+                       self.hub_slot), stream=st)
+        if self.hash_keys is not None:
+            items = int(self._hash_items[-1])
+            self.hash_keys.memset32(0xFFFFFFFF, st)  # kHashEmpty: row_hashes inserts into empty tables
+            rt.launch(self._fn_row_hashes, -(-items // BLOCK), BLOCK,
+                      (self.indptr, self.indices, self.hash_list, self.hash_items, self.hash_slots,
+                       np.int32(self.hash_rows.size), np.int64(items), self.hash_off, self.hash_keys), stream=st)
+        if self.weighted:
+            rt.launch(self._fn_vertex, -(-n // (BLOCK // 32)), BLOCK,
+                      (self.indptr, self.indices, self.weights, n32, np.int32(self.self_loops), self.wsum,
+                       self.selfw), stream=st)
+        else:
+            rt.launch(self._fn_vertex, -(-n // BLOCK), BLOCK,
+                      (self.indptr, self.indices, n32, np.int32(self.self_loops), self.deg, self.adj), stream=st)
+        entry_grid = -(-nnz // BLOCK)
+        if self.variant in ("element", "binary"):
+            rt.launch(self._fn[self.variant], entry_grid, BLOCK, common, stream=st)
+        elif self.variant == "pair":
+            self._launch_pair(common)
+        elif self.variant == "warp":
+            rt.launch(self._fn["warp"], -(-nnz // (BLOCK // self.group)), BLOCK, common + (np.int32(self.group),),
+                      stream=st)
+        else:
+            long_owner = np.int32(self.variant == "longrow")
+            self.inter.zero(st)
+            if self.mirror_off is not None:
+                self.mirror_off.memset32(0xFFFFFFFF, st)  # -1: not recorded, the finalize pass searches
+            rt.launch(self._fn_work, self.n_tiles, BLOCK,
+                      (self.indptr, self.indices, self.hub_slot, long_owner, n32, nnz64, self.rows, self.offsets,
+                       self.tile_sums), stream=st)
+            total = self.offsets.view(8 * nnz, 8, dtype=np.int64, shape=(1,))
+            rt.launch(self._fn_scan_sums, 1, 1024, (self.tile_sums, np.int64(self.n_tiles), total), stream=st)
+            rt.launch(self._fn_scan_tiles, self.n_tiles, BLOCK,
+                      (self.offsets, nnz64, self.tile_sums, np.int64(self.group_items), self.group_entry), stream=st)
+            rt.launch(self._fn["balanced"], self._balanced_grid, BLOCK,
+                      (self.indptr, self.indices, self.weights, self.rows, self.offsets, nnz64,
+                       np.int32(self.balanced_chunk), self.group_entry, self.hub_slot, self.bitmaps,
+                       np.int64(self.hub_words), self.hash_off, self.hash_keys, self.inter, self.mirror_off),
+                      stream=st)
+            rt.launch(self._fn["finalize"], entry_grid, BLOCK,
+                      common + (self.rows, self.hub_slot, long_owner, self.inter, self.mirror_off), stream=st)
+
+    def _launch_pair(self, common):
+        rows = self.rows_per_block
+        self.rt.launch(self._fn[self.variant], -(-self.pattern.n // rows), BLOCK,
+                       common + (np.int32(self.self_loops), np.int32(rows)), stream=self.stream)
+
+    def download(self, out):
+        """Copy the result into the host array ``out`` and wait for the stream."""
+        self.out.copy_to_host(out, self.stream)
+        self.stream.synchronize()
+        return out

@@ -1,0 +1,262 @@
+"""The shortest-path kernel with discrete base kernels as an inner product of explicit features.
+
+With ``DiracNode`` on zero or more integer label columns and ``DiracEdge`` on the lengths, the
+kernel of the package docstring is ``K(G, G') = <phi(G), phi(G')>`` where ``phi(G)`` counts the
+triplets ``(labels of a, labels of b, length of the shortest a-b path)`` over the ordered pairs
+``(a, b)`` of distinct vertices with a path (both directions of each path, one length: the one
+the pairwise methods use).  This is GraKeL's ``ShortestPath(with_labels=True)`` map.
+
+Counting runs in compiled code (graphkern/_cpu/spgk_paths.pyx), one OpenMP pass over the graphs
+with the shortest paths inside it.  A :class:`Vocabulary` learned from one list of graphs names
+the columns; a triplet of another list that the vocabulary lacks (an unseen label or length)
+scores 0 against every vocabulary graph but still counts in that graph's own ``K(G, G)``, which
+:class:`TripletCounts` keeps apart.  Counts are integers and the products are accumulated in
+float64, exact while every entry of ``K`` stays below 2**53.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from graphkern.spgk.kernels import DiracEdge, DiracNode, node_features
+
+# label-tuple ids and length ids below 2**ID_BITS each: a triplet's key fits in 63 bits
+ID_BITS = 21
+MAX_IDS = 1 << ID_BITS
+# the CPU product: a dense tile of the Gram matrix at most this many bytes
+_TILE_BYTES = 256 << 20
+# work a thread is started for: graphs in a counting pass, entries of K in a product (a team's start
+# and join cost about what this much work does)
+GRAPHS_PER_THREAD = 256
+ENTRIES_PER_THREAD = 1 << 16
+# a scattered sparse multiply-add costs about this many dense (BLAS) ones: the CPU product sends
+# each column the cheaper way
+_SPARSE_COST = 8.0
+
+
+def threads_for(work, per_thread, n_threads):
+    """Threads worth starting for ``work`` units: one per ``per_thread`` units, 1 to ``n_threads``."""
+    return int(max(1, min(n_threads, work // per_thread)))
+
+
+def applies(node_kernel, edge_kernel):
+    """Whether the kernel has a feature map: Dirac factors only (or none), Dirac lengths."""
+    if not isinstance(edge_kernel, DiracEdge):
+        return False
+    return node_kernel is None or all(isinstance(f, DiracNode) for f in node_kernel.factors())
+
+
+def label_columns(node_kernel):
+    """The label columns the vertex kernel compares, each once, in order."""
+    return () if node_kernel is None else tuple(dict.fromkeys(f.column for f in node_kernel.factors()))
+
+
+def pack_structure(graphs, names):
+    """``(node_offsets, edge_offsets, indptr, indices, weights)`` of ``graphs`` laid end to end, as
+    graphkern/_cpu/spgk_paths.pyx reads them (``weights`` None when no graph is weighted).
+
+    Weights must be non-negative and finite; ``names(k)`` names graph ``k`` in the error.
+    """
+    G = len(graphs)
+    node_offsets = np.zeros(G + 1, np.int64)
+    edge_offsets = np.zeros(G + 1, np.int64)
+    np.cumsum(np.fromiter((g.n_nodes for g in graphs), np.int64, G), out=node_offsets[1:])
+    np.cumsum(np.fromiter((g.nnz for g in graphs), np.int64, G), out=edge_offsets[1:])
+    indptr = np.concatenate([g.indptr for g in graphs] or [np.zeros(0, np.int64)]).astype(np.int64, copy=False)
+    indices = np.concatenate([g.indices for g in graphs] or [np.zeros(0, np.int32)]).astype(np.int32, copy=False)
+    weights = None
+    if any(g.weights is not None for g in graphs):
+        weights = np.concatenate([g.weight_array() for g in graphs]).astype(np.float64, copy=False)
+        bad = ~np.isfinite(weights) | (weights < 0)
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            gi = int(np.searchsorted(edge_offsets, k, side="right") - 1)
+            g, local = graphs[gi], k - int(edge_offsets[gi])
+            i = int(np.searchsorted(g.indptr, local, side="right") - 1)
+            problem = "negative" if weights[k] < 0 else "non-finite"
+            raise ValueError(f"{names(gi)} has a {problem} edge weight {weights[k]} on edge ({i}, "
+                             f"{int(g.indices[local])}): shortest paths need non-negative finite weights")
+    bad = (indices < 0) | (indices >= np.repeat(np.diff(node_offsets), np.diff(edge_offsets)))
+    if bad.any():
+        gi = int(np.searchsorted(edge_offsets, int(np.flatnonzero(bad)[0]), side="right") - 1)
+        raise ValueError(f"{names(gi)} has a column index outside 0..{graphs[gi].n_nodes - 1}")
+    return node_offsets, edge_offsets, indptr, indices, weights
+
+
+def _rows_as_keys(rows):
+    """Each row of an int64 ``(N, k)`` array as one comparable scalar (a byte string)."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return rows.view(np.dtype((np.void, 8 * rows.shape[1]))).ravel() if rows.shape[1] else np.zeros(len(rows), np.int8)
+
+
+class TripletCounts:
+    """Each graph's triplet histogram in batch-local ids: ``row_offsets`` (graph g's triplets are
+    ``[row_offsets[g], row_offsets[g+1])``), ``labels`` (the distinct label tuples, ``(L, k)``
+    int64, sorted), ``la``, ``lb`` (label-tuple ids), ``lengths`` (float64), ``counts`` (int64),
+    and ``self_dot`` (``K(G, G)``, float64, over every triplet)."""
+
+    def __init__(self, graphs, node_kernel, n_threads, names):
+        from graphkern._cpu import spgk_paths
+
+        structure = pack_structure(graphs, names)
+        _, discrete, _, _ = node_features(node_kernel, graphs)
+        keys = _rows_as_keys(discrete)
+        uniq, ids = np.unique(keys, return_inverse=True)
+        self.labels = uniq.view(np.int64).reshape(len(uniq), discrete.shape[1]) if discrete.shape[1] \
+            else np.zeros((min(1, len(keys)), 0), np.int64)
+        n_labels = max(1, len(uniq))
+        ids = np.ascontiguousarray(ids.reshape(-1), dtype=np.int64)
+        self.row_offsets, pairs, self.lengths, self.counts = spgk_paths.triplet_counts(
+            *structure, ids, n_labels, threads_for(len(graphs), GRAPHS_PER_THREAD, n_threads))
+        self.la, self.lb = np.divmod(pairs, n_labels)
+        row = np.repeat(np.arange(len(graphs)), np.diff(self.row_offsets))
+        self.self_dot = np.bincount(row, weights=self.counts.astype(np.float64) ** 2, minlength=len(graphs))
+        self.cache = {}  # what a vocabulary made of these counts (keyed by the vocabulary's id)
+
+    def __len__(self):
+        return len(self.row_offsets) - 1
+
+
+class Vocabulary:
+    """The triplets of one list of graphs, one column each, in a fixed order.
+
+    ``labels`` ``(L, k)``: the label tuples (``k`` label columns, ``columns``); ``lengths``: the
+    path lengths; ``keys``: the columns, each ``la << 2 ID_BITS | lb << ID_BITS | length id``
+    with ids into ``labels`` and ``lengths``, sorted.
+    """
+
+    def __init__(self, counts, columns):
+        if len(counts.labels) > MAX_IDS:
+            raise ValueError(f"the feature map supports up to {MAX_IDS} distinct label tuples; the graphs have "
+                             f"{len(counts.labels)}: use the pairwise methods (method='openmp_out' or a GPU method)")
+        self.columns = tuple(columns)
+        self.labels = counts.labels
+        self.lengths = np.unique(counts.lengths)
+        if len(self.lengths) > MAX_IDS:
+            raise ValueError(f"the feature map supports up to {MAX_IDS} distinct path lengths; the graphs have "
+                             f"{len(self.lengths)}: use the pairwise methods (method='openmp_out' or a GPU method)")
+        lid = np.searchsorted(self.lengths, counts.lengths)
+        self.keys = np.unique((counts.la << (2 * ID_BITS)) | (counts.lb << ID_BITS) | lid)
+
+    def __len__(self):
+        return len(self.keys)
+
+    def names(self):
+        """One ``(labels of a, labels of b, length)`` per column; a label tuple holds the values of
+        ``columns`` in order (empty without a vertex kernel)."""
+        la, rest = np.divmod(self.keys, 1 << (2 * ID_BITS))
+        lb, lid = np.divmod(rest, 1 << ID_BITS)
+        lab = [tuple(int(v) for v in row) for row in self.labels]
+        return [(lab[a], lab[b], float(self.lengths[d])) for a, b, d in zip(la, lb, lid)]
+
+    def matrix(self, counts):
+        """``counts`` over these columns: a CSR matrix (int64), one row per graph; triplets not in
+        the vocabulary are left out."""
+        got = counts.cache.get(id(self))
+        if got is not None and got[0] is self:
+            return got[1]
+        if len(self.labels) and self.labels.shape[1] == counts.labels.shape[1]:
+            mine = _rows_as_keys(self.labels)
+            pos = np.minimum(np.searchsorted(mine, _rows_as_keys(counts.labels)), len(mine) - 1)
+            label_id = np.where(mine[pos] == _rows_as_keys(counts.labels), pos, -1)
+        else:
+            label_id = np.full(len(counts.labels), -1, np.int64)
+        la, lb = label_id[counts.la], label_id[counts.lb]
+        pos = np.minimum(np.searchsorted(self.lengths, counts.lengths), max(len(self.lengths) - 1, 0))
+        lid = np.where(self.lengths[pos] == counts.lengths, pos, -1) if len(self.lengths) else np.full(len(pos), -1)
+        keep = (la >= 0) & (lb >= 0) & (lid >= 0)
+        key = (la << (2 * ID_BITS)) | (lb << ID_BITS) | lid
+        col = np.minimum(np.searchsorted(self.keys, key), max(len(self.keys) - 1, 0))
+        if len(self.keys):
+            keep &= self.keys[col] == key
+        else:
+            keep[:] = False
+        row = np.repeat(np.arange(len(counts), dtype=np.int64), np.diff(counts.row_offsets))
+        indptr = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(np.bincount(row[keep], minlength=len(counts)), out=indptr[1:])
+        phi = sp.csr_matrix((counts.counts[keep], col[keep], indptr), shape=(len(counts), len(self.keys)))
+        phi.has_sorted_indices = False
+        phi.sort_indices()
+        counts.cache[id(self)] = (self, phi)
+        return phi
+
+
+def scale_tile(tile, dx, dy):
+    """Normalise a tile of ``K`` in place as the pairwise path does: ``K / sqrt(dx dy)``, 0 where
+    that is 0."""
+    scale = np.sqrt(np.outer(dx, dy))
+    positive = scale > 0
+    np.divide(tile, scale, out=tile, where=positive)
+    tile[~positive] = 0.0
+
+
+def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
+    """``out = A B^T`` (``A``, ``B`` CSR count matrices) in tiles of rows; ``symmetric``: ``B`` is
+    ``A`` and only entries on and above the diagonal are summed (then mirrored).  ``scale``:
+    ``(dx, dy)`` to normalise each tile.
+
+    The columns are split by cost: a triplet in ``c_a`` rows of ``A`` and ``c_b`` of ``B`` costs
+    ``c_a c_b`` scattered multiply-adds in a sparse product but ``na nb`` in a dense one, so the
+    frequent triplets go through dense BLAS tiles and the rare ones through a compiled sparse
+    product (parallel over rows, added straight into ``out``)."""
+    from graphkern._cpu import spgk_paths
+
+    na, nb, F = A.shape[0], B.shape[0], A.shape[1]
+    freq = np.bincount(A.indices, minlength=F).astype(np.float64) * np.bincount(B.indices, minlength=F)
+    frequent = _SPARSE_COST * freq > float(na) * nb
+    frequent &= np.cumsum(frequent) * nb * 8 <= 4 * _TILE_BYTES  # the dense columns of B fit in memory
+    Ad, As = A[:, frequent], A[:, ~frequent]
+    Bd = B[:, frequent].T.toarray().astype(np.float64) if frequent.any() else None
+    Bs = B[:, ~frequent].tocsc()
+    Bs.sort_indices()
+    columns = (Bs.indptr.astype(np.int64), Bs.indices.astype(np.int32), Bs.data.astype(np.int64))
+    step = max(1, min(na, _TILE_BYTES // max(8 * max(nb, F), 1)))
+    n_threads = threads_for(min(step, na) * nb, ENTRIES_PER_THREAD, n_threads)
+    with _blas_threads(n_threads):
+        for i0 in range(0, na, step):
+            i1 = min(na, i0 + step)
+            j0 = i0 if symmetric else 0
+            rows = out[i0:i1] if out[i0:i1].flags.c_contiguous else np.empty((i1 - i0, nb))
+            if Bd is None:
+                rows[:, j0:] = 0.0
+            else:
+                rows[:, j0:] = Ad[i0:i1].toarray().astype(np.float64) @ Bd[:, j0:]
+            a = As[i0:i1]
+            spgk_paths.gram_sparse(a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data.astype(np.int64),
+                                   *columns, rows, i0, symmetric, n_threads)
+            if not np.shares_memory(rows, out):
+                out[i0:i1, j0:] = rows[:, j0:]
+            if scale is not None:
+                scale_tile(out[i0:i1, j0:], scale[0][i0:i1], scale[1][j0:])
+            if symmetric:
+                out[i1:, i0:i1] = out[i0:i1, i1:].T
+            if progress is not None:
+                progress.update((i1 - i0) * (nb - j0))
+    return out
+
+
+_CONTROLLER = []  # threadpoolctl's view of the loaded BLAS, made once (it reads every loaded library)
+
+
+class _blas_threads:
+    """Limit the BLAS threads to ``n`` inside the block (threadpoolctl when installed)."""
+
+    def __init__(self, n):
+        self.n, self.limit = n, None
+
+    def __enter__(self):
+        if not _CONTROLLER:
+            try:
+                from threadpoolctl import ThreadpoolController
+            except ImportError:
+                _CONTROLLER.append(None)
+            else:
+                _CONTROLLER.append(ThreadpoolController())
+        if _CONTROLLER[0] is not None:
+            self.limit = _CONTROLLER[0].limit(limits=self.n, user_api="blas")
+        return self
+
+    def __exit__(self, *exc):
+        if self.limit is not None:
+            self.limit.restore_original_limits()

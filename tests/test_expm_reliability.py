@@ -1,0 +1,172 @@
+"""exp(beta A) x on extreme and malformed input: huge and tiny entries, edits the cache must see,
+indices out of range, and errors that say which problem occurred (CPU, and GPU where marked)."""
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.sparse as sp
+
+from graphkern import Graph
+from graphkern.expm import clear_cache, expm_multiply, funm_multiply, total_communicability
+
+BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+def random_graph(rng, n, p, weighted=True):
+    upper = sp.triu(sp.random(n, n, density=p, random_state=rng, format="csr"), k=1)
+    upper.data[:] = rng.uniform(0.5, 2.0, upper.nnz) if weighted else 1.0
+    return (upper + upper.T).tocsr()
+
+
+def reference(A, x, beta):
+    lam, V = np.linalg.eigh(A.toarray())
+    return V @ (np.exp(beta * lam) * (V.T @ x))
+
+
+def rel(a, b):
+    return float(np.linalg.norm(np.asarray(a, dtype=np.float64) - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_entries_near_the_overflow_threshold_give_the_right_answer(backend, dtype):
+    A = sp.csr_matrix(np.array([[0.0, 1e300], [1e300, 0.0]]))
+    y, info = expm_multiply(A, np.array([1.0, 2.0]), beta=1e-300, backend=backend, dtype=dtype)
+    expected = scipy.linalg.expm(np.array([[0.0, 1.0], [1.0, 0.0]])) @ [1.0, 2.0]  # [3.89, 4.26]
+    assert info.converged and info.log_scale == 0.0
+    assert rel(y, expected) <= (1e-13 if dtype == np.float64 else 1e-6)
+    assert info.lambda_max == pytest.approx(1e300, rel=1e-12 if dtype == np.float64 else 1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("exponent", [200, 155, -200, -300])
+def test_scaled_matrices_give_the_scaled_answer(backend, exponent, rng):
+    """A * 10^e with beta * 10^-e is the same exp: huge and tiny entries alike, total
+    communicability included (it must not turn into a constant vector)."""
+    A = random_graph(rng, 80, 0.1)
+    x = rng.standard_normal(80)
+    ref = reference(A, x, 0.3)
+    B = A * 10.0 ** exponent
+    y, info = expm_multiply(B, x, beta=0.3 * 10.0 ** -exponent, backend=backend, tol=1e-12)
+    assert rel(y, ref) <= 1e-11 and info.log_scale == 0.0
+    tc, _ = total_communicability(B, beta=0.3 * 10.0 ** -exponent, backend=backend, tol=1e-12)
+    assert rel(tc, reference(A, np.ones(80), 0.3)) <= 1e-11
+    assert np.ptp(tc) > 0.1 * np.max(tc)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_beta_times_a_beyond_float64_is_an_overflow_error(backend):
+    A = sp.csr_matrix(np.array([[0.0, 1e300], [1e300, 0.0]]))
+    with pytest.raises(FloatingPointError, match="beta \\* A overflows float64"):
+        expm_multiply(A, np.ones(2), beta=1e100, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_errors_tell_overflow_and_non_convergence_apart(backend, rng):
+    A = random_graph(rng, 300, 0.05, weighted=False)
+    with pytest.raises(FloatingPointError, match="f overflows float64"):
+        funm_multiply(A, np.ones(300), np.exp, beta=200.0, backend=backend)
+    with pytest.raises(ValueError, match="f returned NaN"):
+        funm_multiply(A, np.ones(300), lambda z: np.sqrt(z - 1e9), backend=backend)
+    with pytest.warns(RuntimeWarning, match="not converged after 3 Lanczos steps.*raise max_krylov"):
+        _, info = expm_multiply(A, np.ones(300), beta=2.0, max_krylov=3, backend=backend)
+    assert not info.converged
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_an_answer_that_underflows_is_returned_scaled(backend, dtype):
+    A = sp.csr_matrix(np.array([[5.0, 1.0], [1.0, 5.0]]))  # eigenvalues 4 and 6
+    x = np.array([1.0, 3.0])
+    beta = -200.0  # e^-800 and e^-1200: below float64's smallest normal number
+    y, info = expm_multiply(A, x, beta=beta, backend=backend, dtype=dtype)
+    assert info.log_scale < -700 and np.max(np.abs(y)) == pytest.approx(1.0)
+    lam, V = np.linalg.eigh(A.toarray())
+    log_ref = V @ (np.exp(beta * lam - info.log_scale) * (V.T @ x))  # y_true / exp(log_scale)
+    assert rel(y, log_ref) <= (1e-12 if dtype == np.float64 else 1e-3)  # float32: eps * |beta| ||A||
+    if dtype == np.float32:  # a callable's answer, e^-100: representable in float64 only
+        with pytest.warns(RuntimeWarning, match="underflows float32"):
+            funm_multiply(A, x, np.exp, beta=-25.0, backend=backend, dtype=dtype)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_in_place_edit_is_seen_by_the_cache(backend, rng):
+    """The cache key is the whole content: an edit of any one stored value (none of them sampled
+    more than another) makes the next call rebuild and follow it."""
+    A = random_graph(rng, 500, 0.02)
+    x = rng.standard_normal(500)
+    expm_multiply(A, x, beta=0.2, backend=backend)
+    for k in rng.choice(A.nnz, 3, replace=False):
+        A.data[k] *= 3.0
+        i = int(np.searchsorted(A.indptr, k, side="right")) - 1
+        j = A.indices[k]
+        mirror = A.indptr[j] + int(np.flatnonzero(A.indices[A.indptr[j]:A.indptr[j + 1]] == i)[0])
+        A.data[mirror] = A.data[k]
+        y, info = expm_multiply(A, x, beta=0.2, backend=backend, tol=1e-12)
+        assert not info.cached
+        assert rel(y, reference(A, x, 0.2)) <= 1e-11
+        _, again = expm_multiply(A, x, beta=0.2, backend=backend)
+        assert again.cached
+    clear_cache()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_indices_out_of_range_never_reach_the_kernels(backend, rng):
+    A = random_graph(rng, 40, 0.2)
+    expm_multiply(Graph(A.indptr, A.indices, A.data, validate=False), beta=0.1, backend=backend)
+    for bad in (10**6, -1, 40, -(2**31)):
+        indices = A.indices.copy()
+        indices[3] = bad
+        G = Graph(A.indptr, indices, A.data, validate=False)
+        with pytest.raises(ValueError, match="out of range"):
+            expm_multiply(G, beta=0.1, backend=backend)
+    B = Graph(np.array([0, 1, 2]), np.array([1, 7]), validate=False)
+    with pytest.raises(ValueError, match="7 .*out of range|out of range: 7 in row 1"):
+        total_communicability(B, backend=backend)
+
+
+def test_malformed_row_pointers_and_values_are_refused():
+    """Refused when the Graph is built (if it checks then) or at the latest when expm reads it."""
+    with pytest.raises(ValueError, match="row pointer|indptr"):
+        expm_multiply(Graph(np.array([0, 2, 1]), np.array([1, 0]), validate=False), backend="cpu")
+    with pytest.raises(ValueError, match="non-finite|NaN"):
+        expm_multiply(Graph(np.array([0, 1, 2]), np.array([1, 0]), np.array([1.0, np.nan]), validate=False),
+                      backend="cpu")
+
+
+def test_progress_counts_the_lanczos_steps(rng):
+    A = random_graph(rng, 400, 0.02)
+    seen = []
+    _, info = expm_multiply(A, beta=0.5, backend="cpu", verbose=lambda done, total: seen.append((done, total)))
+    assert seen and seen[-1][0] >= info.krylov_dim and all(t == 400 for _, t in seen)
+    assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_index_check_finds_the_first_entry_out_of_range(dtype, rng):
+    from graphkern._cpu import expm as cpu
+    n = 1000
+    idx = rng.integers(0, n, 300_000).astype(dtype)  # several parallel blocks
+    assert cpu.first_index_out_of_range(idx, n, 2) == -1
+    for positions, value in (([250_000, 70_000], n), ([123_456], -1), ([5, 299_999], np.iinfo(dtype).min)):
+        bad = idx.copy()
+        bad[positions] = value
+        assert cpu.first_index_out_of_range(bad, n, 2) == min(positions)
+    assert cpu.first_index_out_of_range(np.empty(0, dtype=dtype), n, 2) == -1
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_degree_order_is_the_stable_sort_by_decreasing_degree(dtype, rng):
+    from graphkern._cpu import expm as cpu
+    from graphkern.expm.lanczos import DegreeOrder
+    deg = np.concatenate([rng.integers(0, 6, 5000), [0, 900, 900, 3]])  # ties, empty rows, hubs
+    indptr = np.concatenate([[0], np.cumsum(deg)]).astype(dtype)
+    order, inverse, new_indptr = cpu.degree_order(indptr)
+    assert np.array_equal(order, np.argsort(-deg, kind="stable"))
+    assert np.array_equal(np.diff(new_indptr), deg[order]) and new_indptr[0] == 0
+    assert np.array_equal(inverse[order], np.arange(len(deg)))
+    for parts in (1, 2, 3):
+        o = DegreeOrder(indptr, parts)
+        assert np.array_equal(np.sort(o.order), np.arange(len(deg))) and np.array_equal(o.inverse[o.order], np.arange(len(deg)))
+        assert np.array_equal(np.diff(o.indptr), deg[o.order]) and o.bounds[-1] == len(deg)
+    assert [len(a) for a in cpu.degree_order(np.zeros(1, dtype=dtype))] == [0, 0, 1]

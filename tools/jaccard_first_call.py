@@ -1,0 +1,102 @@
+"""Jaccard as a user calls it against the kernel alone, on one GPU, in a fresh process.
+
+    python3 tools/jaccard_first_call.py [--graph chung_lu|hub|both] [--repeat 5]
+
+For each graph (fixed seeds, graphkern.generators): ``chung_lu`` is chung_lu(2_000_000, 2.3, 16,
+seed=3) (~31.9M stored entries), ``hub`` is chung_lu(250_000, 2.1, 28, max_degree=90_000,
+seed=3) (~5.8M entries, one hub of ~39k: ``auto`` picks ``longrow``).  It prints
+
+* cold: the process's first ``jaccard(A, backend="gpu")`` (CUDA context and module load included;
+  only for the first graph),
+* first: ``jaccard(A, backend="gpu")`` with the context up, on a fresh copy of the SciPy matrix,
+  and its SimilarityInfo times (validate, plan, upload, compute, download),
+* warm: the median of ``--repeat`` further calls,
+* kernel: DeviceSimilarity.compute alone between CUDA events (median of ``--repeat``),
+* cpu: ``jaccard(A, backend="cpu")`` on all cores (one call),
+
+and the targets: first <= 3x kernel, and cpu / first >= 10.  Run it on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+GRAPHS = {
+    "chung_lu": dict(n=2_000_000, gamma=2.3, avg_degree=16, seed=3),
+    "hub": dict(n=250_000, gamma=2.1, avg_degree=28, max_degree=90_000, seed=3),
+}
+
+
+def kernel_ms(A, repeat):
+    from graphkern._cuda import runtime as rt
+    from graphkern.similarity.api import symmetric_pattern
+    from graphkern.similarity.gpu import DeviceSimilarity
+
+    dev = rt.get_device(0)
+    run = DeviceSimilarity(dev, symmetric_pattern(A), metric=0, self_loops=False, dtype=np.float32)
+    run.upload()
+    start, end = rt.Event(dev), rt.Event(dev)
+    times = []
+    for _ in range(repeat + 1):  # the first run warms up
+        start.record(run.stream)
+        run.compute()
+        end.record(run.stream)
+        end.synchronize()
+        times.append(start.elapsed_ms(end))
+    return float(np.median(times[1:])), run.variant
+
+
+def main():
+    import graphkern
+    from graphkern.generators import chung_lu
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graph", choices=("chung_lu", "hub", "both"), default="both")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    names = list(GRAPHS) if args.graph == "both" else [args.graph]
+    print(f"graphkern {graphkern.__version__}; {os.cpu_count()} CPUs")
+    cold = True
+    for name in names:
+        t = time.perf_counter()
+        A = sp.csr_matrix(chung_lu(**GRAPHS[name], as_csr=True))
+        degrees = np.diff(A.indptr)
+        print(f"\n{name}: n={A.shape[0]:,} nnz={A.nnz:,} max degree {degrees.max():,} "
+              f"(generated in {time.perf_counter() - t:.1f} s)")
+        if cold:
+            t = time.perf_counter()
+            graphkern.jaccard(A.copy(), backend="gpu")
+            print(f"  cold   {1e3 * (time.perf_counter() - t):9.1f} ms  (context and module load included) "
+                  f"on {graphkern.devices()[0]['name']}")
+            cold = False
+        B = A.copy()
+        t = time.perf_counter()
+        R, info = graphkern.jaccard(B, backend="gpu", return_info=True)
+        first = 1e3 * (time.perf_counter() - t)
+        parts = ", ".join(f"{k} {1e3 * v:.1f}" for k, v in info.times.items())
+        print(f"  first  {first:9.1f} ms  variant {info.variant}; ms: {parts}; plan {info.plan}")
+        warm = []
+        for _ in range(args.repeat):
+            t = time.perf_counter()
+            graphkern.jaccard(A, backend="gpu")
+            warm.append(1e3 * (time.perf_counter() - t))
+        print(f"  warm   {np.median(warm):9.1f} ms  (median of {args.repeat})")
+        kernel, variant = kernel_ms(A, args.repeat)
+        print(f"  kernel {kernel:9.2f} ms  ({variant}, CUDA events, median of {args.repeat})")
+        t = time.perf_counter()
+        C = graphkern.jaccard(A, backend="cpu")
+        cpu = 1e3 * (time.perf_counter() - t)
+        print(f"  cpu    {cpu:9.1f} ms  (all cores)")
+        same = np.array_equal(C.data, R.data)
+        print(f"  first / kernel = {first / kernel:.2f} (target <= 3: {'PASS' if first <= 3 * kernel else 'MISS'}); "
+              f"cpu / first = {cpu / first:.1f} (target >= 10: {'PASS' if cpu >= 10 * first else 'MISS'}); "
+              f"GPU == CPU: {same}")
+
+
+if __name__ == "__main__":
+    main()
