@@ -137,7 +137,7 @@ def run_spgk(case):
 
 def run_mgk(case):
     from graphkern.basekernels import KroneckerDelta, SquareExponential, TensorProduct
-    from graphkern._mgk_dense import dense_mgk
+    from graphkern.mgk.dense import dense_mgk
     graphs = small_graphs(case)
     nk = TensorProduct(c=KroneckerDelta(case["h"]))
     ek = TensorProduct(w=SquareExponential(case["length"]))
