@@ -31,6 +31,9 @@ _LAZY = {
     "ShortestPathKernel": "graphkern.spgk",
     "MarginalizedGraphKernel": "graphkern.mgk",
     "basekernels": "graphkern.basekernels",
+    "similarity": "graphkern.similarity",
+    "spgk": "graphkern.spgk",
+    "mgk": "graphkern.mgk",
     "io": "graphkern.io",
     "generators": "graphkern.generators",
 }
@@ -47,6 +50,11 @@ def __getattr__(name):
     value = getattr(mod, name, mod) if not module.endswith("." + name) else mod
     globals()[name] = value
     return value
+
+
+def __dir__():
+    """The public API, the lazily imported names included (for dir() and tab completion)."""
+    return sorted(set(__all__) | {"__version__"})
 
 
 def devices():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import warnings
 
 import numpy as np
 
@@ -50,23 +51,44 @@ def resolve_devices(device):
     return ids
 
 
+# Most OpenMP threads a call may ask for, per core available to the process: a little
+# oversubscription can help a latency-bound kernel, a thread per request (100000, 2**31)
+# exhausts memory or aborts libgomp.
+MAX_THREADS_PER_CORE = 4
+
+
+def available_cores():
+    """Cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
 def resolve_threads(n_threads):
-    """Thread count for OpenMP regions: None means all cores (OMP_NUM_THREADS honoured)."""
+    """Thread count for OpenMP regions: None means all cores (OMP_NUM_THREADS honoured).
+
+    A count above ``MAX_THREADS_PER_CORE`` times the available cores is lowered to that
+    maximum with a warning.
+    """
+    cores = available_cores()
+    limit = MAX_THREADS_PER_CORE * cores
     if n_threads is None:
         env = os.environ.get("OMP_NUM_THREADS")
         if env:
             try:
-                return max(1, int(env.split(",")[0]))
+                return min(limit, max(1, int(env.split(",")[0])))
             except ValueError:
                 pass
-        try:
-            return max(1, len(os.sched_getaffinity(0)))
-        except AttributeError:  # pragma: no cover - non-Linux
-            return os.cpu_count() or 1
+        return cores
     if isinstance(n_threads, bool) or not isinstance(n_threads, (int, np.integer)):
         raise TypeError(f"n_threads must be a positive int or None, got {n_threads!r}")
     if n_threads < 1:
         raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    if n_threads > limit:
+        warnings.warn(f"n_threads={n_threads} lowered to {limit} ({MAX_THREADS_PER_CORE} per available core; "
+                      f"{cores} available)", RuntimeWarning, stacklevel=3)
+        return limit
     return int(n_threads)
 
 

@@ -6,16 +6,26 @@ diagonal.  Edge label columns are aligned with the CSR entries, so ``edge_labels
 belongs to the entry ``indices[k]`` of its row.  Weights are ``None`` for an unweighted
 graph (every edge weighs 1) so that kernels which do not need them read no value array.
 
+A Graph's arrays are read-only and its own (a caller's writeable array is copied), so a
+Graph cannot change behind the back of a cache: what was validated stays valid, and its
+derived values (degrees, :attr:`Graph.fingerprint`) are computed once and kept.  A label
+column set after construction is validated like one given to the constructor.
+Validation runs in one compiled O(nnz) pass (``graphkern._cpu.validate``); a Graph built
+with ``validate=False`` still has its row pointers and index range checked once, in the
+same pass, before a kernel reads it (:meth:`Graph.require_valid`).
+
 Label columns are one of:
 
 * integer categories: shape ``(n,)``, an integer dtype (stored as int64); strings are
   turned into integer categories by :func:`category_code`, a stable hash, so that the
-  same string gets the same code in every graph;
+  same string gets the same code in every graph -- except the node label ``element``,
+  whose element symbols ("C", "Cl") become atomic numbers, as every molecule reader writes;
 * floats: shape ``(n,)``, float64;
 * fixed-length float vectors: shape ``(n, d)``, float64.
 
 Many graphs are packed into one contiguous batch by :func:`pack_graphs`; every
-capability that ships graphs to a device uses that routine.
+capability that ships graphs to a device uses that routine.  :func:`as_graphs` converts
+the inputs users hold (networkx graphs, RDKit molecules, SMILES strings) to Graphs.
 """
 
 from __future__ import annotations
@@ -26,60 +36,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Graph", "PackedGraphs", "pack_graphs", "as_csr_matrix", "as_graph_list", "category_code"]
+from graphkern._arrays import (_INT32_MAX, _INT64_MAX, ATOMIC_NUMBER, DIFFERS, DUPLICATE, ELEMENT_LABEL, MISSING,
+                               NEGATIVE, NONFINITE, NOT_ONE, PARALLEL_ENTRIES, RANGE, UNSORTED, LabelColumns,
+                               category_code, frozen, hash_array, index_dtype, indptr_problem, label_column, numeric,
+                               require_memory, scan)
+from graphkern._backend import resolve_threads
+from graphkern._cpu import validate as _compiled
 
-_INT32_MAX = np.iinfo(np.int32).max
-
-
-def _index_dtype(nnz):
-    return np.int32 if nnz <= _INT32_MAX else np.int64
-
-
-def category_code(value):
-    """A stable int64 code for a string category ('C', 'aromatic', ...), equal across graphs and runs."""
-    digest = hashlib.blake2b(str(value).encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True) & 0x7FFFFFFFFFFFFFFF
-
-
-def _label_column(values, length, *, what, name):
-    """Validate and normalise one label column of ``length`` rows."""
-    arr = np.asarray(values)
-    if arr.dtype.kind in "US" or (arr.dtype == object and arr.size and all(isinstance(v, str) for v in arr.ravel())):
-        if arr.ndim != 1:
-            raise ValueError(f"{what} label {name!r}: string labels must be one column, got shape {arr.shape}")
-        return np.array([category_code(v) for v in arr.tolist()], dtype=np.int64)
-    if arr.dtype == object:
-        try:
-            arr = arr.astype(np.float64)
-        except (TypeError, ValueError):
-            raise TypeError(f"{what} label {name!r}: values must be numbers, got objects") from None
-    if arr.ndim == 0 or arr.ndim > 2:
-        raise ValueError(f"{what} label {name!r}: expected shape ({length},) or ({length}, d), got {arr.shape}")
-    if arr.shape[0] != length:
-        raise ValueError(f"{what} label {name!r} has {arr.shape[0]} rows but the graph has {length} "
-                         f"{'nodes' if what == 'node' else 'stored edge entries'}")
-    if arr.dtype == np.bool_:
-        arr = arr.astype(np.int64)
-    if np.issubdtype(arr.dtype, np.integer):
-        if arr.ndim != 1:
-            raise ValueError(f"{what} label {name!r}: integer labels must be one column, got shape {arr.shape}")
-        return np.ascontiguousarray(arr, dtype=np.int64)
-    if not np.issubdtype(arr.dtype, np.floating):
-        raise TypeError(f"{what} label {name!r}: unsupported dtype {arr.dtype}")
-    arr = np.ascontiguousarray(arr, dtype=np.float64)
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        pos = int(np.flatnonzero(bad.reshape(len(arr), -1).any(axis=1))[0]) if arr.size else 0
-        kind = "NaN" if np.isnan(arr).any() else "infinite"
-        raise ValueError(f"{what} label {name!r} has a {kind} value at {what} {pos}")
-    return arr
-
+__all__ = ["Graph", "PackedGraphs", "pack_graphs", "as_csr_matrix", "as_graphs", "as_graph_list",
+           "category_code", "require_memory", "ATOMIC_NUMBER"]
 
 class Graph:
     """An undirected graph with optional edge weights and named label columns.
 
     Build one with :meth:`from_edges`, :meth:`from_scipy` or :meth:`from_networkx`;
-    the constructor takes an already symmetric CSR triple.
+    the constructor takes an already symmetric CSR triple.  The arrays are read-only.
 
     Parameters
     ----------
@@ -92,123 +63,145 @@ class Graph:
     symmetrize : bool
         If the matrix is not symmetric, add its transpose (``A + A.T`` pattern, values
         of the existing entry where only one direction exists) instead of raising.
+    validate : bool
+        ``False`` skips the sort, duplicate, value and symmetry checks for trusted input;
+        row pointers and the index range are still checked, once, before a kernel reads them.
     """
 
-    __slots__ = ("n_nodes", "indptr", "indices", "weights", "node_labels", "edge_labels", "name",
+    __slots__ = ("_n", "_indptr", "_indices", "_weights", "_node_labels", "_edge_labels", "name",
                  "__weakref__", "_cache")
 
     def __init__(self, indptr, indices, weights=None, *, node_labels=None, edge_labels=None,
                  symmetrize=False, name=None, validate=True):
-        indptr = np.asarray(indptr)
-        indices = np.asarray(indices)
+        indptr, indices = numeric(indptr, "indptr"), numeric(indices, "indices")
+        if indptr.dtype.kind not in "iu" or indices.dtype.kind not in "iu":
+            raise TypeError("indptr and indices must be integer arrays")
         if indptr.ndim != 1 or len(indptr) < 1:
             raise ValueError("indptr must be a 1-D array of n_nodes + 1 row pointers")
         n = len(indptr) - 1
-        nnz = int(indptr[-1]) if n >= 0 else 0
-        if validate:
-            if not (np.issubdtype(indptr.dtype, np.integer) and np.issubdtype(indices.dtype, np.integer)):
-                raise TypeError("indptr and indices must be integer arrays")
-            if indptr[0] != 0 or np.any(np.diff(indptr) < 0):
-                raise ValueError("indptr must start at 0 and never decrease")
-            if indices.ndim != 1 or len(indices) != nnz:
-                raise ValueError(f"indices has {indices.size} entries but indptr[-1] = {nnz}")
-            if nnz and (indices.min() < 0 or indices.max() >= n):
-                bad = int(indices[(indices < 0) | (indices >= n)][0])
-                raise ValueError(f"edge index {bad} out of range for a graph of {n} nodes")
+        nnz = int(indptr[-1])
+        if indices.ndim != 1 or len(indices) != nnz:
+            raise ValueError(f"indices has {indices.size} entries but indptr[-1] = {nnz}")
         if weights is not None:
-            weights = np.asarray(weights, dtype=np.float64)
+            weights = numeric(weights, "weights")
             if weights.shape != (nnz,):
                 raise ValueError(f"weights has shape {weights.shape}, expected ({nnz},): one per stored entry")
-        idx_t = _index_dtype(nnz)
-        self.n_nodes = n
-        self.indptr = np.ascontiguousarray(indptr, dtype=idx_t)
-        self.indices = np.ascontiguousarray(indices, dtype=np.int32 if n <= _INT32_MAX else np.int64)
-        self.weights = None if weights is None else np.ascontiguousarray(weights)
+        self._n = n
+        self._indptr = frozen(indptr, index_dtype(nnz))
+        self._indices = frozen(indices, np.int32 if n <= _INT32_MAX else np.int64)
+        self._weights = None if weights is None else frozen(weights, np.float64)
         self.name = name
         self._cache = {}
-        self.node_labels = {}
-        self.edge_labels = {}
-        for key, col in (node_labels or {}).items():
-            self.node_labels[str(key)] = _label_column(col, n, what="node", name=key)
-        for key, col in (edge_labels or {}).items():
-            self.edge_labels[str(key)] = _label_column(col, nnz, what="edge", name=key)
+        self._node_labels = LabelColumns("node", n, self._cache, node_labels or {})
+        self._edge_labels = LabelColumns("edge", nnz, self._cache, edge_labels or {})
         if validate:
-            self._sort_and_check(symmetrize)
+            self._check(symmetrize)
+
+    n_nodes = property(lambda self: self._n, doc="Number of nodes.")
+    indptr = property(lambda self: self._indptr, doc="Row pointers (read-only).")
+    indices = property(lambda self: self._indices, doc="Sorted column indices of each row (read-only).")
+    weights = property(lambda self: self._weights, doc="One weight per stored entry, or None (read-only).")
+    node_labels = property(lambda self: self._node_labels, doc="Node label columns by name.")
+    edge_labels = property(lambda self: self._edge_labels, doc="Edge label columns by name, one row per entry.")
 
     # ------------------------------------------------------------------ validation
-    def _sort_and_check(self, symmetrize):
-        n, nnz = self.n_nodes, len(self.indices)
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
-        cols = self.indices.astype(np.int64, copy=False)
-        key = rows * max(n, 1) + cols
-        order = np.argsort(key, kind="stable")
-        if not np.all(order == np.arange(nnz)):
-            self._permute_entries(order)
-            key = key[order]
-        if nnz > 1 and np.any(key[1:] == key[:-1]):
-            k = int(np.flatnonzero(key[1:] == key[:-1])[0])
-            i, j = divmod(int(key[k]), max(n, 1))
-            raise ValueError(f"duplicate entry ({i}, {j}) in the adjacency; use Graph.from_scipy, which sums duplicates")
-        if self.weights is not None:
-            w = self.weights
-            if not np.all(np.isfinite(w)):
-                k = int(np.flatnonzero(~np.isfinite(w))[0])
-                raise ValueError(f"edge weight of ({self._row_of(k)}, {int(self.indices[k])}) is not finite ({w[k]})")
-            if np.any(w < 0):
-                k = int(np.flatnonzero(w < 0)[0])
-                raise ValueError(f"negative edge weight {w[k]} on edge ({self._row_of(k)}, {int(self.indices[k])})")
-        # symmetry: the transpose's sorted keys must equal ours, entry for entry
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
-        cols = self.indices.astype(np.int64, copy=False)
-        tkey = cols * max(n, 1) + rows
-        torder = np.argsort(tkey, kind="stable")
-        pattern_ok = np.array_equal(tkey[torder], rows * max(n, 1) + cols)
-        if not pattern_ok:
+    def _check(self, symmetrize):
+        """Sort rows, then refuse duplicates, bad weights and asymmetry (or symmetrize)."""
+        n, nnz = self._n, self.nnz
+        problem = indptr_problem(self._indptr, nnz)
+        if problem:
+            raise ValueError(problem)
+        first = scan(self._indptr, self._indices, self._weights, symmetric=True, signed=True)
+        if first[RANGE] < nnz:
+            raise ValueError(f"edge index {int(self._indices[first[RANGE]])} out of range for a graph of {n} nodes")
+        if first[UNSORTED] < nnz:
+            self._permute_entries(np.lexsort((self._indices, self._rows())))
+            first = scan(self._indptr, self._indices, self._weights, symmetric=True, signed=True)
+        k = int(first[DUPLICATE])
+        if k < nnz:
+            raise ValueError(f"duplicate entry ({self._row_of(k)}, {int(self._indices[k])}) in the adjacency; "
+                             "use Graph.from_scipy, which sums duplicates")
+        k = int(first[NONFINITE])
+        if k < nnz:
+            raise ValueError(f"edge weight of ({self._row_of(k)}, {int(self._indices[k])}) is not finite "
+                             f"({self._weights[k]})")
+        k = int(first[NEGATIVE])
+        if k < nnz:
+            raise ValueError(f"negative edge weight {self._weights[k]} on edge ({self._row_of(k)}, "
+                             f"{int(self._indices[k])})")
+        k = int(first[MISSING])
+        if k < nnz:
             if not symmetrize:
-                missing = np.setdiff1d(tkey, rows * max(n, 1) + cols)
-                j, i = divmod(int(missing[0]), max(n, 1))
-                raise ValueError(f"adjacency is not symmetric: entry ({j}, {i}) is stored but ({i}, {j}) is not; "
+                i, j = self._row_of(k), int(self._indices[k])
+                raise ValueError(f"adjacency is not symmetric: entry ({i}, {j}) is stored but ({j}, {i}) is not; "
                                  "pass symmetrize=True to add the missing directions")
             self._symmetrize()
             return
-        # values and edge labels must match their mirror entry
-        for what, arr in [("weight", self.weights)] + [(f"edge label {k!r}", v) for k, v in self.edge_labels.items()]:
-            if arr is None:
+        if first[DIFFERS] < nnz or self._edge_labels:
+            threads = resolve_threads(None) if nnz >= PARALLEL_ENTRIES else 1
+            self._check_mirror_values(symmetrize, _compiled.mirror_positions(
+                np.ascontiguousarray(self._indptr, dtype=np.int64), self._indices, threads))
+        self._cache["valid"] = True
+
+    def _check_mirror_values(self, symmetrize, mirror):
+        """Weights and edge labels must equal their mirror entry's (or, symmetrizing, take the upper one's)."""
+        nnz = self.nnz
+        columns = [("weight", self._weights)] + [(f"edge label {k!r}", v) for k, v in self._edge_labels.items()]
+        for key, (what, arr) in zip([None, *self._edge_labels], columns):
+            if arr is None or nnz == 0:
                 continue
-            mirror = arr[torder]
-            if nnz == 0:
+            mirrored = arr[mirror]
+            differs = ~np.all((arr == mirrored).reshape(nnz, -1), axis=1)
+            if not differs.any():
                 continue
-            differs = ~np.all((arr == mirror).reshape(nnz, -1), axis=1)
-            if differs.any():
-                if not symmetrize:
-                    k = int(np.flatnonzero(differs)[0])
-                    raise ValueError(f"adjacency is not symmetric: {what} of ({self._row_of(k)}, {int(self.indices[k])}) "
-                                     f"differs from its mirror entry; pass symmetrize=True to keep the upper triangle's value")
-                # keep the value stored on the upper triangle (row <= col)
-                upper = rows <= cols
-                fixed = np.where(upper.reshape((nnz,) + (1,) * (arr.ndim - 1)), arr, mirror)
-                if what == "weight":
-                    self.weights = np.ascontiguousarray(fixed)
-                else:
-                    self.edge_labels[what[12:-1]] = np.ascontiguousarray(fixed)
+            if not symmetrize:
+                k = int(np.flatnonzero(differs)[0])
+                raise ValueError(f"adjacency is not symmetric: {what} of ({self._row_of(k)}, {int(self._indices[k])}) "
+                                 f"differs from its mirror entry; pass symmetrize=True to keep the upper triangle's value")
+            upper = self._rows() <= self._indices
+            fixed = np.where(upper.reshape((nnz,) + (1,) * (arr.ndim - 1)), arr, mirrored)
+            if key is None:
+                self._weights = frozen(fixed, np.float64)
+            else:
+                self._edge_labels._put(key, fixed)
+
+    def require_valid(self):
+        """Check, once, that kernels can read this graph: row pointers and column index range.
+
+        A validated graph passes at once; one built with ``validate=False`` is scanned in
+        compiled code the first time (its arrays are read-only, so the answer stays true).
+        """
+        if not self._cache.get("valid") and not self._cache.get("indices_valid"):
+            problem = indptr_problem(self._indptr, self.nnz)
+            if problem is None:
+                k = int(scan(self._indptr, self._indices, symmetric=False)[RANGE])
+                if k < self.nnz:
+                    problem = f"edge index {int(self._indices[k])} out of range for a graph of {self._n} nodes"
+            if problem:
+                raise ValueError(f"graph {self._label()}: {problem}")
+            self._cache["indices_valid"] = True
+        return self
+
+    def _rows(self):
+        return np.repeat(np.arange(self._n, dtype=np.int64), np.diff(self._indptr))
 
     def _row_of(self, k):
-        return int(np.searchsorted(self.indptr, k, side="right") - 1)
+        return int(np.searchsorted(self._indptr, k, side="right") - 1)
 
     def _permute_entries(self, order):
-        n = self.n_nodes
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))[order]
-        self.indices = np.ascontiguousarray(self.indices[order])
-        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]).astype(self.indptr.dtype)
-        if self.weights is not None:
-            self.weights = np.ascontiguousarray(self.weights[order])
-        for key in self.edge_labels:
-            self.edge_labels[key] = np.ascontiguousarray(self.edge_labels[key][order])
+        rows = self._rows()[order]
+        self._indices = frozen(self._indices[order], None)
+        self._indptr = frozen(np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=self._n))]),
+                               self._indptr.dtype)
+        if self._weights is not None:
+            self._weights = frozen(self._weights[order], None)
+        for key in list(self._edge_labels):
+            self._edge_labels._put(key, self._edge_labels[key][order])
 
     def _symmetrize(self):
-        n, nnz = self.n_nodes, len(self.indices)
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
-        cols = self.indices.astype(np.int64)
+        n, nnz = self._n, self.nnz
+        rows = self._rows()
+        cols = self._indices.astype(np.int64)
         both_r = np.concatenate([rows, cols])
         both_c = np.concatenate([cols, rows])
         key = both_r * max(n, 1) + both_c
@@ -216,13 +209,42 @@ class Graph:
         _, first = np.unique(key, return_index=True)
         src = first % nnz if nnz else first
         r, c = both_r[first], both_c[first]
-        self.indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n))]).astype(_index_dtype(len(first)))
-        self.indices = np.ascontiguousarray(c, dtype=self.indices.dtype)
-        if self.weights is not None:
-            self.weights = np.ascontiguousarray(self.weights[src])
-        for key_ in self.edge_labels:
-            self.edge_labels[key_] = np.ascontiguousarray(self.edge_labels[key_][src])
-        self._sort_and_check(True)  # pattern is symmetric now; values settle on the upper triangle
+        self._indptr = frozen(np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n))]),
+                               index_dtype(len(first)))
+        self._indices = frozen(c, self._indices.dtype)
+        if self._weights is not None:
+            self._weights = frozen(self._weights[src], None)
+        edge = {k: v[src] for k, v in self._edge_labels.items()}
+        self._edge_labels = LabelColumns("edge", len(first), self._cache)
+        for key_, col in edge.items():
+            self._edge_labels._put(key_, col)
+        self._check(True)  # pattern is symmetric now; values settle on the upper triangle
+
+    @property
+    def fingerprint(self):
+        """A hex digest of the graph's content (structure, weights, labels), computed once.
+
+        Caches elsewhere key on it: two graphs with equal content have equal fingerprints,
+        and a label column set later changes it.
+        """
+        fp = self._cache.get("fingerprint")
+        if fp is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(f"graph {self._n}".encode())
+            arrays = [("indptr", self._indptr), ("indices", self._indices), ("weights", self._weights)]
+            arrays += [(f"node:{k}", v) for k, v in sorted(self._node_labels.items())]
+            arrays += [(f"edge:{k}", v) for k, v in sorted(self._edge_labels.items())]
+            for key, arr in arrays:
+                h.update(key.encode())
+                if arr is not None:
+                    hash_array(h, arr)
+            fp = self._cache["fingerprint"] = h.hexdigest()
+        return fp
+
+    def __reduce__(self):
+        state = (self._indptr, self._indices, self._weights, dict(self._node_labels), dict(self._edge_labels),
+                 self.name, bool(self._cache.get("valid")))
+        return _restore_graph, state
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -232,13 +254,18 @@ class Graph:
         ``weights`` and every ``edge_labels`` column have one row per edge.  An edge
         given twice (as ``(i, j)`` and ``(j, i)`` or repeated) is an error.
         """
-        e = np.asarray(edges, dtype=np.int64)
+        e = numeric(edges, "edges (pairs of node numbers)", integral=True)
         if e.size == 0:
             e = e.reshape(0, 2)
         if e.ndim != 2 or e.shape[1] != 2:
             raise ValueError(f"edges must have shape (m, 2), got {e.shape}")
+        if e.dtype == np.uint64 and e.size and e.max() > _INT64_MAX:
+            raise ValueError(f"edge endpoint {int(e.max())} out of range")
+        e = e.astype(np.int64)
         if n_nodes is None:
             n_nodes = int(e.max()) + 1 if len(e) else 0
+        if isinstance(n_nodes, bool) or not isinstance(n_nodes, (int, np.integer)):
+            raise TypeError(f"n_nodes must be an int, got {n_nodes!r}")
         n_nodes = int(n_nodes)
         if n_nodes < 0:
             raise ValueError("n_nodes must be non-negative")
@@ -261,17 +288,16 @@ class Graph:
         indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n_nodes))])
         w = None
         if weights is not None:
-            w = np.asarray(weights, dtype=np.float64)
+            w = numeric(weights, "weights")
             if w.shape != (m,):
                 raise ValueError(f"weights has shape {w.shape}, expected ({m},): one per edge")
             w = w[src]
         el = {}
         for key_, col in (edge_labels or {}).items():
-            col = np.asarray(col)
-            if len(col) != m:
+            if hasattr(col, "__len__") and len(col) != m:
                 raise ValueError(f"edge label {key_!r} has {len(col)} rows but {m} edges were given")
-            el[key_] = col[src]
-        return cls(indptr, c, w, node_labels=node_labels, edge_labels=el, name=name)
+            el[key_] = label_column(col, m, what="edge", name=key_)[src]
+        return cls(*_owned(indptr, c, w), node_labels=node_labels, edge_labels=el, name=name)
 
     @classmethod
     def from_scipy(cls, A, *, weighted=None, node_labels=None, symmetrize=False, name=None):
@@ -283,13 +309,11 @@ class Graph:
             raise TypeError(f"expected a scipy.sparse matrix, got {type(A).__name__}")
         if A.ndim != 2 or A.shape[0] != A.shape[1]:
             raise ValueError(f"adjacency matrix must be square, got shape {A.shape}")
-        A = sp.csr_matrix(A, copy=True)
-        A.sum_duplicates()
-        A.sort_indices()
-        data = np.asarray(A.data, dtype=np.float64)
+        A = _canonical_csr(A, "the adjacency matrix", copy=True)
+        data = numeric(A.data, "the adjacency matrix's values").astype(np.float64, copy=False)
         if weighted is None:
             weighted = not np.all(data == 1.0)
-        return cls(A.indptr, A.indices, data if weighted else None, node_labels=node_labels,
+        return cls(*_owned(A.indptr, A.indices, data if weighted else None), node_labels=node_labels,
                    symmetrize=symmetrize, name=name)
 
     @classmethod
@@ -299,8 +323,13 @@ class Graph:
         ``node_attrs``/``edge_attrs`` name the attributes to keep (default: every
         attribute present on all nodes / all edges).  Nodes are numbered in
         ``G.nodes`` order; ``weight`` names the edge attribute used as weight
-        (``None``: unweighted).
+        (``None``: unweighted; an edge without it, where others have it, is an error).
+        String values of the node attribute ``element`` are element symbols and become
+        atomic numbers, as in every molecule reader; other strings become
+        :func:`category_code` categories.
         """
+        if not (hasattr(G, "is_directed") and hasattr(G, "nodes") and hasattr(G, "edges")):
+            raise TypeError(f"G must be a networkx graph, got {type(G).__name__}")
         if G.is_directed():
             raise ValueError("networkx graph is directed; graphkern graphs are undirected (use G.to_undirected())")
         if G.is_multigraph():
@@ -334,8 +363,13 @@ class Graph:
             except KeyError:
                 raise ValueError(f"edge attribute {a!r} is missing on some edges") from None
         weights = None
-        if weight is not None and edata and all(weight in d for d in edata):
-            weights = [d[weight] for d in edata]
+        if weight is not None and any(weight in d for d in edata):
+            missing = next((k for k, d in enumerate(edata) if weight not in d), None)
+            if missing is not None:
+                u, v = list(G.edges)[missing]
+                raise ValueError(f"edge ({u!r}, {v!r}) has no {weight!r} attribute but other edges have one; "
+                                 f"give every edge a weight, or pass weight=None for an unweighted graph")
+            weights = numeric([d[weight] for d in edata], f"edge attribute {weight!r}")
         return cls.from_edges(np.array(edges, dtype=np.int64).reshape(-1, 2), len(nodes), weights=weights,
                               node_labels=node_labels, edge_labels=edge_labels, name=name)
 
@@ -353,8 +387,10 @@ class Graph:
 
     @property
     def n_self_loops(self):
-        rows = np.repeat(np.arange(self.n_nodes), np.diff(self.indptr))
-        return int(np.count_nonzero(rows == self.indices))
+        loops = self._cache.get("n_self_loops")
+        if loops is None:
+            loops = self._cache["n_self_loops"] = int(np.count_nonzero(self._rows() == self._indices))
+        return loops
 
     @property
     def is_weighted(self):
@@ -362,8 +398,11 @@ class Graph:
 
     @property
     def degrees(self):
-        """Number of stored entries per row (a self-loop counts once)."""
-        return np.diff(self.indptr)
+        """Number of stored entries per row (a self-loop counts once), read-only, computed once."""
+        deg = self._cache.get("degrees")
+        if deg is None:
+            deg = self._cache["degrees"] = frozen(np.diff(self._indptr), None)
+        return deg
 
     def weight_array(self, dtype=np.float64):
         """Weights as an array, ones for an unweighted graph."""
@@ -372,8 +411,12 @@ class Graph:
         return self.weights.astype(dtype, copy=False)
 
     def to_scipy(self, dtype=np.float64):
-        """The symmetric adjacency as a scipy.sparse.csr_matrix (ones if unweighted)."""
-        return sp.csr_matrix((self.weight_array(dtype), self.indices, self.indptr), shape=(self.n_nodes,) * 2)
+        """The symmetric adjacency as a scipy.sparse.csr_matrix (ones if unweighted), sharing the
+        graph's read-only index arrays."""
+        A = sp.csr_matrix((self.weight_array(dtype), self.indices, self.indptr), shape=(self.n_nodes,) * 2)
+        if self._cache.get("valid"):  # sorted rows without duplicates: SciPy need not check again
+            A.has_canonical_format = True
+        return A
 
     def edge_list(self):
         """Undirected edges ``(i, j)`` with ``i <= j``, in CSR order, and their entry positions."""
@@ -453,56 +496,132 @@ class Graph:
     __hash__ = object.__hash__
 
 
+def _owned(*arrays):
+    """Mark arrays a constructor has just made as read-only, so Graph takes them without a copy."""
+    for a in arrays:
+        if a is not None:
+            a.flags.writeable = False
+    return arrays
+
+
+def _restore_graph(indptr, indices, weights, node_labels, edge_labels, name, valid):
+    """Unpickle a Graph: its content was validated (or not) before it was pickled."""
+    G = Graph(indptr, indices, weights, node_labels=node_labels, edge_labels=edge_labels, name=name,
+              validate=False)
+    G._cache["valid"] = valid
+    return G
+
+
+def _canonical_csr(A, name, *, copy=False):
+    """A square scipy.sparse ``A`` as CSR with sorted rows and summed duplicates.
+
+    The size is checked before SciPy allocates; a BSR matrix's zero padding inside its blocks is
+    no edge and is dropped (explicit zeros stored by other formats are kept as edges).
+    """
+    if A.dtype.kind == "c":
+        raise TypeError(f"{name} is complex; graphkern takes real matrices only")
+    if A.dtype.kind not in "fiub":
+        raise TypeError(f"{name} has unsupported dtype {A.dtype}")
+    n = A.shape[0]
+    if n > _INT32_MAX:
+        raise ValueError(f"{name} has {n} rows; at most 2**31 - 1 are supported")
+    require_memory((n + 1) * 8 + A.nnz * (4 + A.dtype.itemsize), f"{name} of shape {A.shape} as CSR")
+    if A.format == "bsr":
+        A = A.tocsr()
+        A.eliminate_zeros()
+    else:
+        A = sp.csr_matrix(A, copy=copy)
+    if not sp.isspmatrix_csr(A) or A.indptr.shape != (n + 1,):
+        raise ValueError(f"{name} has a malformed index structure")
+    problem = indptr_problem(A.indptr, len(A.indices))
+    if problem:
+        raise ValueError(f"{name}: {problem}")
+    first = scan(A.indptr, A.indices, symmetric=False)
+    if first[RANGE] < A.nnz:
+        raise ValueError(f"{name} has a column index {int(A.indices[first[RANGE]])} out of range for {n} columns")
+    if min(first[UNSORTED], first[DUPLICATE]) < A.nnz:
+        A = A.copy() if not copy else A
+        A.sum_duplicates()
+    else:  # a new matrix object sharing the arrays, so the caller's own flags are left alone
+        A = sp.csr_matrix((A.data, A.indices, A.indptr), shape=A.shape, copy=False)
+    A.has_canonical_format = True
+    return A
+
+
 def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
     """Return ``(csr_matrix, is_weighted)`` for a Graph or a square scipy.sparse matrix.
 
     Duplicates are summed and indices sorted.  An asymmetric matrix raises unless
-    ``allow_asymmetric``.  Negative or non-finite values raise.
+    ``allow_asymmetric``; non-finite values raise.  The checks are one compiled O(nnz) pass
+    (a Graph was checked when it was built).  A BSR matrix's zero padding is no edge.
     """
     if isinstance(G, Graph):
+        G.require_valid()
         return G.to_scipy(), G.is_weighted
     if not sp.issparse(G):
         raise TypeError(f"{name} must be a graphkern.Graph or a scipy.sparse matrix, got {type(G).__name__}")
     if G.ndim != 2 or G.shape[0] != G.shape[1]:
         raise ValueError(f"{name} must be square, got shape {G.shape}")
-    A = sp.csr_matrix(G)
-    if not A.has_canonical_format:
-        A = A.copy()
-        A.sum_duplicates()
-    if A.dtype.kind not in "fiub":
-        raise TypeError(f"{name} has unsupported dtype {A.dtype}")
-    data = A.data
-    if data.dtype.kind == "f" and not np.all(np.isfinite(data)):
+    A = _canonical_csr(G, name)
+    first = scan(A.indptr, A.indices, A.data, symmetric=not allow_asymmetric)
+    if first[NONFINITE] < A.nnz:
         raise ValueError(f"{name} contains NaN or infinite values")
-    if not allow_asymmetric:
-        diff = A - A.T
-        diff.eliminate_zeros()
-        # the stored pattern, explicit zeros included: an unmirrored stored zero is an asymmetric edge
-        P = sp.csr_matrix((np.ones(A.nnz, dtype=np.int8), A.indices, A.indptr), shape=A.shape)
-        pattern_diff = P - P.T
-        pattern_diff.eliminate_zeros()
-        if diff.nnz or pattern_diff.nnz:
-            raise ValueError(f"{name} is not symmetric: graphkern treats graphs as undirected "
-                             "(symmetrize it, e.g. A.maximum(A.T), or use Graph.from_scipy(A, symmetrize=True))")
-    weighted = not (data.size == 0 or np.all(data == 1))
-    return A, weighted
+    if min(first[MISSING], first[DIFFERS]) < A.nnz:
+        raise ValueError(f"{name} is not symmetric: graphkern treats graphs as undirected "
+                         "(symmetrize it, e.g. A.maximum(A.T), or use Graph.from_scipy(A, symmetrize=True))")
+    return A, bool(first[NOT_ONE] < A.nnz)
 
 
-def as_graph_list(X, name="X"):
-    """``X`` as a list of :class:`Graph`, with errors naming ``name`` and the bad item.
+_ACCEPTED = "a graphkern.Graph, a networkx graph, an RDKit molecule or a SMILES string"
 
-    A single Graph is refused (it is almost always a forgotten ``[G]``).
-    """
-    if isinstance(X, Graph):
-        raise TypeError(f"{name} must be a sequence of graphs, got a single Graph (wrap it in a list: [{name}])")
+
+def _convert(item, label):
+    """One input as a Graph, errors naming ``label`` and the converter."""
+    if isinstance(item, Graph):
+        return item.require_valid()
+    module = type(item).__module__ or ""
+    if module.startswith("networkx"):
+        converter = "Graph.from_networkx"
+        convert = Graph.from_networkx
+    elif module.startswith("rdkit") and hasattr(item, "GetAtoms"):
+        from graphkern.io.smiles import from_rdkit as convert
+        converter = "graphkern.io.from_rdkit"
+    elif isinstance(item, str):
+        from graphkern.io.smiles import from_smiles as convert
+        converter = "graphkern.io.from_smiles"
+    else:
+        raise TypeError(f"{label} is a {type(item).__name__}, expected {_ACCEPTED}")
     try:
-        graphs = list(X)
+        return convert(item)
+    except (ValueError, TypeError, KeyError) as err:
+        raise type(err)(f"{label} could not be converted by {converter}: {err}") from err
+
+
+def as_graphs(X, name="X"):
+    """``X`` as a list of :class:`Graph`, converting the inputs users hold on the way in.
+
+    Each item may be a :class:`Graph`, a networkx graph (:meth:`Graph.from_networkx`: node and
+    edge attributes become label columns, ``weight`` the weights, element symbols in the
+    ``element`` attribute atomic numbers), an RDKit molecule (:func:`graphkern.io.from_rdkit`) or
+    a SMILES string (:func:`graphkern.io.from_smiles`, heavy atoms); kinds may be mixed.
+    Molecules get the labels of every molecule reader: ``element`` (atomic number), ``charge``
+    and ``bond_order`` (1, 2, 3, 4 = aromatic), so the same molecule from an SD file, RDKit, a
+    SMILES string or networkx has the same label codes.  A single graph is refused (it is almost
+    always a forgotten ``[G]``); errors name ``name``, the item and the converter.
+    """
+    if isinstance(X, (Graph, str)) or type(X).__module__.startswith(("networkx", "rdkit")):
+        raise TypeError(f"{name} must be a sequence of graphs, got a single {type(X).__name__} "
+                        f"(wrap it in a list: [{name}])")
+    try:
+        items = list(X)
     except TypeError:
-        raise TypeError(f"{name} must be a sequence of graphkern.Graph, got {type(X).__name__}") from None
-    for k, g in enumerate(graphs):
-        if not isinstance(g, Graph):
-            raise TypeError(f"{name}[{k}] is a {type(g).__name__}, expected graphkern.Graph")
-    return graphs
+        raise TypeError(f"{name} must be a sequence of graphkern.Graph (or networkx graphs, RDKit molecules, "
+                        f"SMILES strings), got {type(X).__name__}") from None
+    return [_convert(g, f"{name}[{k}]") for k, g in enumerate(items)]
+
+
+# the name the kernels call it by
+as_graph_list = as_graphs
 
 
 @dataclass
@@ -541,6 +660,7 @@ def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=(), weight_
     for k, g in enumerate(graphs):
         if not isinstance(g, Graph):
             raise TypeError(f"item {k} is a {type(g).__name__}, expected graphkern.Graph")
+        g.require_valid()
     n = np.array([g.n_nodes for g in graphs], dtype=np.int64)
     m = np.array([g.nnz for g in graphs], dtype=np.int64)
     node_offsets = np.concatenate([[0], np.cumsum(n)])

@@ -51,3 +51,13 @@ def run_python(code, *, env=None, timeout=120):
     with tempfile.TemporaryDirectory() as cwd:
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env,
                               cwd=cwd, timeout=timeout)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--fuzz-examples", type=int, default=150,
+                     help="cases per family of tests/test_fuzz.py (each family scales it by its cost)")
+
+
+@pytest.fixture
+def fuzz_examples(request):
+    return request.config.getoption("--fuzz-examples")

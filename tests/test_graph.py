@@ -74,7 +74,7 @@ def test_from_networkx_roundtrip(rng):
     G = Graph.from_networkx(g)
     assert G.n_nodes == 40 and G.n_edges == 90 and G.is_weighted
     assert G.node_labels["element"].dtype == np.int64
-    assert G.node_labels["element"][0] == category_code("C")
+    assert G.node_labels["element"][0] == 6  # element symbols become atomic numbers, as in SD files
     np.testing.assert_allclose(G.to_scipy().toarray(), nx.to_numpy_array(g, weight="weight"))
     back = Graph.from_networkx(G.to_networkx())
     np.testing.assert_array_equal(back.edge_labels["order"], G.edge_labels["order"])
@@ -170,7 +170,7 @@ def test_as_graph_list_names_the_bad_item():
         as_graph_list(G)
     with pytest.raises(TypeError, match=r"Y\[1\] is a int"):
         as_graph_list([G, 3], "Y")
-    with pytest.raises(TypeError, match="sequence of graphkern.Graph, got int"):
+    with pytest.raises(TypeError, match="sequence of graphkern.Graph .*, got int"):
         as_graph_list(5)
 
 
@@ -179,3 +179,112 @@ def test_as_csr_matrix_sees_an_unmirrored_explicit_zero():
     assert A.nnz == 3  # (1, 2) stored as an explicit zero, (2, 1) absent
     with pytest.raises(ValueError, match="not symmetric"):
         as_csr_matrix(A)
+
+
+@pytest.mark.parametrize("asked", [100_000, 10_000, 2**31, np.int64(2**40)])
+def test_thread_counts_are_clamped_with_a_warning(asked):
+    from graphkern._backend import MAX_THREADS_PER_CORE, available_cores, resolve_threads
+    limit = MAX_THREADS_PER_CORE * available_cores()
+    with pytest.warns(RuntimeWarning, match=f"lowered to {limit}"):
+        assert resolve_threads(asked) == limit
+    assert resolve_threads(1) == 1 and resolve_threads(None) == available_cores()
+    with pytest.raises(ValueError, match="n_threads must be >= 1"):
+        resolve_threads(0)
+    with pytest.raises(TypeError, match="n_threads must be a positive int"):
+        resolve_threads(2.0)
+
+
+def test_graph_arrays_are_read_only_and_its_own():
+    indices = np.array([1, 0], dtype=np.int32)
+    weights = np.array([2.0, 2.0])
+    labels = np.array([5, 6])
+    G = Graph([0, 1, 2], indices, weights, node_labels={"x": labels})
+    indices[0], weights[0], labels[0] = 7, 9.0, 0  # the caller's arrays stay the caller's
+    assert G.indices.tolist() == [1, 0] and G.weights.tolist() == [2.0, 2.0] and G.node_labels["x"][0] == 5
+    for arr in (G.indptr, G.indices, G.weights, G.node_labels["x"], G.degrees):
+        with pytest.raises(ValueError, match="read-only"):
+            arr[0] = 1
+    with pytest.raises(AttributeError):
+        G.indices = np.array([0, 0])
+
+
+def test_label_columns_set_later_are_validated_and_change_the_fingerprint():
+    G = Graph.from_edges([(0, 1), (1, 2)], node_labels={"x": [1, 2, 3]})
+    before = G.fingerprint
+    with pytest.raises(ValueError, match="node label 'x' has 2 rows but the graph has 3 nodes"):
+        G.node_labels["x"] = [1, 2]
+    with pytest.raises(ValueError, match="edge label 'b' has 1 rows but the graph has 4 stored edge entries"):
+        G.edge_labels["b"] = [1]
+    assert G.fingerprint == before
+    G.node_labels["x"] = [1, 2, 4]
+    assert G.fingerprint != before
+    G.node_labels["x"] = [1, 2, 3]
+    assert G.fingerprint == before == Graph.from_edges([(1, 2), (0, 1)], node_labels={"x": [1, 2, 3]}).fingerprint
+
+
+def test_fingerprint_of_a_large_graph_sees_every_entry(rng):
+    A = sp.random(3000, 3000, density=0.05, random_state=int(rng.integers(1 << 30)), format="csr")
+    G = Graph.from_scipy(A + A.T)
+    assert G.weights.nbytes > (1 << 20)  # hashed in parallel blocks
+    k = int(rng.integers(G.nnz))
+    w = G.weights.copy()
+    w[k] = np.nextafter(w[k], 2)
+    H = Graph(G.indptr, G.indices, w, validate=False)
+    assert H.fingerprint != G.fingerprint
+    assert Graph(G.indptr, G.indices, G.weights).fingerprint == G.fingerprint
+
+
+def test_unvalidated_graph_is_checked_before_use():
+    G = Graph([0, 1, 2], [1, 10**6], validate=False)
+    with pytest.raises(ValueError, match="edge index 1000000 out of range for a graph of 2 nodes"):
+        G.require_valid()
+    with pytest.raises(ValueError, match="out of range"):
+        as_csr_matrix(G)
+    with pytest.raises(ValueError, match="out of range"):
+        pack_graphs([G])
+    with pytest.raises(ValueError, match="indptr must start at 0 and never decrease"):
+        Graph([0, 2, 1, 2], [1, 0], validate=False).require_valid()
+
+
+def test_pickle_keeps_content_and_validity():
+    G = Graph.from_edges([(0, 1), (1, 2)], weights=[1.0, 2.0], node_labels={"e": ["C", "N", "O"]},
+                         edge_labels={"b": [1, 2]}, name="m")
+    H = pickle.loads(pickle.dumps(G))
+    assert H == G and H.name == "m" and H.fingerprint == G.fingerprint and not H.indices.flags.writeable
+
+
+def test_bsr_padding_is_no_edge():
+    path = sp.diags([np.ones(3), np.ones(3)], [-1, 1], shape=(4, 4), format="csr")
+    B = sp.bsr_matrix(path, blocksize=(2, 2))
+    assert B.nnz > path.nnz  # the blocks store zeros
+    M, _ = as_csr_matrix(B)
+    assert M.nnz == 6 and Graph.from_scipy(B).n_edges == 3
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: Graph.from_edges([(0.9, 1.9)], 3), "edges .* must hold integers, got 0.9"),
+    (lambda: Graph.from_edges([(0, 1)], 3.9), "n_nodes must be an int"),
+    (lambda: Graph.from_edges(None), "edges .* is None"),
+    (lambda: Graph.from_edges([(0, 1)], weights=["1", "2"][:1]), "weights must hold numbers"),
+    (lambda: Graph.from_edges([(0, 1)], weights=[1 + 2j]), "weights is complex"),
+    (lambda: Graph.from_networkx(None), "G must be a networkx graph, got NoneType"),
+    (lambda: Graph.from_edges([(0, 1)], node_labels={"v": [[1.0, 2.0], [3.0]]}), "node label 'v' is ragged"),
+    (lambda: Graph.from_edges([(0, 1)], node_labels={"u": np.array([2**64 - 1, 0], dtype=np.uint64)}),
+     "beyond the int64 range"),
+    (lambda: Graph.from_edges([(0, 1)], node_labels={"element": ["C", "Qq"]}), "'Qq' at node 1 is not an element"),
+    (lambda: Graph.from_scipy(sp.csr_matrix(np.array([[0, 1j], [1j, 0]]))), "complex"),
+    (lambda: as_csr_matrix(sp.coo_matrix(([1.0, 1.0], ([0, 1], [1, 0])), shape=(2**31 + 5, 2**31 + 5))),
+     "at most 2\\*\\*31 - 1"),
+])
+def test_silent_coercions_are_errors(make, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        make()
+
+
+def test_networkx_weight_missing_on_one_edge_is_named():
+    g = nx.path_graph(4)
+    g.edges[0, 1]["weight"] = 2.0
+    g.edges[2, 3]["weight"] = 1.0
+    with pytest.raises(ValueError, match=r"edge \(1, 2\) has no 'weight' attribute"):
+        Graph.from_networkx(g)
+    assert not Graph.from_networkx(g, weight=None).is_weighted

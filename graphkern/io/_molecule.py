@@ -2,17 +2,9 @@
 
 import numpy as np
 
-from ..graph import Graph
+from ..graph import ATOMIC_NUMBER, Graph
 
-_SYMBOLS = (
-    "H He Li Be B C N O F Ne Na Mg Al Si P S Cl Ar K Ca Sc Ti V Cr Mn Fe Co Ni Cu Zn Ga Ge As Se "
-    "Br Kr Rb Sr Y Zr Nb Mo Tc Ru Rh Pd Ag Cd In Sn Sb Te I Xe Cs Ba La Ce Pr Nd Pm Sm Eu Gd Tb Dy "
-    "Ho Er Tm Yb Lu Hf Ta W Re Os Ir Pt Au Hg Tl Pb Bi Po At Rn Fr Ra Ac Th Pa U Np Pu Am Cm Bk Cf "
-    "Es Fm Md No Lr Rf Db Sg Bh Hs Mt Ds Rg Cn Nh Fl Mc Lv Ts Og"
-).split()
-
-# deuterium and tritium are hydrogen isotopes; MDL files may write them as D and T
-ATOMIC_NUMBER = {sym: z for z, sym in enumerate(_SYMBOLS, 1)} | {"D": 1, "T": 1}
+__all__ = ["ATOMIC_NUMBER", "HYDROGEN", "molecule_graph"]
 
 HYDROGEN = 1
 

@@ -13,10 +13,11 @@ import gzip
 import io
 import os
 import warnings
+import zlib
 
 import numpy as np
 
-__all__ = ["FileFormatError", "open_text", "read_numeric_table", "data_line_number"]
+__all__ = ["FileFormatError", "open_text", "read_bytes", "read_numeric_table", "data_line_number"]
 
 
 class FileFormatError(ValueError):
@@ -38,33 +39,64 @@ class FileFormatError(ValueError):
 
 
 def source_name(source):
-    """The name errors use for ``source``: the path, or a file object's ``name``."""
+    """The name errors use for ``source``: the path, or a file object's ``name`` (a pipe or other
+    descriptor opened without a path is named by its descriptor number, said as such)."""
     if isinstance(source, (str, os.PathLike)):
         return os.fspath(source)
-    return str(getattr(source, "name", "<stream>"))
+    name = getattr(source, "name", None)
+    if isinstance(name, int):
+        return f"<file descriptor {name}>"
+    return "<stream>" if name is None else str(name)
+
+
+@contextlib.contextmanager
+def _named_errors(path):
+    """Turn the decoding and decompression errors of reading ``path`` into one FileFormatError."""
+    try:
+        yield
+    except UnicodeDecodeError as err:
+        raise FileFormatError(path, None, f"is not UTF-8 text (a binary or UTF-16 file?): byte "
+                              f"{err.object[err.start:err.start + 1]!r} at offset {err.start} of a chunk") from None
+    except gzip.BadGzipFile:
+        raise FileFormatError(path, None, "its name ends in .gz but it is not gzip-compressed") from None
+    except (EOFError, zlib.error) as err:
+        raise FileFormatError(path, None, f"the gzip stream is damaged or cut short ({err})") from None
 
 
 @contextlib.contextmanager
 def open_text(source):
     """Yield a text file for ``source``: a path (``.gz`` is decompressed) or an open file.
 
-    An open file is left open; a binary one is wrapped as UTF-8 text.
+    An open file is left open; a binary one is wrapped as UTF-8 text.  Undecodable bytes and
+    damaged gzip data raise :class:`FileFormatError` naming the file.
     """
+    path = source_name(source)
     if isinstance(source, (str, os.PathLike)):
-        path = os.fspath(source)
         opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8", newline=None) as f:
+        with _named_errors(path), opener(path, "rt", encoding="utf-8", newline=None) as f:
             yield f
     elif isinstance(source, io.TextIOBase):
-        yield source
+        with _named_errors(path):
+            yield source
     elif hasattr(source, "read"):
         text = io.TextIOWrapper(source, encoding="utf-8")
         try:
-            yield text
+            with _named_errors(path):
+                yield text
         finally:
             text.detach()  # a collected wrapper would close the caller's binary file
     else:
         raise TypeError(f"expected a path or an open file, got {type(source).__name__}")
+
+
+def read_bytes(path):
+    """The bytes of the file ``path`` (``.gz`` decompressed), errors naming the file."""
+    with _named_errors(path):
+        if os.fspath(path).endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        with open(path, "rb") as f:
+            return f.read()
 
 
 def _fields(line, delimiter):

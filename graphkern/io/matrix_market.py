@@ -1,8 +1,10 @@
 """Matrix Market coordinate files (real, integer or pattern; symmetric or general) as graphs.
 
-The entries are parsed in one ``numpy.loadtxt`` pass; only when something is wrong are
-the lines read again, to name the one at fault.  Explicit zeros are kept as stored
-entries (edges of weight 0) and diagonal entries as self-loops.
+Files are parsed by ``scipy.io.mmread`` (fast_matrix_market, parallel); only when something
+is wrong -- or the source is a stream that cannot be handed over -- are the lines read by
+this module, to name the one at fault.  The size line is checked before anything is
+allocated.  Explicit zeros are kept as stored entries (edges of weight 0) and diagonal
+entries as self-loops.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import os
 import warnings
 
 import numpy as np
+import scipy.io
 import scipy.sparse as sp
 
-from ..graph import Graph
-from ._text import FileFormatError, open_text, source_name
+from .._cpu import validate as _compiled
+from ..graph import Graph, as_csr_matrix, require_memory
+from ._text import FileFormatError, open_text, read_bytes, source_name
 
 __all__ = ["read_matrix_market", "write_matrix_market"]
 
@@ -64,9 +68,17 @@ class _Header:
         except ValueError:
             raise FileFormatError(path, self.lineno, f"expected the size line 'rows columns entries' "
                                   f"(three integers), found {line.strip()!r}") from None
+        if min(n_rows, n_cols, self.nnz) < 0:
+            raise FileFormatError(path, self.lineno, f"negative count on the size line {line.strip()!r}")
         if n_rows != n_cols:
             raise FileFormatError(path, self.lineno,
                                   f"the matrix is {n_rows} x {n_cols}; an adjacency matrix is square")
+        if n_rows > np.iinfo(np.int32).max:
+            raise FileFormatError(path, self.lineno, f"the matrix has {n_rows} rows; at most 2**31 - 1 are supported")
+        try:  # row pointers, and each entry and its mirror as coordinates and a value
+            require_memory(8 * (n_rows + 1) + 2 * 24 * self.nnz, "the matrix this size line announces")
+        except MemoryError as err:
+            raise FileFormatError(path, self.lineno, str(err)) from None
         self.n = n_rows
         self.n_columns = 2 if self.field == "pattern" else 3
         try:
@@ -150,12 +162,61 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
     path = source_name(source)
     with open_text(source) as f:
         header = _Header(f, path)
+        A = None
+        if isinstance(source, (str, os.PathLike)):
+            A = _read_clean(path, header, weighted)
+        if A is None:
+            A = _read_locating_errors(source, f, path, header, weighted)
+    if weighted is None:
+        weighted = header.field != "pattern" and not np.all(A.data == 1)
+    if not weighted:
+        A.data[:] = 1.0
+    if header.symmetry != "symmetric":
         try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
-                table = np.loadtxt(f, dtype=np.float64, comments="%", ndmin=2)
+            as_csr_matrix(A, name="the matrix")
         except ValueError:
-            table = None
+            try:
+                graph = Graph.from_scipy(A, weighted=weighted, symmetrize=symmetrize, name=name)
+            except ValueError as err:
+                raise FileFormatError(path, None, f"the 'general' matrix is not a symmetric adjacency: {err}") from None
+            return graph.to_scipy() if as_csr else graph
+    if as_csr:
+        return A
+    return Graph(A.indptr, A.indices, A.data if weighted else None, name=name, validate=False)
+
+
+def _read_clean(path, header, weighted):
+    """The CSR matrix of a well-formed file through scipy.io.mmread, or None if anything is off
+    (the caller then reads the lines itself to name the one at fault)."""
+    data = np.frombuffer(read_bytes(path), dtype=np.uint8)
+    # the library reads "3 1.5 1" as (3, 1, 0.5) and ignores extra fields: refuse such lines first
+    if _compiled.first_bad_coordinate_line(data, header.n_columns):
+        return None
+    try:
+        M = scipy.io.mmread(io.BytesIO(data), spmatrix=True)
+    except (ValueError, OSError, OverflowError):
+        return None
+    if M.shape != (header.n, header.n) or not np.all(np.isfinite(M.data)):
+        return None
+    if weighted is not False and M.nnz and M.data.min() < 0:
+        return None
+    A = sp.csr_matrix((np.asarray(M.data, dtype=np.float64), (M.row, M.col)), shape=M.shape)
+    expected = 2 * header.nnz - int(np.count_nonzero(M.row == M.col)) if header.symmetry == "symmetric" \
+        else header.nnz
+    if A.nnz != expected or M.nnz != expected:  # repeated entries were summed, or entries are missing
+        return None
+    A.sort_indices()
+    return A
+
+
+def _read_locating_errors(source, f, path, header, weighted):
+    """Parse the entries with this module's own pass; raise naming the line of any problem."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
+            table = np.loadtxt(f, dtype=np.float64, comments="%", ndmin=2)
+    except ValueError:
+        table = None
     if table is None or not _entries_ok(table, header):
         _raise_entry_problem(source, path, header)
         raise FileFormatError(path, None, "the entries are malformed (the source cannot be read again to say where)")
@@ -163,14 +224,11 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
     index = table[:, :2].astype(np.int64)
     rows, cols = index[:, 0] - 1, index[:, 1] - 1
     values = table[:, 2] if header.n_columns == 3 else np.ones(header.nnz)
-
     if np.any(values < 0) and weighted is not False:
         k = int(np.flatnonzero(values < 0)[0])
         raise FileFormatError(path, _line_of_entry(source, header, k),
                               f"negative value {values[k]:g}: edge weights must be non-negative "
                               "(pass weighted=False to ignore the values)")
-    if weighted is None:
-        weighted = header.field != "pattern" and not np.all(values == 1)
     symmetric = header.symmetry == "symmetric"
     n_given = len(rows)
     if symmetric:
@@ -178,22 +236,14 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
         rows, cols, values = (np.concatenate([rows, cols[off]]), np.concatenate([cols, rows[off]]),
                               np.concatenate([values, values[off]]))
     # the conversion sums repeated entries, so a shortfall in stored entries reveals a repeat
-    A = sp.csr_matrix((values if weighted else np.ones(len(rows)), (rows, cols)), shape=(header.n, header.n))
+    A = sp.csr_matrix((values, (rows, cols)), shape=(header.n, header.n))
     if A.nnz != len(rows):
         k = _first_repeat(rows[:n_given], cols[:n_given], header.n, symmetric)
         raise FileFormatError(path, _line_of_entry(source, header, k),
                               f"entry ({rows[k] + 1}, {cols[k] + 1}) is given twice"
                               + (" (counting its mirror, as the matrix is symmetric)" if symmetric else ""))
     A.sort_indices()
-    if not symmetric and not _is_symmetric(A):
-        try:
-            graph = Graph.from_scipy(A, weighted=weighted, symmetrize=symmetrize, name=name)
-        except ValueError as err:
-            raise FileFormatError(path, None, f"the 'general' matrix is not a symmetric adjacency: {err}") from None
-        return graph.to_scipy() if as_csr else graph
-    if as_csr:
-        return A
-    return Graph(A.indptr, A.indices, A.data if weighted else None, name=name, validate=False)
+    return A
 
 
 def _first_repeat(rows, cols, n, symmetric):
@@ -210,14 +260,6 @@ def _entries_ok(table, header):
     index = table[:, :2]
     return (table.shape == (header.nnz, header.n_columns) and bool(np.all(np.isfinite(table)))
             and index.min() >= 1 and index.max() <= header.n and np.array_equal(index, np.round(index)))
-
-
-def _is_symmetric(A):
-    """Pattern and values equal to the transpose's (A has sorted indices, no duplicates)."""
-    T = A.T.tocsr()
-    T.sort_indices()
-    return np.array_equal(A.indptr, T.indptr) and np.array_equal(A.indices, T.indices) \
-        and np.array_equal(A.data, T.data)
 
 
 def write_matrix_market(target, graph, *, comment=None):

@@ -122,6 +122,8 @@ def _read_molecule(lines, index, *, hydrogens, distance_weights, properties):
     counts_line = lines.lineno
     n_atoms = _number(lines, counts[0:3], int, "the atom count (columns 1-3 of the counts line)")
     n_bonds = _number(lines, counts[3:6], int, "the bond count (columns 4-6 of the counts line)")
+    if n_atoms < 0 or n_bonds < 0:
+        raise lines.error(f"negative count on the counts line of molecule {index}: {n_atoms} atoms, {n_bonds} bonds")
     version = counts[34:39].strip().upper()
     if version == "V3000":
         raise lines.error("V3000 molfiles are not supported; convert the file to V2000 (RDKit and Open Babel can)")

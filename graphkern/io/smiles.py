@@ -34,6 +34,8 @@ def _bond_order(Chem):
 def from_rdkit(mol, *, name=None):
     """An RDKit ``Mol`` as a graph, with the atoms and bonds it holds (hydrogens as it has them)."""
     Chem = _rdkit_chem()
+    if not isinstance(mol, Chem.Mol):
+        raise TypeError(f"mol must be an RDKit Mol, got {type(mol).__name__}")
     order_of = _bond_order(Chem)
     atoms = mol.GetAtoms()
     node_labels = {
@@ -64,6 +66,8 @@ def from_smiles(smiles, *, hydrogens=False, name=None):
     ``hydrogens=True`` adds every hydrogen as an atom (RDKit ``AddHs``); by default
     the graph holds the heavy atoms only.  Aromatic rings keep aromatic bonds (4).
     """
+    if not isinstance(smiles, str):
+        raise TypeError(f"smiles must be a string, got {type(smiles).__name__}")
     Chem = _rdkit_chem()
     mol = _parse(Chem, smiles, hydrogens)
     if mol is None:

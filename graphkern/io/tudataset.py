@@ -111,6 +111,11 @@ def read_tudataset(folder, name=None):
         raise FileFormatError(indicator_path, data_line_number(indicator_path, row),
                               f"graph number {graph_of[row]} (graphs are numbered from 1)")
     n_graphs = int(graph_of.max()) if n_nodes else 0
+    if n_graphs > n_nodes:  # every graph has a node; more graphs than nodes is a damaged file
+        row = int(np.argmax(graph_of))
+        raise FileFormatError(indicator_path, data_line_number(indicator_path, row),
+                              f"graph number {n_graphs}, but the file has only {n_nodes} nodes "
+                              "(graphs are numbered 1, 2, ... and each has a node)")
     per_graph = f"{os.path.basename(indicator_path)} numbers graphs up to {n_graphs}"
     graph_labels = _rows(_path(folder, name, "graph_labels"), n_graphs, per_graph)
     graph_attributes = _rows(_path(folder, name, "graph_attributes"), n_graphs, per_graph, integer=False)

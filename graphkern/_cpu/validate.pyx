@@ -1,0 +1,270 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Checks of a CSR adjacency in one O(nnz) pass, parallel over blocks of rows.
+
+:func:`scan_csr` finds, for each kind of problem, the first stored entry that has it: a column
+index out of range, a row not sorted, a duplicate, a non-finite or negative value, an entry whose
+mirror ``(j, i)`` is not stored, or is stored with another value, and a value other than 1 (an
+unweighted graph has none).  The mirror of ``(i, j)`` is
+found by a binary search for ``i`` in row ``j``, so the symmetry answer holds only when every
+row is sorted (the caller sorts and scans again otherwise).  No transpose is built.
+
+:func:`content_hash_blocks` hashes an array's bytes in parallel blocks for cache keys.
+"""
+
+import numpy as np
+
+from cython.parallel cimport prange
+from libc.math cimport isfinite
+from libc.stdint cimport int32_t, int64_t, uint64_t
+
+from graphkern._cpu._search cimport lower_bound
+
+ctypedef fused index_t:
+    int32_t
+    int64_t
+
+ctypedef fused value_t:
+    float
+    double
+    int64_t
+
+# Problem kinds, the columns of scan_csr's result (the order is the order of the messages' priority).
+cdef enum:
+    RANGE, UNSORTED, DUPLICATE, NONFINITE, NEGATIVE, MIRROR_MISSING, MIRROR_DIFFERS, NOT_ONE, N_KINDS
+
+KINDS = ("range", "unsorted", "duplicate", "nonfinite", "negative", "mirror_missing", "mirror_differs", "not_one")
+
+
+cdef inline void first_at(int64_t[:, ::1] firsts, Py_ssize_t b, int kind, int64_t k) noexcept nogil:
+    if k < firsts[b, kind]:
+        firsts[b, kind] = k
+
+
+cdef void scan_rows(const int64_t[::1] indptr, const index_t[::1] indices, const value_t[::1] values,
+                    bint has_values, bint symmetric, bint signed, int64_t n, int64_t r0, int64_t r1,
+                    int64_t[:, ::1] firsts, Py_ssize_t b) noexcept nogil:
+    cdef int64_t i, k, j, lo, hi, m, prev
+    cdef const index_t* idx = &indices[0]
+    for i in range(r0, r1):
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        prev = -1
+        for k in range(lo, hi):
+            j = idx[k]
+            if j < 0 or j >= n:
+                first_at(firsts, b, RANGE, k)
+                prev = j
+                continue
+            if k > lo:
+                if j < prev:
+                    first_at(firsts, b, UNSORTED, k)
+                elif j == prev:
+                    first_at(firsts, b, DUPLICATE, k)
+            prev = j
+            if has_values:
+                if value_t is not int64_t:
+                    if not isfinite(values[k]):
+                        first_at(firsts, b, NONFINITE, k)
+                if signed and values[k] < 0:
+                    first_at(firsts, b, NEGATIVE, k)
+                if values[k] != 1:
+                    first_at(firsts, b, NOT_ONE, k)
+            if symmetric:
+                m = lower_bound(idx, indptr[j], indptr[j + 1], i)
+                if m >= indptr[j + 1] or idx[m] != i:
+                    first_at(firsts, b, MIRROR_MISSING, k)
+                elif has_values and values[m] != values[k]:
+                    first_at(firsts, b, MIRROR_DIFFERS, k)
+
+
+def _row_blocks(ptr, int n_threads):
+    """Row boundaries of blocks holding about equal numbers of entries (several per thread)."""
+    n = len(ptr) - 1
+    if n_threads == 1:
+        return np.array([0, max(n, 0)], dtype=np.int64)
+    parts = max(1, min(n, 8 * n_threads))
+    bounds = np.searchsorted(ptr, np.linspace(0, ptr[n], parts + 1), side="left").astype(np.int64)
+    bounds[0] = 0
+    bounds[parts] = n
+    return np.maximum.accumulate(np.minimum(bounds, n))
+
+
+def scan_csr(const int64_t[::1] indptr, const index_t[::1] indices, const value_t[::1] values, *,
+             bint has_values, bint symmetric, bint signed, int n_threads):
+    """First stored entry of each problem kind (``nnz`` where there is none), an int64 array.
+
+    ``indptr`` must be valid (see :func:`check_indptr`); ``values`` is ignored unless
+    ``has_values`` (pass a one-element array then).
+    """
+    cdef int64_t n = indptr.shape[0] - 1
+    cdef int64_t nnz = indices.shape[0]
+    cdef int64_t[::1] bounds = _row_blocks(np.asarray(indptr), n_threads)
+    cdef Py_ssize_t parts = bounds.shape[0] - 1, b
+    firsts_arr = np.full((max(parts, 1), N_KINDS), nnz, dtype=np.int64)
+    cdef int64_t[:, ::1] firsts = firsts_arr
+    if nnz == 0:
+        return firsts_arr[0]
+    if n_threads == 1:  # no parallel region: its start costs more than a small graph's scan
+        with nogil:
+            for b in range(parts):
+                scan_rows(indptr, indices, values, has_values, symmetric, signed, n, bounds[b], bounds[b + 1],
+                          firsts, b)
+    else:
+        for b in prange(parts, nogil=True, num_threads=n_threads, schedule="dynamic"):
+            scan_rows(indptr, indices, values, has_values, symmetric, signed, n, bounds[b], bounds[b + 1],
+                      firsts, b)
+    return firsts_arr.min(axis=0)
+
+
+def check_indptr(const int64_t[::1] indptr, int64_t nnz):
+    """The first row whose pointers are wrong (start != 0, decreasing, or end != nnz), else -1."""
+    cdef int64_t n = indptr.shape[0] - 1, i, bad = -1
+    if n < 0 or indptr[0] != 0:
+        return 0
+    with nogil:
+        for i in range(n):
+            if indptr[i + 1] < indptr[i]:
+                bad = i
+                break
+    if bad < 0 and indptr[n] != nnz:
+        bad = n
+    return bad
+
+
+def mirror_positions(const int64_t[::1] indptr, const index_t[::1] indices, int n_threads):
+    """For each stored entry ``(i, j)`` the position of ``(j, i)``, or -1 (rows must be sorted)."""
+    cdef int64_t n = indptr.shape[0] - 1, i, k, j, m
+    out_arr = np.empty(indices.shape[0], dtype=np.int64)
+    cdef int64_t[::1] out = out_arr
+    if indices.shape[0] == 0:
+        return out_arr
+    cdef const index_t* idx = &indices[0]
+    for i in prange(n, nogil=True, num_threads=n_threads, schedule="guided", use_threads_if=n_threads > 1):
+        for k in range(indptr[i], indptr[i + 1]):
+            j = idx[k]
+            m = lower_bound(idx, indptr[j], indptr[j + 1], i)
+            out[k] = m if (m < indptr[j + 1] and idx[m] == i) else -1
+    return out_arr
+
+
+cdef int mirror_walk(const int64_t* ptr, const index_t* idx, const value_t[::1] values, bint has_values,
+                     int64_t[::1] cur, int64_t c0, int64_t c1) noexcept nogil:
+    """Match every stored (i, j), i < j, j in [c0, c1), with the next unmatched (j, i) of row j.
+
+    Rows visited in increasing i meet the lower entries of row j in their sorted order, so with a
+    cursor per row j each match is one step, no search.  0: symmetric; 1: an entry has no mirror;
+    2: a mirror holds another value.
+    """
+    cdef int64_t i, j, k, hi, m
+    for j in range(c0, c1):
+        cur[j] = ptr[j]
+    for i in range(c1 - 1 if c1 > 0 else 0):
+        hi = ptr[i + 1]
+        k = lower_bound(idx, ptr[i], hi, c0 if c0 > i + 1 else i + 1)
+        while k < hi and idx[k] < c1:
+            j = idx[k]
+            m = cur[j]
+            if m >= ptr[j + 1] or idx[m] != i:
+                return 1
+            if has_values and values[m] != values[k]:
+                return 2
+            cur[j] = m + 1
+            k += 1
+    for j in range(c0, c1):  # every lower entry of row j was matched, none is left over
+        m = cur[j]
+        if m < ptr[j + 1] and idx[m] < j:
+            return 1
+    return 0
+
+
+def is_symmetric(const int64_t[::1] indptr, const index_t[::1] indices, const value_t[::1] values, *,
+                 bint has_values, int n_threads):
+    """0 if the CSR (sorted rows, indices in range) is symmetric, 1 if its pattern is not, 2 if
+    only its values are not; one pass, the rows split between threads by their mirror rows."""
+    cdef int64_t n = indptr.shape[0] - 1
+    if indices.shape[0] == 0:
+        return 0
+    ptr_arr = np.asarray(indptr)
+    cdef int64_t[::1] bounds = _row_blocks(ptr_arr, n_threads)
+    cdef int64_t parts = bounds.shape[0] - 1
+    cur_arr = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] cur = cur_arr
+    verdicts_arr = np.zeros(parts, dtype=np.intc)
+    cdef int[::1] verdicts = verdicts_arr
+    cdef const int64_t* ptr = &indptr[0]
+    cdef const index_t* idx = &indices[0]
+    cdef Py_ssize_t t
+    for t in prange(parts, nogil=True, num_threads=n_threads, schedule="static", chunksize=1,
+                    use_threads_if=n_threads > 1):
+        if bounds[t] < bounds[t + 1]:
+            verdicts[t] = mirror_walk(ptr, idx, values, has_values, cur, bounds[t], bounds[t + 1])
+    found = set(verdicts_arr.tolist())
+    return 1 if 1 in found else 2 if 2 in found else 0
+
+
+cdef inline uint64_t mix(uint64_t h, uint64_t w) noexcept nogil:
+    h ^= w * 0x9E3779B97F4A7C15ULL
+    h = (h << 31) | (h >> 33)
+    return h * 0xC2B2AE3D27D4EB4FULL
+
+
+def content_hash_blocks(const uint64_t[::1] words, int64_t block, int n_threads):
+    """One 64-bit hash per block of ``block`` words (combined by the caller)."""
+    cdef int64_t nwords = words.shape[0]
+    cdef Py_ssize_t parts = (nwords + block - 1) // block if nwords else 0, b
+    cdef int64_t k, end
+    cdef uint64_t h
+    out_arr = np.zeros(parts, dtype=np.uint64)
+    cdef uint64_t[::1] out = out_arr
+    for b in prange(parts, nogil=True, num_threads=n_threads, schedule="static", use_threads_if=n_threads > 1):
+        h = 0x243F6A8885A308D3ULL + <uint64_t>b
+        end = min((b + 1) * block, nwords)
+        for k in range(b * block, end):
+            h = mix(h, words[k])
+        out[b] = h ^ (h >> 29)
+    return out_arr
+
+
+def first_bad_coordinate_line(const unsigned char[::1] text, int n_fields):
+    """The 1-based number of the first line of a Matrix Market coordinate text that is not
+    ``n_fields`` whitespace-separated fields with the first two made of digits (the size line,
+    the first non-comment line, must be three digit fields), or 0 if every line is.
+    Comment (``%``) and blank lines are skipped."""
+    cdef Py_ssize_t size = text.shape[0], pos = 0
+    cdef int64_t line = 0, bad = 0
+    cdef int field, want, size_line = 1
+    cdef unsigned char c
+    cdef bint digits
+    with nogil:
+        while pos < size and bad == 0:
+            line += 1
+            while pos < size and (text[pos] == 32 or text[pos] == 9):
+                pos += 1
+            if pos >= size or text[pos] == 10 or text[pos] == 13 or text[pos] == 37:  # blank or %
+                while pos < size and text[pos] != 10:
+                    pos += 1
+                pos += 1
+                continue
+            want = 3 if size_line else n_fields
+            field = 0
+            while pos < size and text[pos] != 10 and text[pos] != 13:
+                digits = True
+                while pos < size:
+                    c = text[pos]
+                    if c == 32 or c == 9 or c == 10 or c == 13:
+                        break
+                    if c < 48 or c > 57:
+                        digits = False
+                    pos += 1
+                if (field < 2 or size_line) and not digits:
+                    bad = line
+                field += 1
+                while pos < size and (text[pos] == 32 or text[pos] == 9):
+                    pos += 1
+            if field != want:
+                bad = line
+            size_line = 0
+            while pos < size and text[pos] != 10:
+                pos += 1
+            pos += 1
+    return bad

@@ -1,0 +1,190 @@
+"""The compiled CSR checks against a NumPy/SciPy reference, on fresh random matrices."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from graphkern import Graph
+from graphkern._arrays import scan
+from graphkern._cpu import validate
+from graphkern.graph import as_csr_matrix
+
+
+def reference_verdict(A):
+    """What the checks must say about a square csr_matrix ``A``, from SciPy arithmetic."""
+    A = A.copy()
+    A.sum_duplicates()
+    if not np.all(np.isfinite(A.data)):
+        return "nonfinite"
+    diff = A - A.T
+    diff.eliminate_zeros()
+    P = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
+    pattern = P - P.T
+    pattern.eliminate_zeros()
+    if diff.nnz or pattern.nnz:
+        return "asymmetric"
+    return "ok"
+
+
+def fast_verdict(A):
+    try:
+        as_csr_matrix(A, name="A")
+    except ValueError as err:
+        return "nonfinite" if "NaN or infinite" in str(err) else "asymmetric" if "not symmetric" in str(err) else str(err)
+    return "ok"
+
+
+def random_matrix(rng, kind):
+    n = int(rng.integers(1, 40))
+    A = sp.random(n, n, density=float(rng.uniform(0.02, 0.4)), random_state=rng, format="csr")
+    A.data = rng.integers(1, 4, A.nnz).astype(float)
+    S = (A + A.T).tocsr()
+    if kind == "symmetric" or S.nnz == 0:
+        return S
+    k = int(rng.integers(S.nnz))
+    if kind == "value":
+        S.data[k] += 1.0
+    elif kind == "nan":
+        S.data[k] = np.nan
+    elif kind == "explicit_zero":  # a stored zero without its mirror is an asymmetric edge
+        S = S.tolil()
+        i, j = int(rng.integers(n)), int(rng.integers(n))
+        if i != j and S[i, j] == 0 and S[j, i] == 0:
+            S = S.tocsr()
+            S = sp.csr_matrix((np.append(S.data, 0.0), np.append(S.indices, j),
+                               np.append(S.indptr[:i + 1], S.indptr[i + 1:] + 1)), shape=S.shape)
+        else:
+            S = S.tocsr()
+    elif kind == "drop":
+        S = S.tolil()
+        i = int(np.repeat(np.arange(n), np.diff(S.tocsr().indptr))[k])
+        j = int(S.tocsr().indices[k])
+        S[i, j] = 0
+        S = S.tocsr()
+        S.eliminate_zeros()
+    elif kind == "duplicates":  # an unsorted COO with duplicates that sum to a symmetric matrix
+        C = S.tocoo()
+        half = C.data / 2
+        S = sp.coo_matrix((np.concatenate([half, half])[::-1], (np.concatenate([C.row, C.row])[::-1],
+                                                                  np.concatenate([C.col, C.col])[::-1])),
+                          shape=S.shape).tocsr(copy=False)
+        S = sp.csr_matrix((S.data, S.indices, S.indptr), shape=S.shape)
+    return S
+
+
+@pytest.mark.parametrize("kind", ["symmetric", "value", "nan", "explicit_zero", "drop", "duplicates"])
+def test_fast_check_agrees_with_scipy_reference(rng, kind):
+    for _ in range(40):
+        A = random_matrix(rng, kind)
+        assert fast_verdict(A) == reference_verdict(A), (kind, A.toarray())
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("value_dtype", [np.float32, np.float64, np.int64, np.uint8])
+def test_scan_finds_the_first_entry_of_each_problem(rng, index_dtype, value_dtype):
+    for _ in range(20):
+        n = int(rng.integers(1, 30))
+        nnz = int(rng.integers(0, 4 * n))
+        rows = np.sort(rng.integers(0, n, nnz))
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))])
+        indices = rng.integers(-1, n + 1, nnz).astype(index_dtype)
+        values = rng.integers(-1, 3, nnz).astype(value_dtype)
+        got = scan(indptr, indices, values, symmetric=True, signed=True)
+        # reference: first positions from NumPy, entry by entry
+        r = np.repeat(np.arange(n), np.diff(indptr))
+        same_row = np.concatenate([[False], r[1:] == r[:-1]]) if nnz else np.zeros(0, bool)
+        prev = np.concatenate([[0], indices[:-1]]) if nnz else indices
+        in_range = (indices >= 0) & (indices < n)
+        v = values.astype(np.float64) if values.dtype.kind == "f" else values.astype(np.int64)
+
+        def first(mask):
+            hit = np.flatnonzero(mask)
+            return hit[0] if hit.size else nnz
+
+        assert got[validate.KINDS.index("range")] == first(~in_range)
+        prev_in = same_row & in_range
+        assert got[validate.KINDS.index("unsorted")] == first(prev_in & (indices < prev))
+        assert got[validate.KINDS.index("duplicate")] == first(prev_in & (indices == prev))
+        assert got[validate.KINDS.index("negative")] == first(in_range & (v < 0))
+        assert got[validate.KINDS.index("not_one")] == first(in_range & (v != 1))
+        if min(got[validate.KINDS.index(k)] for k in ("unsorted", "range", "duplicate")) == nnz:
+            stored = {(int(a), int(b)): val for a, b, val in zip(r, indices, v)}
+            missing = [(int(b), int(a)) not in stored for a, b in zip(r, indices)]
+            differs = [not m and stored[(int(b), int(a))] != val for m, a, b, val in zip(missing, r, indices, v)]
+            assert got[validate.KINDS.index("mirror_missing")] == first(np.array(missing, bool))
+            assert got[validate.KINDS.index("mirror_differs")] == first(np.array(differs, bool))
+
+
+def test_mirror_positions_match_a_dictionary(rng):
+    G = Graph.from_scipy(random_matrix(rng, "symmetric"))
+    mirror = validate.mirror_positions(G.indptr.astype(np.int64), G.indices, 2)
+    r = np.repeat(np.arange(G.n_nodes), np.diff(G.indptr))
+    pos = {(int(a), int(b)): k for k, (a, b) in enumerate(zip(r, G.indices))}
+    assert [pos[(int(b), int(a))] for a, b in zip(r, G.indices)] == mirror.tolist()
+
+
+def test_graph_messages_name_the_entry():
+    with pytest.raises(ValueError, match=r"entry \(0, 1\) is stored but \(1, 0\) is not"):
+        Graph([0, 1, 1], [1])
+    with pytest.raises(ValueError, match=r"duplicate entry \(0, 1\)"):
+        Graph([0, 2, 2], [1, 1])
+    with pytest.raises(ValueError, match=r"edge index 5 out of range for a graph of 2 nodes"):
+        Graph([0, 1, 2], [5, 0])
+    with pytest.raises(ValueError, match=r"negative edge weight -1.0 on edge \(0, 1\)"):
+        Graph([0, 1, 2], [1, 0], [-1.0, -1.0])
+    with pytest.raises(ValueError, match=r"weight of \(0, 1\) differs from its mirror"):
+        Graph([0, 1, 2], [1, 0], [1.0, 2.0])
+    with pytest.raises(ValueError, match=r"not finite"):
+        Graph([0, 1, 2], [1, 0], [np.nan, np.nan])
+    with pytest.raises(ValueError, match=r"indptr must start at 0 and never decrease"):
+        Graph([0, 2, 1, 2], [1, 0], validate=True)
+
+
+def test_unsorted_rows_are_sorted_with_their_values():
+    G = Graph([0, 2, 3, 4], [2, 1, 0, 0], [5.0, 7.0, 7.0, 5.0])
+    assert G.indices.tolist() == [1, 2, 0, 0] and G.weights.tolist() == [7.0, 5.0, 7.0, 5.0]
+
+
+def test_symmetrize_keeps_the_upper_value():
+    G = Graph([0, 1, 2], [1, 0], [1.0, 2.0], symmetrize=True)
+    assert G.weights.tolist() == [1.0, 1.0]
+    H = Graph([0, 1, 1], [1], [3.0], symmetrize=True)
+    assert H.indices.tolist() == [1, 0] and H.weights.tolist() == [3.0, 3.0]
+
+
+def test_canonical_scipy_input_is_neither_copied_nor_its_flags_changed(rng):
+    A = random_matrix(rng, "symmetric")
+    A.has_sorted_indices = False  # the caller's flags are left as they are
+    M, _ = as_csr_matrix(A)
+    assert M.has_canonical_format and not A.has_sorted_indices
+    assert np.shares_memory(M.indices, A.indices) and np.shares_memory(M.data, A.data)
+
+
+def test_content_hash_blocks_depend_on_every_word(rng):
+    words = rng.integers(0, 2**63, 100_000, dtype=np.uint64)
+    base = validate.content_hash_blocks(words, 1 << 12, 2)
+    for k in rng.integers(0, len(words), 20):
+        w = words.copy()
+        w[k] ^= np.uint64(1) << np.uint64(int(rng.integers(64)))
+        assert not np.array_equal(validate.content_hash_blocks(w, 1 << 12, 2), base)
+    assert np.array_equal(validate.content_hash_blocks(words, 1 << 12, 1), base)  # threads do not matter
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_mirror_walk_agrees_with_binary_searches(rng, n_threads):
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        rows, cols = rng.integers(0, n, (2, int(rng.integers(0, 4 * n))))
+        M = np.zeros((n, n), bool)
+        M[rows, cols] = True
+        if rng.random() < 0.7:
+            M |= M.T
+        r, c = np.nonzero(M)
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n))]).astype(np.int64)
+        c = np.ascontiguousarray(c)
+        values = rng.integers(0, 2, len(c)).astype(np.float64)
+        walk = validate.is_symmetric(indptr, c, values, has_values=True, n_threads=n_threads)
+        exact = validate.scan_csr(indptr, c, values, has_values=True, symmetric=True, signed=False, n_threads=2)
+        symmetric = exact[validate.KINDS.index("mirror_missing")] == exact[validate.KINDS.index("mirror_differs")] \
+            == len(c)
+        assert (walk == 0) == symmetric
