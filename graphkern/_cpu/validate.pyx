@@ -77,12 +77,12 @@ cdef void scan_rows(const int64_t[::1] indptr, const index_t[::1] indices, const
                     first_at(firsts, b, MIRROR_DIFFERS, k)
 
 
-def _row_blocks(ptr, int n_threads):
-    """Row boundaries of blocks holding about equal numbers of entries (several per thread)."""
+def _row_blocks(ptr, int n_threads, int per_thread=8):
+    """Row boundaries of blocks holding about equal numbers of entries (``per_thread`` per thread)."""
     n = len(ptr) - 1
     if n_threads == 1:
         return np.array([0, max(n, 0)], dtype=np.int64)
-    parts = max(1, min(n, 8 * n_threads))
+    parts = max(1, min(n, per_thread * n_threads))
     bounds = np.searchsorted(ptr, np.linspace(0, ptr[n], parts + 1), side="left").astype(np.int64)
     bounds[0] = 0
     bounds[parts] = n
@@ -185,7 +185,9 @@ def is_symmetric(const int64_t[::1] indptr, const index_t[::1] indices, const va
     if indices.shape[0] == 0:
         return 0
     ptr_arr = np.asarray(indptr)
-    cdef int64_t[::1] bounds = _row_blocks(ptr_arr, n_threads)
+    # one block of mirror rows per thread: every block walks the rows below its end, so more
+    # blocks than threads would repeat that walk without balancing anything
+    cdef int64_t[::1] bounds = _row_blocks(ptr_arr, n_threads, per_thread=1)
     cdef int64_t parts = bounds.shape[0] - 1
     cur_arr = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] cur = cur_arr
