@@ -2,8 +2,8 @@
 
 Every long-running public call takes ``verbose=False``.  ``verbose=True`` shows a bar of work
 units done (pairs for Gram matrices, Lanczos steps, rows) with the rate and the ETA;
-a callable ``verbose`` receives ``(done, total)`` after each update instead, so notebooks,
-loggers and the Dask dashboard can follow along.  Work whose total is unknown reports counts.
+a callable ``verbose`` receives ``(done, total)`` after every update instead (unthrottled: it
+may raise to stop the work), so notebooks, loggers and the Dask dashboard can follow along.  Work whose total is unknown reports counts.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ class Progress:
     """Counts units of work done out of ``total`` and reports them as ``verbose`` asks.
 
     Use as a context manager: ``with Progress(total, verbose, "pairs") as bar: bar.update(n)``.
-    Reporting is throttled to at most a few lines a second, so ``update`` is cheap to call
-    once per chunk of work.
+    Text and bars are throttled to a few updates a second, so ``update`` is cheap to call once
+    per chunk of work.
     """
 
     def __init__(self, total, verbose=False, unit="pairs", desc="graphkern", *, min_interval=0.2,
@@ -53,16 +53,16 @@ class Progress:
         if self._bar is not None:
             self._bar.update(int(n))
             return
+        if self._callback is not None:  # every update: a callback may stop the work or throttle itself
+            self._callback(self.done, self.total)
+            return
         now = time.perf_counter()
         final = self.total is not None and self.done >= self.total
         if now - self._last < self._min_interval and not final:
             return
         self._last = now
-        if self._callback is not None:
-            self._callback(self.done, self.total)
-        else:
-            self._stream.write("\r" + self.line(now))
-            self._stream.flush()
+        self._stream.write("\r" + self.line(now))
+        self._stream.flush()
 
     def line(self, now=None):
         """One line of text: done/total, rate and ETA."""

@@ -12,6 +12,7 @@ zarr = pytest.importorskip("zarr")
 
 from graphkern.basekernels import KroneckerDelta, TensorProduct  # noqa: E402
 from graphkern.distributed import _tasks, gram  # noqa: E402
+from graphkern.distributed._cluster import environ_kept  # noqa: E402
 from graphkern.distributed._plan import Plan, graph_weights, runs  # noqa: E402
 from graphkern.generators import random_labeled  # noqa: E402
 from graphkern.mgk import MarginalizedGraphKernel  # noqa: E402
@@ -22,11 +23,12 @@ TILE = 6
 
 @pytest.fixture(scope="module")
 def client():
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GiB",
-                                       dashboard_address=None)
-    with distributed.Client(cluster) as c:
-        yield c
-    cluster.close()
+    with environ_kept():  # a nanny would leave OMP_NUM_THREADS=1 behind for the tests that follow
+        cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, memory_limit="1GiB",
+                                           dashboard_address=None)
+        with distributed.Client(cluster) as c:
+            yield c
+        cluster.close()
 
 
 def _graphs(n, seed):
@@ -214,7 +216,7 @@ def test_bad_arguments(client):
     with pytest.raises(TypeError, match="resume must be"):
         gram(_mgk(), X, client=client, resume="yes")
     with pytest.raises(TypeError, match=r"X\[1\]"):
-        gram(_mgk(), [X[0], "C"], client=client)
+        gram(_mgk(), [X[0], 3.5], client=client)  # ("C" would be methane: a SMILES string is a graph)
 
 
 def test_plan_tiles_have_equal_predicted_cost():

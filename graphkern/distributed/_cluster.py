@@ -3,7 +3,22 @@ one CPU worker running the kernel's OpenMP threads."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+
+
+@contextlib.contextmanager
+def environ_kept():
+    """Restore this process's environment afterwards: Dask's nannies set OMP_NUM_THREADS=1 (and
+    other thread limits) in the process that starts them, which would quietly make every later
+    OpenMP call of graphkern in the user's process single-threaded."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        os.environ.update(saved)
 
 
 def visible_gpus():
@@ -18,6 +33,12 @@ def visible_gpus():
 
 
 def local_cluster(gpus, n_threads):
+    """The cluster of :func:`_local_cluster`, started without changing this process's environment."""
+    with environ_kept():
+        return _local_cluster(gpus, n_threads)
+
+
+def _local_cluster(gpus, n_threads):
     """A started cluster for this machine: one worker per GPU of ``gpus`` (identifiers as
     :func:`visible_gpus` gives them), or one CPU worker when ``gpus`` is empty.
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from graphkern._backend import resolve_dtype, resolve_threads
 from graphkern._progress import Progress
+from graphkern.distributed._cluster import environ_kept, local_cluster, visible_gpus
 from graphkern.distributed._plan import Plan, default_tile, graph_weights
 from graphkern.distributed._tasks import (MISSING, NORMALIZED, RAW, ZarrSink, compute_diag, compute_tile, forget,
                                           normalize_tile, normalized)
@@ -66,8 +67,13 @@ def gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, ve
                  retries=retries)[0]
 
 
-def _gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, verbose=False, retries=2):
+def _gram(kernel, X, Y=None, **options):
     """``gram`` and a dict of what the run did (tiles, pairs, seconds, per-tile kernel seconds)."""
+    with environ_kept():  # a nanny restarting a lost worker sets thread limits in this process
+        return _gram_run(kernel, X, Y, **options)
+
+
+def _gram_run(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, verbose=False, retries=2):
     kind, dtype = _kind(kernel)
     X = as_graph_list(X, "X")
     Y = None if Y is None else as_graph_list(Y, "Y")
@@ -88,8 +94,6 @@ def _gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, v
                           "pip install 'graphkern[distributed]'") from None
     own = None
     if client is None:
-
-        from graphkern.distributed._cluster import local_cluster, visible_gpus
         cluster = local_cluster(visible_gpus() if params["backend"] != "cpu" else [],
                                 resolve_threads(params["n_threads"]))
         own = (cluster, Client(cluster))
