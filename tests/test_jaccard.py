@@ -267,9 +267,10 @@ def test_ordinary_weights_keep_their_type(rng):
 @pytest.mark.parametrize("bad", [10**6, -1, 40])
 def test_out_of_range_index_of_an_unchecked_graph(rng, backend, bad):
     A = random_graph(rng, 40, 0.1)
-    G = Graph(A.indptr, A.indices.copy(), validate=False)
-    G.indices[3] = bad
-    with pytest.raises(ValueError, match=rf"G has a column index {bad} out of range \[0, 40\)"):
+    indices = A.indices.astype(np.int64)
+    indices[3] = bad
+    G = Graph(A.indptr, indices, validate=False)
+    with pytest.raises(ValueError, match=rf"index {bad}.*out of range|out of range.*{bad}"):
         jaccard(G, backend=backend)
 
 
