@@ -61,3 +61,14 @@ def pytest_addoption(parser):
 @pytest.fixture
 def fuzz_examples(request):
     return request.config.getoption("--fuzz-examples")
+
+
+def rebuilt(G, *, indices=None, weights=None, node_labels=None, edge_labels=None, validate=False):
+    """A new Graph like ``G`` with some arrays replaced (a Graph's own arrays are read-only, so a
+    test that wants a changed or broken graph builds one; ``validate=False`` lets bad values in)."""
+    from graphkern.graph import Graph
+
+    return Graph(G.indptr, G.indices if indices is None else indices,
+                 G.weights if weights is None else weights,
+                 node_labels=dict(G.node_labels, **(node_labels or {})),
+                 edge_labels=dict(G.edge_labels, **(edge_labels or {})), validate=validate)

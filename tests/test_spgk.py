@@ -14,6 +14,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import rebuilt
 from graphkern.spgk import batch as spgk_batch, cpu as spgk_cpu, gpu as spgk_gpu, hybrid as spgk_hybrid
 from graphkern import Graph
 from graphkern._cuda import runtime
@@ -287,8 +288,8 @@ def test_shortest_paths_computed_once_per_list(rng, monkeypatch):
     first = kernel(graphs)
     kernel(graphs)
     assert calls == [4]  # one compiled pass for the list, then the kept batch
-    # an in-place change of the weights is seen
-    graphs[0].weights[:] = 1.0
+    # a graph with other weights is seen as new
+    graphs[0] = rebuilt(graphs[0], weights=np.ones_like(graphs[0].weights))
     second = kernel(graphs)
     assert calls == [4, 4]
     expected = reference_gram(graphs, graphs, ref_dirac("c"), "dirac")
@@ -305,7 +306,9 @@ def test_shortest_paths_computed_once_per_list(rng, monkeypatch):
 
 def test_negative_weight_is_an_error(rng):
     g = random_graph(rng, 6, p=0.9, weighted=True)
-    g.weights[:2] = -1.0  # Graph refuses negative weights at construction; arrays can still be changed
+    w = g.weights.copy()
+    w[:2] = -1.0
+    g = rebuilt(g, weights=w)  # unchecked at construction: refused where the kernel reads it
     with pytest.raises(ValueError, match=r"X\[1\].*negative edge weight"):
         ShortestPathKernel(backend="cpu")([random_graph(rng, 4), g])
 
@@ -631,10 +634,11 @@ def test_dense_walk_forced_runs_every_dense_pair(rng, monkeypatch):
     spec, vertex = NODE["discrete"]
     batch = spgk_batch.Batch(graphs, spec, str, 2)
     offsets, dense = spgk_cpu.dense_lengths(batch, "dense")
-    assert offsets[-1] == -1 and np.all(offsets[:-1] >= 0)
+    # a fresh random graph may have no path at all, and then no dense block to walk
+    assert offsets[-1] == -1 and np.all((offsets[:-1] >= 0) | (batch.n_paths[:-1] == 0))
     align, max_nodes, cost = cpu.dense_layout()
     assert max_nodes == 256 and align == 8
-    for g in range(3):
+    for g in np.flatnonzero(offsets[:-1] >= 0):
         n = batch.n_nodes[g]
         ld = -(-n // align) * align
         L = dense[offsets[g]:offsets[g] + n * ld].reshape(n, ld)

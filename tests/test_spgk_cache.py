@@ -13,6 +13,7 @@ import weakref
 import numpy as np
 import pytest
 
+from conftest import rebuilt
 from graphkern.spgk import batch as spgk_batch, gpu as spgk_gpu
 from graphkern import Graph
 from graphkern._cpu import spgk as cpu_spgk
@@ -100,11 +101,13 @@ def test_cache_is_bounded(rng):
 
 
 @pytest.mark.parametrize("column", ["c", "x", "v"])
-def test_label_edited_in_place_gives_fresh_values(rng, column):
+def test_changed_label_gives_fresh_values(rng, column):
     kernel = ShortestPathKernel(node_kernel=MIXED, backend="cpu")
     graphs = zoo(rng) + [path_graph([0, 1, 2, 3])]
     before = kernel(graphs)
-    graphs[-1].node_labels[column][0] += 1
+    changed = graphs[-1].node_labels[column].copy()
+    changed[0] += 1
+    graphs[-1].node_labels[column] = changed
     after = kernel(graphs)
     assert kernel._batches.packed == 2
     assert_close(after, reference_gram(graphs, graphs, MIXED_REF, "dirac"), 1e-12)
@@ -112,7 +115,7 @@ def test_label_edited_in_place_gives_fresh_values(rng, column):
     # a column the vertex kernel does not read changes nothing
     only_x = ShortestPathKernel(node_kernel=GaussianNode("x", sigma=1.0), backend="cpu")
     only_x(graphs)
-    graphs[1].node_labels["c"][:] += 1
+    graphs[1].node_labels["c"] = graphs[1].node_labels["c"] + 1
     only_x(graphs)
     assert only_x._batches.packed == 1
 
@@ -131,18 +134,18 @@ def test_replaced_or_removed_label_column_is_seen(rng):
 
 
 @pytest.mark.parametrize("method", ["openmp_out", "features"])
-def test_structure_or_weights_edited_in_place_give_fresh_values(rng, method):
+def test_changed_structure_or_weights_give_fresh_values(rng, method):
     graphs = zoo(rng) + [path_graph([0, 1, 2, 3])]
     kernel = ShortestPathKernel(node_kernel=DiracNode("c"), backend="cpu", method=method)
     before = kernel(graphs)
     cache = kernel._counts if method == "features" else kernel._batches
-    # 0-1-2-3 becomes 0-2-1-3 in place: same degrees, so the same indptr
-    graphs[-1].indices[:] = path_graph([0, 2, 1, 3]).indices
+    # 0-1-2-3 becomes 0-2-1-3: same degrees, so the same indptr
+    graphs[-1] = rebuilt(graphs[-1], indices=path_graph([0, 2, 1, 3]).indices, validate=True)
     after = kernel(graphs)
     assert_close(after, reference_gram(graphs, graphs, ref_dirac("c"), "dirac"), 1e-12)
     assert cache.packed == 2 and after[-1, -1] != before[-1, -1]
-    weighted = next(g for g in graphs if g.weights is not None and g.nnz)
-    weighted.weights[:] += 1.0
+    k = next(k for k, g in enumerate(graphs) if g.weights is not None and g.nnz)
+    graphs[k] = rebuilt(graphs[k], weights=graphs[k].weights + 1.0, validate=True)
     assert_close(kernel(graphs), reference_gram(graphs, graphs, ref_dirac("c"), "dirac"), 1e-12)
     assert cache.packed == 3
 
@@ -331,8 +334,10 @@ def test_gpu_runner_and_uploads_are_reused(rng, fake_gpu):
     runner = kernel._gpu[1]
     assert np.array_equal(kernel(graphs), first)
     assert len(fake_gpu.uploads) == BATCH_ARRAYS + PAIR_ARRAYS and kernel._gpu[1] is runner
-    # an edited label: a new batch, uploaded
-    graphs[2].node_labels["x"][1] -= 0.5
+    # a changed label: a new batch, uploaded
+    x = graphs[2].node_labels["x"].copy()
+    x[1] -= 0.5
+    graphs[2].node_labels["x"] = x
     expected = reference_gram(graphs, graphs, MIXED_REF, "gaussian")
     assert_close(kernel(graphs), expected, 1e-12)
     assert len(fake_gpu.uploads) == 2 * (BATCH_ARRAYS + PAIR_ARRAYS)

@@ -14,6 +14,7 @@ import pickle
 import numpy as np
 import pytest
 
+from conftest import rebuilt
 from graphkern import Graph
 from graphkern.spgk import BrownianBridgeEdge, DiracEdge, DiracNode, GaussianNode, ShortestPathKernel
 from graphkern.spgk import features_gpu
@@ -174,7 +175,7 @@ def test_pickle_and_deepcopy_before_and_after_use(rng, backend, edge):
 def test_bad_input_is_named(rng):
     X = random_graphs(rng, 3, weighted=True)
     bad = Graph.from_edges([(0, 1)], 2, weights=[1.0], node_labels={"a": [0, 1], "b": [0, 0]})
-    bad.weights[:] = -1.0  # edited after validation
+    bad = rebuilt(bad, weights=-bad.weights)  # unchecked at construction: refused where the kernel reads it
     with pytest.raises(ValueError, match=r"X\[3\] has a negative edge weight"):
         ShortestPathKernel(node_kernel=DiracNode("a"))(X + [bad])
     with pytest.raises(ValueError, match="out must be"):
