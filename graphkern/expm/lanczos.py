@@ -317,8 +317,9 @@ class LanczosOutcome:
 
 
 def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, progress=None):
-    """Drive ``solver`` until the coefficients converge, break down, span all ``full_dim``
-    dimensions, or ``max_krylov`` steps are done; ``progress`` (a graphkern._progress.Progress)
+    """Drive ``solver`` until the coefficients converge, break down, or ``max_krylov`` steps are
+    done (past ``full_dim``, A's dimension, only while the estimate has not converged: finite
+    precision loses the Lanczos vectors' orthogonality, so m = n is not exact in itself); ``progress`` (a graphkern._progress.Progress)
     counts the steps checked."""
     host = 0.0
     check = min(check_every, max_krylov)
@@ -351,9 +352,6 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, pro
         elif prev is not None:
             error = relative_change(c, shift, prev, prev_shift)
             converged = error <= tol
-        if m >= full_dim and not converged:  # the Krylov space is the whole space: exact
-            converged = True
-            error = 0.0 if prev is None else error
         host += time.perf_counter() - t0
         if converged or check >= max_krylov:
             break
