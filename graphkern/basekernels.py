@@ -616,7 +616,9 @@ class KernelProgram:
             if transform == "category":
                 blocks.append(_category_codes(arr, tables.setdefault(col, {}), what, col)[:, None])
             else:
-                blocks.append(arr.reshape(len(arr), -1).astype(np.float64))
+                # a column of no rows (a graph without edges) still has its width: one value a row
+                width = arr[0].size if len(arr) else int(np.prod(arr.shape[1:]))
+                blocks.append(arr.reshape(len(arr), width).astype(np.float64))
         if not blocks:
             return None
         return np.ascontiguousarray(np.concatenate(blocks, axis=1), dtype=dtype)
