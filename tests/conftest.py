@@ -72,3 +72,19 @@ def rebuilt(G, *, indices=None, weights=None, node_labels=None, edge_labels=None
                  G.weights if weights is None else weights,
                  node_labels=dict(G.node_labels, **(node_labels or {})),
                  edge_labels=dict(G.edge_labels, **(edge_labels or {})), validate=validate)
+
+
+@pytest.fixture(autouse=True)
+def _thread_settings_unchanged():
+    """A test must not leave thread limits behind (Dask's nannies set OMP_NUM_THREADS=1 in the
+    process that starts them): the tests after it would quietly run single-threaded."""
+    keys = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    before = {k: os.environ.get(k) for k in keys}
+    yield
+    after = {k: os.environ.get(k) for k in keys}
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    assert after == before, f"the test changed the thread settings: {before} -> {after}"

@@ -68,7 +68,7 @@ def run(args, ctx):
     except ImportError:
         ctx.log("skipped: dask.distributed is not installed (pip install 'graphkern[distributed]')")
         return [{"skipped": "dask.distributed is not installed"}]
-    from graphkern.distributed._cluster import local_cluster, visible_gpus
+    from graphkern.distributed._cluster import environ_kept, local_cluster, visible_gpus
     from graphkern.distributed.api import _gram
 
     gpus = visible_gpus()
@@ -91,7 +91,8 @@ def run(args, ctx):
             cluster = local_cluster(gpus[:k], 1)
         else:
             from distributed import LocalCluster
-            cluster = LocalCluster(n_workers=k, threads_per_worker=1, processes=True, dashboard_address=None)
+            with environ_kept():  # the nannies would leave OMP_NUM_THREADS=1 in this process
+                cluster = LocalCluster(n_workers=k, threads_per_worker=1, processes=True, dashboard_address=None)
         with cluster, Client(cluster) as client:
             client.wait_for_workers(k)
             start_s = time.perf_counter() - t0
