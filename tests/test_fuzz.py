@@ -23,6 +23,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+import graphkern
+
+PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(graphkern.__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 # seconds a batch may run before the case in flight counts as a hang
 BATCH_TIMEOUT = 150
@@ -39,7 +42,8 @@ def run_cases(family_cases, tmp_path, backend="cpu"):
         with open(cases_path, "wb") as f:
             pickle.dump(pending, f)
         results_path.write_text("")
-        env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        # the worker imports the graphkern this process imported (an install, or a build in place)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")]))
         try:
             proc = subprocess.run([sys.executable, os.path.join(HERE, "fuzz_worker.py"), str(cases_path),
                                    str(results_path)], env=env, capture_output=True, timeout=BATCH_TIMEOUT)
