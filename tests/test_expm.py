@@ -434,7 +434,7 @@ def test_gpu_equals_cpu(variant, dtype, rng):
     y_cpu, _ = expm_multiply(A, x, beta=0.1, backend="cpu", dtype=dtype)
     ref = scipy.sparse.linalg.expm_multiply(0.1 * A, x)
     # float32 (unit roundoff 6e-8): the hub rows sum up to 5000 products per SpMV, so each backend
-    # lands within a few 1e-5 of the answer, in its own direction (H100 runs of session 5 measured
+    # lands within a few 1e-5 of the answer, in its own direction (H100 runs measured
     # 2.5e-5 against SciPy for the GPU, and 4.06e-5 between GPU and CPU, on fresh random graphs):
     # each within 5e-5, hence within 1e-4 of each other.  The 1e-5 of small dense graphs is
     # checked by test_matches_dense_expm (both backends).

@@ -1,4 +1,4 @@
-"""The tiled GPU solver of the marginalized graph kernel (issue 7): octiles built for it, options, the
+"""The tiled GPU solver of the marginalized graph kernel: octiles built for it, options, the
 multi-GPU split on the host; on a GPU, every combination of techniques against the core solver
 and the dense float64 reference."""
 
