@@ -24,7 +24,7 @@ Label columns are one of:
 * fixed-length float vectors: shape ``(n, d)``, float64.
 
 Many graphs are packed into one contiguous batch by :func:`pack_graphs`; every
-capability that ships graphs to a device uses that routine.  :func:`as_graphs` converts
+capability that ships graphs to a device uses that routine.  :func:`graphkern.convert.as_graphs` converts
 the inputs users hold (networkx graphs, RDKit molecules, SMILES strings) to Graphs.
 """
 
@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from graphkern._arrays import (_INT32_MAX, _INT64_MAX, ATOMIC_NUMBER, DIFFERS, DUPLICATE, ELEMENT_LABEL, MISSING,
+from graphkern._arrays import (_INT32_MAX, _INT64_MAX, ATOMIC_NUMBER, DIFFERS, DUPLICATE, MISSING,
                                NEGATIVE, NONFINITE, NOT_ONE, PARALLEL_ENTRIES, RANGE, UNSORTED, LabelColumns,
                                category_code, frozen, hash_array, index_dtype, indptr_problem, label_column, numeric,
                                require_memory, scan)
 from graphkern._backend import resolve_threads
 from graphkern._cpu import validate as _compiled
 
-__all__ = ["Graph", "PackedGraphs", "pack_graphs", "as_csr_matrix", "as_graphs", "as_graph_list",
+__all__ = ["Graph", "PackedGraphs", "pack_graphs", "as_csr_matrix",
            "category_code", "require_memory", "ATOMIC_NUMBER"]
 
 class Graph:
@@ -572,56 +572,6 @@ def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
     return A, bool(first[NOT_ONE] < A.nnz)
 
 
-_ACCEPTED = "a graphkern.Graph, a networkx graph, an RDKit molecule or a SMILES string"
-
-
-def _convert(item, label):
-    """One input as a Graph, errors naming ``label`` and the converter."""
-    if isinstance(item, Graph):
-        return item.require_valid()
-    module = type(item).__module__ or ""
-    if module.startswith("networkx"):
-        converter = "Graph.from_networkx"
-        convert = Graph.from_networkx
-    elif module.startswith("rdkit") and hasattr(item, "GetAtoms"):
-        from graphkern.io.smiles import from_rdkit as convert
-        converter = "graphkern.io.from_rdkit"
-    elif isinstance(item, str):
-        from graphkern.io.smiles import from_smiles as convert
-        converter = "graphkern.io.from_smiles"
-    else:
-        raise TypeError(f"{label} is a {type(item).__name__}, expected {_ACCEPTED}")
-    try:
-        return convert(item)
-    except (ValueError, TypeError, KeyError) as err:
-        raise type(err)(f"{label} could not be converted by {converter}: {err}") from err
-
-
-def as_graphs(X, name="X"):
-    """``X`` as a list of :class:`Graph`, converting the inputs users hold on the way in.
-
-    Each item may be a :class:`Graph`, a networkx graph (:meth:`Graph.from_networkx`: node and
-    edge attributes become label columns, ``weight`` the weights, element symbols in the
-    ``element`` attribute atomic numbers), an RDKit molecule (:func:`graphkern.io.from_rdkit`) or
-    a SMILES string (:func:`graphkern.io.from_smiles`, heavy atoms); kinds may be mixed.
-    Molecules get the labels of every molecule reader: ``element`` (atomic number), ``charge``
-    and ``bond_order`` (1, 2, 3, 4 = aromatic), so the same molecule from an SD file, RDKit, a
-    SMILES string or networkx has the same label codes.  A single graph is refused (it is almost
-    always a forgotten ``[G]``); errors name ``name``, the item and the converter.
-    """
-    if isinstance(X, (Graph, str)) or type(X).__module__.startswith(("networkx", "rdkit")):
-        raise TypeError(f"{name} must be a sequence of graphs, got a single {type(X).__name__} "
-                        f"(wrap it in a list: [{name}])")
-    try:
-        items = list(X)
-    except TypeError:
-        raise TypeError(f"{name} must be a sequence of graphkern.Graph (or networkx graphs, RDKit molecules, "
-                        f"SMILES strings), got {type(X).__name__}") from None
-    return [_convert(g, f"{name}[{k}]") for k, g in enumerate(items)]
-
-
-# the name the kernels call it by
-as_graph_list = as_graphs
 
 
 @dataclass

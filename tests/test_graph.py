@@ -163,7 +163,7 @@ def test_edgeless_graph_with_weights_and_edge_labels():
 
 
 def test_as_graph_list_names_the_bad_item():
-    from graphkern.graph import as_graph_list
+    from graphkern.convert import as_graph_list
     G = Graph.from_edges([(0, 1)])
     assert as_graph_list((G, G)) == [G, G]
     with pytest.raises(TypeError, match=r"wrap it in a list: \[X\]"):

@@ -9,7 +9,7 @@ import pytest
 
 import graphkern
 from graphkern import Graph
-from graphkern.graph import as_graphs
+from graphkern.convert import as_graphs
 from graphkern.io import read_sdf
 
 Chem = pytest.importorskip("rdkit.Chem")

@@ -18,7 +18,7 @@ from graphkern.spgk import batch as spgk_batch, gpu as spgk_gpu
 from graphkern import Graph
 from graphkern._cpu import spgk as cpu_spgk
 from graphkern._cuda import runtime
-from graphkern.spgk.kernels import node_features
+from graphkern.basekernels.shortest_path import node_features
 from graphkern.graph import pack_graphs
 from graphkern.spgk import DiracEdge, DiracNode, GaussianEdge, GaussianNode, ShortestPathKernel
 from test_spgk import EDGE, NODE, assert_close, graph_zoo, random_graph, ref_dirac, ref_gaussian, reference_gram

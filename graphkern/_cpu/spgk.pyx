@@ -103,7 +103,7 @@ ctypedef fused floating:
     float
     double
 
-# codes shared with graphkern/spgk/kernels.py
+# codes shared with graphkern/basekernels/shortest_path.py
 cdef enum:
     EDGE_DIRAC = 0
     EDGE_GAUSSIAN = 1

@@ -78,7 +78,7 @@ static inline int gk_dense_level(void) {
 #define GK_DISPATCH(PICK) PICK(gk_dense_base);
 #endif
 
-// kind: 0 Dirac, 2 Brownian bridge (graphkern/spgk/kernels.py's codes); is_float: V in float32.
+// kind: 0 Dirac, 2 Brownian bridge (graphkern/basekernels/shortest_path.py's codes); is_float: V in float32.
 // Returns NULL for a kind the dense walk does not do (the Gaussian length kernel).
 #define GK_PICK(NS)                                                                                     \
     return kind == 0 ? (is_float ? (gk_dense_walk_fn)NS::walk_dirac_f32 : (gk_dense_walk_fn)NS::walk_dirac_f64) \

@@ -16,7 +16,7 @@ from graphkern.distributed._cluster import environ_kept, local_cluster, visible_
 from graphkern.distributed._plan import Plan, default_tile, graph_weights
 from graphkern.distributed._tasks import (MISSING, NORMALIZED, RAW, ZarrSink, compute_diag, compute_tile, forget,
                                           normalize_tile, normalized)
-from graphkern.graph import as_graph_list
+from graphkern.convert import as_graph_list
 from graphkern.mgk import MarginalizedGraphKernel
 from graphkern.spgk import ShortestPathKernel
 

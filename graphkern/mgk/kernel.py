@@ -81,9 +81,9 @@ import numpy as np
 
 from graphkern._backend import BACKENDS, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._progress import Progress
-from graphkern.basekernels import Kernel, bounds_key, check_bounds
+from graphkern.basekernels.marginalized import Kernel, bounds_key, check_bounds
 from graphkern.errors import NotConvergedError
-from graphkern.graph import as_graph_list
+from graphkern.convert import as_graph_list
 from graphkern.mgk.csr import CSR_TECHNIQUE, GRADIENT_ENTRIES
 from graphkern.mgk.data import DatasetCache
 from graphkern.mgk.gemm import GEMM_TECHNIQUE
@@ -724,12 +724,8 @@ def _positive_real(value, name):
 
 
 def _graph_list(graphs, name):
-    """``graphs`` as a list of :class:`graphkern.Graph`, each with at least one vertex.
-
-    The one place where the kernel converts its input: when graphkern.graph gains the converter
-    ``as_graphs(X, name)`` (networkx graphs, RDKit molecules, SMILES strings), call it here
-    instead of ``as_graph_list``.
-    """
+    """``graphs`` as a list of :class:`graphkern.Graph` (networkx graphs, RDKit molecules and SMILES
+    strings converted by :func:`graphkern.convert.as_graphs`), each with at least one vertex."""
     graphs = as_graph_list(graphs, name)
     for k, g in enumerate(graphs):
         if g.n_nodes == 0:

@@ -2,7 +2,7 @@
 
 from graphkern.spgk.api import CPU_METHODS, GPU_METHODS, ShortestPathKernel
 from graphkern.spgk.batch import shortest_path_graph
-from graphkern.spgk.kernels import (BrownianBridgeEdge, DiracEdge, DiracNode, GaussianEdge, GaussianNode,
+from graphkern.basekernels.shortest_path import (BrownianBridgeEdge, DiracEdge, DiracNode, GaussianEdge, GaussianNode,
                                     ProductNode)
 
 __all__ = ["ShortestPathKernel", "DiracNode", "GaussianNode", "ProductNode", "DiracEdge", "GaussianEdge",

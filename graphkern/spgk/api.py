@@ -109,13 +109,13 @@ import numpy as np
 
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._progress import Progress
-from graphkern.graph import as_graph_list
+from graphkern.convert import as_graph_list
 from graphkern.spgk import features
 from graphkern.spgk.batch import BATCH_CACHE_SIZE, Batch, BatchCache, pair_work
 from graphkern.spgk.cpu import CPU_METHODS, CPU_WALKS, run_cpu
 from graphkern.spgk.gpu import GPU_METHODS, GpuRunner
 from graphkern.spgk.hybrid import run_hybrid
-from graphkern.spgk.kernels import DiracEdge, EdgeKernel, NodeKernel
+from graphkern.basekernels.shortest_path import DiracEdge, EdgeKernel, NodeKernel
 
 # the explicit feature map of Dirac kernels (graphkern.spgk.features), on the CPU or the GPU
 FEATURES = "features"

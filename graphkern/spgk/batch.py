@@ -8,7 +8,7 @@ import numpy as np
 
 from graphkern.spgk import features
 from graphkern.spgk.cpu import dense_lengths
-from graphkern.spgk.kernels import node_features
+from graphkern.basekernels.shortest_path import node_features
 
 # packed batches a kernel object keeps: a Gram matrix needs one, transform two (the fitted graphs'
 # and the new ones), normalize's diagonals no more

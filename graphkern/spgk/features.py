@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from graphkern.spgk.kernels import DiracEdge, DiracNode, node_features
+from graphkern.basekernels.shortest_path import DiracEdge, DiracNode, node_features
 
 # label-tuple ids and length ids below 2**ID_BITS each: a triplet's key fits in 63 bits
 ID_BITS = 21

@@ -89,12 +89,12 @@ the CPU's dK on the CPU's graphs are printed too.
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 
 import numpy as np
 
+from graphkern.bench.suites._mgk_sets import SETS, _molecules, build_set
 from graphkern.bench.report import (USER_CALL_COLUMNS, USER_CALL_LEGEND, Target, check_answer, failure_text, guarded,
                                     in_ms, print_table, print_targets, user_call_figures)
 from graphkern.bench.timing import time_cpu
@@ -111,7 +111,6 @@ FLOPS_PER_OCTILE_PAIR = {"constant": 2 * 2 * 8 ** 3, "kronecker": 2 * 64 * 64, "
 # x 1.98 GHz (H100 SXM / H200) warp instructions per second.
 CSR_INSTRUCTIONS_PER_ENTRY_PAIR = 8
 CSR_WARP_INSTRUCTIONS_PER_S = 132 * 4 * 1.98e9
-SETS = ("nws", "ba", "nws-labeled", "ba-labeled", "dense-labeled", "molecules")
 # Peers and the CPU run on fewer graphs of the dense set: a near-complete 96-vertex pair costs
 # GraKeL and the dense solve tens of seconds, and the CPU XMV nnz^2 = 7e7 kernel evaluations.
 SUBSET_DEFAULTS = {"cpu_graphs": 40, "grakel_graphs": 6, "dense_pairs": 2}
@@ -140,57 +139,6 @@ def add_arguments(parser):
 
 
 # ---------------------------------------------------------------------------- data
-
-
-def _label(G, rng, n_node=4, n_edge=3):
-    """The same graph with random vertex categories and symmetric random edge categories."""
-    from graphkern.graph import Graph
-
-    edges, _ = G.edge_list()
-    return Graph.from_edges(edges, G.n_nodes, node_labels={"label": rng.integers(0, n_node, G.n_nodes)},
-                            edge_labels={"label": rng.integers(0, n_edge, len(edges))})
-
-
-def _molecules(args, n_graphs, rng):
-    """(graphs, description): the SD file given, RDKit's NCI sample, or generated stand-ins."""
-    from graphkern.io import read_sdf
-
-    from graphkern.bench.data import molecules_path
-
-    path = args.sdf or molecules_path()
-    graphs = [g for g in read_sdf(path) if g.n_nodes > 0][:n_graphs]
-    return graphs, f"{len(graphs)} molecules from {os.path.basename(path)} (hydrogens as in the file)"
-
-
-def build_set(name, args, quick, seed=0):
-    """(graphs, node_kernel, edge_kernel, description) of one data set."""
-    from graphkern import generators as gen
-    from graphkern.basekernels import Constant, KroneckerDelta, TensorProduct
-
-    rng = np.random.default_rng(seed)
-    n_graphs = args.graphs or (20 if quick else 160)
-    n = args.vertices or (32 if quick else 96)
-    labeled = (TensorProduct(label=KroneckerDelta(0.5)), TensorProduct(label=KroneckerDelta(0.5)))
-    unlabeled = (Constant(1.0), Constant(1.0))
-    if name in ("nws", "nws-labeled"):
-        graphs = [gen.newman_watts_strogatz(n, 2, 0.1, seed=seed + s) for s in range(n_graphs)]
-        desc = f"{n_graphs} Newman-Watts-Strogatz graphs, {n} vertices, k=3 (networkx), p=0.1"
-    elif name in ("ba", "ba-labeled"):
-        graphs = [gen.barabasi_albert(n, 6, seed=seed + s) for s in range(n_graphs)]
-        desc = f"{n_graphs} Barabasi-Albert graphs, {n} vertices, m=6"
-    elif name == "dense-labeled":
-        count = max(4, n_graphs // 4)
-        graphs = [gen.random_labeled(n, 0.9, n_node_labels=4, n_edge_labels=3, seed=seed + s) for s in range(count)]
-        return graphs, *labeled, f"{count} G(n={n}, p=0.9) graphs, 4 vertex / 3 edge labels"
-    elif name == "molecules":
-        graphs, desc = _molecules(args, n_graphs, rng)
-        return (graphs, TensorProduct(element=KroneckerDelta(0.5)), TensorProduct(bond_order=KroneckerDelta(0.5)),
-                desc)
-    else:
-        raise ValueError(f"unknown set {name!r}; choose from {', '.join(SETS)}")
-    if name.endswith("-labeled"):
-        return [_label(g, rng) for g in graphs], *labeled, desc + ", 4 vertex / 3 edge labels"
-    return graphs, *unlabeled, desc
 
 
 # ---------------------------------------------------------------------------- measurements

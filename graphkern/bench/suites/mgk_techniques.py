@@ -3,7 +3,7 @@
 Also reached as ``graphkern-bench mgk --techniques``.  Sets (``--sets``):
 
 * ``nws``, ``ba`` (and ``-labeled``): the core suite's 160 Newman-Watts-Strogatz / Barabasi-Albert
-  graphs of 96 vertices (graphkern.bench.suites.mgk.build_set; ``--quick``: 20 of 32 vertices);
+  graphs of 96 vertices (graphkern.bench.suites._mgk_sets.build_set; ``--quick``: 20 of 32 vertices);
 * ``molecules``: the packaged NCI molecules (``--sdf`` for another SD file), element and bond-order
   labels compared by ``KroneckerDelta(0.5)``;
 * ``protein``: 3D contact graphs (``contact_graph_3d``, 500-1000 residues, ``--protein-graphs``),
@@ -70,6 +70,7 @@ import time
 import numpy as np
 
 from graphkern.bench.report import Target, print_table, print_targets
+from graphkern.bench.suites._mgk_sets import SETS as CORE_SETS, build_set
 
 NAME = "mgk-techniques"
 HELP = "tiled MGK solver: Dense/+Sparse/+Reorder/+Adaptive/+Compact/+Block/+DynSched, octile counts, GPUs"
@@ -120,14 +121,12 @@ def add_arguments(parser):
 
 def from_mgk_args(args):
     """This suite's options for ``graphkern-bench mgk --techniques`` (the mgk suite's parser)."""
-    from graphkern.bench.suites import mgk as core_suite
-
     opts = dict(OPTIONS)
     for key in ("graphs", "vertices", "q", "dtype", "sdf"):
         if getattr(args, key, None) is not None:
             opts[key] = getattr(args, key)
     chosen = getattr(args, "sets", None)
-    if chosen and chosen != ",".join(core_suite.SETS):  # sets named on the command line: the ones this suite has
+    if chosen and chosen != ",".join(CORE_SETS):  # sets named on the command line: the ones this suite has
         opts["sets"] = ",".join(s for s in chosen.split(",") if s.strip() in SETS) or opts["sets"]
     return argparse.Namespace(**opts)
 
@@ -152,7 +151,6 @@ def protein_set(count, sizes, seed):
 def build_sets(args, quick):
     """(name, graphs, node_kernel, edge_kernel, description) of every requested set."""
     from graphkern.basekernels import KroneckerDelta, SquareExponential, TensorProduct
-    from graphkern.bench.suites import mgk as core_suite
 
     names = [s.strip() for s in args.sets.split(",") if s.strip()]
     for name in names:
@@ -167,7 +165,7 @@ def build_sets(args, quick):
                    f"{count} 3D contact graphs, {min(g.n_nodes for g in graphs)}-{max(g.n_nodes for g in graphs)} "
                    "residues, residue types and distance-labeled edges")
         else:
-            yield (name, *core_suite.build_set(name, args, quick, seed=args.seed))
+            yield (name, *build_set(name, args, quick, seed=args.seed))
 
 
 # ---------------------------------------------------------------------------- octile counts (CPU)
