@@ -1,8 +1,8 @@
 """What a ShortestPathKernel keeps between calls: packed batches, pair lists, GPU runners.
 
 A repeated call on the same graphs must reuse them (nothing packed or uploaded again), and
-anything they depend on (a label or weight edited in place, the structure, the vertex kernel,
-dtype, device, edge kernel) must give fresh values.  The GPU side runs here on a fake runtime
+anything they depend on (a replaced label column, a graph with other weights or structure, the
+vertex kernel, dtype, device, edge kernel) must give fresh values.  The GPU side runs here on a fake runtime
 whose gpu_batched "kernel" is the CPU's FCSP on the uploaded copies, so what the launch reads
 is checked too.
 """

@@ -40,8 +40,9 @@ Shortest paths of a whole list of graphs come from one compiled pass, parallel o
 otherwise, each pair's length taken from the search of its smaller endpoint.  Negative weights
 are an error.  They are stored as unordered paths ``a < b`` in the packed batch of the last few
 lists of graphs (vertex features and path arrays, with their GPU copies), kept on the kernel
-object and keyed on the graphs' identity, a fingerprint of their arrays and a hash of the label
-columns the vertex kernel reads: a repeated call on unchanged graphs packs and uploads nothing.
+object and keyed on the graphs' identity and the label columns the vertex kernel reads (a
+Graph's arrays are read-only; a column changes by replacement): a repeated call on the same
+graphs packs and uploads nothing.
 
 With Dirac kernels only (``DiracNode`` factors or none, ``DiracEdge``), ``method="auto"`` uses
 the explicit feature map instead (:mod:`graphkern.spgk.features`): ``K`` is a product of
@@ -379,14 +380,14 @@ class ShortestPathKernel:
         """The packed batch of ``graphs``: the last calls' one when nothing it depends on changed."""
         node_kernel = cfg["node_kernel"]
 
-        def build(structure):
+        def build():
             return Batch(graphs, node_kernel, lambda k: _graph_name(graphs, name, k), cfg["n_threads"])
 
         return self._batches.get(graphs, node_kernel, build)
 
     def _triplets(self, graphs, name, cfg):
         """The :class:`features.TripletCounts` of ``graphs``: the last calls' when unchanged."""
-        def build(structure):
+        def build():
             return features.TripletCounts(graphs, cfg["node_kernel"], cfg["n_threads"],
                                           lambda k: _graph_name(graphs, name, k))
 

@@ -38,12 +38,6 @@ def _all_shortest_paths(graphs, names, n_threads):
     return spgk_paths.shortest_paths(*features.pack_structure(graphs, names), n_threads)
 
 
-def _fingerprint(graph):
-    """Changes when the graph's structure or weights are modified in place."""
-    w = None if graph.weights is None else hash(graph.weights.tobytes())
-    return (graph.n_nodes, graph.nnz, hash(graph.indptr.tobytes()), hash(graph.indices.tobytes()), w)
-
-
 # --------------------------------------------------------------------------- batches
 
 class Batch:
@@ -113,16 +107,6 @@ class Batch:
         return view
 
 
-def _label_fingerprint(graph, columns):
-    """Changes when one of the node label ``columns`` is modified in place, replaced or removed."""
-    labels = graph.node_labels
-    out = []
-    for c in columns:  # a plain loop: this runs for every graph in every call
-        col = labels.get(c)
-        out.append(None if col is None else (col.dtype, col.shape, hash(col.tobytes())))
-    return out
-
-
 def _node_kernel_key(node_kernel):
     """What a batch's vertex features depend on in ``node_kernel``: its factors' kinds, columns
     and gammas, read now (a factor changed in place gives another key)."""
@@ -135,32 +119,33 @@ class BatchCache:
     """The packed batches of the last few lists of graphs, keyed on the identity of their graphs.
 
     A hit needs the very same Graph objects, in the same order, the same vertex-kernel factors and
-    unchanged contents: each graph's structure and weights (:func:`_fingerprint`) and the label
-    columns the vertex kernel reads (hashed, so an array edited in place is seen).  A batch keeps
-    its CPU view and its device copies, so a hit packs and uploads nothing.  The cache holds weak
-    references only: an entry goes as soon as one of its graphs is collected, which also frees
-    the batch's device memory.  Beyond ``capacity`` the least recently used batch goes.
+    the same label column objects for the columns the vertex kernel reads.  A Graph's arrays are
+    read-only and its own, so its structure and weights never change and a column changes only by
+    replacement (a new array); a column it does not read changes nothing.  A batch keeps its CPU
+    view and its device copies, so a hit packs and uploads nothing.  The cache holds weak
+    references to the graphs only: an entry goes as soon as one of its graphs is collected, which
+    also frees the batch's device memory.  Beyond ``capacity`` the least recently used batch goes.
     """
 
     def __init__(self, capacity):
         self.capacity = capacity
-        self._entries = {}  # key -> (token, weak references, fingerprints, batch), oldest first
+        self._entries = {}  # key -> (token, weak references, label columns, batch), oldest first
         self.packed = 0  # batches built: a miss
 
     def get(self, graphs, node_kernel, build):
-        """The batch of ``graphs`` for ``node_kernel``; ``build(structure)`` makes one on a miss,
-        from the graphs' :func:`_fingerprint` values."""
+        """The batch of ``graphs`` for ``node_kernel``; ``build()`` makes one on a miss."""
         factors = () if node_kernel is None else node_kernel.factors()
         columns = tuple(dict.fromkeys(f.column for f in factors))
-        structure = [_fingerprint(g) for g in graphs]
-        labels = [_label_fingerprint(g, columns) for g in graphs] if columns else None
+        # the column objects themselves (held by the entry, so no id is reused while it lives)
+        labels = [tuple(g.node_labels.get(c) for c in columns) for g in graphs] if columns else None
         key = (tuple(map(id, graphs)), _node_kernel_key(node_kernel))
         entries = self._entries
         entry = entries.pop(key, None)
-        if entry is not None and entry[2] == (structure, labels) and all(r() is g for r, g in zip(entry[1], graphs)):
+        if (entry is not None and all(r() is g for r, g in zip(entry[1], graphs))
+                and (labels is None or all(a is b for old, new in zip(entry[2], labels) for a, b in zip(old, new)))):
             entries[key] = entry  # now the most recently used
             return entry[3]
-        batch = build(structure)
+        batch = build()
         self.packed += 1
         token = object()
 
@@ -171,7 +156,7 @@ class BatchCache:
             if self is not None and self._entries.get(key, (None,))[0] is token:
                 del self._entries[key]
 
-        entries[key] = (token, [weakref.ref(g, forget) for g in graphs], (structure, labels), batch)
+        entries[key] = (token, [weakref.ref(g, forget) for g in graphs], labels, batch)
         for old in list(entries)[:-self.capacity]:
             entries.pop(old, None)
         return batch
