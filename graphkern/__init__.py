@@ -36,6 +36,7 @@ _LAZY = {
     "mgk": "graphkern.mgk",
     "io": "graphkern.io",
     "generators": "graphkern.generators",
+    "distributed": "graphkern.distributed",
 }
 
 __all__ = ["Graph", "pack_graphs", "CudaError", "GPUUnavailableError", "GraphTooLargeError",

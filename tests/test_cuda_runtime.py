@@ -47,6 +47,22 @@ def test_disabled_gpu_reason():
     assert out.stdout.startswith("False disabled by GRAPHKERN_DISABLE_GPU"), out.stderr
 
 
+@pytest.mark.parametrize("have", [None, "12.9.0"])
+def test_missing_or_mismatched_bindings_name_the_extra_to_install(monkeypatch, have):
+    """A build against CUDA 13.0 headers without matching cuda-bindings says to install graphkern[cuda]."""
+    import sys
+    import types
+    monkeypatch.setattr(rt, "build_info", types.SimpleNamespace(CUDA_BUILT=True, CUDA_HEADER_VERSION="13.0"))
+    monkeypatch.setattr(rt, "_driver", None)
+    monkeypatch.setattr(rt, "_driver_import_error", None)
+    bindings = None if have is None else types.SimpleNamespace(__version__=have)
+    monkeypatch.setitem(sys.modules, "cuda", types.ModuleType("cuda"))
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    assert rt._load_driver_module() is None
+    assert "pip install 'graphkern[cuda]' (brings cuda-bindings==13.0.*)" in rt._driver_import_error
+    assert ("12.9.0 is installed" in rt._driver_import_error) == (have is not None)
+
+
 def test_build_info_recorded():
     info = rt.build_summary()
     assert "cuda_built" in info

@@ -182,8 +182,9 @@ def test_as_csr_matrix_sees_an_unmirrored_explicit_zero():
 
 
 @pytest.mark.parametrize("asked", [100_000, 10_000, 2**31, np.int64(2**40)])
-def test_thread_counts_are_clamped_with_a_warning(asked):
+def test_thread_counts_are_clamped_with_a_warning(monkeypatch, asked):
     from graphkern._backend import MAX_THREADS_PER_CORE, available_cores, resolve_threads
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # None means all cores only without it
     limit = MAX_THREADS_PER_CORE * available_cores()
     with pytest.warns(RuntimeWarning, match=f"lowered to {limit}"):
         assert resolve_threads(asked) == limit
@@ -288,3 +289,12 @@ def test_networkx_weight_missing_on_one_edge_is_named():
     with pytest.raises(ValueError, match=r"edge \(1, 2\) has no 'weight' attribute"):
         Graph.from_networkx(g)
     assert not Graph.from_networkx(g, weight=None).is_weighted
+
+
+def test_capability_packages_are_public_and_imported_on_first_use():
+    from conftest import run_python
+    code = ("import sys, graphkern; print('graphkern.distributed' in sys.modules, 'distributed' in dir(graphkern)); "
+            "from graphkern.distributed import gram; print(graphkern.distributed.gram is gram)")
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "True"]

@@ -462,6 +462,22 @@ def test_empty_list(rng):
     assert kern([], [random_graph(rng, 3)]).shape == (0, 1)
 
 
+def test_smiles_strings_are_converted_like_graphs_from_the_reader():
+    """SMILES strings (and networkx graphs, RDKit molecules) go through graphkern.convert.as_graphs."""
+    pytest.importorskip("rdkit", reason="RDKit is not installed")
+    from graphkern.io.smiles import from_smiles
+    smiles = ["CCO", "c1ccccc1", "CC(=O)[O-]"]
+    nk, ek = TensorProduct(element=KroneckerDelta(0.4)), TensorProduct(bond_order=KroneckerDelta(0.3))
+    kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="cpu")
+    graphs = [from_smiles(s) for s in smiles]
+    K = kern(smiles)
+    np.testing.assert_array_equal(K, kern(graphs))
+    np.testing.assert_allclose(K, dense_mgk(graphs, None, nk.compile(), ek.compile(), q=0.05), rtol=1e-10)
+    np.testing.assert_array_equal(kern(smiles[:1], [graphs[1], smiles[2]]), K[:1, 1:])
+    with pytest.raises(ValueError, match="cannot parse the SMILES 'C1CC'"):
+        kern(["CCO", "C1CC"])
+
+
 @pytest.mark.gpu
 def test_gpu_matches_cpu_float32(rng):
     """The two float32 solvers agree to 1e-5 on every edge-kernel path (different summation orders)."""

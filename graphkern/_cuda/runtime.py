@@ -56,11 +56,11 @@ def _load_driver_module():
         from cuda.bindings import __version__ as have
     except ImportError:
         _driver_import_error = (f"cuda-bindings is not installed; graphkern was built against CUDA {want} headers: "
-                                f"pip install 'cuda-bindings=={want}.*'")
+                                f"pip install 'graphkern[cuda]' (brings cuda-bindings=={want}.*)")
         return None
     if ".".join(have.split(".")[:2]) != want:
         _driver_import_error = (f"cuda-bindings {have} is installed but graphkern was built against CUDA {want} "
-                                f"headers: pip install 'cuda-bindings=={want}.*'")
+                                f"headers: pip install 'graphkern[cuda]' (brings cuda-bindings=={want}.*)")
         return None
     try:
         from graphkern._cuda import _driver as drv
