@@ -14,6 +14,7 @@ from graphkern.basekernels import KroneckerDelta, TensorProduct  # noqa: E402
 from graphkern.distributed import _tasks, gram  # noqa: E402
 from graphkern.distributed._cluster import environ_kept  # noqa: E402
 from graphkern.distributed._plan import Plan, graph_weights, runs  # noqa: E402
+from graphkern.distributed.api import _Run  # noqa: E402
 from graphkern.generators import random_labeled  # noqa: E402
 from graphkern.mgk import MarginalizedGraphKernel  # noqa: E402
 from graphkern.spgk import DiracNode, ShortestPathKernel  # noqa: E402
@@ -217,6 +218,21 @@ def test_bad_arguments(client):
         gram(_mgk(), X, client=client, resume="yes")
     with pytest.raises(TypeError, match=r"X\[1\]"):
         gram(_mgk(), [X[0], 3.5], client=client)  # ("C" would be methane: a SMILES string is a graph)
+
+
+def test_back_to_back_calls_on_the_same_graphs(client):
+    # each call ships its graphs under its own key: a key shared with the previous call (same
+    # content) could be released by that call after this one scattered it, losing its tiles' input
+    X, Y = _graphs(8, seed=19), _graphs(4, seed=20)
+    kernel = _mgk()
+    expect = {False: kernel(X), True: kernel(X, Y)}
+    keys = set()
+    for k in range(30):
+        with_y = bool(k % 2)
+        np.testing.assert_array_equal(gram(kernel, X, Y if with_y else None, client=client, tile=4), expect[with_y])
+    for _ in range(2):
+        keys.add(_Run(client, 1, ("job", type(kernel), {}), 0, False).graphs("X", X).key)
+    assert len(keys) == 2
 
 
 def test_plan_tiles_have_equal_predicted_cost():

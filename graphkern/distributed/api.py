@@ -142,11 +142,16 @@ class _Run:
         self._scattered = {}
 
     def graphs(self, name, graphs):
-        """The graphs as one future held by every worker: shipped once per worker, not per task."""
+        """The graphs as one future held by every worker: shipped once per worker, not per task.
+
+        The key is unique to this call (``hash=False``): a content-hashed key is shared with an
+        earlier call on the same graphs, whose release can reach the scheduler after this scatter
+        and drop the data under this call's tiles ("lost dependencies").
+        """
         if graphs is None:
             return None
         if name not in self._scattered:
-            self._scattered[name] = self.client.scatter([graphs], broadcast=True)[0]
+            self._scattered[name] = self.client.scatter([graphs], broadcast=True, hash=False)[0]
         return self._scattered[name]
 
     def each(self, items, submit, on_result, desc):
