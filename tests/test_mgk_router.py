@@ -73,7 +73,10 @@ def test_partition_decline_and_merge(rng, gradient):
     to_second = ~ran_first & (pairs[:, 0] % 2 == 0)
     assert router.last_run == {k: v for k, v in (("first", ran_first.sum()), ("second", to_second.sum()),
                                                  ("last", (~ran_first & ~to_second).sum())) if v}
-    np.testing.assert_array_equal(first.seen[0], pairs[take1])
+    if take1.any():  # fresh random sizes: there may be no pair small enough for the first engine
+        np.testing.assert_array_equal(first.seen[0], pairs[take1])
+    else:
+        assert not first.seen
     if second.seen:
         np.testing.assert_array_equal(second.seen[0], pairs[to_second])
 
