@@ -137,3 +137,15 @@ def test_negative_values_can_be_ignored(tmp_path):
     path.write_text(HEADER + "2 2 1\n2 1 -3.5\n")
     graph = read_matrix_market(path, weighted=False)
     assert not graph.is_weighted and graph.n_edges == 1
+
+
+@pytest.mark.parametrize("end", ["", "\n"])
+def test_a_value_that_is_not_a_number_is_named_before_the_parser_sees_it(tmp_path, end):
+    """fast_matrix_market reads "1V" as 1 before a newline and crashes on it at the end of a file
+    (found by the fuzz suite): the line check refuses it first."""
+    from graphkern.io import read_matrix_market
+
+    path = tmp_path / "bad.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate real symmetric\n4 4 3\n2 1 1.0\n3 2 2.5\n4 4 1V" + end)
+    with pytest.raises(ValueError, match=r"line 5: field 3 \('1V'\) is not a number"):
+        read_matrix_market(path)

@@ -227,16 +227,22 @@ def content_hash_blocks(const uint64_t[::1] words, int64_t block, int n_threads)
     return out_arr
 
 
+cdef inline bint _number_char(unsigned char c) noexcept nogil:
+    """A character of a decimal number, or of nan / inf / infinity (refused later, by name)."""
+    return c in b"+-.eEnNaAiIfFtTyY"
+
+
 def first_bad_coordinate_line(const unsigned char[::1] text, int n_fields):
     """The 1-based number of the first line of a Matrix Market coordinate text that is not
-    ``n_fields`` whitespace-separated fields with the first two made of digits (the size line,
-    the first non-comment line, must be three digit fields), or 0 if every line is.
+    ``n_fields`` whitespace-separated fields with the first two made of digits and the others
+    numbers (the size line, the first non-comment line, must be three digit fields), or 0 if
+    every line is.
     Comment (``%``) and blank lines are skipped."""
     cdef Py_ssize_t size = text.shape[0], pos = 0
     cdef int64_t line = 0, bad = 0
     cdef int field, want, size_line = 1
     cdef unsigned char c
-    cdef bint digits
+    cdef bint digits, number
     with nogil:
         while pos < size and bad == 0:
             line += 1
@@ -251,14 +257,18 @@ def first_bad_coordinate_line(const unsigned char[::1] text, int n_fields):
             field = 0
             while pos < size and text[pos] != 10 and text[pos] != 13:
                 digits = True
+                number = True
                 while pos < size:
                     c = text[pos]
                     if c == 32 or c == 9 or c == 10 or c == 13:
                         break
                     if c < 48 or c > 57:
                         digits = False
+                        number = number and _number_char(c)
                     pos += 1
                 if (field < 2 or size_line) and not digits:
+                    bad = line
+                elif not number:  # a value such as "1V" (the parser reads 1, or crashes at the end of a file)
                     bad = line
                 field += 1
                 while pos < size and (text[pos] == 32 or text[pos] == 9):
