@@ -56,11 +56,20 @@ def run_python(code, *, env=None, timeout=120):
 def pytest_addoption(parser):
     parser.addoption("--fuzz-examples", type=int, default=150,
                      help="cases per family of tests/test_fuzz.py (each family scales it by its cost)")
+    parser.addoption("--fuzz-seed", default="0",
+                     help="seed of tests/test_fuzz.py's draws: the same cases every run (a test run judges the "
+                          "code, not its luck); 'random' draws fresh ones to look for new bugs")
 
 
 @pytest.fixture
 def fuzz_examples(request):
     return request.config.getoption("--fuzz-examples")
+
+
+@pytest.fixture
+def fuzz_seed(request):
+    value = request.config.getoption("--fuzz-seed")
+    return None if value == "random" else int(value)
 
 
 def rebuilt(G, *, indices=None, weights=None, node_labels=None, edge_labels=None, validate=False):

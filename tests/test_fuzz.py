@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 import graphkern
@@ -71,8 +71,9 @@ def run_cases(family_cases, tmp_path, backend="cpu"):
     return results
 
 
-def collect(strategy, count):
-    """``count`` examples of ``strategy`` drawn by Hypothesis (no shrinking: a child runs them)."""
+def collect(strategy, count, fuzz_seed):
+    """``count`` examples of ``strategy`` drawn by Hypothesis (no shrinking: a child runs them),
+    the same ones every run for a given ``fuzz_seed``, fresh ones each run for None."""
     found = []
 
     @settings(max_examples=count, database=None, deadline=None, phases=[Phase.generate],
@@ -81,7 +82,7 @@ def collect(strategy, count):
     def draw(case):
         found.append(case)
 
-    draw()
+    (draw if fuzz_seed is None else seed(fuzz_seed)(draw))()
     return found
 
 
@@ -204,8 +205,8 @@ SHARE = {"validate": 2.0, "constructor": 2.0, "similarity": 1.5, "expm": 1.5, "s
          "reader": 2.0}
 
 
-def family_cases(family, count, tmp_path):
-    cases = collect(FAMILIES[family], max(5, int(count * SHARE[family])))
+def family_cases(family, count, tmp_path, fuzz_seed):
+    cases = collect(FAMILIES[family], max(5, int(count * SHARE[family])), fuzz_seed)
     for k, case in enumerate(cases):
         if family == "reader":
             case["path"] = str(tmp_path / f"fuzz{k}.{case['format']}")
@@ -213,14 +214,14 @@ def family_cases(family, count, tmp_path):
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_fuzz_cpu(family, tmp_path, fuzz_examples):
-    assert_reliable(family, run_cases(family_cases(family, fuzz_examples, tmp_path), tmp_path))
+def test_fuzz_cpu(family, tmp_path, fuzz_examples, fuzz_seed):
+    assert_reliable(family, run_cases(family_cases(family, fuzz_examples, tmp_path, fuzz_seed), tmp_path))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", ["similarity", "expm", "spgk", "mgk"])
-def test_fuzz_gpu_agrees_with_the_references(family, tmp_path, fuzz_examples):
-    cases = family_cases(family, fuzz_examples, tmp_path)
+def test_fuzz_gpu_agrees_with_the_references(family, tmp_path, fuzz_examples, fuzz_seed):
+    cases = family_cases(family, fuzz_examples, tmp_path, fuzz_seed)
     for _, case in cases:
         case["backend"] = "gpu"
         if family == "similarity" and case["dtype"] == "float32":

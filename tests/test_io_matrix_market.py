@@ -149,3 +149,12 @@ def test_a_value_that_is_not_a_number_is_named_before_the_parser_sees_it(tmp_pat
     path.write_text("%%MatrixMarket matrix coordinate real symmetric\n4 4 3\n2 1 1.0\n3 2 2.5\n4 4 1V" + end)
     with pytest.raises(ValueError, match=r"line 5: field 3 \('1V'\) is not a number"):
         read_matrix_market(path)
+
+
+@pytest.mark.parametrize("last", ["4 4 1 ", "4 4 1", "4 4 1\t"])
+def test_a_last_line_without_its_newline_is_read(tmp_path, last):
+    """SciPy's parser crashed on some files whose last line has no newline (found by the fuzz suite)."""
+    path = tmp_path / "last.mtx"
+    path.write_text("%%MatrixMarket matrix coordinate real symmetric\n4 4 3\n2 1 1.0\n3 2 2.5\n" + last)
+    A = read_matrix_market(path, as_csr=True)
+    assert A.nnz == 5 and A[3, 3] == 1.0 and A[0, 1] == 1.0 and A[2, 1] == 2.5

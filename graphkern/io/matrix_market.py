@@ -188,12 +188,15 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
 def _read_clean(path, header, weighted):
     """The CSR matrix of a well-formed file through scipy.io.mmread, or None if anything is off
     (the caller then reads the lines itself to name the one at fault)."""
-    data = np.frombuffer(read_bytes(path), dtype=np.uint8)
+    raw = read_bytes(path)
+    if not raw.endswith(b"\n"):
+        raw += b"\n"  # the library can crash on a last line without its newline
+    data = np.frombuffer(raw, dtype=np.uint8)
     # the library reads "3 1.5 1" as (3, 1, 0.5) and ignores extra fields: refuse such lines first
     if _compiled.first_bad_coordinate_line(data, header.n_columns):
         return None
     try:
-        M = scipy.io.mmread(io.BytesIO(data), spmatrix=True)
+        M = scipy.io.mmread(io.BytesIO(raw), spmatrix=True)
     except (ValueError, OSError, OverflowError):
         return None
     if M.shape != (header.n, header.n) or not np.all(np.isfinite(M.data)):
