@@ -21,22 +21,12 @@ cimport openmp
 from cython cimport floating
 from cython.parallel cimport parallel, prange
 from libc.stdint cimport int32_t, int64_t
+from graphkern._cpu._search cimport lower_bound
 
 cdef enum:
     JACCARD = 0
     SORENSEN = 1
     OVERLAP = 2
-
-
-cdef inline int64_t lower_bound(const int32_t* idx, int64_t lo, int64_t hi, int32_t x) noexcept nogil:
-    cdef int64_t mid
-    while lo < hi:
-        mid = lo + (hi - lo) // 2
-        if idx[mid] < x:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 cdef inline double count_ratio(int metric, int64_t inter, int64_t di, int64_t dj) noexcept nogil:
