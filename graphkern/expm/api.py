@@ -138,6 +138,8 @@ class ExpmInfo:
         (see the module documentation); the SpMV plan and work vectors may still have been built.
     exchange: how several GPUs exchanged their shares ("store" or "copy"; None on one device or the CPU).
     task_grid: the grid sizing of the GPU task kernels ("tasks" or "resident"; None on the CPU).
+    timeline: on the GPU, per device: its ordinal, rows, seconds in its SpMVs, in its updates, and
+        waiting between its steps for the other devices (or the host), and the steps counted.
     """
 
     krylov_dim: int
@@ -157,6 +159,7 @@ class ExpmInfo:
     reorder: str = "none"
     exchange: str | None = None
     task_grid: str | None = None
+    timeline: tuple = ()
 
 
 def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
@@ -458,7 +461,8 @@ class _Call:
     def info(self, out, solver, log_scale, times):
         times.setdefault("reorder", 0.0)
         common = dict(times=times, backend=self.backend, devices=self.devices, basis=self.basis,
-                      dtype=self.dtype.name, cached=self.cached, exchange=self.exchange, task_grid=self.task_grid)
+                      dtype=self.dtype.name, cached=self.cached, exchange=self.exchange, task_grid=self.task_grid,
+                      timeline=getattr(solver, "timeline", ()))
         if out is None:  # x = 0: y = 0, exact, no step run
             return ExpmInfo(0, 0.0, True, True, 0.0, float("nan"), spmv="none", n_spmv=0, reorder="none", **common)
         return ExpmInfo(out.krylov_dim, out.error_estimate, out.converged, out.breakdown, log_scale,

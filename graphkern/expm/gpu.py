@@ -414,17 +414,25 @@ class GpuLanczos:
             self._step(k, second_pass=True)
 
     def timings(self):
-        spmv = vector = 0.0
+        """The lead device's seconds in the fused SpMVs and in the updates (the combination of the
+        basis included); :attr:`timeline` gets the same per device, with the time each waited."""
         ran = self.n_spmv - self._second_pass
-        for (e0, e1, e2), k in self._step_events:
-            if k is not None and k >= ran:
-                continue  # skipped at its gate
-            spmv += e0.elapsed_ms(e1) / 1e3
-            vector += e1.elapsed_ms(e2) / 1e3
+        steps = [events for events, k in self._step_events if k is None or k < ran]  # not skipped at a gate
+        timeline = []
+        for s in self.shares:
+            mine = [events[s.index] for events in steps]
+            spmv = sum(e0.elapsed_ms(e1) for e0, e1, _ in mine) / 1e3
+            vector = sum(e1.elapsed_ms(e2) for _, e1, e2 in mine) / 1e3
+            span = mine[0][0].elapsed_ms(mine[-1][2]) / 1e3 if mine else 0.0
+            timeline.append({"device": s.dev.ordinal, "rows": s.nrows, "spmv": spmv, "vector": vector,
+                             "wait": max(span - spmv - vector, 0.0), "steps": len(mine)})
+        self.timeline = tuple(timeline)
+        lead = timeline[self.shares.index(self.lead)]
+        vector = lead["vector"]
         if self._combined:
             events = self.lead.ws.combine_events
             vector += events[0].elapsed_ms(events[1]) / 1e3
-        return {"spmv": spmv, "vector": vector}
+        return {"spmv": lead["spmv"], "vector": vector}
 
     # -------------------------------------------------------------- one step on every device
     def _step(self, k, second_pass=False):
@@ -449,7 +457,7 @@ class GpuLanczos:
         stores = self.exchange == "store"
         reductions = not second_pass
         lead = self.lead
-        timing = lead.ws.timing(len(self._step_events))
+        timing = {s.index: s.ws.timing(len(self._step_events)) for s in shares}  # SpMV start, its end, update end
         n_dev = np.int32(len(shares))
         gated = CANCEL_LOOKAHEAD and not second_pass
         self._gated = self._gated or gated
@@ -464,8 +472,7 @@ class GpuLanczos:
             skip = ws.skip if gated else None
             if gated:
                 rt.launch(s.gate_fn, 1, 1, (ws.stop_at, np.int64(k), ws.skip, ws.ran), stream=s.stream)
-            if s is lead:
-                timing[0].record(s.stream)
+            timing[s.index][0].record(s.stream)
             rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, s.spmv_args(
                 self._column(s, k), self._column(s, k - 1) if k > 0 else None, self._column(s, j), self.cap, k,
                 ws.beta_slots if reductions else None, n_dev, self.breakdown,
@@ -473,8 +480,7 @@ class GpuLanczos:
             if reductions and s.split_alpha:
                 rt.launch(s.sum_fn, 1, BLOCK, s.alpha_sum_args(ws.alpha_out, store_alpha=stores, skip=skip),
                           stream=s.stream)
-            if s is lead:
-                timing[1].record(s.stream)
+            timing[s.index][1].record(s.stream)
             if multi and reductions:
                 if not stores:
                     for o in shares:
@@ -499,8 +505,7 @@ class GpuLanczos:
                 np.int32(len(row_peers)), s.rows.peer_mask if stores else None,
                 *row_peers, *([None] * (MAX_ROW_PEERS - len(row_peers))), ws.skip if gated else None),
                 stream=s.stream)
-            if s is lead:
-                timing[2].record(s.stream)
+            timing[s.index][2].record(s.stream)
             if multi:
                 if not stores:
                     for o in shares:
