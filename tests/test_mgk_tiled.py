@@ -601,3 +601,29 @@ def test_last_engine_is_the_engine_of_the_last_call(rng):
     assert first is not None and first.name == "cpu"
     kern(X, eval_gradient=True)
     assert kern.last_engine_ is not first  # each call builds its engine
+
+
+@pytest.mark.multigpu
+def test_two_gpus_default_solvers(rng):
+    """The default solvers on two devices: the pairs of small graphs are split between the devices'
+    own solver chains (CSR, GEMM), those of large graphs go to the shared-queue tiled solver; K, the
+    nodal matrices and the gradients equal one device's."""
+    from graphkern.mgk.router import DeviceRouter
+
+    X = [labeled_graph(rng, int(n), 0.15) for n in rng.integers(5, 40, 30)]
+    X += [labeled_graph(rng, n, 0.03) for n in (300, 360)]
+    nk, ek = KERNELS["sqexp"]
+    kw = dict(q=0.05, tol=1e-13, dtype=np.float64, backend="gpu")
+    one = MarginalizedGraphKernel(nk, ek, device=0, **kw)
+    kern = MarginalizedGraphKernel(nk, ek, device=[0, 1], **kw)
+    assert rel_err(kern(X), one(X)) < 1e-11
+    router = kern.last_engine_
+    assert isinstance(router, DeviceRouter)
+    assert sum(router.last_run.values()) == len(X) * (len(X) + 1) // 2 and router.last_run.get("tiled", 0) >= 3
+    assert sorted(r[0] for r in router.device_runs) == [0, 1] and all(r[1] > 0 for r in router.device_runs)
+    Y = X[:4] + X[-1:]
+    np.testing.assert_allclose(kern(X[:8], Y, nodal=True), one(X[:8], Y, nodal=True), rtol=1e-10)
+    K2, dK2 = kern(X[:10], eval_gradient=True)
+    K1, dK1 = one(X[:10], eval_gradient=True)
+    np.testing.assert_allclose(K2, K1, rtol=1e-10)
+    np.testing.assert_allclose(dK2, dK1, rtol=1e-8, atol=1e-12)

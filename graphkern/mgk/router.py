@@ -9,20 +9,30 @@ solver (pairs whose two graphs fit its shared memory: graphkern.mgk.csr), then t
 CSR solver and the core solver (graphkern.mgk.core).  An engine may decline pairs at run time
 (the GEMM solver, when its dense layout or CG vectors do not fit the free device memory); those
 go to the next engine of the chain that accepts them, in the same call.
+
+On several GPUs (:class:`DeviceRouter`) every device has that chain: the pairs one device's chain
+would give its GEMM and CSR solvers are split into one share per device of equal predicted cost,
+each solved by its device's chain in its own thread, and the pairs left (large graphs) go to the
+tiled solver, whose devices claim them from one shared work queue.
 """
 
 from __future__ import annotations
+
+import dataclasses
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from graphkern.mgk.core import GPUEngine
 from graphkern.mgk.cpu import CPUEngine
-from graphkern.mgk.csr import CSR_TECHNIQUE, CSRGPUEngine
+from graphkern._cuda import runtime as rt
+from graphkern.mgk.csr import CSR_TECHNIQUE, CSRGPUEngine, csr_data
 from graphkern.mgk.gemm import GEMM_TECHNIQUE, GEMMGPUEngine
 from graphkern.mgk.results import Solved
 from graphkern.mgk.tiled import TiledGPUEngine, resolve_techniques
 
-__all__ = ["Router", "make_router"]
+__all__ = ["Router", "DeviceRouter", "make_router"]
 
 
 class Router:
@@ -98,6 +108,93 @@ class Router:
                 parts.append((name, idx, sol))
         self.last_run = {name: len(idx) for name, idx, _ in parts}
         return _merge(parts, m, nodal, plan)
+
+
+class DeviceRouter:
+    """Runs a call's pairs on several GPUs (module docstring).
+
+    ``routers``: one single-GPU :class:`Router` per device; ``tiled``: the tiled engine over every
+    device.  ``last_run``: the pairs each solver ran in the last :meth:`solve`, summed over the
+    devices; ``device_runs``: per device, (ordinal, pairs, kernel seconds, wall seconds) of its share.
+    """
+
+    name = "gpu"
+
+    def __init__(self, ordinals, routers, tiled):
+        self.ordinals = list(ordinals)
+        self.routers = routers
+        self.tiled = tiled
+        self.last_run = {}
+        self.device_runs = []
+
+    @property
+    def chain(self):
+        return self.routers[0].chain
+
+    @property
+    def engines(self):
+        return {**self.routers[0].engines, "tiled": self.tiled}
+
+    def gradient_chain(self):
+        return self.routers[0].gradient_chain()
+
+    def solve(self, ds1, ds2, pair_arr, args, *, nodal=False, plan=None, progress=None):
+        m = len(pair_arr)
+        lead = self.chain if plan is None else self.gradient_chain()
+        if plan is None:  # the pairs no solver but the last (tiled) takes go to the shared-queue tiled engine
+            small = np.zeros(m, dtype=bool)
+            for _, engine in lead[:-1]:
+                small |= engine.accepts(ds1, ds2, pair_arr, args, gradient=plan)
+        else:  # gradients: every pair to the devices' own chains (their last solver runs on one GPU)
+            small = np.ones(m, dtype=bool)
+        parts, runs, totals = [], [], {}
+        idx = np.flatnonzero(small)
+        if len(idx):
+            shares = _balanced_shares(_pair_cost(ds1, ds2, pair_arr[idx]), len(self.routers))
+
+            def run(k):
+                rt.get_device(self.ordinals[k]).activate()
+                mine = idx[shares[k]:shares[k + 1]]
+                t0 = time.perf_counter()
+                sol = self.routers[k].solve(ds1, ds2, pair_arr[mine], args, nodal=nodal, plan=plan, progress=progress)
+                return mine, sol, time.perf_counter() - t0, dict(self.routers[k].last_run)
+
+            with ThreadPoolExecutor(max_workers=len(self.routers)) as pool:
+                for k, (mine, sol, wall, last) in enumerate(pool.map(run, range(len(self.routers)))):
+                    if len(mine):
+                        parts.append(("devices", mine, sol))
+                    runs.append((self.ordinals[k], len(mine), sol.seconds, wall))
+                    for name, count in last.items():
+                        totals[name] = totals.get(name, 0) + count
+        rest = np.flatnonzero(~small)
+        seconds = max((r[2] for r in runs), default=0.0)
+        if len(rest):
+            sol = _run(self.tiled, ds1, ds2, pair_arr[rest], args, nodal, plan, progress)
+            parts.append(("tiled", rest, sol))
+            totals["tiled"] = totals.get("tiled", 0) + len(rest)
+            seconds += sol.seconds
+        self.last_run, self.device_runs = totals, runs
+        merged = _merge(parts, m, nodal, plan)
+        return dataclasses.replace(merged, seconds=seconds)
+
+
+def _pair_cost(ds1, ds2, pair_arr):
+    """A pair's predicted solve cost: the entry pairs of one product-graph XMV and its vertex pairs."""
+    c1 = csr_data(ds1)
+    c2 = c1 if ds2 is ds1 else csr_data(ds2)
+    g1, g2 = pair_arr[:, 0], pair_arr[:, 1]
+    return (c1.n_entries[g1].astype(np.float64) * c2.n_entries[g2]
+            + c1.n_nodes[g1].astype(np.float64) * c2.n_nodes[g2])
+
+
+def _balanced_shares(cost, parts):
+    """Boundaries ``b`` (``parts + 1`` of them) cutting ``cost`` (in its order) into ``parts``
+    contiguous runs of about equal sums: run ``k`` is ``cost[b[k]:b[k + 1]]``."""
+    total = np.cumsum(cost)
+    if len(total) == 0 or total[-1] <= 0:
+        return np.linspace(0, len(cost), parts + 1).astype(np.int64)
+    cuts = np.searchsorted(total, total[-1] * np.arange(1, parts) / parts, side="left")
+    return np.concatenate([[0], cuts, [len(cost)]]).astype(np.int64)
 
 
 def _takes(mask, idx):
@@ -193,6 +290,10 @@ def make_router(s, *, backend, devices, techniques, reorder, n_threads):
     if tech is None:  # "core"
         chain = core_chain()
         return Router(chain, lambda: chain)
+    if techniques in (None, "auto") and len(devices) > 1:
+        routers = [make_router(s, backend=backend, devices=[d], techniques=techniques, reorder=reorder,
+                               n_threads=n_threads) for d in devices]
+        return DeviceRouter(devices, routers, TiledGPUEngine(devices, s, tech, reorder, n_threads))
     tiled = ("tiled", TiledGPUEngine(devices, s, tech, reorder, n_threads))
     if techniques in (None, "auto") and len(devices) == 1:
         gemm = ("gemm", GEMMGPUEngine(devices[0], s, by_cost=True))
