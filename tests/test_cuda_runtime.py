@@ -353,3 +353,24 @@ def test_stream_and_event_refuse_a_missing_device():
         rt.Stream(None)
     with pytest.raises(TypeError):
         _driver.Event(None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nbytes", [1000, 2 * (8 << 20) + 12345, 5 * (8 << 20) + 8])
+def test_copy_to_pageable_through_staging(nbytes):
+    """Device to pageable memory through pinned chunks on several threads: every byte, from an offset,
+    small copies direct; the staging chunks are reused by the next copy."""
+    from graphkern._cuda import runtime as rt
+
+    rng = np.random.default_rng(nbytes)
+    data = rng.integers(0, 256, nbytes + 4096, dtype=np.uint8)
+    buf = rt.to_device(rt.get_device(0), data)
+    for offset in (0, 4096 - 8):
+        out = np.empty(nbytes, dtype=np.uint8)
+        rt.copy_to_pageable(buf, out, offset=offset)
+        np.testing.assert_array_equal(out, data[offset:offset + nbytes])
+    made = rt._staging["made"]
+    doubles = np.empty(nbytes // 8, dtype=np.float64)
+    rt.copy_to_pageable(buf, doubles)
+    np.testing.assert_array_equal(doubles.view(np.uint8), data[:doubles.nbytes])
+    assert rt._staging["made"] == made

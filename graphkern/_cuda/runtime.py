@@ -16,7 +16,9 @@ A machine without a driver, without a device, or a build without CUDA makes
 from __future__ import annotations
 
 import os
+import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 
 import numpy as np
@@ -194,6 +196,62 @@ def hold_stream(stream, seconds):
 def PinnedBuffer(nbytes, mapped=False):
     require_gpu()
     return _driver.PinnedBuffer(int(nbytes), bool(mapped))
+
+
+# Device-to-pageable copies go through page-locked staging chunks, several host threads at a time:
+# the driver's own staging of a pageable copy runs at a few GB/s, paced by one host thread's memcpy
+# and the first touch of the destination's pages.
+STAGING_CHUNK = 8 << 20
+STAGING_THREADS = 4
+_staging = {"free": queue.SimpleQueue(), "made": 0, "pool": None}
+
+
+def _staging_pool():
+    with _lock:
+        if _staging["pool"] is None:
+            _staging["pool"] = ThreadPoolExecutor(max_workers=2 * STAGING_THREADS,
+                                                  thread_name_prefix="graphkern-staging")
+        return _staging["pool"]
+
+
+def _staging_chunk():
+    try:
+        return _staging["free"].get_nowait()
+    except queue.Empty:
+        with _lock:
+            _staging["made"] += 1
+        return _driver.PinnedBuffer(STAGING_CHUNK, False)
+
+
+def copy_to_pageable(buf, out, offset=0):
+    """Copy ``out.nbytes`` bytes of the device buffer ``buf`` from byte ``offset`` into the contiguous
+    host array ``out`` (pageable memory), through pinned chunks on up to :data:`STAGING_THREADS`
+    host threads; synchronous (order it after the producing stream's work by synchronizing first).
+    Outputs of under two chunks are copied directly."""
+    flat = out.reshape(-1).view(np.uint8)
+    n = flat.nbytes
+    if n < 2 * STAGING_CHUNK:
+        buf.copy_to_host(flat, offset=offset)
+        return out
+    bounds = np.linspace(0, n // STAGING_CHUNK, min(STAGING_THREADS, n // STAGING_CHUNK) + 1).astype(np.int64)
+    bounds = [int(b) * STAGING_CHUNK for b in bounds]
+    bounds[-1] = n
+
+    def part(lo, hi):
+        chunk = _staging_chunk()
+        try:
+            staging = chunk.array(np.uint8)
+            for a in range(lo, hi, STAGING_CHUNK):
+                b = min(a + STAGING_CHUNK, hi)
+                buf.copy_to_host(staging[:b - a], offset=offset + a)
+                flat[a:b] = staging[:b - a]
+        finally:
+            _staging["free"].put(chunk)
+
+    jobs = [_staging_pool().submit(part, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    for job in jobs:
+        job.result()  # every part lands before ``out`` is returned; the first error is raised
+    return out
 
 
 def driver_version():

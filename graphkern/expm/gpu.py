@@ -368,16 +368,17 @@ class GpuLanczos:
 
     def _copy_out(self, out):
         """Each device's part of the output (ring[1] when gathered, else its scaled rows in ring[0]) into
-        ``out``, one host thread per device: copies into pageable memory are paced by the host
-        (staging, first touch of the pages), so devices copy side by side, each over its own link."""
+        ``out``, one host thread per device, each through pinned staging chunks
+        (:func:`graphkern._cuda.runtime.copy_to_pageable`): copies into pageable memory are paced by
+        the host (its memcpy, the first touch of the pages), so devices copy side by side."""
         source = 1 if self.order is not None else 0
         jobs = [(s, c0, c1) for s, (c0, c1) in zip(self.shares, self._output_bounds())]
 
         def copy(job):
             s, c0, c1 = job
-            if c1 > c0:
-                s.ws.ring[source].copy_to_host(out[c0:c1], stream=s.stream, offset=c0 * self.isz)
             s.stream.synchronize()
+            if c1 > c0:
+                rt.copy_to_pageable(s.ws.ring[source], out[c0:c1], offset=c0 * self.isz)
 
         if len(jobs) == 1:
             copy(jobs[0])
