@@ -245,14 +245,16 @@ def _mgk(args, ctx, counts, targets):
                 slowest = max(d["kernel_s"] for d in r["per_device"])
                 r["idle_tail"] = ", ".join(f"{slowest - d['kernel_s']:.3f}" for d in r["per_device"])
                 r["device_pairs"] = ", ".join(f"{d['pairs']:,}" for d in r["per_device"])
+                r["teams"] = ", ".join(sorted({d["tiled_team"] for d in r["per_device"] if "tiled_team" in d})) or "-"
         print_table(mine, ["devices", ("first_s", "first s", "{:.3f}"), ("warm_s", "warm s", "{:.3f}"),
                            ("kernel_s", "kernel s", "{:.3f}"), ("pairs_per_s", "pairs/s", "{:,.0f}"),
                            ("speedup", "x 1 GPU", "{:.2f}"), ("device_pairs", "pairs per device"),
-                           ("idle_tail", "idle tail s per device"), ("max_rel_vs_1gpu", "max rel diff", "{:.1e}"),
+                           ("idle_tail", "idle tail s per device"), ("teams", "tiled teams"), ("max_rel_vs_1gpu", "max rel diff", "{:.1e}"),
                            ("failed", "failed")],
                     title=f"marginalized kernel on {set_name}: 1 GPU against several (default solvers); warm: "
                           f"median of {repeat}",
-                    legend="kernel: the solve on the slowest device (device events); idle tail: the slowest "
+                    legend="kernel: the solve on the slowest device (device events); tiled teams: the team kind the "
+                           "tiled solver chose (warp, block, cluster); idle tail: the slowest "
                            "device's kernel seconds minus this device's; max rel diff: against the one-GPU matrix")
         for k in (4, 8):
             row = next((r for r in ok if r["devices"] == k), None)
@@ -271,8 +273,9 @@ def _device_runs(router):
     runs = {int(d): {"device": int(d), "pairs": int(p), "kernel_s": float(s)}
             for d, p, s, _ in getattr(router, "device_runs", [])}
     if router.last_run.get("tiled"):
-        for d, p, s, _ in router.engines["tiled"].last_run:
+        for d, p, s, team in router.engines["tiled"].last_run:
             r = runs.setdefault(int(d), {"device": int(d), "pairs": 0, "kernel_s": 0.0})
             r["pairs"] += int(p)
             r["kernel_s"] += float(s)
+            r["tiled_team"] = str(team)
     return sorted(runs.values(), key=lambda r: r["device"])
