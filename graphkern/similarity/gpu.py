@@ -249,7 +249,7 @@ class DeviceSimilarity:
                        common + (np.int32(self.self_loops), np.int32(rows)), stream=self.stream)
 
     def download(self, out):
-        """Copy the result into the host array ``out`` and wait for the stream."""
-        self.out.copy_to_host(out, self.stream)
+        """Wait for the stream, then copy the result into the host array ``out`` (through pinned
+        chunks on several host threads: see graphkern._cuda.runtime.copy_to_pageable)."""
         self.stream.synchronize()
-        return out
+        return self.rt.copy_to_pageable(self.out, out)
