@@ -357,9 +357,9 @@ def test_stream_and_event_refuse_a_missing_device():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("nbytes", [1000, 2 * (8 << 20) + 12345, 5 * (8 << 20) + 8])
-def test_copy_to_pageable_through_staging(nbytes):
-    """Device to pageable memory through pinned chunks on several threads: every byte, from an offset,
-    small copies direct; the staging chunks are reused by the next copy."""
+def test_copies_to_and_from_pageable_memory_through_staging(nbytes):
+    """Device to pageable memory and back through pinned chunks on several threads: every byte, at
+    an offset, small copies direct; the staging chunks are reused by the next copy."""
     from graphkern._cuda import runtime as rt
 
     rng = np.random.default_rng(nbytes)
@@ -374,3 +374,9 @@ def test_copy_to_pageable_through_staging(nbytes):
     rt.copy_to_pageable(buf, doubles)
     np.testing.assert_array_equal(doubles.view(np.uint8), data[:doubles.nbytes])
     assert rt._staging["made"] == made
+    # the other way: into a buffer at an offset, and to_device's staged upload
+    back = rt.alloc(rt.get_device(0), nbytes + 4096, np.uint8)
+    back.zero()
+    rt.copy_from_pageable(back, data[:nbytes], offset=4096)
+    np.testing.assert_array_equal(back.to_host()[4096:], data[:nbytes])
+    np.testing.assert_array_equal(rt.to_device(rt.get_device(0), data[::-1]).to_host(), data[::-1])

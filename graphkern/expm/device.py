@@ -63,7 +63,7 @@ def _upload_padded(dev, array, dtype):
     """``array`` on ``dev`` in a buffer padded with zeros to :func:`_padded` entries."""
     count = len(array)
     buf = rt.alloc(dev, _padded(count), dtype)
-    buf.copy_from_host(np.ascontiguousarray(array, dtype=dtype))
+    rt.copy_from_pageable(buf, np.ascontiguousarray(array, dtype=dtype))
     tail = buf.nbytes - count * np.dtype(dtype).itemsize
     if tail:
         buf.view(buf.nbytes - tail, tail).zero()
@@ -184,8 +184,8 @@ class DeviceRows:
             whole = rt.alloc(self.dev, max(len(source), 1), dtype)
 
             def copy():
-                old_indptr.copy_from_host(np.ascontiguousarray(mat.indptr, dtype=np.int64))
-                whole.copy_from_host(np.ascontiguousarray(source))
+                rt.copy_from_pageable(old_indptr, np.ascontiguousarray(mat.indptr, dtype=np.int64))
+                rt.copy_from_pageable(whole, source)
 
             def move():
                 t1 = time.perf_counter()
