@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphkern._cpu import pairs
 from graphkern._cuda import runtime as rt
 from graphkern.errors import GraphTooLargeError
 from graphkern.mgk.data import _nonempty
@@ -107,8 +108,8 @@ class _Launch:
                                              out_bytes, sizes)
 
         self.scratch = rt.alloc(dev, blocks * WARPS_PER_BLOCK * n_vectors * stride, dt)
-        self.d_g1 = rt.to_device(dev, g1[order])
-        self.d_g2 = rt.to_device(dev, g2[order])
+        self.d_g1 = rt.to_device(dev, in_launch_order(g1, order))
+        self.d_g2 = rt.to_device(dev, in_launch_order(g2, order))
         self.d_code = rt.to_device(dev, code)
         self.d_params = rt.to_device(dev, params)
         T = dt.type
@@ -126,14 +127,15 @@ class _Launch:
 
 
 def launch_order(cost):
-    """The pairs by decreasing ``cost``, quantized to 1/65535 of the largest (a radix sort of 16-bit
-    keys, linear in the pairs).  The order only balances a launch -- the longest pairs start
-    first -- and no pair's result depends on it."""
-    cost = np.asarray(cost, dtype=np.float64)
-    top = float(cost.max(initial=0.0))
-    key = cost * (-65535.0 / top) if top > 0 else np.zeros(len(cost))
-    key += 65535.0
-    return np.argsort(key.astype(np.uint16), kind="stable")
+    """The pairs by decreasing ``cost``, quantized to 1/65535 of the largest (a counting sort of
+    16-bit keys, linear in the pairs: graphkern._cpu.pairs).  The order only balances a launch --
+    the longest pairs start first -- and no pair's result depends on it."""
+    return pairs.launch_order(np.ascontiguousarray(cost, dtype=np.float64))
+
+
+def in_launch_order(values, order):
+    """``values[order]`` (the pairs' graph indices as the launch reads them), over threads."""
+    return pairs.take(np.ascontiguousarray(values), order)
 
 
 def scratch_units(dev, wanted, per_unit, out_bytes, sizes):
@@ -193,9 +195,7 @@ def _check_written(K, iters, m):
 def in_pair_order(d_buf, order):
     """A per-pair device output (in launch order) on the host in the caller's pair order."""
     launched = d_buf.to_host()
-    out = np.empty_like(launched)
-    out[order] = launched
-    return out
+    return pairs.scatter(np.empty_like(launched), order, launched)
 
 
 def nodal_blocks(d_nodal, nodal_off, order, n1, n2):

@@ -38,8 +38,8 @@ from __future__ import annotations
 import numpy as np
 
 from graphkern._cuda import runtime as rt
-from graphkern.mgk.core import (check_contractions, gradient_outputs, gradient_terms, launch_order, scratch_units,
-                                 solve_outputs, timed_launch)
+from graphkern.mgk.core import (check_contractions, gradient_outputs, gradient_terms, in_launch_order, launch_order,
+                                scratch_units, solve_outputs, timed_launch)
 from graphkern.mgk.data import _nonempty, renumbered
 from graphkern.mgk.results import Solved, empty_result, gradient_result
 
@@ -247,7 +247,7 @@ class CSRGPUEngine:
         set2 = set1 if c2 is c1 else c2.on_device(dev)
         scratch = rt.alloc(dev, n_blocks * n_vectors * stride, dt)
         head = set1 + set2 + (
-            rt.to_device(dev, g1[order]), rt.to_device(dev, g2[order]), np.int64(m),
+            rt.to_device(dev, in_launch_order(g1, order)), rt.to_device(dev, in_launch_order(g2, order)), np.int64(m),
             rt.to_device(dev, _nonempty(code)), rt.to_device(dev, _nonempty(params)),
             np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
             np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),

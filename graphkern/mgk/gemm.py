@@ -75,8 +75,8 @@ import numpy as np
 
 from graphkern._cuda import runtime as rt
 from graphkern.errors import GraphTooLargeError
-from graphkern.mgk.core import (SCRATCH_SHARE, check_contractions, gradient_outputs, gradient_terms, launch_order,
-                                 solve_outputs, timed_launch)
+from graphkern.mgk.core import (SCRATCH_SHARE, check_contractions, gradient_outputs, gradient_terms, in_launch_order,
+                                launch_order, solve_outputs, timed_launch)
 from graphkern.mgk import csr as csr_solver
 from graphkern.mgk.data import _nonempty
 from graphkern.mgk.gradient import EDGE_FORMS
@@ -562,7 +562,7 @@ class GEMMGPUEngine:
         scratch = rt.alloc(dev, n_blocks * n_vectors * tile * tile * THREADS_PER_BLOCK, dt)
         set1, set2 = sets
         head = set1 + set2 + (
-            rt.to_device(dev, g1[order]), rt.to_device(dev, g2[order]), np.int64(m),
+            rt.to_device(dev, in_launch_order(g1, order)), rt.to_device(dev, in_launch_order(g2, order)), np.int64(m),
             rt.to_device(dev, _nonempty(np.asarray(args["ncode"], dtype=np.int32))),
             rt.to_device(dev, _nonempty(np.asarray(args["nparam"]).astype(dt))),
             np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),

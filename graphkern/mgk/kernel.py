@@ -80,6 +80,7 @@ import warnings
 import numpy as np
 
 from graphkern._backend import BACKENDS, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
+from graphkern._cpu import pairs as _pairs
 from graphkern._progress import Progress
 from graphkern.basekernels.marginalized import Kernel, bounds_key, check_bounds
 from graphkern.errors import NotConvergedError
@@ -735,21 +736,12 @@ def _graph_list(graphs, name):
 
 def _symmetric(K, n, dtype):
     """The symmetric ``n x n`` matrix whose upper triangle, row by row, is ``K`` (see :func:`_upper_pairs`)."""
-    out = np.zeros((n, n), dtype=dtype)
-    with np.errstate(over="ignore", under="ignore"):
-        out[np.triu(np.ones((n, n), dtype=bool))] = K
-    np.copyto(out, out.T, where=np.tri(n, k=-1, dtype=bool))
-    return out
+    return _pairs.symmetric_fill(np.ascontiguousarray(K, dtype=np.float64), np.empty((n, n), dtype=dtype))
 
 
 def _upper_pairs(n):
     """The pairs (i, j), i <= j < n, row by row (the order of ``np.triu_indices(n)``), as one array."""
-    r = np.arange(n, dtype=np.int64)
-    counts = n - r
-    pairs = np.empty((n * (n + 1) // 2, 2), dtype=np.int64)
-    pairs[:, 0] = np.repeat(r, counts)
-    pairs[:, 1] = np.arange(len(pairs), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts - r, counts)
-    return pairs
+    return _pairs.upper_pairs(n)
 
 
 def _pair_array(pairs, n_first, n_second, second_name):

@@ -77,7 +77,7 @@ import numpy as np
 from graphkern._backend import resolve_threads
 from graphkern._cuda import runtime as rt
 from graphkern.graph import Graph
-from graphkern.mgk.core import launch_order, nodal_blocks, scratch_units
+from graphkern.mgk.core import in_launch_order, in_pair_order, launch_order, nodal_blocks, scratch_units
 from graphkern.mgk.data import OCTILE, _nonempty, build_octiles, renumbered
 from graphkern.mgk.results import Solved, empty_result
 from graphkern.reorder import reorder_many
@@ -688,8 +688,8 @@ class TiledGPUEngine:
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
         scratch = rt.alloc(dev, units * teams_per_block * N_VECTORS * stride, dt)
-        d_g1 = rt.to_device(dev, g1[order], stream)
-        d_g2 = rt.to_device(dev, g2[order], stream)
+        d_g1 = rt.to_device(dev, in_launch_order(g1, order), stream)
+        d_g2 = rt.to_device(dev, in_launch_order(g2, order), stream)
         d_code = rt.to_device(dev, code, stream)
         d_params = rt.to_device(dev, params, stream)
         d_k = rt.alloc(dev, m, np.float64)
@@ -723,12 +723,7 @@ class TiledGPUEngine:
         stream.synchronize()
         seconds = start.elapsed_ms(end) / 1e3
 
-        K = np.empty(m)
-        iters = np.empty(m, dtype=np.int32)
-        resid = np.empty(m)
-        K[order] = d_k.to_host()
-        iters[order] = d_it.to_host()
-        resid[order] = d_res.to_host()
+        K, iters, resid = (in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
         if queue is None and not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
             raise RuntimeError(f"the tiled GPU solver left {int(np.sum(~np.isfinite(K) | (iters < 0)))} of {m} pairs "
                                f"unwritten on device {dev.ordinal}")
