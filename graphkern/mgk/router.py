@@ -27,6 +27,7 @@ import numpy as np
 from graphkern.mgk.core import GPUEngine
 from graphkern.mgk.cpu import CPUEngine
 from graphkern._cuda import runtime as rt
+from graphkern.errors import CudaError, GraphTooLargeError
 from graphkern.mgk.csr import CSR_TECHNIQUE, CSRGPUEngine, csr_data
 from graphkern.mgk.gemm import GEMM_TECHNIQUE, GEMMGPUEngine
 from graphkern.mgk.results import Solved
@@ -223,9 +224,28 @@ def _run(engine, ds1, ds2, pair_arr, args, nodal, plan, progress):
 
 
 def _solve_one(engine, ds1, ds2, pair_arr, args, nodal, plan):
-    if plan is None:
-        return engine.solve(ds1, ds2, pair_arr, args, nodal=nodal)
-    return engine.solve_gradient(ds1, ds2, pair_arr, args, plan)
+    try:
+        if plan is None:
+            return engine.solve(ds1, ds2, pair_arr, args, nodal=nodal)
+        return engine.solve_gradient(ds1, ds2, pair_arr, args, plan)
+    except (CudaError, GraphTooLargeError) as exc:
+        raise _with_pairs(exc, engine, pair_arr) from exc
+
+
+def _with_pairs(exc, engine, pair_arr):
+    """``exc`` (a driver error or GraphTooLargeError) again, naming the pairs of the failed launch;
+    ``.pairs`` holds them (indices into X and Y)."""
+    if getattr(exc, "pairs", None) is not None:
+        return exc
+    shown = ", ".join(f"({int(i)}, {int(j)})" for i, j in pair_arr[:4])
+    what = (f"while the {type(engine).__name__} solved {len(pair_arr)} pairs of graphs (X index, Y index): "
+            f"{shown}{', ...' if len(pair_arr) > 4 else ''}")
+    if isinstance(exc, CudaError):
+        out = CudaError(exc.name, f"{exc.message} ({what})" if exc.message else what, exc.code, exc.call)
+    else:
+        out = GraphTooLargeError(f"{exc} ({what})")
+    out.pairs = np.array(pair_arr, copy=True)
+    return out
 
 
 def _subset(sol, kept):

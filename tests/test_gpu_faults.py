@@ -1,0 +1,93 @@
+"""GPU faults in the middle of a call: out of memory, a kernel that fails to launch, a device lost
+during a copy.  Each raises CudaError with the driver's name and the pairs involved, the device
+memory the call allocated is freed (back to the level of the warm kernel before it), and the next
+call works and gives the same answer.  The faults are injected at the runtime layer, the one
+place the capabilities reach the driver through."""
+
+import gc
+
+import numpy as np
+import pytest
+
+from graphkern import CudaError
+from graphkern._cuda import runtime as rt
+from graphkern.basekernels import KroneckerDelta, SquareExponential, TensorProduct
+from graphkern.graph import Graph
+from graphkern.mgk import MarginalizedGraphKernel
+
+pytestmark = pytest.mark.gpu
+
+
+def _graphs(rng):
+    """Small graphs (the CSR solver) and two large ones (the tiled solver): a Gram matrix that
+    launches more than one solver."""
+    out = []
+    for n in list(rng.integers(4, 30, 24)) + [260, 300]:
+        n = int(n)
+        upper = np.triu(rng.random((n, n)) < (0.2 if n < 40 else 0.03), 1)
+        i, j = np.nonzero(upper)
+        edges = [(int(a), int(b)) for a, b in zip(i, j)] + [(k, k + 1) for k in range(n - 1)]
+        edges = list(dict.fromkeys(edges))
+        out.append(Graph.from_edges(edges, n, node_labels={"kind": rng.integers(0, 3, n)},
+                                    edge_labels={"length": rng.random(len(edges))}))
+    return out
+
+
+def _inject(monkeypatch, name, error, after):
+    """Make ``rt.<name>`` raise ``error`` from its ``after``-th call on (counting from 0)."""
+    original = getattr(rt, name)
+    calls = {"n": 0}
+
+    def failing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > after:
+            raise error
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(rt, name, failing)
+    return calls
+
+
+@pytest.mark.parametrize("where, name, error", [
+    ("alloc", "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"),
+    ("launch", "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"),
+    ("copy_to_pageable", "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"),
+])
+@pytest.mark.parametrize("after", [0, 1])
+def test_mgk_fault_mid_gram_is_named_freed_and_recoverable(monkeypatch, rng, where, name, error, after):
+    X = _graphs(rng)
+    kern = MarginalizedGraphKernel(TensorProduct(kind=KroneckerDelta(0.5)), TensorProduct(length=SquareExponential(1.0)),
+                                   q=0.05, dtype=np.float64, backend="gpu", device=0)
+    K = kern(X)  # warm: the datasets and modules are on the device
+    dev = rt.get_device(0)
+    dev.synchronize()
+    gc.collect()
+    free_before, _ = dev.memory_info()
+    with monkeypatch.context() as m:
+        _inject(m, where, CudaError(name, error, call="injected"), after)
+        with pytest.raises(CudaError) as info:
+            kern(X)
+    assert info.value.name == name and "pairs of graphs" in str(info.value)
+    assert info.value.pairs.ndim == 2 and len(info.value.pairs) > 0
+    del info
+    gc.collect()
+    dev.synchronize()
+    free_after, _ = dev.memory_info()
+    assert free_after >= free_before - (2 << 20), "the failed call left device memory allocated"
+    np.testing.assert_array_equal(kern(X), K)
+
+
+def test_expm_launch_failure_is_named_and_the_next_call_works(monkeypatch, rng):
+    import scipy.sparse as sp
+
+    from graphkern.expm import expm_multiply
+
+    A = sp.random(3000, 3000, density=0.002, random_state=7, format="csr")
+    A = (A + A.T).tocsr()
+    y, _ = expm_multiply(A, beta=0.5, backend="gpu")
+    with monkeypatch.context() as m:
+        _inject(m, "launch", CudaError("CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure", call="injected"), 3)
+        with pytest.raises(CudaError, match="CUDA_ERROR_LAUNCH_FAILED"):
+            expm_multiply(A, beta=0.5, backend="gpu")
+    gc.collect()
+    np.testing.assert_allclose(expm_multiply(A, beta=0.5, backend="gpu")[0], y, rtol=1e-12)
