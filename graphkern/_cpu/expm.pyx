@@ -276,3 +276,41 @@ def degree_order(const index_t[::1] indptr):
             order[p] = <int32_t>i
             inverse[i] = <int32_t>p
     return order_arr, inverse_arr, new_indptr_arr
+
+
+def rowblock_cuts(const index_t[::1] indptr, int64_t block_cost, int64_t long_row):
+    """The sorted distinct row cuts of the GPU's row blocks, in one pass: 0 and n; for each multiple
+    ``t`` of ``block_cost`` below ``nnz + n``, the first row r with ``indptr[r] + r >= t``; and r, r + 1
+    around every row longer than ``long_row`` (graphkern.expm.plans._rowblock_tasks)."""
+    cdef Py_ssize_t n = indptr.shape[0] - 1, r
+    cdef int64_t total = <int64_t>indptr[n] + n, target = block_cost, last = 0, k = 1
+    cuts = np.empty(n + 2 + 2 * (total // max(block_cost, 1) + 1), dtype=np.int64) if n > 0 else np.zeros(2, np.int64)
+    cdef int64_t[::1] out = cuts
+    if n <= 0:
+        return cuts[:1 if n == 0 else 0]
+    out[0] = 0
+    with nogil:
+        for r in range(n):
+            if target < total and <int64_t>indptr[r] + r >= target:
+                if r != last:
+                    out[k] = r
+                    k += 1
+                    last = r
+                while target < total and <int64_t>indptr[r] + r >= target:
+                    target += block_cost
+            if <int64_t>(indptr[r + 1] - indptr[r]) > long_row:
+                if r != last:
+                    out[k] = r
+                    k += 1
+                    last = r
+                out[k] = r + 1
+                k += 1
+                last = r + 1
+        if target < total and last != n:  # targets past the last row's start: searchsorted gives n
+            out[k] = n
+            k += 1
+            last = n
+        if last != n:
+            out[k] = n
+            k += 1
+    return cuts[:k]

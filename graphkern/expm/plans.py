@@ -152,18 +152,15 @@ def _rowblock_tasks(indptr, plan):
     + 1 = STREAM_CAPACITY nonzeros, so it is staged in shared memory; long rows get segment tasks.
     Stream tasks carry their entry range, so the kernel needs no row pointer before its gathers.
     """
+    from graphkern._cpu.expm import rowblock_cuts
+
     n = len(indptr) - 1
     if n == 0:
         return np.zeros((1, TASK_WIDTH), dtype=np.int64)  # one empty block keeps the grid valid
-    deg = np.diff(indptr).astype(np.int64)
-    cost = indptr[:-1].astype(np.int64) + np.arange(n, dtype=np.int64)
-    total = int(indptr[-1]) + n
-    targets = np.arange(ROWBLOCK_COST, total, ROWBLOCK_COST, dtype=np.int64)
-    long_rows = np.flatnonzero(deg > LONG_ROW)
-    cuts = np.unique(np.concatenate([[0, n], np.searchsorted(cost, targets, side="left"), long_rows,
-                                     long_rows + 1]))
+    cuts = rowblock_cuts(np.ascontiguousarray(indptr), ROWBLOCK_COST, LONG_ROW)  # one compiled pass
     starts, ends = cuts[:-1], cuts[1:]
-    is_long = (ends - starts == 1) & (deg[starts] > LONG_ROW)
+    deg = (indptr[starts + 1] - indptr[starts]).astype(np.int64)  # of each block's first row
+    is_long = (ends - starts == 1) & (deg > LONG_ROW)
     stream = np.zeros((len(starts), TASK_WIDTH), dtype=np.int64)
     stream[:, 0] = TASK_STREAM
     stream[:, 1] = starts
@@ -174,7 +171,7 @@ def _rowblock_tasks(indptr, plan):
         return stream
     # each long row's segments take the place of its block, so the tasks stay in row order
     per_block = np.ones(len(starts), dtype=np.int64)
-    per_block[is_long] = -(-deg[starts[is_long]] // LONG_SEGMENT)
+    per_block[is_long] = -(-deg[is_long] // LONG_SEGMENT)
     out = np.empty((int(per_block.sum()), TASK_WIDTH), dtype=np.int64)
     segment_slot = np.ones(len(out), dtype=bool)
     position = np.cumsum(per_block) - per_block
