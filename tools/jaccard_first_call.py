@@ -9,7 +9,8 @@ seed=3) (~5.8M entries, one hub of ~39k: ``auto`` picks ``longrow``).  It prints
 * cold: the process's first ``jaccard(A, backend="gpu")`` (CUDA context and module load included;
   only for the first graph),
 * first: ``jaccard(A, backend="gpu")`` with the context up, on a fresh copy of the SciPy matrix,
-  and its SimilarityInfo times (validate, plan, upload, compute, download),
+  and its SimilarityInfo times (validate, validate_device, plan, upload, compute, download),
+* checks: the input checks, split into the host's part and the device's check kernel,
 * warm: the median of ``--repeat`` further calls,
 * kernel: DeviceSimilarity.compute alone between CUDA events (median of ``--repeat``),
 * cpu: ``jaccard(A, backend="cpu")`` on all cores (one call),
@@ -80,6 +81,10 @@ def main():
         first = 1e3 * (time.perf_counter() - t)
         parts = ", ".join(f"{k} {1e3 * v:.1f}" for k, v in info.times.items())
         print(f"  first  {first:9.1f} ms  variant {info.variant}; ms: {parts}; plan {info.plan}")
+        checked = "on the device" if "validate_device" in info.times else "on the host"
+        print(f"  checks {1e3 * (info.times['validate'] + info.times.get('validate_device', 0.0)):9.1f} ms  "
+              f"({checked}: host {1e3 * info.times['validate']:.1f} ms, device check "
+              f"{1e3 * info.times.get('validate_device', 0.0):.1f} ms; CSR and value upload in 'upload')")
         warm = []
         for _ in range(args.repeat):
             t = time.perf_counter()

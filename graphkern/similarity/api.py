@@ -68,6 +68,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
+from graphkern.errors import GraphTooLargeError
 from graphkern.graph import Graph, as_csr_matrix
 from graphkern.similarity.plan import HASH_MIN_DEGREE, INT32_MAX, DeviceOptions
 
@@ -84,9 +85,10 @@ class SimilarityInfo:
     sums ran in (float64 for float32 results whose weight sums could overflow float32);
     weight_scale: the power of two the weights were multiplied by (1.0 unless their sums could
     overflow float64); plan: on the GPU, the plan's figures (hubs with a bitmap, rows with a hash
-    table, work items, device bytes); times: seconds -- validate (checks and conversion of the
-    input), plan (GPU planning and device buffers), upload, compute (the kernels, by host clock
-    after a synchronize), download, and total.
+    table, work items, device bytes); times: seconds -- validate (host checks and conversion of
+    the input), validate_device (on the GPU, where a SciPy CSR is checked there after its upload:
+    the check kernel and its read-back), plan (GPU planning and device buffers), upload, compute
+    (the kernels, by host clock after a synchronize), download, and total.
     """
 
     metric: str
@@ -225,6 +227,27 @@ def symmetric_pattern(G, *, weighted=False):
     return SymmetricPattern(n, indptr, indices, weights, owns_indices=owns)
 
 
+def unchecked_pattern(G, *, weighted=False):
+    """``(pattern, values)`` of a scipy CSR ``G`` taken as it is, with O(n) host work, for a check
+    on the device: the SymmetricPattern holds ``G``'s own arrays (int64 row pointers by
+    conversion) and ``values`` its stored values for that check.  None where the host path must
+    run: not a CSR, not square, no entries, int64 columns (their int32 conversion needs a range
+    check), a value type the device check does not read, or arrays SciPy would refuse.
+    """
+    if not isinstance(G, (sp.csr_matrix, sp.csr_array)) or G.ndim != 2 or G.shape[0] != G.shape[1]:
+        return None
+    n, data, indices, indptr = G.shape[0], G.data, G.indices, G.indptr
+    if (n > INT32_MAX or data.dtype.kind not in "fiub" or data.dtype.itemsize not in (1, 2, 4, 8)
+            or indices.dtype != np.int32 or indptr.dtype.kind != "i" or indptr.shape != (n + 1,)
+            or indices.ndim != 1 or data.shape != indices.shape or indices.size == 0):
+        return None
+    values = np.ascontiguousarray(data)
+    weights = np.asarray(values, dtype=np.float64) if weighted else None
+    pattern = SymmetricPattern(n, np.ascontiguousarray(indptr, dtype=np.int64), np.ascontiguousarray(indices),
+                               weights, owns_indices=False)
+    return pattern, values
+
+
 def _check_csr_indices(indptr, indices, n):
     """Row pointers from 0 to nnz, never decreasing, and every column in [0, n), else ValueError."""
     nnz = indices.size
@@ -282,9 +305,26 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
         devices = resolve_devices(device)
         if len(devices) != 1:
             raise ValueError(f"{metric} runs on one device; got devices {devices}")
-    pattern = symmetric_pattern(G, weighted=weighted)
+    if not isinstance(weighted, (bool, np.bool_)):
+        raise TypeError(f"weighted must be True or False, got {weighted!r}")
+    times = {}
+    csr = pattern = None
+    unchecked = unchecked_pattern(G, weighted=weighted) if backend == "gpu" else None
+    if unchecked is not None:  # checked on the device after the upload; the host path names any problem
+        from graphkern._cuda import runtime as rt
+        from graphkern.similarity.gpu import DeviceCSR
+
+        pattern, values = unchecked
+        try:
+            csr = DeviceCSR(rt.get_device(devices[0]), pattern)
+        except GraphTooLargeError:  # the host path checks first, then refuses it with the plan's size
+            pattern = None
+        if csr is not None and csr.check(values, check_negative=weighted, times=times):
+            csr = pattern = None
+    if pattern is None:
+        pattern = symmetric_pattern(G, weighted=weighted)
     compute_dtype, scale = weight_scaling(pattern, dtype, backend, bool(self_loops))
-    times = {"validate": time.perf_counter() - t0}
+    times["validate"] = time.perf_counter() - t0 - times.get("upload", 0.0) - times.get("validate_device", 0.0)
     recorded = dict(weighted=bool(weighted), self_loops=bool(self_loops), variant=variant,
                     hash_min_degree=int(hash_min_degree))
     plan = {}
@@ -300,7 +340,7 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
         recorded["device"] = devices[0]
         values, ran, plan = gpu_values(pattern, METRICS[metric], bool(self_loops), compute_dtype, devices[0],
                                        options, scale=scale, n_threads=n_threads, verbose=verbose, times=times,
-                                       while_computing=copy_indices)
+                                       while_computing=copy_indices, csr=csr)
     else:
         from graphkern.similarity.cpu import cpu_values
 

@@ -11,19 +11,73 @@ import time
 import numpy as np
 
 from graphkern._progress import Progress
-from graphkern.similarity.plan import (BLOCK, STAGED_VARIANTS, DeviceOptions, plan_similarity,
+from graphkern.similarity.plan import (BLOCK, INDEX_PADDING, STAGED_VARIANTS, DeviceOptions, plan_similarity,
                                        window_rows_per_block)
+
+# value_kind of jaccard_csr_check by NumPy dtype kind
+_VALUE_KINDS = {"b": 0, "u": 0, "i": 1, "f": 2}
+
+
+class DeviceCSR:
+    """A CSR uploaded as the similarity kernels read it (int64 row pointers, int32 columns padded
+    to a multiple of INDEX_PADDING) and checked there by one launch of ``jaccard_csr_check``.
+
+    :meth:`check` uploads ``pattern``'s arrays and the matrix's stored ``values`` (any dtype of
+    1, 2, 4 or 8 bytes: the check compares them bit for bit) and returns the kernel's flags: 0
+    when the CSR is canonical, finite, symmetric in pattern and values and, with
+    ``check_negative``, free of negative values.  :class:`DeviceSimilarity` then takes the
+    arrays without copying them again.
+    """
+
+    def __init__(self, dev, pattern, stream=None):
+        from graphkern._cuda import runtime as rt
+
+        self.rt, self.dev, self.pattern = rt, dev, pattern
+        self.stream = stream if stream is not None else rt.Stream(dev)
+        nnz = pattern.nnz
+        padded = nnz + (-nnz) % INDEX_PADDING
+        self.nbytes = 8 * (pattern.n + 1) + 4 * padded
+        rt.check_fits(dev, self.nbytes, f"a graph with {pattern.n} nodes and {nnz} stored entries")
+        self.indptr = rt.alloc(dev, (pattern.n + 1,), np.int64)
+        self.indices = rt.alloc(dev, (padded,), np.int32)
+        if padded > nnz:  # never read as a column: the vector merge masks what lies past a row
+            self.indices.view(4 * nnz, 4 * (padded - nnz)).zero(self.stream)
+
+    def check(self, values, *, check_negative, times):
+        """Upload, launch the check and return its flags (``times``: seconds of upload and
+        validate_device, the check and its read-back)."""
+        rt, p, st = self.rt, self.pattern, self.stream
+        t = time.perf_counter()
+        self.indptr.copy_from_host(p.indptr, st)
+        self.indices.copy_from_host(p.indices, st)
+        raw = rt.alloc(self.dev, (values.size,), values.dtype)
+        raw.copy_from_host(values, st)
+        status = rt.alloc(self.dev, (2,), np.uint64)
+        start = np.array([0, p.nnz], dtype=np.uint64)  # no flags; no offending entry
+        status.copy_from_host(start, st)
+        st.synchronize()
+        times["upload"] = times.get("upload", 0.0) + (t1 := time.perf_counter()) - t
+        fn = rt.kernel(self.dev, "jaccard", "jaccard_csr_check")
+        rt.launch(fn, -(-max(p.nnz, p.n + 1) // BLOCK), BLOCK,
+                  (self.indptr, self.indices, raw, np.int32(values.dtype.itemsize),
+                   np.int32(_VALUE_KINDS[values.dtype.kind]), np.int32(bool(check_negative)), np.int32(p.n),
+                   np.int64(p.nnz), status), stream=st)
+        found = np.empty(2, dtype=np.uint64)
+        status.copy_to_host(found, st)
+        st.synchronize()
+        times["validate_device"] = time.perf_counter() - t1
+        return int(found[0])
 
 
 def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, n_threads=1, verbose=False,
-               times=None, while_computing=None):
+               times=None, while_computing=None, csr=None):
     """The similarity of every stored entry of ``pattern`` on GPU ``device``, in ``dtype``.
 
     Returns ``(values, variant, plan)``: the host array (written by the download itself), the
     variant that ran and the plan's figures.  ``scale`` as in graphkern.similarity.cpu.cpu_values.
     ``times`` (a dict) receives the seconds of plan, upload, compute (host clock from the first
     launch to the stream's end) and download.  ``while_computing``: host work (a callable) run
-    while the kernels run.
+    while the kernels run.  ``csr``: a :class:`DeviceCSR` of ``pattern`` already on the device.
     """
     from graphkern._cuda import runtime as rt
 
@@ -38,11 +92,11 @@ def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, 
         t = time.perf_counter()
         dev = rt.get_device(device)
         run = DeviceSimilarity(dev, pattern, metric=metric, self_loops=self_loops, dtype=dtype, options=options,
-                               weight_scale=scale, n_threads=n_threads)
+                               weight_scale=scale, n_threads=n_threads, csr=csr)
         times["plan"] = (t1 := time.perf_counter()) - t
         run.upload()
         run.stream.synchronize()
-        times["upload"] = (t2 := time.perf_counter()) - t1
+        times["upload"] = times.get("upload", 0.0) + (t2 := time.perf_counter()) - t1
         bar.update()
         run.compute()
         if while_computing is not None:
@@ -68,12 +122,13 @@ class DeviceSimilarity:
     """
 
     def __init__(self, dev, pattern, *, metric, self_loops, dtype, variant="auto", stream=None, options=None,
-                 weight_scale=0, n_threads=1, **tuning):
+                 weight_scale=0, n_threads=1, csr=None, **tuning):
         """``options``: a :class:`~graphkern.similarity.plan.DeviceOptions`, or its fields as
         keyword arguments (``variant`` and ``tuning``: hub_min_degree, hub_max_bytes,
         hash_min_degree, balanced_chunk, rows_per_block, pair_width), checked before the device
         is used.  ``weight_scale``: the weights are multiplied by 2^-weight_scale on upload.
-        ``n_threads``: host threads of the planning pass."""
+        ``n_threads``: host threads of the planning pass.  ``csr``: a :class:`DeviceCSR` of
+        ``pattern`` whose arrays (and stream) are used instead of new ones."""
         from graphkern._cuda import runtime as rt
 
         if options is None:
@@ -100,19 +155,19 @@ class DeviceSimilarity:
         self.hubs, self.hub_words = plan.hubs, -(-n // 32)
         self.hash_rows, self._hash_slots, self._hash_items = plan.hash_rows, plan.hash_slots, plan.hash_items
         sizes = plan.sizes
-        self.stream = stream if stream is not None else rt.Stream(dev)
+        self.csr = csr
+        self.stream = csr.stream if csr is not None else stream if stream is not None else rt.Stream(dev)
         self.nbytes = plan.nbytes
-        rt.check_fits(dev, self.nbytes, f"{('weighted ' if self.weighted else '')}similarity ({self.variant} "
+        rt.check_fits(dev, self.nbytes - (csr.nbytes if csr is not None else 0),
+                      f"{('weighted ' if self.weighted else '')}similarity ({self.variant} "
                       f"variant) of a graph with {n} nodes and {nnz} stored entries")
 
         def alloc(name, count, dt):
             return rt.alloc(dev, (count,), dt) if name in sizes else None
 
-        padded_nnz = sizes["indices"] // 4
-        self.indptr = alloc("indptr", n + 1, np.int64)
-        self.indices = alloc("indices", padded_nnz, np.int32)
-        if padded_nnz > nnz:  # never read as a column: the vector merge masks what lies past a row
-            self.indices.view(4 * nnz, 4 * (padded_nnz - nnz)).zero()
+        if csr is None:
+            csr = DeviceCSR(dev, pattern, self.stream)
+        self.indptr, self.indices = csr.indptr, csr.indices
         self.weights = alloc("weights", nnz, self.dtype)
         self.out = alloc("out", nnz, self.dtype)
         self.deg = alloc("deg", n, np.int32)
@@ -164,9 +219,10 @@ class DeviceSimilarity:
             self.rows_per_block = window_rows_per_block(n, slots)
 
     def upload(self):
-        """Copy the CSR (and weights) to the device, on the stream."""
-        self.indptr.copy_from_host(self.pattern.indptr, self.stream)
-        self.indices.copy_from_host(self.pattern.indices, self.stream)
+        """Copy the CSR (unless it came checked on the device) and weights to the device, on the stream."""
+        if self.csr is None:
+            self.indptr.copy_from_host(self.pattern.indptr, self.stream)
+            self.indices.copy_from_host(self.pattern.indices, self.stream)
         if self.weighted:
             self.weights.copy_from_host(self._host_weights, self.stream)
         if self.hub_list is not None:
