@@ -29,6 +29,8 @@ __all__ = ["iter_sdf", "read_sdf"]
 
 _MOLECULE_END = "$$$$"
 _LINE_END = re.compile(r"\r\n|\r|\n")
+_SPACE = "[ \t\n\r\x0b\x0c\x1c-\x1f]*"  # the white space the parser strips from a field
+_INTEGER = re.compile(f"{_SPACE}([+-]?[0-9]+){_SPACE}")
 # element symbols as the parser looks them up: up to three bytes packed into one sorted key
 _SYMBOL_KEYS = sorted((int.from_bytes(sym.encode().ljust(3, b"\0"), "big"), z) for sym, z in ATOMIC_NUMBER.items())
 _KEYS = np.array([k for k, _ in _SYMBOL_KEYS], dtype=np.int64)
@@ -146,7 +148,7 @@ def _error(path, data, kind, lineno, index, k, counts_line, first_bond_line):
     def number(text, what):
         return f"{what} is not a number: {text.strip()!r}"
 
-    def bond(k, line):
+    def bond(line):
         return _int(line[0:3]), _int(line[3:6]), _int(line[6:9])
 
     if kind.startswith("chg"):  # the count of 'M  CHG' does not match its fields, or one is not a number
@@ -166,10 +168,10 @@ def _error(path, data, kind, lineno, index, k, counts_line, first_bond_line):
                                                      f"{_int(counts[0:3])} atoms")
             if _int(charge_text) is None:
                 return FileFormatError(path, lineno, number(charge_text, f"the charge of atom {atom} in 'M  CHG'"))
-    a, b, order = bond(k, line)
+    a, b, order = bond(line)
     if kind == "bond_repeat":  # a repeated bond: name the line of its first mention
         pair = {a, b}
-        first = next(n for n in range(first_bond_line, lineno) if set(bond(0, lines[n - 1])[:2]) == pair)
+        first = next(n for n in range(first_bond_line, lineno) if set(bond(lines[n - 1])[:2]) == pair)
     reasons = {
         "header_eof": lambda: f"file ends inside the header block of molecule {index}",
         "no_counts": lambda: f"molecule {index} has no counts line (expected after its three header lines)",
@@ -177,7 +179,8 @@ def _error(path, data, kind, lineno, index, k, counts_line, first_bond_line):
         "bond_count": lambda: number(line[3:6], "the bond count (columns 4-6 of the counts line)"),
         "negative": lambda: f"negative count on the counts line of molecule {index}: {a} atoms, {b} bonds",
         "v3000": lambda: _V3000,
-        "version": lambda: f"unknown molfile version {line[34:39].strip().upper()!r} on the counts line (expected V2000)",
+        "version": lambda: f"unknown molfile version {line[34:39].strip().upper()!r} on the counts line "
+                           "(expected V2000)",
         "atom_eof": lambda: f"file ends inside the atom block of molecule {index} ({k} atoms read; {said})",
         "atom_line": lambda: f"expected atom {k + 1} of molecule {index} ({said}), found {line!r}",
         "coord_x": lambda: number(line[0:10], f"atom {k + 1}: the x coordinate"),
@@ -205,8 +208,6 @@ def _error(path, data, kind, lineno, index, k, counts_line, first_bond_line):
 
 
 def _int(text):
-    """``text`` as an integer, or None where it is not one."""
-    try:
-        return int(text)
-    except ValueError:
-        return None
+    """``text`` as an integer, or None where the parser refuses it (not ASCII digits, or 10**18 and more)."""
+    found = _INTEGER.fullmatch(text)
+    return int(found.group(1)) if found and abs(int(found.group(1))) // 10 < 10**17 else None
