@@ -8,8 +8,11 @@ molecule has any, replace the atom block's charges of every atom, as the format
 prescribes.  V3000 molfiles are refused with a message saying so.
 
 The file's bytes are parsed in one pass by ``graphkern._cpu.sdf_parse`` into flat arrays (the
-graphs' CSR already sorted and checked), and the Graphs are views into them.  A problem stops the
-parse; the line it names is read again here only to word the message.
+graphs' CSR already sorted and checked), and the Graphs are read-only views into them; the whole
+file is held in memory while it is parsed.  Numeric fields are ASCII decimals (a sign, digits, a
+point, an exponent; ``nan``/``inf`` for coordinates), as the format prescribes: Python's other
+spellings (``1_000``, non-ASCII digits) are refused.  A problem stops the parse; the line it names
+is read again here only to word the message.
 """
 
 from __future__ import annotations
