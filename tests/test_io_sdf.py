@@ -272,3 +272,25 @@ def test_random_molecules_agree_with_rdkit(tmp_path):
         lengths = np.linalg.norm(xyz[edges[:, 0]] - xyz[edges[:, 1]], axis=1)
         np.testing.assert_allclose(heavy.weights[positions], lengths)
     assert [data for _, data in iter_sdf(path, properties=True)] == [{"index": f"m{k}"} for k in range(300)]
+
+
+def test_pieces_on_threads_give_the_same_molecules_and_errors(tmp_path, monkeypatch):
+    from graphkern.io import sdf
+    with gzip.open(str(NCI), "rb") as f:
+        data = f.read()[:200_000]
+    data = data[:data.rindex(b"$$$$\n") + 5]
+    path = tmp_path / "part.sdf"
+    path.write_bytes(data)
+    whole = read_sdf(path, properties=True, n_threads=1)
+    monkeypatch.setattr(sdf, "_PIECE_BYTES", 1000)
+    assert read_sdf(path, properties=True, n_threads=4) == whole
+    # a problem in the third quarter: the molecules before it come out, the error names its line
+    bad = data.index(b"M  END", len(data) // 2)
+    path.write_bytes(data[:bad] + b"M  CHG  1 999   1\n" + data[bad:])
+    lineno = data[:bad].count(b"\n") + 1
+    for threads in (1, 4):
+        read = []
+        with pytest.raises(FileFormatError, match=f"line {lineno}: 'M  CHG' names atom 999") as info:
+            read.extend(iter_sdf(path, n_threads=threads))
+        assert len(read) == data[:bad].count(b"$$$$")
+        assert f"but molecule {len(read) + 1} has" in str(info.value)

@@ -232,7 +232,7 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
     The arrays: per molecule ``n_atoms``, ``nnz`` (after dropping hydrogens), ``name`` and ``data``
     byte spans (``[start, end)``, the data items' lines after ``M  END``); per kept atom
     ``element``, ``charge``, ``coords``; per molecule the CSR ``indptr`` (n_atoms + 1 entries each),
-    and per stored entry ``indices``, ``bond_order`` and ``weights``.  The problem tuple is
+    and per stored entry ``indices``, ``bond_order`` and ``weights``; ``lines`` counts the lines read.  The problem tuple is
     ``(kind, line, molecule, k, counts_line, first_bond_line)``, ``kind`` a name from ``PROBLEMS``.
     """
     cdef Py_ssize_t n = buf.shape[0], lines = 1
@@ -510,6 +510,6 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
     arrays = {"n_atoms": n_atoms_a[:mol], "nnz": nnz_a[:mol], "spans": spans_a[:mol], "element": element_a[:atom0],
               "charge": charge_a[:atom0], "coords": coords_a[:atom0], "indptr": indptr_a[:ptr0],
               "indices": indices_a[:ent0], "bond_order": order_a[:ent0],
-              "weights": weights_a[:ent0] if distance_weights else None}
+              "weights": weights_a[:ent0] if distance_weights else None, "lines": r.lineno}
     problem = None if kind == OK else (PROBLEMS[kind], r.lineno, mol + 1, k, counts_line, first_bond_line)
     return arrays, problem

@@ -20,9 +20,11 @@ from __future__ import annotations
 import io
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .._backend import resolve_threads
 from .._cpu import sdf_parse
 from ..graph import _restore_graph
 from ._molecule import ATOMIC_NUMBER
@@ -38,10 +40,14 @@ _INTEGER = re.compile(f"{_SPACE}([+-]?[0-9]+){_SPACE}")
 _SYMBOL_KEYS = sorted((int.from_bytes(sym.encode().ljust(3, b"\0"), "big"), z) for sym, z in ATOMIC_NUMBER.items())
 _KEYS = np.array([k for k, _ in _SYMBOL_KEYS], dtype=np.int64)
 _NUMBERS = np.array([z for _, z in _SYMBOL_KEYS], dtype=np.int64)
+# a file is cut into pieces of at least this many bytes for the threads
+_PIECE_BYTES = 1 << 22
+_PIECE_ARRAYS = ("n_atoms", "nnz", "spans", "element", "charge", "coords", "indptr", "indices", "bond_order",
+                 "weights")
 _V3000 = "V3000 molfiles are not supported; convert the file to V2000 (RDKit and Open Babel can)"
 
 
-def iter_sdf(source, *, hydrogens=True, distance_weights=False, properties=False):
+def iter_sdf(source, *, hydrogens=True, distance_weights=False, properties=False, n_threads=None):
     """Yield the molecules of an SD file as graphs.
 
     Parameters
@@ -56,6 +62,8 @@ def iter_sdf(source, *, hydrogens=True, distance_weights=False, properties=False
     properties : bool
         Yield ``(graph, dict)`` pairs whose dict holds the molecule's data items
         (``> <NAME>`` blocks) as strings.
+    n_threads : int or None
+        Threads parsing pieces of a large file (cut after ``$$$$`` lines); None means all cores.
 
     Raises
     ------
@@ -66,7 +74,7 @@ def iter_sdf(source, *, hydrogens=True, distance_weights=False, properties=False
     """
     path = source_name(source)
     data = _read(source, path)
-    arrays, problem = sdf_parse.parse_sdf(data, _KEYS, _NUMBERS, bool(hydrogens), bool(distance_weights))
+    arrays, problem = _parse(data, bool(hydrogens), bool(distance_weights), resolve_threads(n_threads))
     for graph, span in zip(_graphs(arrays), arrays["spans"].tolist()):
         graph.name = data[span[0]:span[1]].decode().strip() or None
         yield (graph, _data_items(data[span[2]:span[3]].decode())) if properties else graph
@@ -93,6 +101,47 @@ def _read(source, path):
         with _named_errors(path):
             data.decode("utf-8")
     return data
+
+
+def _parse(data, hydrogens, distance_weights, threads):
+    """Parse ``data`` in pieces cut after ``$$$$`` lines, one thread each (the parser runs without the GIL).
+
+    A piece parsed without a problem ended on a molecule's last line, so the next one starts a
+    molecule; from the first piece with a problem (maybe cut inside a molecule) on, one thread parses.
+    """
+    view, cuts = memoryview(data), [0]
+    step = max(_PIECE_BYTES, len(data) // threads + 1)
+    while threads > 1 and cuts[-1] + step < len(data):
+        at = data.find(b"\n$$$$", cuts[-1] + step)
+        end = data.find(b"\n", at + 1) if at >= 0 else -1
+        if end < 0:
+            break
+        cuts.append(end + 1)
+    cuts.append(len(data))
+
+    def parse(k, stop):
+        return sdf_parse.parse_sdf(view[cuts[k]:stop], _KEYS, _NUMBERS, hydrogens, distance_weights)
+
+    if len(cuts) == 2:
+        return parse(0, len(data))
+    with ThreadPoolExecutor(len(cuts) - 1) as pool:
+        pieces = list(pool.map(parse, range(len(cuts) - 1), cuts[1:]))
+    bad = next((k for k, (_, problem) in enumerate(pieces) if problem is not None), len(pieces) - 1)
+    if bad < len(pieces) - 1:
+        pieces[bad:] = [parse(bad, len(data))]
+    arrays = {key: None if pieces[0][0][key] is None else np.concatenate([a[key] for a, _ in pieces])
+              for key in _PIECE_ARRAYS}
+    arrays["spans"] += np.repeat(cuts[:len(pieces)], [len(a["spans"]) for a, _ in pieces])[:, None]
+    for value in arrays.values():
+        if value is not None:
+            value.flags.writeable = False
+    problem = pieces[-1][1]
+    if problem is not None:
+        lines = sum(a["lines"] for a, _ in pieces[:-1])
+        molecules = sum(len(a["n_atoms"]) for a, _ in pieces[:-1])
+        kind, lineno, index, k, counts_line, first_bond_line = problem
+        problem = kind, lineno + lines, index + molecules, k, counts_line + lines, first_bond_line + lines
+    return arrays, problem
 
 
 def _graphs(arrays):
