@@ -232,8 +232,8 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
     The arrays: per molecule ``n_atoms``, ``nnz`` (after dropping hydrogens), ``name`` and ``data``
     byte spans (``[start, end)``, the data items' lines after ``M  END``); per kept atom
     ``element``, ``charge``, ``coords``; per molecule the CSR ``indptr`` (n_atoms + 1 entries each),
-    and per stored entry ``indices``, ``bond_order`` and ``weights``; ``lines`` counts the lines read.  The problem tuple is
-    ``(kind, line, molecule, k, counts_line, first_bond_line)``, ``kind`` a name from ``PROBLEMS``.
+    and per stored entry ``indices``, ``bond_order`` and ``weights``; ``lines`` counts the lines
+    read.  The problem tuple is ``(kind, line, molecule, k, counts_line, first_bond_line)``, ``kind`` a name from ``PROBLEMS``.
     """
     cdef Py_ssize_t n = buf.shape[0], lines = 1
     cdef Py_ssize_t p
