@@ -3,6 +3,7 @@
 import gzip
 import io
 import pickle
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from graphkern.io import FileFormatError, iter_sdf, read_sdf
 
 DATA = Path(__file__).parent / "data"
 MOLECULES = DATA / "molecules.sdf"
+NCI = resources.files("graphkern.bench.data") / "nci1000.sdf.gz"
 
 
 def bonds_of(graph):
@@ -214,3 +216,81 @@ def test_rdkit_written_molecules_read_back(tmp_path):
     for mine, theirs in zip(ours, _rdkit_graphs(path), strict=True):
         _same_molecule(mine, theirs)
         np.testing.assert_allclose(mine.node_labels["coords"], theirs.node_labels["coords"], atol=1e-4)
+
+
+def test_packaged_set_agrees_with_rdkit(tmp_path):
+    # every molecule of the packaged set: elements, charges, bonds with their orders, coordinates
+    path = tmp_path / "nci1000.sdf"
+    with gzip.open(str(NCI), "rb") as f:
+        path.write_bytes(f.read())
+    ours = read_sdf(path)
+    assert len(ours) == 1000
+    for mine, theirs in zip(ours, _rdkit_graphs(path), strict=True):
+        _same_molecule(mine, theirs)
+        np.testing.assert_allclose(mine.node_labels["coords"], theirs.node_labels["coords"], atol=1e-4)
+
+
+def random_molfile(rng, name):
+    """A V2000 molfile of random atoms (H among them), charges by atom block or 'M  CHG', bonds 1-4."""
+    elements = ["C", "N", "O", "S", "Cl", "H", "P", "Br", "Na", "Fe"]
+    n = int(rng.integers(1, 40))
+    symbols = rng.choice(elements, n)
+    codes = rng.integers(0, 8, n)
+    draws = int(rng.integers(0, 2 * n)) if n > 1 else 0
+    pairs = {tuple(sorted(rng.choice(n, 2, replace=False))) for _ in range(draws)}
+    bonds = [(a + 1, b + 1, int(rng.integers(1, 5))) if rng.random() < 0.5 else (b + 1, a + 1, int(rng.integers(1, 5)))
+             for a, b in sorted(pairs)]
+    lines = [name, "  random", "", f"{n:3d}{len(bonds):3d}  0  0  0  0  0  0  0  0999 V2000"]
+    for s, code in zip(symbols, codes):
+        x, y, z = rng.uniform(-50, 50, 3)
+        lines.append(f"{x:10.4f}{y:10.4f}{z:10.4f} {s:<3} 0{int(code):3d}  0  0  0  0  0  0  0  0  0  0")
+    lines += [f"{a:3d}{b:3d}{o:3d}  0" for a, b, o in bonds]
+    if rng.random() < 0.5:
+        atoms = rng.choice(n, min(n, 8), replace=False) + 1
+        charges = rng.integers(-3, 4, 8)
+        lines.append(f"M  CHG{len(atoms):3d}" + "".join(f"{a:4d}{int(c):4d}" for a, c in zip(atoms, charges)))
+    return "\n".join(lines + ["M  END", "> <index>", name, "", "$$$$"])
+
+
+def test_random_molecules_agree_with_rdkit(tmp_path):
+    rng = np.random.default_rng(7)
+    path = tmp_path / "random.sdf"
+    path.write_text("\n".join(random_molfile(rng, f"m{k}") for k in range(300)) + "\n")
+    ours = read_sdf(path)
+    for mine, theirs in zip(ours, _rdkit_graphs(path), strict=True):
+        _same_molecule(mine, theirs)
+        np.testing.assert_allclose(mine.node_labels["coords"], theirs.node_labels["coords"], atol=1e-4)
+    # without hydrogens: the heavy-atom subgraph of the full graph, renumbered in order
+    for full, heavy in zip(ours, read_sdf(path, hydrogens=False, distance_weights=True), strict=True):
+        keep = np.flatnonzero(full.node_labels["element"] != 1)
+        new = {int(old): k for k, old in enumerate(keep)}
+        expected = {(new[a], new[b]): o for (a, b), o in bonds_of(full).items() if a in new and b in new}
+        assert bonds_of(heavy) == expected
+        np.testing.assert_array_equal(heavy.node_labels["coords"], full.node_labels["coords"][keep])
+        edges, positions = heavy.edge_list()
+        xyz = heavy.node_labels["coords"]
+        lengths = np.linalg.norm(xyz[edges[:, 0]] - xyz[edges[:, 1]], axis=1)
+        np.testing.assert_allclose(heavy.weights[positions], lengths)
+    assert [data for _, data in iter_sdf(path, properties=True)] == [{"index": f"m{k}"} for k in range(300)]
+
+
+def test_pieces_on_threads_give_the_same_molecules_and_errors(tmp_path, monkeypatch):
+    from graphkern.io import sdf
+    with gzip.open(str(NCI), "rb") as f:
+        data = f.read()[:200_000]
+    data = data[:data.rindex(b"$$$$\n") + 5]
+    path = tmp_path / "part.sdf"
+    path.write_bytes(data)
+    whole = read_sdf(path, properties=True, n_threads=1)
+    monkeypatch.setattr(sdf, "_PIECE_BYTES", 1000)
+    assert read_sdf(path, properties=True, n_threads=4) == whole
+    # a problem in the third quarter: the molecules before it come out, the error names its line
+    bad = data.index(b"M  END", len(data) // 2)
+    path.write_bytes(data[:bad] + b"M  CHG  1 999   1\n" + data[bad:])
+    lineno = data[:bad].count(b"\n") + 1
+    for threads in (1, 4):
+        read = []
+        with pytest.raises(FileFormatError, match=f"line {lineno}: 'M  CHG' names atom 999") as info:
+            read.extend(iter_sdf(path, n_threads=threads))
+        assert len(read) == data[:bad].count(b"$$$$")
+        assert f"but molecule {len(read) + 1} has" in str(info.value)

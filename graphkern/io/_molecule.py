@@ -4,9 +4,7 @@ import numpy as np
 
 from ..graph import ATOMIC_NUMBER, Graph
 
-__all__ = ["ATOMIC_NUMBER", "HYDROGEN", "molecule_graph"]
-
-HYDROGEN = 1
+__all__ = ["ATOMIC_NUMBER", "molecule_graph"]
 
 # bond order labels, the MDL bond-type codes (1, 2, 3, 4 = aromatic) used by every reader
 SINGLE, DOUBLE, TRIPLE, AROMATIC = 1, 2, 3, 4

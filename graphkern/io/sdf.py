@@ -1,4 +1,4 @@
-"""SD files (MDL molfile V2000, many molecules separated by ``$$$$``), read one molecule at a time.
+"""SD files (MDL molfile V2000, many molecules separated by ``$$$$``), parsed in compiled code.
 
 Each molecule becomes a :class:`~graphkern.Graph` named after its header line, with
 node labels ``element`` (atomic number, int64), ``charge`` (formal charge, int64) and
@@ -6,64 +6,53 @@ node labels ``element`` (atomic number, int64), ``charge`` (formal charge, int64
 bond type: 1, 2, 3, 4 = aromatic, 5-8 the query types).  ``M  CHG`` lines, where a
 molecule has any, replace the atom block's charges of every atom, as the format
 prescribes.  V3000 molfiles are refused with a message saying so.
+
+The file's bytes are parsed in one pass by ``graphkern._cpu.sdf_parse`` into flat arrays (the
+graphs' CSR already sorted and checked), and the Graphs are read-only views into them; the whole
+file is held in memory while it is parsed.  Numeric fields are ASCII decimals (a sign, digits, a
+point, an exponent; ``nan``/``inf`` for coordinates), as the format prescribes: Python's other
+spellings (``1_000``, non-ASCII digits) are refused.  A problem stops the parse; the line it names
+is read again here only to word the message.
 """
 
 from __future__ import annotations
 
+import io
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ._molecule import ATOMIC_NUMBER, HYDROGEN, molecule_graph
-from ._text import FileFormatError, open_text, source_name
+from .._backend import resolve_threads
+from .._cpu import sdf_parse
+from ..graph import _restore_graph
+from ._molecule import ATOMIC_NUMBER
+from ._text import FileFormatError, _named_errors, read_bytes, source_name
 
 __all__ = ["iter_sdf", "read_sdf"]
 
-# atom-block charge codes of the V2000 format; 4 is a doublet radical, which has no charge
-_CHARGE_CODE = {0: 0, 1: 3, 2: 2, 3: 1, 4: 0, 5: -1, 6: -2, 7: -3}
-_BOND_TYPES = range(1, 9)
-_BOND_LINE = re.compile(r"^\s*\d+\s+\d+\s+\d+(\s+\d+)*\s*$")
 _MOLECULE_END = "$$$$"
+_LINE_END = re.compile(r"\r\n|\r|\n")
+_SPACE = "[ \t\n\r\x0b\x0c\x1c-\x1f]*"  # the white space the parser strips from a field
+_INTEGER = re.compile(f"{_SPACE}([+-]?[0-9]+){_SPACE}")
+# element symbols as the parser looks them up: up to three bytes packed into one sorted key
+_SYMBOL_KEYS = sorted((int.from_bytes(sym.encode().ljust(3, b"\0"), "big"), z) for sym, z in ATOMIC_NUMBER.items())
+_KEYS = np.array([k for k, _ in _SYMBOL_KEYS], dtype=np.int64)
+_NUMBERS = np.array([z for _, z in _SYMBOL_KEYS], dtype=np.int64)
+# a file is cut into pieces of at least this many bytes for the threads
+_PIECE_BYTES = 1 << 22
+_PIECE_ARRAYS = ("n_atoms", "nnz", "spans", "element", "charge", "coords", "indptr", "indices", "bond_order",
+                 "weights")
+_V3000 = "V3000 molfiles are not supported; convert the file to V2000 (RDKit and Open Babel can)"
 
 
-class _Lines:
-    """The lines of an open file, numbered from 1; ``next`` gives None at the end."""
-
-    def __init__(self, f, path):
-        self._lines = iter(f)
-        self.path = path
-        self.lineno = 0
-
-    def next(self):
-        line = next(self._lines, None)
-        if line is None:
-            return None
-        self.lineno += 1
-        return line.rstrip("\r\n")
-
-    def require(self, what):
-        line = self.next()
-        if line is None:
-            raise FileFormatError(self.path, self.lineno, f"file ends inside {what}")
-        return line
-
-    def error(self, reason):
-        return FileFormatError(self.path, self.lineno, reason)
-
-
-def _number(lines, text, parse, what):
-    try:
-        return parse(text)
-    except ValueError:
-        raise lines.error(f"{what} is not a number: {text.strip()!r}") from None
-
-
-def iter_sdf(source, *, hydrogens=True, distance_weights=False, properties=False):
-    """Yield the molecules of an SD file as graphs, reading one molecule at a time.
+def iter_sdf(source, *, hydrogens=True, distance_weights=False, properties=False, n_threads=None):
+    """Yield the molecules of an SD file as graphs.
 
     Parameters
     ----------
-    source : path or open text file
+    source : path or open file
         A ``.sdf``/``.mol`` file; a path ending in ``.gz`` is decompressed.
     hydrogens : bool
         Keep hydrogen atoms (including ``D`` and ``T``) as nodes; ``False`` drops them
@@ -73,25 +62,24 @@ def iter_sdf(source, *, hydrogens=True, distance_weights=False, properties=False
     properties : bool
         Yield ``(graph, dict)`` pairs whose dict holds the molecule's data items
         (``> <NAME>`` blocks) as strings.
+    n_threads : int or None
+        Threads parsing pieces of a large file (cut after ``$$$$`` lines); None means all cores.
 
     Raises
     ------
     FileFormatError
         Naming the file and line: a block cut short, counts that disagree with the
         atom or bond lines, an unknown element, a field that is not a number, a bond
-        to a missing atom.
+        to a missing atom.  The molecules before the faulty one are yielded first.
     """
     path = source_name(source)
-    with open_text(source) as f:
-        lines = _Lines(f, path)
-        index = 0
-        while True:
-            index += 1
-            molecule = _read_molecule(lines, index, hydrogens=hydrogens, distance_weights=distance_weights,
-                                      properties=properties)
-            if molecule is None:
-                return
-            yield molecule if properties else molecule[0]
+    data = _read(source, path)
+    arrays, problem = _parse(data, bool(hydrogens), bool(distance_weights), resolve_threads(n_threads))
+    for graph, span in zip(_graphs(arrays), arrays["spans"].tolist()):
+        graph.name = data[span[0]:span[1]].decode().strip() or None
+        yield (graph, _data_items(data[span[2]:span[3]].decode())) if properties else graph
+    if problem is not None:
+        raise _error(path, data, *problem)
 
 
 def read_sdf(source, **options):
@@ -99,146 +87,179 @@ def read_sdf(source, **options):
     return list(iter_sdf(source, **options))
 
 
-def _read_molecule(lines, index, *, hydrogens, distance_weights, properties):
-    """Parse one molfile and its data items; None at a clean end of file."""
-    header = []
-    for _ in range(3):
-        line = lines.next()
-        if line is None:
-            if any(h.strip() for h in header):
-                raise lines.error(f"file ends inside the header block of molecule {index}")
-            return None
-        header.append(line)
-    counts = lines.next()
-    if counts is None or not counts.strip():
-        only_blank = not any(h.strip() for h in header)
-        while only_blank and counts is not None and not counts.strip():
-            counts = lines.next()
-        if counts is None and only_blank:
-            return None  # blank lines after the last molecule
-        if counts is None:
-            raise lines.error(f"file ends inside the header block of molecule {index}")
-        raise lines.error(f"molecule {index} has no counts line (expected after its three header lines)")
-    counts_line = lines.lineno
-    n_atoms = _number(lines, counts[0:3], int, "the atom count (columns 1-3 of the counts line)")
-    n_bonds = _number(lines, counts[3:6], int, "the bond count (columns 4-6 of the counts line)")
-    if n_atoms < 0 or n_bonds < 0:
-        raise lines.error(f"negative count on the counts line of molecule {index}: {n_atoms} atoms, {n_bonds} bonds")
-    version = counts[34:39].strip().upper()
-    if version == "V3000":
-        raise lines.error("V3000 molfiles are not supported; convert the file to V2000 (RDKit and Open Babel can)")
-    if version not in ("", "V2000"):
-        raise lines.error(f"unknown molfile version {version!r} on the counts line (expected V2000)")
-    said = f"the counts line, line {counts_line}, says {n_atoms} atoms and {n_bonds} bonds"
-
-    elements = np.empty(n_atoms, dtype=np.int64)
-    charges = np.empty(n_atoms, dtype=np.int64)
-    coords = np.empty((n_atoms, 3), dtype=np.float64)
-    for k in range(n_atoms):
-        line = lines.require(f"the atom block of molecule {index} ({k} atoms read; {said})")
-        if len(line) < 34 or not line[31:34].strip():
-            raise lines.error(f"expected atom {k + 1} of molecule {index} ({said}), found {line!r}")
-        for axis, name in enumerate("xyz"):
-            field = line[10 * axis:10 * axis + 10]
-            coords[k, axis] = _number(lines, field, float, f"atom {k + 1}: the {name} coordinate")
-        symbol = line[31:34].strip()
-        if symbol not in ATOMIC_NUMBER:
-            raise lines.error(f"atom {k + 1}: unknown element {symbol!r}")
-        elements[k] = ATOMIC_NUMBER[symbol]
-        code = line[36:39].strip()
-        code = _number(lines, code, int, f"atom {k + 1}: the charge code (columns 37-39)") if code else 0
-        if code not in _CHARGE_CODE:
-            raise lines.error(f"atom {k + 1}: unknown charge code {code} (expected 0-7)")
-        charges[k] = _CHARGE_CODE[code]
-
-    bonds = np.empty((n_bonds, 2), dtype=np.int64)
-    orders = np.empty(n_bonds, dtype=np.int64)
-    seen = {}
-    for k in range(n_bonds):
-        line = lines.require(f"the bond block of molecule {index} ({k} bonds read; {said})")
-        try:
-            a, b, kind = int(line[0:3]), int(line[3:6]), int(line[6:9])
-        except ValueError:
-            raise lines.error(f"expected bond {k + 1} of molecule {index} ({said}), found {line!r}") from None
-        for atom in (a, b):
-            if not 1 <= atom <= n_atoms:
-                raise lines.error(f"bond {k + 1} names atom {atom}, but molecule {index} has {n_atoms} atoms")
-        if a == b:
-            raise lines.error(f"bond {k + 1} joins atom {a} to itself")
-        if kind not in _BOND_TYPES:
-            raise lines.error(f"bond {k + 1}: unknown bond type {kind} (expected 1-8)")
-        pair = (min(a, b), max(a, b))
-        if pair in seen:
-            raise lines.error(f"bond {k + 1} repeats the bond between atoms {a} and {b} of line {seen[pair]}")
-        seen[pair] = lines.lineno
-        bonds[k] = a - 1, b - 1
-        orders[k] = kind
-
-    block_charges = _read_properties(lines, index, n_atoms, n_bonds, counts_line)
-    if block_charges is not None:
-        charges[:] = 0
-        for atom, charge in block_charges.items():
-            charges[atom] = charge
-    data = _read_data_items(lines, properties)
-
-    if not hydrogens:
-        keep = elements != HYDROGEN
-        new_index = np.cumsum(keep) - 1
-        heavy = keep[bonds[:, 0]] & keep[bonds[:, 1]]
-        elements, charges, coords = elements[keep], charges[keep], coords[keep]
-        bonds, orders = new_index[bonds[heavy]], orders[heavy]
-    weights = np.linalg.norm(coords[bonds[:, 0]] - coords[bonds[:, 1]], axis=1) if distance_weights else None
-    graph = molecule_graph(bonds, orders, {"element": elements, "charge": charges, "coords": coords},
-                           weights=weights, name=header[0].strip() or None)
-    return graph, data
+def _read(source, path):
+    """The bytes of ``source`` (a path, ``.gz`` decompressed, or an open file), checked to be UTF-8."""
+    if isinstance(source, (str, os.PathLike)):
+        data = read_bytes(path)
+    elif isinstance(source, io.TextIOBase):
+        data = source.read().encode("utf-8", "surrogatepass")
+    elif hasattr(source, "read"):
+        data = source.read()
+    else:
+        raise TypeError(f"expected a path or an open file, got {type(source).__name__}")
+    if not data.isascii():
+        with _named_errors(path):
+            data.decode("utf-8")
+    return data
 
 
-def _read_properties(lines, index, n_atoms, n_bonds, counts_line):
-    """Read up to ``M  END``; return the ``M  CHG`` charges ({atom: charge}) or None if there are none."""
-    charges = None
-    while True:
-        line = lines.require(f"the properties block of molecule {index} (no 'M  END' line)")
-        if line.startswith("M  END"):
-            return charges
-        if line.startswith(_MOLECULE_END):
-            raise lines.error(f"molecule {index} ends before its 'M  END' line")
-        if line.startswith("M  CHG"):
-            charges = {} if charges is None else charges
-            fields = line[6:].split()
-            count = _number(lines, fields[0] if fields else "", int, "the entry count of 'M  CHG'")
-            if len(fields) != 1 + 2 * count:
-                raise lines.error(f"'M  CHG' announces {count} atom-charge pairs but holds {(len(fields) - 1) / 2:g}")
-            for atom_text, charge_text in zip(fields[1::2], fields[2::2]):
-                atom = _number(lines, atom_text, int, "an atom number of 'M  CHG'")
-                if not 1 <= atom <= n_atoms:
-                    raise lines.error(f"'M  CHG' names atom {atom}, but molecule {index} has {n_atoms} atoms")
-                charges[atom - 1] = _number(lines, charge_text, int, f"the charge of atom {atom} in 'M  CHG'")
-        elif line.startswith("M  V30"):
-            raise lines.error("V3000 molfiles are not supported; convert the file to V2000 (RDKit and Open Babel can)")
-        elif line[:3] in ("A  ", "G  "):
-            lines.require(f"the properties block of molecule {index} (the line after {line[:1]!r})")
-        elif line.startswith("S  SKP"):
-            for _ in range(_number(lines, line[6:9], int, "the line count of 'S  SKP'")):
-                lines.require(f"the lines skipped by 'S  SKP' in molecule {index}")
-        elif _BOND_LINE.match(line):
-            raise lines.error(f"found a bond line after the bond block: the counts line, line {counts_line}, "
-                              f"says {n_bonds} bonds")
+def _parse(data, hydrogens, distance_weights, threads):
+    """Parse ``data`` in pieces cut after ``$$$$`` lines, one thread each (the parser runs without the GIL).
+
+    A piece parsed without a problem ended on a molecule's last line, so the next one starts a
+    molecule; from the first piece with a problem (maybe cut inside a molecule) on, one thread parses.
+    """
+    view, cuts = memoryview(data), [0]
+    step = max(_PIECE_BYTES, len(data) // threads + 1)
+    while threads > 1 and cuts[-1] + step < len(data):
+        at = data.find(b"\n$$$$", cuts[-1] + step)
+        end = data.find(b"\n", at + 1) if at >= 0 else -1
+        if end < 0:
+            break
+        cuts.append(end + 1)
+    cuts.append(len(data))
+
+    def parse(k, stop):
+        return sdf_parse.parse_sdf(view[cuts[k]:stop], _KEYS, _NUMBERS, hydrogens, distance_weights)
+
+    if len(cuts) == 2:
+        return parse(0, len(data))
+    with ThreadPoolExecutor(len(cuts) - 1) as pool:
+        pieces = list(pool.map(parse, range(len(cuts) - 1), cuts[1:]))
+    bad = next((k for k, (_, problem) in enumerate(pieces) if problem is not None), len(pieces) - 1)
+    if bad < len(pieces) - 1:
+        pieces[bad:] = [parse(bad, len(data))]
+    arrays = {key: None if pieces[0][0][key] is None else np.concatenate([a[key] for a, _ in pieces])
+              for key in _PIECE_ARRAYS}
+    arrays["spans"] += np.repeat(cuts[:len(pieces)], [len(a["spans"]) for a, _ in pieces])[:, None]
+    for value in arrays.values():
+        if value is not None:
+            value.flags.writeable = False
+    problem = pieces[-1][1]
+    if problem is not None:
+        lines = sum(a["lines"] for a, _ in pieces[:-1])
+        molecules = sum(len(a["n_atoms"]) for a, _ in pieces[:-1])
+        kind, lineno, index, k, counts_line, first_bond_line = problem
+        problem = kind, lineno + lines, index + molecules, k, counts_line + lines, first_bond_line + lines
+    return arrays, problem
 
 
-def _read_data_items(lines, properties):
-    """Read the ``> <NAME>`` data items up to ``$$$$`` or the end of file."""
+def _graphs(arrays):
+    """The Graphs of the parsed molecules: read-only views into the parser's arrays, valid by construction."""
+    n_atoms, nnz = arrays["n_atoms"].astype(np.int64), arrays["nnz"]
+    atom_end, ptr_end, entry_end = np.cumsum(n_atoms), np.cumsum(n_atoms + 1), np.cumsum(nnz)
+    element, charge, coords = arrays["element"], arrays["charge"], arrays["coords"]
+    # a molecule with a coordinate that is not finite goes through the label check, which names it
+    bad = np.concatenate([[0], np.cumsum(~np.isfinite(coords).all(axis=1))])
+    finite = bad[atom_end] == bad[atom_end - n_atoms]
+    indptr, indices, order, weights = arrays["indptr"], arrays["indices"], arrays["bond_order"], arrays["weights"]
+    for a1, p1, e1, n, m, ok in zip(atom_end.tolist(), ptr_end.tolist(), entry_end.tolist(), n_atoms.tolist(),
+                                    nnz.tolist(), finite.tolist()):
+        a0, p0, e0 = a1 - n, p1 - n - 1, e1 - m
+        graph = _restore_graph(indptr[p0:p1], indices[e0:e1], None if weights is None else weights[e0:e1],
+                               None, None, None, True)
+        # the columns have the dtypes and lengths of a validated graph's: stored as they are
+        graph.node_labels._put("element", element[a0:a1])
+        graph.node_labels._put("charge", charge[a0:a1])
+        if ok:
+            graph.node_labels._put("coords", coords[a0:a1])
+        else:
+            graph.node_labels["coords"] = coords[a0:a1]
+        graph.edge_labels._put("bond_order", order[e0:e1])
+        yield graph
+
+
+def _data_items(text):
+    """The ``> <NAME>`` data items of the lines after ``M  END``, as {name: value}."""
+    lines = _LINE_END.split(text)
+    if lines[-1] == "":
+        lines.pop()
     data = {}
-    line = lines.next()
-    while line is not None and not line.startswith(_MOLECULE_END):
-        if properties and line.startswith(">"):
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        k += 1
+        if line.startswith(">"):
             found = re.search(r"<([^>]*)>", line)
             name = found.group(1) if found else line[1:].strip()
             values = []
-            line = lines.next()
-            while line is not None and line.strip() and not line.startswith(_MOLECULE_END):
-                values.append(line)
-                line = lines.next()
+            while k < len(lines) and lines[k].strip():
+                values.append(lines[k])
+                k += 1
             data[name] = "\n".join(values)
-            continue
-        line = lines.next()
     return data
+
+
+def _error(path, data, kind, lineno, index, k, counts_line, first_bond_line):
+    """The FileFormatError for problem ``kind`` that the parser found on line ``lineno``."""
+    lines = _LINE_END.split(data.decode())
+    line = lines[lineno - 1] if lineno >= 1 else ""
+    counts = lines[counts_line - 1] if counts_line >= 1 else ""
+    said = f"the counts line, line {counts_line}, says {_int(counts[0:3])} atoms and {_int(counts[3:6])} bonds"
+
+    def number(text, what):
+        return f"{what} is not a number: {text.strip()!r}"
+
+    def bond(line):
+        return _int(line[0:3]), _int(line[3:6]), _int(line[6:9])
+
+    if kind.startswith("chg"):  # the count of 'M  CHG' does not match its fields, or one is not a number
+        fields = line[6:].split()
+        count = _int(fields[0] if fields else "")
+        if count is None:
+            return FileFormatError(path, lineno, number(fields[0] if fields else "", "the entry count of 'M  CHG'"))
+        if len(fields) != 1 + 2 * count:
+            reason = f"'M  CHG' announces {count} atom-charge pairs but holds {(len(fields) - 1) / 2:g}"
+            return FileFormatError(path, lineno, reason)
+        for atom_text, charge_text in zip(fields[1::2], fields[2::2]):
+            atom = _int(atom_text)
+            if atom is None:
+                return FileFormatError(path, lineno, number(atom_text, "an atom number of 'M  CHG'"))
+            if not 1 <= atom <= _int(counts[0:3]):
+                return FileFormatError(path, lineno, f"'M  CHG' names atom {atom}, but molecule {index} has "
+                                                     f"{_int(counts[0:3])} atoms")
+            if _int(charge_text) is None:
+                return FileFormatError(path, lineno, number(charge_text, f"the charge of atom {atom} in 'M  CHG'"))
+    a, b, order = bond(line)
+    if kind == "bond_repeat":  # a repeated bond: name the line of its first mention
+        pair = {a, b}
+        first = next(n for n in range(first_bond_line, lineno) if set(bond(lines[n - 1])[:2]) == pair)
+    reasons = {
+        "header_eof": lambda: f"file ends inside the header block of molecule {index}",
+        "no_counts": lambda: f"molecule {index} has no counts line (expected after its three header lines)",
+        "atom_count": lambda: number(line[0:3], "the atom count (columns 1-3 of the counts line)"),
+        "bond_count": lambda: number(line[3:6], "the bond count (columns 4-6 of the counts line)"),
+        "negative": lambda: f"negative count on the counts line of molecule {index}: {a} atoms, {b} bonds",
+        "v3000": lambda: _V3000,
+        "version": lambda: f"unknown molfile version {line[34:39].strip().upper()!r} on the counts line "
+                           "(expected V2000)",
+        "atom_eof": lambda: f"file ends inside the atom block of molecule {index} ({k} atoms read; {said})",
+        "atom_line": lambda: f"expected atom {k + 1} of molecule {index} ({said}), found {line!r}",
+        "coord_x": lambda: number(line[0:10], f"atom {k + 1}: the x coordinate"),
+        "coord_y": lambda: number(line[10:20], f"atom {k + 1}: the y coordinate"),
+        "coord_z": lambda: number(line[20:30], f"atom {k + 1}: the z coordinate"),
+        "element": lambda: f"atom {k + 1}: unknown element {line[31:34].strip()!r}",
+        "charge_nan": lambda: number(line[36:39], f"atom {k + 1}: the charge code (columns 37-39)"),
+        "charge_code": lambda: f"atom {k + 1}: unknown charge code {_int(line[36:39])} (expected 0-7)",
+        "bond_eof": lambda: f"file ends inside the bond block of molecule {index} ({k} bonds read; {said})",
+        "bond_repeat": lambda: f"bond {k + 1} repeats the bond between atoms {a} and {b} of line {first}",
+        "bond_line": lambda: f"expected bond {k + 1} of molecule {index} ({said}), found {line!r}",
+        "bond_atom_a": lambda: f"bond {k + 1} names atom {a}, but molecule {index} has {_int(counts[0:3])} atoms",
+        "bond_atom_b": lambda: f"bond {k + 1} names atom {b}, but molecule {index} has {_int(counts[0:3])} atoms",
+        "bond_self": lambda: f"bond {k + 1} joins atom {a} to itself",
+        "bond_type": lambda: f"bond {k + 1}: unknown bond type {order} (expected 1-8)",
+        "props_eof": lambda: f"file ends inside the properties block of molecule {index} (no 'M  END' line)",
+        "no_end": lambda: f"molecule {index} ends before its 'M  END' line",
+        "ag_eof": lambda: f"file ends inside the properties block of molecule {index} (the line after {line[:1]!r})",
+        "skp_nan": lambda: number(line[6:9], "the line count of 'S  SKP'"),
+        "skp_eof": lambda: f"file ends inside the lines skipped by 'S  SKP' in molecule {index}",
+        "bond_after": lambda: f"found a bond line after the bond block: the counts line, line {counts_line}, "
+                    f"says {_int(counts[3:6])} bonds",
+    }
+    return FileFormatError(path, lineno, reasons[kind]())
+
+
+def _int(text):
+    """``text`` as an integer, or None where the parser refuses it (not ASCII digits, or 10**18 and more)."""
+    found = _INTEGER.fullmatch(text)
+    return int(found.group(1)) if found and abs(int(found.group(1))) // 10 < 10**17 else None
