@@ -179,6 +179,12 @@ class _Buf:
     def to_host(self):
         return self.a.copy()
 
+    shape = property(lambda self: self.a.shape)
+    dtype = property(lambda self: self.a.dtype)
+
+    def copy_to_host(self, out, stream=None, offset=0):
+        out.reshape(-1).view(np.uint8)[:] = self.a.reshape(-1).view(np.uint8)[offset:offset + out.nbytes]
+
 
 class _Dev:
     ordinal = 0
