@@ -183,3 +183,83 @@ def test_a_full_krylov_space_is_not_taken_as_exact(backend):
     want = scipy.linalg.expm(-A.toarray()) @ np.ones(6)
     np.testing.assert_allclose(y, want, rtol=1e-9, atol=1e-12)
     assert info.converged
+
+
+# ----------------------------------------------------------------------------- scales far apart
+
+def block_diagonal(rng, blocks):
+    """The blocks (dense) on the diagonal of one matrix, its vertices shuffled; returns (A, order)
+    with A's vertex i the block-order vertex order[i]."""
+    order = rng.permutation(sum(len(b) for b in blocks))
+    A = sp.block_diag([sp.csr_matrix(b) for b in blocks], format="csr")
+    return A[order][:, order].tocsr(), order
+
+
+def log_frame_reference(blocks, x, beta, order):
+    """``(exp(beta A) x / e^L, L)`` from each block's eigendecomposition, L the largest exponent met."""
+    parts, start = [], 0
+    for b in blocks:
+        lam, V = np.linalg.eigh(b)
+        parts.append((V, beta * lam, V.T @ x[start:start + len(b)]))
+        start += len(b)
+    top = max(z[c != 0].max() for _, z, c in parts if np.any(c != 0))
+    y = np.concatenate([V @ (np.exp(z - top) * c) for V, z, c in parts])
+    return y[order], top
+
+
+def scale_blocks(rng, huge_component, beta=1e-150):
+    small = random_graph(rng, 12, 0.4).toarray()
+    medium = (10.0 / abs(beta)) * random_graph(rng, 6, 0.6).toarray()  # beta * A of order 10
+    blocks = [small, medium] + [np.array([[d]]) for d in (2.0, 0.0, 4e300, -3.0, 1e-300)]
+    if huge_component:  # positive definite: with beta < 0 it vanishes beside the others
+        H = random_graph(rng, 5, 0.8).toarray()
+        blocks.append(1e300 * (H + (np.abs(H).sum(axis=1).max() + 1.0) * np.eye(5)))
+    return blocks
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("beta", [-1.0, 1.0, -1e-300, 1e-300, -1e-150])
+@pytest.mark.parametrize("fn", ["expm_multiply", "total_communicability"])
+def test_components_of_scales_far_apart_are_solved_apart(backend, beta, fn, rng):
+    blocks = scale_blocks(rng, huge_component=False, beta=beta)
+    A, order = block_diagonal(rng, blocks)
+    x = rng.standard_normal(A.shape[0]) if fn == "expm_multiply" else np.ones(A.shape[0])
+    if fn == "expm_multiply":
+        y, info = expm_multiply(A, x, beta=beta, backend=backend)
+    else:
+        y, info = total_communicability(A, beta=beta, backend=backend)
+    x_blocks = np.empty_like(x)
+    x_blocks[order] = x
+    want, top = log_frame_reference(blocks, x_blocks, beta, order)
+    got = np.asarray(y, dtype=np.float64) * np.exp(info.log_scale - top)
+    assert info.converged and rel(got, want) < 1e-9, (rel(got, want), info)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_diagonal_reproducer_is_exact(backend):
+    y, info = total_communicability(sp.diags([2.0, 0.0, 4e300]).tocsr(), beta=-1.0, backend=backend)
+    assert info.converged and info.parts == 3
+    np.testing.assert_allclose(y * np.exp(info.log_scale), [np.exp(-2.0), 1.0, 0.0], rtol=1e-14)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_component_beyond_one_krylov_space_is_flagged(backend, rng):
+    # connected: 2 and 4e300 in one component cannot be resolved; the lone vertex still is exact
+    A = sp.csr_matrix(np.array([[2.0, 1.0, 0.0], [1.0, 4e300, 0.0], [0.0, 0.0, 1.0]]))
+    with pytest.warns(RuntimeWarning, match="beyond what one Krylov space resolves"):
+        y, info = expm_multiply(A, np.array([1.0, 2.0, 3.0]), beta=-1.0, backend=backend)
+    assert not info.converged and info.error_estimate > 1.0 and info.parts == 2
+    assert y[2] * np.exp(info.log_scale) == pytest.approx(3 * np.exp(-1.0), rel=1e-14)
+    blocks = scale_blocks(rng, huge_component=True)
+    B, order = block_diagonal(rng, blocks)
+    with pytest.warns(RuntimeWarning, match="beyond what one Krylov space resolves"):
+        _, info = total_communicability(B, beta=-1.0, backend=backend)  # its Ritz values go astray: flagged
+    assert not info.converged and info.parts == 7
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ordinary_matrices_are_not_split(backend, rng):
+    A = sp.block_diag([random_graph(rng, 30, 0.2), sp.csr_matrix((3, 3)), 1e3 * random_graph(rng, 8, 0.5)]).tocsr()
+    for beta in (-1.0, 1.0):
+        y, info = expm_multiply(A, rng.standard_normal(41), beta=beta, backend=backend)
+        assert info.parts == 1 and info.converged

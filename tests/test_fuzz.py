@@ -136,14 +136,12 @@ def similarity_cases(draw):
 
 @st.composite
 def expm_cases(draw):
-    # entries of 1e300 (the solve of scale * A) come with beta 1e-300 or 0: with beta -1 beside
-    # entries of 1 they are the open bug "expm_mixed_scales" below, with beta > 0 an overflow
+    # entries of 1e300 beside entries of 1 with any beta: scales too far apart for one Krylov space
     case = draw(matrices(symmetric=True, values=st.sampled_from([0.5, 1.0, 2.0, -1.0, 1e3, 1e-300, 1e300]),
                          max_n=10))
     n = case["n"]
-    betas = [0.0, 1e-300] if 1e300 in case["vals"] else [0.0, 0.1, 1.0, -1.0, 1e-3, 1e-300]
     case.update(x=draw(st.lists(st.sampled_from([1.0, -2.0, 0.0, 1e-300, 1e100]), min_size=n, max_size=n)),
-                beta=draw(st.sampled_from(betas)),
+                beta=draw(st.sampled_from([0.0, 0.1, 1.0, -1.0, 1e-3, 1e-300])),
                 fn=draw(st.sampled_from(["expm_multiply", "total_communicability"])), n_threads=draw(THREADS))
     return case
 
@@ -297,8 +295,8 @@ REPRODUCERS = {
         "ref = dense_mgk(gs, None, nk.compile(), ek.compile(), q=0.5)\n"
         "check(np.allclose(K, ref, rtol=1e-9, atol=0) and np.all(K > 0), f'{K} vs {ref}')"),
     "expm_mixed_scales": (
-        "exp(beta A) x with entries 1e300 apart and beta < 0: the Krylov space cannot resolve the small "
-        "eigenvalues beside the huge one, breaks down at once and returns exp(0) = 1 for them",
+        "exp(beta A) x with entries 1e300 apart and beta < 0: one Krylov space cannot resolve the small "
+        "eigenvalues beside the huge one and returned exp(0) = 1 for them; the vertices are solved apart",
         "A = sp.diags([2.0, 0.0, 4e300]).tocsr()\n"
         "y, info = graphkern.total_communicability(A, beta=-1.0, backend='cpu')\n"
         "check(np.allclose(y * np.exp(info.log_scale), [np.exp(-2.0), 1.0, 0.0]), f'{y}')"),
@@ -308,7 +306,7 @@ REPRODUCERS = {
 }
 
 
-OPEN = ("expm_mixed_scales",)
+OPEN = ()
 
 
 @pytest.mark.parametrize("case", [

@@ -79,6 +79,15 @@ unchecked reaches the kernels.  A weighted A whose largest entry is huge or tiny
 ``scale * A`` with ``beta / scale`` (scale a power of two), so that no norm overflows or underflows;
 when ``beta * A`` itself overflows float64 a FloatingPointError says so.
 
+Scales.  The Ritz values of one Krylov space resolve each other to about eps * max|theta| only, so
+the answer holds to about ``|beta| max|theta| eps`` (eps of dtype).  When that exceeds
+``max(tol, RESOLVE_ULPS * eps)`` -- e.g. diag(2, 0, 4e300) with beta = -1, whose exp(-2) merges with
+exp(0) -- A is split into its connected components: single vertices get the exact f(beta a_ii) x_i,
+the components small enough for one space are solved together, the others together (``info.parts``
+counts the pieces).  A component that is itself beyond that resolution is returned with
+``converged=False`` and a RuntimeWarning saying so.  Ordinary matrices never pay for the split: the
+check reads the Ritz values the solve already has.
+
 Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
 """
 
@@ -88,14 +97,16 @@ import math
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+import scipy.sparse as sp
 
 from graphkern._backend import finite_real, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._progress import Progress
 from graphkern.expm.cache import MatrixCache
-from graphkern.expm.lanczos import CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold, run_lanczos
+from graphkern.expm.lanczos import (CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold, finish_on_host,
+                                    run_lanczos)
 from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_variant
 from graphkern.graph import Graph, as_csr_matrix
 
@@ -106,6 +117,9 @@ REORDERS = ("auto", "degree", "none")
 BASIS_MODES = ("auto", "device", "host", "none")
 DEFAULT_MAX_KRYLOV = 1000
 NORMALIZE = (None, "n", "lambda_max")
+# The Ritz values of one Krylov space resolve each other to about eps * max|theta| only, so the answer
+# is good to about |beta| max|theta| eps; beyond max(tol, RESOLVE_ULPS * eps) it is not trusted.
+RESOLVE_ULPS = 4096
 
 _matrices = MatrixCache()
 _gpu_lock = threading.RLock()  # one GPU solve at a time: they share the cached device work vectors
@@ -140,6 +154,8 @@ class ExpmInfo:
     task_grid: the grid sizing of the GPU task kernels ("tasks" or "resident"; None on the CPU).
     timeline: on the GPU, per device: its ordinal, rows, seconds in its SpMVs, in its updates, and
         waiting between its steps for the other devices (or the host), and the steps counted.
+    parts: 1, or the number of pieces solved apart (each single vertex exactly, the connected components
+        in one or two Krylov spaces) because A's scales were too far apart for one (see Scales).
     """
 
     krylov_dim: int
@@ -160,6 +176,7 @@ class ExpmInfo:
     exchange: str | None = None
     task_grid: str | None = None
     timeline: tuple = ()
+    parts: int = 1
 
 
 def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
@@ -352,7 +369,8 @@ def _positive_int(value, name):
 
 
 def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, basis, spmv, check_every,
-         reorder, exchange, task_grid, verbose, caller, normalize=None):
+         reorder, exchange, task_grid, verbose, caller, normalize=None, split=True):
+    options = dict(locals())
     t_start = time.perf_counter()
     fn = MatrixFunction(f)
     beta = finite_real(beta, "beta")
@@ -403,9 +421,80 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
             f"{caller}: beta * A overflows float64 (|beta| = {abs(beta):g}, largest |a_ij| about "
             f"{1.0 / mat.scale:.3g}): the logarithm of the answer is not representable; use a smaller beta")
     if backend == "cpu":
-        return call.solve(x_unit, peak, unit_norm)
-    with _gpu_lock:
-        return call.solve(x_unit, peak, unit_norm)
+        y, info, floor = call.solve(x_unit, peak, unit_norm)
+    else:
+        with _gpu_lock:
+            y, info, floor = call.solve(x_unit, peak, unit_norm)
+    eps = float(np.finfo(dtype).eps)
+    limit = max(tol, RESOLVE_ULPS * eps)
+    pieces = _scale_pieces(mat, abs(beta), limit / eps) if split and floor > limit else None
+    if pieces is not None:
+        return _solve_pieces(mat, pieces, fn, beta, options, info, OutputScaling(0.0, 0.0, dtype, fn.scalable, caller),
+                             t_start)
+    if not info.converged:
+        warnings.warn(f"{caller}: not converged after {info.krylov_dim} Lanczos steps (estimated relative "
+                      f"error {info.error_estimate:.2e} > tol {tol:g}); raise max_krylov", RuntimeWarning, stacklevel=3)
+    if floor > limit:
+        warnings.warn(f"{caller}: |beta| * |lambda| reaches {floor / eps:.3g}, beyond what one Krylov space resolves "
+                      f"in {dtype.name}: eigenvalues closer than {eps:.1e} of the largest merge, so the result may be "
+                      f"wrong by about {floor:.1e} (relative); converged=False", RuntimeWarning, stacklevel=3)
+        info = replace(info, converged=False, error_estimate=max(info.error_estimate, floor))
+    return y, info
+
+
+def _scale_pieces(mat, beta_abs, amplification):
+    """``[(kind, vertices)]`` solving A apart where one Krylov space cannot: kind 0 the single vertices
+    (exact), 1 the connected components with ``|beta| ||A_c||_inf <= amplification`` (resolved in one
+    space), 2 the others; None when that leaves A whole.  Only run when a solve was not resolved."""
+    from scipy.sparse.csgraph import connected_components
+    values = np.ones(mat.nnz) if mat.weights is None else np.abs(mat.weights)
+    absolute = sp.csr_matrix((values, mat.indices, mat.indptr), shape=(mat.n, mat.n))
+    count, labels = connected_components(absolute, directed=False)
+    norms = np.zeros(count)
+    np.maximum.at(norms, labels, np.asarray(absolute.sum(axis=1)).ravel())
+    kind = np.where(norms[labels] * beta_abs <= amplification, 1, 2)
+    kind[np.bincount(labels, minlength=count)[labels] == 1] = 0
+    pieces = [(k, np.flatnonzero(kind == k)) for k in range(3)]
+    pieces = [(k, v) for k, v in pieces if v.size]
+    return None if len(pieces) == 1 and pieces[0][0] != 0 else pieces
+
+
+def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
+    """f(beta A) x of a block-diagonal A, each piece of :func:`_scale_pieces` on its own, combined
+    under one log scale."""
+    x, normalize = options["x"], options["normalize"]
+    x = None if x is None else np.asarray(x, dtype=np.float64)
+    data = np.ones(mat.nnz) if mat.weights is None else mat.weights
+    whole = sp.csr_matrix((data, mat.indices, mat.indptr), shape=(mat.n, mat.n))
+    parts, infos = [], []  # (vertices, y, log scale, largest eigenvalue seen)
+    for kind, idx in pieces:
+        xs = None if x is None else x[idx]
+        if kind == 0:  # a vertex alone (no entry or a diagonal one): f(beta a_ii) x_i
+            start = mat.indptr[idx]
+            diag = np.zeros(len(idx))
+            held = mat.indptr[idx + 1] > start
+            diag[held] = 1.0 if mat.weights is None else mat.weights[start[held]]
+            values, shift = fn.shifted(beta * diag)
+            parts.append((idx, values if xs is None else values * xs, shift, float(diag.max())))
+        else:
+            y, info = _run(**{**options, "A": whole[idx][:, idx], "x": xs, "normalize": None, "split": False})
+            parts.append((idx, y.astype(np.float64), info.log_scale, info.lambda_max))
+            infos.append(info)
+    # log scales of 1e300 hold no O(1) part: the parts keep their magnitudes and only the shifts combine
+    top = max((ls for _, y, ls, _ in parts if np.any(y)), default=0.0)
+    y = np.zeros(mat.n)
+    with np.errstate(divide="ignore"):
+        for idx, part, ls, _ in parts:
+            y[idx] = np.sign(part) * np.exp(np.log(np.abs(part)) + (ls - top))
+    lambda_max = float(np.nanmax([lam for _, _, _, lam in parts]))
+    rest = -math.log(mat.n) if normalize == "n" else -beta * lambda_max if normalize == "lambda_max" else 0.0
+    y, log_scale = finish_on_host(y, OutputScaling(top, rest, scaling.dtype, scaling.scalable, scaling.caller))
+    times = dict(first.times, total=time.perf_counter() - t_start)
+    return y, replace(first, krylov_dim=max((i.krylov_dim for i in infos), default=0),
+                      error_estimate=max((i.error_estimate for i in infos), default=0.0),
+                      converged=all(i.converged for i in infos), breakdown=all(i.breakdown for i in infos),
+                      log_scale=log_scale, lambda_max=lambda_max, n_spmv=first.n_spmv + sum(i.n_spmv for i in infos),
+                      times=times, parts=sum(len(v) if k == 0 else 1 for k, v in pieces))
 
 
 class _Call:
@@ -452,11 +541,8 @@ class _Call:
         end = time.perf_counter()
         times.update(host=out.host_seconds, setup=setup, reorder=reorder_seconds, output=end - t_out,
                      total=end - self.t_start, validate=self.validate_seconds, **solver.setup_times)
-        if not out.converged:
-            warnings.warn(f"{self.caller}: not converged after {out.krylov_dim} Lanczos steps (estimated relative "
-                          f"error {out.error_estimate:.2e} > tol {self.tol:g}); raise max_krylov",
-                          RuntimeWarning, stacklevel=4)
-        return y, self.info(out, solver, log_scale, times)
+        floor = abs(self.beta) * out.rho * float(np.finfo(dtype).eps)
+        return y, self.info(out, solver, log_scale, times), floor
 
     def info(self, out, solver, log_scale, times):
         times.setdefault("reorder", 0.0)

@@ -276,8 +276,8 @@ class MatrixFunction:
 
 
 def krylov_coefficients(alpha, beta_off, beta, fn):
-    """``(c, shift, theta_max)`` with ``f(beta T) e_1 = exp(shift) * c`` for the tridiagonal
-    ``T = tridiag(beta_off, alpha, beta_off)``."""
+    """``(c, shift, theta)`` with ``f(beta T) e_1 = exp(shift) * c`` for the tridiagonal
+    ``T = tridiag(beta_off, alpha, beta_off)`` with eigenvalues ``theta``."""
     m = len(alpha)
     if m == 1:
         theta, vectors = alpha.copy(), np.ones((1, 1))
@@ -286,7 +286,7 @@ def krylov_coefficients(alpha, beta_off, beta, fn):
         driver = "stev" if m <= 64 else "stemr"
         theta, vectors = scipy.linalg.eigh_tridiagonal(alpha, beta_off, lapack_driver=driver)
     values, shift = fn.shifted(beta * theta)
-    return vectors @ (values * vectors[0]), shift, float(theta.max())
+    return vectors @ (values * vectors[0]), shift, theta
 
 
 def relative_change(c, shift, prev, prev_shift):
@@ -314,6 +314,7 @@ class LanczosOutcome:
     converged: bool
     breakdown: bool
     host_seconds: float
+    rho: float = 0.0  # max |theta|: the Ritz values resolve each other to about eps * rho only
 
 
 def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, progress=None):
@@ -345,7 +346,7 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, pro
             raise FloatingPointError(
                 "the Lanczos recurrence produced a non-finite coefficient (the matrix or x has values "
                 "too large for the requested dtype); use dtype=np.float64 or rescale A")
-        c, shift, theta_max = krylov_coefficients(alpha, beta_off, beta, fn)
+        c, shift, theta = krylov_coefficients(alpha, beta_off, beta, fn)
         if m < check:
             breakdown = converged = True
             error = 0.0 if prev is None else min(error, relative_change(c, shift, prev, prev_shift))
@@ -361,7 +362,8 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, pro
         prev, prev_shift = c, shift
         check = nxt
     solver.stop_after(m)
-    return LanczosOutcome(c * rscale, shift, theta_max, m, error, converged, breakdown, host)
+    return LanczosOutcome(c * rscale, shift, float(theta.max()), m, error, converged, breakdown, host,
+                          float(np.abs(theta).max()))
 
 
 # ----------------------------------------------------------------------------- the answer's scale
