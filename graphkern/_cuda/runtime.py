@@ -227,13 +227,15 @@ def _staging_chunk():
         return _driver.PinnedBuffer(STAGING_CHUNK, False)
 
 
-def _staged(nbytes, step):
+def _staged(device, nbytes, step):
     """Run ``step(staging_bytes, a, b)`` over ``[0, nbytes)`` in chunks of at most
-    :data:`STAGING_CHUNK`, on up to :data:`STAGING_THREADS` host threads each holding one pinned chunk."""
+    :data:`STAGING_CHUNK`, on up to :data:`STAGING_THREADS` host threads each holding one pinned chunk
+    (allocated with ``device``'s context current, as the driver requires)."""
     per_thread = max(1, -(-(nbytes // STAGING_CHUNK) // STAGING_THREADS)) * STAGING_CHUNK
     bounds = list(range(0, nbytes, per_thread)) + [nbytes]
 
     def part(lo, hi):
+        device.activate()
         chunk = _staging_chunk()
         try:
             staging = chunk.array(np.uint8)
@@ -261,7 +263,7 @@ def copy_to_pageable(buf, out, offset=0):
         buf.copy_to_host(staging[:b - a], offset=offset + a)
         flat[a:b] = staging[:b - a]
 
-    _staged(flat.nbytes, step)
+    _staged(buf.device, flat.nbytes, step)
     return out
 
 
@@ -278,7 +280,7 @@ def copy_from_pageable(buf, array, offset=0):
         staging[:b - a] = flat[a:b]
         buf.copy_from_host(staging[:b - a], offset=offset + a)
 
-    _staged(flat.nbytes, step)
+    _staged(buf.device, flat.nbytes, step)
     return buf
 
 
