@@ -226,20 +226,19 @@ class MarginalizedGraphKernel(_KernelBase):
         self.gradient_dtype = gradient_dtype
         self.verbose = verbose
         self._settings()  # validate now so that a bad argument fails where it was written
-        self.__setstate__({"info_": None})
+        self.__setstate__({})  # info_ and last_engine_ appear with the first call (scikit-learn manners)
 
     def __getstate__(self):
         """Parameters, the label-code tables and the last call's statistics; the packed datasets
         (and their device copies) and the solver engines are rebuilt on use."""
         state = self.__dict__.copy()
         state.pop("_datasets", None)
-        state["last_engine_"] = None
+        state.pop("last_engine_", None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.__dict__.setdefault("_tables", {"node": {}, "edge": {}})
-        self.__dict__.setdefault("last_engine_", None)
         self._datasets = DatasetCache()
 
     # ------------------------------------------------------------------ validation
@@ -489,6 +488,12 @@ class MarginalizedGraphKernel(_KernelBase):
     def is_stationary(self):
         """False: the kernel is not a function of a difference of feature vectors."""
         return False
+
+    def __sklearn_tags__(self):
+        """scikit-learn tags: a transformer of lists of graphs (not 2-D arrays) that ignores ``y``."""
+        from sklearn.utils import InputTags, Tags, TargetTags, TransformerTags
+        return Tags(estimator_type=None, target_tags=TargetTags(required=False), transformer_tags=TransformerTags(),
+                    input_tags=InputTags(two_d_array=False))
 
     def get_params(self, deep=True):
         """The constructor's arguments; ``deep``: also the base kernels' (``node_kernel__element__h``)."""

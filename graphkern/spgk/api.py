@@ -221,6 +221,12 @@ class ShortestPathKernel:
         self._drop_batches()
         return self
 
+    def __sklearn_tags__(self):
+        """scikit-learn tags: a transformer of lists of graphs (not 2-D arrays) that ignores ``y``."""
+        from sklearn.utils import InputTags, Tags, TargetTags, TransformerTags
+        return Tags(estimator_type=None, target_tags=TargetTags(required=False), transformer_tags=TransformerTags(),
+                    input_tags=InputTags(two_d_array=False))
+
     def __repr__(self):
         changed = [f"{k}={getattr(self, k)!r}" for k in self._PARAMS
                    if getattr(self, k) is not _DEFAULTS[k] and getattr(self, k) != _DEFAULTS[k]]
