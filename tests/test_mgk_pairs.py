@@ -52,3 +52,31 @@ def test_upper_pairs_and_symmetric_fill(n, rng):
             expect[i, j] = K
             expect[j, i] = K
         np.testing.assert_array_equal(pairs.symmetric_fill(K, np.zeros((n, n), dtype=dtype)), expect)
+
+
+@pytest.mark.parametrize("m", [0, 1, 7, 200_003])
+@pytest.mark.parametrize("same", [True, False])
+def test_pair_plan_is_the_numpy_launch(m, same, rng):
+    """Launch order, graphs in launch order, largest and total size and footprint as NumPy computes
+    them (the order exactly that of the stable argsort of the NumPy costs)."""
+    n_first, n_second = 41, 41 if same else 29
+    n1, w1, f1 = rng.integers(1, 60, n_first), rng.integers(0, 400, n_first), rng.integers(0, 9000, n_first)
+    n2, w2, f2 = (n1, w1, f1) if same else (rng.integers(1, 60, n_second), rng.integers(0, 400, n_second),
+                                            rng.integers(0, 9000, n_second))
+    pair_arr = np.stack([rng.integers(0, n_first, m), rng.integers(0, n_second, m)], axis=1)
+    order, g1, g2, largest, total, footprint = pairs.pair_plan(pair_arr, n1, n2, w1, w2, f1, f2, 16)
+    a, b = pair_arr[:, 0], pair_arr[:, 1]
+    sizes = n1[a] * n2[b]
+    want = _numpy_launch_order(w1[a].astype(np.float64) * w2[b] + sizes)
+    np.testing.assert_array_equal(order, want)
+    np.testing.assert_array_equal(g1, a[want])
+    np.testing.assert_array_equal(g2, b[want])
+    assert (largest, total, footprint) == (sizes.max(initial=0), sizes.sum(), (f1[a] + f2[b] + 16 * sizes).max(initial=0))
+
+
+def test_pair_plan_rejects_graphs_out_of_range(rng):
+    n = np.ones(5, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"pair_arr\[2\] = \(1, 5\) names a graph out of range"):
+        pairs.pair_plan(np.array([[0, 0], [1, 1], [1, 5]]), n, n, n, n, n, n, 1)
+    with pytest.raises(ValueError, match="one entry per graph"):
+        pairs.pair_plan(np.array([[0, 0]]), n, n, n[:3], n, n, n, 1)

@@ -141,13 +141,13 @@ def in_launch_order(values, order):
 def scratch_units(dev, wanted, per_unit, out_bytes, sizes):
     """How many units (blocks, teams) of CG scratch of ``per_unit`` bytes to allocate: at most
     ``wanted``, within :data:`SCRATCH_SHARE` of the free device memory left by ``out_bytes`` of
-    results; GraphTooLargeError when not one fits (``sizes``: the pairs' product-graph sizes)."""
+    results; GraphTooLargeError when not one fits (``sizes``: the pairs' product-graph sizes, or the largest)."""
     free, _ = dev.memory_info()
     affordable = int((free - out_bytes) * SCRATCH_SHARE // per_unit)
     if affordable < 1:
         raise GraphTooLargeError(
             f"the CG vectors of one block of pairs need {per_unit / 2**30:.2f} GiB (largest product graph: "
-            f"{int(sizes.max())} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on device {dev.ordinal}, "
+            f"{int(np.max(sizes))} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on device {dev.ordinal}, "
             f"but only {free / 2**30:.2f} GiB is free")
     units = min(wanted, affordable)
     rt.check_fits(dev, units * per_unit + out_bytes, "the CG work vectors and results")
@@ -220,10 +220,10 @@ def solve_outputs(dev, launch, order, n1, n2, dt, nodal):
     """The per-pair outputs of a K launch of the CSR and GEMM solvers: allocated poisoned, passed to
     ``launch(outputs)`` (which returns the kernel's seconds) as (K, iterations, residuals, nodal
     buffer, nodal offsets), read back in pair order.  ``order`` is the launch order of the pairs,
-    ``n1``, ``n2`` their graphs' sizes.  Returns (K, iterations, residuals, nodal blocks or None, seconds)."""
+    ``n1``, ``n2`` their graphs' sizes (read only with ``nodal``).  Returns (K, iterations, residuals,
+    nodal blocks or None, seconds)."""
     m = len(order)
-    sizes = n1.astype(np.int64) * n2
-    nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
+    nodal_off = np.concatenate([[0], np.cumsum((n1.astype(np.int64) * n2)[order])]).astype(np.int64) if nodal else None
     d_k, d_res = _poisoned(dev, m, np.float64), _poisoned(dev, m, np.float64)
     d_it = _poisoned(dev, m, np.int32)  # NaN and -1: a pair the kernel never wrote shows up
     if nodal:
