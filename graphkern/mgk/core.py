@@ -192,10 +192,22 @@ def _check_written(K, iters, m):
         raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(K)))} of {m} pairs unwritten")
 
 
-def in_pair_order(d_buf, order):
-    """A per-pair device output (in launch order) on the host in the caller's pair order."""
-    launched = rt.copy_to_pageable(d_buf, np.empty(d_buf.shape, dtype=d_buf.dtype))
-    return pairs.scatter(np.empty_like(launched), order, launched)
+def in_pair_order(d_buf, order, through=None):
+    """A per-pair device output (in launch order) on the host in the caller's pair order, read back
+    into ``through`` (uint8, at least the output's bytes; default: new) and scattered from there."""
+    dtype = np.dtype(d_buf.dtype)
+    nbytes = int(np.prod(d_buf.shape, dtype=np.int64)) * dtype.itemsize
+    through = np.empty(nbytes, dtype=np.uint8) if through is None else through
+    launched = rt.copy_to_pageable(d_buf, through[:nbytes].view(dtype).reshape(d_buf.shape))
+    return pairs.scatter(np.empty(d_buf.shape, dtype=dtype), order, launched)
+
+
+def outputs_in_pair_order(d_bufs, order):
+    """The per-pair device outputs ``d_bufs`` of one launch in the caller's pair order, all read back
+    through one host buffer (each fresh page of a host array costs a fault on first touch)."""
+    through = np.empty(max(int(np.prod(b.shape, dtype=np.int64)) * np.dtype(b.dtype).itemsize for b in d_bufs),
+                       dtype=np.uint8)
+    return [in_pair_order(buf, order, through) for buf in d_bufs]
 
 
 def nodal_blocks(d_nodal, nodal_off, order, n1, n2):
@@ -232,7 +244,7 @@ def solve_outputs(dev, launch, order, n1, n2, dt, nodal):
     else:
         d_nodal = d_nodal_off = None
     seconds = launch((d_k, d_it, d_res, d_nodal, d_nodal_off))
-    K, iters, resid = (in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
+    K, iters, resid = outputs_in_pair_order((d_k, d_it, d_res), order)
     _check_written(K, iters, m)
     blocks = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
     return K, iters, resid, blocks, seconds
@@ -248,8 +260,7 @@ def gradient_outputs(dev, launch, order, plan, solver):
     d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
     d_grad = _poisoned(dev, max(m * plan.n_raw, 1), np.float64)
     seconds = launch((d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad))
-    K, iters, resid, adj_iters, adj_resid = (in_pair_order(buf, order)
-                                             for buf in (d_k, d_it, d_res, d_adj_it, d_adj_res))
+    K, iters, resid, adj_iters, adj_resid = outputs_in_pair_order((d_k, d_it, d_res, d_adj_it, d_adj_res), order)
     raw = np.empty((m, plan.n_raw))
     raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
     _check_written(K, np.minimum(iters, adj_iters), m)

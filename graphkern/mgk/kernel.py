@@ -676,6 +676,8 @@ def _check_range(problems, s, rounded=False):
     is an (m, 2) array for m values, or None for a Gram matrix K (its indices are listed)."""
     for pairs, K in problems:
         K = np.asarray(K)
+        if K.size == 0 or (K.min() > 0 and K.max() < np.inf):  # two reductions, no per-pair masks
+            continue
         over, under = ~np.isfinite(K), K == 0
         if not (over.any() or under.any()):
             continue
