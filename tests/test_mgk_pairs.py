@@ -100,3 +100,42 @@ def test_outputs_in_pair_order_through_one_host_buffer(monkeypatch, rng):
         want[order] = a
         assert got.dtype == a.dtype
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "zero", "iteration", None])
+def test_output_checks_find_every_bad_value(bad, rng):
+    """The reductions that clear a launch's outputs let no unwritten, infinite, zero or unconverged
+    value through."""
+    from types import SimpleNamespace
+
+    from graphkern.errors import NotConvergedError
+    from graphkern.mgk.core import _check_written
+    from graphkern.mgk.kernel import MarginalizedGraphKernel, _check_range
+
+    m = 1000
+    K, iters, resid = rng.random(m) + 0.5, rng.integers(1, 9, m).astype(np.int32), rng.random(m) * 1e-7
+    at = int(rng.integers(m))
+    if bad == "iteration":
+        iters[at] = -1
+    elif bad is not None:
+        K[at] = resid[at] = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "zero": 0.0}[bad]
+    pair_arr = np.stack([np.arange(m), np.arange(m)], axis=1)
+    s = {"dtype": np.dtype(np.float64), "p": 1.0, "q": 0.1, "tol": 1e-6, "max_iter": 9}
+    written = bad in (None, "zero")
+    if written:
+        _check_written(K, iters, m)
+    else:
+        with pytest.raises(RuntimeError, match="unwritten"):
+            _check_written(K, iters, m)
+    if bad in ("nan", "inf", "-inf", "zero"):
+        with pytest.raises(FloatingPointError, match=rf"\({at}, {at}\)"):
+            _check_range([(pair_arr, K)], s)
+    else:
+        _check_range([(pair_arr, K)], s)
+    sol = SimpleNamespace(residuals=resid, iterations=iters)
+    if bad in ("nan", "inf"):  # residuals above tol (a NaN compares false)
+        with pytest.raises(NotConvergedError) as info:
+            MarginalizedGraphKernel._check_converged([(pair_arr, sol)], s, K)
+        np.testing.assert_array_equal(info.value.pairs, [[at, at]])
+    else:
+        MarginalizedGraphKernel._check_converged([(pair_arr, sol)], s, K)

@@ -188,7 +188,8 @@ def gradient_terms(dev, plan, dt):
 
 
 def _check_written(K, iters, m):
-    if not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
+    # min and max carry a NaN through: three reductions, no per-pair masks
+    if m and not (np.isfinite(K.min()) and np.isfinite(K.max()) and iters.min() >= 0):
         raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(K)))} of {m} pairs unwritten")
 
 

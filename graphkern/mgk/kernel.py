@@ -648,11 +648,13 @@ class MarginalizedGraphKernel(_KernelBase):
     def _check_converged(problems, s, result):
         bad_pairs, bad_res, bad_it = [], [], []
         for pair_arr, sol in problems:
+            if not len(sol.residuals) or sol.residuals.max() <= s["tol"]:  # a NaN makes the max NaN
+                continue
             bad = ~(sol.residuals <= s["tol"])
             bad_pairs.append(pair_arr[bad])
             bad_res.append(sol.residuals[bad])
             bad_it.append(sol.iterations[bad])
-        pairs = np.concatenate(bad_pairs)
+        pairs = np.concatenate(bad_pairs) if bad_pairs else ()
         if not len(pairs):
             return
         res = np.concatenate(bad_res)
