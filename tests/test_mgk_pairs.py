@@ -71,7 +71,8 @@ def test_pair_plan_is_the_numpy_launch(m, same, rng):
     np.testing.assert_array_equal(order, want)
     np.testing.assert_array_equal(g1, a[want])
     np.testing.assert_array_equal(g2, b[want])
-    assert (largest, total, footprint) == (sizes.max(initial=0), sizes.sum(), (f1[a] + f2[b] + 16 * sizes).max(initial=0))
+    want_footprint = (f1[a] + f2[b] + 16 * sizes).max(initial=0)
+    assert (largest, total, footprint) == (sizes.max(initial=0), sizes.sum(), want_footprint)
 
 
 def test_pair_plan_rejects_graphs_out_of_range(rng):

@@ -47,8 +47,8 @@ cdef int _chunks(Py_ssize_t m) noexcept nogil:
     return nt if nt > 1 else 1
 
 
-cdef int _stable_place(const uint16_t[::1] key, int nt, int64_t[::1] order,
-                        const int64_t[:, ::1] pair_arr, int64_t[::1] g1, int64_t[::1] g2, bint gather) except -1 nogil:
+cdef int _stable_place(const uint16_t[::1] key, int nt, int64_t[::1] order, const int64_t[:, ::1] pair_arr,
+                       int64_t[::1] g1, int64_t[::1] g2, bint gather) except -1 nogil:
     """``order = np.argsort(key, kind="stable")`` as a counting sort over ``nt`` contiguous runs of
     the pairs (each run's histogram, then every run places its pairs in index order), with
     ``g1, g2 = pair_arr[order].T`` written alongside when ``gather``."""

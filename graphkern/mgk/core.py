@@ -147,8 +147,8 @@ def scratch_units(dev, wanted, per_unit, out_bytes, sizes):
     if affordable < 1:
         raise GraphTooLargeError(
             f"the CG vectors of one block of pairs need {per_unit / 2**30:.2f} GiB (largest product graph: "
-            f"{int(np.max(sizes))} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on device {dev.ordinal}, "
-            f"but only {free / 2**30:.2f} GiB is free")
+            f"{int(np.max(sizes))} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on device "
+            f"{dev.ordinal}, but only {free / 2**30:.2f} GiB is free")
     units = min(wanted, affordable)
     rt.check_fits(dev, units * per_unit + out_bytes, "the CG work vectors and results")
     return units
@@ -236,7 +236,9 @@ def solve_outputs(dev, launch, order, n1, n2, dt, nodal):
     ``n1``, ``n2`` their graphs' sizes (read only with ``nodal``).  Returns (K, iterations, residuals,
     nodal blocks or None, seconds)."""
     m = len(order)
-    nodal_off = np.concatenate([[0], np.cumsum((n1.astype(np.int64) * n2)[order])]).astype(np.int64) if nodal else None
+    nodal_off = None
+    if nodal:
+        nodal_off = np.concatenate([[0], np.cumsum((n1.astype(np.int64) * n2)[order])]).astype(np.int64)
     d_k, d_res = _poisoned(dev, m, np.float64), _poisoned(dev, m, np.float64)
     d_it = _poisoned(dev, m, np.int32)  # NaN and -1: a pair the kernel never wrote shows up
     if nodal:

@@ -192,10 +192,10 @@ class CSRGPUEngine:
         return fixed + f1[g1] + f2[g2] + cross * c1.n_nodes[g1] * c2.n_nodes[g2] <= limit
 
     def _need(self, ds1, ds2, pair_arr, args, plan=None):
-        """What a launch needs on the host: (c1, c2, code, params, the pairs' launch (their
-        :func:`graphkern._cpu.pairs.pair_plan`: launch order, graphs in launch order, largest and
-        total product-graph size), the largest pair's shared bytes), the cost of a pair being its entry pairs per XMV
-        plus its vertex pairs (the longest pairs start first)."""
+        """What a launch needs on the host: (c1, c2, code, params, launch, the largest pair's shared
+        bytes), ``launch`` being :func:`graphkern._cpu.pairs.pair_plan`'s launch order, graphs in
+        launch order, largest and total product-graph size.  A pair's cost, which orders the launch
+        (longest first), is its entry pairs per XMV plus its vertex pairs."""
         c1, c2, code, params, fixed, f1, f2, cross = self._parts(ds1, ds2, args, plan)
         i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
         order, g1, g2, largest, total, footprint = pairs.pair_plan(
