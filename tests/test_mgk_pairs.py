@@ -52,3 +52,91 @@ def test_upper_pairs_and_symmetric_fill(n, rng):
             expect[i, j] = K
             expect[j, i] = K
         np.testing.assert_array_equal(pairs.symmetric_fill(K, np.zeros((n, n), dtype=dtype)), expect)
+
+
+@pytest.mark.parametrize("m", [0, 1, 7, 200_003])
+@pytest.mark.parametrize("same", [True, False])
+def test_pair_plan_is_the_numpy_launch(m, same, rng):
+    """Launch order, graphs in launch order, largest and total size and footprint as NumPy computes
+    them (the order exactly that of the stable argsort of the NumPy costs)."""
+    n_first, n_second = 41, 41 if same else 29
+    n1, w1, f1 = rng.integers(1, 60, n_first), rng.integers(0, 400, n_first), rng.integers(0, 9000, n_first)
+    n2, w2, f2 = (n1, w1, f1) if same else (rng.integers(1, 60, n_second), rng.integers(0, 400, n_second),
+                                            rng.integers(0, 9000, n_second))
+    pair_arr = np.stack([rng.integers(0, n_first, m), rng.integers(0, n_second, m)], axis=1)
+    order, g1, g2, largest, total, footprint = pairs.pair_plan(pair_arr, n1, n2, w1, w2, f1, f2, 16)
+    a, b = pair_arr[:, 0], pair_arr[:, 1]
+    sizes = n1[a] * n2[b]
+    want = _numpy_launch_order(w1[a].astype(np.float64) * w2[b] + sizes)
+    np.testing.assert_array_equal(order, want)
+    np.testing.assert_array_equal(g1, a[want])
+    np.testing.assert_array_equal(g2, b[want])
+    want_footprint = (f1[a] + f2[b] + 16 * sizes).max(initial=0)
+    assert (largest, total, footprint) == (sizes.max(initial=0), sizes.sum(), want_footprint)
+
+
+def test_pair_plan_rejects_graphs_out_of_range(rng):
+    n = np.ones(5, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"pair_arr\[2\] = \(1, 5\) names a graph out of range"):
+        pairs.pair_plan(np.array([[0, 0], [1, 1], [1, 5]]), n, n, n, n, n, n, 1)
+    with pytest.raises(ValueError, match="one entry per graph"):
+        pairs.pair_plan(np.array([[0, 0]]), n, n, n[:3], n, n, n, 1)
+
+
+def test_outputs_in_pair_order_through_one_host_buffer(monkeypatch, rng):
+    """Outputs of mixed types read back through one reused host buffer land in pair order, each
+    as ``out[order] = launched``."""
+    from types import SimpleNamespace
+
+    from graphkern._cuda import runtime as rt
+    from graphkern.mgk import core
+
+    monkeypatch.setattr(rt, "copy_to_pageable", lambda buf, out: np.copyto(out, buf.a) or out)
+    m = 10_007
+    order = rng.permutation(m)
+    launched = [rng.standard_normal(m), rng.integers(-5, 100, m).astype(np.int32), rng.random(m)]
+    bufs = [SimpleNamespace(a=a, shape=a.shape, dtype=a.dtype) for a in launched]
+    for got, a in zip(core.outputs_in_pair_order(bufs, order), launched):
+        want = np.empty_like(a)
+        want[order] = a
+        assert got.dtype == a.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "zero", "iteration", None])
+def test_output_checks_find_every_bad_value(bad, rng):
+    """The reductions that clear a launch's outputs let no unwritten, infinite, zero or unconverged
+    value through."""
+    from types import SimpleNamespace
+
+    from graphkern.errors import NotConvergedError
+    from graphkern.mgk.core import _check_written
+    from graphkern.mgk.kernel import MarginalizedGraphKernel, _check_range
+
+    m = 1000
+    K, iters, resid = rng.random(m) + 0.5, rng.integers(1, 9, m).astype(np.int32), rng.random(m) * 1e-7
+    at = int(rng.integers(m))
+    if bad == "iteration":
+        iters[at] = -1
+    elif bad is not None:
+        K[at] = resid[at] = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "zero": 0.0}[bad]
+    pair_arr = np.stack([np.arange(m), np.arange(m)], axis=1)
+    s = {"dtype": np.dtype(np.float64), "p": 1.0, "q": 0.1, "tol": 1e-6, "max_iter": 9}
+    written = bad in (None, "zero")
+    if written:
+        _check_written(K, iters, m)
+    else:
+        with pytest.raises(RuntimeError, match="unwritten"):
+            _check_written(K, iters, m)
+    if bad in ("nan", "inf", "-inf", "zero"):
+        with pytest.raises(FloatingPointError, match=rf"\({at}, {at}\)"):
+            _check_range([(pair_arr, K)], s)
+    else:
+        _check_range([(pair_arr, K)], s)
+    sol = SimpleNamespace(residuals=resid, iterations=iters)
+    if bad in ("nan", "inf"):  # residuals above tol (a NaN compares false)
+        with pytest.raises(NotConvergedError) as info:
+            MarginalizedGraphKernel._check_converged([(pair_arr, sol)], s, K)
+        np.testing.assert_array_equal(info.value.pairs, [[at, at]])
+    else:
+        MarginalizedGraphKernel._check_converged([(pair_arr, sol)], s, K)

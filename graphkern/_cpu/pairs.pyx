@@ -10,7 +10,9 @@ from their values.
 
 import numpy as np
 
+cimport openmp
 from cython.parallel cimport prange
+from libc.stdlib cimport calloc, free
 from libc.stdint cimport int32_t, int64_t, uint16_t
 
 ctypedef fused item_t:
@@ -24,31 +26,155 @@ ctypedef fused out_t:
     double
 
 
+cdef inline uint16_t _key(double cost, double scale, bint positive) noexcept nogil:
+    """The 16-bit launch key of ``cost``: 0 for the largest, 65535 for 0 (all 65535 when none is positive)."""
+    return <uint16_t>(cost * scale + 65535.0) if positive else 65535
+
+
+cdef inline double _pair_cost(const int64_t[:, ::1] pair_arr, Py_ssize_t i, const int64_t[::1] n1,
+                              const int64_t[::1] n2, const int64_t[::1] w1, const int64_t[::1] w2) noexcept nogil:
+    """``w1[a] w2[b] + n1[a] n2[b]`` of pair i = (a, b), summed in integers: the float64 value
+    NumPy's ``w1[a].astype(float) * w2[b] + n1[a] * n2[b]`` gives while it is below 2^53."""
+    cdef int64_t a = pair_arr[i, 0], b = pair_arr[i, 1]
+    return <double>(w1[a] * w2[b] + n1[a] * n2[b])
+
+
+cdef int _chunks(Py_ssize_t m) noexcept nogil:
+    """Threads for a pass over m pairs: one per 2^16 pairs, at most omp_get_max_threads()."""
+    cdef int nt = openmp.omp_get_max_threads()
+    if m // 65536 < nt:
+        nt = <int>(m // 65536)
+    return nt if nt > 1 else 1
+
+
+cdef int _stable_place(const uint16_t[::1] key, int nt, int64_t[::1] order, const int64_t[:, ::1] pair_arr,
+                       int64_t[::1] g1, int64_t[::1] g2, bint gather) except -1 nogil:
+    """``order = np.argsort(key, kind="stable")`` as a counting sort over ``nt`` contiguous runs of
+    the pairs (each run's histogram, then every run places its pairs in index order), with
+    ``g1, g2 = pair_arr[order].T`` written alongside when ``gather``."""
+    cdef Py_ssize_t m = key.shape[0], i, lo, hi, pos
+    cdef int t, k
+    cdef int64_t run = 0
+    cdef int64_t *counts = <int64_t *> calloc(<size_t>nt * 65536, sizeof(int64_t))
+    if counts == NULL:
+        with gil:
+            raise MemoryError()
+    try:
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            lo = m * t // nt
+            hi = m * (t + 1) // nt
+            for i in range(lo, hi):
+                counts[<Py_ssize_t>t * 65536 + key[i]] += 1
+        for k in range(65536):  # counts become each run's first slot per key
+            for t in range(nt):
+                pos = counts[<Py_ssize_t>t * 65536 + k]
+                counts[<Py_ssize_t>t * 65536 + k] = run
+                run = run + pos
+        for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+            lo = m * t // nt
+            hi = m * (t + 1) // nt
+            for i in range(lo, hi):
+                pos = counts[<Py_ssize_t>t * 65536 + key[i]]
+                counts[<Py_ssize_t>t * 65536 + key[i]] = pos + 1
+                order[pos] = i
+                if gather:
+                    g1[pos] = pair_arr[i, 0]
+                    g2[pos] = pair_arr[i, 1]
+    finally:
+        free(counts)
+    return 0
+
+
 def launch_order(const double[::1] cost):
     """``np.argsort(key.astype(np.uint16), kind="stable")`` for ``key = cost * (-65535 / max) + 65535``
     (all keys 65535 when the largest cost is 0), by counting: O(m), the same permutation."""
-    cdef Py_ssize_t m = cost.shape[0], i
-    cdef double top = 0.0, scale
-    cdef int64_t[::1] count = np.zeros(65537, dtype=np.int64)
+    cdef Py_ssize_t m = cost.shape[0], i, lo, hi
+    cdef int nt = _chunks(m), t
+    cdef double top = 0.0, scale, local
+    cdef double[::1] tops = np.zeros(nt)
     cdef uint16_t[::1] key = np.empty(m, dtype=np.uint16)
     order = np.empty(m, dtype=np.int64)
-    cdef int64_t[::1] out = order
-    cdef uint16_t k
-    with nogil:
-        for i in range(m):
-            if cost[i] > top:
-                top = cost[i]
-        scale = -65535.0 / top if top > 0 else 0.0
-        for i in range(m):
-            k = <uint16_t>(cost[i] * scale + 65535.0) if top > 0 else 65535
-            key[i] = k
-            count[k + 1] += 1
-        for i in range(65536):
-            count[i + 1] += count[i]
-        for i in range(m):
-            out[count[key[i]]] = i
-            count[key[i]] += 1
+    cdef int64_t[:, ::1] no_pairs = np.empty((0, 2), dtype=np.int64)
+    cdef int64_t[::1] no_out = np.empty(0, dtype=np.int64)
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        local = 0.0
+        for i in range(m * t // nt, m * (t + 1) // nt):
+            if cost[i] > local:
+                local = cost[i]
+        tops[t] = local
+    for t in range(nt):
+        top = max(top, tops[t])
+    scale = -65535.0 / top if top > 0 else 0.0
+    for i in prange(m, nogil=True, num_threads=nt, schedule="static"):
+        key[i] = _key(cost[i], scale, top > 0)
+    _stable_place(key, nt, order, no_pairs, no_out, no_out, False)
     return order
+
+
+def pair_plan(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int64_t[::1] n2,
+              const int64_t[::1] w1, const int64_t[::1] w2, const int64_t[::1] f1, const int64_t[::1] f2,
+              int64_t cross):
+    """The per-pair host work of one launch over pairs (a, b) = ``pair_arr[k]`` in three passes.
+
+    The cost ``w1[a] w2[b] + n1[a] n2[b]`` orders the launch as :func:`launch_order` of those costs
+    does (longest first, the same permutation); returns ``(order, g1, g2, largest size, total size,
+    largest footprint)``: ``g1, g2`` the pairs' graphs in launch order, the sizes ``n1[a] n2[b]``,
+    the footprint ``f1[a] + f2[b] + cross n1[a] n2[b]``.  ``n1, w1, f1`` (``n2, w2, f2``) have one
+    entry per graph of the first (second) set; costs must stay below 2^53."""
+    cdef Py_ssize_t m = pair_arr.shape[0], i
+    cdef Py_ssize_t n_first = n1.shape[0], n_second = n2.shape[0]
+    cdef int nt = _chunks(m), t
+    cdef int64_t a, b, size, big, total, foot, bad
+    cdef double top = 0.0, scale, local
+    # per run: largest cost; largest size, total size, largest footprint, first pair out of range
+    cdef double[::1] tops = np.zeros(nt)
+    cdef int64_t[:, ::1] stats = np.zeros((nt, 4), dtype=np.int64)
+    cdef uint16_t[::1] key = np.empty(m, dtype=np.uint16)
+    if pair_arr.shape[1] != 2:
+        raise ValueError(f"pair_arr must have shape (m, 2), got ({m}, {pair_arr.shape[1]})")
+    if w1.shape[0] != n_first or f1.shape[0] != n_first or w2.shape[0] != n_second or f2.shape[0] != n_second:
+        raise ValueError("n1, w1, f1 (and n2, w2, f2) must have one entry per graph")
+    order = np.empty(m, dtype=np.int64)
+    out1 = np.empty(m, dtype=np.int64)
+    out2 = np.empty(m, dtype=np.int64)
+    for t in prange(nt, nogil=True, num_threads=nt, schedule="static", chunksize=1):
+        local = 0.0
+        big = 0
+        total = 0
+        foot = 0
+        bad = -1
+        for i in range(m * t // nt, m * (t + 1) // nt):
+            a = pair_arr[i, 0]
+            b = pair_arr[i, 1]
+            if a < 0 or a >= n_first or b < 0 or b >= n_second:
+                if bad < 0:
+                    bad = i
+                continue
+            size = n1[a] * n2[b]
+            local = max(local, <double>(w1[a] * w2[b] + size))
+            big = max(big, size)
+            foot = max(foot, f1[a] + f2[b] + cross * size)
+            total = total + size
+        tops[t] = local
+        stats[t, 0] = big
+        stats[t, 1] = total
+        stats[t, 2] = foot
+        stats[t, 3] = bad
+    big = total = foot = 0
+    for t in range(nt):
+        if stats[t, 3] >= 0:
+            i = stats[t, 3]
+            raise ValueError(f"pair_arr[{i}] = ({pair_arr[i, 0]}, {pair_arr[i, 1]}) names a graph out of range "
+                             f"({n_first} and {n_second} graphs)")
+        top = max(top, tops[t])
+        big = max(big, stats[t, 0])
+        total += stats[t, 1]
+        foot = max(foot, stats[t, 2])
+    scale = -65535.0 / top if top > 0 else 0.0
+    for i in prange(m, nogil=True, num_threads=nt, schedule="static"):
+        key[i] = _key(_pair_cost(pair_arr, i, n1, n2, w1, w2), scale, top > 0)
+    _stable_place(key, nt, order, pair_arr, out1, out2, True)
+    return order, out1, out2, int(big), int(total), int(foot)
 
 
 def take(const item_t[::1] values, const int64_t[::1] order):

@@ -141,14 +141,14 @@ def in_launch_order(values, order):
 def scratch_units(dev, wanted, per_unit, out_bytes, sizes):
     """How many units (blocks, teams) of CG scratch of ``per_unit`` bytes to allocate: at most
     ``wanted``, within :data:`SCRATCH_SHARE` of the free device memory left by ``out_bytes`` of
-    results; GraphTooLargeError when not one fits (``sizes``: the pairs' product-graph sizes)."""
+    results; GraphTooLargeError when not one fits (``sizes``: the pairs' product-graph sizes, or the largest)."""
     free, _ = dev.memory_info()
     affordable = int((free - out_bytes) * SCRATCH_SHARE // per_unit)
     if affordable < 1:
         raise GraphTooLargeError(
             f"the CG vectors of one block of pairs need {per_unit / 2**30:.2f} GiB (largest product graph: "
-            f"{int(sizes.max())} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on device {dev.ordinal}, "
-            f"but only {free / 2**30:.2f} GiB is free")
+            f"{int(np.max(sizes))} vertex pairs) plus {out_bytes / 2**30:.2f} GiB of results on device "
+            f"{dev.ordinal}, but only {free / 2**30:.2f} GiB is free")
     units = min(wanted, affordable)
     rt.check_fits(dev, units * per_unit + out_bytes, "the CG work vectors and results")
     return units
@@ -188,14 +188,27 @@ def gradient_terms(dev, plan, dt):
 
 
 def _check_written(K, iters, m):
-    if not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
+    # min and max carry a NaN through: three reductions, no per-pair masks
+    if m and not (np.isfinite(K.min()) and np.isfinite(K.max()) and iters.min() >= 0):
         raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(K)))} of {m} pairs unwritten")
 
 
-def in_pair_order(d_buf, order):
-    """A per-pair device output (in launch order) on the host in the caller's pair order."""
-    launched = rt.copy_to_pageable(d_buf, np.empty(d_buf.shape, dtype=d_buf.dtype))
-    return pairs.scatter(np.empty_like(launched), order, launched)
+def in_pair_order(d_buf, order, through=None):
+    """A per-pair device output (in launch order) on the host in the caller's pair order, read back
+    into ``through`` (uint8, at least the output's bytes; default: new) and scattered from there."""
+    dtype = np.dtype(d_buf.dtype)
+    nbytes = int(np.prod(d_buf.shape, dtype=np.int64)) * dtype.itemsize
+    through = np.empty(nbytes, dtype=np.uint8) if through is None else through
+    launched = rt.copy_to_pageable(d_buf, through[:nbytes].view(dtype).reshape(d_buf.shape))
+    return pairs.scatter(np.empty(d_buf.shape, dtype=dtype), order, launched)
+
+
+def outputs_in_pair_order(d_bufs, order):
+    """The per-pair device outputs ``d_bufs`` of one launch in the caller's pair order, all read back
+    through one host buffer (each fresh page of a host array costs a fault on first touch)."""
+    through = np.empty(max(int(np.prod(b.shape, dtype=np.int64)) * np.dtype(b.dtype).itemsize for b in d_bufs),
+                       dtype=np.uint8)
+    return [in_pair_order(buf, order, through) for buf in d_bufs]
 
 
 def nodal_blocks(d_nodal, nodal_off, order, n1, n2):
@@ -220,10 +233,12 @@ def solve_outputs(dev, launch, order, n1, n2, dt, nodal):
     """The per-pair outputs of a K launch of the CSR and GEMM solvers: allocated poisoned, passed to
     ``launch(outputs)`` (which returns the kernel's seconds) as (K, iterations, residuals, nodal
     buffer, nodal offsets), read back in pair order.  ``order`` is the launch order of the pairs,
-    ``n1``, ``n2`` their graphs' sizes.  Returns (K, iterations, residuals, nodal blocks or None, seconds)."""
+    ``n1``, ``n2`` their graphs' sizes (read only with ``nodal``).  Returns (K, iterations, residuals,
+    nodal blocks or None, seconds)."""
     m = len(order)
-    sizes = n1.astype(np.int64) * n2
-    nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
+    nodal_off = None
+    if nodal:
+        nodal_off = np.concatenate([[0], np.cumsum((n1.astype(np.int64) * n2)[order])]).astype(np.int64)
     d_k, d_res = _poisoned(dev, m, np.float64), _poisoned(dev, m, np.float64)
     d_it = _poisoned(dev, m, np.int32)  # NaN and -1: a pair the kernel never wrote shows up
     if nodal:
@@ -232,7 +247,7 @@ def solve_outputs(dev, launch, order, n1, n2, dt, nodal):
     else:
         d_nodal = d_nodal_off = None
     seconds = launch((d_k, d_it, d_res, d_nodal, d_nodal_off))
-    K, iters, resid = (in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
+    K, iters, resid = outputs_in_pair_order((d_k, d_it, d_res), order)
     _check_written(K, iters, m)
     blocks = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
     return K, iters, resid, blocks, seconds
@@ -248,8 +263,7 @@ def gradient_outputs(dev, launch, order, plan, solver):
     d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
     d_grad = _poisoned(dev, max(m * plan.n_raw, 1), np.float64)
     seconds = launch((d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad))
-    K, iters, resid, adj_iters, adj_resid = (in_pair_order(buf, order)
-                                             for buf in (d_k, d_it, d_res, d_adj_it, d_adj_res))
+    K, iters, resid, adj_iters, adj_resid = outputs_in_pair_order((d_k, d_it, d_res, d_adj_it, d_adj_res), order)
     raw = np.empty((m, plan.n_raw))
     raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
     _check_written(K, np.minimum(iters, adj_iters), m)

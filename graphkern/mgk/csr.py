@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphkern._cpu import pairs
 from graphkern._cuda import runtime as rt
-from graphkern.mgk.core import (check_contractions, gradient_outputs, gradient_terms, in_launch_order, launch_order,
-                                scratch_units, solve_outputs, timed_launch)
+from graphkern.mgk.core import (check_contractions, gradient_outputs, gradient_terms, scratch_units, solve_outputs,
+                                timed_launch)
 from graphkern.mgk.data import _nonempty, renumbered
 from graphkern.mgk.results import Solved, empty_result, gradient_result
 
@@ -191,23 +192,23 @@ class CSRGPUEngine:
         return fixed + f1[g1] + f2[g2] + cross * c1.n_nodes[g1] * c2.n_nodes[g2] <= limit
 
     def _need(self, ds1, ds2, pair_arr, args, plan=None):
-        """What a launch needs on the host: (c1, c2, g1, g2, code, params, the largest pair's shared bytes)."""
+        """What a launch needs on the host: (c1, c2, code, params, launch, the largest pair's shared
+        bytes), ``launch`` being :func:`graphkern._cpu.pairs.pair_plan`'s launch order, graphs in
+        launch order, largest and total product-graph size.  A pair's cost, which orders the launch
+        (longest first), is its entry pairs per XMV plus its vertex pairs."""
         c1, c2, code, params, fixed, f1, f2, cross = self._parts(ds1, ds2, args, plan)
-        g1 = np.ascontiguousarray(pair_arr[:, 0], dtype=np.int64)
-        g2 = np.ascontiguousarray(pair_arr[:, 1], dtype=np.int64)
-        # int32 holds the sizes of pairs that fit shared memory, the only ones solved here
-        n1, n2 = c1.n_nodes.astype(np.int32), c2.n_nodes.astype(np.int32)
-        pair_part = f1.astype(np.int32)[g1] + f2.astype(np.int32)[g2]
-        pair_part += cross * n1[g1] * n2[g2]
-        need = fixed + int(pair_part.max())
-        return c1, c2, g1, g2, code, params, need
+        i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
+        order, g1, g2, largest, total, footprint = pairs.pair_plan(
+            i64(pair_arr), i64(c1.n_nodes), i64(c2.n_nodes), i64(c1.n_entries), i64(c2.n_entries), i64(f1), i64(f2),
+            cross)
+        return c1, c2, code, params, (order, g1, g2, largest, total), fixed + footprint
 
     def solve(self, ds1, ds2, pair_arr, args, *, nodal):
         """Pairs that :meth:`accepts`: K, iterations, residuals (and nodal matrices)."""
         if len(pair_arr) == 0:
             return empty_result(nodal)
-        c1, c2, g1, g2, code, params, need = self._need(ds1, ds2, pair_arr, args)
-        k, it, res, nod, seconds = self._launch(c1, c2, g1, g2, args, code, params, need, nodal)
+        c1, c2, code, params, launch, need = self._need(ds1, ds2, pair_arr, args)
+        k, it, res, nod, seconds = self._launch(c1, c2, pair_arr, launch, args, code, params, need, nodal)
         return Solved(K=k, iterations=it, residuals=res, nodal=nod, octile_pairs=None, seconds=seconds)
 
     def solve_gradient(self, ds1, ds2, pair_arr, args, plan):
@@ -216,67 +217,66 @@ class CSRGPUEngine:
         if len(pair_arr) == 0:
             return empty_result(False, None, plan.n_raw)
         entry = gradient_entry(self.s["gradient_solves"])[0]
-        c1, c2, g1, g2, code, params, need = self._need(ds1, ds2, pair_arr, args, plan)
+        c1, c2, code, params, launch, need = self._need(ds1, ds2, pair_arr, args, plan)
         check_contractions(plan, args)
         K, iters, resid, adj_iters, adj_resid, raw, seconds = self._launch_gradient(
-            c1, c2, g1, g2, args, code, params, need, plan, entry)
+            c1, c2, launch, args, code, params, need, plan, entry)
         return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, seconds)
 
-    def _prepare(self, c1, c2, g1, g2, args, code, params, shared, entry, n_vectors, out_bytes):
-        """The launch of ``entry`` over pairs (g1[k], g2[k]): its kernel, grid, pair order and the
-        arguments every entry point begins with (sets, pairs, programs, hyperparameters, scratch)."""
+    def _prepare(self, c1, c2, launch, args, code, params, shared, entry, n_vectors, out_bytes):
+        """The launch of ``entry`` over the pairs of ``launch`` (:meth:`_need`): its kernel, grid and
+        the arguments every entry point begins with (sets, pairs, programs, hyperparameters, scratch)."""
         s = self.s
         dt = s["dtype"]
         T = dt.type
         dev = self.dev
-        m = len(g1)
-        sizes = c1.n_nodes[g1].astype(np.int64) * c2.n_nodes[g2]
-        # entry pairs per XMV (plus the vector work): the longest pairs start first
-        cost = c1.n_entries[g1].astype(np.float64) * c2.n_entries[g2] + sizes
-        order = launch_order(cost)
+        order, g1, g2, largest, _ = launch
+        m = len(order)
         fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
-        stride = int(-(-int(sizes.max()) // 32) * 32)
+        stride = int(-(-largest // 32) * 32)
         per_block = n_vectors * stride * dt.itemsize
         resident = dev.properties["multiprocessor_count"] * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK,
                                                                                                shared))
-        n_blocks = scratch_units(dev, min(m, resident), per_block, out_bytes, sizes)
+        n_blocks = scratch_units(dev, min(m, resident), per_block, out_bytes, largest)
 
         set1 = c1.on_device(dev)
         set2 = set1 if c2 is c1 else c2.on_device(dev)
         scratch = rt.alloc(dev, n_blocks * n_vectors * stride, dt)
         head = set1 + set2 + (
-            rt.to_device(dev, in_launch_order(g1, order)), rt.to_device(dev, in_launch_order(g2, order)), np.int64(m),
+            rt.to_device(dev, g1), rt.to_device(dev, g2), np.int64(m),
             rt.to_device(dev, _nonempty(code)), rt.to_device(dev, _nonempty(params)),
             np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
             np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
             T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]), np.int32(args["ek_slot"]),
             T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]), np.int32(s["max_iter"]),
             scratch, np.int64(stride))
-        return fn, n_blocks, order, sizes, head
+        return fn, n_blocks, head
 
     def _run(self, fn, n_blocks, args, shared):
         """One launch; the kernel's seconds (CUDA events)."""
         return timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, args, shared)
 
-    def _launch(self, c1, c2, g1, g2, args, code, params, shared, nodal):
-        """Solve pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations, residuals, nodal blocks, seconds)."""
+    def _launch(self, c1, c2, pair_arr, launch, args, code, params, shared, nodal):
+        """Solve the pairs of ``launch`` (:meth:`_need`; ``pair_arr`` in the caller's order) that fit
+        ``shared`` bytes: (K, iterations, residuals, nodal blocks, seconds)."""
         dt = self.s["dtype"]
-        n1, n2 = c1.n_nodes[g1], c2.n_nodes[g2]
-        out_bytes = len(g1) * (8 + 4 + 8) + (int((n1.astype(np.int64) * n2).sum()) * dt.itemsize if nodal else 0)
-        fn, n_blocks, order, _, head = self._prepare(c1, c2, g1, g2, args, code, params, shared, "mgk_csr",
-                                                     N_VECTORS, out_bytes)
+        order, total = launch[0], launch[4]
+        out_bytes = len(order) * (8 + 4 + 8) + (total * dt.itemsize if nodal else 0)
+        fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, "mgk_csr", N_VECTORS,
+                                           out_bytes)
+        n1, n2 = (c1.n_nodes[pair_arr[:, 0]], c2.n_nodes[pair_arr[:, 1]]) if nodal else (None, None)
         return solve_outputs(self.dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
                              n1, n2, dt, nodal)
 
-    def _launch_gradient(self, c1, c2, g1, g2, args, code, params, shared, plan, entry="mgk_csr_gradient"):
-        """K and raw derivatives of pairs (g1[k], g2[k]) that fit ``shared`` bytes: (K, iterations,
-        residuals, adjoint iterations, adjoint residuals, raw (m, n_raw), seconds)."""
+    def _launch_gradient(self, c1, c2, launch, args, code, params, shared, plan, entry="mgk_csr_gradient"):
+        """K and raw derivatives of the pairs of ``launch`` (:meth:`_need`) that fit ``shared`` bytes:
+        (K, iterations, residuals, adjoint iterations, adjoint residuals, raw (m, n_raw), seconds)."""
         dt = self.s["dtype"]
-        fn, n_blocks, order, _, head = self._prepare(c1, c2, g1, g2, args, code, params, shared,
-                                                     entry, N_GRADIENT_VECTORS,
-                                                     len(g1) * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
+        order = launch[0]
+        fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, entry, N_GRADIENT_VECTORS,
+                                           len(order) * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         head = head + gradient_terms(self.dev, plan, dt)
         return gradient_outputs(self.dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
                                 plan, "GPU solver")

@@ -653,11 +653,13 @@ class MarginalizedGraphKernel(_KernelBase):
     def _check_converged(problems, s, result):
         bad_pairs, bad_res, bad_it = [], [], []
         for pair_arr, sol in problems:
+            if not len(sol.residuals) or sol.residuals.max() <= s["tol"]:  # a NaN makes the max NaN
+                continue
             bad = ~(sol.residuals <= s["tol"])
             bad_pairs.append(pair_arr[bad])
             bad_res.append(sol.residuals[bad])
             bad_it.append(sol.iterations[bad])
-        pairs = np.concatenate(bad_pairs)
+        pairs = np.concatenate(bad_pairs) if bad_pairs else ()
         if not len(pairs):
             return
         res = np.concatenate(bad_res)
@@ -681,6 +683,8 @@ def _check_range(problems, s, rounded=False):
     is an (m, 2) array for m values, or None for a Gram matrix K (its indices are listed)."""
     for pairs, K in problems:
         K = np.asarray(K)
+        if K.size == 0 or (K.min() > 0 and K.max() < np.inf):  # two reductions, no per-pair masks
+            continue
         over, under = ~np.isfinite(K), K == 0
         if not (over.any() or under.any()):
             continue
