@@ -4,23 +4,12 @@
 The order numbers the parts of a balanced K-way partition (K = ceil(n / 8), every
 part of exactly 8 vertices except one smaller part, which goes last) consecutively,
 so the non-empty off-diagonal octiles are the pairs of parts joined by an edge.  The
-partition is built in three steps, all per graph and single-threaded; graphs run in
+partition is built in two steps, both per graph and single-threaded; graphs run in
 parallel over an OpenMP ``prange``:
 
-1. Recursive bisection (explicit stack).  A segment of ``s`` vertices is split into a
-   left side of exactly ``8 * floor(ceil(s / 8) / 2)`` vertices and the rest, so every
-   segment but the rightmost has a multiple of 8 vertices and the small part lands
-   last.  The bisection objective is a hypergraph cut: each vertex's closed
-   neighbourhood is a net (a tile row seen from that vertex), a cut net costs
-   ``net_weight`` and each cut edge 1 (edge cut breaks ties and guides growth).
-   Nets of vertices outside the segment count too: a vertex already separated whose
-   neighbours straddle the cut would touch two parts instead of one.
-2. Each bisection: ``n_tries`` initial partitions by greedy graph growing from a
-   pseudo-peripheral vertex (frontier vertices only, so the region stays connected
-   while it can), each improved by Fiduccia-Mattheyses passes with gain buckets.
-   Moves may leave balance by ``tol`` vertices, but a pass rolls back to its best
-   *perfectly* balanced prefix, so each bisection ends exactly balanced.
-3. K-way refinement on the exact objective: swaps of two vertices between two joined
+1. Recursive bisection on a neighbourhood-hypergraph cut, each split by greedy growing
+   and Fiduccia-Mattheyses passes (:mod:`graphkern._cpu.pbr_bisect`).
+2. K-way refinement on the exact objective: swaps of two vertices between two joined
    parts (sizes are kept) accepted when they lower the number of joined part pairs, or
    keep it and lower the edge cut.  Every swap of a pair of parts is scored in O(1)
    after one scan of their 16 members (see ``score_members``).  The input order and a
@@ -35,413 +24,10 @@ from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort
 
+from graphkern._cpu.pbr_bisect cimport (PBR_PART, Knobs, Work, bfs_farthest, identity_order,
+                                        recursive_bisection)
+
 import numpy as np
-
-cdef enum:
-    PBR_PART = 8  # octile side: a part of the partition is one tile row
-
-
-cdef struct Work:
-    int32_t n
-    const int64_t* indptr
-    const int32_t* indices
-    int32_t net_weight
-    int32_t n_tries
-    int32_t max_refine_passes
-    int32_t refine_stop   # refinement stops after a pass removing under 1/refine_stop of the pairs
-    uint64_t rng
-    int64_t* stack        # recursion stack of segments (lo, hi)
-    int32_t* order        # the vertex order being built; segment [lo, hi) is one subset
-    int32_t* best_order   # the best candidate order so far
-    int32_t* where        # side of a vertex in the current segment (0 left, 1 right), -1 outside
-    int32_t* cnt0         # pins of net w (closed neighbourhood of w) on the left
-    int32_t* cnt1         # ... and on the right
-    int32_t* gain
-    int32_t* bnext        # doubly linked gain buckets
-    int32_t* bprev
-    int32_t* bhead        # 2 * bucket_span heads, one row per side
-    int64_t bucket_span
-    int64_t boffset       # gain g lives in bucket g + boffset (set per segment)
-    int64_t bmax[2]       # no bucket above bmax[side] is occupied
-    char* inb             # in a bucket
-    int32_t* movelog
-    int32_t* queue        # BFS queue, also scratch for stable partitioning
-    int32_t* mark         # BFS visit stamps
-    int32_t stamp
-    char* best_side       # by position in the segment
-    int64_t cost          # net_weight * cut nets + cut edges of the current bisection
-    # K-way refinement
-    int32_t* part         # part of each vertex
-    int32_t* pos          # position of each vertex in order
-    int32_t* row_a        # edges from part a to each part
-    int32_t* row_b
-    int32_t* touched_row_a
-    int32_t* touched_row_b
-    int32_t n_touched_row_a
-    int32_t n_touched_row_b
-    int32_t* tally        # per-part edge counts of one vertex (zero between uses)
-    int32_t* touched_tally
-    int32_t* part_size
-    char* active_now      # parts whose pairs this refinement pass tries
-    char* active_next
-    int64_t* sort_keys    # (degree << 32 | vertex) of one vertex's neighbours, maxdeg slots
-    # what score_members knows of the 16 members of parts a and b (slots 0-7 a's, 8-15 b's)
-    int32_t* member_mask  # per part: bit s set when slot s has an edge to it
-    int32_t* touched_mask
-    int32_t* critical     # per slot, the parts it alone joins to its own part
-    int64_t critical_start[2 * PBR_PART + 1]
-    int32_t lone_score[2 * PBR_PART]  # pairs created minus pairs dropped by moving the slot alone
-    int32_t to_a[2 * PBR_PART]        # edges from the slot to parts a and b
-    int32_t to_b[2 * PBR_PART]
-    int32_t overlap[PBR_PART][PBR_PART]  # corrections for parts both swapped vertices reach
-    char adjacent[PBR_PART][PBR_PART]
-
-
-cdef inline uint64_t next_random(Work* w) noexcept nogil:
-    # splitmix64: tiny, good enough for seeds and tie-breaking
-    w.rng += <uint64_t>0x9E3779B97F4A7C15
-    cdef uint64_t z = w.rng
-    z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
-    z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EB
-    return z ^ (z >> 31)
-
-
-cdef inline int32_t random_below(Work* w, int32_t bound) noexcept nogil:
-    return <int32_t>(next_random(w) % <uint64_t>bound)
-
-
-# ---------------------------------------------------------------- gain buckets
-
-cdef inline void bucket_insert(Work* w, int32_t v, int side) noexcept nogil:
-    cdef int64_t b = w.gain[v] + w.boffset
-    cdef int32_t* head = w.bhead + side * w.bucket_span
-    w.bprev[v] = -1
-    w.bnext[v] = head[b]
-    if head[b] >= 0:
-        w.bprev[head[b]] = v
-    head[b] = v
-    w.inb[v] = 1
-    if b > w.bmax[side]:
-        w.bmax[side] = b
-
-
-cdef inline void bucket_remove(Work* w, int32_t v, int side) noexcept nogil:
-    cdef int64_t b = w.gain[v] + w.boffset
-    cdef int32_t* head = w.bhead + side * w.bucket_span
-    if w.bprev[v] >= 0:
-        w.bnext[w.bprev[v]] = w.bnext[v]
-    else:
-        head[b] = w.bnext[v]
-    if w.bnext[v] >= 0:
-        w.bprev[w.bnext[v]] = w.bprev[v]
-    w.inb[v] = 0
-
-
-cdef inline int32_t bucket_top(Work* w, int side) noexcept nogil:
-    """The vertex of highest gain on ``side`` (-1 if none); lowers bmax past empty buckets."""
-    cdef int32_t* head = w.bhead + side * w.bucket_span
-    while w.bmax[side] > 0 and head[w.bmax[side]] < 0:
-        w.bmax[side] -= 1
-    return head[w.bmax[side]]
-
-
-cdef inline void adjust_gain(Work* w, int32_t x, int32_t delta) noexcept nogil:
-    cdef int side = w.where[x]
-    bucket_remove(w, x, side)
-    w.gain[x] += delta
-    bucket_insert(w, x, side)
-
-
-# ---------------------------------------------------------------- bisection objective
-
-cdef inline int32_t net_term(int32_t same, int32_t other) noexcept nogil:
-    """What one net adds to the gain of moving a pin, given the pin counts on its side and the other."""
-    if same == 1 and other > 0:
-        return 1
-    if other == 0 and same > 1:
-        return -1
-    return 0
-
-
-cdef inline int32_t* net_count(Work* w, int side) noexcept nogil:
-    return w.cnt0 if side == 0 else w.cnt1
-
-
-cdef int32_t compute_gain(Work* w, int32_t v) noexcept nogil:
-    cdef int a = w.where[v]
-    cdef int32_t* ca = net_count(w, a)
-    cdef int32_t* cb = net_count(w, 1 - a)
-    cdef int32_t nets = net_term(ca[v], cb[v])
-    cdef int32_t edges = 0
-    cdef int64_t k
-    cdef int32_t x, s
-    for k in range(w.indptr[v], w.indptr[v + 1]):
-        x = w.indices[k]
-        if x == v:
-            continue
-        nets += net_term(ca[x], cb[x])
-        s = w.where[x]
-        if s == a:
-            edges -= 1
-        elif s >= 0:
-            edges += 1
-    return w.net_weight * nets + edges
-
-
-cdef void update_net_pins(Work* w, int32_t net, int32_t moved, int a, int32_t delta_a, int32_t delta_b) noexcept nogil:
-    """Adjust the gains of the bucketed pins of ``net`` (other than ``moved``) by side."""
-    cdef int64_t k
-    cdef int32_t x
-    if net != moved and w.inb[net]:
-        adjust_gain(w, net, delta_a if w.where[net] == a else delta_b)
-    for k in range(w.indptr[net], w.indptr[net + 1]):
-        x = w.indices[k]
-        if x != moved and x != net and w.inb[x]:
-            adjust_gain(w, x, delta_a if w.where[x] == a else delta_b)
-
-
-cdef inline void move_net(Work* w, int32_t net, int32_t v, int a, bint update) noexcept nogil:
-    cdef int32_t* ca = net_count(w, a)
-    cdef int32_t* cb = net_count(w, 1 - a)
-    cdef int32_t before_a = ca[net], before_b = cb[net]
-    cdef int32_t da, db
-    ca[net] = before_a - 1
-    cb[net] = before_b + 1
-    if update:
-        da = net_term(before_a - 1, before_b + 1) - net_term(before_a, before_b)
-        db = net_term(before_b + 1, before_a - 1) - net_term(before_b, before_a)
-        if da != 0 or db != 0:
-            update_net_pins(w, net, v, a, w.net_weight * da, w.net_weight * db)
-
-
-cdef void move_vertex(Work* w, int32_t v, bint update) noexcept nogil:
-    """Move ``v`` to the other side; with ``update`` keep the bucketed gains exact."""
-    cdef int a = w.where[v]
-    cdef int64_t k
-    cdef int32_t x
-    w.where[v] = 1 - a
-    move_net(w, v, v, a, update)
-    for k in range(w.indptr[v], w.indptr[v + 1]):
-        x = w.indices[k]
-        if x != v:
-            move_net(w, x, v, a, update)
-    if update:
-        for k in range(w.indptr[v], w.indptr[v + 1]):
-            x = w.indices[k]
-            if x != v and w.inb[x]:
-                adjust_gain(w, x, 2 if w.where[x] == a else -2)
-
-
-cdef void segment_enter(Work* w, int64_t lo, int64_t hi) noexcept nogil:
-    """Put every vertex of the segment on the right and count net pins."""
-    cdef int64_t i, k
-    cdef int32_t v, maxdeg = 0
-    for i in range(lo, hi):
-        w.where[w.order[i]] = 1
-    for i in range(lo, hi):
-        v = w.order[i]
-        w.cnt1[v] += 1
-        for k in range(w.indptr[v], w.indptr[v + 1]):
-            if w.indices[k] != v:
-                w.cnt1[w.indices[k]] += 1
-        if w.indptr[v + 1] - w.indptr[v] > maxdeg:
-            maxdeg = <int32_t>(w.indptr[v + 1] - w.indptr[v])
-    w.boffset = <int64_t>w.net_weight * (maxdeg + 1) + maxdeg
-    w.cost = 0
-
-
-cdef void segment_clear_counts(Work* w, int64_t lo, int64_t hi) noexcept nogil:
-    cdef int64_t i, k
-    cdef int32_t v
-    for i in range(lo, hi):
-        v = w.order[i]
-        w.cnt0[v] = 0
-        w.cnt1[v] = 0
-        for k in range(w.indptr[v], w.indptr[v + 1]):
-            w.cnt0[w.indices[k]] = 0
-            w.cnt1[w.indices[k]] = 0
-
-
-cdef void empty_buckets(Work* w, int64_t lo, int64_t hi) noexcept nogil:
-    cdef int64_t i
-    cdef int32_t v
-    for i in range(lo, hi):
-        v = w.order[i]
-        if w.inb[v]:
-            bucket_remove(w, v, w.where[v])
-    w.bmax[0] = 0
-    w.bmax[1] = 0
-
-
-cdef int32_t bfs_farthest(Work* w, int32_t start, int only_side) noexcept nogil:
-    """The last vertex reached by BFS from ``start`` inside the segment (one pseudo-peripheral sweep).
-
-    ``only_side`` >= 0 restricts the search to vertices on that side.
-    """
-    cdef int64_t head = 0, tail = 1, k
-    cdef int32_t v, x
-    w.stamp += 1
-    w.queue[0] = start
-    w.mark[start] = w.stamp
-    while head < tail:
-        v = w.queue[head]
-        head += 1
-        for k in range(w.indptr[v], w.indptr[v + 1]):
-            x = w.indices[k]
-            if w.mark[x] != w.stamp and w.where[x] >= 0 and (only_side < 0 or w.where[x] == only_side):
-                w.mark[x] = w.stamp
-                w.queue[tail] = x
-                tail += 1
-    return w.queue[tail - 1]
-
-
-cdef void grow_left(Work* w, int64_t lo, int64_t hi, int64_t target_left, int32_t seed) noexcept nogil:
-    """Greedy graph growing: move the best-gain frontier vertex to the left until it has ``target_left``."""
-    cdef int64_t left = 0, i, k
-    cdef int32_t v, x
-    w.bmax[0] = 0
-    w.bmax[1] = 0
-    v = seed
-    while True:
-        w.cost -= compute_gain(w, v)
-        move_vertex(w, v, True)
-        left += 1
-        if left == target_left:
-            break
-        for k in range(w.indptr[v], w.indptr[v + 1]):
-            x = w.indices[k]
-            if w.where[x] == 1 and not w.inb[x]:
-                w.gain[x] = compute_gain(w, x)
-                bucket_insert(w, x, 1)
-        v = bucket_top(w, 1)
-        if v >= 0:
-            bucket_remove(w, v, 1)
-        else:
-            # the grown region is a whole component: restart from a far vertex of what is left
-            i = lo + random_below(w, <int32_t>(hi - lo))
-            while w.where[w.order[i]] != 1:
-                i += 1
-                if i == hi:
-                    i = lo
-            v = bfs_farthest(w, w.order[i], 1)
-    empty_buckets(w, lo, hi)
-
-
-cdef int64_t fm_pass(Work* w, int64_t lo, int64_t hi, int64_t target_left, int64_t tol) noexcept nogil:
-    """One Fiduccia-Mattheyses pass; ends on its best perfectly balanced state.  Returns the gain."""
-    cdef int64_t left = 0, i, n_moves = 0, best_moves = 0
-    cdef int64_t cum = 0, best_cum = 0, since_best = 0
-    cdef int64_t patience = max(64, (hi - lo) // 4)
-    cdef int32_t v, v0, v1, g0, g1
-    cdef int side
-    cdef bint ok0, ok1
-    w.bmax[0] = 0
-    w.bmax[1] = 0
-    for i in range(lo, hi):
-        v = w.order[i]
-        if w.where[v] == 0:
-            left += 1
-        w.gain[v] = compute_gain(w, v)
-        bucket_insert(w, v, w.where[v])
-    while True:
-        ok0 = left - 1 >= target_left - tol
-        ok1 = left + 1 <= target_left + tol
-        v0 = bucket_top(w, 0) if ok0 else -1
-        v1 = bucket_top(w, 1) if ok1 else -1
-        if v0 < 0 and v1 < 0:
-            break
-        if v0 >= 0 and v1 >= 0:
-            g0 = w.gain[v0]
-            g1 = w.gain[v1]
-            if g0 != g1:
-                side = 0 if g0 > g1 else 1
-            else:
-                side = 0 if left > target_left else 1  # on a tie, move toward balance
-        else:
-            side = 0 if v0 >= 0 else 1
-        v = v0 if side == 0 else v1
-        bucket_remove(w, v, side)
-        cum += w.gain[v]
-        move_vertex(w, v, True)
-        w.movelog[n_moves] = v
-        n_moves += 1
-        left += -1 if side == 0 else 1
-        if left == target_left and cum > best_cum:
-            best_cum = cum
-            best_moves = n_moves
-            since_best = 0
-        else:
-            since_best += 1
-            if since_best > patience:
-                break
-    empty_buckets(w, lo, hi)
-    while n_moves > best_moves:
-        n_moves -= 1
-        move_vertex(w, w.movelog[n_moves], False)
-    w.cost -= best_cum
-    return best_cum
-
-
-cdef void bisect(Work* w, int64_t lo, int64_t hi, int64_t target_left) noexcept nogil:
-    """Split segment [lo, hi) so that its first ``target_left`` positions are the left side."""
-    cdef int64_t s = hi - lo, i, n_left, n_right
-    cdef int64_t best_cost = -1
-    cdef int64_t tol = max(2, min(PBR_PART, s // 16))
-    cdef int32_t t, v, seed
-    cdef int passes
-    for t in range(w.n_tries):
-        segment_enter(w, lo, hi)
-        seed = bfs_farthest(w, w.order[lo + random_below(w, <int32_t>s)], -1)
-        grow_left(w, lo, hi, target_left, seed)
-        passes = 0
-        while passes < 12 and fm_pass(w, lo, hi, target_left, tol) > 0:
-            passes += 1
-        if best_cost < 0 or w.cost < best_cost:
-            best_cost = w.cost
-            for i in range(lo, hi):
-                w.best_side[i - lo] = <char>w.where[w.order[i]]
-        segment_clear_counts(w, lo, hi)
-    # stable partition of the segment by the best sides found
-    n_left = 0
-    n_right = target_left
-    for i in range(lo, hi):
-        v = w.order[i]
-        w.where[v] = -1
-        if w.best_side[i - lo] == 0:
-            w.queue[n_left] = v
-            n_left += 1
-        else:
-            w.queue[n_right] = v
-            n_right += 1
-    for i in range(s):
-        w.order[lo + i] = w.queue[i]
-
-
-cdef void recursive_bisection(Work* w, int64_t* stack) noexcept nogil:
-    cdef int64_t top = 0, lo, hi, n_parts, target_left
-    cdef int64_t i
-    for i in range(w.n):
-        w.order[i] = <int32_t>i
-    stack[0] = 0
-    stack[1] = w.n
-    top = 1
-    while top > 0:
-        top -= 1
-        lo = stack[2 * top]
-        hi = stack[2 * top + 1]
-        if hi - lo <= PBR_PART:
-            continue
-        n_parts = (hi - lo + PBR_PART - 1) // PBR_PART
-        target_left = PBR_PART * (n_parts // 2)
-        bisect(w, lo, hi, target_left)
-        stack[2 * top] = lo + target_left
-        stack[2 * top + 1] = hi
-        stack[2 * top + 2] = lo
-        stack[2 * top + 3] = lo + target_left
-        top += 2
-
-
-# ---------------------------------------------------------------- bandwidth order (a candidate)
 
 cdef int compare_int64(const void* x, const void* y) noexcept nogil:
     cdef int64_t a = (<const int64_t*>x)[0], b = (<const int64_t*>y)[0]
@@ -526,7 +112,8 @@ cdef void score_members(Work* w, int32_t a, int32_t b) noexcept nogil:
     pairs joined, so the two lone terms are taken back (``overlap``).  The pair {a, b}
     and the edge cut depend only on the edges of u and v to a and b.
     """
-    cdef int32_t slot, home, other, member, q, c, t, n_tally, n_masks = 0, i, j, bits
+    cdef int32_t slot, home, member, q, c, t, n_tally, n_masks = 0, i, j, bits, shift, step
+    cdef int32_t* cell
     cdef int32_t* row_home
     cdef int32_t* row_other
     cdef int64_t k, fill = 0
@@ -541,7 +128,6 @@ cdef void score_members(Work* w, int32_t a, int32_t b) noexcept nogil:
         w.to_a[slot] = 0
         w.to_b[slot] = 0
         home = a if slot < PBR_PART else b
-        other = b if slot < PBR_PART else a
         row_home = w.row_a if slot < PBR_PART else w.row_b
         row_other = w.row_b if slot < PBR_PART else w.row_a
         member = slot % PBR_PART
@@ -579,18 +165,15 @@ cdef void score_members(Work* w, int32_t a, int32_t b) noexcept nogil:
                 w.member_mask[q] |= 1 << slot
     w.critical_start[2 * PBR_PART] = fill
     for slot in range(2 * PBR_PART):
+        # a's slot meets b's members along its row of overlap, b's slot a's members along its column
+        cell = &w.overlap[slot][0] if slot < PBR_PART else &w.overlap[0][slot - PBR_PART]
+        step = 1 if slot < PBR_PART else PBR_PART
+        shift = PBR_PART if slot < PBR_PART else 0
         for k in range(w.critical_start[slot], w.critical_start[slot + 1]):
-            q = w.critical[k]
-            if slot < PBR_PART:
-                bits = (w.member_mask[q] >> PBR_PART) & 0xFF
-                for j in range(PBR_PART):
-                    if (bits >> j) & 1:
-                        w.overlap[slot][j] += 1
-            else:
-                bits = w.member_mask[q] & 0xFF
-                for i in range(PBR_PART):
-                    if (bits >> i) & 1:
-                        w.overlap[i][slot - PBR_PART] += 1
+            bits = (w.member_mask[w.critical[k]] >> shift) & 0xFF
+            for j in range(PBR_PART):
+                if (bits >> j) & 1:
+                    cell[j * step] += 1
     for t in range(n_masks):
         w.member_mask[w.touched_mask[t]] = 0
 
@@ -657,7 +240,7 @@ cdef void refine_kway(Work* w) noexcept nogil:
     once one removes under 1/refine_stop of the joined pairs: on expanders (Barabasi-
     Albert) later passes cost as much as the first and remove almost nothing.
     """
-    cdef int32_t n_parts = (w.n + PBR_PART - 1) // PBR_PART
+    cdef int32_t n_parts = w.n_parts
     cdef int32_t a, b, idx, n_nbr, rounds
     cdef int passes = 0
     cdef int64_t pairs = joined_pairs(w), removed, pass_removed = pairs
@@ -665,7 +248,7 @@ cdef void refine_kway(Work* w) noexcept nogil:
     for a in range(n_parts):
         w.active_now[a] = 1
         w.active_next[a] = 0
-    while pass_removed > 0 and pass_removed * w.refine_stop >= pairs and passes < w.max_refine_passes:
+    while pass_removed > 0 and pass_removed * w.knobs.refine_stop >= pairs and passes < w.knobs.max_refine_passes:
         pass_removed = 0
         passes += 1
         for a in range(n_parts):
@@ -702,11 +285,10 @@ cdef void refine_kway(Work* w) noexcept nogil:
 
 cdef int64_t joined_pairs(Work* w) noexcept nogil:
     """Unordered pairs of distinct parts joined by an edge (= off-diagonal octiles / 2)."""
-    cdef int32_t n_parts = (w.n + PBR_PART - 1) // PBR_PART
     cdef int32_t a, i, q, n_touched
     cdef int64_t total = 0
     assign_parts(w)
-    for a in range(n_parts):
+    for a in range(w.n_parts):
         n_touched = load_row(w, a, w.row_a, w.touched_row_a)
         for i in range(n_touched):
             q = w.touched_row_a[i]
@@ -749,17 +331,6 @@ cdef inline int32_t* carve32(char** cursor, int64_t count) noexcept nogil:
     return out
 
 
-cdef struct Knobs:
-    int32_t n_tries             # initial partitions per bisection
-    int32_t net_weight          # cost of a cut net relative to a cut edge
-    int32_t max_refine_passes
-    int32_t refine_stop         # a refinement pass removing under 1/refine_stop of the pairs is the last
-    int32_t n_restarts          # most recursive bisections per graph ...
-    int32_t restart_budget      # ... as many as restart_budget // n, at least one
-    bint use_input_order        # the input order is a candidate too
-    bint use_bandwidth_order    # so is reverse Cuthill-McKee
-    int32_t input_slack_percent # refine the input order only within this % of the best pairs
-
 
 cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* indices, const Knobs* knobs,
                      uint64_t seed) noexcept nogil:
@@ -773,12 +344,10 @@ cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* i
     w.n = n
     w.indptr = indptr
     w.indices = indices
-    w.net_weight = knobs.net_weight
-    w.n_tries = knobs.n_tries
-    w.max_refine_passes = knobs.max_refine_passes
-    w.refine_stop = knobs.refine_stop
+    w.n_parts = <int32_t>n_parts
+    w.knobs = knobs[0]
     w.rng = seed
-    w.bucket_span = 2 * (<int64_t>w.net_weight * (maxdeg + 1) + maxdeg) + 1
+    w.bucket_span = 2 * (<int64_t>knobs.net_weight * (maxdeg + 1) + maxdeg) + 1
     critical_span = min(2 * indptr[n], 2 * PBR_PART * maxdeg) + 1
     # int64 arrays first keep every array aligned, bytes last
     nbytes = ((2 * (n_parts + 2) + maxdeg + 1) * sizeof(int64_t)
@@ -865,14 +434,13 @@ cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint6
     n_restarts = max(min(knobs.n_restarts, knobs.restart_budget // n), min(knobs.n_restarts, 1))
     for k in range(n_restarts + 2):
         if k < n_restarts:
-            recursive_bisection(&w, w.stack)
+            recursive_bisection(&w)
             refine_kway(&w)
         else:
             if k == n_restarts:
                 if not knobs.use_input_order:
                     continue
-                for i in range(n):
-                    w.order[i] = <int32_t>i
+                identity_order(&w)
             else:
                 if not knobs.use_bandwidth_order:
                     continue
@@ -920,15 +488,10 @@ def pbr_many(const int64_t[::1] node_offsets, const int64_t[::1] indptr, const i
             or not (n_restarts or use_input_order or use_bandwidth_order):
         raise ValueError("n_tries, refine_stop >= 1; net_weight, max_refine_passes, n_restarts, restart_budget, "
                          "input_slack_percent >= 0; and at least one candidate are required")
-    knobs.n_tries = n_tries
-    knobs.net_weight = net_weight
-    knobs.max_refine_passes = max_refine_passes
-    knobs.refine_stop = refine_stop
-    knobs.n_restarts = n_restarts
-    knobs.restart_budget = restart_budget
-    knobs.use_input_order = use_input_order
-    knobs.use_bandwidth_order = use_bandwidth_order
-    knobs.input_slack_percent = input_slack_percent
+    knobs = Knobs(n_tries=n_tries, net_weight=net_weight, max_refine_passes=max_refine_passes,
+                  refine_stop=refine_stop, n_restarts=n_restarts, restart_budget=restart_budget,
+                  use_input_order=use_input_order, use_bandwidth_order=use_bandwidth_order,
+                  input_slack_percent=input_slack_percent)
     if (seeds.shape[0] != n_graphs or pairs_out.shape[0] != n_graphs or entry_offsets.shape[0] != n_graphs + 1
             or perm_out.shape[0] != node_offsets[n_graphs] or indptr.shape[0] != node_offsets[n_graphs] + n_graphs
             or indices.shape[0] != entry_offsets[n_graphs]):
@@ -962,10 +525,8 @@ def swap_scores(const int64_t[::1] indptr, const int32_t[::1] indices, const int
     cdef char* block
     if indptr.shape[0] != n + 1 or n <= PBR_PART or not (0 <= a < n_parts and 0 <= b < n_parts and a != b):
         raise ValueError(f"need n > {PBR_PART}, indptr of n + 1 entries and two different parts in [0, {n_parts})")
-    knobs.net_weight = 0
-    knobs.n_tries = 1
-    knobs.max_refine_passes = 0
-    knobs.refine_stop = 1
+    knobs = Knobs(n_tries=1, net_weight=0, max_refine_passes=0, refine_stop=1, n_restarts=0, restart_budget=0,
+                  use_input_order=False, use_bandwidth_order=False, input_slack_percent=0)
     block = work_init(&w, n, &indptr[0], &indices[0] if indices.shape[0] else NULL, &knobs, 0)
     if block == NULL:
         raise MemoryError("swap_scores: out of memory")
