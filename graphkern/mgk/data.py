@@ -250,25 +250,14 @@ class DatasetCache:
 
     @staticmethod
     def content_key(graphs, node_cols, edge_cols):
-        """A digest of the graphs' arrays that the packing reads (their dtypes and shapes included)."""
+        """A digest of the graphs' content (each Graph's fingerprint, computed once per Graph over its
+        read-only arrays) and of the label columns the packing reads."""
         h = hashlib.blake2b(digest_size=16)
-        layout = []
+        h.update(repr((tuple(node_cols), tuple(edge_cols))).encode())
         for k, g in enumerate(graphs):
             if not isinstance(g, Graph):
                 raise TypeError(f"graph {k} is a {type(g).__name__}, expected graphkern.Graph")
-            for arr in (g.indptr, g.indices, g.weights, *(g.node_labels.get(c) for c in node_cols),
-                        *(g.edge_labels.get(c) for c in edge_cols)):
-                if arr is None:
-                    layout.append(-1)
-                    continue
-                layout += (arr.dtype.num, *arr.shape, -2)
-                if arr.dtype.hasobject:
-                    h.update(repr(arr.tolist()).encode())
-                elif arr.flags.c_contiguous:
-                    h.update(arr)
-                else:
-                    h.update(np.ascontiguousarray(arr))
-        h.update(np.array(layout, dtype=np.int64))
+            h.update(g.fingerprint.encode())
         return h.digest()
 
     def get(self, graphs, node_program, edge_program, tables, dtype):
