@@ -203,10 +203,14 @@ def symmetric_pattern(G, *, weighted=False):
         raise TypeError(f"weighted must be True or False, got {weighted!r}")
     source = G.indices if isinstance(G, (Graph, sp.csr_matrix, sp.csr_array)) else None
     if isinstance(G, Graph):
-        # A Graph built with validate=False, or whose arrays were edited after it was checked,
-        # arrives unchecked, and the kernels index with its arrays: they are checked at the
-        # point of use.  (The one call site of the CSR index check.)
-        _check_csr_indices(G.indptr, G.indices, G.n_nodes)
+        # A Graph built with validate=False arrives unchecked, and the kernels index with its
+        # arrays: they are checked at the point of use, once per Graph (its arrays are read-only;
+        # a validated Graph passes at once), and a problem is worded by the CSR index check.
+        try:
+            G.require_valid()
+        except ValueError:
+            _check_csr_indices(G.indptr, G.indices, G.n_nodes)
+            raise
     A, _ = as_csr_matrix(G, name="G")  # square, symmetric values, finite, duplicates summed
     n = A.shape[0]
     if n > INT32_MAX:
