@@ -67,9 +67,9 @@ on the GPU so is its device-resident operator: A's rows on each device, the SpMV
 vectors and streams.  A later call with the same, unchanged object finds them (``info.cached``;
 ``info.times["setup"]`` is then near zero).  Entries hold only a weak reference to the object: a
 matrix that is deleted frees its device memory.  Every call checks the content: a full 64-bit hash
-of the backing arrays, computed in parallel compiled code at memory speed (a Graph that carries
-its own digest, ``Graph.fingerprint``, computed once over read-only arrays, costs nothing), so any
-in-place edit of A is seen.  :func:`clear_cache` drops the entries (of A, or all of them).  At most MAX_RESIDENT matrices
+of the backing arrays, computed in parallel compiled code at memory speed (a Graph, whose arrays
+are read-only and its own, is known by its identity and costs nothing), so any in-place edit of A
+is seen.  :func:`clear_cache` drops the entries (of A, or all of them).  At most MAX_RESIDENT matrices
 keep device memory (least recently used go first), and a GPU allocation that would not fit first
 evicts other matrices.  GPU calls from several threads run one at a time.
 

@@ -9,9 +9,9 @@ holds only a weak reference to it: when the object is collected, the entry and e
 on it (device memory included) go with it.  A lookup hits only when the object, the identity of
 each backing array, the layout (format, shape, dtypes) and the content are those the entry was
 built from.  The content is a 64-bit hash of every byte of the backing arrays, computed in
-compiled code in parallel at memory speed on every lookup (so any in-place edit is seen); a Graph
-that carries its own digest (``Graph.fingerprint``, computed once, its arrays read-only) is keyed
-by that and costs nothing.  Formats without flat backing arrays
+compiled code in parallel at memory speed on every lookup (so any in-place edit is seen); a Graph,
+whose arrays are read-only and its own, is keyed by its identity and its arrays' alone and costs
+nothing (not even a first hash of its entries).  Formats without flat backing arrays
 (lil, dok) are validated on every call and not cached.
 """
 
@@ -61,13 +61,10 @@ def _array_digest(a, n_threads):
 
 
 def content_digest(A, arrays, n_threads):
-    """The content key of A: the Graph's own content hash when it has one, else a hash of every
-    backing array."""
+    """The content key of A: nothing more for a Graph (its arrays are read-only and its own, so the
+    object and the identity of its arrays say all), else a hash of every backing array."""
     if isinstance(A, Graph):
-        # the Graph's own digest, computed once (its arrays are read-only and its own, so it stays true)
-        own = getattr(A, "fingerprint", None)
-        if isinstance(own, (str, int, np.integer)):
-            return ("graph", own)
+        return ("graph",)
     return tuple(_array_digest(a, n_threads) for a in arrays)
 
 
