@@ -172,4 +172,4 @@ setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt}, install_requi
       extras_require=_extras(), zip_safe=False,
       package_data={"graphkern": ["py.typed"], "graphkern.bench.data": ["*.sdf.gz", "README.md"]},
       # the wheel carries the compiled modules, not their sources or Cython's generated C/C++
-      exclude_package_data={"graphkern._cpu": ["*.c", "*.cpp", "*.pyx", "*.h"], "graphkern._cuda": ["*.cpp", "*.pyx"]})
+      exclude_package_data={"graphkern._cpu": ["*.c", "*.cpp", "*.pyx", "*.pxd", "*.h"], "graphkern._cuda": ["*.cpp", "*.pyx"]})
