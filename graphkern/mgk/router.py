@@ -71,7 +71,8 @@ class Router:
             self.last_run = {name: m}
             return _run(engine, ds1, ds2, pair_arr, args, nodal, plan, progress)
         # per engine: a bool per pair, or True / False for every pair
-        masks = [engine.accepts(ds1, ds2, pair_arr, args, gradient=plan) for _, engine in chain[:-1]] + [True]
+        masks = [_collapsed(engine.accepts(ds1, ds2, pair_arr, args, gradient=plan)) for _, engine in chain[:-1]]
+        masks.append(True)
         first = next(k for k, mask in enumerate(masks) if not isinstance(mask, (bool, np.bool_)) or mask)
         if masks[first] is True or masks[first] is np.True_:  # one engine takes every pair
             owner = None
@@ -196,6 +197,16 @@ def _balanced_shares(cost, parts):
         return np.linspace(0, len(cost), parts + 1).astype(np.int64)
     cuts = np.searchsorted(total, total[-1] * np.arange(1, parts) / parts, side="left")
     return np.concatenate([[0], cuts, [len(cost)]]).astype(np.int64)
+
+
+def _collapsed(mask):
+    """A per-pair mask that is all False or all True as that one bool (no per-pair routing then)."""
+    if isinstance(mask, np.ndarray):
+        if not mask.any():
+            return False
+        if mask.all():
+            return True
+    return mask
 
 
 def _takes(mask, idx):
