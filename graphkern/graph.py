@@ -97,6 +97,24 @@ class Graph:
         if validate:
             self._check(symmetrize)
 
+    @classmethod
+    def _trusted(cls, indptr, indices, weights, node_labels, edge_labels):
+        """A Graph of arrays that a reader built valid (rows sorted, symmetric, indices in range,
+        labels aligned): stored read-only in the constructor's dtypes, without its checks."""
+        G = cls.__new__(cls)
+        n, nnz = len(indptr) - 1, len(indices)
+        G._n, G.name, G._cache = n, None, {"valid": True}
+        G._indptr = frozen(indptr, index_dtype(nnz))
+        G._indices = frozen(indices, np.int32 if n <= _INT32_MAX else np.int64)
+        G._weights = None if weights is None else frozen(weights, np.float64)
+        G._node_labels = LabelColumns("node", n, G._cache)
+        G._edge_labels = LabelColumns("edge", nnz, G._cache)
+        for key, col in node_labels:
+            G._node_labels._put(key, col)
+        for key, col in edge_labels:
+            G._edge_labels._put(key, col)
+        return G
+
     n_nodes = property(lambda self: self._n, doc="Number of nodes.")
     indptr = property(lambda self: self._indptr, doc="Row pointers (read-only).")
     indices = property(lambda self: self._indices, doc="Sorted column indices of each row (read-only).")

@@ -26,7 +26,7 @@ import numpy as np
 
 from .._backend import resolve_threads
 from .._cpu import sdf_parse
-from ..graph import _restore_graph
+from ..graph import Graph
 from ._molecule import ATOMIC_NUMBER
 from ._text import FileFormatError, _named_errors, read_bytes, source_name
 
@@ -156,16 +156,12 @@ def _graphs(arrays):
     for a1, p1, e1, n, m, ok in zip(atom_end.tolist(), ptr_end.tolist(), entry_end.tolist(), n_atoms.tolist(),
                                     nnz.tolist(), finite.tolist()):
         a0, p0, e0 = a1 - n, p1 - n - 1, e1 - m
-        graph = _restore_graph(indptr[p0:p1], indices[e0:e1], None if weights is None else weights[e0:e1],
-                               None, None, None, True)
         # the columns have the dtypes and lengths of a validated graph's: stored as they are
-        graph.node_labels._put("element", element[a0:a1])
-        graph.node_labels._put("charge", charge[a0:a1])
-        if ok:
-            graph.node_labels._put("coords", coords[a0:a1])
-        else:
+        nodes = [("element", element[a0:a1]), ("charge", charge[a0:a1])] + ([("coords", coords[a0:a1])] if ok else [])
+        graph = Graph._trusted(indptr[p0:p1], indices[e0:e1], None if weights is None else weights[e0:e1], nodes,
+                               [("bond_order", order[e0:e1])])
+        if not ok:
             graph.node_labels["coords"] = coords[a0:a1]
-        graph.edge_labels._put("bond_order", order[e0:e1])
         yield graph
 
 
