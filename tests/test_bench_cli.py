@@ -93,3 +93,39 @@ def test_a_peer_that_kills_its_process_is_a_failure_not_a_crash():
     with pytest.raises(PeerCrashed, match="SIGABRT"):
         isolated(os.abort, timeout=60)
     assert isolated(divmod, 7, 2, timeout=60) == (3, 1)
+
+
+def test_scaling_suite_tables_on_two_devices_stood_in_by_the_cpu(monkeypatch, capsys):
+    """The scaling suite's tables and ratios, with the GPU calls answered by the CPU backend (CI has
+    no GPU): every device count gets a row, the one-device row is the baseline, and the per-device
+    answers agree with it; one GPU is no scaling run."""
+    import argparse
+
+    import numpy as np
+
+    import graphkern.expm as expm
+    import graphkern.mgk as mgk
+    from graphkern.bench.suites import scaling
+
+    cpu_expm, cpu_mgk = expm.expm_multiply, mgk.MarginalizedGraphKernel
+
+    class OnTheCpu(cpu_mgk):
+        def __init__(self, *args, device=None, **kwargs):
+            super().__init__(*args, **{**kwargs, "backend": "cpu"})
+
+    monkeypatch.setattr(expm, "expm_multiply", lambda G, device=None, **kw: cpu_expm(G, **{**kw, "backend": "cpu"}))
+    monkeypatch.setattr(mgk, "MarginalizedGraphKernel", OnTheCpu)
+    ctx = cli.Context(quick=True, progress=cli.Progress(False), system={"gpus": [{}, {}]}, repeat=None)
+    rows = scaling.run(argparse.Namespace(graphs="rmat18", devices=[1, 2], proteins=0, molecules=12), ctx)
+    out = capsys.readouterr().out
+    assert "exp(βA)1 on R-MAT scale 18" in out and "marginalized kernel on 12 molecules" in out
+    by_kind = {}
+    for r in rows:
+        by_kind.setdefault(r.get("kind"), []).append(r)
+    assert [r["devices"] for r in by_kind["expm"]] == [1, 2] and by_kind["expm"][0]["speedup"] == 1.0
+    assert all(r["rel_vs_1gpu"] < 1e-12 for r in by_kind["expm"])
+    assert [r["devices"] for r in by_kind["mgk"]] == [1, 2]
+    assert all(np.isfinite(r["pairs_per_s"]) and r["max_rel_vs_1gpu"] == 0 for r in by_kind["mgk"])
+    one = scaling.run(argparse.Namespace(graphs=None, devices=None, proteins=None, molecules=None),
+                      cli.Context(quick=True, progress=cli.Progress(False), system={"gpus": [{}]}, repeat=None))
+    assert one == [{"skipped": "1 GPU"}]

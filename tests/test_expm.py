@@ -971,6 +971,41 @@ def test_rowblock_plan_covers_every_row_once_within_the_kernel_limits(kind, rng)
     assert bases == sorted(set(bases)) and (not bases or bases[0] == 0)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_rowblock_cuts_are_the_searchsorted_definition(dtype, rng):
+    """The compiled pass gives the cuts of their NumPy definition: 0 and n, the first row reaching
+    each multiple of the block cost (searchsorted), and both sides of every long row."""
+    from graphkern._cpu.expm import rowblock_cuts
+    from graphkern.expm import plans as g
+
+    def reference(indptr):
+        n = len(indptr) - 1
+        cost = indptr[:-1].astype(np.int64) + np.arange(n)
+        targets = np.arange(g.ROWBLOCK_COST, int(indptr[-1]) + n, g.ROWBLOCK_COST)
+        long_rows = np.flatnonzero(np.diff(indptr) > g.LONG_ROW)
+        return np.unique(np.concatenate([[0, n], np.searchsorted(cost, targets), long_rows, long_rows + 1]))
+
+    draws = [lambda n: rng.integers(0, 5, n), lambda n: rng.zipf(1.5, n).clip(0, 50_000),
+             lambda n: rng.integers(0, 3000, n), lambda n: np.eye(1, n, int(rng.integers(n)), dtype=int)[0] * 10**5]
+    for draw in draws:
+        for n in (1, 2, int(rng.integers(3, 4000))):
+            indptr = np.concatenate([[0], np.cumsum(draw(n))]).astype(dtype)
+            np.testing.assert_array_equal(rowblock_cuts(indptr, g.ROWBLOCK_COST, g.LONG_ROW), reference(indptr))
+
+
+@pytest.mark.gpu
+def test_gpu_timeline_has_each_devices_kernel_seconds():
+    """info.timeline: per device its rows, SpMV, update and waiting seconds over the counted steps;
+    the lead device's SpMV seconds are info.times["spmv"]."""
+    A = skewed_graph(np.random.default_rng(3), 20000, [3000, 500])
+    _, info = expm_multiply(A, beta=0.1, backend="gpu", device=0)
+    (lead,) = info.timeline
+    assert lead["device"] == 0 and lead["rows"] == A.shape[0] and 0 < lead["steps"] <= info.n_spmv
+    assert lead["spmv"] == info.times["spmv"] and lead["vector"] > 0 and lead["wait"] >= 0
+    _, cpu = expm_multiply(A, beta=0.1, backend="cpu")
+    assert cpu.timeline == ()
+
+
 @pytest.mark.parametrize("kind", ["skewed", "empty rows", "grid"])
 def test_hybrid_plan_covers_every_row_once(kind, rng):
     from graphkern.expm import plans as g
