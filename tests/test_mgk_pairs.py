@@ -73,6 +73,7 @@ def test_pair_plan_is_the_numpy_launch(m, same, rng):
     np.testing.assert_array_equal(g2, b[want])
     want_footprint = (f1[a] + f2[b] + 16 * sizes).max(initial=0)
     assert (largest, total, footprint) == (sizes.max(initial=0), sizes.sum(), want_footprint)
+    np.testing.assert_array_equal(pairs.pair_costs(pair_arr, n1, n2, w1, w2), w1[a].astype(np.float64) * w2[b] + sizes)
 
 
 def test_pair_plan_rejects_graphs_out_of_range(rng):

@@ -177,6 +177,17 @@ def pair_plan(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int64
     return order, out1, out2, int(big), int(total), int(foot)
 
 
+def pair_costs(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int64_t[::1] n2,
+               const int64_t[::1] w1, const int64_t[::1] w2):
+    """Each pair's solve cost as :func:`pair_plan` orders by it, ``w1[a] w2[b] + n1[a] n2[b]``, over threads."""
+    cdef Py_ssize_t m = pair_arr.shape[0], i
+    out = np.empty(m)
+    cdef double[::1] o = out
+    for i in prange(m, nogil=True, schedule="static"):
+        o[i] = _pair_cost(pair_arr, i, n1, n2, w1, w2)
+    return out
+
+
 def take(const item_t[::1] values, const int64_t[::1] order):
     """``values[order]`` over threads."""
     cdef Py_ssize_t m = order.shape[0], i

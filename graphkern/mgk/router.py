@@ -26,6 +26,7 @@ import numpy as np
 
 from graphkern.mgk.core import GPUEngine
 from graphkern.mgk.cpu import CPUEngine
+from graphkern._cpu import pairs
 from graphkern._cuda import runtime as rt
 from graphkern.errors import CudaError, GraphTooLargeError
 from graphkern.mgk.csr import CSR_TECHNIQUE, CSRGPUEngine, csr_data
@@ -184,9 +185,8 @@ def _pair_cost(ds1, ds2, pair_arr):
     """A pair's predicted solve cost: the entry pairs of one product-graph XMV and its vertex pairs."""
     c1 = csr_data(ds1)
     c2 = c1 if ds2 is ds1 else csr_data(ds2)
-    g1, g2 = pair_arr[:, 0], pair_arr[:, 1]
-    return (c1.n_entries[g1].astype(np.float64) * c2.n_entries[g2]
-            + c1.n_nodes[g1].astype(np.float64) * c2.n_nodes[g2])
+    i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
+    return pairs.pair_costs(i64(pair_arr), i64(c1.n_nodes), i64(c2.n_nodes), i64(c1.n_entries), i64(c2.n_entries))
 
 
 def _balanced_shares(cost, parts):
