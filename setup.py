@@ -82,6 +82,11 @@ def _extensions():
 class BuildExt(build_ext):
     """build_ext that also compiles cuda_src/*.cu to fatbins and writes _build_info.py."""
 
+    def finalize_options(self):
+        super().finalize_options()
+        if self.parallel is None:  # pip passes no -j: compile the Cython modules side by side anyway
+            self.parallel = os.cpu_count() or 1
+
     def run(self):
         super().run()
         pkg_dir = os.path.join(ROOT if self.inplace else self.build_lib, "graphkern")

