@@ -184,6 +184,30 @@ def test_launch_packaged_kernel(rng, gpu_device):
     assert fn.attributes["num_regs"] > 0
 
 
+@pytest.mark.gpu
+def test_function_queries_from_a_thread_with_no_current_context(gpu_device):
+    """A Dask worker runs tasks on threads that never touched the device: a cached function's
+    occupancy and attribute queries must still work there (they make the context current)."""
+    import threading
+
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_axpy_f64")
+    expected = (fn.max_active_blocks_per_sm(256), fn.attributes)
+    got, errors = [], []
+
+    def task():
+        try:
+            fn.set_max_dynamic_shared_memory(0)
+            got.append((fn.max_active_blocks_per_sm(256), fn.attributes))
+        except Exception as exc:  # reported below, with the driver's name
+            errors.append(exc)
+
+    t = threading.Thread(target=task)
+    t.start()
+    t.join()
+    assert not errors, errors
+    assert got == [expected]
+
+
 def _butterfly(v):
     """Every lane's sum of v (32 lanes) in warp_sum's order: v[l] + v[l ^ off], off = 16 .. 1."""
     for off in (16, 8, 4, 2, 1):

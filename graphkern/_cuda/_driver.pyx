@@ -238,8 +238,12 @@ cdef class Function:
     cdef readonly str name
     cdef readonly Device device
 
+    # Each query activates the device first: a thread that never launched on it (a Dask worker's task
+    # thread, a staging thread) has no current context, and the driver answers INVALID_CONTEXT.
+
     cdef int _attr(self, cydriver.CUfunction_attribute a) except? -1:
         cdef int v = 0
+        self.device.activate()
         _check(cydriver.cuFuncGetAttribute(&v, a, self.f), "cuFuncGetAttribute")
         return v
 
@@ -253,6 +257,7 @@ cdef class Function:
         )
 
     def set_max_dynamic_shared_memory(self, int nbytes):
+        self.device.activate()
         _check(cydriver.cuFuncSetAttribute(self.f, cydriver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                            nbytes), "cuFuncSetAttribute")
 
@@ -260,11 +265,13 @@ cdef class Function:
         """Ask for ``percent`` of the SM's L1/shared storage as shared memory (the rest is L1)."""
         if not 0 <= percent <= 100:
             raise ValueError(f"shared-memory carveout must be a percentage in [0, 100], got {percent}")
+        self.device.activate()
         _check(cydriver.cuFuncSetAttribute(self.f, cydriver.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
                                            percent), "cuFuncSetAttribute")
 
     def max_active_blocks_per_sm(self, int block_size, size_t dynamic_shared=0):
         cdef int n = 0
+        self.device.activate()
         _check(cydriver.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, self.f, block_size, dynamic_shared),
                "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         return n
