@@ -4,6 +4,7 @@ one CPU worker running the kernel's OpenMP threads."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 
 
@@ -65,5 +66,8 @@ def _local_cluster(gpus, n_threads):
     for k, gpu in enumerate(gpus):
         order = gpus[k:] + gpus[:k]
         workers[f"gpu-{gpu}"] = {"cls": Nanny, "options": {
-            "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": ",".join(order), "OMP_NUM_THREADS": per_gpu_threads}}}
-    return SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": ":8787"}}, workers=workers)
+            "nthreads": 1, "env": {"CUDA_VISIBLE_DEVICES": ",".join(order), "OMP_NUM_THREADS": per_gpu_threads},
+            "silence_logs": logging.WARNING}}
+    # quiet as LocalCluster is by default: Dask's start-up and shutdown notes are not the user's output
+    return SpecCluster(scheduler={"cls": Scheduler, "options": {"dashboard_address": ":8787"}}, workers=workers,
+                       silence_logs=logging.WARNING)
