@@ -8,6 +8,7 @@ shares a block of rows or columns.  The graphs arrive once per worker (scattered
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -42,19 +43,20 @@ def forget(token):
 
 
 def compute_tile(job, X, Y, tile, sink):
-    """The raw kernel values of ``tile``: returned, or written to ``sink`` (then only the seconds)."""
+    """``(K, span)``: the raw kernel values of ``tile`` (None when written to ``sink``) and
+    ``(process id, start, end)`` of the work on this worker, wall-clock seconds, so the caller can
+    tell a worker's idle time between tiles from the time a result takes to reach it."""
     kernel = _kernel(job)
-    t0 = time.perf_counter()
+    start = time.time()
     if Y is None and tile.ti == tile.tj:
         K = kernel(X[tile.i0:tile.i1])
     else:
         K = kernel(X[tile.i0:tile.i1], (X if Y is None else Y)[tile.j0:tile.j1])
     K = np.asarray(K)
-    seconds = time.perf_counter() - t0
-    if sink is None:
-        return K, seconds
-    sink.write(tile, K, RAW)
-    return None, seconds
+    if sink is not None:
+        sink.write(tile, K, RAW)
+        K = None
+    return K, (os.getpid(), start, time.time())
 
 
 def compute_diag(job, graphs, lo, hi):
