@@ -9,6 +9,7 @@ shares a block of rows or columns.  The graphs arrive once per worker (scattered
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 from collections import OrderedDict
@@ -20,6 +21,8 @@ MISSING, RAW, NORMALIZED = 0, 1, 2
 
 _KERNELS = OrderedDict()  # (call token, thread id) -> kernel
 _KERNELS_KEPT = 8
+_GRAPHS = OrderedDict()  # (call token, "X" or "Y") -> the call's graphs, unpickled once
+_GRAPHS_KEPT = 4
 _LOCK = threading.Lock()
 
 
@@ -36,10 +39,28 @@ def _kernel(job):
 
 
 def forget(token):
-    """Drop the kernels of call ``token`` (their packed graphs and device memory) from this worker."""
+    """Drop the kernels of call ``token`` (their packed graphs and device memory) and its graphs
+    from this worker."""
     with _LOCK:
         for key in [k for k in _KERNELS if k[0] == token]:
             del _KERNELS[key]
+        for key in [k for k in _GRAPHS if k[0] == token]:
+            del _GRAPHS[key]
+
+
+def shipped(job, name, blob):
+    """The graphs ``blob`` (a pickled list, as the caller scattered it), unpickled once per worker
+    process and call and kept while its tiles arrive; None stays None."""
+    if blob is None:
+        return None
+    key = (job[0], name)
+    with _LOCK:
+        graphs = _GRAPHS.get(key)
+        if graphs is None:
+            graphs = _GRAPHS[key] = pickle.loads(blob)
+            while len(_GRAPHS) > _GRAPHS_KEPT:
+                _GRAPHS.popitem(last=False)
+        return graphs
 
 
 def compute_tile(job, X, Y, tile, sink):
@@ -47,6 +68,7 @@ def compute_tile(job, X, Y, tile, sink):
     ``(process id, start, end)`` of the work on this worker, wall-clock seconds, so the caller can
     tell a worker's idle time between tiles from the time a result takes to reach it."""
     kernel = _kernel(job)
+    X, Y = shipped(job, "X", X), shipped(job, "Y", Y)
     start = time.time()
     if Y is None and tile.ti == tile.tj:
         K = kernel(X[tile.i0:tile.i1])
@@ -59,9 +81,9 @@ def compute_tile(job, X, Y, tile, sink):
     return K, (os.getpid(), start, time.time())
 
 
-def compute_diag(job, graphs, lo, hi):
-    """``kernel.diag`` of ``graphs[lo:hi]``."""
-    return np.asarray(_kernel(job).diag(graphs[lo:hi]), dtype=np.float64)
+def compute_diag(job, name, graphs, lo, hi):
+    """``kernel.diag`` of ``graphs[lo:hi]`` (the call's graphs ``name``, as :func:`shipped` takes them)."""
+    return np.asarray(_kernel(job).diag(shipped(job, name, graphs)[lo:hi]), dtype=np.float64)
 
 
 def normalized(K, dx, dy, dtype):
