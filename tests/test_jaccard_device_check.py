@@ -79,7 +79,9 @@ def bad_inputs(rng):
     B = A.copy()
     B.indptr[0] = 1
     out.append(("indptr not from 0", B, False, INDPTR))
-    B = A.copy()
+    B = A.copy()  # drop the last stored entry: off the diagonal, so the matrix is also asymmetric
+    B.setdiag(0)  # (dropping a diagonal entry would leave a valid matrix)
+    B.eliminate_zeros()
     B.indptr[-1] -= 1
     out.append(("indptr short of nnz", B, False, INDPTR))
     return out
