@@ -250,11 +250,29 @@ def test_a_component_beyond_one_krylov_space_is_flagged(backend, rng):
         y, info = expm_multiply(A, np.array([1.0, 2.0, 3.0]), beta=-1.0, backend=backend)
     assert not info.converged and info.error_estimate > 1.0 and info.parts == 2
     assert y[2] * np.exp(info.log_scale) == pytest.approx(3 * np.exp(-1.0), rel=1e-14)
+    assert info.unresolved.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unresolved_components_leave_the_others_exact(backend, rng):
+    """The components no Krylov space resolves (a 1e151 and a 1e300 block with beta = -1) are solved
+    one by one, flagged in ``info.unresolved``, and set neither the scale nor the values of the rest."""
+    from scipy.linalg import expm
+
     blocks = scale_blocks(rng, huge_component=True)
     B, order = block_diagonal(rng, blocks)
     with pytest.warns(RuntimeWarning, match="beyond what one Krylov space resolves"):
-        _, info = total_communicability(B, beta=-1.0, backend=backend)  # its Ritz values go astray: flagged
-    assert not info.converged and info.parts == 7
+        y, info = total_communicability(B, beta=-1.0, backend=backend)
+    assert not info.converged and info.parts == 8  # 12 vertices, the 5 single ones, the two large apart
+    position = np.argsort(order)  # block-order vertex -> its index in B
+    starts = np.cumsum([0] + [len(b) for b in blocks])
+    flagged = np.r_[starts[1]:starts[2], starts[-2]:starts[-1]]  # the 1e151 block and the 1e300 block
+    assert info.unresolved.tolist() == sorted(position[flagged].tolist())
+    want = np.concatenate([expm(-blocks[0]) @ np.ones(12)] + [np.exp(-b.ravel()) for b in blocks[2:-1]])
+    trusted = position[np.r_[starts[0]:starts[1], starts[2]:starts[-2]]]
+    got = np.asarray(y, dtype=np.float64)[trusted] * np.exp(info.log_scale)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=0)
+    assert np.all(np.isfinite(y))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

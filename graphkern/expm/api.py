@@ -83,9 +83,10 @@ Scales.  The Ritz values of one Krylov space resolve each other to about eps * m
 the answer holds to about ``|beta| max|theta| eps`` (eps of dtype).  When that exceeds
 ``max(tol, RESOLVE_ULPS * eps)`` -- e.g. diag(2, 0, 4e300) with beta = -1, whose exp(-2) merges with
 exp(0) -- A is split into its connected components: single vertices get the exact f(beta a_ii) x_i,
-the components small enough for one space are solved together, the others together (``info.parts``
-counts the pieces).  A component that is itself beyond that resolution is returned with
-``converged=False`` and a RuntimeWarning saying so.  Ordinary matrices never pay for the split: the
+the components small enough for one space are solved together, each of the others in a space of its
+own (``info.parts`` counts the pieces).  A component that is itself beyond that resolution is returned
+with ``converged=False``, a RuntimeWarning and its vertices in ``info.unresolved``; it does not set
+the scale of the others' values.  Ordinary matrices never pay for the split: the
 check reads the Ritz values the solve already has.
 
 Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
@@ -120,6 +121,8 @@ NORMALIZE = (None, "n", "lambda_max")
 # The Ritz values of one Krylov space resolve each other to about eps * max|theta| only, so the answer
 # is good to about |beta| max|theta| eps; beyond max(tol, RESOLVE_ULPS * eps) it is not trusted.
 RESOLVE_ULPS = 4096
+# Components beyond one Krylov space's resolution are solved one by one, up to this many solves.
+MAX_SEPARATE_COMPONENTS = 64
 
 _matrices = MatrixCache()
 _gpu_lock = threading.RLock()  # one GPU solve at a time: they share the cached device work vectors
@@ -155,7 +158,10 @@ class ExpmInfo:
     timeline: on the GPU, per device: its ordinal, rows, seconds in its SpMVs, in its updates, and
         waiting between its steps for the other devices (or the host), and the steps counted.
     parts: 1, or the number of pieces solved apart (each single vertex exactly, the connected components
-        in one or two Krylov spaces) because A's scales were too far apart for one (see Scales).
+        in Krylov spaces of their own scale) because A's scales were too far apart for one (see Scales).
+    unresolved: None when every value is trusted (``converged``), else the sorted vertex indices whose
+        values are not: every vertex when A was solved whole, only those of the failing components when
+        it was split, so the rest of ``y`` can still be used.
     """
 
     krylov_dim: int
@@ -177,6 +183,7 @@ class ExpmInfo:
     task_grid: str | None = None
     timeline: tuple = ()
     parts: int = 1
+    unresolved: np.ndarray | None = None
 
 
 def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.float64, backend="auto",
@@ -439,6 +446,8 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
                       f"in {dtype.name}: eigenvalues closer than {eps:.1e} of the largest merge, so the result may be "
                       f"wrong by about {floor:.1e} (relative); converged=False", RuntimeWarning, stacklevel=3)
         info = replace(info, converged=False, error_estimate=max(info.error_estimate, floor))
+    if not info.converged:
+        info = replace(info, unresolved=np.arange(n, dtype=np.int64))
     return y, info
 
 
@@ -454,8 +463,16 @@ def _scale_pieces(mat, beta_abs, amplification):
     np.maximum.at(norms, labels, np.asarray(absolute.sum(axis=1)).ravel())
     kind = np.where(norms[labels] * beta_abs <= amplification, 1, 2)
     kind[np.bincount(labels, minlength=count)[labels] == 1] = 0
-    pieces = [(k, np.flatnonzero(kind == k)) for k in range(3)]
-    pieces = [(k, v) for k, v in pieces if v.size]
+    pieces = [(k, np.flatnonzero(kind == k)) for k in (0, 1)]
+    # each large component in a space of its own: together, the largest would set every one's resolution
+    large = np.flatnonzero(kind == 2)
+    order = np.argsort(labels[large], kind="stable")
+    comps = np.split(large[order], np.flatnonzero(np.diff(labels[large][order])) + 1) if large.size else []
+    if len(comps) > MAX_SEPARATE_COMPONENTS:  # past that many solves, the smallest share one space
+        comps.sort(key=len)
+        keep = len(comps) - MAX_SEPARATE_COMPONENTS + 1
+        comps = [np.sort(np.concatenate(comps[:keep]))] + comps[keep:]
+    pieces = [(k, v) for k, v in pieces if v.size] + [(2, c) for c in comps]
     return None if len(pieces) == 1 and pieces[0][0] != 0 else pieces
 
 
@@ -466,7 +483,7 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
     x = None if x is None else np.asarray(x, dtype=np.float64)
     data = np.ones(mat.nnz) if mat.weights is None else mat.weights
     whole = sp.csr_matrix((data, mat.indices, mat.indptr), shape=(mat.n, mat.n))
-    parts, infos = [], []  # (vertices, y, log scale, largest eigenvalue seen)
+    parts, infos = [], []  # (vertices, y, log scale, largest eigenvalue seen, resolved)
     for kind, idx in pieces:
         xs = None if x is None else x[idx]
         if kind == 0:  # a vertex alone (no entry or a diagonal one): f(beta a_ii) x_i
@@ -475,18 +492,27 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
             held = mat.indptr[idx + 1] > start
             diag[held] = 1.0 if mat.weights is None else mat.weights[start[held]]
             values, shift = fn.shifted(beta * diag)
-            parts.append((idx, values if xs is None else values * xs, shift, float(diag.max())))
+            parts.append((idx, values if xs is None else values * xs, shift, float(diag.max()), True))
         else:
             y, info = _run(**{**options, "A": whole[idx][:, idx], "x": xs, "normalize": None, "split": False})
-            parts.append((idx, y.astype(np.float64), info.log_scale, info.lambda_max))
+            parts.append((idx, y.astype(np.float64), info.log_scale, info.lambda_max, info.converged))
             infos.append(info)
-    # log scales of 1e300 hold no O(1) part: the parts keep their magnitudes and only the shifts combine
-    top = max((ls for _, y, ls, _ in parts if np.any(y)), default=0.0)
+    # log scales of 1e300 hold no O(1) part: the parts keep their magnitudes and only the shifts combine.
+    # The common scale comes from the trusted parts: an unresolved one's shift may be far off.
+    top = max((ls for _, y, ls, _, ok in parts if ok and np.any(y)),
+              default=max((ls for _, y, ls, _, _ in parts if np.any(y)), default=0.0))
     y = np.zeros(mat.n)
+    ceiling = np.inf  # an unresolved value is held to the largest trusted magnitude (it is flagged anyway)
     with np.errstate(divide="ignore"):
-        for idx, part, ls, _ in parts:
-            y[idx] = np.sign(part) * np.exp(np.log(np.abs(part)) + (ls - top))
-    lambda_max = float(np.nanmax([lam for _, _, _, lam in parts]))
+        exponents = [np.log(np.abs(part)) + (ls - top) for _, part, ls, _, _ in parts]
+        trusted = [e.max() for e, (_, _, _, _, ok) in zip(exponents, parts) if ok and e.size]
+        if trusted and max(trusted) > -np.inf:
+            ceiling = max(trusted)
+        for e, (idx, part, _, _, ok) in zip(exponents, parts):
+            y[idx] = np.sign(part) * np.exp(e if ok else np.minimum(e, ceiling))
+    bad = [idx for idx, _, _, _, ok in parts if not ok]
+    unresolved = np.sort(np.concatenate(bad)).astype(np.int64) if bad else None
+    lambda_max = float(np.nanmax([lam for _, _, _, lam, _ in parts]))
     rest = -math.log(mat.n) if normalize == "n" else -beta * lambda_max if normalize == "lambda_max" else 0.0
     y, log_scale = finish_on_host(y, OutputScaling(top, rest, scaling.dtype, scaling.scalable, scaling.caller))
     times = dict(first.times, total=time.perf_counter() - t_start)
@@ -494,7 +520,7 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
                       error_estimate=max((i.error_estimate for i in infos), default=0.0),
                       converged=all(i.converged for i in infos), breakdown=all(i.breakdown for i in infos),
                       log_scale=log_scale, lambda_max=lambda_max, n_spmv=first.n_spmv + sum(i.n_spmv for i in infos),
-                      times=times, parts=sum(len(v) if k == 0 else 1 for k, v in pieces))
+                      times=times, parts=sum(len(v) if k == 0 else 1 for k, v in pieces), unresolved=unresolved)
 
 
 class _Call:
