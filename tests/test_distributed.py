@@ -338,3 +338,34 @@ def test_gpu_worker_equals_in_process(tmp_path):
             got = gram(kernel, X, Y, client=c, tile=32, out=tmp_path / f"{id(kernel)}.zarr")
             np.testing.assert_array_equal(got[:], kernel(X, Y))
     cluster.close()
+
+
+def test_graphs_ship_as_flat_arrays_and_come_back_the_same(rng):
+    """What workers receive: the same graphs (content, names, label columns held by some graphs
+    only, weighted and unweighted), read-only; lists that cannot lie flat travel as pickles."""
+    import pickle
+
+    from graphkern import Graph
+    from graphkern.distributed._ship import pack, unpack
+
+    graphs = _graphs(12, int(rng.integers(1 << 30)))
+    graphs[3] = random_labeled(7, 0.5, n_node_labels=3, n_edge_labels=2, weighted=True, seed=int(rng.integers(99)))
+    graphs[3].name = "weighted"
+    graphs[5] = Graph(np.zeros(1, np.int64), np.zeros(0, np.int32), name="empty")  # no vertices, no labels
+    graphs[7].node_labels["charge"] = rng.normal(size=(graphs[7].n_nodes, 2))
+    kind, _ = pickle.loads(pack(graphs))
+    assert kind == "flat"
+    back = unpack(pack(graphs))
+    assert [g.fingerprint for g in back] == [g.fingerprint for g in graphs]
+    assert [g.name for g in back] == [g.name for g in graphs]
+    for a, b in zip(graphs, back):
+        assert sorted(a.node_labels) == sorted(b.node_labels) and sorted(a.edge_labels) == sorted(b.edge_labels)
+        assert (a.weights is None) == (b.weights is None) and a.indices.dtype == b.indices.dtype
+        assert not b.indices.flags.writeable
+        assert b._cache.get("valid") == a._cache.get("valid")
+    unchecked = Graph(np.array([0, 1, 2]), np.array([1, 0]), validate=False)
+    assert not unpack(pack([unchecked]))[0]._cache.get("valid")
+    graphs[2].node_labels["charge"] = rng.integers(0, 3, graphs[2].n_nodes)  # int here, float in graph 7
+    assert pickle.loads(pack(graphs))[0] == "graphs"
+    assert [g.fingerprint for g in unpack(pack(graphs))] == [g.fingerprint for g in graphs]
+    assert unpack(pack([])) == []

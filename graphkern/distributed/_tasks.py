@@ -9,12 +9,13 @@ shares a block of rows or columns.  The graphs arrive once per worker (scattered
 from __future__ import annotations
 
 import os
-import pickle
 import threading
 import time
 from collections import OrderedDict
 
 import numpy as np
+
+from graphkern.distributed._ship import unpack
 
 # tile states in the Zarr marker array
 MISSING, RAW, NORMALIZED = 0, 1, 2
@@ -49,7 +50,7 @@ def forget(token):
 
 
 def shipped(job, name, blob):
-    """The graphs ``blob`` (a pickled list, as the caller scattered it), unpickled once per worker
+    """The graphs ``blob`` (as :func:`graphkern.distributed._ship.pack` wrote them), rebuilt once per worker
     process and call and kept while its tiles arrive; None stays None."""
     if blob is None:
         return None
@@ -57,7 +58,7 @@ def shipped(job, name, blob):
     with _LOCK:
         graphs = _GRAPHS.get(key)
         if graphs is None:
-            graphs = _GRAPHS[key] = pickle.loads(blob)
+            graphs = _GRAPHS[key] = unpack(blob)
             while len(_GRAPHS) > _GRAPHS_KEPT:
                 _GRAPHS.popitem(last=False)
         return graphs

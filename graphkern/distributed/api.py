@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import itertools
 import os
-import pickle
 import time
 import uuid
 
@@ -15,6 +14,7 @@ from graphkern._backend import resolve_dtype, resolve_threads
 from graphkern._progress import Progress
 from graphkern.distributed._cluster import environ_kept, local_cluster, visible_gpus
 from graphkern.distributed._plan import Plan, default_tile, graph_weights
+from graphkern.distributed._ship import pack
 from graphkern.distributed._tasks import (MISSING, NORMALIZED, RAW, ZarrSink, compute_diag, compute_tile, forget,
                                           normalize_tile, normalized)
 from graphkern.convert import as_graph_list
@@ -146,9 +146,9 @@ class _Run:
     def graphs(self, name, graphs):
         """The graphs as one future held by every worker: shipped once per worker, not per task.
 
-        They travel as one pickled byte string, unpickled once per worker (``_tasks.shipped``):
-        Dask would send a list of Graphs as one frame per NumPy array (24,000 frames for 4,000
-        molecules), which cost each worker over a second before its first tile.  The key is unique
+        They travel as one byte string of flat arrays (``_ship.pack``), unpacked once per worker
+        (``_tasks.shipped``): Dask would send a list of Graphs as one frame per NumPy array (24,000
+        frames for 4,000 molecules), which cost each worker over a second before its first tile.  The key is unique
         to this call (``hash=False``): a content-hashed key is shared with an earlier call on the
         same graphs, whose release can reach the scheduler after this scatter and drop the data
         under this call's tiles ("lost dependencies").
@@ -156,7 +156,7 @@ class _Run:
         if graphs is None:
             return None
         if name not in self._scattered:
-            blob = pickle.dumps(list(graphs), protocol=pickle.HIGHEST_PROTOCOL)
+            blob = pack(graphs)
             self._scattered[name] = self.client.scatter([blob], broadcast=True, hash=False)[0]
         return self._scattered[name]
 
