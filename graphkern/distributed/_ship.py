@@ -35,9 +35,9 @@ def unpack(blob):
     return content if kind == "graphs" else _rebuild(content)
 
 
-def _columns(dicts, length):
-    """``{key: (concatenated column, has)}`` of the label dicts (one per graph, ``length[k]`` rows
-    each), ``has`` the graphs holding the key; None when one key's dtype or width differs."""
+def _columns(dicts):
+    """``{key: (concatenated column, has)}`` of the label dicts (one per graph), ``has`` the graphs
+    holding the key; None when one key's dtype or width differs between graphs."""
     out = {}
     for key in dict.fromkeys(k for d in dicts for k in d):
         cols = [d[key] for d in dicts if key in d]
@@ -51,8 +51,8 @@ def _columns(dicts, length):
 def _flat(graphs):
     n = np.fromiter((g.n_nodes for g in graphs), np.int64, len(graphs))
     nnz = np.fromiter((g.nnz for g in graphs), np.int64, len(graphs))
-    node = _columns([g._node_labels for g in graphs], n)
-    edge = _columns([g._edge_labels for g in graphs], nnz)
+    node = _columns([g._node_labels for g in graphs])
+    edge = _columns([g._edge_labels for g in graphs])
     if node is None or edge is None:
         return None
     weighted = np.fromiter((g._weights is not None for g in graphs), bool, len(graphs))

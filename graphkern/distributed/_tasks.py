@@ -22,7 +22,7 @@ MISSING, RAW, NORMALIZED = 0, 1, 2
 
 _KERNELS = OrderedDict()  # (call token, thread id) -> kernel
 _KERNELS_KEPT = 8
-_GRAPHS = OrderedDict()  # (call token, "X" or "Y") -> the call's graphs, unpickled once
+_GRAPHS = OrderedDict()  # (call token, "X" or "Y") -> the call's graphs, unpacked once
 _GRAPHS_KEPT = 4
 _LOCK = threading.Lock()
 
@@ -50,8 +50,8 @@ def forget(token):
 
 
 def shipped(job, name, blob):
-    """The graphs ``blob`` (as :func:`graphkern.distributed._ship.pack` wrote them), rebuilt once per worker
-    process and call and kept while its tiles arrive; None stays None."""
+    """The graphs ``blob`` (as :func:`graphkern.distributed._ship.pack` wrote them), rebuilt once
+    per worker process and call and kept while its tiles arrive; None stays None."""
     if blob is None:
         return None
     key = (job[0], name)
@@ -66,8 +66,8 @@ def shipped(job, name, blob):
 
 def compute_tile(job, X, Y, tile, sink):
     """``(K, span)``: the raw kernel values of ``tile`` (None when written to ``sink``) and
-    ``(process id, start, end)`` of the work on this worker, wall-clock seconds, so the caller can
-    tell a worker's idle time between tiles from the time a result takes to reach it."""
+    ``((process id, thread id), start, end)`` of the work on this worker thread, wall-clock
+    seconds, so the caller can tell idle time between tiles from a result's trip to it."""
     kernel = _kernel(job)
     X, Y = shipped(job, "X", X), shipped(job, "Y", Y)
     start = time.time()
@@ -79,7 +79,7 @@ def compute_tile(job, X, Y, tile, sink):
     if sink is not None:
         sink.write(tile, K, RAW)
         K = None
-    return K, (os.getpid(), start, time.time())
+    return K, ((os.getpid(), threading.get_ident()), start, time.time())
 
 
 def compute_diag(job, name, graphs, lo, hi):
