@@ -221,7 +221,9 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
             if Bd is None:
                 rows[:, j0:] = 0.0
             else:
-                rows[:, j0:] = Ad[i0:i1].toarray().astype(np.float64) @ Bd[:, j0:]
+                # straight into the output: a temporary of this size costs more in page faults (and
+                # the copy) than the product itself, whose depth is only the frequent columns
+                np.matmul(Ad[i0:i1].toarray().astype(np.float64), Bd[:, j0:], out=rows[:, j0:])
             a = As[i0:i1]
             spgk_paths.gram_sparse(a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data.astype(np.int64),
                                    *columns, rows, i0, symmetric, n_threads)
