@@ -188,3 +188,48 @@ def test_mirror_walk_agrees_with_binary_searches(rng, n_threads):
         symmetric = exact[validate.KINDS.index("mirror_missing")] == exact[validate.KINDS.index("mirror_differs")] \
             == len(c)
         assert (walk == 0) == symmetric
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("value_dtype", [np.float64, np.float32, np.int64, None])
+def test_mirror_sums_agree_with_the_exact_walk(rng, n_threads, value_dtype):
+    """Symmetric matrices (values mirrored, -0.0 against 0.0 included) give equal sums; one entry
+    moved, dropped or changed by one unit in its last place gives unequal ones."""
+    key = int(rng.integers(0, 2**63))
+    for _ in range(200):
+        n = int(rng.integers(1, 30))
+        A = sp.random(n, n, density=float(rng.uniform(0.05, 0.5)), random_state=rng, format="csr")
+        A = (A + A.T).tocsr()
+        if value_dtype is not None and value_dtype != np.int64:
+            A.data = (A.data * 10).astype(value_dtype)
+        else:
+            A.data = rng.integers(-3, 4, A.nnz).astype(np.float64)
+            A = (sp.triu(A) + sp.triu(A, 1).T).tocsr()  # keep it symmetric after the redraw
+            if value_dtype is not None:
+                A.data = A.data.astype(np.int64)
+        A.sort_indices()
+        change = rng.integers(0, 4) if A.nnz else 0
+        B = A.copy()
+        if change == 1:  # a value one ulp (or one unit) off
+            k = int(rng.integers(B.nnz))
+            B.data[k] = np.nextafter(B.data[k], np.inf) if B.dtype.kind == "f" else B.data[k] + 1
+        elif change == 2:  # an entry dropped
+            B = sp.csr_matrix(B.toarray() * (rng.random((n, n)) > 0.05))
+            B.sort_indices()
+        elif change == 3:  # an entry moved within its row
+            B = B.tolil()
+            i = int(rng.integers(n))
+            B[i, int(rng.integers(n))] = 1
+            B = B.tocsr()
+            B.sort_indices()
+        ptr = B.indptr.astype(np.int64)
+        vals = np.ones(1) if value_dtype is None else np.ascontiguousarray(B.data)
+        fwd, bwd = validate.mirror_sums(ptr, B.indices, vals, has_values=value_dtype is not None, key=key,
+                                        n_threads=n_threads)
+        exact = validate.is_symmetric(ptr, B.indices, vals, has_values=value_dtype is not None, n_threads=1)
+        assert (fwd == bwd) == (exact == 0), (change, value_dtype)
+    if value_dtype in (np.float64, np.float32):  # 0.0 mirrored by -0.0: equal, as the exact walk says
+        ptr, idx = np.array([0, 1, 2], np.int64), np.array([1, 0], np.int32)
+        vals = np.array([0.0, -0.0], value_dtype)
+        fwd, bwd = validate.mirror_sums(ptr, idx, vals, has_values=True, key=key, n_threads=n_threads)
+        assert fwd == bwd and validate.is_symmetric(ptr, idx, vals, has_values=True, n_threads=1) == 0
