@@ -203,11 +203,12 @@ class LabelColumns(dict):
 _MIRROR_KEY = int.from_bytes(os.urandom(8), "little")
 
 
-def scan(indptr, indices, values=None, *, symmetric, signed=False):
+def scan(indptr, indices, values=None, *, symmetric, signed=False, first=None):
     """First stored entry of each problem kind (see graphkern._cpu.validate), in compiled passes.
 
     The symmetry kinds are reported only for sorted rows with indices in range (the caller
-    sorts and scans again otherwise).
+    sorts and scans again otherwise).  ``first``: what a scan of the same arrays with
+    ``symmetric=False`` found, so that only the symmetry pass runs.
     """
     ptr = np.ascontiguousarray(indptr, dtype=np.int64)
     idx = indices if indices.dtype in (np.int32, np.int64) else indices.astype(np.int64)
@@ -219,8 +220,11 @@ def scan(indptr, indices, values=None, *, symmetric, signed=False):
     else:  # equality survives the casts: wider floats, and uint64 -> int64 is one-to-one
         vals = np.ascontiguousarray(values, dtype=np.float64 if values.dtype.kind == "f" else np.int64)
     threads = resolve_threads(None) if len(idx) >= PARALLEL_ENTRIES else 1
-    first = _compiled.scan_csr(ptr, idx, vals, has_values=values is not None, symmetric=False, signed=signed,
-                               n_threads=threads)
+    if first is None:
+        first = _compiled.scan_csr(ptr, idx, vals, has_values=values is not None, symmetric=False, signed=signed,
+                                   n_threads=threads)
+    else:
+        first = first.copy()
     nnz = len(idx)
     if symmetric and min(first[RANGE], first[UNSORTED], first[DUPLICATE]) == nnz:
         # yes or no in one streaming pass; only a "no" pays for the binary searches that name the

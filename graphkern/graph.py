@@ -530,11 +530,13 @@ def _restore_graph(indptr, indices, weights, node_labels, edge_labels, name, val
     return G
 
 
-def _canonical_csr(A, name, *, copy=False):
+def _canonical_csr(A, name, *, copy=False, scanned=None):
     """A square scipy.sparse ``A`` as CSR with sorted rows and summed duplicates.
 
     The size is checked before SciPy allocates; a BSR matrix's zero padding inside its blocks is
     no edge and is dropped (explicit zeros stored by other formats are kept as edges).
+    ``scanned``: a list that receives the values' scan (see :func:`scan`) when the arrays come
+    back as they were, so the caller does not scan them again.
     """
     if A.dtype.kind == "c":
         raise TypeError(f"{name} is complex; graphkern takes real matrices only")
@@ -554,7 +556,7 @@ def _canonical_csr(A, name, *, copy=False):
     problem = indptr_problem(A.indptr, len(A.indices))
     if problem:
         raise ValueError(f"{name}: {problem}")
-    first = scan(A.indptr, A.indices, symmetric=False)
+    first = scan(A.indptr, A.indices, A.data if scanned is not None else None, symmetric=False)
     if first[RANGE] < A.nnz:
         raise ValueError(f"{name} has a column index {int(A.indices[first[RANGE]])} out of range for {n} columns")
     if min(first[UNSORTED], first[DUPLICATE]) < A.nnz:
@@ -562,6 +564,8 @@ def _canonical_csr(A, name, *, copy=False):
         A.sum_duplicates()
     else:  # a new matrix object sharing the arrays, so the caller's own flags are left alone
         A = sp.csr_matrix((A.data, A.indices, A.indptr), shape=A.shape, copy=False)
+        if scanned is not None:
+            scanned.append(first)
     A.has_canonical_format = True
     return A
 
@@ -580,8 +584,9 @@ def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
         raise TypeError(f"{name} must be a graphkern.Graph or a scipy.sparse matrix, got {type(G).__name__}")
     if G.ndim != 2 or G.shape[0] != G.shape[1]:
         raise ValueError(f"{name} must be square, got shape {G.shape}")
-    A = _canonical_csr(G, name)
-    first = scan(A.indptr, A.indices, A.data, symmetric=not allow_asymmetric)
+    scanned = []
+    A = _canonical_csr(G, name, scanned=scanned)
+    first = scan(A.indptr, A.indices, A.data, symmetric=not allow_asymmetric, first=scanned[0] if scanned else None)
     if first[NONFINITE] < A.nnz:
         raise ValueError(f"{name} contains NaN or infinite values")
     if min(first[MISSING], first[DIFFERS]) < A.nnz:
