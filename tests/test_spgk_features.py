@@ -137,6 +137,8 @@ def test_out_memory_map_in_tiles(rng, backend, sparse_cost, normalize, tmp_path,
     Y = X[:70]
     np.testing.assert_array_equal(kernel.fit(X).transform(Y), expected[:70])
     np.testing.assert_array_equal(kernel(Y, X), expected[:70])
+    fortran = np.zeros((150, 150), order="F")  # not C-ordered: the lower triangle filled tile by tile
+    np.testing.assert_array_equal(kernel(X, out=fortran), expected)
 
 
 def test_auto_uses_features_only_for_dirac_kernels(rng):
@@ -364,3 +366,15 @@ def test_gpu_equals_cpu_on_molecules(normalize, monkeypatch):
     np.testing.assert_array_equal(gpu(graphs), cpu(graphs))
     np.testing.assert_array_equal(gpu.fit(graphs[:2000]).transform(graphs[2000:]),
                                   cpu.fit(graphs[:2000]).transform(graphs[2000:]))
+
+
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_compiled_mirror_copies_the_upper_triangle(rng, n_threads):
+    from graphkern._cpu import spgk_paths
+
+    for n in (0, 1, 63, 64, 65, 200):
+        K = rng.normal(size=(n, n))
+        want = np.triu(K) + np.triu(K, 1).T
+        assert np.array_equal(spgk_paths.mirror_upper(K, n_threads), want)
+    with pytest.raises(ValueError, match="square"):
+        spgk_paths.mirror_upper(np.zeros((2, 3)), 1)

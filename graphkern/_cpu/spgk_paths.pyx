@@ -293,3 +293,26 @@ def gram_sparse(a_indptr, a_indices, a_data, bt_indptr, bt_rows, bt_data, double
             for i in prange(n_rows, schedule="static", num_threads=n_threads):
                 for j in range(i):
                     out[i, row0 + j] = out[j, row0 + i]
+
+
+def mirror_upper(double[:, ::1] out, int n_threads):
+    """``out[j, i] = out[i, j]`` for every ``j > i``: the upper triangle of the square ``out``
+    copied onto the lower one in 64 x 64 tiles (both sides stay in cache), a thread per band of
+    64 columns of the lower triangle, so no two threads write one entry.  NumPy's transposed copy
+    of the same blocks walks the lower side a row per column and runs on one core."""
+    cdef Py_ssize_t n = out.shape[0], b, i0, i1, j0, j1, i, j, lo
+    if out.shape[1] != n:
+        raise ValueError(f"mirror_upper needs a square matrix, got {out.shape[0]} x {out.shape[1]}")
+    for b in prange((n + 63) // 64, nogil=True, schedule="dynamic", num_threads=n_threads,
+                    use_threads_if=n_threads > 1):
+        i0 = b * 64
+        i1 = min(n, i0 + 64)
+        j0 = i0
+        while j0 < n:
+            j1 = min(n, j0 + 64)
+            for i in range(i0, i1):
+                lo = max(j0, i + 1)
+                for j in range(lo, j1):
+                    out[j, i] = out[i, j]
+            j0 = j1
+    return np.asarray(out)

@@ -203,6 +203,7 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
     from graphkern._cpu import spgk_paths
 
     na, nb, F = A.shape[0], B.shape[0], A.shape[1]
+    n_threads_asked = n_threads
     freq = np.bincount(A.indices, minlength=F).astype(np.float64) * np.bincount(B.indices, minlength=F)
     frequent = _SPARSE_COST * freq > float(na) * nb
     frequent &= np.cumsum(frequent) * nb * 8 <= 4 * _TILE_BYTES  # the dense columns of B fit in memory
@@ -213,6 +214,8 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
     columns = (Bs.indptr.astype(np.int64), Bs.indices.astype(np.int32), Bs.data.astype(np.int64))
     step = max(1, min(na, _TILE_BYTES // max(8 * max(nb, F), 1)))
     n_threads = threads_for(min(step, na) * nb, ENTRIES_PER_THREAD, n_threads)
+    # a symmetric C-ordered output gets its lower triangle in one compiled pass at the end
+    mirror_at_end = symmetric and out.flags.c_contiguous and out.dtype == np.float64
     with _blas_threads(n_threads):
         for i0 in range(0, na, step):
             i1 = min(na, i0 + step)
@@ -231,10 +234,12 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
                 out[i0:i1, j0:] = rows[:, j0:]
             if scale is not None:
                 scale_tile(out[i0:i1, j0:], scale[0][i0:i1], scale[1][j0:])
-            if symmetric:
+            if symmetric and not mirror_at_end:
                 out[i1:, i0:i1] = out[i0:i1, i1:].T
             if progress is not None:
                 progress.update((i1 - i0) * (nb - j0))
+    if mirror_at_end:
+        spgk_paths.mirror_upper(out, threads_for(na * nb, ENTRIES_PER_THREAD, n_threads_asked))
     return out
 
 
