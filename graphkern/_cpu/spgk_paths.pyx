@@ -256,12 +256,13 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
 
 
 def gram_sparse(a_indptr, a_indices, a_data, bt_indptr, bt_rows, bt_data, double[:, ::1] out, int64_t row0,
-                bint upper, int n_threads):
+                bint upper, int n_threads, bint mirror_block=True):
     """``out[i, j] += sum_f A[i, f] B[j, f]`` for the rows ``i`` of the CSR matrix ``A``, with ``B``
     given by column (CSC: ``bt_indptr``, ``bt_rows`` sorted, ``bt_data``); every row of ``out``
     scattered into by one thread.  ``upper``: the rows of ``A`` are rows ``row0...`` of ``B``; only
-    ``j >= row0 + i`` is summed, then the square block ``out[:, row0:row0 + rows]`` gets its lower
-    triangle from its upper one.  Counts are int64, sums float64 (exact below 2**53)."""
+    ``j >= row0 + i`` is summed, then (``mirror_block``; not when the caller mirrors the whole
+    matrix afterwards) the square block ``out[:, row0:row0 + rows]`` gets its lower triangle from
+    its upper one.  Counts are int64, sums float64 (exact below 2**53)."""
     cdef const int64_t[::1] aip = a_indptr
     cdef const int32_t[::1] aix = a_indices
     cdef const int64_t[::1] ad = a_data
@@ -289,7 +290,7 @@ def gram_sparse(a_indptr, a_indices, a_data, bt_indptr, bt_rows, bt_data, double
                     hi = bip[f + 1]
                 for m in range(lo, hi):
                     row[brow[m]] += a * <double>bd[m]
-        if upper:
+        if upper and mirror_block:
             for i in prange(n_rows, schedule="static", num_threads=n_threads):
                 for j in range(i):
                     out[i, row0 + j] = out[j, row0 + i]

@@ -203,7 +203,9 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
     from graphkern._cpu import spgk_paths
 
     na, nb, F = A.shape[0], B.shape[0], A.shape[1]
-    n_threads_asked = n_threads
+    # a symmetric C-ordered output gets its lower triangle in one compiled pass at the end
+    mirror_at_end = symmetric and out.flags.c_contiguous and out.dtype == np.float64
+    mirror_threads = threads_for(na * nb, ENTRIES_PER_THREAD, n_threads)
     freq = np.bincount(A.indices, minlength=F).astype(np.float64) * np.bincount(B.indices, minlength=F)
     frequent = _SPARSE_COST * freq > float(na) * nb
     frequent &= np.cumsum(frequent) * nb * 8 <= 4 * _TILE_BYTES  # the dense columns of B fit in memory
@@ -214,8 +216,6 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
     columns = (Bs.indptr.astype(np.int64), Bs.indices.astype(np.int32), Bs.data.astype(np.int64))
     step = max(1, min(na, _TILE_BYTES // max(8 * max(nb, F), 1)))
     n_threads = threads_for(min(step, na) * nb, ENTRIES_PER_THREAD, n_threads)
-    # a symmetric C-ordered output gets its lower triangle in one compiled pass at the end
-    mirror_at_end = symmetric and out.flags.c_contiguous and out.dtype == np.float64
     with _blas_threads(n_threads):
         for i0 in range(0, na, step):
             i1 = min(na, i0 + step)
@@ -229,7 +229,7 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
                 np.matmul(Ad[i0:i1].toarray().astype(np.float64), Bd[:, j0:], out=rows[:, j0:])
             a = As[i0:i1]
             spgk_paths.gram_sparse(a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data.astype(np.int64),
-                                   *columns, rows, i0, symmetric, n_threads)
+                                   *columns, rows, i0, symmetric, n_threads, not mirror_at_end)
             if not np.shares_memory(rows, out):
                 out[i0:i1, j0:] = rows[:, j0:]
             if scale is not None:
@@ -239,7 +239,7 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
             if progress is not None:
                 progress.update((i1 - i0) * (nb - j0))
     if mirror_at_end:
-        spgk_paths.mirror_upper(out, threads_for(na * nb, ENTRIES_PER_THREAD, n_threads_asked))
+        spgk_paths.mirror_upper(out, mirror_threads)
     return out
 
 
