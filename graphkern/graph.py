@@ -327,7 +327,7 @@ class Graph:
             raise TypeError(f"expected a scipy.sparse matrix, got {type(A).__name__}")
         if A.ndim != 2 or A.shape[0] != A.shape[1]:
             raise ValueError(f"adjacency matrix must be square, got shape {A.shape}")
-        A = _canonical_csr(A, "the adjacency matrix", copy=True)
+        A, _ = _canonical_csr(A, "the adjacency matrix", copy=True)
         data = numeric(A.data, "the adjacency matrix's values").astype(np.float64, copy=False)
         if weighted is None:
             weighted = not np.all(data == 1.0)
@@ -530,13 +530,14 @@ def _restore_graph(indptr, indices, weights, node_labels, edge_labels, name, val
     return G
 
 
-def _canonical_csr(A, name, *, copy=False, scanned=None):
-    """A square scipy.sparse ``A`` as CSR with sorted rows and summed duplicates.
+def _canonical_csr(A, name, *, copy=False, with_values=False):
+    """``(csr, scanned)``: a square scipy.sparse ``A`` as CSR with sorted rows and summed duplicates.
 
     The size is checked before SciPy allocates; a BSR matrix's zero padding inside its blocks is
     no edge and is dropped (explicit zeros stored by other formats are kept as edges).
-    ``scanned``: a list that receives the values' scan (see :func:`scan`) when the arrays come
-    back as they were, so the caller does not scan them again.
+    ``with_values``: the scan also reads the values, and ``scanned`` is its result (see
+    :func:`scan`) when the arrays come back as they were, so the caller need not scan them again;
+    None otherwise.
     """
     if A.dtype.kind == "c":
         raise TypeError(f"{name} is complex; graphkern takes real matrices only")
@@ -556,18 +557,17 @@ def _canonical_csr(A, name, *, copy=False, scanned=None):
     problem = indptr_problem(A.indptr, len(A.indices))
     if problem:
         raise ValueError(f"{name}: {problem}")
-    first = scan(A.indptr, A.indices, A.data if scanned is not None else None, symmetric=False)
+    first = scan(A.indptr, A.indices, A.data if with_values else None, symmetric=False)
     if first[RANGE] < A.nnz:
         raise ValueError(f"{name} has a column index {int(A.indices[first[RANGE]])} out of range for {n} columns")
     if min(first[UNSORTED], first[DUPLICATE]) < A.nnz:
         A = A.copy() if not copy else A
         A.sum_duplicates()
+        first = None  # the values changed
     else:  # a new matrix object sharing the arrays, so the caller's own flags are left alone
         A = sp.csr_matrix((A.data, A.indices, A.indptr), shape=A.shape, copy=False)
-        if scanned is not None:
-            scanned.append(first)
     A.has_canonical_format = True
-    return A
+    return A, (first if with_values else None)
 
 
 def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
@@ -584,9 +584,8 @@ def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
         raise TypeError(f"{name} must be a graphkern.Graph or a scipy.sparse matrix, got {type(G).__name__}")
     if G.ndim != 2 or G.shape[0] != G.shape[1]:
         raise ValueError(f"{name} must be square, got shape {G.shape}")
-    scanned = []
-    A = _canonical_csr(G, name, scanned=scanned)
-    first = scan(A.indptr, A.indices, A.data, symmetric=not allow_asymmetric, first=scanned[0] if scanned else None)
+    A, scanned = _canonical_csr(G, name, with_values=True)
+    first = scan(A.indptr, A.indices, A.data, symmetric=not allow_asymmetric, first=scanned)
     if first[NONFINITE] < A.nnz:
         raise ValueError(f"{name} contains NaN or infinite values")
     if min(first[MISSING], first[DIFFERS]) < A.nnz:
