@@ -202,7 +202,8 @@ def PinnedBuffer(nbytes, mapped=False):
     return _driver.PinnedBuffer(int(nbytes), bool(mapped))
 
 
-# Device-to-pageable copies go through page-locked staging chunks, several host threads at a time:
+# Large copies between a device and pageable host memory go through page-locked staging chunks,
+# several host threads at a time:
 # the driver's own staging of a pageable copy runs at a few GB/s, paced by one host thread's memcpy
 # and the first touch of the destination's pages.
 STAGING_CHUNK = 8 << 20

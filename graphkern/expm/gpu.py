@@ -457,7 +457,6 @@ class GpuLanczos:
         multi = len(shares) > 1
         stores = self.exchange == "store"
         reductions = not second_pass
-        lead = self.lead
         timing = {s.index: s.ws.timing(len(self._step_events)) for s in shares}  # SpMV start, its end, update end
         n_dev = np.int32(len(shares))
         gated = CANCEL_LOOKAHEAD and not second_pass
