@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from graphkern.graph import Graph
+from graphkern.graph import Graph, require_valid_all
 from graphkern.io.smiles import from_rdkit, from_smiles
 
 __all__ = ["as_graphs", "as_graph_list"]
@@ -15,7 +15,7 @@ _ACCEPTED = "a graphkern.Graph, a networkx graph, an RDKit molecule or a SMILES 
 def _convert(item, label):
     """One input as a Graph, errors naming ``label`` and the converter."""
     if isinstance(item, Graph):
-        return item.require_valid()
+        return item
     module = type(item).__module__ or ""
     if module.startswith("networkx"):
         converter = "Graph.from_networkx"
@@ -54,7 +54,9 @@ def as_graphs(X, name="X"):
     except TypeError:
         raise TypeError(f"{name} must be a sequence of graphkern.Graph (or networkx graphs, RDKit molecules, "
                         f"SMILES strings), got {type(X).__name__}") from None
-    return [_convert(g, f"{name}[{k}]") for k, g in enumerate(items)]
+    graphs = [_convert(g, f"{name}[{k}]") for k, g in enumerate(items)]
+    require_valid_all(graphs)
+    return graphs
 
 
 # the name the kernels call it by

@@ -247,6 +247,43 @@ def test_unvalidated_graph_is_checked_before_use():
         Graph([0, 2, 1, 2], [1, 0], validate=False).require_valid()
 
 
+@pytest.mark.parametrize("fault", ["none", "index", "negative", "indptr", "first"])
+def test_graph_lists_are_checked_together_as_one_by_one(rng, fault):
+    """The vectorised check of a graph list accepts and rejects what each graph's own check does,
+    with its message, and marks the graphs it passed."""
+    from graphkern.graph import require_valid_all
+
+    def random_graph():
+        n = int(rng.integers(0, 9))
+        A = sp.random(n, n, density=0.4, random_state=int(rng.integers(1 << 30)), format="csr")
+        A = (A + A.T).tocsr()
+        return A.indptr.copy(), A.indices.copy(), n
+
+    parts = [random_graph() for _ in range(40)]
+    k = int(rng.integers(len(parts)))
+    ptr, idx, n = parts[k]
+    if fault == "index" or (fault == "negative" and n == 0):
+        ptr, idx = np.array([0] * n + [1]), np.array([n + int(rng.integers(0, 5))])
+    elif fault == "negative":
+        ptr, idx = np.array([0] * n + [1]), np.array([-1])
+    elif fault == "indptr":
+        ptr, idx = np.array([0, 2, 1, 2]), np.array([1, 0])
+    elif fault == "first":
+        ptr, idx = np.array([1, 1, 1]), np.array([0])
+    parts[k] = (ptr, idx, len(ptr) - 1)
+    graphs = [Graph(p, i, validate=False) for p, i, _ in parts]
+    if fault == "none":
+        require_valid_all(graphs)
+        assert all(g._cache.get("indices_valid") for g in graphs)
+        return
+    one = Graph(ptr, idx, validate=False)
+    with pytest.raises(ValueError) as own:
+        one.require_valid()
+    with pytest.raises(ValueError) as together:
+        require_valid_all(graphs)
+    assert str(together.value) == str(own.value)
+
+
 def test_pickle_keeps_content_and_validity():
     G = Graph.from_edges([(0, 1), (1, 2)], weights=[1.0, 2.0], node_labels={"e": ["C", "N", "O"]},
                          edge_labels={"b": [1, 2]}, name="m")
