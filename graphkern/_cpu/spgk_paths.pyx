@@ -33,6 +33,15 @@ cdef extern from "<algorithm>" namespace "std" nogil:
     void pop_heap[It](It first, It last)
 
 
+# per-thread std::vector headers (24 bytes each) are kept this many apart: packed side by side,
+# one thread's push_back would keep moving the cache line its neighbours' headers sit in
+cdef enum:
+    SPREAD = 8
+# per-thread scratch rows are padded to this many elements (a multiple of the 64-byte line)
+cdef enum:
+    ROW_ALIGN = 16
+
+
 cdef struct Packed:
     const int64_t* node_offsets
     const int64_t* edge_offsets
@@ -104,12 +113,13 @@ cdef class Searches:
 
     def __cinit__(self, node_offsets, int n_threads):
         n_max = int(np.diff(node_offsets).max()) if len(node_offsets) > 1 else 0
-        self.dist = np.empty((n_threads, max(n_max, 1)))
-        self.queue = np.empty((n_threads, max(n_max, 1)), np.int32)
-        self.heaps = vector[vector[HeapItem]](n_threads)
+        width = -(-max(n_max, 1) // ROW_ALIGN) * ROW_ALIGN
+        self.dist = np.empty((n_threads, width))
+        self.queue = np.empty((n_threads, width), np.int32)
+        self.heaps = vector[vector[HeapItem]](n_threads * SPREAD)
 
     cdef inline void run(self, const Packed* p, int64_t g, int32_t source, int t) noexcept nogil:
-        single_source(p, g, source, &self.dist[t, 0], &self.queue[t, 0], &self.heaps[t])
+        single_source(p, g, source, &self.dist[t, 0], &self.queue[t, 0], &self.heaps[t * SPREAD])
 
 
 cdef Packed _packed(node_offsets, edge_offsets, indptr, indices, weights):
@@ -192,49 +202,51 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef const int64_t[::1] lab = labels
     cdef int64_t G = len(node_offsets) - 1
     cdef Searches s = Searches(node_offsets, n_threads)
-    cdef vector[vector[Key]] keys = vector[vector[Key]](n_threads)
-    cdef vector[vector[Key]] out_keys = vector[vector[Key]](n_threads)   # per thread, graph after graph
-    cdef vector[vector[int64_t]] out_counts = vector[vector[int64_t]](n_threads)
+    # thread t's vectors at t * SPREAD; out_*: its graphs' triplets, graph after graph
+    cdef vector[vector[Key]] keys = vector[vector[Key]](n_threads * SPREAD)
+    cdef vector[vector[Key]] out_keys = vector[vector[Key]](n_threads * SPREAD)
+    cdef vector[vector[int64_t]] out_counts = vector[vector[int64_t]](n_threads * SPREAD)
     cdef int64_t[::1] owner = np.empty(G, np.int64)
     cdef int64_t[::1] begin = np.empty(G, np.int64)
     cdef int64_t[::1] found = np.empty(G, np.int64)
     cdef int64_t g, n, base, i, j, la, lb, x, y, run
     cdef int32_t a, b
-    cdef int t
+    cdef int t, v
     with nogil, parallel(num_threads=n_threads):
         t = threadid()
+        v = t * SPREAD
         for g in prange(G, schedule="dynamic", chunksize=16):
             n = p.node_offsets[g + 1] - p.node_offsets[g]
             base = p.node_offsets[g]
-            keys[t].clear()
+            keys[v].clear()
             for a in range(n - 1):
                 s.run(&p, g, a, t)
                 la = lab[base + a]
                 for b in range(a + 1, n):
                     if s.dist[t, b] < INFINITY:
                         lb = lab[base + b]
-                        keys[t].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
-            sort(keys[t].begin(), keys[t].end())
-            owner[g] = t
-            begin[g] = out_keys[t].size()
+                        keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
+            sort(keys[v].begin(), keys[v].end())
+            owner[g] = v
+            begin[g] = out_keys[v].size()
             i = 0
-            while i < <int64_t>keys[t].size():
+            while i < <int64_t>keys[v].size():
                 j = i + 1
-                while j < <int64_t>keys[t].size() and keys[t][j] == keys[t][i]:
+                while j < <int64_t>keys[v].size() and keys[v][j] == keys[v][i]:
                     j = j + 1
                 run = j - i
-                x = keys[t][i].first // n_labels
-                y = keys[t][i].first % n_labels
+                x = keys[v][i].first // n_labels
+                y = keys[v][i].first % n_labels
                 if x == y:
-                    out_keys[t].push_back(keys[t][i])
-                    out_counts[t].push_back(2 * run)
+                    out_keys[v].push_back(keys[v][i])
+                    out_counts[v].push_back(2 * run)
                 else:
-                    out_keys[t].push_back(keys[t][i])
-                    out_counts[t].push_back(run)
-                    out_keys[t].push_back(Key(y * n_labels + x, keys[t][i].second))
-                    out_counts[t].push_back(run)
+                    out_keys[v].push_back(keys[v][i])
+                    out_counts[v].push_back(run)
+                    out_keys[v].push_back(Key(y * n_labels + x, keys[v][i].second))
+                    out_counts[v].push_back(run)
                 i = j
-            found[g] = <int64_t>out_keys[t].size() - begin[g]
+            found[g] = <int64_t>out_keys[v].size() - begin[g]
     row_offsets = np.zeros(G + 1, np.int64)
     np.cumsum(np.asarray(found), out=row_offsets[1:])
     cdef int64_t[::1] ro = row_offsets
