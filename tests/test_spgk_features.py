@@ -17,7 +17,7 @@ import pytest
 from conftest import rebuilt
 from graphkern import Graph
 from graphkern.spgk import BrownianBridgeEdge, DiracEdge, DiracNode, GaussianNode, ShortestPathKernel
-from graphkern.spgk import features_gpu
+from graphkern.spgk import features, features_gpu
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 
@@ -71,6 +71,32 @@ def reference_gram(X, Y, columns, normalize=False):
 
 
 NODE_KERNELS = {(): None, ("a",): DiracNode("a"), ("a", "b"): DiracNode("a") * DiracNode("b")}
+
+
+@pytest.mark.parametrize("columns", [("a",), ("a", "b")])
+@pytest.mark.parametrize("span", ["table", "sort"])
+def test_label_and_column_numbering_by_table_and_by_sort(rng, monkeypatch, columns, span):
+    """Labels far apart and negative, numbered through a table or a sort, give the reference Gram
+    matrices, fitted and across sets with labels the other set lacks."""
+    if span == "sort":
+        monkeypatch.setattr(features, "_TABLE_SPAN", 0)
+
+    def spread(graphs):
+        for g in graphs:
+            for c in columns:
+                g.node_labels[c] = np.array([-(1 << 40), -3, 7, 1 << 33])[g.node_labels[c]]
+        return graphs
+
+    X, Y = spread(random_graphs(rng, 12, n_labels=4)), spread(random_graphs(rng, 6, n_labels=4))
+    node = NODE_KERNELS[columns]
+    kernel = ShortestPathKernel(node_kernel=node, backend="cpu")
+    np.testing.assert_array_equal(kernel(X), reference_gram(X, X, columns))
+    np.testing.assert_array_equal(kernel(X, Y), reference_gram(X, Y, columns))
+    np.testing.assert_array_equal(kernel.fit(Y).transform(X), reference_gram(X, Y, columns))
+    names = kernel.fit(X).feature_names_
+    assert names == sorted(names) and len(set(names)) == len(names)
+    phi = kernel.features(X).toarray()
+    np.testing.assert_array_equal(phi @ phi.T, reference_gram(X, X, columns))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -232,9 +258,9 @@ class FakeBuffer:
     def copy_from_host(self, host, stream=None):
         self.bytes()[:] = np.frombuffer(np.ascontiguousarray(host).tobytes(), np.uint8)
 
-    def copy_to_host(self, out, stream=None):
+    def copy_to_host(self, out, stream=None, offset=0):
         flat = memoryview(out).cast("B")
-        flat[:] = self.bytes()[:len(flat)].tobytes()
+        flat[:] = self.bytes()[offset:offset + len(flat)].tobytes()
 
     def to_host(self, shape):
         return self.as_(np.float64)[:int(np.prod(shape))].reshape(shape).copy()

@@ -251,7 +251,7 @@ def _check_column(factor, graphs):
     for k, g in enumerate(graphs):
         col = g.require_node_label(factor.column)
         if isinstance(factor, DiracNode):
-            if col.ndim != 1 or not np.issubdtype(col.dtype, np.integer):
+            if col.ndim != 1 or col.dtype.kind not in "iu":
                 raise TypeError(f"DiracNode({factor.column!r}) needs an integer (category) node label, but graph {k} "
                                 f"({g._label()}) holds {col.dtype} values of shape {col.shape[1:] or 'scalar'} in "
                                 f"{factor.column!r}; use GaussianNode for continuous labels")

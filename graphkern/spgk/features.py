@@ -90,6 +90,42 @@ def _rows_as_keys(rows):
     return rows.view(np.dtype((np.void, 8 * rows.shape[1]))).ravel() if rows.shape[1] else np.zeros(len(rows), np.int8)
 
 
+# one label column spanning fewer values than this is numbered through a table, not a sort
+_TABLE_SPAN = 1 << 20
+
+
+def _label_ids(discrete):
+    """``(labels, ids)``: the distinct rows of the int64 ``(N, k)`` label array, sorted (``(L, k)``;
+    one empty row when ``k`` is 0 and ``N`` > 0), and each vertex's row number in them (int64)."""
+    if discrete.shape[1] == 0:
+        return np.zeros((min(1, len(discrete)), 0), np.int64), np.zeros(len(discrete), np.int64)
+    if discrete.shape[1] == 1 and len(discrete):
+        col = discrete[:, 0]
+        lo, hi = int(col.min()), int(col.max())
+        if hi - lo < _TABLE_SPAN:  # atomic numbers, residue codes: a table beats a sort
+            present = np.zeros(hi - lo + 1, bool)
+            present[col - lo] = True
+            number = np.cumsum(present) - 1
+            return (np.flatnonzero(present) + lo).reshape(-1, 1), number[col - lo]
+    uniq, ids = np.unique(_rows_as_keys(discrete), return_inverse=True)
+    rows = uniq.view(np.int64).reshape(len(uniq), discrete.shape[1])
+    order = np.lexsort(rows.T[::-1])  # the byte order of the keys is not the values' order
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return rows[order], rank[ids.reshape(-1)]
+
+
+def _match_rows(reference, rows):
+    """For each row of ``rows``, its index in the distinct rows ``reference`` (same width), or -1."""
+    if len(reference) == 0 or reference.shape[1] != rows.shape[1]:
+        return np.full(len(rows), -1, np.int64)
+    mine = _rows_as_keys(reference)
+    order = np.argsort(mine)
+    theirs = _rows_as_keys(rows)
+    pos = np.minimum(np.searchsorted(mine[order], theirs), len(mine) - 1)
+    return np.where(mine[order[pos]] == theirs, order[pos], -1)
+
+
 class TripletCounts:
     """Each graph's triplet histogram in batch-local ids: ``row_offsets`` (graph g's triplets are
     ``[row_offsets[g], row_offsets[g+1])``), ``labels`` (the distinct label tuples, ``(L, k)``
@@ -101,12 +137,8 @@ class TripletCounts:
 
         structure = pack_structure(graphs, names)
         _, discrete, _, _ = node_features(node_kernel, graphs)
-        keys = _rows_as_keys(discrete)
-        uniq, ids = np.unique(keys, return_inverse=True)
-        self.labels = uniq.view(np.int64).reshape(len(uniq), discrete.shape[1]) if discrete.shape[1] \
-            else np.zeros((min(1, len(keys)), 0), np.int64)
-        n_labels = max(1, len(uniq))
-        ids = np.ascontiguousarray(ids.reshape(-1), dtype=np.int64)
+        self.labels, ids = _label_ids(discrete)
+        n_labels = max(1, len(self.labels))
         self.row_offsets, pairs, self.lengths, self.counts = spgk_paths.triplet_counts(
             *structure, ids, n_labels, threads_for(len(graphs), GRAPHS_PER_THREAD, n_threads))
         self.la, self.lb = np.divmod(pairs, n_labels)
@@ -137,7 +169,20 @@ class Vocabulary:
             raise ValueError(f"the feature map supports up to {MAX_IDS} distinct path lengths; the graphs have "
                              f"{len(self.lengths)}: use the pairwise methods (method='openmp_out' or a GPU method)")
         lid = np.searchsorted(self.lengths, counts.lengths)
-        self.keys = np.unique((counts.la << (2 * ID_BITS)) | (counts.lb << ID_BITS) | lid)
+        nl, nd = max(1, len(self.labels)), max(1, len(self.lengths))
+        if nl * nl * nd <= _TABLE_SPAN:  # the few label pairs and lengths of real sets: a table, no sort
+            code = (counts.la * nl + counts.lb) * nd + lid
+            present = np.zeros(nl * nl * nd, bool)
+            present[code] = True
+            col = (np.cumsum(present) - 1)[code]
+            la, rest = np.divmod(np.flatnonzero(present), nl * nd)
+            lb, lid = np.divmod(rest, nd)
+            self.keys = (la << (2 * ID_BITS)) | (lb << ID_BITS) | lid
+        else:
+            self.keys, col = np.unique((counts.la << (2 * ID_BITS)) | (counts.lb << ID_BITS) | lid,
+                                       return_inverse=True)
+        # the graphs it was learned from hold only its columns: their matrix needs no matching
+        self._keep(counts, self._phi(counts, col.reshape(-1), counts.row_offsets))
 
     def __len__(self):
         return len(self.keys)
@@ -156,12 +201,7 @@ class Vocabulary:
         got = counts.cache.get(id(self))
         if got is not None and got[0] is self:
             return got[1]
-        if len(self.labels) and self.labels.shape[1] == counts.labels.shape[1]:
-            mine = _rows_as_keys(self.labels)
-            pos = np.minimum(np.searchsorted(mine, _rows_as_keys(counts.labels)), len(mine) - 1)
-            label_id = np.where(mine[pos] == _rows_as_keys(counts.labels), pos, -1)
-        else:
-            label_id = np.full(len(counts.labels), -1, np.int64)
+        label_id = _match_rows(self.labels, counts.labels)
         la, lb = label_id[counts.la], label_id[counts.lb]
         pos = np.minimum(np.searchsorted(self.lengths, counts.lengths), max(len(self.lengths) - 1, 0))
         lid = np.where(self.lengths[pos] == counts.lengths, pos, -1) if len(self.lengths) else np.full(len(pos), -1)
@@ -175,9 +215,17 @@ class Vocabulary:
         row = np.repeat(np.arange(len(counts), dtype=np.int64), np.diff(counts.row_offsets))
         indptr = np.zeros(len(counts) + 1, np.int64)
         np.cumsum(np.bincount(row[keep], minlength=len(counts)), out=indptr[1:])
-        phi = sp.csr_matrix((counts.counts[keep], col[keep], indptr), shape=(len(counts), len(self.keys)))
+        return self._keep(counts, self._phi(counts, col[keep], indptr, keep))
+
+    def _phi(self, counts, col, indptr, keep=None):
+        # a copy of the counts either way: sorting the rows permutes the matrix's arrays in place
+        data = counts.counts.copy() if keep is None else counts.counts[keep]
+        phi = sp.csr_matrix((data, col, indptr.copy()), shape=(len(counts), len(self.keys)))
         phi.has_sorted_indices = False
         phi.sort_indices()
+        return phi
+
+    def _keep(self, counts, phi):
         counts.cache[id(self)] = (self, phi)
         return phi
 
