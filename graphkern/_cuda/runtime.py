@@ -205,16 +205,18 @@ def PinnedBuffer(nbytes, mapped=False):
 # Large copies between a device and pageable host memory go through page-locked staging chunks,
 # several host threads at a time:
 # the driver's own staging of a pageable copy runs at a few GB/s, paced by one host thread's memcpy
-# and the first touch of the destination's pages.
+# and the first touch of the destination's pages, and both spread over threads: one per core, up to
+# STAGING_THREADS_MAX (docs/performance.md has the rates).
 STAGING_CHUNK = 8 << 20
-STAGING_THREADS = 4
+STAGING_THREADS_MAX = 16
+STAGING_THREADS = max(1, min(STAGING_THREADS_MAX, os.cpu_count() or 1))
 _staging = {"free": queue.SimpleQueue(), "made": 0, "pool": None}
 
 
 def _staging_pool():
     with _lock:
         if _staging["pool"] is None:
-            _staging["pool"] = ThreadPoolExecutor(max_workers=2 * STAGING_THREADS,
+            _staging["pool"] = ThreadPoolExecutor(max_workers=2 * STAGING_THREADS_MAX,
                                                   thread_name_prefix="graphkern-staging")
         return _staging["pool"]
 
@@ -228,11 +230,12 @@ def _staging_chunk():
         return _driver.PinnedBuffer(STAGING_CHUNK, False)
 
 
-def _staged(device, nbytes, step):
+def _staged(device, nbytes, step, threads=STAGING_THREADS):
     """Run ``step(staging_bytes, a, b)`` over ``[0, nbytes)`` in chunks of at most
-    :data:`STAGING_CHUNK`, on up to :data:`STAGING_THREADS` host threads each holding one pinned chunk
+    :data:`STAGING_CHUNK`, on up to ``threads`` host threads each holding one pinned chunk
     (allocated with ``device``'s context current, as the driver requires)."""
-    per_thread = max(1, -(-(nbytes // STAGING_CHUNK) // STAGING_THREADS)) * STAGING_CHUNK
+    threads = max(1, min(int(threads), STAGING_THREADS_MAX))
+    per_thread = max(1, -(-(nbytes // STAGING_CHUNK) // threads)) * STAGING_CHUNK
     bounds = list(range(0, nbytes, per_thread)) + [nbytes]
 
     def part(lo, hi):
@@ -250,11 +253,11 @@ def _staged(device, nbytes, step):
         job.result()  # every part is done before returning; the first error is raised
 
 
-def copy_to_pageable(buf, out, offset=0):
+def copy_to_pageable(buf, out, offset=0, threads=STAGING_THREADS):
     """Copy ``out.nbytes`` bytes of the device buffer ``buf`` from byte ``offset`` into the contiguous
-    host array ``out`` (pageable memory) through pinned chunks (:func:`_staged`); synchronous
-    (order it after the producing stream's work by synchronizing first).  Outputs of under two
-    chunks are copied directly."""
+    host array ``out`` (pageable memory) through pinned chunks (:func:`_staged`, on ``threads``
+    host threads); synchronous (order it after the producing stream's work by synchronizing first).
+    Outputs of under two chunks are copied directly."""
     flat = out.reshape(-1).view(np.uint8)
     if flat.nbytes < 2 * STAGING_CHUNK:
         buf.copy_to_host(flat, offset=offset)
@@ -264,7 +267,7 @@ def copy_to_pageable(buf, out, offset=0):
         buf.copy_to_host(staging[:b - a], offset=offset + a)
         flat[a:b] = staging[:b - a]
 
-    _staged(buf.device, flat.nbytes, step)
+    _staged(buf.device, flat.nbytes, step, threads)
     return out
 
 

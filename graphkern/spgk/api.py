@@ -463,7 +463,8 @@ class ShortestPathKernel:
             if cfg["backend"] == "gpu":
                 from graphkern.spgk.features_gpu import features_gram
 
-                return features_gram(cfg["device"], A, B, out, symmetric=symmetric, scale=scale, progress=bar)
+                return features_gram(cfg["device"], A, B, out, symmetric=symmetric, scale=scale, progress=bar,
+                                     n_threads=cfg["n_threads"])
             return features.gram_cpu(A, B, out, symmetric=symmetric, n_threads=cfg["n_threads"], scale=scale,
                                      progress=bar)
 
