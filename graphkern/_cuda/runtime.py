@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from importlib import resources
 
 import numpy as np
@@ -232,25 +232,32 @@ def _staging_chunk():
 
 def _staged(device, nbytes, step, threads=STAGING_THREADS):
     """Run ``step(staging_bytes, a, b)`` over ``[0, nbytes)`` in chunks of at most
-    :data:`STAGING_CHUNK`, on up to ``threads`` host threads each holding one pinned chunk
-    (allocated with ``device``'s context current, as the driver requires)."""
+    :data:`STAGING_CHUNK`, on up to ``threads`` host threads each holding one pinned chunk.  The
+    chunks are taken (or allocated, with ``device``'s context current as the driver requires)
+    before the threads start and returned when all have finished, so a copy holds exactly one per
+    part and a second copy of the same size reuses them all."""
     threads = max(1, min(int(threads), STAGING_THREADS_MAX))
     per_thread = max(1, -(-(nbytes // STAGING_CHUNK) // threads)) * STAGING_CHUNK
     bounds = list(range(0, nbytes, per_thread)) + [nbytes]
 
-    def part(lo, hi):
+    def part(lo, hi, chunk):
         device.activate()
-        chunk = _staging_chunk()
-        try:
-            staging = chunk.array(np.uint8)
-            for a in range(lo, hi, STAGING_CHUNK):
-                step(staging, a, min(a + STAGING_CHUNK, hi))
-        finally:
-            _staging["free"].put(chunk)
+        staging = chunk.array(np.uint8)
+        for a in range(lo, hi, STAGING_CHUNK):
+            step(staging, a, min(a + STAGING_CHUNK, hi))
 
-    jobs = [_staging_pool().submit(part, lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    device.activate()
+    chunks = [_staging_chunk() for _ in bounds[1:]]
+    jobs = []
+    try:
+        for lo, hi, chunk in zip(bounds[:-1], bounds[1:], chunks):
+            jobs.append(_staging_pool().submit(part, lo, hi, chunk))
+    finally:
+        wait(jobs)
+        for chunk in chunks:
+            _staging["free"].put(chunk)
     for job in jobs:
-        job.result()  # every part is done before returning; the first error is raised
+        job.result()  # the first error is raised
 
 
 def copy_to_pageable(buf, out, offset=0, threads=STAGING_THREADS):

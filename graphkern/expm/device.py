@@ -320,6 +320,7 @@ class Workspace:
                                                     f"{self.dev.ordinal}")
         if cap > self.cap:
             self.coef = rt.alloc(self.dev, 3 * cap + 1, np.float64)
+            self.coef.zero()  # check points copy the whole array back, steps not taken yet included
             self.g = rt.alloc(self.dev, cap + 1, np.float64)
             self.table = rt.alloc(self.dev, cap + 1, np.uint64)
             self.staging = [rt.PinnedBuffer(8 * (3 * cap + 1)).array(np.float64, (3 * cap + 1,)) for _ in range(2)]
