@@ -28,7 +28,7 @@ MAX_IDS = 1 << ID_BITS
 _TILE_BYTES = 256 << 20
 # work a thread is started for: graphs in a counting pass, entries of K in a product (a team's start
 # and join cost about what this much work does)
-GRAPHS_PER_THREAD = 256
+GRAPHS_PER_THREAD = 32
 ENTRIES_PER_THREAD = 1 << 16
 # a scattered sparse multiply-add costs about this many dense (BLAS) ones: the CPU product sends
 # each column the cheaper way
