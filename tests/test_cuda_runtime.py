@@ -1,5 +1,6 @@
 """The CUDA runtime layer: discovery, memory, launches from the packaged fatbin, errors."""
 
+import gc
 import math
 import pickle
 import time
@@ -377,6 +378,23 @@ def test_stream_and_event_refuse_a_missing_device():
         rt.Stream(None)
     with pytest.raises(TypeError):
         _driver.Event(None)
+
+
+@pytest.mark.gpu
+def test_allocated_bytes_count_this_process_buffers(gpu_device):
+    """The per-device count of live buffers: up by an allocation, not by a view, down when freed."""
+    from graphkern._cuda import runtime as rt
+
+    gc.collect()
+    before = gpu_device.allocated_bytes()
+    buf = rt.alloc(gpu_device, 1 << 20, np.uint8)
+    view = buf.view(0, 1 << 10)
+    assert gpu_device.allocated_bytes() == before + (1 << 20)
+    del buf
+    assert gpu_device.allocated_bytes() == before + (1 << 20)  # the view keeps its parent alive
+    del view
+    gc.collect()
+    assert gpu_device.allocated_bytes() == before
 
 
 @pytest.mark.gpu

@@ -77,6 +77,13 @@ def device_count():
 # --------------------------------------------------------------------------- devices
 
 
+# bytes held by this process's live DeviceBuffers, per device ordinal: unlike the device's free
+# memory, other processes on the same GPU do not move it
+cdef enum:
+    _MAX_ORDINALS = 256
+cdef size_t _allocated[_MAX_ORDINALS]
+
+
 cdef class Device:
     """One GPU with its retained primary context and its loaded modules."""
 
@@ -144,6 +151,10 @@ cdef class Device:
                 memory_bus_width=self._attr(cydriver.CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
             )
         return dict(self._props)
+
+    def allocated_bytes(self):
+        """Bytes of device memory this process holds in live :class:`DeviceBuffer` objects here."""
+        return int(_allocated[self.ordinal]) if self.ordinal < _MAX_ORDINALS else 0
 
     def memory_info(self):
         """``(free, total)`` bytes on the device now."""
@@ -293,6 +304,7 @@ cdef class DeviceBuffer:
 
     cdef cydriver.CUdeviceptr ptr
     cdef cydriver.CUcontext ctx  # kept as a C field: __dealloc__ must not touch Python attributes
+    cdef int ordinal  # likewise, for the count of allocated bytes
     cdef readonly size_t nbytes
     cdef readonly Device device
     cdef object _parent
@@ -324,11 +336,16 @@ cdef class DeviceBuffer:
                             f"out of memory allocating {nbytes:,} bytes on device {device.ordinal} "
                             f"({free:,} of {total:,} bytes free)", <int>st, "cuMemAlloc")
         _check(st, "cuMemAlloc")
+        self.ordinal = device.ordinal
+        if self.ordinal < _MAX_ORDINALS:
+            _allocated[self.ordinal] += nbytes
 
     def __dealloc__(self):
         if self._parent is None and self.ptr != 0:
             cydriver.cuCtxSetCurrent(self.ctx)
             cydriver.cuMemFree(self.ptr)
+            if self.ordinal < _MAX_ORDINALS:
+                _allocated[self.ordinal] -= self.nbytes
 
     @property
     def ptr(self):
