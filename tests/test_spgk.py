@@ -565,9 +565,10 @@ def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
     assert split["cpu_pairs"] + split["gpu_pairs"] == n_pairs
     assert split["gpu_seconds"] > 0  # the CPU may find the launch done before its first step
     assert_close(kernel(small, large), expected[:30, 30:], 1e-12)
-    # a GPU held back 20 ms before its launch: the CPU takes the light end, the GPU the rest
+    # a GPU held back 0.2 s before its launch: the CPU takes the light end, the GPU the rest (long
+    # enough for a CPU slowed by a sanitizer or other processes to take its share)
     start = spgk_gpu.GpuRunner.start_batched
-    hold = [0.02]
+    hold = [0.2]
 
     def late(self, *args, **kw):
         if self.stream is None:
