@@ -26,7 +26,7 @@ import numpy as np
 from graphkern.errors import CudaError, GPUUnavailableError, GraphTooLargeError
 
 try:
-    from graphkern import _build_info as build_info
+    import graphkern._build_info as build_info
 except ImportError:  # a source tree that was never built
     build_info = None
 
