@@ -182,7 +182,7 @@ class Vocabulary:
             self.keys, col = np.unique((counts.la << (2 * ID_BITS)) | (counts.lb << ID_BITS) | lid,
                                        return_inverse=True)
         # the graphs it was learned from hold only its columns: their matrix needs no matching
-        self._keep(counts, self._phi(counts, col.reshape(-1), counts.row_offsets))
+        self._cached(counts, self._phi(counts, col.reshape(-1), counts.row_offsets))
 
     def __len__(self):
         return len(self.keys)
@@ -215,7 +215,7 @@ class Vocabulary:
         row = np.repeat(np.arange(len(counts), dtype=np.int64), np.diff(counts.row_offsets))
         indptr = np.zeros(len(counts) + 1, np.int64)
         np.cumsum(np.bincount(row[keep], minlength=len(counts)), out=indptr[1:])
-        return self._keep(counts, self._phi(counts, col[keep], indptr, keep))
+        return self._cached(counts, self._phi(counts, col[keep], indptr, keep))
 
     def _phi(self, counts, col, indptr, keep=None):
         # a copy of the counts either way: sorting the rows permutes the matrix's arrays in place
@@ -225,7 +225,7 @@ class Vocabulary:
         phi.sort_indices()
         return phi
 
-    def _keep(self, counts, phi):
+    def _cached(self, counts, phi):
         counts.cache[id(self)] = (self, phi)
         return phi
 
