@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphkern.basekernels.shortest_path import DiracEdge, DiracNode, node_features
+from graphkern.graph import require_valid_all
 
 # label-tuple ids and length ids below 2**ID_BITS each: a triplet's key fits in 63 bits
 ID_BITS = 21
@@ -56,17 +57,25 @@ def pack_structure(graphs, names):
     """``(node_offsets, edge_offsets, indptr, indices, weights)`` of ``graphs`` laid end to end, as
     graphkern/_cpu/spgk_paths.pyx reads them (``weights`` None when no graph is weighted).
 
-    Weights must be non-negative and finite; ``names(k)`` names graph ``k`` in the error.
+    Row pointers and column indices are those of checked graphs (:func:`require_valid_all`: the
+    compiled passes read them unguarded).  Weights must be non-negative and finite; ``names(k)``
+    names graph ``k`` in the error.
     """
+    require_valid_all(graphs)
     G = len(graphs)
+    indptrs, indices = [None] * G, [None] * G
+    weighted = False
+    for k, g in enumerate(graphs):
+        indptrs[k], indices[k] = g.indptr, g.indices
+        weighted = weighted or g.weights is not None
     node_offsets = np.zeros(G + 1, np.int64)
     edge_offsets = np.zeros(G + 1, np.int64)
-    np.cumsum(np.fromiter((g.n_nodes for g in graphs), np.int64, G), out=node_offsets[1:])
-    np.cumsum(np.fromiter((g.nnz for g in graphs), np.int64, G), out=edge_offsets[1:])
-    indptr = np.concatenate([g.indptr for g in graphs] or [np.zeros(0, np.int64)]).astype(np.int64, copy=False)
-    indices = np.concatenate([g.indices for g in graphs] or [np.zeros(0, np.int32)]).astype(np.int32, copy=False)
+    np.cumsum(np.fromiter(map(len, indptrs), np.int64, G) - 1, out=node_offsets[1:])
+    np.cumsum(np.fromiter(map(len, indices), np.int64, G), out=edge_offsets[1:])
+    indptr = np.concatenate(indptrs or [np.zeros(0, np.int64)]).astype(np.int64, copy=False)
+    index = np.concatenate(indices or [np.zeros(0, np.int32)]).astype(np.int32, copy=False)
     weights = None
-    if any(g.weights is not None for g in graphs):
+    if weighted:
         weights = np.concatenate([g.weight_array() for g in graphs]).astype(np.float64, copy=False)
         bad = ~np.isfinite(weights) | (weights < 0)
         if bad.any():
@@ -77,11 +86,7 @@ def pack_structure(graphs, names):
             problem = "negative" if weights[k] < 0 else "non-finite"
             raise ValueError(f"{names(gi)} has a {problem} edge weight {weights[k]} on edge ({i}, "
                              f"{int(g.indices[local])}): shortest paths need non-negative finite weights")
-    bad = (indices < 0) | (indices >= np.repeat(np.diff(node_offsets), np.diff(edge_offsets)))
-    if bad.any():
-        gi = int(np.searchsorted(edge_offsets, int(np.flatnonzero(bad)[0]), side="right") - 1)
-        raise ValueError(f"{names(gi)} has a column index outside 0..{graphs[gi].n_nodes - 1}")
-    return node_offsets, edge_offsets, indptr, indices, weights
+    return node_offsets, edge_offsets, indptr, index, weights
 
 
 def _rows_as_keys(rows):
