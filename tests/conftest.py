@@ -56,6 +56,9 @@ def run_python(code, *, env=None, timeout=120):
 def pytest_addoption(parser):
     parser.addoption("--fuzz-examples", type=int, default=150,
                      help="cases per family of tests/test_fuzz.py (each family scales it by its cost)")
+    parser.addoption("--combination-share", type=int, default=1, metavar="N",
+                     help="tests that loop over every combination of solver options run one in N of them "
+                          "(a random offset each run): sizes that finish under compute-sanitizer (tools/sanitize.sh)")
     parser.addoption("--fuzz-seed", default="0",
                      help="seed of tests/test_fuzz.py's draws: the same cases every run (a test run judges the "
                           "code, not its luck); 'random' draws fresh ones to look for new bugs")
@@ -64,6 +67,22 @@ def pytest_addoption(parser):
 @pytest.fixture
 def fuzz_examples(request):
     return request.config.getoption("--fuzz-examples")
+
+
+@pytest.fixture
+def combinations(request, rng):
+    """``combinations(items)``: the items a combination-looping test runs, every one by default, one in
+    ``--combination-share`` from a random offset otherwise (never none)."""
+    share = max(1, request.config.getoption("--combination-share"))
+    return lambda items: one_in(items, share, int(rng.integers(share)))
+
+
+def one_in(items, share, offset):
+    """Every ``share``-th of ``items`` from ``offset`` (all of them for a share of 1; never none)."""
+    items = list(items)
+    if share <= 1 or not items:
+        return items
+    return items[offset % len(items)::share] or items[:1]
 
 
 @pytest.fixture

@@ -335,3 +335,14 @@ def test_capability_packages_are_public_and_imported_on_first_use():
     out = run_python(code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "True", "True"]
+
+
+def test_combination_share_of_the_sanitizer_runs():
+    """``--combination-share``: one in N of a looped grid, every item once over the N offsets."""
+    from conftest import one_in
+
+    items = list(range(23))
+    assert one_in(items, 1, 5) == items
+    picked = [one_in(items, 4, k) for k in range(4)]
+    assert sorted(x for part in picked for x in part) == items and all(len(p) in (5, 6) for p in picked)
+    assert one_in([7], 4, 3) == [7] and one_in([], 4, 1) == []

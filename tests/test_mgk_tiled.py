@@ -284,7 +284,7 @@ def _all_combinations():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(KERNELS))
-def test_every_combination_matches_core_and_dense_reference(rng, name):
+def test_every_combination_matches_core_and_dense_reference(rng, combinations, name):
     X = edge_case_set(rng) + [labeled_graph(rng, 40, 0.1)]
     nk, ek = KERNELS[name]
     # the condition number grows like max degree / q: q = 0.1 and degrees below ~10 keep it near 100,
@@ -295,27 +295,28 @@ def test_every_combination_matches_core_and_dense_reference(rng, name):
     kern = MarginalizedGraphKernel(nk, ek, q=0.1, backend="gpu")
     failures = []
     teams = gpu_teams()
-    for reorder in (None, "rcm", "pbr"):
-        for tech in (t for t in _all_combinations() if t["team"] in teams):
-            kern.reorder, kern.techniques = reorder, tech
-            K = kern(X)
-            assert K.dtype == np.float32
-            err_ref, err_core = rel_err(K, ref), rel_err(K, core)
-            np.testing.assert_array_equal(K, K.T)
-            if not (err_ref < 3e-5 and err_core < 3e-5):
-                failures.append((reorder, tech, err_ref, err_core))
+    cases = [(reorder, tech) for reorder in (None, "rcm", "pbr") for tech in _all_combinations()
+             if tech["team"] in teams]
+    for reorder, tech in combinations(cases):
+        kern.reorder, kern.techniques = reorder, tech
+        K = kern(X)
+        assert K.dtype == np.float32
+        err_ref, err_core = rel_err(K, ref), rel_err(K, core)
+        np.testing.assert_array_equal(K, K.T)
+        if not (err_ref < 3e-5 and err_core < 3e-5):
+            failures.append((reorder, tech, err_ref, err_core))
     assert not failures, failures[:5]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(KERNELS))
-def test_float64_every_primitive_and_team(rng, name):
+def test_float64_every_primitive_and_team(rng, combinations, name):
     X = edge_case_set(rng)
     nk, ek = KERNELS[name]
     ref = dense_mgk(X, None, nk.compile(), ek.compile(), q=0.05)
     kern = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu")
-    for primitives, storage, team in itertools.product(("adaptive", "dd", "ds", "ss"), ("compact", "full"),
-                                                       gpu_teams()):
+    grid = itertools.product(("adaptive", "dd", "ds", "ss"), ("compact", "full"), gpu_teams())
+    for primitives, storage, team in combinations(grid):
         kern.techniques = dict(primitives=primitives, storage=storage, team=team)
         assert rel_err(kern(X), ref) < 1e-10, (primitives, storage, team)
 

@@ -3,9 +3,12 @@
 # included), run the benchmark runner, write logs and JSON into OUTDIR, print a summary.
 #
 # Usage: tools/gpu_check.sh OUTDIR [--sanitize] [--wheel] [--tests "PYTEST ARGS"] [--bench "BENCH ARGS"]
-#   --sanitize  also run the GPU tests under compute-sanitizer (memcheck, then racecheck);
-#               intended API errors (tests that provoke them) are not counted
-#   --sanitize-tests  pytest arguments for the sanitizer runs (default: those of --tests)
+#   --sanitize  also run the GPU tests under compute-sanitizer memcheck, racecheck and initcheck: one
+#               process per tool and test file, --sanitize-jobs at a time (default 6), each stopped
+#               after --sanitize-timeout seconds (default 900), loops over solver options cut to one
+#               combination in 8 (--combination-share); intended API errors are not counted; the
+#               logs are packed into OUTDIR/sanitize-logs.tgz, one line per run in the summary
+#   --sanitize-files  the test files for the sanitizer runs (default: every file with GPU tests)
 #   --wheel     also build a wheel, install it into a clean folder and run the GPU runtime
 #               tests from it with no toolkit on PATH (the driver alone must suffice)
 #   --tests     pytest arguments (default: the whole suite)
@@ -13,13 +16,15 @@
 set -uo pipefail
 out=${1:?usage: tools/gpu_check.sh OUTDIR [options]}
 shift
-sanitize=0 wheel=0 tests="tests" bench="--quick" sanitize_tests=""
+sanitize=0 wheel=0 tests="tests" bench="--quick" sanitize_files="" jobs=6 limit=900
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) sanitize=1 ;;
     --wheel) wheel=1 ;;
     --tests) tests=$2; shift ;;
-    --sanitize-tests) sanitize_tests=$2; shift ;;
+    --sanitize-files) sanitize_files=$2; shift ;;
+    --sanitize-jobs) jobs=$2; shift ;;
+    --sanitize-timeout) limit=$2; shift ;;
     --bench) bench=$2; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
@@ -51,13 +56,19 @@ rc_tests=$?
 note "tests: $(tail -1 "$out/tests.log") (exit $rc_tests)"
 grep -E "^(FAILED|ERROR)" "$out/tests.log" | head -30 | tee -a "$summary"
 
-sanitize_tests=${sanitize_tests:-$tests}
 if [ "$sanitize" = 1 ]; then
-  for tool in memcheck racecheck; do
-    compute-sanitizer --tool "$tool" --report-api-errors no --error-exitcode 99 --log-file "$out/sanitize-$tool.log" \
-      python3 -m pytest $sanitize_tests -q -m gpu -p no:cacheprovider -x >"$out/sanitize-$tool-pytest.log" 2>&1
-    note "compute-sanitizer $tool: exit $? ($(grep -c 'ERROR SUMMARY: 0 errors' "$out/sanitize-$tool.log") clean summaries; $(tail -1 "$out/sanitize-$tool-pytest.log"))"
+  logs=$out/sanitize; mkdir -p "$logs"
+  files=${sanitize_files:-$(grep -l "mark.gpu\|gpu_device" tests/test_*.py)}
+  export SAN_LOGS=$logs SAN_LIMIT=$limit
+  for tool in memcheck racecheck initcheck; do for f in $files; do echo "$tool $f"; done; done |
+    xargs -P "$jobs" -L 1 sh -c 'b=$SAN_LOGS/$0-$(basename "$1" .py)
+      timeout "$SAN_LIMIT" compute-sanitizer --tool "$0" --report-api-errors no --log-file "$b.log" \
+        python3 -m pytest "$1" -q -rf -m gpu -p no:cacheprovider --combination-share 8 >"$b-pytest.log" 2>&1
+      echo "exit $?" >>"$b-pytest.log"'
+  for b in $(ls "$logs"/*-pytest.log | sed 's/-pytest.log$//'); do
+    note "$(basename "$b"): $(tail -2 "$b-pytest.log" | tr '\n' ' ' | cut -c1-80) | $(grep -h 'ERROR SUMMARY' "$b.log" | head -1)"
   done
+  tar czf "$out/sanitize-logs.tgz" -C "$out" sanitize && rm -rf "$logs"
 fi
 
 if [ "$wheel" = 1 ]; then
