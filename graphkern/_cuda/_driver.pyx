@@ -41,11 +41,6 @@ cdef inline int _check(cydriver.CUresult status, str call) except -1:
     return 0
 
 
-def check_status(int status, str call="driver call"):
-    """Python twin of ``_check`` for status codes obtained elsewhere."""
-    _check(<cydriver.CUresult>status, call)
-
-
 _initialised = False
 
 

@@ -312,11 +312,5 @@ def build_summary():
     }
 
 
-def _reset_for_tests():
-    """Forget the cached availability answer (tests that fake a missing driver use it)."""
-    with _lock:
-        _state.update(checked=False, reason=None)
-
-
 if os.environ.get("GRAPHKERN_DISABLE_GPU"):
     _state.update(checked=True, reason="disabled by GRAPHKERN_DISABLE_GPU")
