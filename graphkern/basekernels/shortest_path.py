@@ -220,15 +220,15 @@ def node_features(node_kernel, graphs):
     for k, g in enumerate(graphs):
         if not isinstance(g, Graph):
             raise TypeError(f"item {k} is a {type(g).__name__}, expected graphkern.Graph")
+    columns = {col: [g.require_node_label(col) for g in graphs] for col in dict.fromkeys(f.column for f in factors)}
     for f in factors:
-        _check_column(f, graphs)
+        _check_column(f, graphs, columns[f.column])
     # only the vertex offsets and the label columns: pack_graphs would also pack the adjacency,
     # which the shortest-path kernel reads through its path arrays instead
     node_offsets = np.zeros(len(graphs) + 1, dtype=np.int64)
     np.cumsum(np.fromiter((g.n_nodes for g in graphs), np.int64, len(graphs)), out=node_offsets[1:])
     n_total = int(node_offsets[-1])
-    labels = {col: np.concatenate([g.require_node_label(col) for g in graphs]) if graphs else np.zeros(0)
-              for col in dict.fromkeys(f.column for f in factors)}
+    labels = {col: np.concatenate(arrays) if graphs else np.zeros(0) for col, arrays in columns.items()}
     discrete, continuous, weights = [], [], []
     for f in factors:
         col = labels[f.column]
@@ -245,11 +245,12 @@ def node_features(node_kernel, graphs):
     return node_offsets, disc, cont, w
 
 
-def _check_column(factor, graphs):
-    """Presence, kind and width of ``factor``'s column in every graph, before packing."""
+def _check_column(factor, graphs, columns):
+    """Kind and width of ``factor``'s column (``columns``: its array in each graph), before packing."""
+    if isinstance(factor, DiracNode) and all(c.ndim == 1 and c.dtype.kind in "iu" for c in columns):
+        return
     width = None
-    for k, g in enumerate(graphs):
-        col = g.require_node_label(factor.column)
+    for k, (g, col) in enumerate(zip(graphs, columns)):
         if isinstance(factor, DiracNode):
             if col.ndim != 1 or col.dtype.kind not in "iu":
                 raise TypeError(f"DiracNode({factor.column!r}) needs an integer (category) node label, but graph {k} "
