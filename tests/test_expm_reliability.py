@@ -236,6 +236,23 @@ def test_components_of_scales_far_apart_are_solved_apart(backend, beta, fn, rng)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("diagonal, x", [
+    ([0.0, 0.5, 1e300 + 2000.0, 1e-300, 0.0], [1e-300, -2.0, 1e-300, 0.0, 1.0]),
+    ([1e-300 - 1.0, 1e300 + 1000.0, 1000.0 + 1e-300, 0.0, 3.5], [1e100, 1e-300, -2.0, 1e100, -2.0]),
+])
+def test_a_space_of_tiny_ritz_values_next_to_a_huge_entry_is_not_taken_as_exact(backend, diagonal, x):
+    """Scaled for its 1e300 entry, A's other entries and x's products with them fall below 1e-154,
+    where a vector norm's squares underflow to an exact zero: the first step looked like an
+    invariant subspace, and exp(-A) x came back as one constant times x (found by the fuzz suite)."""
+    A = sp.diags(diagonal).tocsr()
+    y, info = expm_multiply(A, np.array(x), beta=-1.0, backend=backend)
+    want = np.exp(-np.array(diagonal)) * np.array(x)
+    got = np.asarray(y, dtype=np.float64) * np.exp(info.log_scale)
+    assert info.converged
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_the_diagonal_reproducer_is_exact(backend):
     y, info = total_communicability(sp.diags([2.0, 0.0, 4e300]).tocsr(), beta=-1.0, backend=backend)
     assert info.converged and info.parts == 3

@@ -567,7 +567,10 @@ class _Call:
         end = time.perf_counter()
         times.update(host=out.host_seconds, setup=setup, reorder=reorder_seconds, output=end - t_out,
                      total=end - self.t_start, validate=self.validate_seconds, **solver.setup_times)
-        floor = abs(self.beta) * out.rho * float(np.finfo(dtype).eps)
+        # how far the answer is resolved: the Ritz values' rounding, or a coupling a breakdown dropped
+        # that was rounding noise next to ||A|| but not next to 1 / |beta| (a space confined to tiny
+        # eigenvalues of a matrix scaled for its huge ones)
+        floor = abs(self.beta) * max(out.rho * float(np.finfo(dtype).eps), out.dropped)
         return y, self.info(out, solver, log_scale, times), floor
 
     def info(self, out, solver, log_scale, times):

@@ -315,6 +315,12 @@ class LanczosOutcome:
     breakdown: bool
     host_seconds: float
     rho: float = 0.0  # max |theta|: the Ritz values resolve each other to about eps * rho only
+    # the coupling a breakdown dropped (0 without one): the answer moves by about |beta| * dropped
+    dropped: float = 0.0
+
+
+# below this magnitude the squares a vector norm sums underflow in float64
+_SQUARES_UNDERFLOW = math.sqrt(np.finfo(np.float64).tiny)
 
 
 def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, progress=None):
@@ -329,6 +335,7 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, pro
     prev = prev_shift = None
     error = math.inf
     converged = breakdown = False
+    dropped = 0.0
     while True:
         # check intervals grow with m so that the O(m^2) host work stays small next to the SpMVs
         nxt = min(check + max(check_every, check // 8), max_krylov)
@@ -341,12 +348,17 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, pro
         t0 = time.perf_counter()
         zero = np.flatnonzero(rscale[1:check] == 0.0)
         m = int(zero[0]) + 1 if zero.size else check
+        dropped = abs(float(beta_off[m - 1])) if m < check else 0.0
         alpha, beta_off, rscale = alpha[:m], beta_off[:m - 1], rscale[:m]
         if not (np.all(np.isfinite(alpha)) and np.all(np.isfinite(beta_off))):
             raise FloatingPointError(
                 "the Lanczos recurrence produced a non-finite coefficient (the matrix or x has values "
                 "too large for the requested dtype); use dtype=np.float64 or rescale A")
         c, shift, theta = krylov_coefficients(alpha, beta_off, beta, fn)
+        if m < check and dropped == 0.0 and np.abs(theta).max() < _SQUARES_UNDERFLOW:
+            # a norm of entries this small squares them below float64's range: its zero says nothing,
+            # the coupling it stands for may be as large as the Ritz values themselves
+            dropped = float(np.abs(theta).max())
         if m < check:
             breakdown = converged = True
             error = 0.0 if prev is None else min(error, relative_change(c, shift, prev, prev_shift))
@@ -363,7 +375,7 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, pro
         check = nxt
     solver.stop_after(m)
     return LanczosOutcome(c * rscale, shift, float(theta.max()), m, error, converged, breakdown, host,
-                          float(np.abs(theta).max()))
+                          float(np.abs(theta).max()), dropped)
 
 
 # ----------------------------------------------------------------------------- the answer's scale
