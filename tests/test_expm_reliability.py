@@ -253,6 +253,36 @@ def test_a_space_of_tiny_ritz_values_next_to_a_huge_entry_is_not_taken_as_exact(
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("A, x, beta", [
+    # x an eigenvector beside a huge entry: the zero coupling is exact, and the answer stays x
+    (np.array([[1e150, 0.0], [0.0, 0.0]]), [0.0, 1.0], 0.5),
+    # single vertices whose x is 0 where a_ii is largest: their scale is not the others'
+    (np.diag([4e300, 2.0, 1e300]), [0.0, 1.0, 1e-300], 1.0),
+    # a component coupled by 1e-150 beside a 1e300 vertex whose x is 0
+    (np.array([[0.0, 1e-150, 0.0, 3.0], [1e-150, 0.0, 0.0, 1e-150], [0.0, 0.0, 1e300, 0.0],
+               [3.0, 1e-150, 0.0, 0.0]]), [1e-300, 1e-300, 0.0, -2.0], 1.0),
+])
+def test_zero_norms_and_zero_x_beside_huge_entries(backend, A, x, beta):
+    """A norm computed as zero in a matrix scaled for a huge entry says nothing about the coupling it
+    stands for (its squares may have underflowed): the solve is checked, and split where it cannot
+    resolve; single vertices take their common scale from those whose x is not 0."""
+    x = np.array(x)
+    y, info = expm_multiply(sp.csr_matrix(A), x, beta=beta, backend=backend)
+    y = np.asarray(y, dtype=np.float64)
+    # the answer in the returned frame, exp(beta A) x * exp(-log_scale): block by block, in float64
+    want = np.zeros(len(x))
+    blocks = [[0, 1, 3], [2]] if len(x) == 4 else [[i] for i in range(len(x))]
+    for b in blocks:
+        if len(b) == 1:
+            i = b[0]
+            want[i] = 0.0 if x[i] == 0 else x[i] * np.exp(beta * A[i, i] - info.log_scale)
+        else:
+            want[b] = scipy.linalg.expm(beta * A[np.ix_(b, b)]) @ x[b] * np.exp(-info.log_scale)
+    assert info.converged and np.abs(y).max() > 0
+    np.testing.assert_allclose(y, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())  # normwise, as Krylov
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_the_diagonal_reproducer_is_exact(backend):
     y, info = total_communicability(sp.diags([2.0, 0.0, 4e300]).tocsr(), beta=-1.0, backend=backend)
     assert info.converged and info.parts == 3

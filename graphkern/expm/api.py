@@ -491,8 +491,14 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
             diag = np.zeros(len(idx))
             held = mat.indptr[idx + 1] > start
             diag[held] = 1.0 if mat.weights is None else mat.weights[start[held]]
-            values, shift = fn.shifted(beta * diag)
-            parts.append((idx, values if xs is None else values * xs, shift, float(diag.max()), True))
+            # the shift from the vertices whose x is not 0: a zero x_i beside a huge a_ii would set
+            # the scale of every other single vertex's value and flush it to 0
+            live = np.ones(len(idx), dtype=bool) if xs is None else xs != 0
+            y_single, shift = np.zeros(len(idx)), 0.0
+            if live.any():
+                values, shift = fn.shifted(beta * diag[live])
+                y_single[live] = values if xs is None else values * xs[live]
+            parts.append((idx, y_single, shift, float(diag.max()), True))
         else:
             y, info = _run(**{**options, "A": whole[idx][:, idx], "x": xs, "normalize": None, "split": False})
             parts.append((idx, y.astype(np.float64), info.log_scale, info.lambda_max, info.converged))

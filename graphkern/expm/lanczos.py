@@ -319,7 +319,7 @@ class LanczosOutcome:
     dropped: float = 0.0
 
 
-# below this magnitude the squares a vector norm sums underflow in float64
+# entries below this magnitude square to less than float64's smallest normal number
 _SQUARES_UNDERFLOW = math.sqrt(np.finfo(np.float64).tiny)
 
 
@@ -355,10 +355,10 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, pro
                 "the Lanczos recurrence produced a non-finite coefficient (the matrix or x has values "
                 "too large for the requested dtype); use dtype=np.float64 or rescale A")
         c, shift, theta = krylov_coefficients(alpha, beta_off, beta, fn)
-        if m < check and dropped == 0.0 and np.abs(theta).max() < _SQUARES_UNDERFLOW:
-            # a norm of entries this small squares them below float64's range: its zero says nothing,
-            # the coupling it stands for may be as large as the Ritz values themselves
-            dropped = float(np.abs(theta).max())
+        if m < check and dropped == 0.0:
+            # a norm computed as zero bounds the coupling only by what underflows: entries whose
+            # squares leave float64's range, or that the solver's dtype flushes to zero
+            dropped = math.sqrt(full_dim) * max(_SQUARES_UNDERFLOW, float(np.finfo(solver.dtype).tiny))
         if m < check:
             breakdown = converged = True
             error = 0.0 if prev is None else min(error, relative_change(c, shift, prev, prev_shift))
