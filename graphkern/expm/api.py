@@ -434,7 +434,11 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
             y, info, floor = call.solve(x_unit, peak, unit_norm)
     eps = float(np.finfo(dtype).eps)
     limit = max(tol, RESOLVE_ULPS * eps)
-    pieces = _scale_pieces(mat, abs(beta), limit / eps) if split and floor > limit else None
+    # a breakdown before n steps may also have dropped a part of x below rounding level next to the
+    # rest, on another component, that f makes dominant (exp of a far larger eigenvalue; sinh where the
+    # rest gives 0): components carrying x are then solved apart too
+    dropped_part = info.breakdown and info.krylov_dim < n
+    pieces = _scale_pieces(mat, abs(beta), limit / eps) if split and (floor > limit or dropped_part) else None
     if pieces is not None:
         return _solve_pieces(mat, pieces, fn, beta, options, info, OutputScaling(0.0, 0.0, dtype, fn.scalable, caller),
                              t_start)
