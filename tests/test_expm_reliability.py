@@ -316,6 +316,22 @@ def test_a_component_that_a_breakdown_dropped_is_solved_apart(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_breakdown_short_of_the_largest_eigenvalue_is_flagged_where_f_amplifies(backend):
+    """cosh(-A) x with a 1e20 coupling that x reaches only through 1e-20: the run breaks down before
+    the eigenvalues near 1e20, whose cosh (about e^(1e20)) float64 cannot resolve; that component is
+    flagged instead of returned as converged, the isolated vertices are exact."""
+    A = np.zeros((6, 6))
+    A[0, 2] = A[2, 0] = 1e-20
+    A[1, 2] = A[2, 1] = 1e20
+    A[2, 2] = 0.5
+    x = np.array([1e100, -1e-100, -2.0, -1e-100, 1e100, 1e100])
+    with pytest.warns(RuntimeWarning):
+        y, info = funm_multiply(sp.csr_matrix(A), x, "cosh", beta=-1.0, backend=backend)
+    assert not info.converged and set(info.unresolved.tolist()) == {0, 1, 2}
+    np.testing.assert_allclose(np.asarray(y, np.float64)[3:] * np.exp(info.log_scale), x[3:], rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("f, beta, A, x, index, want", [
     # sinh: vertex 1 (x = 1) gives sinh(0) = 0, so the 1e-100 part of x on vertex 0 (beta a_00 = 1) is
     # the whole answer; scaled for the 1e300 entry, the 1e-150 coupling that joins them underflows

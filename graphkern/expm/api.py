@@ -546,7 +546,8 @@ class _Call:
 
     def solve(self, x_unit, peak, unit_norm):
         mat, dtype = self.mat, self.dtype
-        breakdown = breakdown_threshold(mat.inf_norm(self.n_threads), dtype, self.tol, self.beta, self.fn)
+        self.anorm = mat.inf_norm(self.n_threads)
+        breakdown = breakdown_threshold(self.anorm, dtype, self.tol, self.beta, self.fn)
         reorder_seconds = 0.0
         if self.backend == "cpu":
             from graphkern.expm.cpu import CpuLanczos
@@ -581,6 +582,10 @@ class _Call:
         # that was rounding noise next to ||A|| but not next to 1 / |beta| (a space confined to tiny
         # eigenvalues of a matrix scaled for its huge ones)
         floor = abs(self.beta) * max(out.rho * float(np.finfo(dtype).eps), out.dropped)
+        if out.breakdown and out.krylov_dim < mat.n:
+            # the space ended before n steps: x's part along eigenvalues it never reached is known only
+            # to rounding, which f may amplify as far as ||A|| allows
+            floor = max(floor, abs(self.beta) * self.anorm * float(np.finfo(dtype).eps))
         return y, self.info(out, solver, log_scale, times), floor
 
     def info(self, out, solver, log_scale, times):
