@@ -316,6 +316,19 @@ def test_a_component_that_a_breakdown_dropped_is_solved_apart(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_part_of_x_below_rounding_on_another_component_is_not_dropped(backend):
+    """sinh(beta A) x with x = 1e100 on an isolated vertex (sinh(0) = 0 there) and 1 on a coupled
+    pair: the run from x sees the isolated vertex only and breaks down at once, though the whole
+    answer is the pair's; the components carrying x are solved apart."""
+    A = sp.csr_matrix(np.array([[0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    x = np.array([1.0, 0.0, 1e100])
+    y, info = funm_multiply(A, x, "sinh", beta=1e-3, backend=backend)
+    want = scipy.linalg.sinhm(1e-3 * A.toarray()) @ x
+    assert info.converged and info.parts > 1
+    np.testing.assert_allclose(np.asarray(y, np.float64) * np.exp(info.log_scale), want, rtol=1e-9, atol=1e-12 * 1e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_breakdown_short_of_the_largest_eigenvalue_is_flagged_where_f_amplifies(backend):
     """cosh(-A) x with a 1e20 coupling that x reaches only through 1e-20: the run breaks down before
     the eigenvalues near 1e20, whose cosh (about e^(1e20)) float64 cannot resolve; that component is

@@ -546,8 +546,8 @@ class _Call:
 
     def solve(self, x_unit, peak, unit_norm):
         mat, dtype = self.mat, self.dtype
-        self.anorm = mat.inf_norm(self.n_threads)
-        breakdown = breakdown_threshold(self.anorm, dtype, self.tol, self.beta, self.fn)
+        anorm = mat.inf_norm(self.n_threads)
+        breakdown = breakdown_threshold(anorm, dtype, self.tol, self.beta, self.fn)
         reorder_seconds = 0.0
         if self.backend == "cpu":
             from graphkern.expm.cpu import CpuLanczos
@@ -578,14 +578,12 @@ class _Call:
         end = time.perf_counter()
         times.update(host=out.host_seconds, setup=setup, reorder=reorder_seconds, output=end - t_out,
                      total=end - self.t_start, validate=self.validate_seconds, **solver.setup_times)
-        # how far the answer is resolved: the Ritz values' rounding, or a coupling a breakdown dropped
-        # that was rounding noise next to ||A|| but not next to 1 / |beta| (a space confined to tiny
-        # eigenvalues of a matrix scaled for its huge ones)
-        floor = abs(self.beta) * max(out.rho * float(np.finfo(dtype).eps), out.dropped)
-        if out.breakdown and out.krylov_dim < mat.n:
-            # the space ended before n steps: x's part along eigenvalues it never reached is known only
-            # to rounding, which f may amplify as far as ||A|| allows
-            floor = max(floor, abs(self.beta) * self.anorm * float(np.finfo(dtype).eps))
+        # how far the answer is resolved: the Ritz values resolve each other to about eps * rho; a space
+        # that broke down before n steps knows x's part along eigenvalues it never reached only to
+        # rounding, which f may amplify as far as ||A|| allows (a norm of entries near 1e-301 in a
+        # matrix scaled for a 1e300 entry even squares to an exact zero)
+        reach = anorm if out.breakdown and out.krylov_dim < mat.n else out.rho
+        floor = abs(self.beta) * reach * float(np.finfo(dtype).eps)
         return y, self.info(out, solver, log_scale, times), floor
 
     def info(self, out, solver, log_scale, times):

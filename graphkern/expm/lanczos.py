@@ -321,12 +321,6 @@ class LanczosOutcome:
     breakdown: bool
     host_seconds: float
     rho: float = 0.0  # max |theta|: the Ritz values resolve each other to about eps * rho only
-    # the coupling a breakdown dropped (0 without one): the answer moves by about |beta| * dropped
-    dropped: float = 0.0
-
-
-# entries below this magnitude square to less than float64's smallest normal number
-_SQUARES_UNDERFLOW = math.sqrt(np.finfo(np.float64).tiny)
 
 
 def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, progress=None):
@@ -341,7 +335,6 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, pro
     prev = prev_shift = None
     error = math.inf
     converged = breakdown = False
-    dropped = 0.0
     while True:
         # check intervals grow with m so that the O(m^2) host work stays small next to the SpMVs
         nxt = min(check + max(check_every, check // 8), max_krylov)
@@ -354,17 +347,12 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, pro
         t0 = time.perf_counter()
         zero = np.flatnonzero(rscale[1:check] == 0.0)
         m = int(zero[0]) + 1 if zero.size else check
-        dropped = abs(float(beta_off[m - 1])) if m < check else 0.0
         alpha, beta_off, rscale = alpha[:m], beta_off[:m - 1], rscale[:m]
         if not (np.all(np.isfinite(alpha)) and np.all(np.isfinite(beta_off))):
             raise FloatingPointError(
                 "the Lanczos recurrence produced a non-finite coefficient (the matrix or x has values "
                 "too large for the requested dtype); use dtype=np.float64 or rescale A")
         c, shift, theta = krylov_coefficients(alpha, beta_off, beta, fn)
-        if m < check and dropped == 0.0:
-            # a norm computed as zero bounds the coupling only by what underflows: entries whose
-            # squares leave float64's range, or that the solver's dtype flushes to zero
-            dropped = math.sqrt(full_dim) * max(_SQUARES_UNDERFLOW, float(np.finfo(solver.dtype).tiny))
         if m < check:
             breakdown = converged = True
             error = 0.0 if prev is None else min(error, relative_change(c, shift, prev, prev_shift))
@@ -381,7 +369,7 @@ def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, pro
         check = nxt
     solver.stop_after(m)
     return LanczosOutcome(c * rscale, shift, float(theta.max()), m, error, converged, breakdown, host,
-                          float(np.abs(theta).max()), dropped)
+                          float(np.abs(theta).max()))
 
 
 # ----------------------------------------------------------------------------- the answer's scale
