@@ -242,8 +242,8 @@ def test_components_of_scales_far_apart_are_solved_apart(backend, beta, fn, rng)
 ])
 def test_a_space_of_tiny_ritz_values_next_to_a_huge_entry_is_not_taken_as_exact(backend, diagonal, x):
     """Scaled for its 1e300 entry, A's other entries and x's products with them fall below 1e-154,
-    where a vector norm's squares underflow to an exact zero: the first step looked like an
-    invariant subspace, and exp(-A) x came back as one constant times x (found by the fuzz suite)."""
+    where a vector norm's squares underflow to an exact zero, which looks like an invariant
+    subspace after one step (exp(-A) x would be one constant times x): A is split and solved exactly."""
     A = sp.diags(diagonal).tocsr()
     y, info = expm_multiply(A, np.array(x), beta=-1.0, backend=backend)
     want = np.exp(-np.array(diagonal)) * np.array(x)
@@ -302,7 +302,7 @@ def test_a_component_that_a_breakdown_dropped_is_solved_apart(backend):
     run from x breaks down before reaching it, yet exp(5e19) makes it the answer.  The components
     carrying x are then solved apart: the pair's answer cannot be resolved in float64 (its eigenvalues
     are known to about 1e4, exp(0.5 lambda) to a factor e^5000), so it is flagged, not a converged
-    wrong answer as before; the others are exact."""
+    wrong answer; the others are exact."""
     A = np.array([[0.0, 0.0, 0.5, 0.0, 0.0], [0.0] * 5, [0.5, 0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0, 1e20],
                   [0.0, 0.0, 0.0, 1e20, 0.0]])
     x = np.array([1e-300, 1e100, 1.0, 0.0, -2.0])
@@ -354,7 +354,7 @@ def test_a_breakdown_short_of_the_largest_eigenvalue_is_flagged_where_f_amplifie
 @pytest.mark.xfail(strict=True, reason="open: inside one component, a part of x below rounding level that f "
                                        "makes dominant is dropped by a breakdown and reported converged")
 def test_a_part_of_x_below_rounding_inside_one_component(backend, f, beta, A, x, index, want):
-    """Found by a wider search than the fuzz suite's draws; kept failing here while open."""
+    """A strict xfail while the drop inside one component is not detected."""
     y, info = funm_multiply(sp.csr_matrix(np.array(A)), np.array(x), f, beta=beta, backend=backend)
     got = float(np.asarray(y, dtype=np.float64)[index]) * np.exp(info.log_scale)
     assert not info.converged or got == pytest.approx(want, rel=1e-9, abs=0)

@@ -62,7 +62,7 @@ def test_mgk_fault_mid_gram_is_named_freed_and_recoverable(monkeypatch, rng, whe
     dev = rt.get_device(0)
     dev.synchronize()
     gc.collect()
-    held_before = dev.allocated_bytes()  # this process's buffers: other processes on the GPU do not count
+    held_before = dev.allocated_bytes()  # this process's buffers: other processes do not count
     with monkeypatch.context() as m:
         _inject(m, where, CudaError(name, error, call="injected"), after)
         with pytest.raises(CudaError) as info:

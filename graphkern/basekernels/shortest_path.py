@@ -220,7 +220,8 @@ def node_features(node_kernel, graphs):
     for k, g in enumerate(graphs):
         if not isinstance(g, Graph):
             raise TypeError(f"item {k} is a {type(g).__name__}, expected graphkern.Graph")
-    columns = {col: [g.require_node_label(col) for g in graphs] for col in dict.fromkeys(f.column for f in factors)}
+    columns = {col: [g.require_node_label(col) for g in graphs]
+               for col in dict.fromkeys(f.column for f in factors)}
     for f in factors:
         _check_column(f, graphs, columns[f.column])
     # only the vertex offsets and the label columns: pack_graphs would also pack the adjacency,

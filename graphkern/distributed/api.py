@@ -147,8 +147,8 @@ class _Run:
         """The graphs as one future held by every worker: shipped once per worker, not per task.
 
         They travel as one byte string of flat arrays (``_ship.pack``), unpacked once per worker
-        (``_tasks.shipped``): Dask would send a list of Graphs as one frame per NumPy array (24,000
-        frames for 4,000 molecules), which cost each worker over a second before its first tile.  The key is unique
+        (``_tasks.shipped``): Dask would send a list of Graphs as one frame per NumPy array, six per
+        molecule, and every worker would wait on them before its first tile.  The key is unique
         to this call (``hash=False``): a content-hashed key is shared with an earlier call on the
         same graphs, whose release can reach the scheduler after this scatter and drop the data
         under this call's tiles ("lost dependencies").

@@ -48,8 +48,8 @@ class DeviceCSR:
         validate_device, the check and its read-back)."""
         rt, p, st = self.rt, self.pattern, self.stream
         t = time.perf_counter()
-        # pinned chunks on several host threads: the driver's own staging of a pageable copy runs at
-        # about 8 GB/s, which made these uploads the largest part of a first call
+        # pinned chunks on several host threads: the driver's own staging of a pageable copy runs on
+        # one thread, slower than the bus (docs/performance.md has the rates)
         rt.copy_from_pageable(self.indptr, p.indptr)
         rt.copy_from_pageable(self.indices, p.indices)
         raw = rt.alloc(self.dev, (values.size,), values.dtype)
