@@ -58,7 +58,7 @@ def pytest_addoption(parser):
                      help="cases per family of tests/test_fuzz.py (each family scales it by its cost)")
     parser.addoption("--combination-share", type=int, default=1, metavar="N",
                      help="tests that loop over every combination of solver options run one in N of them "
-                          "(a random offset each run): sizes that finish under compute-sanitizer (tools/sanitize.sh)")
+                          "(a random offset each run): sizes that finish under compute-sanitizer (tools/sanitize.py)")
     parser.addoption("--fuzz-seed", default="0",
                      help="seed of tests/test_fuzz.py's draws: the same cases every run (a test run judges the "
                           "code, not its luck); 'random' draws fresh ones to look for new bugs")

@@ -3,12 +3,11 @@
 # included), run the benchmark runner, write logs and JSON into OUTDIR, print a summary.
 #
 # Usage: tools/gpu_check.sh OUTDIR [--sanitize] [--wheel] [--tests "PYTEST ARGS"] [--bench "BENCH ARGS"]
-#   --sanitize  also run the GPU tests under compute-sanitizer memcheck, racecheck and initcheck: one
-#               process per tool and test file, --sanitize-jobs at a time (default 6), each stopped
-#               after --sanitize-timeout seconds (default 900), loops over solver options cut to one
-#               combination in 8 (--combination-share); intended API errors are not counted; the
-#               logs are packed into OUTDIR/sanitize-logs.tgz, one line per run in the summary
-#   --sanitize-files  the test files for the sanitizer runs (default: every file with GPU tests)
+#   --sanitize  also run the GPU tests under compute-sanitizer memcheck, racecheck and initcheck with
+#               tools/sanitize.py: one process per tool and few tests, --sanitize-jobs per GPU on every
+#               GPU, no job started after --sanitize-timeout seconds (default 900); summary, per-job
+#               JSON and the ids left unfinished in OUTDIR/sanitize*, logs in OUTDIR/sanitize-logs.tgz
+#   --sanitize-files  the test files for the sanitizer runs (default: every test file)
 #   --wheel     also build a wheel, install it into a clean folder and run the GPU runtime
 #               tests from it with no toolkit on PATH (the driver alone must suffice)
 #   --tests     pytest arguments (default: the whole suite)
@@ -57,18 +56,9 @@ note "tests: $(tail -1 "$out/tests.log") (exit $rc_tests)"
 grep -E "^(FAILED|ERROR)" "$out/tests.log" | head -30 | tee -a "$summary"
 
 if [ "$sanitize" = 1 ]; then
-  logs=$out/sanitize; mkdir -p "$logs"
-  files=${sanitize_files:-$(grep -l "mark.gpu\|gpu_device" tests/test_*.py)}
-  export SAN_LOGS=$logs SAN_LIMIT=$limit
-  for tool in memcheck racecheck initcheck; do for f in $files; do echo "$tool $f"; done; done |
-    xargs -P "$jobs" -L 1 sh -c 'b=$SAN_LOGS/$0-$(basename "$1" .py)
-      timeout "$SAN_LIMIT" compute-sanitizer --tool "$0" --report-api-errors no --log-file "$b.log" \
-        python3 -m pytest "$1" -q -rf -m gpu -p no:cacheprovider --combination-share 8 >"$b-pytest.log" 2>&1
-      echo "exit $?" >>"$b-pytest.log"'
-  for b in $(ls "$logs"/*-pytest.log | sed 's/-pytest.log$//'); do
-    note "$(basename "$b"): $(tail -2 "$b-pytest.log" | tr '\n' ' ' | cut -c1-80) | $(grep -h 'ERROR SUMMARY' "$b.log" | head -1)"
-  done
-  tar czf "$out/sanitize-logs.tgz" -C "$out" sanitize && rm -rf "$logs"
+  python3 tools/sanitize.py "$out" ${sanitize_files:+--files $sanitize_files} --jobs-per-gpu "$jobs" \
+    --deadline "$limit" --job-timeout 600 >"$out/sanitize-stdout.txt" 2>&1
+  note "sanitizers (exit $?):"; tail -n +2 "$out/sanitize_summary.txt" | tee -a "$summary"
 fi
 
 if [ "$wheel" = 1 ]; then

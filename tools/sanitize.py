@@ -1,0 +1,208 @@
+"""Run the GPU tests under compute-sanitizer (memcheck, racecheck, initcheck) in many processes
+spread over every visible GPU, and say per test what each tool found.
+
+Each job is one tool over a few test ids of one file, pinned to one GPU; jobs run longest-first
+(the MGK files lead: their solves are the slowest under instrumentation) until a deadline, after
+which no job starts and the ids left are written out for a later run (``--ids-file``).  Per test:
+pass/fail (from the job's JUnit XML) and its time; per job: the tool's ERROR SUMMARY.  Intended
+API errors (the fault-injection tests) are not counted (``--report-api-errors no``).
+
+Usage: python tools/sanitize.py OUTDIR [--tools memcheck,racecheck,initcheck] [--files F ...]
+         [--gpus 0,1] [--jobs-per-gpu 6] [--chunk 4] [--deadline 480] [--job-timeout 420] [--ids-file FILE]
+         [--pytest-args "--combination-share 8"]
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+
+HEAVY_FIRST = ("mgk", "gpu_faults", "spgk", "expm", "jaccard")
+
+
+def collect(files, pytest_args):
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p",
+                          "no:cacheprovider", *pytest_args, *files], capture_output=True, text=True)
+    return [line.strip() for line in out.stdout.splitlines() if "::" in line]
+
+
+def gpu_count():
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        return max(1, sum(1 for line in out.splitlines() if line.startswith("GPU ")))
+    except (OSError, subprocess.SubprocessError):
+        return 1
+
+
+def rank(test_id):
+    name = test_id.split("::")[0]
+    for k, key in enumerate(HEAVY_FIRST):
+        if key in name:
+            return k
+    return len(HEAVY_FIRST)
+
+
+def chunks(ids, size):
+    by_file = defaultdict(list)
+    for t in ids:
+        by_file[t.split("::")[0]].append(t)
+    out = []
+    for f, tests in by_file.items():
+        step = 1 if "mgk" in f or "gpu_faults" in f else size
+        out += [tests[i:i + step] for i in range(0, len(tests), step)]
+    return sorted(out, key=lambda c: rank(c[0]))
+
+
+def junit(path):
+    """{test id: (outcome, seconds)} from one job's JUnit XML (empty when the job never wrote it)."""
+    results = {}
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError):
+        return results
+    for case in root.iter("testcase"):
+        file = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
+        tid = f"{file}::{case.get('name')}"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+            elif child.tag == "skipped":
+                outcome = "skipped"
+        results[tid] = (outcome, float(case.get("time", 0.0)))
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--tools", default="memcheck,racecheck,initcheck")
+    ap.add_argument("--files", nargs="*", default=None)
+    ap.add_argument("--ids-file")
+    ap.add_argument("--jobs-per-gpu", type=int, default=6)
+    ap.add_argument("--gpus", default=None, help="ordinals to use, comma-separated (default: every GPU)")
+    ap.add_argument("--chunk", type=int, default=4)
+    ap.add_argument("--omp-threads", type=int, default=2)
+    ap.add_argument("--deadline", type=float, default=480.0, help="seconds after which no job starts")
+    ap.add_argument("--job-timeout", type=float, default=420.0)
+    ap.add_argument("--pytest-args", default="--combination-share 8")
+    a = ap.parse_args()
+
+    os.makedirs(a.out, exist_ok=True)
+    logs = os.path.join(a.out, "sanitize")
+    os.makedirs(logs, exist_ok=True)
+    pytest_args = a.pytest_args.split()
+    if a.ids_file:
+        with open(a.ids_file) as f:
+            ids = [line.strip() for line in f if line.strip()]
+    else:
+        files = a.files or sorted(os.path.join("tests", f) for f in os.listdir("tests")
+                                  if f.startswith("test_") and f.endswith(".py"))
+        ids = collect(files, pytest_args)
+    tools = a.tools.split(",")
+    jobs = [(tool, c) for c in chunks(ids, a.chunk) for tool in tools]
+    gpus = a.gpus.split(",") if a.gpus else [str(k) for k in range(gpu_count())]
+    n_gpus = len(gpus)
+    slots = n_gpus * a.jobs_per_gpu
+    print(f"{len(ids)} tests, {len(jobs)} jobs, {n_gpus} GPUs x {a.jobs_per_gpu} processes", flush=True)
+
+    t_start = time.monotonic()
+    free_slots = list(range(slots))
+    lock = threading.Lock()
+    records = []
+
+    def run(k):
+        tool, ids_k = jobs[k]
+        if time.monotonic() - t_start > a.deadline:
+            return dict(tool=tool, ids=ids_k, started=False)
+        with lock:
+            slot = free_slots.pop()
+        base = os.path.join(logs, f"{tool}-{k:04d}")
+        # a few OpenMP threads each: many processes with one thread per core each would spin on
+        # each other's cores and slow every job many times over
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpus[slot % n_gpus], OMP_NUM_THREADS=str(a.omp_threads))
+        # no host backtraces: capturing them keeps the Python frames of every CUDA call alive, and
+        # with them the buffers those frames hold (the fault tests then see memory never freed)
+        cmd = ["compute-sanitizer", "--tool", tool, "--show-backtrace", "no", "--report-api-errors", "no",
+               "--print-limit", "20",
+               "--log-file", base + ".log", sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
+               "--junitxml", base + ".xml", *pytest_args, *ids_k]
+        t0 = time.monotonic()
+        try:
+            with open(base + "-pytest.log", "w") as log:
+                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    timeout=a.job_timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        finally:
+            with lock:
+                free_slots.append(slot)
+        summary = ""
+        try:
+            with open(base + ".log", errors="replace") as f:
+                found = re.findall(r"ERROR SUMMARY: (\d+) error", f.read())
+            summary = sum(int(x) for x in found) if found else ""
+        except OSError:
+            pass
+        return dict(tool=tool, ids=ids_k, started=True, rc=rc, seconds=round(time.monotonic() - t0, 1),
+                    gpu=gpus[slot % n_gpus], sanitizer_errors=summary, tests=junit(base + ".xml"), log=base)
+
+    with ThreadPoolExecutor(slots) as pool:
+        for rec in pool.map(run, range(len(jobs))):
+            records.append(rec)
+
+    # per tool and file: tests passed / failed / not finished, sanitizer errors, slowest test
+    table = defaultdict(lambda: dict(passed=0, failed=0, skipped=0, unfinished=0, errors=0, slowest=(0.0, "")))
+    left = []
+    failed = []
+    for rec in records:
+        for tid in rec["ids"]:
+            row = table[(rec["tool"], tid.split("::")[0])]
+            got = rec.get("tests", {}).get(tid) if rec["started"] else None
+            if got is None:
+                row["unfinished"] += 1
+                left.append(tid)
+                continue
+            row[got[0]] += 1
+            if got[0] == "failed":
+                failed.append(f"{rec['tool']} {tid} ({rec['log']}-pytest.log)")
+            if got[1] > row["slowest"][0]:
+                row["slowest"] = (got[1], tid.split("::")[1])
+        if rec["started"] and isinstance(rec["sanitizer_errors"], int):
+            table[(rec["tool"], rec["ids"][0].split("::")[0])]["errors"] += rec["sanitizer_errors"]
+        elif rec["started"] and rec.get("rc") != "timeout":
+            table[(rec["tool"], rec["ids"][0].split("::")[0])]["errors"] += 0
+
+    lines = [f"compute-sanitizer over {len(ids)} GPU tests, {n_gpus} GPUs x {a.jobs_per_gpu} processes, "
+             f"pytest {' '.join(pytest_args)}; wall {time.monotonic() - t_start:.0f} s",
+             f"{'tool':<10} {'file':<36} {'pass':>5} {'fail':>5} {'skip':>5} {'left':>5} {'errors':>6}  slowest test"]
+    for (tool, f), r in sorted(table.items()):
+        lines.append(f"{tool:<10} {os.path.basename(f):<36} {r['passed']:>5} {r['failed']:>5} {r['skipped']:>5} "
+                     f"{r['unfinished']:>5} {r['errors']:>6}  {r['slowest'][0]:.1f} s {r['slowest'][1][:60]}")
+    lines += ["failed: " + x for x in failed]
+    text = "\n".join(lines)
+    print(text)
+    with open(os.path.join(a.out, "sanitize_summary.txt"), "w") as f:
+        f.write(text + "\n")
+    with open(os.path.join(a.out, "sanitize_left.txt"), "w") as f:
+        f.write("\n".join(sorted(set(left))) + ("\n" if left else ""))
+    with open(os.path.join(a.out, "sanitize_jobs.json"), "w") as f:
+        json.dump([{k: v for k, v in r.items() if k != "tests"} | {"tests": r.get("tests", {})} for r in records],
+                  f, indent=1)
+    with tarfile.open(os.path.join(a.out, "sanitize-logs.tgz"), "w:gz") as tar:
+        tar.add(logs, arcname="sanitize")
+    shutil.rmtree(logs)
+    return 0 if not failed and all(r["errors"] == 0 for r in table.values()) and not left else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
