@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# tiles per worker the default tile edge aims at: enough for the last tiles to balance
-_TILES_PER_WORKER = 8
+# tiles per worker the default tile edge aims at: enough for the last tiles to balance, few
+# enough that each tile's fixed host work and GPU launch tail stay small beside its solves
+_TILES_PER_WORKER = 4
 _MIN_TILE, _MAX_TILE = 32, 2048
 
 

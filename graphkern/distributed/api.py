@@ -49,7 +49,7 @@ def gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, ve
         (an in-memory store is written by the caller instead).
     tile : int or None
         Edge of a Zarr chunk in graphs.  Tiles are whole chunks, joined where graphs are lighter
-        than average so that every tile has about the same predicted cost.  None: about eight
+        than average so that every tile has about the same predicted cost.  None: about four
         tiles per worker, within 32-2048 graphs.
     resume : bool
         With ``out``, keep the tiles a previous run of the same computation wrote and compute only

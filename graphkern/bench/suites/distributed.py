@@ -135,7 +135,9 @@ def run(args, ctx):
         with cluster, Client(cluster) as client:
             client.wait_for_workers(k)
             start_s = time.perf_counter() - t0
-            kernel = _kernel(backend="gpu" if gpus else "cpu", n_threads=1)
+            # as a user builds it: GPU workers run the host work on their share of the cores (the
+            # cluster's OMP_NUM_THREADS); a CPU worker is one core, against the in-process n_threads=k
+            kernel = _kernel(backend="gpu") if gpus else _kernel(backend="cpu", n_threads=1)
             # every worker imports graphkern, starts CUDA and loads the solvers' modules before the clock
             client.run(_warm_worker, "gpu" if gpus else "cpu")
             runs = []
