@@ -168,19 +168,20 @@ def main():
         for tid in rec["ids"]:
             row = table[(rec["tool"], tid.split("::")[0])]
             got = rec.get("tests", {}).get(tid) if rec["started"] else None
+            if got is None and rec["started"] and rec["rc"] not in (0, 1, 5, "timeout"):
+                got = ("failed", rec["seconds"])  # the process died (a crash) before reporting the test
             if got is None:
                 row["unfinished"] += 1
                 left.append(tid)
                 continue
             row[got[0]] += 1
             if got[0] == "failed":
-                failed.append(f"{rec['tool']} {tid} ({rec['log']}-pytest.log)")
+                failed.append(f"{rec['tool']} {tid} (sanitize-logs.tgz: sanitize/"
+                              f"{os.path.basename(rec['log'])}-pytest.log)")
             if got[1] > row["slowest"][0]:
                 row["slowest"] = (got[1], tid.split("::")[1])
         if rec["started"] and isinstance(rec["sanitizer_errors"], int):
             table[(rec["tool"], rec["ids"][0].split("::")[0])]["errors"] += rec["sanitizer_errors"]
-        elif rec["started"] and rec.get("rc") != "timeout":
-            table[(rec["tool"], rec["ids"][0].split("::")[0])]["errors"] += 0
 
     lines = [f"compute-sanitizer over {len(ids)} GPU tests, {n_gpus} GPUs x {a.jobs_per_gpu} processes, "
              f"pytest {' '.join(pytest_args)}; wall {time.monotonic() - t_start:.0f} s",
