@@ -87,7 +87,11 @@ the components small enough for one space are solved together, each of the other
 own (``info.parts`` counts the pieces).  A component that is itself beyond that resolution is returned
 with ``converged=False``, a RuntimeWarning and its vertices in ``info.unresolved``; it does not set
 the scale of the others' values.  Ordinary matrices never pay for the split: the
-check reads the Ritz values the solve already has.
+check reads the Ritz values the solve already has.  A run that broke down before n steps can also
+have dropped, inside one component, a part of x below rounding level next to the rest (entries
+under BREAKDOWN_ULPS * eps of max|x|) that f makes the whole answer (sinh where the rest gives
+sinh(0) = 0): then x is split by magnitude and f(beta A) x_big + f(beta A) x_small solved apart,
+each in a Krylov space of its own scale (linearity: the sum is the answer).
 
 Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
 """
@@ -106,8 +110,8 @@ import scipy.sparse as sp
 from graphkern._backend import finite_real, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._progress import Progress
 from graphkern.expm.cache import MatrixCache
-from graphkern.expm.lanczos import (CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold, finish_on_host,
-                                    run_lanczos)
+from graphkern.expm.lanczos import (BREAKDOWN_ULPS, CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold,
+                                    finish_on_host, run_lanczos)
 from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_variant
 from graphkern.graph import Graph, as_csr_matrix
 
@@ -442,6 +446,10 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     if pieces is not None:
         return _solve_pieces(mat, pieces, fn, beta, options, info, OutputScaling(0.0, 0.0, dtype, fn.scalable, caller),
                              t_start)
+    small = _sub_rounding_part(x, dtype) if dropped_part else None
+    if small is not None:
+        return _solve_by_magnitude(small, options, info, OutputScaling(0.0, 0.0, dtype, fn.scalable, caller),
+                                   mat.n, t_start)
     if not info.converged:
         warnings.warn(f"{caller}: not converged after {info.krylov_dim} Lanczos steps (estimated relative "
                       f"error {info.error_estimate:.2e} > tol {tol:g}); raise max_krylov", RuntimeWarning, stacklevel=3)
@@ -453,6 +461,41 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     if not info.converged:
         info = replace(info, unresolved=np.arange(n, dtype=np.int64))
     return y, info
+
+
+def _sub_rounding_part(x, dtype):
+    """The nonzero entries of ``x`` below ``BREAKDOWN_ULPS * eps`` of its largest (a bool mask), which
+    a breakdown at rounding level can drop; None when there are none."""
+    if x is None:
+        return None
+    x = np.abs(np.asarray(x, dtype=np.float64))
+    small = (x > 0) & (x < BREAKDOWN_ULPS * float(np.finfo(dtype).eps) * x.max())
+    return small if small.any() else None
+
+
+def _solve_by_magnitude(small, options, first, scaling, n, t_start):
+    """f(beta A) x as f(beta A) x_big + f(beta A) x_small (``small`` marks x_small's entries), each
+    solved in its own Krylov space and summed under one log scale: a breakdown at rounding level of
+    x_big's run cannot drop x_small then.  x_small's own smaller parts split again the same way."""
+    x = np.asarray(options["x"], dtype=np.float64)
+    runs = [_run(**{**options, "x": np.where(part, x, 0.0), "normalize": None}) for part in (~small, small)]
+    live = [info.log_scale for y, info in runs if np.any(y)]
+    top = max(live, default=0.0)
+    y = np.zeros(n)
+    for part, info in runs:
+        if np.any(part):
+            y += part.astype(np.float64) * math.exp(info.log_scale - top)
+    infos = [info for _, info in runs]
+    bad = [i.unresolved for i in infos if i.unresolved is not None]
+    lambda_max = float(np.nanmax([i.lambda_max for i in infos]))
+    # x is given (the default ones has no parts to split), so there is no normalisation to apply
+    y, log_scale = finish_on_host(y, OutputScaling(top, 0.0, scaling.dtype, scaling.scalable, scaling.caller))
+    return y, replace(first, krylov_dim=max(i.krylov_dim for i in infos),
+                      error_estimate=max(i.error_estimate for i in infos), converged=all(i.converged for i in infos),
+                      breakdown=all(i.breakdown for i in infos), log_scale=log_scale, lambda_max=lambda_max,
+                      n_spmv=first.n_spmv + sum(i.n_spmv for i in infos), parts=max(i.parts for i in infos),
+                      times=dict(first.times, total=time.perf_counter() - t_start),
+                      unresolved=np.unique(np.concatenate(bad)).astype(np.int64) if bad else None)
 
 
 def _scale_pieces(mat, beta_abs, amplification):
