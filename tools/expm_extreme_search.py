@@ -2,7 +2,7 @@
 
 Random small symmetric matrices (2-4 vertices) with entries from 1e-300 to 1e300, x over as wide a
 range, f one of exp, cosh, sinh and beta scaled so that |beta| max|a_ij| lies in 1e-3..630; each
-answer of ``funm_multiply(..., backend="cpu")`` is compared with a 60-digit mpmath reference.  A
+answer of ``funm_multiply(..., backend="cpu")`` is compared with a 700-digit mpmath reference.  A
 draw is bad when it is reported converged but an entry is off by more than 1e-8 of the answer's
 largest entry.  Answers float64 cannot hold (largest entry under 1e-290) are left out.
 
@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from graphkern.expm import funm_multiply
 
-mpmath.mp.dps = 60
+mpmath.mp.dps = 700  # couplings 1e-600 of the largest entry still resolved
 F = {"exp": mpmath.exp, "cosh": mpmath.cosh, "sinh": mpmath.sinh}
 
 

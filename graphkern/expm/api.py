@@ -91,7 +91,10 @@ check reads the Ritz values the solve already has.  A run that broke down before
 have dropped, inside one component, a part of x below rounding level next to the rest (entries
 under BREAKDOWN_ULPS * eps of max|x|) that f makes the whole answer (sinh where the rest gives
 sinh(0) = 0): then x is split by magnitude and f(beta A) x_big + f(beta A) x_small solved apart,
-each in a Krylov space of its own scale (linearity: the sum is the answer).
+each in a Krylov space of its own scale (linearity: the sum is the answer).  And a residual below the
+breakdown threshold may be a real coupling far below ||A|| (1e-24 of it, say) that f lifts into the
+answer: on small problems the run is replayed on the host in float64 and, where the residual stands
+above its own entry-by-entry rounding bound, solved again going on through it.
 
 Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
 """
@@ -127,6 +130,10 @@ NORMALIZE = (None, "n", "lambda_max")
 RESOLVE_ULPS = 4096
 # Components beyond one Krylov space's resolution are solved one by one, up to this many solves.
 MAX_SEPARATE_COMPONENTS = 64
+# A breakdown's residual is replayed on the host (to tell a real coupling from rounding noise) only
+# within this many operations, and counts as real where an entry exceeds its rounding bound this often.
+REPLAY_WORK = 1e7
+NOISE_RATIO = 64
 
 _matrices = MatrixCache()
 _gpu_lock = threading.RLock()  # one GPU solve at a time: they share the cached device work vectors
@@ -380,7 +387,7 @@ def _positive_int(value, name):
 
 
 def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, basis, spmv, check_every,
-         reorder, exchange, task_grid, verbose, caller, normalize=None, split=True):
+         reorder, exchange, task_grid, verbose, caller, normalize=None, split=True, continue_breakdowns=False):
     options = dict(locals())
     t_start = time.perf_counter()
     fn = MatrixFunction(f)
@@ -423,6 +430,8 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     call = _Call(mat, cached, fn, beta, tol, k_max, check_every, dtype, n_threads, basis, variant, reorder, backend,
                  devices, exchange, task_grid, caller, normalize, verbose, t_start)
     call.validate_seconds = validate_seconds
+    if continue_breakdowns:  # only an exact zero ends the run (1 / beta_k stays finite)
+        call.breakdown = 2.0 / float(np.finfo(dtype).max)
     if peak == 0.0:
         return np.zeros(n, dtype=dtype), call.info(None, None, 0.0, {"total": time.perf_counter() - t_start})
     # the solvers run on scale * A (see CsrMatrix): beta / scale keeps beta * A
@@ -450,6 +459,10 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     if small is not None:
         return _solve_by_magnitude(small, options, info, OutputScaling(0.0, 0.0, dtype, fn.scalable, caller),
                                    mat.n, t_start)
+    # a residual under rounding level of ||A|| ||x|| is taken as a breakdown; where it is a real (tiny)
+    # coupling that f may amplify into the answer, the run goes on through it
+    if dropped_part and not continue_breakdowns and _residual_is_real(mat, x_unit, info.krylov_dim):
+        return _run(**{**options, "continue_breakdowns": True})
     if not info.converged:
         warnings.warn(f"{caller}: not converged after {info.krylov_dim} Lanczos steps (estimated relative "
                       f"error {info.error_estimate:.2e} > tol {tol:g}); raise max_krylov", RuntimeWarning, stacklevel=3)
@@ -461,6 +474,41 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     if not info.converged:
         info = replace(info, unresolved=np.arange(n, dtype=np.int64))
     return y, info
+
+
+def _residual_is_real(mat, x_unit, m):
+    """Whether the Lanczos residual at step ``m`` (where a run broke down) is a real coupling rather
+    than rounding noise: the run replayed on the host in float64 (full reorthogonalisation), the
+    residual compared entry by entry with its own rounding bound, ``(deg_i + 4) eps`` times
+    ``(|A| |v| + |alpha| |v| + beta |v_prev|)_i``.  An invariant subspace leaves only noise; a
+    coupling of 1e-24 ||A|| stands far above it.  False where the replay would cost more than
+    REPLAY_WORK operations (the run is then kept as it is)."""
+    n = mat.n
+    if m < 1 or m * (mat.nnz + m * n) > REPLAY_WORK:
+        return False
+    values = np.ones(mat.nnz) if mat.weights is None else mat.values_as(np.float64)
+    A = sp.csr_matrix((values, mat.indices, mat.indptr), shape=(n, n))
+    absolute = abs(A)
+    slack = (np.diff(mat.indptr) + 4) * float(np.finfo(np.float64).eps)
+    v = np.ones(n) if x_unit is None else np.asarray(x_unit, dtype=np.float64)
+    v = v / np.linalg.norm(v)
+    basis, v_prev, beta_prev = [v], np.zeros(n), 0.0
+    for step in range(m):
+        u = A @ v
+        alpha = float(v @ u)
+        w = u - alpha * v - beta_prev * v_prev
+        noise = slack * (absolute @ np.abs(v) + abs(alpha) * np.abs(v) + beta_prev * np.abs(v_prev))
+        Q = np.array(basis)
+        for _ in range(2):
+            w -= Q.T @ (Q @ w)
+        beta = float(np.linalg.norm(w))
+        if beta == 0.0:
+            return False
+        if step == m - 1:
+            return bool(np.any(np.abs(w) > NOISE_RATIO * noise))
+        v_prev, v, beta_prev = v, w / beta, beta
+        basis.append(v)
+    return False
 
 
 def _sub_rounding_part(x, dtype):
@@ -586,11 +634,13 @@ class _Call:
         self.basis, self.variant, self.reorder, self.backend = basis, variant, reorder, backend
         self.devices, self.exchange, self.task_grid = devices, exchange, task_grid
         self.caller, self.normalize, self.verbose, self.t_start = caller, normalize, verbose, t_start
+        self.breakdown = None  # the solvers' breakdown threshold: breakdown_threshold() unless set
 
     def solve(self, x_unit, peak, unit_norm):
         mat, dtype = self.mat, self.dtype
         anorm = mat.inf_norm(self.n_threads)
-        breakdown = breakdown_threshold(anorm, dtype, self.tol, self.beta, self.fn)
+        breakdown = self.breakdown if self.breakdown is not None else breakdown_threshold(anorm, dtype, self.tol,
+                                                                                          self.beta, self.fn)
         reorder_seconds = 0.0
         if self.backend == "cpu":
             from graphkern.expm.cpu import CpuLanczos
