@@ -462,7 +462,9 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     # a residual under rounding level of ||A|| ||x|| is taken as a breakdown; where it is a real (tiny)
     # coupling that f may amplify into the answer, the run goes on through it
     if dropped_part and not continue_breakdowns and _residual_is_real(mat, x_unit, info.krylov_dim):
-        return _run(**{**options, "continue_breakdowns": True})
+        y, again = _run(**{**options, "continue_breakdowns": True})
+        return y, replace(again, n_spmv=info.n_spmv + again.n_spmv,
+                          times=dict(again.times, total=time.perf_counter() - t_start))
     if not info.converged:
         warnings.warn(f"{caller}: not converged after {info.krylov_dim} Lanczos steps (estimated relative "
                       f"error {info.error_estimate:.2e} > tol {tol:g}); raise max_krylov", RuntimeWarning, stacklevel=3)
@@ -502,7 +504,7 @@ def _residual_is_real(mat, x_unit, m):
         for _ in range(2):
             w -= Q.T @ (Q @ w)
         beta = float(np.linalg.norm(w))
-        if beta == 0.0:
+        if beta == 0.0:  # exact, or its square underflows as in the solvers' norms: nothing to go on with
             return False
         if step == m - 1:
             return bool(np.any(np.abs(w) > NOISE_RATIO * noise))
@@ -526,13 +528,12 @@ def _solve_by_magnitude(small, options, first, scaling, n, t_start):
     solved in its own Krylov space and summed under one log scale: a breakdown at rounding level of
     x_big's run cannot drop x_small then.  x_small's own smaller parts split again the same way."""
     x = np.asarray(options["x"], dtype=np.float64)
-    runs = [_run(**{**options, "x": np.where(part, x, 0.0), "normalize": None}) for part in (~small, small)]
-    live = [info.log_scale for y, info in runs if np.any(y)]
-    top = max(live, default=0.0)
+    runs = [_run(**{**options, "x": np.where(mask, x, 0.0), "normalize": None}) for mask in (~small, small)]
+    top = max((info.log_scale for y_part, info in runs if np.any(y_part)), default=0.0)
     y = np.zeros(n)
-    for part, info in runs:
-        if np.any(part):
-            y += part.astype(np.float64) * math.exp(info.log_scale - top)
+    for y_part, info in runs:
+        if np.any(y_part):
+            y += y_part.astype(np.float64) * math.exp(info.log_scale - top)
     infos = [info for _, info in runs]
     bad = [i.unresolved for i in infos if i.unresolved is not None]
     lambda_max = float(np.nanmax([i.lambda_max for i in infos]))
