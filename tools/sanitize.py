@@ -5,11 +5,12 @@ Each job is one tool over a few test ids of one file, pinned to one GPU; jobs ru
 (the MGK files lead: their solves are the slowest under instrumentation) until a deadline, after
 which no job starts and the ids left are written out for a later run (``--ids-file``).  Per test:
 pass/fail (from the job's JUnit XML) and its time; per job: the tool's ERROR SUMMARY.  Intended
-API errors (the fault-injection tests) are not counted (``--report-api-errors no``).
+API errors (the fault-injection tests) are not counted (``--report-api-errors no``).  Each process
+runs ``--omp-threads`` OpenMP threads (default 2) and no host backtraces (see the command below).
 
 Usage: python tools/sanitize.py OUTDIR [--tools memcheck,racecheck,initcheck] [--files F ...]
-         [--gpus 0,1] [--jobs-per-gpu 6] [--chunk 4] [--deadline 480] [--job-timeout 420] [--ids-file FILE]
-         [--pytest-args "--combination-share 8"]
+         [--gpus 0,1] [--jobs-per-gpu 6] [--chunk 4] [--omp-threads 2] [--deadline 480]
+         [--job-timeout 420] [--ids-file FILE] [--pytest-args "--combination-share 8"]
 """
 
 import argparse
