@@ -539,12 +539,20 @@ def _solve_by_magnitude(small, options, first, scaling, n, t_start):
     lambda_max = float(np.nanmax([i.lambda_max for i in infos]))
     # x is given (the default ones has no parts to split), so there is no normalisation to apply
     y, log_scale = finish_on_host(y, OutputScaling(top, 0.0, scaling.dtype, scaling.scalable, scaling.caller))
-    return y, replace(first, krylov_dim=max(i.krylov_dim for i in infos),
-                      error_estimate=max(i.error_estimate for i in infos), converged=all(i.converged for i in infos),
-                      breakdown=all(i.breakdown for i in infos), log_scale=log_scale, lambda_max=lambda_max,
-                      n_spmv=first.n_spmv + sum(i.n_spmv for i in infos), parts=max(i.parts for i in infos),
-                      times=dict(first.times, total=time.perf_counter() - t_start),
-                      unresolved=np.unique(np.concatenate(bad)).astype(np.int64) if bad else None)
+    return y, _combined_info(first, infos, t_start, log_scale=log_scale, lambda_max=lambda_max,
+                             parts=max(i.parts for i in infos),
+                             unresolved=np.unique(np.concatenate(bad)).astype(np.int64) if bad else None)
+
+
+def _combined_info(first, infos, t_start, **fields):
+    """The :class:`ExpmInfo` of an answer put together from the runs ``infos`` after ``first``: the
+    largest Krylov space and error estimate, converged and broken down only if every run was, the
+    SpMVs of all of them; ``fields`` set the rest (scale, pieces, unresolved vertices)."""
+    return replace(first, krylov_dim=max((i.krylov_dim for i in infos), default=0),
+                   error_estimate=max((i.error_estimate for i in infos), default=0.0),
+                   converged=all(i.converged for i in infos), breakdown=all(i.breakdown for i in infos),
+                   n_spmv=first.n_spmv + sum(i.n_spmv for i in infos),
+                   times=dict(first.times, total=time.perf_counter() - t_start), **fields)
 
 
 def _scale_pieces(mat, beta_abs, amplification):
@@ -617,12 +625,8 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
     lambda_max = float(np.nanmax([lam for _, _, _, lam, _ in parts]))
     rest = -math.log(mat.n) if normalize == "n" else -beta * lambda_max if normalize == "lambda_max" else 0.0
     y, log_scale = finish_on_host(y, OutputScaling(top, rest, scaling.dtype, scaling.scalable, scaling.caller))
-    times = dict(first.times, total=time.perf_counter() - t_start)
-    return y, replace(first, krylov_dim=max((i.krylov_dim for i in infos), default=0),
-                      error_estimate=max((i.error_estimate for i in infos), default=0.0),
-                      converged=all(i.converged for i in infos), breakdown=all(i.breakdown for i in infos),
-                      log_scale=log_scale, lambda_max=lambda_max, n_spmv=first.n_spmv + sum(i.n_spmv for i in infos),
-                      times=times, parts=sum(len(v) if k == 0 else 1 for k, v in pieces), unresolved=unresolved)
+    return y, _combined_info(first, infos, t_start, log_scale=log_scale, lambda_max=lambda_max,
+                             parts=sum(len(v) if k == 0 else 1 for k, v in pieces), unresolved=unresolved)
 
 
 class _Call:
