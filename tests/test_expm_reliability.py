@@ -112,6 +112,44 @@ def test_every_in_place_edit_is_seen_by_the_cache(backend, rng):
     clear_cache()
 
 
+def test_a_speculative_lookup_confirms_or_drops_its_entry(rng):
+    """The GPU path uses a cached matrix while its content is hashed beside the solve: the check
+    must still see an edit of one value, drop the stale entry and leave a fresh build to the retry."""
+    from graphkern.expm.cache import MatrixCache
+    cache, builds = MatrixCache(), []
+
+    def build(M):
+        builds.append(1)
+        return float(M.to_scipy().sum() if isinstance(M, Graph) else M.sum())
+    A = random_graph(rng, 40, 0.2, weighted=True)
+    value, hit, unchanged = cache.get_speculative(A, build, 2)
+    assert not hit and unchanged() and len(builds) == 1
+    again, hit, unchanged = cache.get_speculative(A, build, 2)
+    assert hit and again == value and unchanged() and len(builds) == 1 and cache.hits == 1
+    A.data[3] += 1.0
+    stale, hit, unchanged = cache.get_speculative(A, build, 2)
+    assert hit and stale == value and not unchanged() and not unchanged()
+    fresh, hit, unchanged = cache.get_speculative(A, build, 2)
+    assert not hit and unchanged() and fresh == float(A.sum()) and len(builds) == 2
+    assert (cache.hits, cache.misses) == (1, 3)
+    G = Graph.from_scipy(random_graph(rng, 30, 0.2))  # keyed by identity: nothing to hash
+    cache.get_speculative(G, build, 2)
+    _, hit, unchanged = cache.get_speculative(G, build, 2)
+    assert hit and unchanged() and len(builds) == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_edit_that_breaks_a_cached_matrix_is_refused(backend, rng):
+    A = random_graph(rng, 60, 0.1, weighted=True)
+    expm_multiply(A, beta=0.3, backend=backend)
+    A.data[0] = -A.data[0] + 1.0  # its mirror entry keeps the old value: A is no longer symmetric
+    with pytest.raises(ValueError, match="symmetric"):
+        expm_multiply(A, beta=0.3, backend=backend)
+    A.data[0] = np.nan
+    with pytest.raises(ValueError):
+        expm_multiply(A, beta=0.3, backend=backend)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_graph_indices_out_of_range_never_reach_the_kernels(backend, rng):
     A = random_graph(rng, 40, 0.2)

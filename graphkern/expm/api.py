@@ -345,6 +345,10 @@ def _lookup(A, n_threads=1):
     return _matrices.get(A, lambda A: _validate(A, n_threads), n_threads)
 
 
+def _no_check():
+    return True
+
+
 def _matrix(A):
     return _lookup(A)[0]
 
@@ -413,7 +417,10 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         raise ValueError("reorder='degree' applies to the GPU backend only (the CPU SpMV is not limited by "
                          "gathers from a small cache); use reorder='auto' or 'none' with backend='cpu'")
     devices = tuple(resolve_devices(device)) if backend == "gpu" else ()
-    mat, cached = _lookup(A, n_threads)
+    if backend == "gpu":  # a cached A's content is hashed on the host while the device solves
+        mat, cached, unchanged = _matrices.get_speculative(A, lambda A: _validate(A, n_threads), n_threads)
+    else:
+        (mat, cached), unchanged = _lookup(A, n_threads), _no_check
     validate_seconds = time.perf_counter() - t_start
     n = mat.n
     x_unit, peak, unit_norm = _start_vector(x, n)
@@ -432,19 +439,20 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     call.validate_seconds = validate_seconds
     if continue_breakdowns:  # only an exact zero ends the run (1 / beta_k stays finite)
         call.breakdown = 2.0 / float(np.finfo(dtype).max)
-    if peak == 0.0:
-        return np.zeros(n, dtype=dtype), call.info(None, None, 0.0, {"total": time.perf_counter() - t_start})
-    # the solvers run on scale * A (see CsrMatrix): beta / scale keeps beta * A
-    call.beta = beta / mat.scale
-    if not math.isfinite(call.beta):
-        raise FloatingPointError(
-            f"{caller}: beta * A overflows float64 (|beta| = {abs(beta):g}, largest |a_ij| about "
-            f"{1.0 / mat.scale:.3g}): the logarithm of the answer is not representable; use a smaller beta")
-    if backend == "cpu":
-        y, info, floor = call.solve(x_unit, peak, unit_norm)
-    else:
-        with _gpu_lock:
-            y, info, floor = call.solve(x_unit, peak, unit_norm)
+    try:
+        solved = _solve_once(call, x_unit, peak, unit_norm)
+    except Exception:
+        if unchanged():
+            raise
+        return _run(**options)  # A was edited in place since it was cached: the error may be the old content's
+    t_wait = time.perf_counter()
+    if not unchanged():  # A was edited in place since it was cached: the solve ran on its old content
+        return _run(**options)
+    y, info, floor = solved
+    info = replace(info, times=dict(info.times, validate=info.times.get("validate", 0.0)
+                                    + time.perf_counter() - t_wait))
+    if floor is None:  # x = 0
+        return y, info
     eps = float(np.finfo(dtype).eps)
     limit = max(tol, RESOLVE_ULPS * eps)
     # a breakdown before n steps may also have dropped a part of x below rounding level next to the
@@ -476,6 +484,23 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     if not info.converged:
         info = replace(info, unresolved=np.arange(n, dtype=np.int64))
     return y, info
+
+
+def _solve_once(call, x_unit, peak, unit_norm):
+    """``(y, info, floor)`` of one Lanczos run (floor None for x = 0, answered without a run)."""
+    if peak == 0.0:
+        return np.zeros(call.mat.n, dtype=call.dtype), call.info(None, None, 0.0, {
+            "total": time.perf_counter() - call.t_start, "validate": call.validate_seconds}), None
+    # the solvers run on scale * A (see CsrMatrix): beta / scale keeps beta * A
+    beta, call.beta = call.beta, call.beta / call.mat.scale
+    if not math.isfinite(call.beta):
+        raise FloatingPointError(
+            f"{call.caller}: beta * A overflows float64 (|beta| = {abs(beta):g}, largest |a_ij| about "
+            f"{1.0 / call.mat.scale:.3g}): the logarithm of the answer is not representable; use a smaller beta")
+    if call.backend == "cpu":
+        return call.solve(x_unit, peak, unit_norm)
+    with _gpu_lock:
+        return call.solve(x_unit, peak, unit_norm)
 
 
 def _residual_is_real(mat, x_unit, m):

@@ -13,6 +13,12 @@ compiled code in parallel at memory speed on every lookup (so any in-place edit 
 whose arrays are read-only and its own, is keyed by its identity and its arrays' alone and costs
 nothing (not even a first hash of its entries).  Formats without flat backing arrays
 (lil, dok) are validated on every call and not cached.
+
+:meth:`MatrixCache.get_speculative` serves callers whose work runs off the host (the GPU solve): on
+an entry for the same object and arrays it hands out the cached value at once and hashes the
+content on a background thread meanwhile, so the check of a warm call costs the longer of the two
+rather than their sum; the caller confirms before it returns and, when A was edited in place,
+redoes its work on a fresh entry.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
@@ -68,11 +75,32 @@ def content_digest(A, arrays, n_threads):
     return tuple(_array_digest(a, n_threads) for a in arrays)
 
 
+_hasher_lock = threading.Lock()
+_hasher = None
+
+
+def _hashing_thread():
+    """The one background thread that hashes for speculative lookups (started on first use)."""
+    global _hasher
+    with _hasher_lock:
+        if _hasher is None:
+            _hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graphkern-hash")
+        return _hasher
+
+
+def _unchanged():
+    return True
+
+
 class _Entry:
     __slots__ = ("ref", "array_refs", "layout", "digest", "value")
 
     def matches(self, arrays, layout, digest):
-        if layout != self.layout or len(arrays) != len(self.array_refs) or digest != self.digest:
+        return digest == self.digest and self.same_arrays(arrays, layout)
+
+    def same_arrays(self, arrays, layout):
+        """The same layout and the very same backing arrays (their content aside)."""
+        if layout != self.layout or len(arrays) != len(self.array_refs):
             return False
         for a, ref in zip(arrays, self.array_refs):
             if (a is None) != (ref is None) or (ref is not None and ref() is not a):
@@ -125,6 +153,44 @@ class MatrixCache:
                 dropped.append(self._entries.popitem(last=False)[1])
         del dropped
         return value, False
+
+    def get_speculative(self, A, build, n_threads=1):
+        """``(value, hit, confirm)``.  Where A has an entry built from the same object and arrays,
+        its value is returned at once and A's content hashed on a background thread (with one
+        thread fewer than ``n_threads``, the caller's own being busy); ``confirm()`` waits for the
+        hash and says whether the content is the entry's.  When it is not, the entry is dropped
+        and the caller must discard what it did with the value and start again (a fresh lookup
+        then builds anew).  Otherwise this is :meth:`get` with a ``confirm`` that is always True."""
+        described = _backing_arrays(A)
+        entry = None
+        if described is not None and not isinstance(A, Graph):
+            arrays, layout = described
+            key = id(A)
+            with self._lock:
+                entry = self._entries.get(key)
+                if entry is not None and not (entry.ref() is A and entry.same_arrays(arrays, layout)):
+                    entry = None
+        if entry is None:
+            value, hit = self.get(A, build, n_threads)
+            return value, hit, _unchanged
+        pending = _hashing_thread().submit(content_digest, A, arrays, max(1, n_threads - 1))
+        answer = []
+
+        def confirm():
+            if not answer:
+                same = pending.result() == entry.digest
+                with self._lock:
+                    if same:
+                        self.hits += 1
+                        if self._entries.get(key) is entry:
+                            self._entries.move_to_end(key)
+                    else:
+                        self.misses += 1
+                if not same:
+                    self._pop(key, lambda e: e is entry)
+                answer.append(same)
+            return answer[0]
+        return entry.value, True, confirm
 
     def _forget_callback(self, key):
         cache_ref = weakref.ref(self)
