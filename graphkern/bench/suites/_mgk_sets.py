@@ -19,15 +19,17 @@ def _label(G, rng, n_node=4, n_edge=3):
                             edge_labels={"label": rng.integers(0, n_edge, len(edges))})
 
 
-def _molecules(args, n_graphs, rng):
-    """(graphs, description): the SD file given, RDKit's NCI sample, or generated stand-ins."""
+def _molecules(args, n_graphs, rng, hydrogens=True):
+    """(graphs, description): the SD file given or the packaged molecules, hydrogens as in the file
+    or dropped."""
     from graphkern.io import read_sdf
 
     from graphkern.bench.data import molecules_path
 
     path = args.sdf or molecules_path()
-    graphs = [g for g in read_sdf(path) if g.n_nodes > 0][:n_graphs]
-    return graphs, f"{len(graphs)} molecules from {os.path.basename(path)} (hydrogens as in the file)"
+    graphs = [g for g in read_sdf(path, hydrogens=hydrogens) if g.n_nodes > 0][:n_graphs]
+    how = "hydrogens as in the file" if hydrogens else "hydrogens dropped"
+    return graphs, f"{len(graphs)} molecules from {os.path.basename(path)} ({how})"
 
 
 def build_set(name, args, quick, seed=0):

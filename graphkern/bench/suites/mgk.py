@@ -178,6 +178,8 @@ TARGETS = {
                          sizes="the 1000 packaged molecules"),
     "warm_solve": Target("warm call ≤ 1.5x the GPU solve on the 1000 packaged molecules", "<=", 1.5,
                          sizes="the 1000 packaged molecules"),
+    "user_rate": Target("warm call ≥ 6M pairs/s on the 1000 packaged molecules", ">=", 6.0, unit="M pairs/s",
+                        sizes="the 1000 packaged molecules"),
 }
 TABLE_LEGEND = ("first call: fresh kernel object; warm: the same call again; kernel: the solve as the engine "
                 "times it (- where the engine does not expose it); est: measured on a subset and scaled to the "
@@ -250,36 +252,44 @@ SCALING_MOLECULES_CPU = (50, 160, 600)  # 141x the pairs in minutes on a few cor
 
 def _scaling(args, ctx, dtype, repeat, targets):
     """The default kernel on 80, 250 and 1000 packaged molecules (150x the pairs; 50, 160, 600 without a
-    GPU): the user's three times."""
+    GPU): the user's three times; the molecules read with their hydrogens dropped (heavy atoms only,
+    as cheminformatics kernels usually take them) and as in the file (about twice the atoms: four
+    times the product graph), each judged on its own."""
     from graphkern.basekernels import KroneckerDelta, TensorProduct
     from graphkern.mgk import MarginalizedGraphKernel
 
     rows = []
-    for count in SCALING_MOLECULES if ctx.gpu else SCALING_MOLECULES_CPU:
-        make = lambda: MarginalizedGraphKernel(TensorProduct(element=KroneckerDelta(0.5)),
-                                               TensorProduct(bond_order=KroneckerDelta(0.5)), q=args.q, dtype=dtype)
-        firsts = []
-        for _ in range(MIN_FIRST_CALLS):
-            graphs, _ = _molecules(args, count, None)  # read again: nothing cached on the graphs
-            kern = make()
-            t0 = time.perf_counter()
-            kern(graphs)
-            firsts.append(time.perf_counter() - t0)
-        warm = time_cpu(lambda: kern(graphs), repeat=repeat, warmup=0)
-        kernel_s = getattr(kern.info_, "solve_seconds", None)
-        rows.append(_row("molecules", f"graphkern default ({getattr(kern, 'backend_', 'auto')})", _n_pairs(count),
-                         warm.median, graphs=count, repeats=len(warm.times), first_repeats=len(firsts),
-                         **user_call_figures(float(np.median(firsts)), warm.median, kernel_s)))
+    for hydrogens, label in ((False, "molecules, H dropped"), (True, "molecules with H")):
+        for count in SCALING_MOLECULES if ctx.gpu else SCALING_MOLECULES_CPU:
+            make = lambda: MarginalizedGraphKernel(TensorProduct(element=KroneckerDelta(0.5)),
+                                                   TensorProduct(bond_order=KroneckerDelta(0.5)), q=args.q,
+                                                   dtype=dtype)
+            firsts = []
+            for _ in range(MIN_FIRST_CALLS):
+                graphs, _ = _molecules(args, count, None, hydrogens)  # read again: nothing cached on the graphs
+                kern = make()
+                t0 = time.perf_counter()
+                kern(graphs)
+                firsts.append(time.perf_counter() - t0)
+            warm = time_cpu(lambda: kern(graphs), repeat=repeat, warmup=0)
+            kernel_s = getattr(kern.info_, "solve_seconds", None)
+            rows.append(_row(label, f"graphkern default ({getattr(kern, 'backend_', 'auto')})", _n_pairs(count),
+                             warm.median, graphs=count, repeats=len(warm.times), first_repeats=len(firsts),
+                             **user_call_figures(float(np.median(firsts)), warm.median, kernel_s)))
+        last = rows[-1]
+        if last["graphs"] == 1000 and last.get("kernel_s"):
+            for key, value, repeats in (("first_warm", last["first_s"] / last["warm_s"], MIN_FIRST_CALLS),
+                                        ("warm_solve", last["warm_s"] / last["kernel_s"], last["repeats"]),
+                                        ("user_rate", last["pairs"] / last["warm_s"] / 1e6, last["repeats"])):
+                row = TARGETS[key].judge(value, ctx, repeats=repeats)
+                targets.append(dict(row, target=f"{row['target']} ({label})"))
     print_table([in_ms(r, "first", "warm", "kernel") for r in rows],
-                [("graphs", "molecules"), ("pairs", "pairs")] + USER_CALL_COLUMNS + [("pairs_per_s", "pairs/s", "{:.4g}")],
+                [("set", "set"), ("graphs", "molecules"), ("pairs", "pairs")] + USER_CALL_COLUMNS
+                + [("pairs_per_s", "pairs/s", "{:.4g}")],
                 title=f"the default kernel on the packaged molecules ({dtype.name}), first call: median of "
                       f"{MIN_FIRST_CALLS} fresh objects on freshly read graphs", legend=USER_CALL_LEGEND)
-    last = rows[-1]
-    if last["graphs"] == 1000 and last.get("kernel_s"):
-        targets.append(TARGETS["first_warm"].judge(last["first_s"] / last["warm_s"], ctx, repeats=MIN_FIRST_CALLS))
-        targets.append(TARGETS["warm_solve"].judge(last["warm_s"] / last["kernel_s"], ctx, repeats=last["repeats"]))
-    return rows + [{"kind": "point", "series": "graphkern default kernel", "size": r["pairs"], "seconds": r["warm_s"],
-                    "size_label": "pairs", "graph": f"molecules-{r['graphs']}"} for r in rows]
+    return rows + [{"kind": "point", "series": f"graphkern default kernel ({r['set']})", "size": r["pairs"],
+                    "seconds": r["warm_s"], "size_label": "pairs", "graph": f"molecules-{r['graphs']}"} for r in rows]
 
 
 MIN_FIRST_CALLS = 3
