@@ -580,8 +580,12 @@ def test_hybrid_matches_reference_with_both_sides_busy(rng, monkeypatch):
     assert_close(kernel(graphs), expected, 1e-12)
     split = kernel.hybrid_split_
     assert split["cpu_pairs"] > 2 * kernel._config()["n_threads"] and split["cpu_pairs"] + split["gpu_pairs"] == n_pairs
-    # a GPU held back 2 s: the CPU takes every pair, the kernel's blocks stop at the limit 0
-    hold[0] = 2.0
+    # a GPU held back well past the CPU's time for the whole set (at least 2 s; measured here, as a
+    # sanitizer or other processes may slow this CPU many times): the CPU takes every pair, the
+    # kernel's blocks stop at the limit 0
+    t0 = time.perf_counter()
+    ShortestPathKernel(node_kernel=spec, edge_kernel=EDGE["gaussian"], backend="cpu")(graphs)
+    hold[0] = max(2.0, 4.0 * (time.perf_counter() - t0))
     assert_close(kernel(graphs), expected, 1e-12)
     assert kernel.hybrid_split_["gpu_pairs"] == 0 and kernel.hybrid_split_["cpu_pairs"] == n_pairs
     # a slow CPU (every step 50 ms longer): the GPU takes nearly everything
