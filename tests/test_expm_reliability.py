@@ -447,6 +447,20 @@ def test_a_coupling_below_the_norms_that_exp_lifts_is_flagged(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_split_answer_is_judged_whole(backend):
+    """sinh(beta A) x, A = [[d, c], [c, 0]] with c 1e-167 of d and x = (1.6e-245, 4.3e99): x is split by
+    magnitude, and the 4.3e99 part's run (sinh(0) = 0) drops the coupling, which carries the whole
+    answer, x_1 c sinh(beta d) / d = 8.6e-69 to first order in c, beside the other part's 4e-246: the
+    bound it leaves is judged against the answer of both parts together, and flags it."""
+    d, c, beta = -6.035596796442898e-104, -4.3358581767867973e-271, -4.59245230698496e+102
+    x = np.array([-1.5725822323655763e-245, 4.259190899743753e+99])
+    with pytest.warns(RuntimeWarning, match="underflow in the solvers' norms"):
+        y, info = funm_multiply(sp.csr_matrix(np.array([[d, c], [c, 0.0]])), x, "sinh", beta=beta, backend=backend)
+    assert not info.converged and info.unresolved.tolist() == [0, 1]
+    assert abs(y[0] * np.exp(info.log_scale)) < 1e-3 * abs(x[1] * c * math.sinh(beta * d) / d)  # what it dropped
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_coupling_below_the_norms_that_cannot_matter_keeps_the_run(backend):
     """exp(0.7 A) e_0 on the path of :func:`sinh_through_a_coupling` with c = 1e-170: the run stops at
     T = [0] and drops the coupling, whose share of the answer (about c) is far below the tolerance: the
