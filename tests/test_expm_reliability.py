@@ -2,6 +2,7 @@
 indices out of range, and errors that say which problem occurred (CPU, and GPU where marked)."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -430,20 +431,106 @@ def test_the_replay_tells_a_real_coupling_from_rounding_noise(monkeypatch):
     import graphkern.expm.api as expm_api
 
     seen = []
-    real = expm_api._residual_is_real
-    monkeypatch.setattr(expm_api, "_residual_is_real", lambda *a: seen.append(real(*a)) or seen[-1])
+    replay = expm_api.breakdown_residual
+
+    def spy(*args):
+        seen.append(replay(*args))
+        return seen[-1]
+
+    monkeypatch.setattr(expm_api, "breakdown_residual", spy)
     n = 400
     star = sp.csr_matrix((np.ones(2 * (n - 1)), (np.r_[np.zeros(n - 1, int), np.arange(1, n)],
                                                  np.r_[np.arange(1, n), np.zeros(n - 1, int)])), shape=(n, n))
     y, info = expm_multiply(star, np.ones(n), beta=0.7, backend="cpu")
-    assert info.breakdown and info.krylov_dim < n and seen == [False]
+    assert info.breakdown and info.krylov_dim < n and seen == [(expm_api.NOISE, None)]
     s = math.sqrt(n - 1)  # exp(0.7 A) 1 of a star, in closed form: the hub and a leaf
     hub = math.cosh(0.7 * s) + s * math.sinh(0.7 * s)
     leaf = 1.0 + (math.cosh(0.7 * s) - 1.0) + math.sinh(0.7 * s) / s
     np.testing.assert_allclose(np.asarray(y) * np.exp(info.log_scale), [hub] + [leaf] * (n - 1), rtol=1e-12)
     A = sp.csr_matrix(np.array([[1.3501285893892092e+264, -1.1903832814766808e+240], [-1.1903832814766808e+240, 0.0]]))
     funm_multiply(A, np.array([0.0, 1.0]), "cosh", beta=-2.28e-262, backend="cpu")
-    assert seen[1:2] == [True]
+    assert seen[1:2] == [(expm_api.COUPLING, None)]
+
+
+def sinh_through_a_coupling(c, beta):
+    """``sinh(beta A) e_0`` for the path A = [[0, c, 0], [c, 0, 1], [0, 1, 0]], in closed form: with
+    s = sqrt(1 + c^2), A^(2k+1) e_0 = c s^(2k) e_1, so the answer is (c / s) sinh(beta s) e_1 -- it comes
+    only through the coupling c (the first Lanczos step's residual is c e_1)."""
+    A = sp.csr_matrix(np.array([[0.0, c, 0.0], [c, 0.0, 1.0], [0.0, 1.0, 0.0]]))
+    s = math.sqrt(1.0 + c * c)
+    return A, np.array([0.0, c / s * math.sinh(beta * s), 0.0])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype, c", [(np.float64, 1e-170), (np.float64, 1e-156), (np.float32, 1e-156),
+                                      (np.float32, 1e-40)])
+def test_a_coupling_whose_squares_underflow_is_flagged(backend, dtype, c):
+    """sinh(beta A) e_0 comes only through a coupling c below sqrt(float64's smallest normal) of the
+    largest entry (in float32 below float32's smallest normal): the solvers' norm of the residual c e_1
+    (float64 squares of the dtype's entries, summed unscaled) underflows, the run cannot go on through
+    it and its answer, 0, is wrong.  It is flagged, not returned as converged."""
+    A, _ = sinh_through_a_coupling(c, 0.7)
+    with pytest.warns(RuntimeWarning, match="underflow in the solvers' norms, and rescaling A does not help"):
+        y, info = funm_multiply(A, np.array([1.0, 0.0, 0.0]), "sinh", beta=0.7, backend=backend, dtype=dtype)
+    assert not info.converged and info.error_estimate >= 1.0
+    assert info.unresolved.tolist() == [0, 1, 2]
+    assert np.all(np.isfinite(y))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_coupling_below_the_norms_that_exp_lifts_is_flagged(backend):
+    """exp(600 A) e_0 for A = [[0, c], [c, 1]], c = 1e-170: the run stops at T = [0] (answer e_0) but
+    e^600 lifts the dropped coupling to about c e^600 = 4e90 on vertex 1, far past it: flagged."""
+    A = sp.csr_matrix(np.array([[0.0, 1e-170], [1e-170, 1.0]]))
+    with pytest.warns(RuntimeWarning, match="underflow in the solvers' norms"):
+        y, info = expm_multiply(A, np.array([1.0, 0.0]), beta=600.0, backend=backend)
+    assert not info.converged and info.unresolved.tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_split_answer_is_judged_whole(backend):
+    """sinh(beta A) x, A = [[d, c], [c, 0]] with c 1e-167 of d and x = (1.6e-245, 4.3e99): x is split by
+    magnitude, and the 4.3e99 part's run (sinh(0) = 0) drops the coupling, which carries the whole
+    answer, x_1 c sinh(beta d) / d = 8.6e-69 to first order in c, beside the other part's 4e-246: the
+    bound it leaves is judged against the answer of both parts together, and flags it."""
+    d, c, beta = -6.035596796442898e-104, -4.3358581767867973e-271, -4.59245230698496e+102
+    x = np.array([-1.5725822323655763e-245, 4.259190899743753e+99])
+    with pytest.warns(RuntimeWarning, match="underflow in the solvers' norms"):
+        y, info = funm_multiply(sp.csr_matrix(np.array([[d, c], [c, 0.0]])), x, "sinh", beta=beta, backend=backend)
+    assert not info.converged and info.unresolved.tolist() == [0, 1]
+    assert abs(y[0] * np.exp(info.log_scale)) < 1e-3 * abs(x[1] * c * math.sinh(beta * d) / d)  # what it dropped
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_coupling_below_the_norms_that_cannot_matter_keeps_the_run(backend):
+    """exp(0.7 A) e_0 on the path of :func:`sinh_through_a_coupling` with c = 1e-170: the run stops at
+    T = [0] and drops the coupling, whose share of the answer (about c) is far below the tolerance: the
+    answer stands, converged, without a warning.  Closed form: with s = sqrt(1 + c^2),
+    exp(beta A) e_0 = ((1 + c^2 cosh(beta s)) / s^2, (c / s) sinh(beta s), c (cosh(beta s) - 1) / s^2)."""
+    c, beta = 1e-170, 0.7
+    A, _ = sinh_through_a_coupling(c, beta)
+    s = math.sqrt(1.0 + c * c)
+    cosh, sinh = math.cosh(beta * s), math.sinh(beta * s)
+    want = [(1.0 + c * c * cosh) / s ** 2, c / s * sinh, c * (cosh - 1.0) / s ** 2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y, info = expm_multiply(A, np.array([1.0, 0.0, 0.0]), beta=beta, backend=backend)
+    assert info.converged and info.unresolved is None
+    np.testing.assert_allclose(np.asarray(y) * np.exp(info.log_scale), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype, c", [(np.float64, 1e-150), (np.float64, 1e-140), (np.float64, 1e-100),
+                                      (np.float32, 1e-37), (np.float32, 1e-20)])
+def test_a_coupling_the_norms_hold_is_gone_through(backend, dtype, c):
+    """The same sinh with a coupling just above the underflow of the norms: the replay tells it from
+    rounding noise, the run goes on through it and the answer (c / s) sinh(0.7 s) e_1 is right."""
+    A, want = sinh_through_a_coupling(c, 0.7)
+    y, info = funm_multiply(A, np.array([1.0, 0.0, 0.0]), "sinh", beta=0.7, backend=backend, dtype=dtype)
+    assert info.converged and info.unresolved is None
+    rtol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(np.asarray(y, np.float64) * np.exp(info.log_scale), want, rtol=rtol,
+                               atol=rtol * abs(want[1]))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

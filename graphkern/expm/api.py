@@ -94,7 +94,11 @@ sinh(0) = 0): then x is split by magnitude and f(beta A) x_big + f(beta A) x_sma
 each in a Krylov space of its own scale (linearity: the sum is the answer).  And a residual below the
 breakdown threshold may be a real coupling far below ||A|| (1e-24 of it, say) that f lifts into the
 answer: on small problems the run is replayed on the host in float64 and, where the residual stands
-above its own entry-by-entry rounding bound, solved again going on through it.
+above its own entry-by-entry rounding bound, solved again going on through it.  Below about sqrt(tiny)
+of the largest entry (1.5e-154; float32 vectors: 1.2e-38) a coupling cannot be gone through: the
+solvers' sums of squares underflow, whatever A's scale.  Where a bound of what it can add to the
+answer exceeds the tolerance, the answer comes with ``converged=False``, a RuntimeWarning and its
+vertices in ``info.unresolved`` (graphkern.expm.replay).
 
 Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
 """
@@ -116,6 +120,7 @@ from graphkern.expm.cache import MatrixCache
 from graphkern.expm.lanczos import (BREAKDOWN_ULPS, CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold,
                                     finish_on_host, run_lanczos)
 from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_variant
+from graphkern.expm.replay import COUPLING, NOISE, UNDERFLOW, breakdown_residual, norm_floor
 from graphkern.graph import Graph, as_csr_matrix
 
 __all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo", "clear_cache", "cache_info"]
@@ -130,10 +135,6 @@ NORMALIZE = (None, "n", "lambda_max")
 RESOLVE_ULPS = 4096
 # Components beyond one Krylov space's resolution are solved one by one, up to this many solves.
 MAX_SEPARATE_COMPONENTS = 64
-# A breakdown's residual is replayed on the host (to tell a real coupling from rounding noise) only
-# within this many operations, and counts as real where an entry exceeds its rounding bound this often.
-REPLAY_WORK = 1e7
-NOISE_RATIO = 64
 
 _matrices = MatrixCache()
 _gpu_lock = threading.RLock()  # one GPU solve at a time: they share the cached device work vectors
@@ -391,7 +392,8 @@ def _positive_int(value, name):
 
 
 def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, basis, spmv, check_every,
-         reorder, exchange, task_grid, verbose, caller, normalize=None, split=True, continue_breakdowns=False):
+         reorder, exchange, task_grid, verbose, caller, normalize=None, split=True, continue_breakdowns=False,
+         dropped=None):
     options = dict(locals())
     t_start = time.perf_counter()
     fn = MatrixFunction(f)
@@ -468,12 +470,20 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         return _solve_by_magnitude(small, options, info, OutputScaling(0.0, 0.0, dtype, fn.scalable, caller),
                                    mat.n, t_start)
     # a residual under rounding level of ||A|| ||x|| is taken as a breakdown; where it is a real (tiny)
-    # coupling that f may amplify into the answer, the run goes on through it
-    if dropped_part and not continue_breakdowns and _residual_is_real(mat, x_unit, info.krylov_dim):
+    # coupling that f may amplify into the answer, the run goes on through it, unless the solvers' norm
+    # of it underflows: then nothing can go on, and the answer is flagged where the coupling can change it
+    # (a part of a split answer lists its bound in ``dropped``: it is judged beside the other parts)
+    residual, share = breakdown_residual(mat, x_unit, info.krylov_dim, dtype, fn, call.beta) if dropped_part else (
+        NOISE, None)
+    if residual == COUPLING and not continue_breakdowns:
         y, again = _run(**{**options, "continue_breakdowns": True})
         return y, replace(again, n_spmv=info.n_spmv + again.n_spmv,
                           times=dict(again.times, total=time.perf_counter() - t_start))
-    if not info.converged:
+    if residual == UNDERFLOW and dropped is not None:
+        dropped.append(share[0] + math.log(peak * unit_norm))
+    elif residual == UNDERFLOW and share[0] - share[1] > math.log(limit):
+        info = _flag_underflow(info, caller, dtype)
+    elif not info.converged:
         warnings.warn(f"{caller}: not converged after {info.krylov_dim} Lanczos steps (estimated relative "
                       f"error {info.error_estimate:.2e} > tol {tol:g}); raise max_krylov", RuntimeWarning, stacklevel=3)
     if floor > limit:
@@ -503,40 +513,6 @@ def _solve_once(call, x_unit, peak, unit_norm):
         return call.solve(x_unit, peak, unit_norm)
 
 
-def _residual_is_real(mat, x_unit, m):
-    """Whether the Lanczos residual at step ``m`` (where a run broke down) is a real coupling rather
-    than rounding noise: the run replayed on the host in float64 (full reorthogonalisation), the
-    residual compared entry by entry with its own rounding bound, ``(deg_i + 4) eps`` times
-    ``(|A| |v| + |alpha| |v| + beta |v_prev|)_i``.  An invariant subspace leaves only noise; a
-    coupling of 1e-24 ||A|| stands far above it.  False where the replay would cost more than
-    REPLAY_WORK operations (the run is then kept as it is)."""
-    n = mat.n
-    if m < 1 or m * (mat.nnz + m * n) > REPLAY_WORK:
-        return False
-    values = np.ones(mat.nnz) if mat.weights is None else mat.values_as(np.float64)
-    A = sp.csr_matrix((values, mat.indices, mat.indptr), shape=(n, n))
-    absolute = abs(A)
-    slack = (np.diff(mat.indptr) + 4) * float(np.finfo(np.float64).eps)
-    v = np.ones(n) if x_unit is None else np.asarray(x_unit, dtype=np.float64)
-    v = v / np.linalg.norm(v)
-    basis, v_prev, beta_prev = [v], np.zeros(n), 0.0
-    for step in range(m):
-        u = A @ v
-        alpha = float(v @ u)
-        w = u - alpha * v - beta_prev * v_prev
-        noise = slack * (absolute @ np.abs(v) + abs(alpha) * np.abs(v) + beta_prev * np.abs(v_prev))
-        Q = np.array(basis)
-        for _ in range(2):
-            w -= Q.T @ (Q @ w)
-        beta = float(np.linalg.norm(w))
-        if beta == 0.0:  # exact, or its square underflows as in the solvers' norms: nothing to go on with
-            return False
-        if step == m - 1:
-            return bool(np.any(np.abs(w) > NOISE_RATIO * noise))
-        v_prev, v, beta_prev = v, w / beta, beta
-        basis.append(v)
-    return False
-
 
 def _sub_rounding_part(x, dtype):
     """The nonzero entries of ``x`` below ``BREAKDOWN_ULPS * eps`` of its largest (a bool mask), which
@@ -553,7 +529,9 @@ def _solve_by_magnitude(small, options, first, scaling, n, t_start):
     solved in its own Krylov space and summed under one log scale: a breakdown at rounding level of
     x_big's run cannot drop x_small then.  x_small's own smaller parts split again the same way."""
     x = np.asarray(options["x"], dtype=np.float64)
-    runs = [_run(**{**options, "x": np.where(mask, x, 0.0), "normalize": None}) for mask in (~small, small)]
+    bounds = []
+    runs = [_run(**{**options, "x": np.where(mask, x, 0.0), "normalize": None, "dropped": bounds})
+            for mask in (~small, small)]
     top = max((info.log_scale for y_part, info in runs if np.any(y_part)), default=0.0)
     y = np.zeros(n)
     for y_part, info in runs:
@@ -562,11 +540,39 @@ def _solve_by_magnitude(small, options, first, scaling, n, t_start):
     infos = [info for _, info in runs]
     bad = [i.unresolved for i in infos if i.unresolved is not None]
     lambda_max = float(np.nanmax([i.lambda_max for i in infos]))
+    flag = _dropped_matters(options, bounds, y, top)
     # x is given (the default ones has no parts to split), so there is no normalisation to apply
     y, log_scale = finish_on_host(y, OutputScaling(top, 0.0, scaling.dtype, scaling.scalable, scaling.caller))
-    return y, _combined_info(first, infos, t_start, log_scale=log_scale, lambda_max=lambda_max,
-                             parts=max(i.parts for i in infos),
-                             unresolved=np.unique(np.concatenate(bad)).astype(np.int64) if bad else None)
+    info = _combined_info(first, infos, t_start, log_scale=log_scale, lambda_max=lambda_max,
+                          parts=max(i.parts for i in infos),
+                          unresolved=np.unique(np.concatenate(bad)).astype(np.int64) if bad else None)
+    return y, _flag_underflow(info, scaling.caller, scaling.dtype, n) if flag else info
+
+
+def _dropped_matters(options, bounds, y, top):
+    """Whether a coupling that the runs of a split answer could not hold (``bounds``: logs of what each
+    can add, see graphkern.expm.replay) can change ``y * exp(top)``, the answer they make together,
+    beyond the tolerance.  Inside a split that is itself a part, the bounds go up to be judged there."""
+    if not bounds:
+        return False
+    if options["dropped"] is not None:
+        options["dropped"].extend(bounds)
+        return False
+    with np.errstate(divide="ignore"):
+        size = float(np.log(np.abs(y).max())) + top if y.size else -math.inf
+    eps = float(np.finfo(resolve_dtype(options["dtype"])).eps)
+    return max(bounds) - size > math.log(max(options["tol"], RESOLVE_ULPS * eps))
+
+
+def _flag_underflow(info, caller, dtype, n=None):
+    """``info`` with ``converged=False`` and its vertices unresolved, warned: a coupling that the solvers'
+    norms cannot hold can change the answer."""
+    warnings.warn(f"{caller}: a coupling below about {norm_floor(dtype):.1e} of the largest |a_ij| (the square root of "
+                  f"the smallest normal number the Lanczos norms hold) ended a run: its squares underflow in the "
+                  f"solvers' norms, and rescaling A does not help; the answer may be wrong (f lifts that coupling "
+                  f"into it beyond the tolerance); converged=False", RuntimeWarning, stacklevel=4)
+    unresolved = None if n is None else np.arange(n, dtype=np.int64)
+    return replace(info, converged=False, error_estimate=max(info.error_estimate, 1.0), unresolved=unresolved)
 
 
 def _combined_info(first, infos, t_start, **fields):
@@ -612,7 +618,7 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
     x = None if x is None else np.asarray(x, dtype=np.float64)
     data = np.ones(mat.nnz) if mat.weights is None else mat.weights
     whole = sp.csr_matrix((data, mat.indices, mat.indptr), shape=(mat.n, mat.n))
-    parts, infos = [], []  # (vertices, y, log scale, largest eigenvalue seen, resolved)
+    parts, infos, bounds = [], [], []  # (vertices, y, log scale, largest eigenvalue seen, resolved)
     for kind, idx in pieces:
         xs = None if x is None else x[idx]
         if kind == 0:  # a vertex alone (no entry or a diagonal one): f(beta a_ii) x_i
@@ -629,7 +635,8 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
                 y_single[live] = values if xs is None else values * xs[live]
             parts.append((idx, y_single, shift, float(diag.max()), True))
         else:
-            y, info = _run(**{**options, "A": whole[idx][:, idx], "x": xs, "normalize": None, "split": False})
+            y, info = _run(**{**options, "A": whole[idx][:, idx], "x": xs, "normalize": None, "split": False,
+                              "dropped": bounds})
             parts.append((idx, y.astype(np.float64), info.log_scale, info.lambda_max, info.converged))
             infos.append(info)
     # log scales of 1e300 hold no O(1) part: the parts keep their magnitudes and only the shifts combine.
@@ -649,9 +656,11 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
     unresolved = np.sort(np.concatenate(bad)).astype(np.int64) if bad else None
     lambda_max = float(np.nanmax([lam for _, _, _, lam, _ in parts]))
     rest = -math.log(mat.n) if normalize == "n" else -beta * lambda_max if normalize == "lambda_max" else 0.0
+    flag = _dropped_matters(options, bounds, y, top)
     y, log_scale = finish_on_host(y, OutputScaling(top, rest, scaling.dtype, scaling.scalable, scaling.caller))
-    return y, _combined_info(first, infos, t_start, log_scale=log_scale, lambda_max=lambda_max,
-                             parts=sum(len(v) if k == 0 else 1 for k, v in pieces), unresolved=unresolved)
+    info = _combined_info(first, infos, t_start, log_scale=log_scale, lambda_max=lambda_max,
+                          parts=sum(len(v) if k == 0 else 1 for k, v in pieces), unresolved=unresolved)
+    return y, _flag_underflow(info, scaling.caller, scaling.dtype, mat.n) if flag else info
 
 
 class _Call:
