@@ -254,6 +254,28 @@ def test_plan_tiles_have_equal_predicted_cost():
     assert sum(plan.pairs(t) for t in tiles) == len(w) * (len(w) + 1) // 2
 
 
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_tiles_are_handed_out_longest_first(symmetric):
+    """The order tiles are submitted in: predicted cost (brute-force sums of w_i w_j over each tile's
+    pairs) never increases, and every tile is there once."""
+    rng = np.random.default_rng(5)
+    wx = np.concatenate([rng.uniform(1, 2, 130), rng.uniform(8, 10, 37)])
+    wy = wx if symmetric else rng.uniform(1, 9, 90)
+    plan = Plan.make(wx, wy, 16, symmetric)
+    ordered = plan.by_cost(plan.tiles(), wx, wy)
+    assert sorted(ordered, key=lambda t: (t.ti, t.tj)) == plan.tiles()
+
+    def brute(t):
+        block = np.outer(wx[t.i0:t.i1], wy[t.j0:t.j1])
+        if symmetric and t.ti == t.tj:
+            return block[np.triu_indices(t.i1 - t.i0)].sum() - 0.5 * np.diag(block).sum()
+        return block.sum()
+    costs = np.array([brute(t) for t in ordered])
+    assert np.all(np.diff(costs) <= 1e-9 * costs.max())
+    if symmetric:  # a diagonal tile holds half the pairs of an off-diagonal one of the same runs
+        assert not ordered[0].ti == ordered[0].tj
+
+
 def test_local_cluster_without_client():
     X = _graphs(12, seed=12)
     kernel = _spgk(backend="cpu")

@@ -97,6 +97,18 @@ class Plan:
         return [Tile(a, b, r[a], r[a + 1], c[b], c[b + 1], self.symmetric and a != b)
                 for a in range(self.grid[0]) for b in range(a if self.symmetric else 0, self.grid[1])]
 
+    def by_cost(self, tiles, wx, wy):
+        """``tiles`` in decreasing predicted cost (``W_I W_J``, half that for a symmetric matrix's
+        diagonal tile): the longest start first and the short ones fill the workers' ends, so the
+        call does not wait on a long tile begun last (longest-processing-time-first order)."""
+        cx = np.concatenate([[0.0], np.cumsum(wx, dtype=np.float64)])
+        cy = cx if self.symmetric else np.concatenate([[0.0], np.cumsum(wy, dtype=np.float64)])
+
+        def cost(t):
+            c = (cx[t.i1] - cx[t.i0]) * (cy[t.j1] - cy[t.j0])
+            return c / 2 if self.symmetric and t.ti == t.tj else c
+        return sorted(tiles, key=cost, reverse=True)
+
     def pairs(self, t):
         """Graph pairs the kernel evaluates for tile ``t`` (the upper triangle of a diagonal one)."""
         rows = t.i1 - t.i0

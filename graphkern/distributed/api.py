@@ -110,7 +110,7 @@ def _gram_run(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=Tru
                   "normalize": bool(kernel.normalize)}
         sink, remote = _open_output(out, plan, dtype, record, resume)
         run = _Run(client, n_workers, job, retries, verbose)
-        run.raw_tiles(plan, ZarrSink(sink.store) if remote else None, sink, X, Y)
+        run.raw_tiles(plan, ZarrSink(sink.store) if remote else None, sink, X, Y, (wx, wy))
         if kernel.normalize:
             run.normalize(plan, sink, remote, X, Y, dtype)
         return sink.result(), run.stats
@@ -188,8 +188,8 @@ class _Run:
             self.client.cancel([f for f, _ in pending.values()])
             raise
 
-    def raw_tiles(self, plan, remote_sink, sink, X, Y):
-        tiles = [t for t in plan.tiles() if sink.state(t) == MISSING]
+    def raw_tiles(self, plan, remote_sink, sink, X, Y, weights):
+        tiles = plan.by_cost([t for t in plan.tiles() if sink.state(t) == MISSING], *weights)
         Xf, Yf = self.graphs("X", X), self.graphs("Y", Y)
         t0 = time.perf_counter()
 
