@@ -1,17 +1,19 @@
 """Run the GPU tests under compute-sanitizer (memcheck, racecheck, initcheck) in many processes
 spread over every visible GPU, and say per test what each tool found.
 
-Each job is one tool over a few test ids of one file (a third as many for the MGK and fault
-files), pinned to one GPU; jobs run longest-first (the MGK files lead, racecheck first: their
-solves are the slowest under instrumentation) until a deadline, after which no job starts and
-the ids left are written out for a later run (``--ids-file``).  Per test:
+Each job is one tool over tests of one file, as many as fill about ``--job-seconds`` of
+instrumented test time: a job's own start (interpreter, imports, the sanitizer instrumenting every
+module it loads) took about a minute with 32 processes on one host, so jobs of a few tests spent
+most of the run starting.  Test times come from an earlier run's ``sanitize_jobs.json``
+(``--times``), else from per-file estimates.  Jobs start longest first, until a deadline after
+which no job starts; the ids left are written out for a later run (``--ids-file``).  Per test:
 pass/fail (from the job's JUnit XML) and its time; per job: the tool's ERROR SUMMARY.  Intended
 API errors (the fault-injection tests) are not counted (``--report-api-errors no``).  Each process
 runs ``--omp-threads`` OpenMP threads (default 2) and no host backtraces (see the command below).
 
 Usage: python tools/sanitize.py OUTDIR [--tools memcheck,racecheck,initcheck] [--files F ...]
-         [--gpus 0,1] [--jobs-per-gpu 6] [--chunk 4] [--omp-threads 2] [--deadline 480]
-         [--job-timeout 420] [--ids-file FILE] [--pytest-args "--combination-share 8"]
+         [--gpus 0,1] [--jobs-per-gpu 4] [--job-seconds 150] [--times JOBS.json] [--omp-threads 2]
+         [--deadline 480] [--job-timeout 420] [--ids-file FILE] [--pytest-args "--combination-share 8"]
 """
 
 import argparse
@@ -28,8 +30,11 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-HEAVY_FIRST = ("mgk", "gpu_faults", "spgk", "expm", "jaccard")
-
+# seconds of one test under a sanitizer by file (H100s, 2 OpenMP threads per process, 32 processes
+# on 64 cores; bench/results/4xh100/2026-11-27/sanitize_jobs_4xh100.json), for tests with no
+# measured time: the solvers' files take seconds per test, the rest about one
+FILE_SECONDS = (("mgk_tiled", 15.0), ("mgk", 10.0), ("gpu_faults", 30.0), ("spgk", 2.5), ("expm", 2.0))
+DEFAULT_SECONDS = 1.0
 
 def collect(files, pytest_args):
     out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p",
@@ -45,26 +50,43 @@ def gpu_count():
         return 1
 
 
-def rank(test_id):
+def estimate(tool, test_id, known):
+    """Seconds ``test_id`` takes under ``tool``: measured (``known``) or the file's estimate."""
+    if (tool, test_id) in known:
+        return known[tool, test_id]
     name = test_id.split("::")[0]
-    for k, key in enumerate(HEAVY_FIRST):
-        if key in name:
-            return k
-    return len(HEAVY_FIRST)
+    return next((sec for key, sec in FILE_SECONDS if key in name), DEFAULT_SECONDS)
 
 
-def chunks(ids, size):
+def measured_times(path):
+    """{(tool, test id): seconds} from an earlier run's sanitize_jobs.json (empty without one)."""
+    if not path:
+        return {}
+    with open(path) as f:
+        return {(job["tool"], tid): float(sec) for job in json.load(f) if job.get("started")
+                for tid, (_, sec) in job.get("tests", {}).items()}
+
+
+def plan_jobs(ids, tools, job_seconds, known):
+    """[(tool, ids, estimated seconds)]: per tool and file, consecutive tests up to ``job_seconds``,
+    longest job first (the long ones started last would leave the run waiting on them)."""
     by_file = defaultdict(list)
     for t in ids:
         by_file[t.split("::")[0]].append(t)
-    out = []
-    for f, tests in by_file.items():
-        # the MGK and fault tests take seconds each under the tools, the others a fraction of one;
-        # a job's own start (interpreter, imports, instrumented modules) is about 7 s
-        step = max(1, size // 3) if "mgk" in f or "gpu_faults" in f else size
-        out += [tests[i:i + step] for i in range(0, len(tests), step)]
-    return sorted(out, key=lambda c: rank(c[0]))
-
+    jobs = []
+    for tool in tools:
+        for tests in by_file.values():
+            group, total = [], 0.0
+            for t in tests:
+                sec = estimate(tool, t, known)
+                if group and total + sec > job_seconds:
+                    jobs.append((tool, group, total))
+                    group, total = [], 0.0
+                group.append(t)
+                total += sec
+            if group:
+                jobs.append((tool, group, total))
+    return sorted(jobs, key=lambda job: -job[2])
 
 def junit(path):
     """{test id: (outcome, seconds)} from one job's JUnit XML (empty when the job never wrote it)."""
@@ -92,9 +114,10 @@ def main():
     ap.add_argument("--tools", default="memcheck,racecheck,initcheck")
     ap.add_argument("--files", nargs="*", default=None)
     ap.add_argument("--ids-file")
-    ap.add_argument("--jobs-per-gpu", type=int, default=6)
+    ap.add_argument("--jobs-per-gpu", type=int, default=4)
     ap.add_argument("--gpus", default=None, help="ordinals to use, comma-separated (default: every GPU)")
-    ap.add_argument("--chunk", type=int, default=4)
+    ap.add_argument("--job-seconds", type=float, default=150.0, help="estimated test seconds per job")
+    ap.add_argument("--times", help="an earlier run's sanitize_jobs.json: measured seconds per test and tool")
     ap.add_argument("--omp-threads", type=int, default=2)
     ap.add_argument("--deadline", type=float, default=480.0, help="seconds after which no job starts")
     ap.add_argument("--job-timeout", type=float, default=420.0)
@@ -113,8 +136,7 @@ def main():
                                   if f.startswith("test_") and f.endswith(".py"))
         ids = collect(files, pytest_args)
     tools = a.tools.split(",")
-    # racecheck first within a file: it is the slowest of the three on the solvers' shared memory
-    jobs = [(tool, c) for c in chunks(ids, a.chunk) for tool in sorted(tools, key=lambda t: t != "racecheck")]
+    jobs = [(tool, ids_k) for tool, ids_k, _ in plan_jobs(ids, tools, a.job_seconds, measured_times(a.times))]
     gpus = a.gpus.split(",") if a.gpus else [str(k) for k in range(gpu_count())]
     n_gpus = len(gpus)
     slots = n_gpus * a.jobs_per_gpu
