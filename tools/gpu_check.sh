@@ -4,7 +4,7 @@
 #
 # Usage: tools/gpu_check.sh OUTDIR [--sanitize] [--wheel] [--tests "PYTEST ARGS"] [--bench "BENCH ARGS"]
 #   --sanitize  also run the GPU tests under compute-sanitizer memcheck, racecheck and initcheck with
-#               tools/sanitize.py: one process per tool and few tests, --sanitize-jobs per GPU on every
+#               tools/sanitize.py: one process per tool and ~150 s of tests, --sanitize-jobs per GPU on every
 #               GPU, no job started after --sanitize-timeout seconds (default 900); summary, per-job
 #               JSON and the ids left unfinished in OUTDIR/sanitize*, logs in OUTDIR/sanitize-logs.tgz
 #   --sanitize-files  the test files for the sanitizer runs (default: every test file)
