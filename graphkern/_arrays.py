@@ -252,14 +252,22 @@ def indptr_problem(indptr, nnz):
     return f"indptr must start at 0 and never decrease (row {bad})"
 
 
-def hash_array(h, arr):
-    """Feed ``arr`` (contiguous) into the hash ``h``; large arrays as parallel block hashes."""
-    h.update(f"{arr.dtype.str}{arr.shape}".encode())
-    raw = arr.reshape(-1).view(np.uint8)
-    if raw.size < _HASH_PARALLEL_BYTES:
-        h.update(raw)
-        return
-    whole = raw.size // 8 * 8
-    blocks = _compiled.content_hash_blocks(raw[:whole].view(np.uint64), _HASH_BLOCK_WORDS, resolve_threads(None))
-    h.update(blocks.tobytes())
-    h.update(raw[whole:])
+def content_fingerprint(head, named):
+    """A 32-hex-digit digest of ``head`` and of ``named``, a list of ``(name, array or None)``: every
+    name, dtype, shape and byte, in one compiled pass (a cache key, not cryptographic).  Arrays of at
+    least _HASH_PARALLEL_BYTES enter as their parallel block hashes and their tail bytes."""
+    words = [head]
+    parts = []
+    for name, a in named:
+        words.append(name)
+        if a is not None and a.nbytes >= _HASH_PARALLEL_BYTES:
+            flat = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            whole = flat.size // 8 * 8
+            words.append(f"{a.dtype.str}{a.shape}")
+            parts.append(_compiled.content_hash_blocks(flat[:whole].view(np.uint64), _HASH_BLOCK_WORDS,
+                                                       resolve_threads(None)))
+            a = flat[whole:]
+        elif a is not None and not a.flags.c_contiguous:
+            a = np.ascontiguousarray(a)
+        parts.append(a)
+    return _compiled.fingerprint("\x00".join(words).encode(), parts)

@@ -30,7 +30,6 @@ the inputs users hold (networkx graphs, RDKit molecules, SMILES strings) to Grap
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,7 +37,7 @@ import scipy.sparse as sp
 
 from graphkern._arrays import (_INT32_MAX, _INT64_MAX, ATOMIC_NUMBER, DIFFERS, DUPLICATE, MISSING,
                                NEGATIVE, NONFINITE, NOT_ONE, PARALLEL_ENTRIES, RANGE, UNSORTED, LabelColumns,
-                               category_code, frozen, hash_array, index_dtype, indptr_problem, label_column, numeric,
+                               category_code, frozen, content_fingerprint, index_dtype, indptr_problem, label_column, numeric,
                                require_memory, scan)
 from graphkern._backend import resolve_threads
 from graphkern._cpu import validate as _compiled
@@ -247,16 +246,10 @@ class Graph:
         """
         fp = self._cache.get("fingerprint")
         if fp is None:
-            h = hashlib.blake2b(digest_size=16)
-            h.update(f"graph {self._n}".encode())
             arrays = [("indptr", self._indptr), ("indices", self._indices), ("weights", self._weights)]
             arrays += [(f"node:{k}", v) for k, v in sorted(self._node_labels.items())]
             arrays += [(f"edge:{k}", v) for k, v in sorted(self._edge_labels.items())]
-            for key, arr in arrays:
-                h.update(key.encode())
-                if arr is not None:
-                    hash_array(h, arr)
-            fp = self._cache["fingerprint"] = h.hexdigest()
+            fp = self._cache["fingerprint"] = content_fingerprint(f"graph {self._n}", arrays)
         return fp
 
     def __reduce__(self):

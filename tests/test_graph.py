@@ -235,6 +235,36 @@ def test_fingerprint_of_a_large_graph_sees_every_entry(rng):
     assert Graph(G.indptr, G.indices, G.weights).fingerprint == G.fingerprint
 
 
+def test_fingerprint_tells_apart_every_dtype_shape_name_and_byte(rng):
+    """The digest covers each array's element type, shape and bytes and each column's name: graphs
+    that differ in any one of them differ, equal content in fresh arrays (or a strided copy) agrees."""
+    from graphkern._arrays import content_fingerprint
+
+    base = rng.integers(0, 5, 12)
+    cases = {
+        "int64": [("c", base)],
+        "int32": [("c", base.astype(np.int32))],
+        "float64": [("c", base.astype(np.float64))],
+        "2-D": [("c", base.reshape(6, 2))],
+        "other 2-D": [("c", base.reshape(4, 3))],
+        "renamed": [("d", base)],
+        "absent": [("c", None)],
+        "empty": [("c", base[:0])],
+        "split": [("c", base[:6]), ("e", base[6:])],
+        "split elsewhere": [("c", base[:5]), ("e", base[5:])],
+    }
+    for k in range(12):
+        edited = base.copy()
+        edited[k] += 1
+        cases[f"byte {k}"] = [("c", edited)]
+    digests = {name: content_fingerprint("h", named) for name, named in cases.items()}
+    assert len(set(digests.values())) == len(cases)
+    assert content_fingerprint("h", [("c", base.copy())]) == digests["int64"]
+    strided = np.repeat(base, 2)[::2]
+    assert not strided.flags.c_contiguous and content_fingerprint("h", [("c", strided)]) == digests["int64"]
+    assert content_fingerprint("other head", cases["int64"]) != digests["int64"]
+
+
 def test_unvalidated_graph_is_checked_before_use():
     G = Graph([0, 1, 2], [1, 10**6], validate=False)
     with pytest.raises(ValueError, match="edge index 1000000 out of range for a graph of 2 nodes"):

@@ -18,7 +18,9 @@ with a cursor per mirror row.
 import numpy as np
 
 from cython.parallel cimport prange
+from cpython.buffer cimport PyBUF_C_CONTIGUOUS, PyBUF_FORMAT, PyBuffer_Release, PyObject_GetBuffer
 from libc.math cimport isfinite
+from libc.string cimport memcpy
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
 from graphkern._cpu._search cimport lower_bound
@@ -229,6 +231,54 @@ def content_hash_blocks(const uint64_t[::1] words, int64_t block, int n_threads)
             h = mix(h, words[k])
         out[b] = h ^ (h >> 29)
     return out_arr
+
+
+cdef inline void _absorb(uint64_t* lanes, const unsigned char* data, Py_ssize_t size) noexcept nogil:
+    """Feed ``size`` bytes into the two hash lanes: whole words, then the tail with its length."""
+    cdef Py_ssize_t k = 0
+    cdef uint64_t w
+    while k + 8 <= size:
+        memcpy(&w, data + k, 8)  # no alignment assumed
+        lanes[0] = mix(lanes[0], w)
+        lanes[1] = mix(lanes[1] ^ 0x5851F42D4C957F2DULL, w)
+        k += 8
+    w = <uint64_t>size << 56
+    if k < size:
+        memcpy(&w, data + k, size - k)
+        w ^= <uint64_t>size << 56
+    lanes[0] = mix(lanes[0], w)
+    lanes[1] = mix(lanes[1] ^ 0x5851F42D4C957F2DULL, w)
+
+
+def fingerprint(bytes head, list arrays):
+    """A 128-bit digest (32 hex digits) of ``head`` and of every entry of ``arrays`` in order: a C
+    contiguous array's element format, shape and bytes, or a mark for None.  A cache key, not
+    cryptographic: two lanes of the multiply-rotate mix of :func:`content_hash_blocks`, each
+    finished by splitmix64's finaliser."""
+    cdef uint64_t lanes[2]
+    cdef uint64_t word
+    cdef Py_buffer view
+    cdef int d
+    lanes[0] = 0x243F6A8885A308D3ULL
+    lanes[1] = 0x13198A2E03707344ULL
+    _absorb(lanes, <const unsigned char*>head, len(head))
+    for arr in arrays:
+        if arr is None:
+            word = 0xA5A5A5A5A5A5A5A5ULL
+            _absorb(lanes, <const unsigned char*>&word, 8)
+            continue
+        PyObject_GetBuffer(arr, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT)
+        try:
+            _absorb(lanes, <const unsigned char*>view.format, len(view.format))
+            word = <uint64_t>view.itemsize
+            _absorb(lanes, <const unsigned char*>&word, 8)
+            for d in range(view.ndim):
+                word = <uint64_t>view.shape[d]
+                _absorb(lanes, <const unsigned char*>&word, 8)
+            _absorb(lanes, <const unsigned char*>view.buf, view.len)
+        finally:
+            PyBuffer_Release(&view)
+    return f"{_mix(lanes[0]):016x}{_mix(lanes[1] ^ lanes[0]):016x}"
 
 
 cdef inline bint _number_char(unsigned char c) noexcept nogil:
