@@ -649,6 +649,15 @@ class PackedGraphs:
         return self.indptr[start:self.node_offsets[g + 1] + g + 1]
 
 
+def _packed_weights(graphs, entry_offsets, dtype):
+    """Every graph's weights in one array, ones for the unweighted (filled at once, not per graph)."""
+    out = np.ones(int(entry_offsets[-1]), dtype=dtype)
+    for k, g in enumerate(graphs):
+        if g.weights is not None:
+            out[entry_offsets[k]:entry_offsets[k + 1]] = g.weights
+    return out
+
+
 def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=(), weight_dtype=np.float64):
     """Pack ``graphs`` into one :class:`PackedGraphs` batch (the one shared packing routine).
 
@@ -671,7 +680,7 @@ def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=(), weight_
         entry_offsets=entry_offsets,
         indptr=cat([g.indptr for g in graphs], idx_t),
         indices=cat([g.indices for g in graphs], np.int32),
-        weights=cat([g.weight_array(weight_dtype) for g in graphs], weight_dtype),
+        weights=_packed_weights(graphs, entry_offsets, weight_dtype),
     )
     for col in node_label_columns:
         packed.node_labels[col] = np.concatenate([g.require_node_label(col) for g in graphs]) if graphs else np.zeros(0)

@@ -67,7 +67,10 @@ class MGKDataset:
         self.entry_offsets = packed.entry_offsets.astype(np.int64)
         self.n_nodes = np.diff(self.node_offsets)
         self.n_entries = np.diff(self.entry_offsets)
-        row_lengths = np.concatenate([np.diff(g.indptr) for g in graphs]) if graphs else np.zeros(0, np.int64)
+        # each graph's rows: the packed row pointers' differences but those across two graphs
+        row_lengths = np.delete(np.diff(packed.indptr.astype(np.int64)),
+                                self.node_offsets[1:-1] + np.arange(self.n_graphs - 1)) if graphs else \
+            np.zeros(0, np.int64)
         self.rowptr = np.concatenate([[0], np.cumsum(row_lengths, dtype=np.int64)]).astype(np.int64)
         _check_structure(self, packed.indices, row_lengths)
         self.indices = _nonempty(packed.indices.astype(np.int32, copy=False))
