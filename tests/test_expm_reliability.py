@@ -197,6 +197,25 @@ def test_index_check_finds_the_first_entry_out_of_range(dtype, rng):
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("n", [0, 1, 7, 70_000])
+def test_degree_moments_match_numpy(dtype, n, rng):
+    from graphkern._cpu import expm as cpu
+    from graphkern.expm.lanczos import CsrMatrix
+    deg = rng.integers(0, 40, n)
+    if n > 3:
+        deg[rng.integers(n)] = 5000  # a hub
+    indptr = np.concatenate([[0], np.cumsum(deg)]).astype(dtype)
+    for threads in (1, 2, 3):
+        total, squares, top = cpu.degree_moments(indptr, threads)
+        assert total == deg.sum() and top == (deg.max() if n else 0) and squares == float((deg.astype(np.int64) ** 2).sum())
+    if n:
+        mat = CsrMatrix(indptr.astype(np.int64), np.zeros(int(deg.sum()), np.int32), None)
+        mean, top, cv = mat.degree_stats()
+        assert mean == pytest.approx(deg.mean(), rel=1e-14) and top == deg.max()
+        assert cv == pytest.approx(deg.std() / deg.mean(), rel=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_degree_order_is_the_stable_sort_by_decreasing_degree(dtype, rng):
     from graphkern._cpu import expm as cpu
     from graphkern.expm.lanczos import DegreeOrder

@@ -141,6 +141,34 @@ def max_abs_row_sum(const index_t[::1] indptr, const double[::1] values, double 
     return float(np.max(partial))
 
 
+def degree_moments(const index_t[::1] indptr, int n_threads):
+    """``(sum, sum of squares, max)`` of the row lengths ``indptr[i + 1] - indptr[i]`` in one parallel
+    pass (the sum and max exact, the squares summed in float64)."""
+    cdef int64_t n = max(indptr.shape[0] - 1, 0)
+    cdef Py_ssize_t parts = max(1, min(4 * n_threads, n // 4096)), c
+    cdef int64_t i, d, local_total, local_top
+    cdef double local_squares
+    totals_arr = np.zeros(parts, dtype=np.int64)
+    squares_arr = np.zeros(parts, dtype=np.float64)
+    tops_arr = np.zeros(parts, dtype=np.int64)
+    cdef int64_t[::1] totals = totals_arr, tops = tops_arr
+    cdef double[::1] squares = squares_arr
+    for c in prange(parts, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=parts > 1):
+        local_total = 0
+        local_top = 0
+        local_squares = 0.0
+        for i in range(n * c // parts, n * (c + 1) // parts):
+            d = indptr[i + 1] - indptr[i]
+            local_total = local_total + d
+            local_squares = local_squares + <double>d * <double>d
+            if d > local_top:
+                local_top = d
+        totals[c] = local_total
+        squares[c] = local_squares
+        tops[c] = local_top
+    return int(totals_arr.sum()), float(squares_arr.sum()), int(tops_arr.max())
+
+
 cdef double _ordered_sum(double[::1] partial) noexcept:
     cdef double s = 0.0
     cdef Py_ssize_t c

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
+from graphkern._backend import resolve_threads
+
 # Rounding alone leaves a residual of a few hundred ulps of ||A|| when x lies in an invariant subspace.
 BREAKDOWN_ULPS = 256
 # Columns per allocation of a stored basis.
@@ -99,12 +101,14 @@ class CsrMatrix:
     def degree_stats(self):
         """(mean, max, coefficient of variation) of the stored entries per row."""
         if self._degree_stats is None:
-            deg = np.diff(self.indptr)
-            if deg.size == 0:
+            if self.n <= 0:
                 self._degree_stats = (0.0, 0, 0.0)
             else:
-                mean = float(deg.mean())
-                self._degree_stats = (mean, int(deg.max()), float(deg.std()) / mean if mean > 0 else 0.0)
+                from graphkern._cpu import expm as cpu
+                total, squares, top = cpu.degree_moments(np.ascontiguousarray(self.indptr), resolve_threads(None))
+                mean = total / self.n
+                spread = math.sqrt(max(squares / self.n - mean * mean, 0.0))
+                self._degree_stats = (mean, top, spread / mean if mean > 0 else 0.0)
         return self._degree_stats
 
     def values_as(self, dtype):
