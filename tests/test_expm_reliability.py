@@ -372,7 +372,7 @@ def test_a_component_that_a_breakdown_dropped_is_solved_apart(backend):
     got = np.asarray(y, dtype=np.float64)
     want = scipy.linalg.expm(0.5 * A[np.ix_([0, 2], [0, 2])]) @ x[[0, 2]] * np.exp(-info.log_scale)
     np.testing.assert_allclose(got[[0, 2]], want, rtol=1e-9)
-    assert got[1] == pytest.approx(1e100 * np.exp(-info.log_scale), rel=1e-12)
+    assert got[1] == pytest.approx(1e100 * np.exp(-info.log_scale), rel=1e-12, abs=0.0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -421,6 +421,21 @@ def test_a_part_of_x_below_rounding_inside_one_component(backend, f, beta, A, x,
     got = float(np.asarray(y, dtype=np.float64)[index]) * np.exp(info.log_scale)
     assert info.converged and info.unresolved is None
     assert got == pytest.approx(want, rel=1e-9, abs=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("a00", [1.291692769449475e-25, -3.1e-30, 7.0e-12])
+def test_sinh_of_a_product_below_the_normal_range(backend, a00):
+    """sinh(beta a_00) x_0 where beta * a_00 is subnormal (about 5e-322: three digits) although the answer,
+    x_0 beta a_00, is a normal number: the product is taken in logarithms.  The other vertex's entry
+    (2e295) sets the matrix's scale; x is 0 there.  Reference: (x_0 beta) a_00, normal at every step."""
+    A = sp.csr_matrix(np.array([[a00, 0.0], [0.0, -2.1927237883828255e+295]]))
+    x = np.array([3.852601186930581e+191, 0.0])
+    beta = 3.625625191663627e-297
+    y, info = funm_multiply(A, x, "sinh", beta=beta, backend=backend)
+    got = np.asarray(y, np.float64) * np.exp(info.log_scale)
+    assert info.converged and got[1] == 0.0
+    assert got[0] == pytest.approx((x[0] * beta) * a00, rel=1e-12, abs=0.0)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

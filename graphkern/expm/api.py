@@ -611,6 +611,22 @@ def _scale_pieces(mat, beta_abs, amplification):
     return None if len(pieces) == 1 and pieces[0][0] != 0 else pieces
 
 
+def _small_sinh(beta, a):
+    """``(values, shift)`` with ``values * e^shift = sinh(beta * a)`` for |beta a| < 1, the product taken
+    in logarithms: beta * a_ii below float64's normal range keeps few digits (sinh(t) = t there), its
+    logarithm all of them."""
+    with np.errstate(divide="ignore"):
+        log_t = math.log(abs(beta)) + np.log(np.abs(a))
+    shift = float(log_t.max())
+    if shift == -math.inf:  # every a_ii is 0
+        return np.zeros(len(a)), 0.0
+    t = beta * a
+    ratio = np.ones(len(a))  # sinh(t) / t, exactly 1 in float64 below 1e-8
+    moderate = np.abs(t) > 1e-8
+    ratio[moderate] = np.sinh(t[moderate]) / t[moderate]
+    return math.copysign(1.0, beta) * np.sign(a) * np.exp(log_t - shift) * ratio, shift
+
+
 def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
     """f(beta A) x of a block-diagonal A, each piece of :func:`_scale_pieces` on its own, combined
     under one log scale."""
@@ -631,7 +647,9 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
             live = np.ones(len(idx), dtype=bool) if xs is None else xs != 0
             y_single, shift = np.zeros(len(idx)), 0.0
             if live.any():
-                values, shift = fn.shifted(beta * diag[live])
+                t = beta * diag[live]
+                values, shift = _small_sinh(beta, diag[live]) if fn.name == "sinh" and np.all(np.abs(t) < 1.0) \
+                    else fn.shifted(t)
                 y_single[live] = values if xs is None else values * xs[live]
             parts.append((idx, y_single, shift, float(diag.max()), True))
         else:
