@@ -33,15 +33,21 @@ def visible_gpus():
     return named[:n] if named else [str(k) for k in range(n)]
 
 
-def local_cluster(gpus, n_threads):
+def local_cluster(gpus, n_threads, gpu_threads=None):
     """The cluster of :func:`_local_cluster`, started without changing this process's environment."""
     with environ_kept():
-        return _local_cluster(gpus, n_threads)
+        return _local_cluster(gpus, n_threads, gpu_threads)
 
 
-def _local_cluster(gpus, n_threads):
+def gpu_worker_threads(n_gpus):
+    """OpenMP threads of each GPU worker of a local cluster: its share of the cores."""
+    return max(1, (os.cpu_count() or 1) // max(1, n_gpus))
+
+
+def _local_cluster(gpus, n_threads, gpu_threads=None):
     """A started cluster for this machine: one worker per GPU of ``gpus`` (identifiers as
-    :func:`visible_gpus` gives them), or one CPU worker when ``gpus`` is empty.
+    :func:`visible_gpus` gives them), each with ``gpu_threads`` OpenMP threads for its host work
+    (default :func:`gpu_worker_threads`), or one CPU worker when ``gpus`` is empty.
 
     GPUs: dask-cuda's LocalCUDACluster when installed, else one worker process per GPU whose
     CUDA_VISIBLE_DEVICES lists its own GPU first (dask-cuda's convention, so device 0 of every
@@ -54,7 +60,7 @@ def _local_cluster(gpus, n_threads):
     if not gpus:
         return LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                             env={"OMP_NUM_THREADS": str(n_threads)})
-    per_gpu_threads = str(max(1, (os.cpu_count() or 1) // len(gpus)))
+    per_gpu_threads = str(gpu_threads if gpu_threads is not None else gpu_worker_threads(len(gpus)))
     try:
         from dask_cuda import LocalCUDACluster
     except ImportError:

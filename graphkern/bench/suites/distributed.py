@@ -37,6 +37,9 @@ def add_arguments(parser):
     parser.add_argument("--tile", type=int, default=None, help="tile edge in graphs (default: gram's choice)")
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=None,
                         help="worker counts to run, e.g. 1,2 (default: 1 and every GPU, or 1,2 CPU workers)")
+    parser.add_argument("--gpu-worker-threads", type=int, default=None,
+                        help="OpenMP threads of every GPU worker (default: its share of the cores, cores / workers); "
+                             "the same count for every worker count separates the GPUs' scaling from the cores'")
 
 
 def _molecules(n):
@@ -107,7 +110,7 @@ def run(args, ctx):
     except ImportError:
         ctx.log("skipped: dask.distributed is not installed (pip install 'graphkern[distributed]')")
         return [{"skipped": "dask.distributed is not installed"}]
-    from graphkern.distributed._cluster import environ_kept, local_cluster, visible_gpus
+    from graphkern.distributed._cluster import environ_kept, gpu_worker_threads, local_cluster, visible_gpus
     from graphkern.distributed.api import _gram
 
     gpus = visible_gpus()
@@ -126,8 +129,10 @@ def run(args, ctx):
         kw = dict(backend="gpu", device=list(range(k)) if k > 1 else 0) if gpus else dict(backend="cpu", n_threads=k)
         base_s, K_ref = _in_process(graphs, repeat, **kw)
         t0 = time.perf_counter()
+        threads = 1
         if gpus:
-            cluster = local_cluster(gpus[:k], 1)
+            threads = args.gpu_worker_threads or gpu_worker_threads(k)
+            cluster = local_cluster(gpus[:k], 1, threads)
         else:
             from distributed import LocalCluster
             with environ_kept():  # the nannies would leave OMP_NUM_THREADS=1 in this process
@@ -149,7 +154,8 @@ def run(args, ctx):
         wall, stats = _median_run(runs)
         same = bool(np.array_equal(K, K_ref))
         tiles = stats["tiles"]
-        rows.append({"workers": k, "device": where, "tiles": tiles, "pairs": stats["pairs"], "seconds": wall,
+        rows.append({"workers": k, "device": where, "threads": threads, "tiles": tiles, "pairs": stats["pairs"],
+                     "seconds": wall, "tile_seconds_sum": sum(stats["tile_seconds"]),
                      "tiles_per_s": tiles / wall, "pairs_per_s": stats["pairs"] / wall,
                      "overhead_ms_per_tile": 1e3 * (k * wall - sum(stats["tile_seconds"])) / max(tiles, 1),
                      "first_start_ms": stats["first_start_ms"], "idle_ms_per_tile": stats["idle_ms_per_tile"],
@@ -159,15 +165,17 @@ def run(args, ctx):
     one = next((r for r in rows if r["workers"] == 1), None)
     for r in rows:
         r["speedup_vs_1"] = one["seconds"] / r["seconds"] if one else float("nan")
-    print_table(rows, ["workers", "device", "tiles", ("pairs", "pairs", "{:,}"), ("seconds", "s", "{:.2f}"),
+    print_table(rows, ["workers", "device", "threads", "tiles", ("pairs", "pairs", "{:,}"), ("seconds", "s", "{:.2f}"),
+                       ("tile_seconds_sum", "tiles' own s", "{:.2f}"),
                        ("tiles_per_s", "tiles/s", "{:.1f}"), ("pairs_per_s", "pairs/s", "{:,.0f}"),
                        ("speedup_vs_1", "vs 1", "{:.2f}x"), ("overhead_ms_per_tile", "ms/tile overhead", "{:.1f}"),
                        ("first_start_ms", "first tile ms", "{:.0f}"), ("idle_ms_per_tile", "idle ms/tile", "{:.1f}"),
                        ("tail_ms", "tail ms", "{:.0f}"), ("latency_ms_per_tile", "result ms/tile", "{:.1f}"),
                        ("in_process_s", "in-process s", "{:.2f}"), ("dask_vs_in_process", "dask/in-proc", "{:.2f}"),
                        ("cluster_start_s", "start s", "{:.1f}"), ("equal_to_in_process", "bit-equal")],
-                legend="overhead: workers x wall - the tiles' own seconds, per tile; first tile: from the call to a "
-                       "worker's first tile (graphs scattered, tasks scheduled); idle: a worker's mean gap between "
+                legend="threads: OpenMP threads of each worker; tiles' own s: the tiles' seconds summed over the "
+                       "workers; overhead: workers x wall - the tiles' own seconds, per tile; first tile: from the "
+                       "call to a worker's first tile (graphs scattered, tasks scheduled); idle: a worker's mean gap between "
                        "tiles; tail: from its last tile to the end of the call; result: from a tile's end to its "
                        "arrival at the caller")
     two = next((r for r in rows if r["workers"] == 2 and r["device"] == "gpu"), None)
