@@ -3,8 +3,8 @@ spread over every visible GPU, and say per test what each tool found.
 
 Each job is one tool over tests of one file, as many as fill about ``--job-seconds`` of
 instrumented test time: a job's own start (interpreter, imports, the sanitizer instrumenting every
-module it loads) took about a minute with 32 processes on one host, so jobs of a few tests spent
-most of the run starting.  Test times come from an earlier run's ``sanitize_jobs.json``
+module it loads) is long when many processes share a host, so jobs of a few tests spend most of a
+run starting (docs/reliability.md has the figures).  Test times come from an earlier run's ``sanitize_jobs.json``
 (``--times``), else from per-file estimates.  Jobs start longest first, until a deadline after
 which no job starts; the ids left are written out for a later run (``--ids-file``).  Per test:
 pass/fail (from the job's JUnit XML) and its time; per job: the tool's ERROR SUMMARY.  Intended
@@ -30,9 +30,8 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-# seconds of one test under a sanitizer by file (H100s, 2 OpenMP threads per process, 32 processes
-# on 64 cores; bench/results/4xh100/2026-11-27/sanitize_jobs_4xh100.json), for tests with no
-# measured time: the solvers' files take seconds per test, the rest about one
+# estimated seconds of one test under a sanitizer, by file, for tests with no measured time (--times):
+# the solvers' files take seconds per test, the rest about one
 FILE_SECONDS = (("mgk_tiled", 15.0), ("mgk", 10.0), ("gpu_faults", 30.0), ("spgk", 2.5), ("expm", 2.0))
 DEFAULT_SECONDS = 1.0
 

@@ -513,7 +513,6 @@ def _solve_once(call, x_unit, peak, unit_norm):
         return call.solve(x_unit, peak, unit_norm)
 
 
-
 def _sub_rounding_part(x, dtype):
     """The nonzero entries of ``x`` below ``BREAKDOWN_ULPS * eps`` of its largest (a bool mask), which
     a breakdown at rounding level can drop; None when there are none."""
@@ -611,8 +610,8 @@ def _scale_pieces(mat, beta_abs, amplification):
     return None if len(pieces) == 1 and pieces[0][0] != 0 else pieces
 
 
-def _small_sinh(beta, a):
-    """``(values, shift)`` with ``values * e^shift = sinh(beta * a)`` for |beta a| < 1, the product taken
+def _small_sinh(beta, a, t):
+    """``(values, shift)`` with ``values * e^shift = sinh(t)``, ``t = beta * a``, |t| < 1, the product taken
     in logarithms: beta * a_ii below float64's normal range keeps few digits (sinh(t) = t there), its
     logarithm all of them."""
     with np.errstate(divide="ignore"):
@@ -620,7 +619,6 @@ def _small_sinh(beta, a):
     shift = float(log_t.max())
     if shift == -math.inf:  # every a_ii is 0
         return np.zeros(len(a)), 0.0
-    t = beta * a
     ratio = np.ones(len(a))  # sinh(t) / t, exactly 1 in float64 below 1e-8
     moderate = np.abs(t) > 1e-8
     ratio[moderate] = np.sinh(t[moderate]) / t[moderate]
@@ -648,7 +646,7 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
             y_single, shift = np.zeros(len(idx)), 0.0
             if live.any():
                 t = beta * diag[live]
-                values, shift = _small_sinh(beta, diag[live]) if fn.name == "sinh" and np.all(np.abs(t) < 1.0) \
+                values, shift = _small_sinh(beta, diag[live], t) if fn.name == "sinh" and np.all(np.abs(t) < 1.0) \
                     else fn.shifted(t)
                 y_single[live] = values if xs is None else values * xs[live]
             parts.append((idx, y_single, shift, float(diag.max()), True))
