@@ -38,6 +38,11 @@ def gpu_device():
 
 BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 
+# the compute-sanitizer tool this run is under (tools/sanitize.py sets it), "" otherwise: a
+# sanitizer makes kernel launches slow and partly synchronous, so assertions about how work
+# interleaves in time (not about results) hold only without one
+SANITIZER = os.environ.get("GRAPHKERN_TEST_SANITIZER", "")
+
 
 def run_python(code, *, env=None, timeout=120):
     """Run ``code`` in a fresh interpreter that imports the same graphkern as this test run.

@@ -2,6 +2,8 @@
 GPUs and their exchanges, the host-side row-block and hybrid plans, and the degree order of
 ``reorder=`` (CPU and GPU)."""
 
+import time
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -139,14 +141,20 @@ def test_gates_skip_the_lookahead_and_leave_the_answer_bit_for_bit(devices, basi
     kw = dict(beta=0.1, backend="gpu", device=devices, spmv="rowblock", basis=basis, reorder="degree", check_every=4)
     enqueue = eg.GpuLanczos.enqueue
 
+    hold = [0.03]
+
     def held(self, k0, k1):
         if k0 > 0:
             for s in self.shares:
-                rt.hold_stream(s.stream, 0.03)
+                rt.hold_stream(s.stream, hold[0])
         enqueue(self, k0, k1)
 
     monkeypatch.setattr(eg, "CANCEL_LOOKAHEAD", False)
+    t0 = time.perf_counter()
     y_ref, info_ref = expm_multiply(A, x, **kw)
+    # each interval held longer than the whole unheld call took, so the host's decision is in
+    # before the gates read it however slow the host is (a sanitizer slows it many times)
+    hold[0] = max(0.03, time.perf_counter() - t0)
     monkeypatch.setattr(eg, "CANCEL_LOOKAHEAD", True)
     monkeypatch.setattr(eg.GpuLanczos, "enqueue", held)
     second = info_ref.n_spmv - (info_ref.krylov_dim + 4)  # basis "none": the second pass

@@ -17,6 +17,8 @@ import os
 import pickle
 import subprocess
 import sys
+import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -27,8 +29,10 @@ import graphkern
 
 PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(graphkern.__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
-# seconds a batch may run before the case in flight counts as a hang
-BATCH_TIMEOUT = 150
+# seconds the case in flight (or the child's start before its first case) may run before it counts
+# as a hang; the limit is per case, so a batch slowed as a whole (a sanitizer, a loaded machine)
+# is not mistaken for a hang
+CASE_TIMEOUT = 150
 SPECIAL = [0.0, 1.0, 2.0, 0.5, -1.0, np.nan, np.inf, 1e300, 1e-300, 3.0]
 THREADS = st.sampled_from([None, 1, 2, 3, 100_000, 2**31])
 
@@ -44,13 +48,7 @@ def run_cases(family_cases, tmp_path, backend="cpu"):
         results_path.write_text("")
         # the worker imports the graphkern this process imported (an install, or a build in place)
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")]))
-        try:
-            proc = subprocess.run([sys.executable, os.path.join(HERE, "fuzz_worker.py"), str(cases_path),
-                                   str(results_path)], env=env, capture_output=True, timeout=BATCH_TIMEOUT)
-            ended = None if proc.returncode == 0 else f"crash (exit status {proc.returncode}): " \
-                + proc.stderr.decode(errors="replace")[-300:]
-        except subprocess.TimeoutExpired:
-            ended = f"hang (no answer within {BATCH_TIMEOUT} s)"
+        ended = run_worker(cases_path, results_path, env)
         done, started = 0, None
         for line in results_path.read_text().splitlines():
             if line.startswith("START "):
@@ -69,6 +67,29 @@ def run_cases(family_cases, tmp_path, backend="cpu"):
             results.append((pending[started], ended.split()[0], ended))
         pending = pending[started + 1:]
     return results
+
+
+def run_worker(cases_path, results_path, env):
+    """Run ``fuzz_worker.py`` on ``cases_path``; None when it ends well, else why it ended: a crash
+    (its exit status and last words) or a hang (no line added to ``results_path`` for CASE_TIMEOUT
+    seconds)."""
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fuzz_worker.py"), str(cases_path),
+                                 str(results_path)], env=env, stdout=subprocess.DEVNULL, stderr=err)
+        size, last = -1, time.monotonic()
+        while proc.poll() is None:
+            now_size = os.path.getsize(results_path)
+            if now_size != size:
+                size, last = now_size, time.monotonic()
+            elif time.monotonic() - last > CASE_TIMEOUT:
+                proc.kill()
+                proc.wait()
+                return f"hang (no answer within {CASE_TIMEOUT} s)"
+            time.sleep(0.05)
+        if proc.returncode == 0:
+            return None
+        err.seek(0)
+        return f"crash (exit status {proc.returncode}): " + err.read().decode(errors="replace")[-300:]
 
 
 def collect(strategy, count, fuzz_seed):
@@ -314,3 +335,20 @@ OPEN = ()
     for name in REPRODUCERS])
 def test_reproducers(case, tmp_path):
     _expect("snippet", {"code": REPRODUCERS[case][1]}, tmp_path)
+
+
+def test_the_guard_tells_hangs_and_crashes_from_slow_batches(tmp_path, monkeypatch):
+    """A case that stops answering is a hang and one that kills the child a crash, each named with
+    its case while the batch goes on after it; a batch slower as a whole than the limit, whose
+    every case answers in time, is neither."""
+    import test_fuzz
+
+    monkeypatch.setattr(test_fuzz, "CASE_TIMEOUT", 3)
+    snippet = lambda code: ("snippet", {"code": code})  # noqa: E731
+    nap = snippet("import time; time.sleep(1.0)")
+    cases = [nap] * 5 + [snippet("import time; time.sleep(60)"), nap,
+                         snippet("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"), nap]
+    results = run_cases(cases, tmp_path)
+    assert [status for _, status, _ in results] == ["ok"] * 5 + ["hang", "ok", "crash", "ok"]
+    assert [case for case, _, _ in results] == cases
+    assert "exit status -11" in results[7][2]

@@ -6,7 +6,8 @@ instrumented test time: a job's own start (interpreter, imports, the sanitizer i
 module it loads) is long when many processes share a host, so jobs of a few tests spend most of a
 run starting (docs/reliability.md has the figures).  Test times come from an earlier run's ``sanitize_jobs.json``
 (``--times``), else from per-file estimates.  Jobs start longest first, until a deadline after
-which no job starts; the ids left are written out for a later run (``--ids-file``).  Per test:
+which no job starts; the (tool, test) pairs left are written out for a later run (``--ids-file``,
+whose lines are ``TOOL TEST_ID``, or a bare test id for every tool).  Per test:
 pass/fail (from the job's JUnit XML) and its time; per job: the tool's ERROR SUMMARY.  Intended
 API errors (the fault-injection tests) are not counted (``--report-api-errors no``).  Each process
 runs ``--omp-threads`` OpenMP threads (default 2) and no host backtraces (see the command below).
@@ -66,15 +67,16 @@ def measured_times(path):
                 for tid, (_, sec) in job.get("tests", {}).items()}
 
 
-def plan_jobs(ids, tools, job_seconds, known):
-    """[(tool, ids, estimated seconds)]: per tool and file, consecutive tests up to ``job_seconds``,
-    longest job first (the long ones started last would leave the run waiting on them)."""
-    by_file = defaultdict(list)
-    for t in ids:
-        by_file[t.split("::")[0]].append(t)
+def plan_jobs(work, job_seconds, known):
+    """[(tool, ids, estimated seconds)] for ``work`` [(tool, test id)]: per tool and file,
+    consecutive tests up to ``job_seconds``, longest job first (the long ones started last would
+    leave the run waiting on them)."""
+    by_file = defaultdict(lambda: defaultdict(list))
+    for tool, t in work:
+        by_file[tool][t.split("::")[0]].append(t)
     jobs = []
-    for tool in tools:
-        for tests in by_file.values():
+    for tool, files in by_file.items():
+        for tests in files.values():
             group, total = [], 0.0
             for t in tests:
                 sec = estimate(tool, t, known)
@@ -127,19 +129,25 @@ def main():
     logs = os.path.join(a.out, "sanitize")
     os.makedirs(logs, exist_ok=True)
     pytest_args = a.pytest_args.split()
+    tools = a.tools.split(",")
     if a.ids_file:
         with open(a.ids_file) as f:
-            ids = [line.strip() for line in f if line.strip()]
+            lines = [line.split() for line in f if line.strip()]
+        work = []
+        for w in lines:  # "TOOL ID" (one tool) or "ID" (every tool)
+            work += [(w[0], w[1])] if len(w) == 2 and w[0] in tools else [(tool, w[-1]) for tool in tools
+                                                                           if len(w) == 1]
     else:
         files = a.files or sorted(os.path.join("tests", f) for f in os.listdir("tests")
                                   if f.startswith("test_") and f.endswith(".py"))
-        ids = collect(files, pytest_args)
-    tools = a.tools.split(",")
-    jobs = [(tool, ids_k) for tool, ids_k, _ in plan_jobs(ids, tools, a.job_seconds, measured_times(a.times))]
+        work = [(tool, tid) for tool in tools for tid in collect(files, pytest_args)]
+    ids = sorted({tid for _, tid in work})
+    jobs = [(tool, ids_k) for tool, ids_k, _ in plan_jobs(work, a.job_seconds, measured_times(a.times))]
     gpus = a.gpus.split(",") if a.gpus else [str(k) for k in range(gpu_count())]
     n_gpus = len(gpus)
     slots = n_gpus * a.jobs_per_gpu
-    print(f"{len(ids)} tests, {len(jobs)} jobs, {n_gpus} GPUs x {a.jobs_per_gpu} processes", flush=True)
+    print(f"{len(ids)} tests ({len(work)} with a tool), {len(jobs)} jobs, {n_gpus} GPUs x {a.jobs_per_gpu} processes",
+          flush=True)
 
     t_start = time.monotonic()
     free_slots = list(range(slots))
@@ -155,7 +163,9 @@ def main():
         base = os.path.join(logs, f"{tool}-{k:04d}")
         # a few OpenMP threads each: many processes with one thread per core each would spin on
         # each other's cores and slow every job many times over
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpus[slot % n_gpus], OMP_NUM_THREADS=str(a.omp_threads))
+        # GRAPHKERN_TEST_SANITIZER: the tests leave out their assertions about timing (tests/conftest.py)
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpus[slot % n_gpus], OMP_NUM_THREADS=str(a.omp_threads),
+                   GRAPHKERN_TEST_SANITIZER=tool)
         # no host backtraces: capturing them keeps the Python frames of every CUDA call alive, and
         # with them the buffers those frames hold (the fault tests then see memory never freed)
         cmd = ["compute-sanitizer", "--tool", tool, "--show-backtrace", "no", "--report-api-errors", "no",
@@ -198,7 +208,7 @@ def main():
                 got = ("failed", rec["seconds"])  # the process died (a crash) before reporting the test
             if got is None:
                 row["unfinished"] += 1
-                left.append(tid)
+                left.append(f"{rec['tool']} {tid}")
                 continue
             row[got[0]] += 1
             if got[0] == "failed":
@@ -209,7 +219,7 @@ def main():
         if rec["started"] and isinstance(rec["sanitizer_errors"], int):
             table[(rec["tool"], rec["ids"][0].split("::")[0])]["errors"] += rec["sanitizer_errors"]
 
-    lines = [f"compute-sanitizer over {len(ids)} GPU tests, {n_gpus} GPUs x {a.jobs_per_gpu} processes, "
+    lines = [f"compute-sanitizer over {len(ids)} GPU tests ({len(work)} with a tool), {n_gpus} GPUs x {a.jobs_per_gpu} processes, "
              f"pytest {' '.join(pytest_args)}; wall {time.monotonic() - t_start:.0f} s",
              f"{'tool':<10} {'file':<36} {'pass':>5} {'fail':>5} {'skip':>5} {'left':>5} {'errors':>6}  slowest test"]
     for (tool, f), r in sorted(table.items()):
