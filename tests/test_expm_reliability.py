@@ -123,6 +123,14 @@ def test_a_speculative_lookup_confirms_or_drops_its_entry(rng):
         builds.append(1)
         return float(M.to_scipy().sum() if isinstance(M, Graph) else M.sum())
     A = random_graph(rng, 40, 0.2, weighted=True)
+    # a matrix below the size worth a thread is hashed in place: the edit is seen at the lookup
+    assert A.data.nbytes + A.indices.nbytes + A.indptr.nbytes < cache.speculate_bytes
+    cache.get_speculative(A, build, 2)
+    A.data[0] += 1.0
+    value, hit, unchanged = cache.get_speculative(A, build, 2)
+    assert not hit and unchanged() and value == float(A.sum()) and len(builds) == 2
+    cache, builds = MatrixCache(), []
+    cache.speculate_bytes = 0
     value, hit, unchanged = cache.get_speculative(A, build, 2)
     assert not hit and unchanged() and len(builds) == 1
     again, hit, unchanged = cache.get_speculative(A, build, 2)
