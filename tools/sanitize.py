@@ -36,8 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 FILE_SECONDS = (("mgk_tiled", 15.0), ("mgk", 10.0), ("gpu_faults", 30.0), ("spgk", 2.5), ("expm", 2.0))
 DEFAULT_SECONDS = 1.0
 
-def collect(files, pytest_args):
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "gpu", "-p",
+def collect(files, pytest_args, marker="gpu"):
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", marker, "-p",
                           "no:cacheprovider", *pytest_args, *files], capture_output=True, text=True)
     return [line.strip() for line in out.stdout.splitlines() if "::" in line]
 
@@ -67,13 +67,13 @@ def measured_times(path):
                 for tid, (_, sec) in job.get("tests", {}).items()}
 
 
-def plan_jobs(work, job_seconds, known):
-    """[(tool, ids, estimated seconds)] for ``work`` [(tool, test id)]: per tool and file,
-    consecutive tests up to ``job_seconds``, longest job first (the long ones started last would
-    leave the run waiting on them)."""
+def plan_jobs(work, job_seconds, known, multi=frozenset()):
+    """[(tool, ids, estimated seconds)] for ``work`` [(tool, test id)]: per tool and file (the
+    tests of ``multi``, which need two GPUs, apart), consecutive tests up to ``job_seconds``,
+    longest job first (the long ones started last would leave the run waiting on them)."""
     by_file = defaultdict(lambda: defaultdict(list))
     for tool, t in work:
-        by_file[tool][t.split("::")[0]].append(t)
+        by_file[tool][t.split("::")[0], t in multi].append(t)
     jobs = []
     for tool, files in by_file.items():
         for tests in files.values():
@@ -142,9 +142,11 @@ def main():
                                   if f.startswith("test_") and f.endswith(".py"))
         work = [(tool, tid) for tool in tools for tid in collect(files, pytest_args)]
     ids = sorted({tid for _, tid in work})
-    jobs = [(tool, ids_k) for tool, ids_k, _ in plan_jobs(work, a.job_seconds, measured_times(a.times))]
     gpus = a.gpus.split(",") if a.gpus else [str(k) for k in range(gpu_count())]
     n_gpus = len(gpus)
+    # tests that take two devices run in jobs that see two GPUs (their own slot's first)
+    multi = set(collect(sorted({t.split("::")[0] for t in ids}), pytest_args, "multigpu")) if n_gpus > 1 else set()
+    jobs = [(tool, ids_k) for tool, ids_k, _ in plan_jobs(work, a.job_seconds, measured_times(a.times), multi)]
     slots = n_gpus * a.jobs_per_gpu
     print(f"{len(ids)} tests ({len(work)} with a tool), {len(jobs)} jobs, {n_gpus} GPUs x {a.jobs_per_gpu} processes",
           flush=True)
@@ -164,7 +166,8 @@ def main():
         # a few OpenMP threads each: many processes with one thread per core each would spin on
         # each other's cores and slow every job many times over
         # GRAPHKERN_TEST_SANITIZER: the tests leave out their assertions about timing (tests/conftest.py)
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpus[slot % n_gpus], OMP_NUM_THREADS=str(a.omp_threads),
+        visible = gpus[slot % n_gpus] + (f",{gpus[(slot + 1) % n_gpus]}" if ids_k[0] in multi else "")
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(a.omp_threads),
                    GRAPHKERN_TEST_SANITIZER=tool)
         # no host backtraces: capturing them keeps the Python frames of every CUDA call alive, and
         # with them the buffers those frames hold (the fault tests then see memory never freed)
@@ -190,7 +193,7 @@ def main():
         except OSError:
             pass
         return dict(tool=tool, ids=ids_k, started=True, rc=rc, seconds=round(time.monotonic() - t0, 1),
-                    gpu=gpus[slot % n_gpus], sanitizer_errors=summary, tests=junit(base + ".xml"), log=base)
+                    gpu=visible, sanitizer_errors=summary, tests=junit(base + ".xml"), log=base)
 
     with ThreadPoolExecutor(slots) as pool:
         for rec in pool.map(run, range(len(jobs))):
