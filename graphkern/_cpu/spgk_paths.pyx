@@ -13,9 +13,10 @@ never shorten a path and are ignored.  Scratch is allocated before the parallel 
 per thread.
 """
 
+cimport numpy as cnp
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.string cimport memcpy, memmove
 from libcpp.algorithm cimport sort
 from libcpp.utility cimport pair
@@ -23,8 +24,10 @@ from libcpp.vector cimport vector
 
 import numpy as np
 
+cnp.import_array()
 
 ctypedef pair[int64_t, int64_t] Key          # (label pair code, length's bits)
+ctypedef pair[Key, int64_t] Item             # a triplet and its count
 ctypedef pair[double, int32_t] HeapItem      # (-distance, vertex): std heaps are max-heaps
 
 
@@ -140,6 +143,171 @@ cdef Packed _packed(node_offsets, edge_offsets, indptr, indices, weights):
     return p
 
 
+# what pack reports, in the order of its ``problems`` array
+cdef enum:
+    NOT_GRAPH = 0
+    STRUCTURE = 1
+    WEIGHT = 2
+    LABEL = 3
+# entries (row pointers, column indices, labels) a thread of pack is started for
+cdef enum:
+    PACK_PER_THREAD = 1 << 16
+
+
+ctypedef const int64_t* Column
+
+
+cdef struct Source:
+    const void* indptr       # int32 or int64 (``wide``), n + 1 entries
+    const int32_t* indices
+    const double* weights    # NULL: unweighted
+    int64_t n
+    int64_t nnz
+    bint wide
+    bint check               # not known valid: check the structure while copying it
+
+
+cdef object _as_c(object arr, int typenum, list keep):
+    """``arr`` itself when it is a C-contiguous array of ``typenum``, else a converted copy kept in ``keep``."""
+    if cnp.PyArray_Check(arr) and cnp.PyArray_IS_C_CONTIGUOUS(arr) and cnp.PyArray_TYPE(arr) == typenum:
+        return arr
+    arr = np.ascontiguousarray(arr, cnp.PyArray_DescrFromType(typenum))
+    keep.append(arr)
+    return arr
+
+
+def pack(list graphs, graph_type, tuple columns, int n_threads):
+    """Graphs laid end to end as :func:`shortest_paths` and :func:`triplet_counts` read them, in one
+    pass over their arrays (parallel over the graphs when there are many entries).
+
+    ``graphs``: ``graph_type`` (:class:`graphkern.Graph`) objects; ``columns``: names of integer node
+    label columns.  Returns ``(node_offsets, edge_offsets, indptr, indices, weights, labels,
+    problems)``: int64 offsets, ``indptr`` int64 (each graph's ``n + 1`` local row pointers),
+    ``indices`` int32, ``weights`` float64 (ones for an unweighted graph among weighted ones) or
+    None when no graph is weighted, ``labels`` int64 ``(N, len(columns))``.  The row pointers and
+    column indices of a graph not yet known valid are checked on the way, every weight is checked
+    to be finite and non-negative.  ``problems`` (int64, 4): the first item that is not a
+    ``graph_type`` (then nothing else is filled in), the first graph whose row pointers or column
+    indices are invalid, the first stored entry of the batch with a negative or non-finite weight,
+    the first graph lacking a column or holding one that is not 1-D integer; -1 where there is
+    none.  The caller raises on any problem: the arrays are not to be used then.
+    """
+    cdef Py_ssize_t G = len(graphs), k = len(columns), g, c
+    cdef vector[Source] src = vector[Source](G)
+    cdef vector[Column] lab = vector[Column](G * k)
+    problems_out = np.full(4, -1, np.int64)
+    cdef int64_t[::1] problems = problems_out
+    cdef list keep = []
+    cdef object graph, arr, cache, node_labels
+    cdef bint weighted = False
+    cdef Source* s
+    for g in range(G):
+        graph = graphs[g]
+        if not isinstance(graph, graph_type):
+            problems[NOT_GRAPH] = g
+            return None, None, None, None, None, None, problems_out
+        s = &src[g]
+        cache = graph._cache
+        s.check = not (cache.get("valid") or cache.get("indices_valid"))
+        arr = graph._indptr
+        if not (cnp.PyArray_Check(arr) and cnp.PyArray_TYPE(arr) == cnp.NPY_INT32):
+            arr = _as_c(arr, cnp.NPY_INT64, keep)
+        elif not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+            arr = _as_c(arr, cnp.NPY_INT32, keep)
+        s.wide = cnp.PyArray_TYPE(arr) == cnp.NPY_INT64
+        s.indptr = cnp.PyArray_DATA(arr)
+        s.n = cnp.PyArray_DIM(arr, 0) - 1
+        arr = _as_c(graph._indices, cnp.NPY_INT32, keep)
+        s.indices = <const int32_t*>cnp.PyArray_DATA(arr)
+        s.nnz = cnp.PyArray_DIM(arr, 0)
+        s.weights = NULL
+        arr = graph._weights
+        if arr is not None:
+            arr = _as_c(arr, cnp.NPY_FLOAT64, keep)
+            s.weights = <const double*>cnp.PyArray_DATA(arr)
+            weighted = True
+        if k:
+            node_labels = graph._node_labels
+            for c in range(k):
+                arr = node_labels.get(columns[c])
+                lab[g * k + c] = NULL
+                if (arr is None or not cnp.PyArray_Check(arr) or cnp.PyArray_NDIM(arr) != 1
+                        or not cnp.PyArray_ISINTEGER(arr) or cnp.PyArray_DIM(arr, 0) != s.n):
+                    if problems[LABEL] < 0:
+                        problems[LABEL] = g
+                    continue
+                arr = _as_c(arr, cnp.NPY_INT64, keep)
+                lab[g * k + c] = <const int64_t*>cnp.PyArray_DATA(arr)
+    node_offsets = np.empty(G + 1, np.int64)
+    edge_offsets = np.empty(G + 1, np.int64)
+    cdef int64_t[::1] no = node_offsets
+    cdef int64_t[::1] eo = edge_offsets
+    no[0] = eo[0] = 0
+    for g in range(G):
+        no[g + 1] = no[g] + src[g].n
+        eo[g + 1] = eo[g] + src[g].nnz
+    indptr_out = np.empty(no[G] + G, np.int64)
+    indices_out = np.empty(eo[G], np.int32)
+    weights_out = np.empty(eo[G] if weighted else 0, np.float64)
+    labels_out = np.empty((no[G], k), np.int64)
+    cdef int64_t[::1] ip_all = indptr_out
+    cdef int32_t[::1] ix_all = indices_out
+    cdef double[::1] w_all = weights_out
+    cdef int64_t[:, ::1] lab_all = labels_out
+    cdef uint8_t[::1] bad_structure = np.zeros(G, np.uint8)
+    cdef int64_t[::1] bad_weight = np.full(G, -1, np.int64)
+    cdef int threads = <int>max(1, min(<int64_t>n_threads, (no[G] * (k + 1) + eo[G]) // PACK_PER_THREAD))
+    cdef int64_t i, e, n, m
+    cdef int64_t* ip
+    cdef const int32_t* ix
+    cdef const int64_t* col
+    cdef double w
+    with nogil:
+        for g in prange(G, schedule="dynamic", chunksize=64, num_threads=threads, use_threads_if=threads > 1):
+            n = src[g].n
+            m = src[g].nnz
+            ip = &ip_all[no[g] + g]
+            if src[g].wide:
+                for i in range(n + 1):
+                    ip[i] = (<const int64_t*>src[g].indptr)[i]
+            else:
+                for i in range(n + 1):
+                    ip[i] = (<const int32_t*>src[g].indptr)[i]
+            ix = src[g].indices
+            if m:
+                memcpy(&ix_all[eo[g]], ix, m * sizeof(int32_t))
+            if src[g].check:
+                bad_structure[g] = ip[0] != 0 or ip[n] != m
+                for i in range(n):
+                    if ip[i + 1] < ip[i]:
+                        bad_structure[g] = 1
+                for e in range(m):
+                    if ix[e] < 0 or ix[e] >= n:
+                        bad_structure[g] = 1
+            if weighted:
+                if src[g].weights == NULL:
+                    for e in range(m):
+                        w_all[eo[g] + e] = 1.0
+                else:
+                    for e in range(m):
+                        w = src[g].weights[e]
+                        w_all[eo[g] + e] = w
+                        if not (w >= 0.0 and w < INFINITY) and bad_weight[g] < 0:
+                            bad_weight[g] = e
+            for c in range(k):
+                col = lab[g * k + c]
+                if col != NULL:
+                    for i in range(n):
+                        lab_all[no[g] + i, c] = col[i]
+    for g in range(G):
+        if bad_structure[g] and problems[STRUCTURE] < 0:
+            problems[STRUCTURE] = g
+        if bad_weight[g] >= 0 and problems[WEIGHT] < 0:
+            problems[WEIGHT] = eo[g] + bad_weight[g]
+    return (node_offsets, edge_offsets, indptr_out, indices_out, weights_out if weighted else None, labels_out,
+            problems_out)
+
+
 def shortest_paths(node_offsets, edge_offsets, indptr, indices, weights, int n_threads):
     """The shortest-path graphs of a packed batch as unordered paths ``a < b``.
 
@@ -193,10 +361,11 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     vertices with a path (both directions of each unordered path ``a < b``, one length).
 
     ``labels``: int64, a label id in ``[0, n_labels)`` per vertex of the batch.  Returns
-    ``(row_offsets, label_pairs, lengths, counts)``: per graph its distinct triplets (label pair
-    code ``la * n_labels + lb``, length) with their counts (int64), in no particular order.
-    Unordered paths are counted once under their labels in increasing order (one sort of half
-    the ordered pairs), then written out in both orders.
+    ``(row_offsets, la, lb, lengths, counts, self_dot)``: per graph its distinct triplets (label
+    ids ``la``, ``lb``, length) with their counts (int64), sorted by ``(la, lb, length)``, and the
+    sum of its squared counts (float64, exact below 2**53).  Unordered paths are counted once under
+    their labels in increasing order (one sort of half the ordered pairs), then written out in both
+    orders.
     """
     cdef Packed p = _packed(node_offsets, edge_offsets, indptr, indices, weights)
     cdef const int64_t[::1] lab = labels
@@ -204,8 +373,7 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef Searches s = Searches(node_offsets, n_threads)
     # thread t's vectors at t * SPREAD; out_*: its graphs' triplets, graph after graph
     cdef vector[vector[Key]] keys = vector[vector[Key]](n_threads * SPREAD)
-    cdef vector[vector[Key]] out_keys = vector[vector[Key]](n_threads * SPREAD)
-    cdef vector[vector[int64_t]] out_counts = vector[vector[int64_t]](n_threads * SPREAD)
+    cdef vector[vector[Item]] out = vector[vector[Item]](n_threads * SPREAD)
     cdef int64_t[::1] owner = np.empty(G, np.int64)
     cdef int64_t[::1] begin = np.empty(G, np.int64)
     cdef int64_t[::1] found = np.empty(G, np.int64)
@@ -228,7 +396,7 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
                         keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
             sort(keys[v].begin(), keys[v].end())
             owner[g] = v
-            begin[g] = out_keys[v].size()
+            begin[g] = out[v].size()
             i = 0
             while i < <int64_t>keys[v].size():
                 j = i + 1
@@ -238,33 +406,38 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
                 x = keys[v][i].first // n_labels
                 y = keys[v][i].first % n_labels
                 if x == y:
-                    out_keys[v].push_back(keys[v][i])
-                    out_counts[v].push_back(2 * run)
+                    out[v].push_back(Item(keys[v][i], 2 * run))
                 else:
-                    out_keys[v].push_back(keys[v][i])
-                    out_counts[v].push_back(run)
-                    out_keys[v].push_back(Key(y * n_labels + x, keys[v][i].second))
-                    out_counts[v].push_back(run)
+                    out[v].push_back(Item(keys[v][i], run))
+                    out[v].push_back(Item(Key(y * n_labels + x, keys[v][i].second), run))
                 i = j
-            found[g] = <int64_t>out_keys[v].size() - begin[g]
+            # in (la, lb, length) order: the columns of a feature matrix come out sorted in each row
+            sort(out[v].begin() + begin[g], out[v].end())
+            found[g] = <int64_t>out[v].size() - begin[g]
     row_offsets = np.zeros(G + 1, np.int64)
     np.cumsum(np.asarray(found), out=row_offsets[1:])
     cdef int64_t[::1] ro = row_offsets
     cdef int64_t F = ro[G]
-    pairs_out = np.empty(F, np.int64)
+    la_out = np.empty(F, np.int64)
+    lb_out = np.empty(F, np.int64)
     bits_out = np.empty(F, np.int64)
     counts_out = np.empty(F, np.int64)
-    cdef int64_t[::1] po = pairs_out
-    cdef int64_t[::1] bo = bits_out
+    self_dot = np.zeros(G, np.float64)
+    cdef int64_t[::1] ao = la_out
+    cdef int64_t[::1] bo = lb_out
+    cdef int64_t[::1] lo = bits_out
     cdef int64_t[::1] co = counts_out
-    with nogil:
-        for g in range(G):
-            t = owner[g]
-            for i in range(found[g]):
-                po[ro[g] + i] = out_keys[t][begin[g] + i].first
-                bo[ro[g] + i] = out_keys[t][begin[g] + i].second
-                co[ro[g] + i] = out_counts[t][begin[g] + i]
-    return row_offsets, pairs_out, bits_out.view(np.float64), counts_out
+    cdef double[::1] sd = self_dot
+    cdef const Item* item
+    for g in prange(G, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=n_threads > 1):
+        for i in range(found[g]):
+            item = &out[owner[g]][begin[g] + i]
+            ao[ro[g] + i] = item.first.first // n_labels
+            bo[ro[g] + i] = item.first.first % n_labels
+            lo[ro[g] + i] = item.first.second
+            co[ro[g] + i] = item.second
+            sd[g] += <double>item.second * <double>item.second
+    return row_offsets, la_out, lb_out, bits_out.view(np.float64), counts_out, self_dot
 
 
 def gram_sparse(a_indptr, a_indices, a_data, bt_indptr, bt_rows, bt_data, double[:, ::1] out, int64_t row0,
