@@ -149,7 +149,7 @@ cdef enum:
     STRUCTURE = 1
     WEIGHT = 2
     LABEL = 3
-# entries (row pointers, column indices, labels) a thread of pack is started for
+# entries (row pointers, column indices, labels; triplets) a thread of a copying pass is started for
 cdef enum:
     PACK_PER_THREAD = 1 << 16
 
@@ -429,7 +429,9 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef int64_t[::1] co = counts_out
     cdef double[::1] sd = self_dot
     cdef const Item* item
-    for g in prange(G, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=n_threads > 1):
+    # a thread per PACK_PER_THREAD triplets: a team costs more than copying a few thousand
+    cdef int out_threads = <int>max(1, min(<int64_t>n_threads, F // PACK_PER_THREAD))
+    for g in prange(G, nogil=True, schedule="static", num_threads=out_threads, use_threads_if=out_threads > 1):
         for i in range(found[g]):
             item = &out[owner[g]][begin[g] + i]
             ao[ro[g] + i] = item.first.first // n_labels
