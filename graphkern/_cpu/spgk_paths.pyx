@@ -442,6 +442,38 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     return row_offsets, la_out, lb_out, bits_out.view(np.float64), counts_out, self_dot
 
 
+def number_columns(const int64_t[::1] la, const int64_t[::1] lb, const int64_t[::1] lid, int64_t n_labels,
+                   int64_t n_lengths, int id_bits):
+    """``(keys, col)``: the distinct triplets ``(la, lb, lid)`` (ids below ``n_labels``,
+    ``n_labels``, ``n_lengths``) as sorted keys ``la << 2 id_bits | lb << id_bits | lid``, and each
+    triplet's index among them (int64), through a table of ``n_labels**2 n_lengths`` entries: one
+    pass to mark, one to number, one to look up."""
+    cdef int64_t F = la.shape[0], size = n_labels * n_labels * n_lengths, i, code, found = 0
+    table_out = np.zeros(size, np.int64)
+    cdef int64_t[::1] table = table_out
+    col_out = np.empty(F, np.int64)
+    cdef int64_t[::1] col = col_out
+    with nogil:
+        for i in range(F):
+            table[(la[i] * n_labels + lb[i]) * n_lengths + lid[i]] = 1
+        for code in range(size):
+            if table[code]:
+                table[code] = found
+                found = found + 1
+            else:
+                table[code] = -1
+    keys_out = np.empty(found, np.int64)
+    cdef int64_t[::1] keys = keys_out
+    with nogil:
+        for code in range(size):
+            if table[code] >= 0:
+                keys[table[code]] = ((code // (n_labels * n_lengths)) << (2 * id_bits)
+                                     | ((code // n_lengths) % n_labels) << id_bits | code % n_lengths)
+        for i in range(F):
+            col[i] = table[(la[i] * n_labels + lb[i]) * n_lengths + lid[i]]
+    return keys_out, col_out
+
+
 def gram_sparse(a_indptr, a_indices, a_data, bt_indptr, bt_rows, bt_data, double[:, ::1] out, int64_t row0,
                 bint upper, int n_threads, bint mirror_block=True):
     """``out[i, j] += sum_f A[i, f] B[j, f]`` for the rows ``i`` of the CSR matrix ``A``, with ``B``

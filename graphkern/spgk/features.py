@@ -182,13 +182,9 @@ class Vocabulary:
                              f"{len(self.lengths)}: use the pairwise methods (method='openmp_out' or a GPU method)")
         nl, nd = max(1, len(self.labels)), max(1, len(self.lengths))
         if nl * nl * nd <= _TABLE_SPAN:  # the few label pairs and lengths of real sets: a table, no sort
-            code = (counts.la * nl + counts.lb) * nd + lid
-            present = np.zeros(nl * nl * nd, bool)
-            present[code] = True
-            col = (np.cumsum(present) - 1)[code]
-            la, rest = np.divmod(np.flatnonzero(present), nl * nd)
-            lb, lid = np.divmod(rest, nd)
-            self.keys = (la << (2 * ID_BITS)) | (lb << ID_BITS) | lid
+            from graphkern._cpu import spgk_paths
+
+            self.keys, col = spgk_paths.number_columns(counts.la, counts.lb, lid, nl, nd, ID_BITS)
         else:
             self.keys, col = np.unique((counts.la << (2 * ID_BITS)) | (counts.lb << ID_BITS) | lid,
                                        return_inverse=True)
