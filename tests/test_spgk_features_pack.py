@@ -122,6 +122,25 @@ def test_triplet_rows_sorted_and_counted_as_numpy_does(rng, columns):
             assert np.all(np.diff(row) > 0)
 
 
+@pytest.mark.parametrize("n_labels", [1, 3, 40])
+def test_hop_counts_by_table_equal_the_sort(rng, n_labels):
+    """Unweighted graphs counted through the per-thread table (few label pairs) and, given unit
+    weights, through the sort of their paths: the same triplets, counts and order."""
+    from graphkern._cpu import spgk_paths
+
+    graphs = random_graphs(rng, 50, weighted=False, n_labels=n_labels)
+    structure, labels = features.pack(graphs, str, DiracNode("a"), 2)
+    distinct, ids = features._label_ids(labels)
+    weighted = structure[:4] + (np.ones(len(structure[3])),)
+    for threads in (1, 3):
+        table = spgk_paths.triplet_counts(*structure, ids, len(distinct), threads)
+        sort = spgk_paths.triplet_counts(*weighted, ids, len(distinct), threads)
+        for a, b in zip(table, sort):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+    assert len(distinct) ** 2 * max(g.n_nodes for g in graphs) <= 1 << 18  # the table was used
+
+
 def test_length_numbering_by_table_and_by_sort(rng):
     lengths = rng.integers(0, 40, 500).astype(np.float64)
     for values in (lengths, lengths / 4.0, lengths + 2.0 ** 21, np.zeros(0)):

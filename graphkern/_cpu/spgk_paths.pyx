@@ -149,6 +149,9 @@ cdef enum:
     STRUCTURE = 1
     WEIGHT = 2
     LABEL = 3
+# cells of a thread's triplet table in triplet_counts (1 MiB)
+cdef enum:
+    TABLE_CELLS = 1 << 18
 # entries (row pointers, column indices, labels; triplets) a thread of a copying pass is started for
 cdef enum:
     PACK_PER_THREAD = 1 << 16
@@ -371,13 +374,21 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef const int64_t[::1] lab = labels
     cdef int64_t G = len(node_offsets) - 1
     cdef Searches s = Searches(node_offsets, n_threads)
-    # thread t's vectors at t * SPREAD; out_*: its graphs' triplets, graph after graph
+    # hop counts (below the largest graph's size) with few label pairs: each graph's histogram in a
+    # per-thread table, only its touched cells read back and cleared, instead of a sort of its paths
+    cdef int64_t n_max = int(np.diff(node_offsets).max()) if G else 0
+    cdef bint tabulate = (weights is None and n_labels <= TABLE_CELLS and n_max <= TABLE_CELLS
+                          and n_labels * n_labels * n_max <= TABLE_CELLS)
+    cdef int32_t[:, ::1] cells = np.zeros((n_threads, n_labels * n_labels * n_max if tabulate else 1), np.int32)
+    # thread t's vectors at t * SPREAD; out: its graphs' triplets, graph after graph
     cdef vector[vector[Key]] keys = vector[vector[Key]](n_threads * SPREAD)
+    cdef vector[vector[int64_t]] touched = vector[vector[int64_t]](n_threads * SPREAD)
+    cdef vector[vector[Item]] runs = vector[vector[Item]](n_threads * SPREAD)
     cdef vector[vector[Item]] out = vector[vector[Item]](n_threads * SPREAD)
     cdef int64_t[::1] owner = np.empty(G, np.int64)
     cdef int64_t[::1] begin = np.empty(G, np.int64)
     cdef int64_t[::1] found = np.empty(G, np.int64)
-    cdef int64_t g, n, base, i, j, la, lb, x, y, run
+    cdef int64_t g, n, base, i, j, la, lb, x, y, run, code
     cdef int32_t a, b
     cdef int t, v
     with nogil, parallel(num_threads=n_threads):
@@ -387,30 +398,47 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
             n = p.node_offsets[g + 1] - p.node_offsets[g]
             base = p.node_offsets[g]
             keys[v].clear()
+            runs[v].clear()  # each (unordered label pair, length) of the graph and its number of paths
             for a in range(n - 1):
                 s.run(&p, g, a, t)
                 la = lab[base + a]
                 for b in range(a + 1, n):
                     if s.dist[t, b] < INFINITY:
                         lb = lab[base + b]
-                        keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
-            sort(keys[v].begin(), keys[v].end())
+                        if tabulate:
+                            code = (min(la, lb) * n_labels + max(la, lb)) * n_max + <int64_t>s.dist[t, b]
+                            if cells[t, code] == 0:
+                                touched[v].push_back(code)
+                            cells[t, code] += 1
+                        else:
+                            keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
+            if tabulate:
+                sort(touched[v].begin(), touched[v].end())
+                for i in range(<int64_t>touched[v].size()):
+                    code = touched[v][i]
+                    runs[v].push_back(Item(Key(code // n_max, length_bits(<double>(code % n_max))), cells[t, code]))
+                    cells[t, code] = 0
+                touched[v].clear()
+            else:
+                sort(keys[v].begin(), keys[v].end())
+                i = 0
+                while i < <int64_t>keys[v].size():
+                    j = i + 1
+                    while j < <int64_t>keys[v].size() and keys[v][j] == keys[v][i]:
+                        j = j + 1
+                    runs[v].push_back(Item(keys[v][i], j - i))
+                    i = j
             owner[g] = v
             begin[g] = out[v].size()
-            i = 0
-            while i < <int64_t>keys[v].size():
-                j = i + 1
-                while j < <int64_t>keys[v].size() and keys[v][j] == keys[v][i]:
-                    j = j + 1
-                run = j - i
-                x = keys[v][i].first // n_labels
-                y = keys[v][i].first % n_labels
+            for i in range(<int64_t>runs[v].size()):
+                run = runs[v][i].second
+                x = runs[v][i].first.first // n_labels
+                y = runs[v][i].first.first % n_labels
                 if x == y:
-                    out[v].push_back(Item(keys[v][i], 2 * run))
+                    out[v].push_back(Item(runs[v][i].first, 2 * run))
                 else:
-                    out[v].push_back(Item(keys[v][i], run))
-                    out[v].push_back(Item(Key(y * n_labels + x, keys[v][i].second), run))
-                i = j
+                    out[v].push_back(runs[v][i])
+                    out[v].push_back(Item(Key(y * n_labels + x, runs[v][i].first.second), run))
             # in (la, lb, length) order: the columns of a feature matrix come out sorted in each row
             sort(out[v].begin() + begin[g], out[v].end())
             found[g] = <int64_t>out[v].size() - begin[g]
