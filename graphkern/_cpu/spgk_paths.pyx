@@ -5,7 +5,8 @@
 Graphs come packed: ``node_offsets`` (where each graph's vertices begin), ``indptr`` (each graph's
 local CSR row pointers, ``n_g + 1`` entries per graph, laid end to end, entries counted from the
 graph's first edge ``edge_offsets[g]``), ``indices`` (local column indices) and ``weights``
-(float64, or None for hop counts).  One OpenMP pass runs over the graphs; per graph, one
+(float64, or None for hop counts); :func:`pack` lays a list of Graphs out so, checks included, in
+one pass over their arrays.  One OpenMP pass runs over the graphs; per graph, one
 single-source search per vertex: breadth-first for hop counts, Dijkstra with a binary heap for
 weights.  Lengths are always taken from the search of the smaller endpoint (``a < b``), so a pair
 has one length even where floating-point sums along the two directions would differ.  Self-loops
@@ -152,9 +153,10 @@ cdef enum:
 # cells of a thread's triplet table in triplet_counts (1 MiB)
 cdef enum:
     TABLE_CELLS = 1 << 18
-# entries (row pointers, column indices, labels; triplets) a thread of a copying pass is started for
+# entries (row pointers, column indices, labels; triplets) a thread of a copying pass is started
+# for: about a millisecond of copying, well above what starting a team costs
 cdef enum:
-    PACK_PER_THREAD = 1 << 16
+    PACK_PER_THREAD = 1 << 18
 
 
 ctypedef const int64_t* Column
