@@ -72,6 +72,7 @@ def test_compiled_pack_equals_numpy(rng, monkeypatch, columns, weighted, n_threa
     raw = spgk_paths.pack(graphs, Graph, columns, n_threads)
     assert raw[-1].tolist() == [-1, -1, -1, -1]
     assert_packed_equal(features.pack([], str, NODE[columns], n_threads), numpy_pack([], columns))
+    assert_packed_equal(features.pack(tuple(graphs), str, NODE[columns], n_threads), numpy_pack(graphs, columns))
 
 
 def test_pack_refuses_what_the_graph_model_refuses(rng):

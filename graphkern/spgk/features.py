@@ -67,6 +67,7 @@ def pack(graphs, names, node_kernel=None, n_threads=1):
     from graphkern._cpu import spgk_paths
 
     columns = label_columns(node_kernel)
+    graphs = graphs if type(graphs) is list else list(graphs)
     *structure, labels, problems = spgk_paths.pack(graphs, Graph, columns, n_threads)
     not_graph, bad_structure, bad_weight, bad_label = problems.tolist()
     if not_graph >= 0:
