@@ -146,9 +146,9 @@ def _match_rows(reference, rows):
 
 class TripletCounts:
     """Each graph's triplet histogram in batch-local ids: ``row_offsets`` (graph g's triplets are
-    ``[row_offsets[g], row_offsets[g+1])``, sorted by ``(la, lb, length)``), ``labels`` (the distinct label tuples, ``(L, k)``
-    int64, sorted), ``la``, ``lb`` (label-tuple ids), ``lengths`` (float64), ``counts`` (int64),
-    and ``self_dot`` (``K(G, G)``, float64, over every triplet)."""
+    ``[row_offsets[g], row_offsets[g+1])``, sorted by ``(la, lb, length)``), ``labels`` (the
+    distinct label tuples, ``(L, k)`` int64, sorted), ``la``, ``lb`` (label-tuple ids), ``lengths``
+    (float64), ``counts`` (int64), and ``self_dot`` (``K(G, G)``, float64, over every triplet)."""
 
     def __init__(self, graphs, node_kernel, n_threads, names):
         from graphkern._cpu import spgk_paths
