@@ -190,3 +190,22 @@ def test_cache_hit_needs_the_same_label_columns(rng):
     graphs[3].node_labels["x"] = rng.random(graphs[3].n_nodes)
     np.testing.assert_array_equal(pairwise(graphs), ShortestPathKernel(**kw)(graphs))
     assert pairwise._batches.packed == 2
+
+
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_bit_set_search_equals_dijkstra_on_unit_weights(rng, n_threads):
+    """Unweighted graphs of up to 64 vertices are searched as bit sets, larger ones by a queue:
+    both give the shortest paths that Dijkstra finds with unit weights (sizes around 64, sparse and
+    dense, disconnected, self-loops)."""
+    from graphkern._cpu import spgk_paths
+
+    graphs = []
+    for n in (1, 2, 63, 64, 65, 80, *rng.integers(3, 70, 20)):
+        p = float(rng.choice([0.03, 0.1, 0.6]))
+        upper = np.triu(rng.random((n, n)) < p, 0)
+        graphs.append(Graph.from_edges(np.argwhere(upper), int(n)))
+    structure, _ = features.pack(graphs, str, None, 1)
+    unit = structure[:4] + (np.ones(len(structure[3])),)
+    for a, b in zip(spgk_paths.shortest_paths(*structure, n_threads), spgk_paths.shortest_paths(*unit, n_threads)):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)

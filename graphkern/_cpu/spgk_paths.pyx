@@ -17,7 +17,7 @@ per thread.
 cimport numpy as cnp
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
-from libc.stdint cimport int32_t, int64_t, uint8_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memmove
 from libcpp.algorithm cimport sort
 from libcpp.utility cimport pair
@@ -108,11 +108,43 @@ cdef void single_source(const Packed* p, int64_t g, int32_t s, double* dist, int
                 push_heap(heap.begin(), heap.end())
 
 
+cdef extern from *:
+    int count_trailing_zeros "__builtin_ctzll"(unsigned long long x) nogil
+
+
+cdef void bit_search(const uint64_t* adjacent, int64_t n, int32_t s, double* dist) noexcept nogil:
+    """Breadth-first search of a graph of at most 64 vertices as bit sets: ``adjacent[u]`` holds
+    ``u``'s neighbours, a level is the union of its frontier's rows less the vertices seen."""
+    cdef uint64_t seen = (<uint64_t>1) << s, frontier = seen, rest
+    cdef double d = 0.0
+    cdef int64_t i
+    for i in range(n):
+        dist[i] = INFINITY
+    dist[s] = 0.0
+    while frontier:
+        d += 1.0
+        rest = frontier
+        frontier = 0
+        while rest:
+            frontier |= adjacent[count_trailing_zeros(rest)]
+            rest &= rest - 1
+        frontier &= ~seen
+        seen |= frontier
+        rest = frontier
+        while rest:
+            dist[count_trailing_zeros(rest)] = d
+            rest &= rest - 1
+
+
 cdef class Searches:
-    """Per-thread scratch of :func:`single_source`, allocated before the parallel region."""
+    """Per-thread scratch of :func:`single_source`, allocated before the parallel region; unweighted
+    graphs of at most 64 vertices are searched as bit sets (:func:`bit_search`), their rows built
+    once per graph."""
 
     cdef double[:, ::1] dist
     cdef int32_t[:, ::1] queue
+    cdef uint64_t[:, ::1] adjacent
+    cdef int64_t[::1] built  # the graph whose rows thread t's ``adjacent`` holds (at t * SPREAD)
     cdef vector[vector[HeapItem]] heaps
 
     def __cinit__(self, node_offsets, int n_threads):
@@ -120,10 +152,28 @@ cdef class Searches:
         width = -(-max(n_max, 1) // ROW_ALIGN) * ROW_ALIGN
         self.dist = np.empty((n_threads, width))
         self.queue = np.empty((n_threads, width), np.int32)
+        self.adjacent = np.empty((n_threads, 64), np.uint64)
+        self.built = np.full(n_threads * SPREAD, -1, np.int64)
         self.heaps = vector[vector[HeapItem]](n_threads * SPREAD)
 
     cdef inline void run(self, const Packed* p, int64_t g, int32_t source, int t) noexcept nogil:
-        single_source(p, g, source, &self.dist[t, 0], &self.queue[t, 0], &self.heaps[t * SPREAD])
+        cdef int64_t n = p.node_offsets[g + 1] - p.node_offsets[g], u, k
+        cdef const int64_t* rp
+        cdef const int32_t* col
+        cdef uint64_t row
+        if p.weights != NULL or n > 64:
+            single_source(p, g, source, &self.dist[t, 0], &self.queue[t, 0], &self.heaps[t * SPREAD])
+            return
+        if self.built[t * SPREAD] != g:
+            rp = p.indptr + p.node_offsets[g] + g
+            col = p.indices + p.edge_offsets[g]
+            for u in range(n):
+                row = 0
+                for k in range(rp[u], rp[u + 1]):
+                    row |= (<uint64_t>1) << col[k]
+                self.adjacent[t, u] = row
+            self.built[t * SPREAD] = g
+        bit_search(&self.adjacent[t, 0], n, source, &self.dist[t, 0])
 
 
 cdef Packed _packed(node_offsets, edge_offsets, indptr, indices, weights):
