@@ -6,12 +6,12 @@ Graphs come packed: ``node_offsets`` (where each graph's vertices begin), ``indp
 local CSR row pointers, ``n_g + 1`` entries per graph, laid end to end, entries counted from the
 graph's first edge ``edge_offsets[g]``), ``indices`` (local column indices) and ``weights``
 (float64, or None for hop counts); :func:`pack` lays a list of Graphs out so, checks included, in
-one pass over their arrays.  One OpenMP pass runs over the graphs; per graph, one
-single-source search per vertex: breadth-first for hop counts (on bit sets up to 64 vertices),
-Dijkstra with a binary heap for weights.  Lengths are always taken from the search of the smaller endpoint (``a < b``), so a pair
-has one length even where floating-point sums along the two directions would differ.  Self-loops
-never shorten a path and are ignored.  Scratch is allocated before the parallel region, one slice
-per thread.
+one pass over their arrays.  One OpenMP pass runs over the graphs; per graph, one single-source
+search per vertex: breadth-first for hop counts (on bit sets up to 64 vertices), Dijkstra with a
+binary heap for weights.  Lengths are always taken from the search of the smaller endpoint
+(``a < b``), so a pair has one length even where floating-point sums along the two directions
+would differ.  Self-loops never shorten a path and are ignored.  Scratch is allocated before the
+parallel region, one slice per thread.
 """
 
 cimport numpy as cnp
