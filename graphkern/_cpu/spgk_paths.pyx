@@ -522,17 +522,57 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     return row_offsets, la_out, lb_out, bits_out.view(np.float64), counts_out, self_dot
 
 
+def number_lengths(const double[::1] lengths, int64_t span):
+    """``(distinct, ids)``: the sorted distinct values of ``lengths`` (float64) and each one's index
+    in them (int64), through a table, when every length is a whole number in ``[0, span)``; else
+    None."""
+    cdef int64_t F = lengths.shape[0], i, v, top = 0, found = 0
+    cdef double x
+    cdef bint whole = True
+    with nogil:
+        for i in range(F):
+            x = lengths[i]
+            if not (x >= 0.0 and x < span and x == <double>(<int64_t>x)):
+                whole = False
+                break
+            top = max(top, <int64_t>x)
+    if not whole:
+        return None
+    table_out = np.zeros(top + 1, np.int64)
+    cdef int64_t[::1] table = table_out
+    with nogil:
+        for i in range(F):
+            table[<int64_t>lengths[i]] = 1
+        for v in range(top + 1):
+            if table[v]:
+                table[v] = found
+                found = found + 1
+            else:
+                table[v] = -1
+    distinct_out = np.empty(found, np.float64)
+    ids_out = np.empty(F, np.int64)
+    cdef double[::1] distinct = distinct_out
+    cdef int64_t[::1] ids = ids_out
+    with nogil:
+        for v in range(top + 1):
+            if table[v] >= 0:
+                distinct[table[v]] = <double>v
+        for i in range(F):
+            ids[i] = table[<int64_t>lengths[i]]
+    return distinct_out, ids_out
+
+
 def number_columns(const int64_t[::1] la, const int64_t[::1] lb, const int64_t[::1] lid, int64_t n_labels,
                    int64_t n_lengths, int id_bits):
     """``(keys, col)``: the distinct triplets ``(la, lb, lid)`` (ids below ``n_labels``,
     ``n_labels``, ``n_lengths``) as sorted keys ``la << 2 id_bits | lb << id_bits | lid``, and each
-    triplet's index among them (int64), through a table of ``n_labels**2 n_lengths`` entries: one
+    triplet's index among them (int32), through a table of ``n_labels**2 n_lengths`` entries: one
     pass to mark, one to number, one to look up."""
     cdef int64_t F = la.shape[0], size = n_labels * n_labels * n_lengths, i, code, found = 0
     table_out = np.zeros(size, np.int64)
     cdef int64_t[::1] table = table_out
-    col_out = np.empty(F, np.int64)
-    cdef int64_t[::1] col = col_out
+    col_out = np.empty(F, np.int32)  # the index dtype scipy keeps for fewer than 2**31 columns
+    cdef int32_t[::1] col = col_out
     with nogil:
         for i in range(F):
             table[(la[i] * n_labels + lb[i]) * n_lengths + lid[i]] = 1
@@ -550,7 +590,7 @@ def number_columns(const int64_t[::1] la, const int64_t[::1] lb, const int64_t[:
                 keys[table[code]] = ((code // (n_labels * n_lengths)) << (2 * id_bits)
                                      | ((code // n_lengths) % n_labels) << id_bits | code % n_lengths)
         for i in range(F):
-            col[i] = table[(la[i] * n_labels + lb[i]) * n_lengths + lid[i]]
+            col[i] = <int32_t>table[(la[i] * n_labels + lb[i]) * n_lengths + lid[i]]
     return keys_out, col_out
 
 

@@ -122,13 +122,12 @@ def _label_ids(discrete):
 
 def _length_ids(lengths):
     """``(distinct, ids)``: the sorted distinct path lengths and each length's index in them (int64);
-    whole lengths below _TABLE_SPAN (hop counts) through a table, others through a sort."""
-    if len(lengths) and lengths.max() < _TABLE_SPAN:
-        whole = lengths.astype(np.int64)
-        if np.array_equal(whole, lengths):
-            present = np.zeros(int(whole.max()) + 1, bool)
-            present[whole] = True
-            return np.flatnonzero(present).astype(np.float64), (np.cumsum(present) - 1)[whole]
+    whole lengths below _TABLE_SPAN (hop counts) through a compiled table, others through a sort."""
+    from graphkern._cpu import spgk_paths
+
+    got = spgk_paths.number_lengths(lengths, _TABLE_SPAN)
+    if got is not None:
+        return got
     distinct, ids = np.unique(lengths, return_inverse=True)
     return distinct, ids.reshape(-1)
 
