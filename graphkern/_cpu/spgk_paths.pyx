@@ -522,6 +522,19 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     return row_offsets, la_out, lb_out, bits_out.view(np.float64), counts_out, self_dot
 
 
+cdef int64_t number_marked(int64_t[::1] table) noexcept nogil:
+    """Number the marked (non-zero) cells of ``table`` 0, 1, ... in order, the others -1; returns
+    how many were marked."""
+    cdef int64_t v, found = 0
+    for v in range(table.shape[0]):
+        if table[v]:
+            table[v] = found
+            found = found + 1
+        else:
+            table[v] = -1
+    return found
+
+
 def number_lengths(const double[::1] lengths, int64_t span):
     """``(distinct, ids)``: the sorted distinct values of ``lengths`` (float64) and each one's index
     in them (int64), through a table, when every length is a whole number in ``[0, span)``; else
@@ -543,12 +556,7 @@ def number_lengths(const double[::1] lengths, int64_t span):
     with nogil:
         for i in range(F):
             table[<int64_t>lengths[i]] = 1
-        for v in range(top + 1):
-            if table[v]:
-                table[v] = found
-                found = found + 1
-            else:
-                table[v] = -1
+        found = number_marked(table)
     distinct_out = np.empty(found, np.float64)
     ids_out = np.empty(F, np.int64)
     cdef double[::1] distinct = distinct_out
@@ -576,12 +584,7 @@ def number_columns(const int64_t[::1] la, const int64_t[::1] lb, const int64_t[:
     with nogil:
         for i in range(F):
             table[(la[i] * n_labels + lb[i]) * n_lengths + lid[i]] = 1
-        for code in range(size):
-            if table[code]:
-                table[code] = found
-                found = found + 1
-            else:
-                table[code] = -1
+        found = number_marked(table)
     keys_out = np.empty(found, np.int64)
     cdef int64_t[::1] keys = keys_out
     with nogil:
