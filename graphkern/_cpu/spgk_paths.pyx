@@ -5,17 +5,19 @@
 Graphs come packed: ``node_offsets`` (where each graph's vertices begin), ``indptr`` (each graph's
 local CSR row pointers, ``n_g + 1`` entries per graph, laid end to end, entries counted from the
 graph's first edge ``edge_offsets[g]``), ``indices`` (local column indices) and ``weights``
-(float64, or None for hop counts).  One OpenMP pass runs over the graphs; per graph, one
-single-source search per vertex: breadth-first for hop counts, Dijkstra with a binary heap for
-weights.  Lengths are always taken from the search of the smaller endpoint (``a < b``), so a pair
-has one length even where floating-point sums along the two directions would differ.  Self-loops
-never shorten a path and are ignored.  Scratch is allocated before the parallel region, one slice
-per thread.
+(float64, or None for hop counts); :func:`pack` lays a list of Graphs out so, checks included, in
+one pass over their arrays.  One OpenMP pass runs over the graphs; per graph, one single-source
+search per vertex: breadth-first for hop counts (on bit sets up to 64 vertices), Dijkstra with a
+binary heap for weights.  Lengths are always taken from the search of the smaller endpoint
+(``a < b``), so a pair has one length even where floating-point sums along the two directions
+would differ.  Self-loops never shorten a path and are ignored.  Scratch is allocated before the
+parallel region, one slice per thread.
 """
 
+cimport numpy as cnp
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy, memmove
 from libcpp.algorithm cimport sort
 from libcpp.utility cimport pair
@@ -23,8 +25,10 @@ from libcpp.vector cimport vector
 
 import numpy as np
 
+cnp.import_array()
 
 ctypedef pair[int64_t, int64_t] Key          # (label pair code, length's bits)
+ctypedef pair[Key, int64_t] Item             # a triplet and its count
 ctypedef pair[double, int32_t] HeapItem      # (-distance, vertex): std heaps are max-heaps
 
 
@@ -104,11 +108,43 @@ cdef void single_source(const Packed* p, int64_t g, int32_t s, double* dist, int
                 push_heap(heap.begin(), heap.end())
 
 
+cdef extern from *:
+    int count_trailing_zeros "__builtin_ctzll"(unsigned long long x) nogil
+
+
+cdef void bit_search(const uint64_t* adjacent, int64_t n, int32_t s, double* dist) noexcept nogil:
+    """Breadth-first search of a graph of at most 64 vertices as bit sets: ``adjacent[u]`` holds
+    ``u``'s neighbours, a level is the union of its frontier's rows less the vertices seen."""
+    cdef uint64_t seen = (<uint64_t>1) << s, frontier = seen, rest
+    cdef double d = 0.0
+    cdef int64_t i
+    for i in range(n):
+        dist[i] = INFINITY
+    dist[s] = 0.0
+    while frontier:
+        d += 1.0
+        rest = frontier
+        frontier = 0
+        while rest:
+            frontier |= adjacent[count_trailing_zeros(rest)]
+            rest &= rest - 1
+        frontier &= ~seen
+        seen |= frontier
+        rest = frontier
+        while rest:
+            dist[count_trailing_zeros(rest)] = d
+            rest &= rest - 1
+
+
 cdef class Searches:
-    """Per-thread scratch of :func:`single_source`, allocated before the parallel region."""
+    """Per-thread scratch of :func:`single_source`, allocated before the parallel region; unweighted
+    graphs of at most 64 vertices are searched as bit sets (:func:`bit_search`), their rows built
+    once per graph."""
 
     cdef double[:, ::1] dist
     cdef int32_t[:, ::1] queue
+    cdef uint64_t[:, ::1] adjacent
+    cdef int64_t[::1] built  # the graph whose rows thread t's ``adjacent`` holds (at t * SPREAD)
     cdef vector[vector[HeapItem]] heaps
 
     def __cinit__(self, node_offsets, int n_threads):
@@ -116,10 +152,28 @@ cdef class Searches:
         width = -(-max(n_max, 1) // ROW_ALIGN) * ROW_ALIGN
         self.dist = np.empty((n_threads, width))
         self.queue = np.empty((n_threads, width), np.int32)
+        self.adjacent = np.empty((n_threads, 64), np.uint64)
+        self.built = np.full(n_threads * SPREAD, -1, np.int64)
         self.heaps = vector[vector[HeapItem]](n_threads * SPREAD)
 
     cdef inline void run(self, const Packed* p, int64_t g, int32_t source, int t) noexcept nogil:
-        single_source(p, g, source, &self.dist[t, 0], &self.queue[t, 0], &self.heaps[t * SPREAD])
+        cdef int64_t n = p.node_offsets[g + 1] - p.node_offsets[g], u, k
+        cdef const int64_t* rp
+        cdef const int32_t* col
+        cdef uint64_t row
+        if p.weights != NULL or n > 64:
+            single_source(p, g, source, &self.dist[t, 0], &self.queue[t, 0], &self.heaps[t * SPREAD])
+            return
+        if self.built[t * SPREAD] != g:
+            rp = p.indptr + p.node_offsets[g] + g
+            col = p.indices + p.edge_offsets[g]
+            for u in range(n):
+                row = 0
+                for k in range(rp[u], rp[u + 1]):
+                    row |= (<uint64_t>1) << col[k]
+                self.adjacent[t, u] = row
+            self.built[t * SPREAD] = g
+        bit_search(&self.adjacent[t, 0], n, source, &self.dist[t, 0])
 
 
 cdef Packed _packed(node_offsets, edge_offsets, indptr, indices, weights):
@@ -138,6 +192,175 @@ cdef Packed _packed(node_offsets, edge_offsets, indptr, indices, weights):
         wt = weights
         p.weights = &wt[0] if wt.shape[0] else <const double*>p.edge_offsets  # never read: no edges
     return p
+
+
+# what pack reports, in the order of its ``problems`` array
+cdef enum:
+    NOT_GRAPH = 0
+    STRUCTURE = 1
+    WEIGHT = 2
+    LABEL = 3
+# cells of a thread's triplet table in triplet_counts (1 MiB)
+cdef enum:
+    TABLE_CELLS = 1 << 18
+# entries (row pointers, column indices, labels; triplets) a thread of a copying pass is started
+# for: about a millisecond of copying, well above what starting a team costs
+cdef enum:
+    PACK_PER_THREAD = 1 << 18
+
+
+ctypedef const int64_t* Column
+
+
+cdef struct Source:
+    const void* indptr       # int32 or int64 (``wide``), n + 1 entries
+    const int32_t* indices
+    const double* weights    # NULL: unweighted
+    int64_t n
+    int64_t nnz
+    bint wide
+    bint check               # not known valid: check the structure while copying it
+
+
+cdef object _as_c(object arr, int typenum, list keep):
+    """``arr`` itself when it is a C-contiguous array of ``typenum``, else a converted copy kept in ``keep``."""
+    if cnp.PyArray_Check(arr) and cnp.PyArray_IS_C_CONTIGUOUS(arr) and cnp.PyArray_TYPE(arr) == typenum:
+        return arr
+    arr = np.ascontiguousarray(arr, cnp.PyArray_DescrFromType(typenum))
+    keep.append(arr)
+    return arr
+
+
+def pack(list graphs, graph_type, tuple columns, int n_threads):
+    """Graphs laid end to end as :func:`shortest_paths` and :func:`triplet_counts` read them, in one
+    pass over their arrays (parallel over the graphs when there are many entries).
+
+    ``graphs``: ``graph_type`` (:class:`graphkern.Graph`) objects; ``columns``: names of integer node
+    label columns.  Returns ``(node_offsets, edge_offsets, indptr, indices, weights, labels,
+    problems)``: int64 offsets, ``indptr`` int64 (each graph's ``n + 1`` local row pointers),
+    ``indices`` int32, ``weights`` float64 (ones for an unweighted graph among weighted ones) or
+    None when no graph is weighted, ``labels`` int64 ``(N, len(columns))``.  The row pointers and
+    column indices of a graph not yet known valid are checked on the way, every weight is checked
+    to be finite and non-negative.  ``problems`` (int64, 4): the first item that is not a
+    ``graph_type`` (then nothing else is filled in), the first graph whose row pointers or column
+    indices are invalid, the first stored entry of the batch with a negative or non-finite weight,
+    the first graph lacking a column or holding one that is not 1-D integer; -1 where there is
+    none.  The caller raises on any problem: the arrays are not to be used then.
+    """
+    cdef Py_ssize_t G = len(graphs), k = len(columns), g, c
+    cdef vector[Source] src = vector[Source](G)
+    cdef vector[Column] lab = vector[Column](G * k)
+    problems_out = np.full(4, -1, np.int64)
+    cdef int64_t[::1] problems = problems_out
+    cdef list keep = []
+    cdef object graph, arr, cache, node_labels
+    cdef bint weighted = False
+    cdef Source* s
+    for g in range(G):
+        graph = graphs[g]
+        if not isinstance(graph, graph_type):
+            problems[NOT_GRAPH] = g
+            return None, None, None, None, None, None, problems_out
+        s = &src[g]
+        cache = graph._cache
+        s.check = not (cache.get("valid") or cache.get("indices_valid"))
+        arr = graph._indptr
+        if not (cnp.PyArray_Check(arr) and cnp.PyArray_TYPE(arr) == cnp.NPY_INT32):
+            arr = _as_c(arr, cnp.NPY_INT64, keep)
+        elif not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+            arr = _as_c(arr, cnp.NPY_INT32, keep)
+        s.wide = cnp.PyArray_TYPE(arr) == cnp.NPY_INT64
+        s.indptr = cnp.PyArray_DATA(arr)
+        s.n = cnp.PyArray_DIM(arr, 0) - 1
+        arr = _as_c(graph._indices, cnp.NPY_INT32, keep)
+        s.indices = <const int32_t*>cnp.PyArray_DATA(arr)
+        s.nnz = cnp.PyArray_DIM(arr, 0)
+        s.weights = NULL
+        arr = graph._weights
+        if arr is not None:
+            arr = _as_c(arr, cnp.NPY_FLOAT64, keep)
+            s.weights = <const double*>cnp.PyArray_DATA(arr)
+            weighted = True
+        if k:
+            node_labels = graph._node_labels
+            for c in range(k):
+                arr = node_labels.get(columns[c])
+                lab[g * k + c] = NULL
+                if (arr is None or not cnp.PyArray_Check(arr) or cnp.PyArray_NDIM(arr) != 1
+                        or not cnp.PyArray_ISINTEGER(arr) or cnp.PyArray_DIM(arr, 0) != s.n):
+                    if problems[LABEL] < 0:
+                        problems[LABEL] = g
+                    continue
+                arr = _as_c(arr, cnp.NPY_INT64, keep)
+                lab[g * k + c] = <const int64_t*>cnp.PyArray_DATA(arr)
+    node_offsets = np.empty(G + 1, np.int64)
+    edge_offsets = np.empty(G + 1, np.int64)
+    cdef int64_t[::1] no = node_offsets
+    cdef int64_t[::1] eo = edge_offsets
+    no[0] = eo[0] = 0
+    for g in range(G):
+        no[g + 1] = no[g] + src[g].n
+        eo[g + 1] = eo[g] + src[g].nnz
+    indptr_out = np.empty(no[G] + G, np.int64)
+    indices_out = np.empty(eo[G], np.int32)
+    weights_out = np.empty(eo[G] if weighted else 0, np.float64)
+    labels_out = np.empty((no[G], k), np.int64)
+    cdef int64_t[::1] ip_all = indptr_out
+    cdef int32_t[::1] ix_all = indices_out
+    cdef double[::1] w_all = weights_out
+    cdef int64_t[:, ::1] lab_all = labels_out
+    cdef uint8_t[::1] bad_structure = np.zeros(G, np.uint8)
+    cdef int64_t[::1] bad_weight = np.full(G, -1, np.int64)
+    cdef int threads = <int>max(1, min(<int64_t>n_threads, (no[G] * (k + 1) + eo[G]) // PACK_PER_THREAD))
+    cdef int64_t i, e, n, m
+    cdef int64_t* ip
+    cdef const int32_t* ix
+    cdef const int64_t* col
+    cdef double w
+    with nogil:
+        for g in prange(G, schedule="dynamic", chunksize=64, num_threads=threads, use_threads_if=threads > 1):
+            n = src[g].n
+            m = src[g].nnz
+            ip = &ip_all[no[g] + g]
+            if src[g].wide:
+                for i in range(n + 1):
+                    ip[i] = (<const int64_t*>src[g].indptr)[i]
+            else:
+                for i in range(n + 1):
+                    ip[i] = (<const int32_t*>src[g].indptr)[i]
+            ix = src[g].indices
+            if m:
+                memcpy(&ix_all[eo[g]], ix, m * sizeof(int32_t))
+            if src[g].check:
+                bad_structure[g] = ip[0] != 0 or ip[n] != m
+                for i in range(n):
+                    if ip[i + 1] < ip[i]:
+                        bad_structure[g] = 1
+                for e in range(m):
+                    if ix[e] < 0 or ix[e] >= n:
+                        bad_structure[g] = 1
+            if weighted:
+                if src[g].weights == NULL:
+                    for e in range(m):
+                        w_all[eo[g] + e] = 1.0
+                else:
+                    for e in range(m):
+                        w = src[g].weights[e]
+                        w_all[eo[g] + e] = w
+                        if not (w >= 0.0 and w < INFINITY) and bad_weight[g] < 0:
+                            bad_weight[g] = e
+            for c in range(k):
+                col = lab[g * k + c]
+                if col != NULL:
+                    for i in range(n):
+                        lab_all[no[g] + i, c] = col[i]
+    for g in range(G):
+        if bad_structure[g] and problems[STRUCTURE] < 0:
+            problems[STRUCTURE] = g
+        if bad_weight[g] >= 0 and problems[WEIGHT] < 0:
+            problems[WEIGHT] = eo[g] + bad_weight[g]
+    return (node_offsets, edge_offsets, indptr_out, indices_out, weights_out if weighted else None, labels_out,
+            problems_out)
 
 
 def shortest_paths(node_offsets, edge_offsets, indptr, indices, weights, int n_threads):
@@ -193,23 +416,31 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     vertices with a path (both directions of each unordered path ``a < b``, one length).
 
     ``labels``: int64, a label id in ``[0, n_labels)`` per vertex of the batch.  Returns
-    ``(row_offsets, label_pairs, lengths, counts)``: per graph its distinct triplets (label pair
-    code ``la * n_labels + lb``, length) with their counts (int64), in no particular order.
-    Unordered paths are counted once under their labels in increasing order (one sort of half
-    the ordered pairs), then written out in both orders.
+    ``(row_offsets, la, lb, lengths, counts, self_dot)``: per graph its distinct triplets (label
+    ids ``la``, ``lb``, length) with their counts (int64), sorted by ``(la, lb, length)``, and the
+    sum of its squared counts (float64, exact below 2**53).  Unordered paths are counted once under
+    their labels in increasing order (one sort of half the ordered pairs), then written out in both
+    orders.
     """
     cdef Packed p = _packed(node_offsets, edge_offsets, indptr, indices, weights)
     cdef const int64_t[::1] lab = labels
     cdef int64_t G = len(node_offsets) - 1
     cdef Searches s = Searches(node_offsets, n_threads)
-    # thread t's vectors at t * SPREAD; out_*: its graphs' triplets, graph after graph
+    # hop counts (below the largest graph's size) with few label pairs: each graph's histogram in a
+    # per-thread table, only its touched cells read back and cleared, instead of a sort of its paths
+    cdef int64_t n_max = int(np.diff(node_offsets).max()) if G else 0
+    cdef bint tabulate = (weights is None and n_labels <= TABLE_CELLS and n_max <= TABLE_CELLS
+                          and n_labels * n_labels * n_max <= TABLE_CELLS)
+    cdef int32_t[:, ::1] cells = np.zeros((n_threads, n_labels * n_labels * n_max if tabulate else 1), np.int32)
+    # thread t's vectors at t * SPREAD; out: its graphs' triplets, graph after graph
     cdef vector[vector[Key]] keys = vector[vector[Key]](n_threads * SPREAD)
-    cdef vector[vector[Key]] out_keys = vector[vector[Key]](n_threads * SPREAD)
-    cdef vector[vector[int64_t]] out_counts = vector[vector[int64_t]](n_threads * SPREAD)
+    cdef vector[vector[int64_t]] touched = vector[vector[int64_t]](n_threads * SPREAD)
+    cdef vector[vector[Item]] runs = vector[vector[Item]](n_threads * SPREAD)
+    cdef vector[vector[Item]] out = vector[vector[Item]](n_threads * SPREAD)
     cdef int64_t[::1] owner = np.empty(G, np.int64)
     cdef int64_t[::1] begin = np.empty(G, np.int64)
     cdef int64_t[::1] found = np.empty(G, np.int64)
-    cdef int64_t g, n, base, i, j, la, lb, x, y, run
+    cdef int64_t g, n, base, i, j, la, lb, x, y, run, code
     cdef int32_t a, b
     cdef int t, v
     with nogil, parallel(num_threads=n_threads):
@@ -219,52 +450,151 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
             n = p.node_offsets[g + 1] - p.node_offsets[g]
             base = p.node_offsets[g]
             keys[v].clear()
+            runs[v].clear()  # each (unordered label pair, length) of the graph and its number of paths
             for a in range(n - 1):
                 s.run(&p, g, a, t)
                 la = lab[base + a]
                 for b in range(a + 1, n):
                     if s.dist[t, b] < INFINITY:
                         lb = lab[base + b]
-                        keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
-            sort(keys[v].begin(), keys[v].end())
+                        if tabulate:
+                            code = (min(la, lb) * n_labels + max(la, lb)) * n_max + <int64_t>s.dist[t, b]
+                            if cells[t, code] == 0:
+                                touched[v].push_back(code)
+                            cells[t, code] += 1
+                        else:
+                            keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
+            if tabulate:
+                sort(touched[v].begin(), touched[v].end())
+                for i in range(<int64_t>touched[v].size()):
+                    code = touched[v][i]
+                    runs[v].push_back(Item(Key(code // n_max, length_bits(<double>(code % n_max))), cells[t, code]))
+                    cells[t, code] = 0
+                touched[v].clear()
+            else:
+                sort(keys[v].begin(), keys[v].end())
+                i = 0
+                while i < <int64_t>keys[v].size():
+                    j = i + 1
+                    while j < <int64_t>keys[v].size() and keys[v][j] == keys[v][i]:
+                        j = j + 1
+                    runs[v].push_back(Item(keys[v][i], j - i))
+                    i = j
             owner[g] = v
-            begin[g] = out_keys[v].size()
-            i = 0
-            while i < <int64_t>keys[v].size():
-                j = i + 1
-                while j < <int64_t>keys[v].size() and keys[v][j] == keys[v][i]:
-                    j = j + 1
-                run = j - i
-                x = keys[v][i].first // n_labels
-                y = keys[v][i].first % n_labels
+            begin[g] = out[v].size()
+            for i in range(<int64_t>runs[v].size()):
+                run = runs[v][i].second
+                x = runs[v][i].first.first // n_labels
+                y = runs[v][i].first.first % n_labels
                 if x == y:
-                    out_keys[v].push_back(keys[v][i])
-                    out_counts[v].push_back(2 * run)
+                    out[v].push_back(Item(runs[v][i].first, 2 * run))
                 else:
-                    out_keys[v].push_back(keys[v][i])
-                    out_counts[v].push_back(run)
-                    out_keys[v].push_back(Key(y * n_labels + x, keys[v][i].second))
-                    out_counts[v].push_back(run)
-                i = j
-            found[g] = <int64_t>out_keys[v].size() - begin[g]
+                    out[v].push_back(runs[v][i])
+                    out[v].push_back(Item(Key(y * n_labels + x, runs[v][i].first.second), run))
+            # in (la, lb, length) order: the columns of a feature matrix come out sorted in each row
+            sort(out[v].begin() + begin[g], out[v].end())
+            found[g] = <int64_t>out[v].size() - begin[g]
     row_offsets = np.zeros(G + 1, np.int64)
     np.cumsum(np.asarray(found), out=row_offsets[1:])
     cdef int64_t[::1] ro = row_offsets
     cdef int64_t F = ro[G]
-    pairs_out = np.empty(F, np.int64)
+    la_out = np.empty(F, np.int64)
+    lb_out = np.empty(F, np.int64)
     bits_out = np.empty(F, np.int64)
     counts_out = np.empty(F, np.int64)
-    cdef int64_t[::1] po = pairs_out
-    cdef int64_t[::1] bo = bits_out
+    self_dot = np.zeros(G, np.float64)
+    cdef int64_t[::1] ao = la_out
+    cdef int64_t[::1] bo = lb_out
+    cdef int64_t[::1] lo = bits_out
     cdef int64_t[::1] co = counts_out
+    cdef double[::1] sd = self_dot
+    cdef const Item* item
+    # a thread per PACK_PER_THREAD triplets: a team costs more than copying a few thousand
+    cdef int out_threads = <int>max(1, min(<int64_t>n_threads, F // PACK_PER_THREAD))
+    for g in prange(G, nogil=True, schedule="static", num_threads=out_threads, use_threads_if=out_threads > 1):
+        for i in range(found[g]):
+            item = &out[owner[g]][begin[g] + i]
+            ao[ro[g] + i] = item.first.first // n_labels
+            bo[ro[g] + i] = item.first.first % n_labels
+            lo[ro[g] + i] = item.first.second
+            co[ro[g] + i] = item.second
+            sd[g] += <double>item.second * <double>item.second
+    return row_offsets, la_out, lb_out, bits_out.view(np.float64), counts_out, self_dot
+
+
+cdef int64_t number_marked(int64_t[::1] table) noexcept nogil:
+    """Number the marked (non-zero) cells of ``table`` 0, 1, ... in order, the others -1; returns
+    how many were marked."""
+    cdef int64_t v, found = 0
+    for v in range(table.shape[0]):
+        if table[v]:
+            table[v] = found
+            found = found + 1
+        else:
+            table[v] = -1
+    return found
+
+
+def number_lengths(const double[::1] lengths, int64_t span):
+    """``(distinct, ids)``: the sorted distinct values of ``lengths`` (float64) and each one's index
+    in them (int64), through a table, when every length is a whole number in ``[0, span)``; else
+    None."""
+    cdef int64_t F = lengths.shape[0], i, v, top = 0, found = 0
+    cdef double x
+    cdef bint whole = True
     with nogil:
-        for g in range(G):
-            t = owner[g]
-            for i in range(found[g]):
-                po[ro[g] + i] = out_keys[t][begin[g] + i].first
-                bo[ro[g] + i] = out_keys[t][begin[g] + i].second
-                co[ro[g] + i] = out_counts[t][begin[g] + i]
-    return row_offsets, pairs_out, bits_out.view(np.float64), counts_out
+        for i in range(F):
+            x = lengths[i]
+            if not (x >= 0.0 and x < span and x == <double>(<int64_t>x)):
+                whole = False
+                break
+            top = max(top, <int64_t>x)
+    if not whole:
+        return None
+    table_out = np.zeros(top + 1, np.int64)
+    cdef int64_t[::1] table = table_out
+    with nogil:
+        for i in range(F):
+            table[<int64_t>lengths[i]] = 1
+        found = number_marked(table)
+    distinct_out = np.empty(found, np.float64)
+    ids_out = np.empty(F, np.int64)
+    cdef double[::1] distinct = distinct_out
+    cdef int64_t[::1] ids = ids_out
+    with nogil:
+        for v in range(top + 1):
+            if table[v] >= 0:
+                distinct[table[v]] = <double>v
+        for i in range(F):
+            ids[i] = table[<int64_t>lengths[i]]
+    return distinct_out, ids_out
+
+
+def number_columns(const int64_t[::1] la, const int64_t[::1] lb, const int64_t[::1] lid, int64_t n_labels,
+                   int64_t n_lengths, int id_bits):
+    """``(keys, col)``: the distinct triplets ``(la, lb, lid)`` (ids below ``n_labels``,
+    ``n_labels``, ``n_lengths``) as sorted keys ``la << 2 id_bits | lb << id_bits | lid``, and each
+    triplet's index among them (int32), through a table of ``n_labels**2 n_lengths`` entries: one
+    pass to mark, one to number, one to look up."""
+    cdef int64_t F = la.shape[0], size = n_labels * n_labels * n_lengths, i, code, found = 0
+    table_out = np.zeros(size, np.int64)
+    cdef int64_t[::1] table = table_out
+    col_out = np.empty(F, np.int32)  # the index dtype scipy keeps for fewer than 2**31 columns
+    cdef int32_t[::1] col = col_out
+    with nogil:
+        for i in range(F):
+            table[(la[i] * n_labels + lb[i]) * n_lengths + lid[i]] = 1
+        found = number_marked(table)
+    keys_out = np.empty(found, np.int64)
+    cdef int64_t[::1] keys = keys_out
+    with nogil:
+        for code in range(size):
+            if table[code] >= 0:
+                keys[table[code]] = ((code // (n_labels * n_lengths)) << (2 * id_bits)
+                                     | ((code // n_lengths) % n_labels) << id_bits | code % n_lengths)
+        for i in range(F):
+            col[i] = <int32_t>table[(la[i] * n_labels + lb[i]) * n_lengths + lid[i]]
+    return keys_out, col_out
 
 
 def gram_sparse(a_indptr, a_indices, a_data, bt_indptr, bt_rows, bt_data, double[:, ::1] out, int64_t row0,

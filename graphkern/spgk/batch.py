@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
 import weakref
 
 import numpy as np
@@ -13,6 +15,8 @@ from graphkern.basekernels.shortest_path import node_features
 # packed batches a kernel object keeps: a Gram matrix needs one, transform two (the fitted graphs'
 # and the new ones), normalize's diagonals no more
 BATCH_CACHE_SIZE = 4
+_NODE_LABELS = operator.attrgetter("node_labels")
+_CALL = operator.methodcaller("__call__")  # a weak reference's referent
 # a batch keeps its pair lists up to this many pairs (16 MiB; a Gram matrix of 1,448 graphs)
 _PAIRS_KEPT = 1 << 20
 
@@ -35,7 +39,7 @@ def _all_shortest_paths(graphs, names, n_threads):
     from graphkern._cpu import spgk_paths
 
     n_threads = features.threads_for(len(graphs), features.GRAPHS_PER_THREAD, n_threads)
-    return spgk_paths.shortest_paths(*features.pack_structure(graphs, names), n_threads)
+    return spgk_paths.shortest_paths(*features.pack(graphs, names, None, n_threads)[0], n_threads)
 
 
 # --------------------------------------------------------------------------- batches
@@ -134,15 +138,16 @@ class BatchCache:
 
     def get(self, graphs, node_kernel, build):
         """The batch of ``graphs`` for ``node_kernel``; ``build()`` makes one on a miss."""
-        factors = () if node_kernel is None else node_kernel.factors()
-        columns = tuple(dict.fromkeys(f.column for f in factors))
-        # the column objects themselves (held by the entry, so no id is reused while it lives)
-        labels = [tuple(g.node_labels.get(c) for c in columns) for g in graphs] if columns else None
+        columns = features.label_columns(node_kernel)
+        # the column objects themselves (held by the entry, so no id is reused while it lives), one
+        # list per column; map over C callables, no Python frame per graph
+        node_labels = list(map(_NODE_LABELS, graphs)) if columns else ()
+        labels = [list(map(operator.methodcaller("get", c), node_labels)) for c in columns]
         key = (tuple(map(id, graphs)), _node_kernel_key(node_kernel))
         entries = self._entries
         entry = entries.pop(key, None)
-        if (entry is not None and all(r() is g for r, g in zip(entry[1], graphs))
-                and (labels is None or all(a is b for old, new in zip(entry[2], labels) for a, b in zip(old, new)))):
+        if (entry is not None and all(map(operator.is_, map(_CALL, entry[1]), graphs))
+                and all(all(map(operator.is_, old, new)) for old, new in zip(entry[2], labels))):
             entries[key] = entry  # now the most recently used
             return entry[3]
         batch = build()
@@ -156,7 +161,7 @@ class BatchCache:
             if self is not None and self._entries.get(key, (None,))[0] is token:
                 del self._entries[key]
 
-        entries[key] = (token, [weakref.ref(g, forget) for g in graphs], labels, batch)
+        entries[key] = (token, list(map(weakref.ref, graphs, itertools.repeat(forget))), labels, batch)
         for old in list(entries)[:-self.capacity]:
             entries.pop(old, None)
         return batch

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphkern.basekernels.shortest_path import DiracEdge, DiracNode, node_features
-from graphkern.graph import require_valid_all
+from graphkern.graph import Graph, require_valid_all
 
 # label-tuple ids and length ids below 2**ID_BITS each: a triplet's key fits in 63 bits
 ID_BITS = 21
@@ -53,40 +53,40 @@ def label_columns(node_kernel):
     return () if node_kernel is None else tuple(dict.fromkeys(f.column for f in node_kernel.factors()))
 
 
-def pack_structure(graphs, names):
-    """``(node_offsets, edge_offsets, indptr, indices, weights)`` of ``graphs`` laid end to end, as
-    graphkern/_cpu/spgk_paths.pyx reads them (``weights`` None when no graph is weighted).
+def pack(graphs, names, node_kernel=None, n_threads=1):
+    """``(structure, labels)``: ``structure`` is ``(node_offsets, edge_offsets, indptr, indices,
+    weights)`` of ``graphs`` laid end to end as graphkern/_cpu/spgk_paths.pyx reads them
+    (``weights`` None when no graph is weighted), ``labels`` int64 ``(N, k)`` the vertices' values of
+    the ``k`` label columns ``node_kernel``'s Dirac factors read (:func:`label_columns`).
 
-    Row pointers and column indices are those of checked graphs (:func:`require_valid_all`: the
-    compiled passes read them unguarded).  Weights must be non-negative and finite; ``names(k)``
-    names graph ``k`` in the error.
+    One compiled pass over the graphs' arrays, which also checks the row pointers and column
+    indices of graphs not yet known valid (the compiled passes read them unguarded), the weights
+    (non-negative and finite; ``names(k)`` names graph ``k`` in the error) and the label columns
+    (present, integer), with the errors of :func:`require_valid_all` and :func:`node_features`.
     """
-    require_valid_all(graphs)
-    G = len(graphs)
-    indptrs, indices = [None] * G, [None] * G
-    weighted = False
-    for k, g in enumerate(graphs):
-        indptrs[k], indices[k] = g.indptr, g.indices
-        weighted = weighted or g.weights is not None
-    node_offsets = np.zeros(G + 1, np.int64)
-    edge_offsets = np.zeros(G + 1, np.int64)
-    np.cumsum(np.fromiter(map(len, indptrs), np.int64, G) - 1, out=node_offsets[1:])
-    np.cumsum(np.fromiter(map(len, indices), np.int64, G), out=edge_offsets[1:])
-    indptr = np.concatenate(indptrs or [np.zeros(0, np.int64)]).astype(np.int64, copy=False)
-    index = np.concatenate(indices or [np.zeros(0, np.int32)]).astype(np.int32, copy=False)
-    weights = None
-    if weighted:
-        weights = np.concatenate([g.weight_array() for g in graphs]).astype(np.float64, copy=False)
-        bad = ~np.isfinite(weights) | (weights < 0)
-        if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            gi = int(np.searchsorted(edge_offsets, k, side="right") - 1)
-            g, local = graphs[gi], k - int(edge_offsets[gi])
-            i = int(np.searchsorted(g.indptr, local, side="right") - 1)
-            problem = "negative" if weights[k] < 0 else "non-finite"
-            raise ValueError(f"{names(gi)} has a {problem} edge weight {weights[k]} on edge ({i}, "
-                             f"{int(g.indices[local])}): shortest paths need non-negative finite weights")
-    return node_offsets, edge_offsets, indptr, index, weights
+    from graphkern._cpu import spgk_paths
+
+    columns = label_columns(node_kernel)
+    graphs = graphs if type(graphs) is list else list(graphs)
+    *structure, labels, problems = spgk_paths.pack(graphs, Graph, columns, n_threads)
+    not_graph, bad_structure, bad_weight, bad_label = problems.tolist()
+    if not_graph >= 0:
+        raise TypeError(f"item {not_graph} is a {type(graphs[not_graph]).__name__}, expected graphkern.Graph")
+    if bad_structure >= 0:
+        require_valid_all(graphs)  # raises, naming the first graph at fault
+    if bad_weight >= 0:
+        edge_offsets, weights = structure[1], structure[4]
+        gi = int(np.searchsorted(edge_offsets, bad_weight, side="right") - 1)
+        g, local = graphs[gi], bad_weight - int(edge_offsets[gi])
+        i = int(np.searchsorted(g.indptr, local, side="right") - 1)
+        w = weights[bad_weight]
+        raise ValueError(f"{names(gi)} has a {'negative' if w < 0 else 'non-finite'} edge weight {w} on edge ({i}, "
+                         f"{int(g.indices[local])}): shortest paths need non-negative finite weights")
+    if bad_label >= 0:
+        node_features(node_kernel, graphs)  # raises, naming the graph and the column
+    if max(bad_structure, bad_label) >= 0:
+        raise ValueError(f"{names(max(bad_structure, bad_label))} cannot be read by the shortest-path kernel")
+    return tuple(structure), labels
 
 
 def _rows_as_keys(rows):
@@ -120,6 +120,18 @@ def _label_ids(discrete):
     return rows[order], rank[ids.reshape(-1)]
 
 
+def _length_ids(lengths):
+    """``(distinct, ids)``: the sorted distinct path lengths and each length's index in them (int64);
+    whole lengths below _TABLE_SPAN (hop counts) through a compiled table, others through a sort."""
+    from graphkern._cpu import spgk_paths
+
+    got = spgk_paths.number_lengths(lengths, _TABLE_SPAN)
+    if got is not None:
+        return got
+    distinct, ids = np.unique(lengths, return_inverse=True)
+    return distinct, ids.reshape(-1)
+
+
 def _match_rows(reference, rows):
     """For each row of ``rows``, its index in the distinct rows ``reference`` (same width), or -1."""
     if len(reference) == 0 or reference.shape[1] != rows.shape[1]:
@@ -133,22 +145,17 @@ def _match_rows(reference, rows):
 
 class TripletCounts:
     """Each graph's triplet histogram in batch-local ids: ``row_offsets`` (graph g's triplets are
-    ``[row_offsets[g], row_offsets[g+1])``), ``labels`` (the distinct label tuples, ``(L, k)``
-    int64, sorted), ``la``, ``lb`` (label-tuple ids), ``lengths`` (float64), ``counts`` (int64),
-    and ``self_dot`` (``K(G, G)``, float64, over every triplet)."""
+    ``[row_offsets[g], row_offsets[g+1])``, sorted by ``(la, lb, length)``), ``labels`` (the
+    distinct label tuples, ``(L, k)`` int64, sorted), ``la``, ``lb`` (label-tuple ids), ``lengths``
+    (float64), ``counts`` (int64), and ``self_dot`` (``K(G, G)``, float64, over every triplet)."""
 
     def __init__(self, graphs, node_kernel, n_threads, names):
         from graphkern._cpu import spgk_paths
 
-        structure = pack_structure(graphs, names)
-        _, discrete, _, _ = node_features(node_kernel, graphs)
+        structure, discrete = pack(graphs, names, node_kernel, n_threads)
         self.labels, ids = _label_ids(discrete)
-        n_labels = max(1, len(self.labels))
-        self.row_offsets, pairs, self.lengths, self.counts = spgk_paths.triplet_counts(
-            *structure, ids, n_labels, threads_for(len(graphs), GRAPHS_PER_THREAD, n_threads))
-        self.la, self.lb = np.divmod(pairs, n_labels)
-        row = np.repeat(np.arange(len(graphs)), np.diff(self.row_offsets))
-        self.self_dot = np.bincount(row, weights=self.counts.astype(np.float64) ** 2, minlength=len(graphs))
+        self.row_offsets, self.la, self.lb, self.lengths, self.counts, self.self_dot = spgk_paths.triplet_counts(
+            *structure, ids, max(1, len(self.labels)), threads_for(len(graphs), GRAPHS_PER_THREAD, n_threads))
         self.cache = {}  # what a vocabulary made of these counts (keyed by the vocabulary's id)
 
     def __len__(self):
@@ -169,20 +176,15 @@ class Vocabulary:
                              f"{len(counts.labels)}: use the pairwise methods (method='openmp_out' or a GPU method)")
         self.columns = tuple(columns)
         self.labels = counts.labels
-        self.lengths = np.unique(counts.lengths)
+        self.lengths, lid = _length_ids(counts.lengths)
         if len(self.lengths) > MAX_IDS:
             raise ValueError(f"the feature map supports up to {MAX_IDS} distinct path lengths; the graphs have "
                              f"{len(self.lengths)}: use the pairwise methods (method='openmp_out' or a GPU method)")
-        lid = np.searchsorted(self.lengths, counts.lengths)
         nl, nd = max(1, len(self.labels)), max(1, len(self.lengths))
         if nl * nl * nd <= _TABLE_SPAN:  # the few label pairs and lengths of real sets: a table, no sort
-            code = (counts.la * nl + counts.lb) * nd + lid
-            present = np.zeros(nl * nl * nd, bool)
-            present[code] = True
-            col = (np.cumsum(present) - 1)[code]
-            la, rest = np.divmod(np.flatnonzero(present), nl * nd)
-            lb, lid = np.divmod(rest, nd)
-            self.keys = (la << (2 * ID_BITS)) | (lb << ID_BITS) | lid
+            from graphkern._cpu import spgk_paths
+
+            self.keys, col = spgk_paths.number_columns(counts.la, counts.lb, lid, nl, nd, ID_BITS)
         else:
             self.keys, col = np.unique((counts.la << (2 * ID_BITS)) | (counts.lb << ID_BITS) | lid,
                                        return_inverse=True)
@@ -223,11 +225,11 @@ class Vocabulary:
         return self._cached(counts, self._phi(counts, col[keep], indptr, keep))
 
     def _phi(self, counts, col, indptr, keep=None):
-        # a copy of the counts either way: sorting the rows permutes the matrix's arrays in place
-        data = counts.counts.copy() if keep is None else counts.counts[keep]
-        phi = sp.csr_matrix((data, col, indptr.copy()), shape=(len(counts), len(self.keys)))
-        phi.has_sorted_indices = False
-        phi.sort_indices()
+        # each graph's triplets come in (la, lb, length) order and the columns are numbered in the
+        # same order (label tuples and lengths sorted in both lists): every row is sorted already
+        data = counts.counts if keep is None else counts.counts[keep]
+        phi = sp.csr_matrix((data, col, indptr), shape=(len(counts), len(self.keys)))
+        phi.has_sorted_indices = True
         return phi
 
     def _cached(self, counts, phi):

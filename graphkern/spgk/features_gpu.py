@@ -24,16 +24,19 @@ def _dense(rt, dev, M, rank, depth, stream):
     ``j`` at ``rank[j]``), its rows padded with zeros to a multiple of the tile; and the flags of
     its (64-row tile, 16-column step) blocks that hold a nonzero."""
     rows = -(-max(M.shape[0], 1) // _TILE_ROWS) * _TILE_ROWS
-    flags = np.zeros((rows // _TILE_ROWS, depth // _DEPTH), np.uint8)
-    row_of = np.repeat(np.arange(M.shape[0]), np.diff(M.indptr))
-    flags[row_of // _TILE_ROWS, rank[M.indices] // _DEPTH] = 1
+    tiles = rows // _TILE_ROWS
+    flags = np.zeros((tiles, depth // _DEPTH), np.uint8)
+    cols = rank[M.indices].astype(np.int32)
+    # each entry's tile of rows, from the row pointers at the tiles' first rows
+    tile_starts = M.indptr[np.minimum(np.arange(tiles + 1) * _TILE_ROWS, M.shape[0])]
+    flags[np.repeat(np.arange(tiles), np.diff(tile_starts)), cols // _DEPTH] = 1
     dense = rt.alloc(dev, (rows, depth), np.float64)
     dense.zero(stream=stream)
     d_flags = rt.to_device(dev, flags, stream=stream)
     if M.nnz:
-        indptr = rt.to_device(dev, M.indptr.astype(np.int64), stream=stream)
-        cols = rt.to_device(dev, rank[M.indices].astype(np.int32), stream=stream)
-        counts = rt.to_device(dev, M.data.astype(np.int64), stream=stream)
+        indptr = rt.to_device(dev, M.indptr.astype(np.int64, copy=False), stream=stream)
+        cols = rt.to_device(dev, cols, stream=stream)
+        counts = rt.to_device(dev, M.data.astype(np.int64, copy=False), stream=stream)
         grid = max(1, min(-(-M.shape[0] // (_THREADS // 32)), 65535))
         rt.launch(rt.kernel(dev, "spgk_features", "spgk_features_scatter"), grid, _THREADS,
                   (indptr, cols, counts, np.int64(M.shape[0]), dense, np.int64(depth)), stream=stream)
