@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from itertools import repeat
+
 from graphkern.graph import Graph, require_valid_all
 from graphkern.io.smiles import from_rdkit, from_smiles
 
@@ -54,7 +56,10 @@ def as_graphs(X, name="X"):
     except TypeError:
         raise TypeError(f"{name} must be a sequence of graphkern.Graph (or networkx graphs, RDKit molecules, "
                         f"SMILES strings), got {type(X).__name__}") from None
-    graphs = [_convert(g, f"{name}[{k}]") for k, g in enumerate(items)]
+    if all(map(isinstance, items, repeat(Graph))):  # the common case, without a Python frame per item
+        graphs = items
+    else:
+        graphs = [_convert(g, f"{name}[{k}]") for k, g in enumerate(items)]
     require_valid_all(graphs)
     return graphs
 
