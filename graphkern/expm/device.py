@@ -34,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from graphkern._backend import resolve_threads
+from graphkern._cpu import expm as cpu
 from graphkern._cuda import runtime as rt
 from graphkern.expm.lanczos import COLUMN_CHUNK
 from graphkern.expm.plans import BLOCK, LONG_SEGMENT, QUAD, WARP, SpmvPlan
@@ -47,11 +49,25 @@ GATE_LINE = 128
 # int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
 _INT32_POINTER_LIMIT = np.iinfo(np.int32).max - 2 * LONG_SEGMENT
 
-_stats = {"uploads": 0, "plans": 0}
+_stats = {"uploads": 0, "plans": 0, "upload_bytes": 0}
 
 
 def type_name(dtype):
     return "f32" if np.dtype(dtype) == np.float32 else "f64"
+
+
+_stats_lock = threading.Lock()
+
+
+def _count_upload(nbytes):
+    """Count bytes that cross to a device (``upload_bytes`` in :func:`residency_info`)."""
+    with _stats_lock:
+        _stats["upload_bytes"] += int(nbytes)
+
+
+def _to_device(dev, array):
+    _count_upload(array.nbytes)
+    return rt.to_device(dev, array)
 
 
 def _padded(count):
@@ -63,7 +79,9 @@ def _upload_padded(dev, array, dtype):
     """``array`` on ``dev`` in a buffer padded with zeros to :func:`_padded` entries."""
     count = len(array)
     buf = rt.alloc(dev, _padded(count), dtype)
-    rt.copy_from_pageable(buf, np.ascontiguousarray(array, dtype=dtype))
+    array = np.ascontiguousarray(array, dtype=dtype)
+    _count_upload(array.nbytes)
+    rt.copy_from_pageable(buf, array)
     tail = buf.nbytes - count * np.dtype(dtype).itemsize
     if tail:
         buf.view(buf.nbytes - tail, tail).zero()
@@ -85,8 +103,8 @@ class DevicePlan:
         self.kernel = plan.kernel
         self.threads_per_row = plan.threads_per_row
         self.n_tasks = 0 if plan.tasks is None else len(plan.tasks)
-        self.tasks = rt.to_device(dev, plan.tasks) if plan.tasks is not None else None
-        self.rowlist = rt.to_device(dev, plan.rowlist) if plan.rowlist is not None else None
+        self.tasks = _to_device(dev, plan.tasks) if plan.tasks is not None else None
+        self.rowlist = _to_device(dev, plan.rowlist) if plan.rowlist is not None else None
         self.seg_partials = rt.alloc(dev, max(plan.n_segments, 1), np.float64)
         self.seg_counters = rt.alloc(dev, max(plan.n_long, 1), np.uint32)
         self.seg_counters.zero()
@@ -142,15 +160,17 @@ class DeviceRows:
             need += 8 * mat.n + self._permute_scratch(mat, 4)
             what += " and, while they are reordered, A as given"
         ensure_free(self.dev, need, residency, what)
-        self.indptr = rt.to_device(self.dev, self.local_indptr(mat))
         self.order_dev = self.inverse_dev = None
         self._pending_move = None
         if order is None:
+            self.indptr = _to_device(self.dev, self.local_indptr(mat))
             self.indices = _upload_padded(self.dev, mat.indices[self.e0:self.e0 + self.nnz], np.int32)
         else:
-            self.order_dev = rt.to_device(self.dev, order.order)
-            self.inverse_dev = rt.to_device(self.dev, order.inverse)
+            # A as given (most of the bytes) starts up first; the order's arrays follow beside it
             self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True, background=True)
+            self.indptr = _to_device(self.dev, self.local_indptr(mat))
+            self.order_dev = _to_device(self.dev, order.order)
+            self.inverse_dev = _to_device(self.dev, order.inverse)
         self.values = {}
         self.plans = {}
         self.peer_mask = None  # several devices: which rows each other device reads (Residency)
@@ -158,9 +178,10 @@ class DeviceRows:
         _stats["uploads"] += 1
 
     def local_indptr(self, mat):
-        """This block's row pointers (host, from 0, in ``ptr_type``)."""
+        """This block's row pointers (host, from 0, in ``ptr_type``; one parallel pass)."""
         source = mat.indptr if self.order is None else self.order.indptr
-        return (source[self.row0:self.row1 + 1] - self.e0).astype(self.ptr_type)
+        return cpu.rebased_indptr(np.ascontiguousarray(source), self.row0, self.row1, self.e0,
+                                  self.ptr_type == np.int64, resolve_threads(None))
 
     @staticmethod
     def _permute_scratch(mat, itemsize):
@@ -184,7 +205,10 @@ class DeviceRows:
             whole = rt.alloc(self.dev, max(len(source), 1), dtype)
 
             def copy():
-                rt.copy_from_pageable(old_indptr, np.ascontiguousarray(mat.indptr, dtype=np.int64))
+                wide = mat.indptr if mat.indptr.dtype == np.int64 else cpu.rebased_indptr(
+                    np.ascontiguousarray(mat.indptr), 0, mat.n, 0, True, resolve_threads(None))
+                _count_upload(wide.nbytes + source.nbytes)
+                rt.copy_from_pageable(old_indptr, np.ascontiguousarray(wide))
                 rt.copy_from_pageable(whole, source)
 
             def move():
@@ -342,7 +366,7 @@ class Workspace:
         self.n_peers = len(others)
         for name, slots in (("alpha_peers", "alpha_slots"), ("beta_peers", "beta_slots")):
             table = np.array([getattr(w, slots).ptr + 8 * self.index for w in others], dtype=np.uint64)
-            setattr(self, name, rt.to_device(self.dev, table))
+            setattr(self, name, _to_device(self.dev, table))
 
     def column(self, j):
         """Stored basis column j (a view into its block)."""
@@ -431,7 +455,7 @@ class Residency:
             for p, o in enumerate(others):
                 mask |= (reads[o.index][r.row0:r.row1] != 0).astype(np.uint8) << np.uint8(p)
             if r.nrows:
-                r.peer_mask = rt.to_device(r.dev, mask)
+                r.peer_mask = _to_device(r.dev, mask)
 
     def take_reorder_seconds(self):
         """Reordering time not yet reported by a solve (and reset it)."""
@@ -566,7 +590,8 @@ def release_all():
 
 
 def residency_info():
-    """``resident`` residencies, their ``device_bytes``, and the ``uploads`` and ``plans`` made so far."""
+    """``resident`` residencies, their ``device_bytes``, and the ``uploads`` and ``plans`` made so far
+    (and the ``upload_bytes`` that crossed to the devices for them)."""
     with _registry_lock:
         _sweep()
         alive = [ref().gpu[layout] for ref, layout in _registry.values()]
