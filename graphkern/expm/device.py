@@ -134,6 +134,30 @@ class DevicePlan:
         return _buffers_nbytes((self.tasks, self.rowlist, self.seg_partials, self.seg_counters, self.long_alpha))
 
 
+class _SourceUpload:
+    """A as given on one device, for the reordering (:meth:`DeviceRows._permuted`): its row pointers
+    (int64, ``old_indptr``) and one array of its entries, ``source`` (``whole``).  With
+    ``background`` the copies run in a worker thread and :meth:`wait` waits for them."""
+
+    def __init__(self, dev, residency, mat, source, background):
+        ensure_free(dev, DeviceRows._permute_scratch(mat, source.dtype.itemsize), residency,
+                    f"exp(beta A) x: A as given on device {dev.ordinal}, while it is reordered")
+        self.old_indptr = rt.alloc(dev, mat.n + 1, np.int64)
+        self.whole = rt.alloc(dev, max(len(source), 1), source.dtype)
+        self._pending = copy_pool().submit(self._copy, mat, source) if background else self._copy(mat, source)
+
+    def _copy(self, mat, source):
+        wide = mat.indptr if mat.indptr.dtype == np.int64 else cpu.rebased_indptr(
+            np.ascontiguousarray(mat.indptr), 0, mat.n, 0, True, resolve_threads(None))
+        _count_upload(wide.nbytes + source.nbytes)
+        rt.copy_from_pageable(self.old_indptr, np.ascontiguousarray(wide))
+        rt.copy_from_pageable(self.whole, source)
+
+    def wait(self):
+        if self._pending is not None:
+            self._pending.result()  # the worker's copies finished (synchronously) before the move's launch
+
+
 class DeviceRows:
     """One device's row block of A, uploaded once: local row pointers (int32 where they fit),
     global column indices padded to quads, values per dtype, and SpMV plans per variant.
@@ -144,7 +168,7 @@ class DeviceRows:
     order and inverse stay on the device (``order_dev``, ``inverse_dev``) to permute x on entry
     and y on exit."""
 
-    def __init__(self, residency, ordinal, index, mat, row0, row1, order=None):
+    def __init__(self, residency, ordinal, index, mat, row0, row1, order=None, upload=None):
         self.dev = rt.get_device(ordinal)
         self.ordinal, self.index = ordinal, index
         self.order = order
@@ -157,7 +181,7 @@ class DeviceRows:
         what = f"exp(beta A) x: A's rows on device {ordinal} ({self.nrows} rows, {self.nnz} nonzeros)"
         need = (self.nrows + 1) * np.dtype(self.ptr_type).itemsize + _padded(self.nnz) * 4
         if order is not None:
-            need += 8 * mat.n + self._permute_scratch(mat, 4)
+            need += 8 * mat.n + (0 if upload is not None else self._permute_scratch(mat, 4))
             what += " and, while they are reordered, A as given"
         ensure_free(self.dev, need, residency, what)
         self.order_dev = self.inverse_dev = None
@@ -166,8 +190,9 @@ class DeviceRows:
             self.indptr = _to_device(self.dev, self.local_indptr(mat))
             self.indices = _upload_padded(self.dev, mat.indices[self.e0:self.e0 + self.nnz], np.int32)
         else:
-            # A as given (most of the bytes) starts up first; the order's arrays follow beside it
-            self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True, background=True)
+            # A as given (most of the bytes) is on its way first; the order's arrays follow beside it
+            self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True, upload=upload,
+                                          background=True)
             self.indptr = _to_device(self.dev, self.local_indptr(mat))
             self.order_dev = _to_device(self.dev, order.order)
             self.inverse_dev = _to_device(self.dev, order.inverse)
@@ -188,12 +213,13 @@ class DeviceRows:
         """Device bytes held while a reordered array is built: A's row pointers and the whole array."""
         return 8 * (mat.n + 1) + mat.nnz * itemsize
 
-    def _permuted(self, residency, mat, source, type_name, map_columns=False, background=False):
+    def _permuted(self, residency, mat, source, type_name, map_columns=False, upload=None, background=False):
         """This block's part of ``source`` (indices or values of A, host) in the reordered rows,
-        built on the device into a quad-padded buffer; the time goes to ``residency.reorder_seconds``.
+        built on the device into a quad-padded buffer from ``upload`` (a :class:`_SourceUpload` of
+        ``source``; None: one is started here); the time goes to ``residency.reorder_seconds``.
 
-        With ``background`` A's copies to the device run in a worker thread and the move waits for
-        :meth:`finish`, so that the host builds the SpMV plans while A crosses the link."""
+        With ``background`` the move waits for :meth:`finish`, so that the host builds the SpMV
+        plans while A crosses the link."""
         t0 = time.perf_counter()
         dtype = source.dtype
         out = rt.alloc(self.dev, _padded(self.nnz), dtype)
@@ -201,35 +227,25 @@ class DeviceRows:
         if tail:
             out.view(out.nbytes - tail, tail).zero()
         if self.nrows:
-            old_indptr = rt.alloc(self.dev, mat.n + 1, np.int64)
-            whole = rt.alloc(self.dev, max(len(source), 1), dtype)
-
-            def copy():
-                wide = mat.indptr if mat.indptr.dtype == np.int64 else cpu.rebased_indptr(
-                    np.ascontiguousarray(mat.indptr), 0, mat.n, 0, True, resolve_threads(None))
-                _count_upload(wide.nbytes + source.nbytes)
-                rt.copy_from_pageable(old_indptr, np.ascontiguousarray(wide))
-                rt.copy_from_pageable(whole, source)
+            if upload is None:
+                upload = _SourceUpload(self.dev, residency, mat, source, background)
 
             def move():
                 t1 = time.perf_counter()
-                if pending is not None:
-                    pending.result()  # the worker's copies ran on the legacy stream, before this launch
+                upload.wait()
                 pn = "i32" if self.ptr_type == np.int32 else "i64"
                 fn = rt.kernel(self.dev, "expm", f"lanczos_permute_rows_{type_name}_{pn}")
                 resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * self.dev.properties["multiprocessor_count"]
                 grid = int(min(-(-self.nrows * WARP // BLOCK), resident))
                 rows_order = self.order_dev.view(4 * self.row0, 4 * self.nrows, dtype=np.int32, shape=(self.nrows,))
-                rt.launch(fn, grid, BLOCK, (old_indptr, rows_order, self.indptr, np.int64(self.nrows), whole,
-                                            self.inverse_dev if map_columns else None, out))
+                rt.launch(fn, grid, BLOCK, (upload.old_indptr, rows_order, self.indptr, np.int64(self.nrows),
+                                            upload.whole, self.inverse_dev if map_columns else None, out))
                 self.dev.synchronize()  # before the scratch is freed (with this closure); also times the build
                 residency.reorder_seconds += time.perf_counter() - t1
 
-            pending = copy_pool().submit(copy) if background else None
             if background:
                 self._pending_move = move
             else:
-                copy()
                 move()
         residency.reorder_seconds += time.perf_counter() - t0
         return out
@@ -404,8 +420,10 @@ class Residency:
         self.uploaded = False
         self.work = {}
         self.reorder_seconds = 0.0
-        order = None
+        order = uploads = None
         if reorder == "degree":
+            # A as given starts up to every device while the host builds the order
+            uploads = [_SourceUpload(rt.get_device(d), self, mat, mat.indices, True) for d in self.devices]
             t0 = time.perf_counter()
             # the vertices dealt round robin in decreasing degree: equal blocks of every row length
             order = mat.degree_order(len(self.devices))
@@ -417,7 +435,8 @@ class Residency:
         self.bounds = bounds
         self.rows = []
         for i, d in enumerate(self.devices):
-            self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], order))
+            self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], order,
+                                        uploads[i] if uploads else None))
         self.peer_access = True  # between every pair of devices
         for a in self.rows:
             for b in self.rows:
