@@ -39,7 +39,7 @@ ctypedef fused index_t:
 cdef enum:
     HASH_BLOCK = 65536  # words per parallel block of the hash and index scans
     ROWS_PER_BLOCK = 16384  # fewest rows per parallel block of the GPU setup's passes
-    DEGREE_BUCKETS = 65536  # degree_order counts degrees below this; longer rows are sorted apart
+    DEGREE_BUCKETS = 4096  # degree_order counts degrees below this; longer rows are sorted apart
 
 COUNTED_DEGREES = DEGREE_BUCKETS
 
@@ -356,15 +356,13 @@ def degree_order(const index_t[::1] indptr, int64_t parts, int n_threads):
         sums[t + 1] += sums[t]
     nbig = sums[blocks]
     # the first position of each (block, degree): degrees decreasing, then blocks in row order
-    cdef Py_ssize_t spans = max(1, min(4 * n_threads, buckets // 1024))
+    cdef Py_ssize_t spans = max(1, min(4 * n_threads, buckets // 256))
     for c in prange(spans, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=spans > 1):
-        for d in range(buckets * c // spans, buckets * (c + 1) // spans):
-            local = 0
-            for t2 in range(blocks):
+        for t2 in range(blocks):  # each block's counts are read along the degrees, in cache order
+            for d in range(buckets * c // spans, buckets * (c + 1) // spans):
                 k = counts[t2 * buckets + d]
-                counts[t2 * buckets + d] = local
-                local = local + k
-            totals[d] = local
+                counts[t2 * buckets + d] = totals[d]
+                totals[d] += k
     # bucket d's first position (degrees decreasing) and, in one order, the entries before it
     base_arr = np.zeros(buckets, dtype=np.int64)
     cdef int64_t[::1] base = base_arr
@@ -379,8 +377,8 @@ def degree_order(const index_t[::1] indptr, int64_t parts, int n_threads):
         running += k
         entries += k * d
     for c in prange(spans, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=spans > 1):
-        for d in range(buckets * c // spans, buckets * (c + 1) // spans):
-            for t2 in range(blocks):
+        for t2 in range(blocks):
+            for d in range(buckets * c // spans, buckets * (c + 1) // spans):
                 counts[t2 * buckets + d] += totals[d]
     big_arr = np.zeros((max(nbig, 1), 2), dtype=np.int64)
     cdef int64_t[:, ::1] big = big_arr
