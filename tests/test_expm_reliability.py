@@ -224,21 +224,46 @@ def test_degree_moments_match_numpy(dtype, n, rng):
         assert cv == pytest.approx(deg.std() / deg.mean() if deg.mean() > 0 else 0.0, rel=1e-9)
 
 
+def _degree_order_reference(indptr, parts):
+    """The vertex order by NumPy: a stable sort by decreasing degree, dealt round robin to ``parts``."""
+    deg = np.diff(indptr).astype(np.int64)
+    by_degree = np.argsort(-deg, kind="stable")
+    order = np.concatenate([by_degree[p::parts] for p in range(parts)]).astype(np.int32)
+    inverse = np.empty(len(deg), dtype=np.int32)
+    inverse[order] = np.arange(len(deg), dtype=np.int32)
+    return order, inverse, np.concatenate([[0], np.cumsum(deg[order])]).astype(np.int64)
+
+
+def _degree_draws(rng):
+    """Degree sequences with ties, empty rows, a single row and hubs beyond the counted degrees."""
+    from graphkern._cpu.expm import COUNTED_DEGREES as DEGREE_BUCKETS
+    many = int(rng.integers(40_000, 90_000))
+    hubs = rng.integers(0, many, 7)
+    spread = rng.zipf(1.6, many).clip(0, 3 * DEGREE_BUCKETS)
+    spread[hubs] = [DEGREE_BUCKETS - 1, DEGREE_BUCKETS, DEGREE_BUCKETS, DEGREE_BUCKETS + 1, 5 * DEGREE_BUCKETS, 0, 2]
+    return [np.zeros(0, np.int64), np.zeros(1, np.int64), np.array([3]), np.zeros(5000, np.int64),
+            np.concatenate([rng.integers(0, 6, 5000), [0, 900, 900, 3]]), rng.integers(0, 3, many), spread]
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_degree_order_is_the_stable_sort_by_decreasing_degree(dtype, rng):
+    """The compiled parallel counting sort gives NumPy's stable order bit for bit, dealt to any
+    number of devices, with any number of threads."""
     from graphkern._cpu import expm as cpu
     from graphkern.expm.lanczos import DegreeOrder
-    deg = np.concatenate([rng.integers(0, 6, 5000), [0, 900, 900, 3]])  # ties, empty rows, hubs
-    indptr = np.concatenate([[0], np.cumsum(deg)]).astype(dtype)
-    order, inverse, new_indptr = cpu.degree_order(indptr)
-    assert np.array_equal(order, np.argsort(-deg, kind="stable"))
-    assert np.array_equal(np.diff(new_indptr), deg[order]) and new_indptr[0] == 0
-    assert np.array_equal(inverse[order], np.arange(len(deg)))
-    for parts in (1, 2, 3):
-        o = DegreeOrder(indptr, parts)
-        assert np.array_equal(np.sort(o.order), np.arange(len(deg))) and np.array_equal(o.inverse[o.order], np.arange(len(deg)))
-        assert np.array_equal(np.diff(o.indptr), deg[o.order]) and o.bounds[-1] == len(deg)
-    assert [len(a) for a in cpu.degree_order(np.zeros(1, dtype=dtype))] == [0, 0, 1]
+    for deg in _degree_draws(rng):
+        indptr = np.concatenate([[0], np.cumsum(deg)]).astype(dtype)
+        for parts in (1, 2, 3):
+            expected = _degree_order_reference(indptr, parts)
+            for threads in (1, 2, 5):
+                got = cpu.degree_order(indptr, parts, threads)
+                for a, b in zip(got, expected):
+                    assert a.dtype == b.dtype
+                    np.testing.assert_array_equal(a, b)
+            o = DegreeOrder(indptr, parts)
+            np.testing.assert_array_equal(o.order, expected[0])
+            counts = [len(range(p, len(deg), parts)) for p in range(parts)]
+            np.testing.assert_array_equal(o.bounds, np.concatenate([[0], np.cumsum(counts)]))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -446,26 +446,65 @@ def test_rowblock_plan_covers_every_row_once_within_the_kernel_limits(kind, rng)
     assert bases == sorted(set(bases)) and (not bases or bases[0] == 0)
 
 
-@pytest.mark.parametrize("dtype", [np.int32, np.int64])
-def test_rowblock_cuts_are_the_searchsorted_definition(dtype, rng):
-    """The compiled pass gives the cuts of their NumPy definition: 0 and n, the first row reaching
-    each multiple of the block cost (searchsorted), and both sides of every long row."""
-    from graphkern._cpu.expm import rowblock_cuts
+def _rowblock_reference(indptr):
+    """The row-block task table by NumPy: cuts at 0 and n, at the first row reaching each multiple
+    of the block cost (searchsorted over ``indptr + row``) and around every long row; each long
+    row's block replaced by its segments."""
     from graphkern.expm import plans as g
 
-    def reference(indptr):
-        n = len(indptr) - 1
-        cost = indptr[:-1].astype(np.int64) + np.arange(n)
-        targets = np.arange(g.ROWBLOCK_COST, int(indptr[-1]) + n, g.ROWBLOCK_COST)
-        long_rows = np.flatnonzero(np.diff(indptr) > g.LONG_ROW)
-        return np.unique(np.concatenate([[0, n], np.searchsorted(cost, targets), long_rows, long_rows + 1]))
+    n = len(indptr) - 1
+    if n == 0:
+        return np.zeros((1, g.TASK_WIDTH), dtype=np.int64), 0, 0
+    cost = indptr[:-1].astype(np.int64) + np.arange(n)
+    targets = np.arange(g.ROWBLOCK_COST, int(indptr[-1]) + n, g.ROWBLOCK_COST)
+    long_rows = np.flatnonzero(np.diff(indptr) > g.LONG_ROW)
+    cuts = np.unique(np.concatenate([[0, n], np.searchsorted(cost, targets), long_rows, long_rows + 1]))
+    rows = []
+    segments = 0
+    for long_index, (r0, r1) in enumerate((int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])):
+        e0, e1 = int(indptr[r0]), int(indptr[r1])
+        if r1 - r0 == 1 and e1 - e0 > g.LONG_ROW:
+            k = -(-(e1 - e0) // g.LONG_SEGMENT)
+            rows += [[g.TASK_LONG, r0, e0 + j * g.LONG_SEGMENT, min(e0 + (j + 1) * g.LONG_SEGMENT, e1), segments, j, k,
+                      int(np.searchsorted(long_rows, r0))] for j in range(k)]
+            segments += k
+        else:
+            rows.append([g.TASK_STREAM, r0, r1, e0, e1, 0, 0, 0])
+    return np.array(rows, dtype=np.int64), segments, len(long_rows)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_rowblock_tasks_match_their_numpy_definition(dtype, rng):
+    """The compiled two-pass plan gives the NumPy task table bit for bit, with any number of threads
+    (ranges of rows that hold no cut, long rows at range edges, empty rows, one row)."""
+    from graphkern._cpu.expm import rowblock_tasks
+    from graphkern.expm import plans as g
 
     draws = [lambda n: rng.integers(0, 5, n), lambda n: rng.zipf(1.5, n).clip(0, 50_000),
-             lambda n: rng.integers(0, 3000, n), lambda n: np.eye(1, n, int(rng.integers(n)), dtype=int)[0] * 10**5]
+             lambda n: rng.integers(0, 3000, n), lambda n: np.eye(1, n, int(rng.integers(n)), dtype=int)[0] * 10**5,
+             lambda n: np.zeros(n, dtype=int), lambda n: np.full(n, g.LONG_ROW + 1)]
     for draw in draws:
-        for n in (1, 2, int(rng.integers(3, 4000))):
+        for n in (1, 2, int(rng.integers(3, 4000)), int(rng.integers(40_000, 70_000))):
             indptr = np.concatenate([[0], np.cumsum(draw(n))]).astype(dtype)
-            np.testing.assert_array_equal(rowblock_cuts(indptr, g.ROWBLOCK_COST, g.LONG_ROW), reference(indptr))
+            tasks, segments, longs = _rowblock_reference(indptr)
+            for threads in (1, 2, 5):
+                got = rowblock_tasks(indptr, g.ROWBLOCK_COST, g.LONG_ROW, g.LONG_SEGMENT, g.TASK_STREAM, g.TASK_LONG,
+                                     threads)
+                np.testing.assert_array_equal(got[0], tasks)
+                assert got[1:] == (segments, longs)
+    plan = g.SpmvPlan("rowblock", np.zeros(1, dtype=dtype), 0.0)
+    np.testing.assert_array_equal(plan.tasks, np.zeros((1, g.TASK_WIDTH)))  # one empty block keeps the grid valid
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_rebased_indptr_is_the_shifted_slice(dtype, rng):
+    from graphkern._cpu.expm import rebased_indptr
+    indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 9, 100_000))]).astype(dtype)
+    for row0, row1 in ((0, 100_000), (37, 37), (500, 99_000)):
+        for wide in (False, True):
+            got = rebased_indptr(indptr, row0, row1, int(indptr[row0]), wide, 3)
+            assert got.dtype == (np.int64 if wide else np.int32)
+            np.testing.assert_array_equal(got, indptr[row0:row1 + 1] - indptr[row0])
 
 
 @pytest.mark.gpu
@@ -739,3 +778,42 @@ def test_gpu_reordered_overflow_is_scaled(rng):
     assert info.log_scale > 0 and np.all(np.isfinite(y))
     assert abs(info.log_scale - info0.log_scale) <= 1e-9 * info0.log_scale
     assert rel(y, y0) <= 1e-10
+
+
+@pytest.mark.gpu
+def test_gpu_first_call_counts_what_it_uploads_and_matches_the_cpu(rng):
+    """A degree-ordered first call sends at least A's indices, its row pointers and the order; the
+    warm call sends nothing; the answer is the CPU's."""
+    A = skewed_graph(rng, 30000, [25000, 9000, 4097], weighted=True)
+    n = A.shape[0]
+    clear_cache()
+    before = cache_info()["upload_bytes"]
+    y, info = expm_multiply(A, beta=0.01, backend="gpu", reorder="degree")
+    assert info.reorder == "degree"
+    assert cache_info()["upload_bytes"] - before >= 4 * A.nnz + 8 * (n + 1) + 8 * n + 8 * A.nnz
+    before = cache_info()["upload_bytes"]
+    y_warm, _ = expm_multiply(A, beta=0.01, backend="gpu", reorder="degree")
+    assert cache_info()["upload_bytes"] == before
+    ref, _ = expm_multiply(A, beta=0.01, backend="cpu")
+    assert rel(y, ref) < 1e-10 and rel(y_warm, y) < 1e-12
+
+
+@pytest.mark.gpu
+def test_gpu_staged_copies_side_by_side_arrive_whole(rng):
+    """A's background upload runs beside the order's: staged copies at once, more chunks than lanes,
+    and back through the staged download."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from graphkern._cuda import runtime as rt
+
+    dev = rt.get_device(0)
+    n = rt.STAGING_CHUNK * (rt.STAGING_THREADS_MAX + 3) // 8 + 5
+    data = [rng.standard_normal(n) for _ in range(3)]
+    bufs = [rt.alloc(dev, n, np.float64) for _ in data]
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(rt.copy_from_pageable, bufs, data))
+    for buf, d in zip(bufs, data):
+        np.testing.assert_array_equal(buf.to_host(), d)
+        out = np.empty_like(d)
+        rt.copy_to_pageable(buf, out)
+        np.testing.assert_array_equal(out, d)

@@ -16,13 +16,15 @@ and added in chunk order, so every reduction is deterministic for a given chunki
 float32 or float64; dot products accumulate in float64.
 
 Around the solve: :func:`hash_words` (the matrix cache's content key), :func:`first_index_out_of_range`
-(no index outside the matrix reaches a kernel) and :func:`degree_order` (the GPU's vertex order),
-each one pass at memory speed.
+(no index outside the matrix reaches a kernel), and the host passes of the GPU's setup:
+:func:`degree_order` (its vertex order), :func:`rowblock_tasks` (its SpMV plan) and
+:func:`rebased_indptr` (a device's row pointers), each a few parallel passes at memory speed.
 """
 
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.math cimport fabs
+from libc.stdlib cimport qsort
 
 import numpy as np
 
@@ -36,6 +38,10 @@ ctypedef fused index_t:
 
 cdef enum:
     HASH_BLOCK = 65536  # words per parallel block of the hash and index scans
+    ROWS_PER_BLOCK = 16384  # fewest rows per parallel block of the GPU setup's passes
+    DEGREE_BUCKETS = 4096  # degree_order counts degrees below this; longer rows are sorted apart
+
+COUNTED_DEGREES = DEGREE_BUCKETS
 
 
 def lanczos_spmv(const index_t[::1] indptr, const int32_t[::1] indices, const real[::1] values,
@@ -271,74 +277,272 @@ def first_index_out_of_range(const index_t[::1] indices, int64_t n, int n_thread
     return -1
 
 
-def degree_order(const index_t[::1] indptr):
-    """The rows by decreasing degree, ties in row order (a stable counting sort, O(n + max degree)):
+# ----------------------------------------------------------------------------- host passes of the GPU setup
+
+cdef struct RowDegree:
+    int64_t degree
+    int64_t row
+
+
+cdef int _by_decreasing_degree(const void* a, const void* b) noexcept nogil:
+    cdef const RowDegree* x = <const RowDegree*>a
+    cdef const RowDegree* y = <const RowDegree*>b
+    if x.degree != y.degree:
+        return -1 if x.degree > y.degree else 1
+    return -1 if x.row < y.row else (1 if x.row > y.row else 0)
+
+
+cdef inline int64_t _dealt(int64_t q, int64_t parts, int64_t per, int64_t extra) noexcept nogil:
+    """Where the q-th row by degree lands when the rows are dealt round robin to ``parts`` blocks
+    (block p lists rows p, p + parts, ... in order; the first ``extra`` blocks hold one row more)."""
+    cdef int64_t p = q % parts
+    return p * per + (p if p < extra else extra) + q // parts
+
+
+cdef Py_ssize_t _row_blocks(int64_t n, int n_threads) noexcept:
+    return max(1, min(4 * n_threads, n // ROWS_PER_BLOCK))
+
+
+def degree_order(const index_t[::1] indptr, int64_t parts, int n_threads):
+    """The rows by decreasing degree, ties in row order, dealt round robin to ``parts`` blocks:
     ``order`` (int32; ``order[i]`` is the old id of new row i), ``inverse`` (int32) and the row
-    pointers of the reordered matrix (int64)."""
-    cdef int64_t n = indptr.shape[0] - 1, i, d, dmax = 0, running = 0, p, c
-    for i in range(n):
-        d = indptr[i + 1] - indptr[i]
-        if d > dmax:
-            dmax = d
-    start_arr = np.zeros(dmax + 1, dtype=np.int64)
-    order_arr = np.empty(max(n, 0), dtype=np.int32)
-    inverse_arr = np.empty(max(n, 0), dtype=np.int32)
-    cdef int64_t[::1] start = start_arr
+    pointers of the reordered matrix (int64).
+
+    A parallel stable counting sort: each block of rows counts its degrees below DEGREE_BUCKETS, the
+    counts give every (block, degree) its first position, and each block scatters its rows in row
+    order, so ties keep row order as in a sequential sort.  The few longer rows (at most
+    nnz / DEGREE_BUCKETS) are sorted apart and go first."""
+    cdef int64_t n = max(indptr.shape[0] - 1, 0)
+    cdef Py_ssize_t blocks = _row_blocks(n, n_threads), t, c
+    cdef Py_ssize_t t2
+    cdef int64_t i, d, k, p, q, local, lo, hi, running, buckets, nbig
+    cdef int64_t per, extra
+    parts = max(parts, 1)
+    per, extra = n // parts, n % parts
+    order_arr = np.empty(n, dtype=np.int32)
+    inverse_arr = np.empty(n, dtype=np.int32)
+    new_indptr_arr = np.zeros(n + 1, dtype=np.int64)
+    sums_arr = np.zeros(blocks + 1, dtype=np.int64)
     cdef int32_t[::1] order = order_arr
     cdef int32_t[::1] inverse = inverse_arr
-    new_indptr_arr = np.zeros(max(n, 0) + 1, dtype=np.int64)
     cdef int64_t[::1] new_indptr = new_indptr_arr
-    with nogil:
-        for i in range(n):
-            start[indptr[i + 1] - indptr[i]] += 1
-        for d in range(dmax, -1, -1):  # the positions of each degree, highest first
-            p = start[d]
-            for c in range(running, running + p):  # the new rows of degree d
-                new_indptr[c + 1] = new_indptr[c] + d
-            start[d] = running
-            running = running + p
-        for i in range(n):
+    cdef int64_t[::1] sums = sums_arr
+    if n == 0:
+        return order_arr, inverse_arr, new_indptr_arr
+    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
+        local = 0
+        for i in range(n * t // blocks, n * (t + 1) // blocks):
             d = indptr[i + 1] - indptr[i]
-            p = start[d]
-            start[d] = p + 1
-            order[p] = <int32_t>i
-            inverse[i] = <int32_t>p
+            if d > local:
+                local = d
+        sums[t] = local
+    buckets = min(int(sums_arr.max()) + 1, DEGREE_BUCKETS)
+    counts_arr = np.zeros(blocks * buckets, dtype=np.int64)
+    totals_arr = np.zeros(buckets, dtype=np.int64)
+    cdef int64_t[::1] counts = counts_arr
+    cdef int64_t[::1] totals = totals_arr
+    # the degrees of each block of rows, and how many of its rows are longer
+    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
+        local = 0
+        for i in range(n * t // blocks, n * (t + 1) // blocks):
+            d = indptr[i + 1] - indptr[i]
+            if d < buckets:
+                counts[t * buckets + d] += 1
+            else:
+                local = local + 1
+        sums[t + 1] = local
+    sums[0] = 0
+    for t in range(blocks):
+        sums[t + 1] += sums[t]
+    nbig = sums[blocks]
+    # the first position of each (block, degree): degrees decreasing, then blocks in row order
+    cdef Py_ssize_t spans = max(1, min(4 * n_threads, buckets // 256))
+    for c in prange(spans, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=spans > 1):
+        for t2 in range(blocks):  # each block's counts are read along the degrees, in cache order
+            for d in range(buckets * c // spans, buckets * (c + 1) // spans):
+                k = counts[t2 * buckets + d]
+                counts[t2 * buckets + d] = totals[d]
+                totals[d] += k
+    # bucket d's first position (degrees decreasing) and, in one order, the entries before it
+    base_arr = np.zeros(buckets, dtype=np.int64)
+    cdef int64_t[::1] base = base_arr
+    cdef int64_t entries = <int64_t>indptr[n] - <int64_t>indptr[0]
+    for d in range(buckets):
+        entries -= totals[d] * d  # leaves the long rows' entries
+    running = nbig
+    for d in range(buckets - 1, -1, -1):
+        k = totals[d]
+        totals[d] = running
+        base[d] = entries
+        running += k
+        entries += k * d
+    for c in prange(spans, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=spans > 1):
+        for t2 in range(blocks):
+            for d in range(buckets * c // spans, buckets * (c + 1) // spans):
+                counts[t2 * buckets + d] += totals[d]
+    big_arr = np.zeros((max(nbig, 1), 2), dtype=np.int64)
+    cdef int64_t[:, ::1] big = big_arr
+    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
+        q = sums[t]
+        for i in range(n * t // blocks, n * (t + 1) // blocks):
+            d = indptr[i + 1] - indptr[i]
+            if d < buckets:
+                p = counts[t * buckets + d]
+                counts[t * buckets + d] = p + 1
+                if parts > 1:
+                    p = _dealt(p, parts, per, extra)
+                    new_indptr[p + 1] = d
+                order[p] = <int32_t>i
+                inverse[i] = <int32_t>p
+            else:
+                big[q, 0] = d
+                big[q, 1] = i
+                q = q + 1
+    with nogil:
+        if nbig:
+            qsort(&big[0, 0], nbig, sizeof(RowDegree), _by_decreasing_degree)
+        for q in range(nbig):
+            p = _dealt(q, parts, per, extra)
+            order[p] = <int32_t>big[q, 1]
+            inverse[big[q, 1]] = <int32_t>p
+            new_indptr[p + 1] = big[q, 0] + (new_indptr[p] if parts == 1 else 0)
+    if parts == 1:  # the row pointers of each run of one degree, an arithmetic sequence
+        for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
+            d = buckets - 1
+            for i in range(nbig + (n - nbig) * t // blocks, nbig + (n - nbig) * (t + 1) // blocks):
+                while d > 0 and totals[d - 1] <= i:
+                    d = d - 1
+                new_indptr[i + 1] = base[d] + (i - totals[d] + 1) * d
+        return order_arr, inverse_arr, new_indptr_arr
+    # dealt: a parallel prefix sum of the degrees in their new places
+    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
+        local = 0
+        for i in range(n * t // blocks + 1, n * (t + 1) // blocks + 1):
+            local = local + new_indptr[i]
+        sums[t + 1] = local
+    for t in range(blocks):
+        sums[t + 1] += sums[t]
+    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
+        local = sums[t]
+        for i in range(n * t // blocks + 1, n * (t + 1) // blocks + 1):
+            local = local + new_indptr[i]
+            new_indptr[i] = local
     return order_arr, inverse_arr, new_indptr_arr
 
 
-def rowblock_cuts(const index_t[::1] indptr, int64_t block_cost, int64_t long_row):
-    """The sorted distinct row cuts of the GPU's row blocks, in one pass: 0 and n; for each multiple
-    ``t`` of ``block_cost`` below ``nnz + n``, the first row r with ``indptr[r] + r >= t``; and r, r + 1
-    around every row longer than ``long_row`` (graphkern.expm.plans._rowblock_tasks)."""
-    cdef Py_ssize_t n = indptr.shape[0] - 1, r
-    cdef int64_t total = <int64_t>indptr[n] + n, target = block_cost, last = 0, k = 1
-    cuts = np.empty(n + 2 + 2 * (total // max(block_cost, 1) + 1), dtype=np.int64) if n > 0 else np.zeros(2, np.int64)
-    cdef int64_t[::1] out = cuts
-    if n <= 0:
-        return cuts[:1 if n == 0 else 0]
-    out[0] = 0
-    with nogil:
-        for r in range(n):
-            if target < total and <int64_t>indptr[r] + r >= target:
-                if r != last:
-                    out[k] = r
-                    k += 1
-                    last = r
-                while target < total and <int64_t>indptr[r] + r >= target:
-                    target += block_cost
-            if <int64_t>(indptr[r + 1] - indptr[r]) > long_row:
-                if r != last:
-                    out[k] = r
-                    k += 1
-                    last = r
-                out[k] = r + 1
-                k += 1
-                last = r + 1
-        if target < total and last != n:  # targets past the last row's start: searchsorted gives n
-            out[k] = n
-            k += 1
-            last = n
-        if last != n:
-            out[k] = n
-            k += 1
-    return cuts[:k]
+cdef inline int64_t _next_target(const index_t* indptr, int64_t r, int64_t cost) noexcept nogil:
+    """The first multiple of ``cost`` past ``indptr[r] + r``: where the next block by cost starts."""
+    return ((indptr[r] + r) // cost + 1) * cost
+
+
+def rowblock_tasks(const index_t[::1] indptr, int64_t block_cost, int64_t long_row, int64_t long_segment,
+                   int64_t stream_kind, int64_t long_kind, int n_threads):
+    """The task table of the GPU's row blocks (graphkern.expm.plans._rowblock_tasks) in two parallel
+    passes over the rows: ``(tasks, n_segments, n_long)``, tasks int64 of width 8 in row order.
+
+    A block starts at 0, at the first row r with ``indptr[r] + r`` at or past each multiple of
+    ``block_cost`` (what a binary search over ``indptr + row`` finds), and on both sides of every row
+    longer than ``long_row``, so each start is decided by rows r - 1 and r alone: each range of
+    rows counts its blocks, the counts give its first task, and it writes its blocks.  A block is a
+    stream task ``(stream_kind, r0, r1, indptr[r0], indptr[r1], 0, 0, 0)``; a long row is split into
+    segments of ``long_segment`` entries, ``(long_kind, row, e0, e1, first segment of the row,
+    segment, segments of the row, long row)``."""
+    cdef int64_t n = max(indptr.shape[0] - 1, 0)
+    if n == 0:
+        return np.zeros((1, 8), dtype=np.int64), 0, 0  # one empty block keeps the grid valid
+    cdef Py_ssize_t blocks = _row_blocks(n, n_threads), t
+    cdef int64_t r, d, k, j, e0, start, w, tasks_before, longs, segments, lo, hi, target, previous
+    cdef bint done
+    cdef const index_t* ip = &indptr[0]
+    offsets_arr = np.zeros((3, blocks + 1), dtype=np.int64)
+    cdef int64_t[:, ::1] offsets = offsets_arr
+    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
+        tasks_before = 0
+        longs = 0
+        segments = 0
+        lo = n * t // blocks
+        target = _next_target(ip, lo - 1, block_cost) if lo else 0
+        previous = ip[lo] - ip[lo - 1] if lo else 0
+        for r in range(lo, n * (t + 1) // blocks):
+            d = ip[r + 1] - ip[r]
+            if ip[r] + r >= target or d > long_row or previous > long_row:  # a block starts at r
+                if d > long_row:
+                    k = (d + long_segment - 1) // long_segment
+                    tasks_before = tasks_before + k
+                    longs = longs + 1
+                    segments = segments + k
+                else:
+                    tasks_before = tasks_before + 1
+            if ip[r] + r >= target:
+                target = _next_target(ip, r, block_cost)
+            previous = d
+        offsets[0, t + 1] = tasks_before
+        offsets[1, t + 1] = longs
+        offsets[2, t + 1] = segments
+    for t in range(blocks):
+        for j in range(3):
+            offsets[j, t + 1] += offsets[j, t]
+    tasks_arr = np.zeros((offsets[0, blocks], 8), dtype=np.int64)
+    cdef int64_t[:, ::1] tasks = tasks_arr
+    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
+        w = offsets[0, t]
+        longs = offsets[1, t]
+        segments = offsets[2, t]
+        lo = n * t // blocks
+        hi = n * (t + 1) // blocks
+        target = _next_target(ip, lo - 1, block_cost) if lo else 0
+        previous = ip[lo] - ip[lo - 1] if lo else 0
+        start = -1
+        done = False
+        r = lo
+        while not done:
+            d = ip[r + 1] - ip[r] if r < n else 0
+            if r == n or ip[r] + r >= target or d > long_row or previous > long_row:
+                if start >= 0:  # the block [start, r)
+                    k = ip[start + 1] - ip[start]
+                    if k > long_row:
+                        k = (k + long_segment - 1) // long_segment
+                        for j in range(k):
+                            e0 = ip[start] + j * long_segment
+                            tasks[w, 0] = long_kind
+                            tasks[w, 1] = start
+                            tasks[w, 2] = e0
+                            tasks[w, 3] = min(e0 + long_segment, <int64_t>ip[start + 1])
+                            tasks[w, 4] = segments
+                            tasks[w, 5] = j
+                            tasks[w, 6] = k
+                            tasks[w, 7] = longs
+                            w = w + 1
+                        segments = segments + k
+                        longs = longs + 1
+                    else:
+                        tasks[w, 0] = stream_kind
+                        tasks[w, 1] = start
+                        tasks[w, 2] = r
+                        tasks[w, 3] = ip[start]
+                        tasks[w, 4] = ip[r]
+                        w = w + 1
+                done = r >= hi
+                start = r
+            if r < n and ip[r] + r >= target:
+                target = _next_target(ip, r, block_cost)
+            previous = d
+            r = r + 1
+    return tasks_arr, int(offsets[2, blocks]), int(offsets[1, blocks])
+
+
+def rebased_indptr(const index_t[::1] indptr, int64_t row0, int64_t row1, int64_t base, bint wide, int n_threads):
+    """``indptr[row0:row1 + 1] - base`` as int64 (``wide``) or int32, in one parallel pass."""
+    cdef int64_t count = row1 - row0 + 1, i
+    out = np.empty(count, dtype=np.int64 if wide else np.int32)
+    cdef int64_t[::1] wide_out
+    cdef int32_t[::1] narrow_out
+    if wide:
+        wide_out = out
+        for i in prange(count, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=count > 65536):
+            wide_out[i] = indptr[row0 + i] - base
+    else:
+        narrow_out = out
+        for i in prange(count, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=count > 65536):
+            narrow_out[i] = <int32_t>(indptr[row0 + i] - base)
+    return out

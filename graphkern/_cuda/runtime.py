@@ -202,96 +202,157 @@ def PinnedBuffer(nbytes, mapped=False):
     return _driver.PinnedBuffer(int(nbytes), bool(mapped))
 
 
-# Large copies between a device and pageable host memory go through page-locked staging chunks,
-# several host threads at a time:
-# the driver's own staging of a pageable copy runs at a few GB/s, paced by one host thread's memcpy
-# and the first touch of the destination's pages, and both spread over threads: one per core, up to
-# STAGING_THREADS_MAX (docs/performance.md has the rates).
-STAGING_CHUNK = 8 << 20
+# Large copies between a device and pageable host memory go through page-locked staging chunks on
+# several host threads: the driver's own staging of a pageable copy runs at a few GB/s, paced by one
+# host thread's memcpy and the first touch of the destination's pages, and both spread over threads:
+# one per core, up to STAGING_THREADS_MAX (docs/performance.md has the rates).  Each thread is a
+# lane: two pinned chunks, a stream and two events, so its memcpy of one chunk runs while the DMA of
+# the other is in flight.  Lanes are kept per device and reused by later copies, at most
+# STAGING_LANES_MAX per device (two copies side by side each get a full set).
+STAGING_CHUNK = 4 << 20
 STAGING_THREADS_MAX = 16
 STAGING_THREADS = max(1, min(STAGING_THREADS_MAX, os.cpu_count() or 1))
-_staging = {"free": queue.SimpleQueue(), "made": 0, "pool": None}
+STAGING_LANES_MAX = 2 * STAGING_THREADS_MAX
+_staging = {"free": {}, "made": 0, "lanes": {}, "pool": None}
+
+
+class _Lane:
+    """One staging thread's pinned double buffer, its stream and the events of its two chunks."""
+
+    def __init__(self, device):
+        self.chunks = [_driver.PinnedBuffer(STAGING_CHUNK, False).array(np.uint8) for _ in range(2)]
+        self.stream = _driver.Stream(device)
+        self.done = [_driver.Event(device, False), _driver.Event(device, False)]
 
 
 def _staging_pool():
     with _lock:
         if _staging["pool"] is None:
-            _staging["pool"] = ThreadPoolExecutor(max_workers=2 * STAGING_THREADS_MAX,
+            _staging["pool"] = ThreadPoolExecutor(max_workers=2 * STAGING_LANES_MAX,
                                                   thread_name_prefix="graphkern-staging")
         return _staging["pool"]
 
 
-def _staging_chunk():
-    try:
-        return _staging["free"].get_nowait()
-    except queue.Empty:
+def _take_lanes(device, want):
+    """Up to ``want`` lanes of ``device``: free ones, new ones while fewer than STAGING_LANES_MAX
+    exist, and at least one (waiting for a copy beside this one to return it)."""
+    with _lock:
+        free = _staging["free"].setdefault(device.ordinal, queue.SimpleQueue())
+    lanes = []
+    while len(lanes) < want:
+        try:
+            lanes.append(free.get_nowait())
+            continue
+        except queue.Empty:
+            pass
         with _lock:
-            _staging["made"] += 1
-        return _driver.PinnedBuffer(STAGING_CHUNK, False)
+            made = _staging["lanes"].get(device.ordinal, 0)
+            if made < STAGING_LANES_MAX:
+                _staging["lanes"][device.ordinal] = made + 1
+                _staging["made"] += 1
+        if made >= STAGING_LANES_MAX:
+            if lanes:
+                break
+            lanes.append(free.get())
+            continue
+        try:
+            lanes.append(_Lane(device))
+        except BaseException:
+            with _lock:
+                _staging["lanes"][device.ordinal] -= 1
+            raise
+    return lanes
 
 
-def _staged(device, nbytes, step, threads=STAGING_THREADS):
-    """Run ``step(staging_bytes, a, b)`` over ``[0, nbytes)`` in chunks of at most
-    :data:`STAGING_CHUNK`, on up to ``threads`` host threads each holding one pinned chunk.  The
-    chunks are taken (or allocated, with ``device``'s context current as the driver requires)
-    before the threads start and returned when all have finished, so a copy holds exactly one per
-    part and a second copy of the same size reuses them all."""
+def _staged(device, nbytes, run, threads=STAGING_THREADS):
+    """Run ``run(lane, a, b)`` over ``[0, nbytes)`` split into one contiguous part per lane (whole
+    chunks), on up to ``threads`` host threads.  Each lane's stream first waits for the work queued
+    on the legacy stream (a copy is ordered after it, as the driver's synchronous copies are), and
+    the lanes go back to the pool when every part has finished; the first error is raised."""
     threads = max(1, min(int(threads), STAGING_THREADS_MAX))
-    per_thread = max(1, -(-(nbytes // STAGING_CHUNK) // threads)) * STAGING_CHUNK
-    bounds = list(range(0, nbytes, per_thread)) + [nbytes]
-
-    def part(lo, hi, chunk):
-        device.activate()
-        staging = chunk.array(np.uint8)
-        for a in range(lo, hi, STAGING_CHUNK):
-            step(staging, a, min(a + STAGING_CHUNK, hi))
-
     device.activate()
-    chunks = [_staging_chunk() for _ in bounds[1:]]
-    jobs = []
+    chunks = -(-nbytes // STAGING_CHUNK)
+    lanes = _take_lanes(device, min(threads, chunks))
+    per_lane = -(-chunks // len(lanes)) * STAGING_CHUNK
+    bounds = list(range(0, nbytes, per_lane)) + [nbytes]
+    legacy = _driver.Event(device, False)
+    legacy.record()
+    for lane in lanes:
+        lane.stream.wait_event(legacy)
+
+    def part(lane, lo, hi):
+        device.activate()
+        run(lane, lo, hi)
+
+    jobs, errors = [], []
     try:
-        for lo, hi, chunk in zip(bounds[:-1], bounds[1:], chunks):
-            jobs.append(_staging_pool().submit(part, lo, hi, chunk))
+        for lane, lo, hi in zip(lanes, bounds[:-1], bounds[1:]):
+            jobs.append(_staging_pool().submit(part, lane, lo, hi))
     finally:
         wait(jobs)
-        for chunk in chunks:
-            _staging["free"].put(chunk)
+        for lane in lanes:  # every lane goes back, its copies finished (or its stream failed)
+            try:
+                lane.stream.synchronize()
+            except CudaError as exc:
+                errors.append(exc)
+            _staging["free"][device.ordinal].put(lane)
     for job in jobs:
-        job.result()  # the first error is raised
+        job.result()
+    if errors:
+        raise errors[0]
 
 
 def copy_to_pageable(buf, out, offset=0, threads=STAGING_THREADS):
     """Copy ``out.nbytes`` bytes of the device buffer ``buf`` from byte ``offset`` into the contiguous
     host array ``out`` (pageable memory) through pinned chunks (:func:`_staged`, on ``threads``
-    host threads); synchronous (order it after the producing stream's work by synchronizing first).
-    Outputs of under two chunks are copied directly."""
+    host threads, each copying one chunk out while the next comes in); synchronous (order it after
+    the producing stream's work by synchronizing first).  Outputs of under two chunks are copied
+    directly."""
     flat = out.reshape(-1).view(np.uint8)
     if flat.nbytes < 2 * STAGING_CHUNK:
         buf.copy_to_host(flat, offset=offset)
         return out
 
-    def step(staging, a, b):
-        buf.copy_to_host(staging[:b - a], offset=offset + a)
-        flat[a:b] = staging[:b - a]
+    def run(lane, lo, hi):
+        pending = None
+        for i, a in enumerate(range(lo, hi, STAGING_CHUNK)):
+            b, slot = min(a + STAGING_CHUNK, hi), i % 2
+            buf.copy_to_host(lane.chunks[slot][:b - a], stream=lane.stream, offset=offset + a)
+            lane.done[slot].record(lane.stream)
+            if pending is not None:
+                _drain(lane, flat, *pending)
+            pending = (slot, a, b)
+        _drain(lane, flat, *pending)
 
-    _staged(buf.device, flat.nbytes, step, threads)
+    _staged(buf.device, flat.nbytes, run, threads)
     return out
+
+
+def _drain(lane, flat, slot, a, b):
+    lane.done[slot].synchronize()
+    flat[a:b] = lane.chunks[slot][:b - a]
 
 
 def copy_from_pageable(buf, array, offset=0):
     """Copy the contiguous host array ``array`` (pageable memory) into the device buffer ``buf`` at
-    byte ``offset``, synchronously, through pinned chunks (:func:`_staged`): the driver's own
-    staging of a pageable upload runs at a few GB/s.  Arrays of under two chunks go directly."""
+    byte ``offset``, synchronously, through pinned chunks (:func:`_staged`, each thread filling one
+    chunk while the other crosses): the driver's own staging of a pageable upload runs at a few
+    GB/s.  Arrays of under two chunks go directly."""
     flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
     if flat.nbytes < 2 * STAGING_CHUNK:
         buf.copy_from_host(flat, offset=offset)
         return buf
 
-    def step(staging, a, b):
-        staging[:b - a] = flat[a:b]
-        buf.copy_from_host(staging[:b - a], offset=offset + a)
+    def run(lane, lo, hi):
+        for i, a in enumerate(range(lo, hi, STAGING_CHUNK)):
+            b, slot = min(a + STAGING_CHUNK, hi), i % 2
+            if i >= 2:
+                lane.done[slot].synchronize()  # the chunk's previous DMA has finished
+            lane.chunks[slot][:b - a] = flat[a:b]
+            buf.copy_from_host(lane.chunks[slot][:b - a], stream=lane.stream, offset=offset + a)
+            lane.done[slot].record(lane.stream)
 
-    _staged(buf.device, flat.nbytes, step)
+    _staged(buf.device, flat.nbytes, run)
     return buf
 
 

@@ -34,6 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from graphkern._backend import resolve_threads
+from graphkern._cpu import expm as cpu
 from graphkern._cuda import runtime as rt
 from graphkern.expm.lanczos import COLUMN_CHUNK
 from graphkern.expm.plans import BLOCK, LONG_SEGMENT, QUAD, WARP, SpmvPlan
@@ -47,11 +49,25 @@ GATE_LINE = 128
 # int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
 _INT32_POINTER_LIMIT = np.iinfo(np.int32).max - 2 * LONG_SEGMENT
 
-_stats = {"uploads": 0, "plans": 0}
+_stats = {"uploads": 0, "plans": 0, "upload_bytes": 0}
 
 
 def type_name(dtype):
     return "f32" if np.dtype(dtype) == np.float32 else "f64"
+
+
+_stats_lock = threading.Lock()
+
+
+def _count_upload(nbytes):
+    """Count bytes that cross to a device (``upload_bytes`` in :func:`residency_info`)."""
+    with _stats_lock:
+        _stats["upload_bytes"] += int(nbytes)
+
+
+def _to_device(dev, array):
+    _count_upload(array.nbytes)
+    return rt.to_device(dev, array)
 
 
 def _padded(count):
@@ -63,7 +79,9 @@ def _upload_padded(dev, array, dtype):
     """``array`` on ``dev`` in a buffer padded with zeros to :func:`_padded` entries."""
     count = len(array)
     buf = rt.alloc(dev, _padded(count), dtype)
-    rt.copy_from_pageable(buf, np.ascontiguousarray(array, dtype=dtype))
+    array = np.ascontiguousarray(array, dtype=dtype)
+    _count_upload(array.nbytes)
+    rt.copy_from_pageable(buf, array)
     tail = buf.nbytes - count * np.dtype(dtype).itemsize
     if tail:
         buf.view(buf.nbytes - tail, tail).zero()
@@ -85,8 +103,8 @@ class DevicePlan:
         self.kernel = plan.kernel
         self.threads_per_row = plan.threads_per_row
         self.n_tasks = 0 if plan.tasks is None else len(plan.tasks)
-        self.tasks = rt.to_device(dev, plan.tasks) if plan.tasks is not None else None
-        self.rowlist = rt.to_device(dev, plan.rowlist) if plan.rowlist is not None else None
+        self.tasks = _to_device(dev, plan.tasks) if plan.tasks is not None else None
+        self.rowlist = _to_device(dev, plan.rowlist) if plan.rowlist is not None else None
         self.seg_partials = rt.alloc(dev, max(plan.n_segments, 1), np.float64)
         self.seg_counters = rt.alloc(dev, max(plan.n_long, 1), np.uint32)
         self.seg_counters.zero()
@@ -116,6 +134,30 @@ class DevicePlan:
         return _buffers_nbytes((self.tasks, self.rowlist, self.seg_partials, self.seg_counters, self.long_alpha))
 
 
+class _SourceUpload:
+    """A as given on one device, for the reordering (:meth:`DeviceRows._permuted`): its row pointers
+    (int64, ``old_indptr``) and one array of its entries, ``source`` (``whole``).  With
+    ``background`` the copies run in a worker thread and :meth:`wait` waits for them."""
+
+    def __init__(self, dev, residency, mat, source, background):
+        ensure_free(dev, DeviceRows._permute_scratch(mat, source.dtype.itemsize), residency,
+                    f"exp(beta A) x: A as given on device {dev.ordinal}, while it is reordered")
+        self.old_indptr = rt.alloc(dev, mat.n + 1, np.int64)
+        self.whole = rt.alloc(dev, max(len(source), 1), source.dtype)
+        self._pending = copy_pool().submit(self._copy, mat, source) if background else self._copy(mat, source)
+
+    def _copy(self, mat, source):
+        wide = mat.indptr if mat.indptr.dtype == np.int64 else cpu.rebased_indptr(
+            np.ascontiguousarray(mat.indptr), 0, mat.n, 0, True, resolve_threads(None))
+        _count_upload(wide.nbytes + source.nbytes)
+        rt.copy_from_pageable(self.old_indptr, np.ascontiguousarray(wide))
+        rt.copy_from_pageable(self.whole, source)
+
+    def wait(self):
+        if self._pending is not None:
+            self._pending.result()  # the worker's copies finished (synchronously) before the move's launch
+
+
 class DeviceRows:
     """One device's row block of A, uploaded once: local row pointers (int32 where they fit),
     global column indices padded to quads, values per dtype, and SpMV plans per variant.
@@ -126,7 +168,7 @@ class DeviceRows:
     order and inverse stay on the device (``order_dev``, ``inverse_dev``) to permute x on entry
     and y on exit."""
 
-    def __init__(self, residency, ordinal, index, mat, row0, row1, order=None):
+    def __init__(self, residency, ordinal, index, mat, row0, row1, order=None, upload=None):
         self.dev = rt.get_device(ordinal)
         self.ordinal, self.index = ordinal, index
         self.order = order
@@ -139,18 +181,21 @@ class DeviceRows:
         what = f"exp(beta A) x: A's rows on device {ordinal} ({self.nrows} rows, {self.nnz} nonzeros)"
         need = (self.nrows + 1) * np.dtype(self.ptr_type).itemsize + _padded(self.nnz) * 4
         if order is not None:
-            need += 8 * mat.n + self._permute_scratch(mat, 4)
+            need += 8 * mat.n + (0 if upload is not None else self._permute_scratch(mat, 4))
             what += " and, while they are reordered, A as given"
         ensure_free(self.dev, need, residency, what)
-        self.indptr = rt.to_device(self.dev, self.local_indptr(mat))
         self.order_dev = self.inverse_dev = None
         self._pending_move = None
         if order is None:
+            self.indptr = _to_device(self.dev, self.local_indptr(mat))
             self.indices = _upload_padded(self.dev, mat.indices[self.e0:self.e0 + self.nnz], np.int32)
         else:
-            self.order_dev = rt.to_device(self.dev, order.order)
-            self.inverse_dev = rt.to_device(self.dev, order.inverse)
-            self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True, background=True)
+            # A as given (most of the bytes) is on its way first; the order's arrays follow beside it
+            self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True, upload=upload,
+                                          background=True)
+            self.indptr = _to_device(self.dev, self.local_indptr(mat))
+            self.order_dev = _to_device(self.dev, order.order)
+            self.inverse_dev = _to_device(self.dev, order.inverse)
         self.values = {}
         self.plans = {}
         self.peer_mask = None  # several devices: which rows each other device reads (Residency)
@@ -158,21 +203,23 @@ class DeviceRows:
         _stats["uploads"] += 1
 
     def local_indptr(self, mat):
-        """This block's row pointers (host, from 0, in ``ptr_type``)."""
+        """This block's row pointers (host, from 0, in ``ptr_type``; one parallel pass)."""
         source = mat.indptr if self.order is None else self.order.indptr
-        return (source[self.row0:self.row1 + 1] - self.e0).astype(self.ptr_type)
+        return cpu.rebased_indptr(np.ascontiguousarray(source), self.row0, self.row1, self.e0,
+                                  self.ptr_type == np.int64, resolve_threads(None))
 
     @staticmethod
     def _permute_scratch(mat, itemsize):
         """Device bytes held while a reordered array is built: A's row pointers and the whole array."""
         return 8 * (mat.n + 1) + mat.nnz * itemsize
 
-    def _permuted(self, residency, mat, source, type_name, map_columns=False, background=False):
+    def _permuted(self, residency, mat, source, type_name, map_columns=False, upload=None, background=False):
         """This block's part of ``source`` (indices or values of A, host) in the reordered rows,
-        built on the device into a quad-padded buffer; the time goes to ``residency.reorder_seconds``.
+        built on the device into a quad-padded buffer from ``upload`` (a :class:`_SourceUpload` of
+        ``source``; None: one is started here); the time goes to ``residency.reorder_seconds``.
 
-        With ``background`` A's copies to the device run in a worker thread and the move waits for
-        :meth:`finish`, so that the host builds the SpMV plans while A crosses the link."""
+        With ``background`` the move waits for :meth:`finish`, so that the host builds the SpMV
+        plans while A crosses the link."""
         t0 = time.perf_counter()
         dtype = source.dtype
         out = rt.alloc(self.dev, _padded(self.nnz), dtype)
@@ -180,32 +227,25 @@ class DeviceRows:
         if tail:
             out.view(out.nbytes - tail, tail).zero()
         if self.nrows:
-            old_indptr = rt.alloc(self.dev, mat.n + 1, np.int64)
-            whole = rt.alloc(self.dev, max(len(source), 1), dtype)
-
-            def copy():
-                rt.copy_from_pageable(old_indptr, np.ascontiguousarray(mat.indptr, dtype=np.int64))
-                rt.copy_from_pageable(whole, source)
+            if upload is None:
+                upload = _SourceUpload(self.dev, residency, mat, source, background)
 
             def move():
                 t1 = time.perf_counter()
-                if pending is not None:
-                    pending.result()  # the worker's copies ran on the legacy stream, before this launch
+                upload.wait()
                 pn = "i32" if self.ptr_type == np.int32 else "i64"
                 fn = rt.kernel(self.dev, "expm", f"lanczos_permute_rows_{type_name}_{pn}")
                 resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * self.dev.properties["multiprocessor_count"]
                 grid = int(min(-(-self.nrows * WARP // BLOCK), resident))
                 rows_order = self.order_dev.view(4 * self.row0, 4 * self.nrows, dtype=np.int32, shape=(self.nrows,))
-                rt.launch(fn, grid, BLOCK, (old_indptr, rows_order, self.indptr, np.int64(self.nrows), whole,
-                                            self.inverse_dev if map_columns else None, out))
+                rt.launch(fn, grid, BLOCK, (upload.old_indptr, rows_order, self.indptr, np.int64(self.nrows),
+                                            upload.whole, self.inverse_dev if map_columns else None, out))
                 self.dev.synchronize()  # before the scratch is freed (with this closure); also times the build
                 residency.reorder_seconds += time.perf_counter() - t1
 
-            pending = copy_pool().submit(copy) if background else None
             if background:
                 self._pending_move = move
             else:
-                copy()
                 move()
         residency.reorder_seconds += time.perf_counter() - t0
         return out
@@ -342,7 +382,7 @@ class Workspace:
         self.n_peers = len(others)
         for name, slots in (("alpha_peers", "alpha_slots"), ("beta_peers", "beta_slots")):
             table = np.array([getattr(w, slots).ptr + 8 * self.index for w in others], dtype=np.uint64)
-            setattr(self, name, rt.to_device(self.dev, table))
+            setattr(self, name, _to_device(self.dev, table))
 
     def column(self, j):
         """Stored basis column j (a view into its block)."""
@@ -380,8 +420,10 @@ class Residency:
         self.uploaded = False
         self.work = {}
         self.reorder_seconds = 0.0
-        order = None
+        order = uploads = None
         if reorder == "degree":
+            # A as given starts up to every device while the host builds the order
+            uploads = [_SourceUpload(rt.get_device(d), self, mat, mat.indices, True) for d in self.devices]
             t0 = time.perf_counter()
             # the vertices dealt round robin in decreasing degree: equal blocks of every row length
             order = mat.degree_order(len(self.devices))
@@ -393,7 +435,8 @@ class Residency:
         self.bounds = bounds
         self.rows = []
         for i, d in enumerate(self.devices):
-            self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], order))
+            self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], order,
+                                        uploads[i] if uploads else None))
         self.peer_access = True  # between every pair of devices
         for a in self.rows:
             for b in self.rows:
@@ -431,7 +474,7 @@ class Residency:
             for p, o in enumerate(others):
                 mask |= (reads[o.index][r.row0:r.row1] != 0).astype(np.uint8) << np.uint8(p)
             if r.nrows:
-                r.peer_mask = rt.to_device(r.dev, mask)
+                r.peer_mask = _to_device(r.dev, mask)
 
     def take_reorder_seconds(self):
         """Reordering time not yet reported by a solve (and reset it)."""
@@ -566,7 +609,8 @@ def release_all():
 
 
 def residency_info():
-    """``resident`` residencies, their ``device_bytes``, and the ``uploads`` and ``plans`` made so far."""
+    """``resident`` residencies, their ``device_bytes``, and the ``uploads`` and ``plans`` made so far
+    (and the ``upload_bytes`` that crossed to the devices for them)."""
     with _registry_lock:
         _sweep()
         alive = [ref().gpu[layout] for ref, layout in _registry.values()]

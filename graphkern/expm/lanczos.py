@@ -180,15 +180,8 @@ class DegreeOrder:
         n = len(indptr) - 1
         parts = max(1, int(parts))
         # stable: equal degrees keep their relative order, so the permutation is deterministic
-        by_degree, inverse, by_degree_indptr = cpu.degree_order(np.ascontiguousarray(indptr))
-        if parts == 1:
-            self.order, self.inverse, self.indptr = by_degree, inverse, by_degree_indptr
-        else:
-            self.order = np.concatenate([by_degree[p::parts] for p in range(parts)])
-            self.inverse = np.empty(n, dtype=np.int32)
-            self.inverse[self.order] = np.arange(n, dtype=np.int32)
-            self.indptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(np.diff(indptr)[self.order], out=self.indptr[1:])
+        self.order, self.inverse, self.indptr = cpu.degree_order(np.ascontiguousarray(indptr), parts,
+                                                                 resolve_threads(None))
         counts = [len(range(p, n, parts)) for p in range(parts)]
         self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self.seconds = time.perf_counter() - t0

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphkern._backend import resolve_threads
+
 VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
 REORDERS = ("degree", "none")
 # How the devices of a multi-GPU solve exchange their shares of alpha, beta and their rows of each new
@@ -144,41 +146,22 @@ def _long_row_tasks(indptr, rows, plan):
 
 
 def _rowblock_tasks(indptr, plan):
-    """Nonzero-balanced row blocks, found by binary search over ``indptr + row`` (no sort).
+    """Nonzero-balanced row blocks (graphkern._cpu.expm.rowblock_tasks, two parallel passes).
 
     A block is cut every ROWBLOCK_COST of ``nonzeros + rows`` and around every row longer than
     LONG_ROW.  A block then has cost below ROWBLOCK_COST + (its last row's degree) + 1, hence at
     most ROWBLOCK_COST rows (each row costs its degree + 1) and fewer than ROWBLOCK_COST + LONG_ROW
-    + 1 = STREAM_CAPACITY nonzeros, so it is staged in shared memory; long rows get segment tasks.
-    Stream tasks carry their entry range, so the kernel needs no row pointer before its gathers.
+    + 1 = STREAM_CAPACITY nonzeros, so it is staged in shared memory; long rows get segment tasks
+    in its place, so the tasks stay in row order.  Stream tasks carry their entry range, so the
+    kernel needs no row pointer before its gathers.
     """
-    from graphkern._cpu.expm import rowblock_cuts
+    from graphkern._cpu.expm import rowblock_tasks
 
-    n = len(indptr) - 1
-    if n == 0:
-        return np.zeros((1, TASK_WIDTH), dtype=np.int64)  # one empty block keeps the grid valid
-    cuts = rowblock_cuts(np.ascontiguousarray(indptr), ROWBLOCK_COST, LONG_ROW)  # one compiled pass
-    starts, ends = cuts[:-1], cuts[1:]
-    deg = (indptr[starts + 1] - indptr[starts]).astype(np.int64)  # of each block's first row
-    is_long = (ends - starts == 1) & (deg > LONG_ROW)
-    stream = np.zeros((len(starts), TASK_WIDTH), dtype=np.int64)
-    stream[:, 0] = TASK_STREAM
-    stream[:, 1] = starts
-    stream[:, 2] = ends
-    stream[:, 3] = indptr[starts]
-    stream[:, 4] = indptr[ends]
-    if not is_long.any():
-        return stream
-    # each long row's segments take the place of its block, so the tasks stay in row order
-    per_block = np.ones(len(starts), dtype=np.int64)
-    per_block[is_long] = -(-deg[is_long] // LONG_SEGMENT)
-    out = np.empty((int(per_block.sum()), TASK_WIDTH), dtype=np.int64)
-    segment_slot = np.ones(len(out), dtype=bool)
-    position = np.cumsum(per_block) - per_block
-    segment_slot[position[~is_long]] = False
-    out[~segment_slot] = stream[~is_long]
-    out[segment_slot] = _long_row_tasks(indptr, starts[is_long], plan)
-    return out
+    tasks, segments, longs = rowblock_tasks(np.ascontiguousarray(indptr), ROWBLOCK_COST, LONG_ROW, LONG_SEGMENT,
+                                            TASK_STREAM, TASK_LONG, resolve_threads(None))
+    plan.n_segments += segments
+    plan.n_long += longs
+    return tasks
 
 
 def _hybrid_tasks(indptr, plan):
