@@ -98,10 +98,11 @@ above its own entry-by-entry rounding bound, solved again going on through it.  
 of the largest entry (1.5e-154; float32 vectors: 1.2e-38) a coupling cannot be gone through: the
 solvers' sums of squares underflow, whatever A's scale, in any run: one that broke down at it, and one
 that went on past it (|beta| ||A|| lowers the breakdown threshold) with its share of the Lanczos vectors
-lost.  A matrix with such a coupling (found in one compiled pass over its values, once per matrix)
-has what the couplings can add to the answer bounded; where the bound exceeds the tolerance, the
-answer comes with ``converged=False``, a RuntimeWarning and its vertices in ``info.unresolved``
-(graphkern.expm.replay).
+lost.  A matrix with a coupling whose share the solvers cannot keep to the tolerance (below
+sqrt(smallest subnormal / tol) of the largest entry; found in one compiled pass over its values,
+once per matrix) has what such couplings can add to the answer bounded; where the bound exceeds the
+tolerance, the answer comes with ``converged=False``, a RuntimeWarning and its vertices in
+``info.unresolved`` (graphkern.expm.replay).
 
 Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
 """
@@ -487,7 +488,7 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     # (a run not converged or not resolved has its vertices unresolved already, those the couplings reach
     # among them)
     resolved = info.converged and floor <= limit
-    small = small_entries_share(mat, x_unit, beta, fn, dtype, n_threads) if resolved else None
+    small = small_entries_share(mat, x_unit, beta, fn, dtype, limit, n_threads) if resolved else None
     rest = math.log(n) if normalize == "n" else beta * info.lambda_max if normalize == "lambda_max" else 0.0
     lifted = small is not None and _dropped_matters(options, [small + math.log(peak)], y, info.log_scale + rest)
     if residual == UNDERFLOW and dropped is not None:

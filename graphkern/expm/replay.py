@@ -47,6 +47,16 @@ def norm_floor(dtype):
     return max(math.sqrt(float(np.finfo(np.float64).tiny)), float(np.finfo(dtype).tiny))
 
 
+def held_floor(dtype, limit):
+    """The smallest coupling, relative to the largest |a_ij|, whose share of a Lanczos vector the solvers
+    keep to ``limit`` (relative): below :func:`norm_floor` a float64 square is subnormal, with
+    log2(r^2 / smallest subnormal) bits left, and a float32 entry keeps log2(r / its smallest subnormal)."""
+    floor = math.sqrt(float(np.finfo(np.float64).smallest_subnormal) / limit)
+    if np.dtype(dtype) == np.float32:
+        floor = max(floor, float(np.finfo(np.float32).smallest_subnormal) / limit)
+    return min(floor, norm_floor(dtype))
+
+
 def breakdown_residual(mat, x_unit, m, dtype, fn, beta):
     """``(kind, share)``: what the Lanczos residual at step ``m`` of a run on ``mat`` (scale * A, as the
     solvers see it, with ``beta`` of those units) is -- NOISE (rounding noise of an invariant subspace,
@@ -177,8 +187,8 @@ def _lifted(A, beta, fn, R, log_r, theta, log_w):
     return math.log(abs(beta)) + bound
 
 
-def small_entries_share(mat, x_unit, beta, fn, dtype, n_threads):
-    """None when no off-diagonal entry of A is below :func:`norm_floor` of its largest ``|a_ij|`` (one
+def small_entries_share(mat, x_unit, beta, fn, dtype, limit, n_threads):
+    """None when no off-diagonal entry of A is below :func:`held_floor` of its largest ``|a_ij|`` (one
     compiled pass, once per matrix); else the log of a bound on what those couplings, E, can add to the answer:
     ``||f(beta A) x - f(beta (A - E)) x||`` for ``x = x_unit`` (ones when None).  The solvers' norms
     cannot hold E's couplings, in any run: they are treated as a perturbation dropped from A.
@@ -195,7 +205,7 @@ def small_entries_share(mat, x_unit, beta, fn, dtype, n_threads):
     if span is None:
         from graphkern._cpu import expm as cpu
         span = _magnitudes[mat] = cpu.magnitude_range(mat.weights, n_threads)
-    floor = norm_floor(dtype) * span[1]
+    floor = held_floor(dtype, limit) * span[1]
     if not span[0] < floor:
         return None
     n, weights = mat.n, mat.weights
