@@ -245,6 +245,18 @@ def _degree_draws(rng):
             np.concatenate([rng.integers(0, 6, 5000), [0, 900, 900, 3]]), rng.integers(0, 3, many), spread]
 
 
+@pytest.mark.parametrize("n", [0, 1, 7, 200_000])
+def test_magnitude_range_matches_numpy(n, rng):
+    """The smallest nonzero and the largest |value| in one compiled pass, zeros and signs included."""
+    from graphkern._cpu import expm as cpu
+    values = rng.choice([-1.0, 1.0], n) * 10.0 ** rng.uniform(-300, 300, n)
+    values[rng.random(n) < 0.1] = 0.0
+    nonzero = np.abs(values[values != 0])
+    want = (float(nonzero.min()) if nonzero.size else math.inf, float(np.abs(values).max()) if n else 0.0)
+    for threads in (1, 2, 3):
+        assert cpu.magnitude_range(values, threads) == want
+
+
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
 def test_degree_order_is_the_stable_sort_by_decreasing_degree(dtype, rng):
     """The compiled parallel counting sort gives NumPy's stable order bit for bit, dealt to any
@@ -663,3 +675,66 @@ def test_ordinary_matrices_are_not_split(backend, rng):
     for beta in (-1.0, 1.0):
         y, info = expm_multiply(A, rng.standard_normal(41), beta=beta, backend=backend)
         assert info.parts == 1 and info.converged
+
+
+def lifted_through_a_coupling(f, beta, d, g, c):
+    """f(beta A) e_0 for A = [[0, g, c], [g, 0, 0], [c, 0, d]] to first order in c (the next order is
+    c^2 e^{|beta d|}, far below float64's resolution here): vertices 0 and 1 give f(beta g sigma_x) e_0,
+    and the coupling c lifts vertex 0's part into vertex 2 by the divided differences of f between d
+    and +-g."""
+    F = {"exp": math.exp, "cosh": math.cosh, "sinh": math.sinh}[f]
+    A = sp.csr_matrix(np.array([[0.0, g, c], [g, 0.0, 0.0], [c, 0.0, d]]))
+    even, odd = (F(beta * g) + F(-beta * g)) / 2, (F(beta * g) - F(-beta * g)) / 2
+    lifted = c / 2 * sum((F(beta * d) - F(s * beta * g)) / (d - s * g) for s in (1.0, -1.0))
+    return A, np.array([even, odd, lifted])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("f, beta, dtype, c", [
+    ("cosh", -500.0, np.float64, 1e-200), ("exp", 500.0, np.float64, 1e-200), ("sinh", 500.0, np.float64, 1e-200),
+    ("cosh", -500.0, np.float64, 1e-158), ("cosh", -200.0, np.float32, 1e-60)])
+def test_a_coupling_below_the_norms_that_f_lifts_is_flagged_without_a_breakdown(backend, f, beta, dtype, c):
+    """f(beta A) e_0 on the path 1 - 0 - 2, a_01 = 1e-30 and a_02 = c below the norms' floor of a_22 = 1:
+    the run goes on past n steps without a breakdown (|beta| ||A|| lowers the breakdown threshold), but
+    c's part of each Lanczos vector is lost in the unscaled sums of squares, and f(beta a_22) lifts it
+    into y_2, which carries the whole answer.  Flagged, with every vertex unresolved."""
+    d = math.copysign(1.0, beta) * (1.0 if f != "cosh" else -1.0)
+    A, want = lifted_through_a_coupling(f, beta, d, 1e-30, c)
+    assert abs(want[2]) > 1e6 * np.abs(want[:2]).max()  # the lifted part is the answer
+    with pytest.warns(RuntimeWarning, match="underflow in the solvers' norms, and rescaling A does not help"):
+        y, info = funm_multiply(A, np.array([1.0, 0.0, 0.0]), f, beta=beta, dtype=dtype, backend=backend)
+    assert not info.converged and info.error_estimate >= 1.0
+    assert info.unresolved.tolist() == [0, 1, 2]
+    got = np.asarray(y, np.float64) * np.exp(info.log_scale)
+    assert np.all(np.isfinite(got))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("f, beta", [("cosh", -5.0), ("exp", 300.0), ("sinh", -5.0)])
+def test_a_coupling_below_the_norms_that_f_cannot_lift_is_left_alone(backend, f, beta):
+    """The same path where f(beta a_22) lifts c = 1e-200 to at most about 1e-27 of the answer: the
+    bound of what c can add stays within the tolerance, and the answer is returned converged, unwarned."""
+    A, want = lifted_through_a_coupling(f, beta, math.copysign(1.0, beta), 1e-30, 1e-200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y, info = funm_multiply(A, np.array([1.0, 0.0, 0.0]), f, beta=beta, backend=backend)
+    assert info.converged and info.unresolved is None
+    got = np.asarray(y, np.float64) * np.exp(info.log_scale)
+    peak = np.abs(want).max()
+    assert got == pytest.approx(want, rel=0, abs=1e-12 * peak)
+    assert abs(want[2]) < 1e-20 * peak  # the dropped coupling's share, far below the tolerance
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_extreme_search_cosh_case_is_flagged(backend):
+    """The 4-vertex case of tools/expm_extreme_search.py (seed 2, draw 44): cosh(517) lifts
+    x_3 = 6.7e194 through a_23 = 1.5e-234 (1.3e-231 of the largest entry) into y_2 = 2.1e188, 3e-7 of
+    the answer; the run sees none of it.  Flagged, not converged and wrong."""
+    A = np.array([[-5.448442863865751e-185, 0.0, 0.0, 2.3598359636412248e-82],
+                  [0.0, 0.0, -6.0943900088383005e-139, 0.0],
+                  [0.0, -6.0943900088383005e-139, -0.0011250686930556533, -1.46780632536834e-234],
+                  [2.3598359636412248e-82, 0.0, -1.46780632536834e-234, 1.1260418457164109e-167]])
+    x = np.array([0.0, -2.3427480992847442e+87, 4.77769197944146e-52, 6.736606251505525e+194])
+    with pytest.warns(RuntimeWarning, match="underflow in the solvers' norms"):
+        y, info = funm_multiply(sp.csr_matrix(A), x, "cosh", beta=-459846.3330972949, backend=backend)
+    assert not info.converged and info.unresolved.tolist() == [0, 1, 2, 3]

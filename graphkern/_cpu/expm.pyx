@@ -546,3 +546,27 @@ def rebased_indptr(const index_t[::1] indptr, int64_t row0, int64_t row1, int64_
         for i in prange(count, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=count > 65536):
             narrow_out[i] = <int32_t>(indptr[row0 + i] - base)
     return out
+
+
+def magnitude_range(const double[::1] values, int n_threads):
+    """``(smallest nonzero |v|, largest |v|)`` of ``values`` in one parallel pass (inf and 0 when no
+    value is nonzero): whether a matrix's entries span more than the Lanczos norms can hold."""
+    cdef int64_t n = values.shape[0]
+    cdef Py_ssize_t parts = max(1, min(4 * n_threads, n // HASH_BLOCK)), c
+    cdef int64_t i
+    cdef double a, low, high
+    lows_arr = np.full(parts, np.inf)
+    highs_arr = np.zeros(parts)
+    cdef double[::1] lows = lows_arr, highs = highs_arr
+    for c in prange(parts, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=parts > 1):
+        low = lows[c]
+        high = 0.0
+        for i in range(n * c // parts, n * (c + 1) // parts):
+            a = fabs(values[i])
+            if a > high:
+                high = a
+            if 0.0 < a < low:
+                low = a
+        lows[c] = low
+        highs[c] = high
+    return float(lows_arr.min()), float(highs_arr.max())

@@ -96,9 +96,13 @@ breakdown threshold may be a real coupling far below ||A|| (1e-24 of it, say) th
 answer: on small problems the run is replayed on the host in float64 and, where the residual stands
 above its own entry-by-entry rounding bound, solved again going on through it.  Below about sqrt(tiny)
 of the largest entry (1.5e-154; float32 vectors: 1.2e-38) a coupling cannot be gone through: the
-solvers' sums of squares underflow, whatever A's scale.  Where a bound of what it can add to the
-answer exceeds the tolerance, the answer comes with ``converged=False``, a RuntimeWarning and its
-vertices in ``info.unresolved`` (graphkern.expm.replay).
+solvers' sums of squares underflow, whatever A's scale, in any run: one that broke down at it, and one
+that went on past it (|beta| ||A|| lowers the breakdown threshold) with its share of the Lanczos vectors
+lost.  A matrix with a coupling whose share the solvers cannot keep to the tolerance (below
+sqrt(smallest subnormal / tol) of the largest entry; found in one compiled pass over its values,
+once per matrix) has what such couplings can add to the answer bounded; where the bound exceeds the
+tolerance, the answer comes with ``converged=False``, a RuntimeWarning and its vertices in
+``info.unresolved`` (graphkern.expm.replay).
 
 Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
 """
@@ -120,7 +124,8 @@ from graphkern.expm.cache import MatrixCache
 from graphkern.expm.lanczos import (BREAKDOWN_ULPS, CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold,
                                     finish_on_host, run_lanczos)
 from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_variant
-from graphkern.expm.replay import COUPLING, NOISE, UNDERFLOW, breakdown_residual, norm_floor
+from graphkern.expm.replay import (COUPLING, NOISE, UNDERFLOW, breakdown_residual, norm_floor,
+                                   small_entries_share)
 from graphkern.graph import Graph, as_csr_matrix
 
 __all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo", "clear_cache", "cache_info"]
@@ -479,9 +484,16 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         y, again = _run(**{**options, "continue_breakdowns": True})
         return y, replace(again, n_spmv=info.n_spmv + again.n_spmv,
                           times=dict(again.times, total=time.perf_counter() - t_start))
+    # couplings below the norms' floor are dropped in any run, broken down or not: bounded the same way
+    # (a run not converged or not resolved has its vertices unresolved already, those the couplings reach
+    # among them)
+    resolved = info.converged and floor <= limit
+    small = small_entries_share(mat, x_unit, beta, fn, dtype, limit, n_threads) if resolved else None
+    rest = math.log(n) if normalize == "n" else beta * info.lambda_max if normalize == "lambda_max" else 0.0
+    lifted = small is not None and _dropped_matters(options, [small + math.log(peak)], y, info.log_scale + rest)
     if residual == UNDERFLOW and dropped is not None:
         dropped.append(share[0] + math.log(peak * unit_norm))
-    elif residual == UNDERFLOW and share[0] - share[1] > math.log(limit):
+    if residual == UNDERFLOW and dropped is None and share[0] - share[1] > math.log(limit) or lifted:
         info = _flag_underflow(info, caller, dtype)
     elif not info.converged:
         warnings.warn(f"{caller}: not converged after {info.krylov_dim} Lanczos steps (estimated relative "
@@ -566,10 +578,10 @@ def _dropped_matters(options, bounds, y, top):
 def _flag_underflow(info, caller, dtype, n=None):
     """``info`` with ``converged=False`` and its vertices unresolved, warned: a coupling that the solvers'
     norms cannot hold can change the answer."""
-    warnings.warn(f"{caller}: a coupling below about {norm_floor(dtype):.1e} of the largest |a_ij| (the square root of "
-                  f"the smallest normal number the Lanczos norms hold) ended a run: its squares underflow in the "
-                  f"solvers' norms, and rescaling A does not help; the answer may be wrong (f lifts that coupling "
-                  f"into it beyond the tolerance); converged=False", RuntimeWarning, stacklevel=4)
+    warnings.warn(f"{caller}: A couples vertices by an entry below about {norm_floor(dtype):.1e} of its largest "
+                  f"|a_ij| (the square root of the smallest normal number the Lanczos norms hold): its squares "
+                  f"underflow in the solvers' norms, and rescaling A does not help; the answer may be wrong (f lifts "
+                  f"that coupling into it beyond the tolerance); converged=False", RuntimeWarning, stacklevel=4)
     unresolved = None if n is None else np.arange(n, dtype=np.int64)
     return replace(info, converged=False, error_estimate=max(info.error_estimate, 1.0), unresolved=unresolved)
 
