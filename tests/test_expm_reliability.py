@@ -255,6 +255,11 @@ def test_magnitude_range_matches_numpy(n, rng):
     want = (float(nonzero.min()) if nonzero.size else math.inf, float(np.abs(values).max()) if n else 0.0)
     for threads in (1, 2, 3):
         assert cpu.magnitude_range(values, threads) == want
+    if n:  # a NaN or an inf anywhere makes the largest inf (the finiteness check of validation)
+        for bad in (np.nan, -np.inf):
+            spoiled = values.copy()
+            spoiled[rng.integers(n)] = bad
+            assert cpu.magnitude_range(spoiled, 2)[1] == math.inf
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])

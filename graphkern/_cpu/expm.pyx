@@ -23,7 +23,7 @@ Around the solve: :func:`hash_words` (the matrix cache's content key), :func:`fi
 
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
-from libc.math cimport fabs
+from libc.math cimport INFINITY, fabs
 from libc.stdlib cimport qsort
 
 import numpy as np
@@ -550,7 +550,8 @@ def rebased_indptr(const index_t[::1] indptr, int64_t row0, int64_t row1, int64_
 
 def magnitude_range(const double[::1] values, int n_threads):
     """``(smallest nonzero |v|, largest |v|)`` of ``values`` in one parallel pass (inf and 0 when no
-    value is nonzero): whether a matrix's entries span more than the Lanczos norms can hold."""
+    value is nonzero; the largest is inf where a value is inf or NaN): the scale of a matrix, whether
+    its entries span more than the Lanczos norms can hold, and whether every one is finite."""
     cdef int64_t n = values.shape[0]
     cdef Py_ssize_t parts = max(1, min(4 * n_threads, n // HASH_BLOCK)), c
     cdef int64_t i
@@ -563,8 +564,8 @@ def magnitude_range(const double[::1] values, int n_threads):
         high = 0.0
         for i in range(n * c // parts, n * (c + 1) // parts):
             a = fabs(values[i])
-            if a > high:
-                high = a
+            if a > high or a != a:
+                high = INFINITY if a != a else a
             if 0.0 < a < low:
                 low = a
         lows[c] = low

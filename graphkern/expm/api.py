@@ -316,10 +316,14 @@ def _validate(A, n_threads):
         require_valid()  # the Graph's own compiled check, once per Graph
     else:
         _check_structure(indptr, indices, n, n_threads)
-    if weights is not None and weights.size and not (np.isfinite(weights.max()) and np.isfinite(weights.min())):
-        bad = int(np.flatnonzero(~np.isfinite(weights))[0])
-        raise ValueError(f"A has a non-finite value ({weights[bad]}) at stored entry {bad}")
-    return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights)
+    magnitudes = None
+    if weights is not None:
+        from graphkern._cpu import expm as cpu
+        magnitudes = cpu.magnitude_range(weights, n_threads)
+        if not math.isfinite(magnitudes[1]):
+            bad = int(np.flatnonzero(~np.isfinite(weights))[0])
+            raise ValueError(f"A has a non-finite value ({weights[bad]}) at stored entry {bad}")
+    return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights, magnitudes)
 
 
 def _check_structure(indptr, indices, n, n_threads):
@@ -488,7 +492,7 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     # (a run not converged or not resolved has its vertices unresolved already, those the couplings reach
     # among them)
     resolved = info.converged and floor <= limit
-    small = small_entries_share(mat, x_unit, beta, fn, dtype, limit, n_threads) if resolved else None
+    small = small_entries_share(mat, x_unit, beta, fn, dtype, limit) if resolved else None
     rest = math.log(n) if normalize == "n" else beta * info.lambda_max if normalize == "lambda_max" else 0.0
     lifted = small is not None and _dropped_matters(options, [small + math.log(peak)], y, info.log_scale + rest)
     if residual == UNDERFLOW and dropped is not None:

@@ -69,17 +69,24 @@ class CsrMatrix:
     the solvers run on ``scale * A`` -- :meth:`values_as` and :meth:`inf_norm` are of that matrix --
     with ``beta / scale``, so that no norm overflows or underflows."""
 
-    __slots__ = ("indptr", "indices", "weights", "n", "scale", "_anorm", "_degree_stats", "_values", "_chunks",
-                 "_degree_order", "gpu", "__weakref__")
+    __slots__ = ("indptr", "indices", "weights", "n", "scale", "magnitudes", "_anorm", "_degree_stats", "_values",
+                 "_chunks", "_degree_order", "gpu", "__weakref__")
 
-    def __init__(self, indptr, indices, weights):
+    def __init__(self, indptr, indices, weights, magnitudes=None):
+        """``magnitudes``: ``(smallest nonzero |w|, largest |w|)`` of ``weights`` where the caller
+        has them (graphkern._cpu.expm.magnitude_range), else computed here."""
         self.indptr = indptr
         self.indices = indices
         self.weights = weights
         self.n = len(indptr) - 1
         self.scale = 1.0
-        if weights is not None and weights.size:
-            peak = max(abs(float(weights.max())), abs(float(weights.min())))
+        self.magnitudes = (1.0, 1.0) if self.nnz else (math.inf, 0.0)
+        if weights is not None:
+            if magnitudes is None:
+                from graphkern._cpu import expm as cpu
+                magnitudes = cpu.magnitude_range(weights, 1)
+            self.magnitudes = magnitudes
+            peak = magnitudes[1]
             exponent = math.frexp(peak)[1] if peak > 0.0 else 0
             if abs(exponent) > SAFE_EXPONENT:
                 self.scale = math.ldexp(1.0, -exponent)

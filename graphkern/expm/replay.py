@@ -17,7 +17,6 @@ than the tolerance, bounded by :func:`dropped_share`.  A run need not break down
 """
 
 import math
-import weakref
 
 import numpy as np
 import scipy.linalg
@@ -36,8 +35,6 @@ REPLAY_EXPONENT = 900
 SHARE_GRID = 64
 SHARE_TERMS = 4096
 NOISE, COUPLING, UNDERFLOW = "noise", "coupling", "underflow"
-# (smallest nonzero, largest) |a_ij| of each validated matrix, computed once
-_magnitudes = weakref.WeakKeyDictionary()
 
 
 def norm_floor(dtype):
@@ -187,7 +184,7 @@ def _lifted(A, beta, fn, R, log_r, theta, log_w):
     return math.log(abs(beta)) + bound
 
 
-def small_entries_share(mat, x_unit, beta, fn, dtype, limit, n_threads):
+def small_entries_share(mat, x_unit, beta, fn, dtype, limit):
     """None when no off-diagonal entry of A is below :func:`held_floor` of its largest ``|a_ij|`` (one
     compiled pass, once per matrix); else the log of a bound on what those couplings, E, can add to the answer:
     ``||f(beta A) x - f(beta (A - E)) x||`` for ``x = x_unit`` (ones when None).  The solvers' norms
@@ -201,10 +198,7 @@ def small_entries_share(mat, x_unit, beta, fn, dtype, limit, n_threads):
     with mu >= 0 a Gershgorin bound of the largest eigenvalue of beta A (for cosh and sinh of |beta A|)."""
     if mat.weights is None or not mat.nnz:
         return None
-    span = _magnitudes.get(mat)
-    if span is None:
-        from graphkern._cpu import expm as cpu
-        span = _magnitudes[mat] = cpu.magnitude_range(mat.weights, n_threads)
+    span = mat.magnitudes
     floor = held_floor(dtype, limit) * span[1]
     if not span[0] < floor:
         return None
