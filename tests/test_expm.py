@@ -107,7 +107,9 @@ def test_eigen_expansion_breaks_down_after_its_dimension(backend, rng):
     beta = 0.8
     y, info = expm_multiply(A, x, beta=beta, backend=backend)
     ref = V[:, picks] @ (coeff * np.exp(beta * lam[picks]))
-    assert rel(y, ref) <= 1e-12 and info.converged
+    # to the solver's tolerance (1e-10): a run that goes past the breakdown on rounding noise ends
+    # there, not at the breakdown's rounding level
+    assert rel(y, ref) <= 1e-10 and info.converged
     # beta_3 is rounding noise: a breakdown there, or (where the noise rounds above the threshold, or
     # the replay takes it for a coupling and goes on) a run that converges a few steps later
     assert (info.breakdown and info.krylov_dim == 3) or info.krylov_dim <= 10

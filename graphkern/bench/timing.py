@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,22 @@ class Timing:
 
     def as_dict(self):
         return {"median_s": self.median, "min_s": self.min, "repeats": len(self.times), "estimated": self.estimated}
+
+
+def first_calls(prepare, call, repeat):
+    """``(seconds, args, result)`` of ``call(*args)`` for ``repeat`` fresh ``args = prepare()``, each
+    timed on the host clock (the last ``args`` and ``result`` returned).  The garbage of preparing them (a list of fresh graphs is thousands of objects) is
+    collected before each timed call, so a collection that preparing set off does not land in the
+    call; collections the call sets off itself stay in its time.  (``timeit`` keeps the collector
+    out of its timings altogether.)"""
+    seconds, out = [], None
+    for _ in range(repeat):
+        args = prepare()
+        gc.collect()
+        t0 = time.perf_counter()
+        out = call(*args)
+        seconds.append(time.perf_counter() - t0)
+    return seconds, args, out
 
 
 def time_cpu(fn, *, repeat=5, warmup=1, max_seconds=None):

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 import graphkern
 from graphkern.bench.report import (USER_CALL_COLUMNS, USER_CALL_LEGEND, Target, check_answer, failure_text, isolated,
                                     in_ms, print_table, print_targets, say, user_call_figures)
-from graphkern.bench.timing import Timing, time_cpu, time_gpu
+from graphkern.bench.timing import Timing, first_calls, time_cpu, time_gpu
 from graphkern.similarity import VARIANTS
 from graphkern.similarity.api import symmetric_pattern
 from graphkern.similarity.cpu import cpu_values
@@ -294,12 +294,8 @@ PEER_FUNCTIONS = {"scipy": scipy_jaccard, "igraph": run_igraph, "networkx": run_
 
 def user_call_row(name, A, device, reference, repeat, kernel_s):
     """graphkern.jaccard as a user calls it: first calls, each on a fresh copy of the SciPy matrix, and warm calls."""
-    firsts, out = [], None
-    for _ in range(min(repeat, 3)):
-        first_A = A.copy()
-        t0 = time.perf_counter()
-        out = graphkern.jaccard(first_A, backend=device)
-        firsts.append(time.perf_counter() - t0)
+    firsts, (first_A,), out = first_calls(lambda: (A.copy(),), lambda B: graphkern.jaccard(B, backend=device),
+                                          min(repeat, 3))
     first = float(np.median(firsts))
     warm = time_cpu(lambda: graphkern.jaccard(first_A, backend=device), repeat=repeat, warmup=0, max_seconds=10)
     error = max_abs_diff(out.data, reference)

@@ -97,7 +97,7 @@ import numpy as np
 from graphkern.bench.suites._mgk_sets import SETS, _molecules, build_set
 from graphkern.bench.report import (USER_CALL_COLUMNS, USER_CALL_LEGEND, Target, check_answer, failure_text, guarded,
                                     in_ms, print_table, print_targets, user_call_figures)
-from graphkern.bench.timing import time_cpu
+from graphkern.bench.timing import first_calls, time_cpu
 
 NAME = "mgk"
 HELP = "marginalized graph kernel: Gram matrices on NWS, BA, dense and molecular sets vs dense NumPy and GraKeL"
@@ -264,13 +264,9 @@ def _scaling(args, ctx, dtype, repeat, targets):
             make = lambda: MarginalizedGraphKernel(TensorProduct(element=KroneckerDelta(0.5)),
                                                    TensorProduct(bond_order=KroneckerDelta(0.5)), q=args.q,
                                                    dtype=dtype)
-            firsts = []
-            for _ in range(MIN_FIRST_CALLS):
-                graphs, _ = _molecules(args, count, None, hydrogens)  # read again: nothing cached on the graphs
-                kern = make()
-                t0 = time.perf_counter()
-                kern(graphs)
-                firsts.append(time.perf_counter() - t0)
+            # read again each time: nothing cached on the graphs
+            prepare = lambda: (make(), _molecules(args, count, None, hydrogens)[0])  # noqa: E731
+            firsts, (kern, graphs), _ = first_calls(prepare, lambda k, g: k(g), MIN_FIRST_CALLS)
             warm = time_cpu(lambda: kern(graphs), repeat=repeat, warmup=0)
             kernel_s = getattr(kern.info_, "solve_seconds", None)
             rows.append(_row(label, f"graphkern default ({getattr(kern, 'backend_', 'auto')})", _n_pairs(count),

@@ -44,7 +44,7 @@ import numpy as np
 
 from graphkern.bench.report import (USER_CALL_COLUMNS, USER_CALL_LEGEND, Target, failure_text, in_ms, print_table,
                                     print_targets, say, user_call_figures)
-from graphkern.bench.timing import Timing, scaled_estimate, time_cpu
+from graphkern.bench.timing import Timing, first_calls, scaled_estimate, time_cpu
 
 NAME = "spgk"
 HELP = "shortest-path kernel: naive, FCSP, OpenMP, GPU 1D/2D/overlap/batched, hybrid; GraKeL peers"
@@ -390,13 +390,8 @@ def _user_call(ds, header, repeat, quick):
     graphs; the median of three in a full run) and warm calls."""
     from graphkern.spgk import ShortestPathKernel
 
-    firsts = []
-    for _ in range(1 if quick else 3):
-        graphs = [_fresh(g) for g in ds["graphs"]]
-        kernel = ShortestPathKernel(**ds["kernel"])
-        t0 = time.perf_counter()
-        kernel(graphs)
-        firsts.append(time.perf_counter() - t0)
+    prepare = lambda: ([_fresh(g) for g in ds["graphs"]], ShortestPathKernel(**ds["kernel"]))  # noqa: E731
+    firsts, (graphs, kernel), _ = first_calls(prepare, lambda g, k: k(g), 1 if quick else 3)
     first = float(np.median(firsts))
     warm = time_cpu(lambda: kernel(graphs), repeat=repeat, warmup=0, max_seconds=5)
     split = getattr(kernel, "hybrid_split_", None)
