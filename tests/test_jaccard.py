@@ -314,3 +314,15 @@ def test_cpu_kernel_in_blocks_matches_one_pass(rng, weighted):
            progress_rows=97)
     assert calls == [97] * (pattern.n // 97) + ([pattern.n % 97] if pattern.n % 97 else [])
     np.testing.assert_array_equal(blocks, whole)
+
+
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_parallel_copy_is_an_independent_equal_array(n_threads, rng):
+    """The result's column indices are copied block-parallel: equal, same dtype and shape, writable,
+    sharing no memory with the source, across block edges and for empty and tiny arrays."""
+    from graphkern._cpu.jaccard import parallel_copy
+    for a in (np.zeros(0, np.int32), np.arange(5, dtype=np.int32),
+              rng.integers(0, 2**40, (1 << 18) + 7).astype(np.int64), rng.standard_normal((301, 4099))):
+        b = parallel_copy(a, n_threads)
+        assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)
+        assert b.flags.writeable and not np.shares_memory(a, b)

@@ -336,7 +336,10 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
     result_indices = []  # the result's own copy of the indices where they are the caller's
 
     def copy_indices():
-        result_indices.append(pattern.indices if pattern.owns_indices else pattern.indices.copy())
+        from graphkern._cpu.jaccard import parallel_copy
+
+        result_indices.append(pattern.indices if pattern.owns_indices
+                              else parallel_copy(np.ascontiguousarray(pattern.indices), n_threads))
 
     if backend == "gpu":
         from graphkern.similarity.gpu import gpu_values
