@@ -254,8 +254,8 @@ def plan_counts(const int64_t[::1] indptr, const int32_t[::1] indices, const int
 
 def parallel_copy(src, int n_threads):
     """A copy of the C-contiguous array ``src``, its 1 MiB blocks copied on ``n_threads`` threads: a
-    copy into fresh pages is paced by their first touch, a few GB/s on one thread (the result's own
-    column indices, 128 MB for 32M entries, were a third of a GPU call)."""
+    copy into fresh pages is paced by their first touch, a few GB/s on one thread, and a result's
+    own column indices are as large as its input's."""
     out = np.empty_like(src, order="C")
     if src.nbytes == 0:
         return out
