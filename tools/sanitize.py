@@ -5,8 +5,10 @@ Each job is one tool over tests of one file, as many as fill about ``--job-secon
 instrumented test time: a job's own start (interpreter, imports, the sanitizer instrumenting every
 module it loads) is long when many processes share a host, so jobs of a few tests spend most of a
 run starting (docs/reliability.md has the figures).  Test times come from an earlier run's ``sanitize_jobs.json``
-(``--times``), else from per-file estimates.  Jobs start longest first, until a deadline after
-which no job starts; the (tool, test) pairs left are written out for a later run (``--ids-file``,
+(``--times``), else from per-file estimates.  Jobs start longest first; one starts only while it
+is predicted to end within ``--budget`` seconds of the run's start (its estimate plus
+``--start-seconds`` of starting), and none after ``--deadline``; the (tool, test) pairs left are
+written out for a later run (``--ids-file``,
 whose lines are ``TOOL TEST_ID``, or a bare test id for every tool).  Per test:
 pass/fail (from the job's JUnit XML) and its time; per job: the tool's ERROR SUMMARY.  Intended
 API errors (the fault-injection tests) are not counted (``--report-api-errors no``).  Each process
@@ -14,7 +16,8 @@ runs ``--omp-threads`` OpenMP threads (default 2) and no host backtraces (see th
 
 Usage: python tools/sanitize.py OUTDIR [--tools memcheck,racecheck,initcheck] [--files F ...]
          [--gpus 0,1] [--jobs-per-gpu 4] [--job-seconds 150] [--times JOBS.json] [--omp-threads 2]
-         [--deadline 480] [--job-timeout 420] [--ids-file FILE] [--pytest-args "--combination-share 8"]
+         [--deadline 480] [--budget S] [--start-seconds 60] [--job-timeout 420] [--ids-file FILE]
+         [--pytest-args "--combination-share 8"]
 """
 
 import argparse
@@ -121,6 +124,10 @@ def main():
     ap.add_argument("--times", help="an earlier run's sanitize_jobs.json: measured seconds per test and tool")
     ap.add_argument("--omp-threads", type=int, default=2)
     ap.add_argument("--deadline", type=float, default=480.0, help="seconds after which no job starts")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds the run may take: a job starts only if predicted to end within them")
+    ap.add_argument("--start-seconds", type=float, default=60.0,
+                    help="a job's predicted start-up (interpreter, imports, instrumentation)")
     ap.add_argument("--job-timeout", type=float, default=420.0)
     ap.add_argument("--pytest-args", default="--combination-share 8")
     a = ap.parse_args()
@@ -146,7 +153,7 @@ def main():
     n_gpus = len(gpus)
     # tests that take two devices run in jobs that see two GPUs (their own slot's first)
     multi = set(collect(sorted({t.split("::")[0] for t in ids}), pytest_args, "multigpu")) if n_gpus > 1 else set()
-    jobs = [(tool, ids_k) for tool, ids_k, _ in plan_jobs(work, a.job_seconds, measured_times(a.times), multi)]
+    jobs = plan_jobs(work, a.job_seconds, measured_times(a.times), multi)
     slots = n_gpus * a.jobs_per_gpu
     print(f"{len(ids)} tests ({len(work)} with a tool), {len(jobs)} jobs, {n_gpus} GPUs x {a.jobs_per_gpu} processes",
           flush=True)
@@ -157,8 +164,9 @@ def main():
     records = []
 
     def run(k):
-        tool, ids_k = jobs[k]
-        if time.monotonic() - t_start > a.deadline:
+        tool, ids_k, predicted = jobs[k]
+        elapsed = time.monotonic() - t_start
+        if elapsed > a.deadline or (a.budget is not None and elapsed + a.start_seconds + predicted > a.budget):
             return dict(tool=tool, ids=ids_k, started=False)
         with lock:
             slot = free_slots.pop()
