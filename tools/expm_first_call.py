@@ -1,6 +1,6 @@
 """exp(beta A) x on R-MAT: the first call in a fresh process against the upload floor and the warm call.
 
-    python3 tools/expm_first_call.py [--scale 22] [--backend gpu] [--repeat 5]
+    python3 tools/expm_first_call.py [--scale 22] [--backend gpu] [--repeat 5] [--timeline]
 
 Generates R-MAT (graphkern.generators.rmat, seed 1) once, saves its CSR to a temporary file, and
 runs each measurement in a fresh Python process that loads it into host memory:
@@ -35,7 +35,7 @@ import graphkern
 from graphkern import Graph
 from graphkern.expm import expm_multiply
 
-path, backend, repeat, beta = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+path, backend, repeat, beta, timeline = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 data = np.load(path)
 G = Graph(data["indptr"], data["indices"], validate=False)  # the generator's CSR: symmetric and sorted
 out = {"n": int(G.n_nodes), "nnz": int(G.nnz)}
@@ -74,6 +74,36 @@ if backend == "gpu":
             best = min(best, time.perf_counter() - t0)
         out[name + "_gb_s"] = nbytes / best / 1e9
     out["card"] = dev.properties["name"]
+if timeline == "1" and backend == "gpu":
+    # where a first call after clear_cache() spends its time: the setup's steps on each thread
+    import threading
+    from graphkern._cuda import runtime
+    from graphkern.expm import clear_cache, device, lanczos
+    spans, t_call = [], [0.0]
+
+    def traced(owner, name, label):
+        fn = getattr(owner, name)
+
+        def wrapper(*a, **kw):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **kw)
+            finally:
+                nbytes = next((x.nbytes for x in a if isinstance(x, np.ndarray)), 0)
+                spans.append((t - t_call[0], time.perf_counter() - t_call[0], label, threading.current_thread().name,
+                              nbytes))
+        setattr(owner, name, wrapper)
+
+    for owner, name in ((device._SourceUpload, "_copy"), (lanczos.CsrMatrix, "degree_order"),
+                        (device.DeviceRows, "__init__"), (device.DeviceRows, "plan_for"),
+                        (device.DeviceRows, "finish"), (device.Residency, "settle"), (device, "_to_device"),
+                        (device.Workspace, "__init__"), (runtime, "copy_from_pageable")):
+        traced(owner, name, f"{getattr(owner, '__name__', owner)}.{name}")
+    clear_cache()
+    t_call[0] = time.perf_counter()
+    expm_multiply(G, beta=beta, backend=backend)
+    out["call_s"] = time.perf_counter() - t_call[0]
+    out["timeline"] = sorted(spans)
 print("RESULT " + json.dumps(out))
 """
 
@@ -84,6 +114,8 @@ def main(argv=None):
     p.add_argument("--backend", default="gpu", choices=("gpu", "cpu"))
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--beta", type=float, default=0.01)
+    p.add_argument("--timeline", action="store_true",
+                   help="then a first call after clear_cache() with its setup steps timed on each thread")
     args = p.parse_args(argv)
     from graphkern.generators import rmat
 
@@ -95,7 +127,8 @@ def main(argv=None):
         path = os.path.join(tmp, "rmat.npz")
         np.savez(path, indptr=A.indptr, indices=A.indices)
         del A
-        proc = subprocess.run([sys.executable, "-c", CHILD, path, args.backend, str(args.repeat), str(args.beta)],
+        proc = subprocess.run([sys.executable, "-c", CHILD, path, args.backend, str(args.repeat), str(args.beta),
+                               "1" if args.timeline else "0"],
                               capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout + proc.stderr)
@@ -122,6 +155,11 @@ def main(argv=None):
         verdict = "met" if r["first_s"] <= target else "missed"
         print(f"target: first call <= 1.5 x (floor + warm) = {1e3 * target:.1f} ms: {verdict} "
               f"({r['first_s'] / (floor + r['warm_s']):.2f} x)")
+    if "timeline" in r:
+        print(f"first call after clear_cache(): {1e3 * r['call_s']:.1f} ms; its steps (ms from the call's start):")
+        for start, end, label, thread, nbytes in r["timeline"]:
+            size = f"{nbytes / 1e6:8.1f} MB" if nbytes else " " * 11
+            print(f"  {1e3 * start:8.2f} {1e3 * end:8.2f} {1e3 * (end - start):8.2f}  {size}  {label:36s} {thread}")
     return 0
 
 
