@@ -743,3 +743,25 @@ def test_the_extreme_search_cosh_case_is_flagged(backend):
     with pytest.warns(RuntimeWarning, match="underflow in the solvers' norms"):
         y, info = funm_multiply(sp.csr_matrix(A), x, "cosh", beta=-459846.3330972949, backend=backend)
     assert not info.converged and info.unresolved.tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("f, beta", [("cosh", -500.0), ("exp", -500.0), ("sinh", 400.0), ("sinh", -450.0)])
+@pytest.mark.parametrize("c", [1e-60, 1e-100, 1e-155])
+def test_a_coupling_whose_krylov_coefficients_fall_below_rounding_is_kept(backend, f, beta, c):
+    """f(beta A) e_0 for A = [[0, 1e-30, c], [1e-30, 0, 0], [c, 0, -1]]: vertex 2 is reached through c
+    and lifted by about e^500, so it is the whole answer; in T_m it sits behind a product of couplings
+    (1e-60 and less) that the eigenvectors of T_m hold only as rounding noise.  Against 400-digit
+    mpmath: exact to the answer's largest entry and converged."""
+    import mpmath
+
+    A = np.array([[0.0, 1e-30, c], [1e-30, 0.0, 0.0], [c, 0.0, -1.0]])
+    y, info = funm_multiply(sp.csr_matrix(A), np.array([1.0, 0.0, 0.0]), f, beta=beta, backend=backend)
+    with mpmath.workdps(400):
+        M = mpmath.matrix(A.tolist()) * beta
+        up, down = mpmath.expm(M), mpmath.expm(-M)
+        F = {"exp": up, "cosh": (up + down) / 2, "sinh": (up - down) / 2}[f]
+        want = np.array([float(F[i, 0] * mpmath.exp(-info.log_scale)) for i in range(3)])
+    got = np.asarray(y, dtype=np.float64)
+    assert info.converged and np.abs(got - want).max() <= 1e-9 * np.abs(want).max()
+    assert abs(want[2]) == np.abs(want).max()
