@@ -765,3 +765,27 @@ def test_a_coupling_whose_krylov_coefficients_fall_below_rounding_is_kept(backen
     got = np.asarray(y, dtype=np.float64)
     assert info.converged and np.abs(got - want).max() <= 1e-9 * np.abs(want).max()
     assert abs(want[2]) == np.abs(want).max()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_answer_far_below_the_function_values_is_kept(backend):
+    """sinh(beta A) x where beta ||A|| is 1.3e-3 and the answer's largest entry (vertex 1, reached
+    from the 6e296 on vertex 0 through a coupling 5.7e-20 of A's largest) lies far below sinh's
+    values on T_m: the eigenvectors of T_m hold it as rounding (it came back 95% wrong, converged).
+    A draw of tools/expm_extreme_search.py (seed 6, draw 91), against 700-digit mpmath."""
+    import mpmath
+
+    A = np.array([[-3.197238832018622e-150, -2.585586833211198e-12, 0.0],
+                  [-2.585586833211198e-12, 0.0, -45547047.89277892],
+                  [0.0, -45547047.89277892, 4.1314678902743874e-151]])
+    x = np.array([-6.408749479885521e+296, -1.2875604679060505e-239, -3.999747304143863e-34])
+    beta = 2.957116780388829e-11
+    y, info = funm_multiply(sp.csr_matrix(A), x, "sinh", beta=beta, backend=backend)
+    with mpmath.workdps(700):
+        M = mpmath.matrix([[mpmath.mpf(float(v)) for v in row] for row in A]) * mpmath.mpf(beta)
+        F = (mpmath.expm(M) - mpmath.expm(-M)) / 2
+        X = [mpmath.mpf(float(v)) for v in x]
+        want = np.array([float(sum(F[i, j] * X[j] for j in range(3)) * mpmath.exp(-info.log_scale))
+                         for i in range(3)])
+    got = np.asarray(y, dtype=np.float64)
+    assert info.converged and np.abs(got - want).max() <= 1e-9 * np.abs(want).max()

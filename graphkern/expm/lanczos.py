@@ -285,13 +285,15 @@ class MatrixFunction:
         return values, 0.0
 
 
-# T's couplings below this share of its largest entry, with f spreading its values over more than
-# GRADED_SPREAD in the exponent: f(beta T) e_1 from the matrix exponential, not the eigenvectors,
-# where |beta| ||T|| is at most GRADED_NORM (squaring multiplies the relative rounding of the
-# scaled exponential by about that norm: 2^16 * 2^-53, under 1e-11)
+# T's couplings below GRADED_COUPLING of its largest entry, with f spreading its values over more
+# than GRADED_SPREAD in the exponent or the answer below GRADED_SMALL of f's largest value:
+# f(beta T) e_1 also from the matrix exponential, where |beta| ||T|| is at most GRADED_NORM
+# (squaring multiplies the relative rounding of the scaled exponential by about that norm:
+# 2^16 * 2^-53, under 1e-11)
 GRADED_COUPLING = 2.0 ** -26
 GRADED_SPREAD = 10.0
 GRADED_NORM = 2.0 ** 16
+GRADED_SMALL = 1e-6
 GRADED_AGREEMENT = 1e-10
 EIGENVECTOR_ERROR = 1e-14
 
@@ -302,8 +304,8 @@ def krylov_coefficients(alpha, beta_off, beta, fn):
 
     From the eigenvectors, whose entries are accurate to rounding of the largest: where T holds a
     coupling far below its other entries, an eigenvector's first entry can be the product of such
-    couplings (1e-60, say), computed as noise, while f lifts its eigenvalue by e^500 above the rest;
-    there the named functions are evaluated from :func:`_exp_e1` too, which keeps small entries,
+    couplings (1e-60, say), computed as noise, while f lifts its eigenvalue by e^500 above the rest,
+    or while the whole answer lies that far below f's values; there the named functions are evaluated from :func:`_exp_e1` too, which keeps small entries,
     and its entries replace the eigenvectors' where the two disagree beyond their errors."""
     m = len(alpha)
     if m == 1:
@@ -318,8 +320,10 @@ def krylov_coefficients(alpha, beta_off, beta, fn):
     if m > 1 and fn.scalable:
         top = max(float(np.abs(alpha).max()), float(beta_off.max()))
         spread = float(z.max() - z.min()) if fn.name == "exp" else float(np.abs(z).max() - np.abs(z).min())
-        if (float(beta_off.min()) < GRADED_COUPLING * top and spread > GRADED_SPREAD
-                and abs(beta) * 3 * top <= GRADED_NORM):
+        # the eigenvectors' answer is accurate to rounding of the largest f value: it fails where f
+        # lifts a small entry far above the rest, or where the whole answer is far below that value
+        reach = spread > GRADED_SPREAD or np.abs(c).max() < GRADED_SMALL * np.abs(values).max()
+        if float(beta_off.min()) < GRADED_COUPLING * top and reach and abs(beta) * 3 * top <= GRADED_NORM:
             if fn.name == "exp":
                 exact = _exp_e1(alpha, beta_off, beta, shift)
                 size = np.abs(exact)
