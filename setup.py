@@ -168,8 +168,9 @@ def _extras():
         "plot": ["matplotlib"],
         "progress": ["tqdm"],
         "bench": ["igraph", "matplotlib", *peers],
-        # the GPU tests need the driver bindings, so the README's install command brings them
-        "test": ["pytest>=7", "hypothesis", "scikit-learn>=1.2", "tqdm", *cuda, *peers, *distributed],
+        # the GPU tests need the driver bindings, so the README's install command brings them;
+        # mpmath: the references of exp(beta A) x on entries 1e-300..1e300, which float64 cannot give
+        "test": ["pytest>=7", "hypothesis", "mpmath", "scikit-learn>=1.2", "tqdm", *cuda, *peers, *distributed],
     }
 
 
