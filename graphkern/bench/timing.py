@@ -29,10 +29,10 @@ class Timing:
 
 def first_calls(prepare, call, repeat):
     """``(seconds, args, result)`` of ``call(*args)`` for ``repeat`` fresh ``args = prepare()``, each
-    timed on the host clock (the last ``args`` and ``result`` returned).  The garbage of preparing them (a list of fresh graphs is thousands of objects) is
-    collected before each timed call, so a collection that preparing set off does not land in the
-    call; collections the call sets off itself stay in its time.  (``timeit`` keeps the collector
-    out of its timings altogether.)"""
+    timed on the host clock (the last ``args`` and ``result`` returned).  The garbage of preparing
+    them (a list of fresh graphs is thousands of objects) is collected before each timed call, so a
+    collection that preparing set off does not land in the call; collections the call sets off
+    itself stay in its time.  (``timeit`` keeps the collector out of its timings altogether.)"""
     seconds, out = [], None
     for _ in range(repeat):
         args = prepare()

@@ -305,8 +305,9 @@ def krylov_coefficients(alpha, beta_off, beta, fn):
     From the eigenvectors, whose entries are accurate to rounding of the largest: where T holds a
     coupling far below its other entries, an eigenvector's first entry can be the product of such
     couplings (1e-60, say), computed as noise, while f lifts its eigenvalue by e^500 above the rest,
-    or while the whole answer lies that far below f's values; there the named functions are evaluated from :func:`_exp_e1` too, which keeps small entries,
-    and its entries replace the eigenvectors' where the two disagree beyond their errors."""
+    or while the whole answer lies that far below f's values; there the named functions are also
+    evaluated by :func:`_exp_e1`, which keeps small entries, and its entries replace the
+    eigenvectors' where the two disagree beyond their errors."""
     m = len(alpha)
     if m == 1:
         theta, vectors = alpha.copy(), np.ones((1, 1))
@@ -384,8 +385,8 @@ class LanczosOutcome:
 def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, progress=None):
     """Drive ``solver`` until the coefficients converge, break down, or ``max_krylov`` steps are
     done (past ``full_dim``, A's dimension, only while the estimate has not converged: finite
-    precision loses the Lanczos vectors' orthogonality, so m = n is not exact in itself); ``progress`` (a graphkern._progress.Progress)
-    counts the steps checked."""
+    precision loses the Lanczos vectors' orthogonality, so m = n is not exact in itself);
+    ``progress`` (a graphkern._progress.Progress) counts the steps checked."""
     host = 0.0
     check = min(check_every, max_krylov)
     solver.enqueue(0, check)
