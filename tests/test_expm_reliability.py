@@ -493,8 +493,8 @@ def test_sinh_of_a_product_below_the_normal_range(backend, a00):
 def test_a_coupling_below_rounding_that_f_amplifies(backend):
     """cosh(beta A) x with beta a_00 = -308 and a coupling of 2.7e-22 to the vertex x lives on: the
     first step's residual is 1e-24 of ||A||, below the breakdown threshold, but far above its own
-    rounding level, so the run goes on through it (it came back as x, converged, where cosh(308)
-    lifts the coupling's share to 1e129).  Reference: the 2 x 2 eigen-decomposition in closed form."""
+    rounding level, so the run goes on through it (stopping there returns x, converged, where
+    cosh(308) lifts the coupling's share to 1e129).  Reference: the 2 x 2 eigen-decomposition in closed form."""
     A = np.array([[1.3501285893892092e+264, -1.1903832814766808e+240], [-1.1903832814766808e+240, 0.0]])
     x1, beta = -3.5920389248506554e+20, -2.28e-262
     d, c = beta * A[0, 0], beta * A[0, 1]
@@ -771,7 +771,7 @@ def test_a_coupling_whose_krylov_coefficients_fall_below_rounding_is_kept(backen
 def test_an_answer_far_below_the_function_values_is_kept(backend):
     """sinh(beta A) x where beta ||A|| is 1.3e-3 and the answer's largest entry (vertex 1, reached
     from the 6e296 on vertex 0 through a coupling 5.7e-20 of A's largest) lies far below sinh's
-    values on T_m: the eigenvectors of T_m hold it as rounding (it came back 95% wrong, converged).
+    values on T_m: the eigenvectors of T_m hold it only as rounding of those values.
     A draw of tools/expm_extreme_search.py (seed 6, draw 91), against 700-digit mpmath."""
     import mpmath
 
