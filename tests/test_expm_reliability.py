@@ -789,3 +789,41 @@ def test_an_answer_far_below_the_function_values_is_kept(backend):
                          for i in range(3)])
     got = np.asarray(y, dtype=np.float64)
     assert info.converged and np.abs(got - want).max() <= 1e-9 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("A, x, beta", [
+    # two single vertices: beta * a_00 = 8e-333 is below float64's range, x_0 = 4.7e286 lifts it to 3.8e-46
+    ([[-1.3669305089664734e-188, 0.0], [0.0, 1.1636691934178678e+144]],
+     [-4.7240974385052985e+286, -1.7836424181932434e-88], -5.933449345559435e-145),
+    # vertices 1 and 2 joined by a coupling whose product with beta is 3e-318 (subnormal): the answer
+    # 5.1e-242 on vertex 1 is that product times x_2
+    ([[-1.1683095265731983e+163, 0.0, 0.0, 0.0], [0.0, 4.512368404549721e-96, 7.714620811244452e-157, 0.0],
+      [0.0, 7.714620811244452e-157, 0.0, 0.0], [0.0, 0.0, 0.0, 3.119686009620846e-247]],
+     [0.0, 0.0, 1.5904349548169178e+76, 0.0], 4.146035631427299e-162),
+    # vertices 0 and 3 joined by a coupling whose product with beta is 5e-324, the smallest subnormal
+    ([[0.0, 0.0, 0.0, 9.298300000896546e-171], [0.0, -5.511097098257886e+152, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0],
+      [9.298300000896546e-171, 0.0, 0.0, 0.0]],
+     [-1.144117393289317e-170, 2.733960132912867e-226, 1.21076200528375e+252, 2.972311946934485e+230],
+     5.837924181923304e-154),
+])
+def test_sinh_of_products_below_float64s_range(backend, A, x, beta):
+    """sinh(beta A) x where beta times an entry of A is below float64's normal range (sinh(t) = t there)
+    while the answer, that product times a huge x_i, is a normal number: the products are taken in
+    logarithms (single vertices) or as beta A x joined in logarithms (|beta| ||A|| far below rounding),
+    not lost to underflow.  Draws of tools/expm_extreme_search.py (seeds 18, 12, 20), against
+    700-digit mpmath."""
+    import mpmath
+
+    A, x = np.array(A), np.array(x)
+    y, info = funm_multiply(sp.csr_matrix(A), x, "sinh", beta=beta, backend=backend)
+    n = len(x)
+    with mpmath.workdps(700):
+        M = mpmath.matrix([[mpmath.mpf(float(v)) * mpmath.mpf(beta) for v in row] for row in A])
+        E, Q = mpmath.eigsy(M)
+        c = Q.T * mpmath.matrix([mpmath.mpf(float(v)) for v in x])
+        F = Q * mpmath.matrix([mpmath.sinh(E[k]) * c[k] for k in range(n)])
+        want = np.array([float(F[i] * mpmath.exp(-info.log_scale)) for i in range(n)])
+    got = np.asarray(y, dtype=np.float64)
+    assert info.converged and np.abs(want).max() > 0
+    assert np.abs(got - want).max() <= 1e-12 * np.abs(want).max()

@@ -104,6 +104,12 @@ once per matrix) has what such couplings can add to the answer bounded; where th
 tolerance, the answer comes with ``converged=False``, a RuntimeWarning and its vertices in
 ``info.unresolved`` (graphkern.expm.replay).
 
+sinh where beta times entries of A falls below float64's normal range: a single vertex's
+sinh(beta a_ii) x_i is taken in logarithms, and where |beta| ||A||_inf <= 2^-LINEAR_SINH_EXPONENT the
+answer is beta A x (one SpMV on the host, ``info.spmv == "host"``; the next term is below its
+rounding) with |beta|, A's scale and max|x| joined in logarithms, where beta / scale itself may be
+subnormal.
+
 Every function returns ``(y, info)`` with ``info`` an :class:`ExpmInfo`.
 """
 
@@ -445,6 +451,11 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         reorder = choose_reorder(mat) if reorder == "auto" else reorder
     if backend == "cpu" or reorder == "auto":
         reorder = "none"
+    if fn.name == "sinh" and normalize is None and peak > 0.0:
+        linear = _linear_sinh(mat, beta, x_unit, peak, dtype, caller, n_threads, t_start, validate_seconds, backend,
+                              devices, cached)
+        if linear is not None:
+            return linear
     call = _Call(mat, cached, fn, beta, tol, k_max, check_every, dtype, n_threads, basis, variant, reorder, backend,
                  devices, exchange, task_grid, caller, normalize, verbose, t_start)
     call.validate_seconds = validate_seconds
@@ -509,6 +520,38 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         info = replace(info, converged=False, error_estimate=max(info.error_estimate, floor))
     if not info.converged:
         info = replace(info, unresolved=np.arange(n, dtype=np.int64))
+    return y, info
+
+
+# |beta| ||A||_inf at most 2^-LINEAR_SINH_EXPONENT: sinh(beta A) x = beta A x to float64 rounding.
+LINEAR_SINH_EXPONENT = 60
+
+
+def _linear_sinh(mat, beta, x_unit, peak, dtype, caller, n_threads, t_start, validate_seconds, backend, devices,
+                 cached):
+    """``(y, info)`` of sinh(beta A) x as beta A x where |beta| ||A|| is so small that the next term,
+    (beta A)^3 x / 6 = (beta A)^2 (beta A x) / 6, is below float64's rounding of the first; None
+    otherwise.  One SpMV on the host, the factors |beta|, 1/scale and max|x| joined in logarithms:
+    their product may be far outside float64's range (beta / scale subnormal) while the answer is not,
+    which a Krylov run on beta / scale would lose."""
+    anorm = mat.inf_norm(n_threads)
+    if anorm == 0.0:
+        return None
+    log_size = math.log(abs(beta)) - math.log(mat.scale) + math.log(anorm)
+    if log_size > -LINEAR_SINH_EXPONENT * math.log(2.0):
+        return None
+    values = np.ones(mat.nnz) if mat.weights is None else mat.values_as(np.float64)
+    A = sp.csr_matrix((values, mat.indices, mat.indptr), shape=(mat.n, mat.n))
+    y = A @ (np.ones(mat.n) if x_unit is None else x_unit)
+    if beta < 0:
+        y = -y
+    log_factor = math.log(abs(beta)) - math.log(mat.scale) + math.log(peak)
+    y, log_scale = finish_on_host(y, OutputScaling(log_factor, 0.0, dtype, True, caller))
+    total = time.perf_counter() - t_start
+    times = {"total": total, "validate": validate_seconds, "setup": total, "spmv": 0.0, "vector": 0.0}
+    info = ExpmInfo(1, 0.0, True, False, log_scale, float("nan"), times=times, spmv="host", backend=backend,
+                    devices=devices, basis="none", dtype=np.dtype(dtype).name, n_spmv=1, cached=cached,
+                    reorder="none")
     return y, info
 
 
@@ -626,19 +669,32 @@ def _scale_pieces(mat, beta_abs, amplification):
     return None if len(pieces) == 1 and pieces[0][0] != 0 else pieces
 
 
-def _small_sinh(beta, a, t):
-    """``(values, shift)`` with ``values * e^shift = sinh(t)``, ``t = beta * a``, |t| < 1, the product taken
-    in logarithms: beta * a_ii below float64's normal range keeps few digits (sinh(t) = t there), its
-    logarithm all of them."""
-    with np.errstate(divide="ignore"):
-        log_t = math.log(abs(beta)) + np.log(np.abs(a))
-    shift = float(log_t.max())
-    if shift == -math.inf:  # every a_ii is 0
-        return np.zeros(len(a)), 0.0
-    ratio = np.ones(len(a))  # sinh(t) / t, exactly 1 in float64 below 1e-8
-    moderate = np.abs(t) > 1e-8
-    ratio[moderate] = np.sinh(t[moderate]) / t[moderate]
-    return math.copysign(1.0, beta) * np.sign(a) * np.exp(log_t - shift) * ratio, shift
+def _sinh_of_products(beta, a, x):
+    """``(values, shift)`` with ``values * e^shift = sinh(beta * a) * x`` (x None: ones), the small
+    products taken in logarithms: beta * a_ii below float64's normal range keeps few digits or none
+    (sinh(t) = t there), its logarithm all of them, and a tiny sinh(t_i) times a huge x_i may be a
+    normal number.  The shift is that of the large |t| (``fn.shifted``), so a log scale far beyond
+    float64's exponents keeps its digits."""
+    t = beta * a
+    big = np.abs(t) >= 1.0
+    logs = np.full(len(a), -np.inf)
+    signs = math.copysign(1.0, beta) * np.sign(a)
+    shift = 0.0
+    with np.errstate(divide="ignore", under="ignore"):
+        if big.any():
+            values, shift = MatrixFunction("sinh").shifted(t[big])
+            logs[big] = np.log(np.abs(values))
+        small = ~big & (a != 0)
+        ratio = np.ones(int(small.sum()))  # sinh(t) / t, exactly 1 in float64 below 1e-8
+        ts = t[small]
+        moderate = np.abs(ts) > 1e-8
+        ratio[moderate] = np.sinh(ts[moderate]) / ts[moderate]
+        logs[small] = math.log(abs(beta)) + np.log(np.abs(a[small])) + np.log(ratio) - shift
+        if x is not None:
+            logs, signs = logs + np.log(np.abs(x)), signs * np.sign(x)
+    top = float(logs.max()) if len(a) else -math.inf
+    delta = top if -math.inf < top < -600.0 else 0.0  # all of it below float64's range: rescaled
+    return signs * np.exp(logs - delta), shift + delta
 
 
 def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
@@ -661,10 +717,11 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
             live = np.ones(len(idx), dtype=bool) if xs is None else xs != 0
             y_single, shift = np.zeros(len(idx)), 0.0
             if live.any():
-                t = beta * diag[live]
-                values, shift = _small_sinh(beta, diag[live], t) if fn.name == "sinh" and np.all(np.abs(t) < 1.0) \
-                    else fn.shifted(t)
-                y_single[live] = values if xs is None else values * xs[live]
+                if fn.name == "sinh":
+                    y_single[live], shift = _sinh_of_products(beta, diag[live], None if xs is None else xs[live])
+                else:
+                    values, shift = fn.shifted(beta * diag[live])
+                    y_single[live] = values if xs is None else values * xs[live]
             parts.append((idx, y_single, shift, float(diag.max()), True))
         else:
             y, info = _run(**{**options, "A": whole[idx][:, idx], "x": xs, "normalize": None, "split": False,
