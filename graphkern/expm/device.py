@@ -241,7 +241,8 @@ class DeviceRows:
                 rt.launch(fn, grid, BLOCK, (upload.old_indptr, rows_order, self.indptr, np.int64(self.nrows),
                                             upload.whole, self.inverse_dev if map_columns else None, out))
                 self.dev.synchronize()  # before the scratch is freed (with this closure); also times the build
-                residency.reorder_seconds += time.perf_counter() - t1
+                if background:  # run later, by finish(); else inside the time counted below
+                    residency.reorder_seconds += time.perf_counter() - t1
 
             if background:
                 self._pending_move = move
