@@ -92,6 +92,15 @@ def plan_jobs(work, job_seconds, known, multi=frozenset()):
                 jobs.append((tool, group, total))
     return sorted(jobs, key=lambda job: -job[2])
 
+def reported(log):
+    """What a sanitizer log reports: memcheck and initcheck end with ``ERROR SUMMARY: N errors``,
+    racecheck with ``RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)`` (hazards are
+    counted: a warning is a race too); "" where the log has no summary (the process did not end)."""
+    found = [int(n) for n in re.findall(r"ERROR SUMMARY: (\d+) error", log)]
+    found += [int(n) for n in re.findall(r"RACECHECK SUMMARY: (\d+) hazard", log)]
+    return sum(found) if found else ""
+
+
 def junit(path):
     """{test id: (outcome, seconds)} from one job's JUnit XML (empty when the job never wrote it)."""
     results = {}
@@ -139,11 +148,14 @@ def main():
     tools = a.tools.split(",")
     if a.ids_file:
         with open(a.ids_file) as f:
-            lines = [line.split() for line in f if line.strip()]
+            lines = [line.strip() for line in f if line.strip()]
         work = []
-        for w in lines:  # "TOOL ID" (one tool) or "ID" (every tool)
-            work += [(w[0], w[1])] if len(w) == 2 and w[0] in tools else [(tool, w[-1]) for tool in tools
-                                                                           if len(w) == 1]
+        for line in lines:  # "TOOL ID" (one tool) or "ID" (every tool); an ID may hold spaces
+            head, _, rest = line.partition(" ")
+            if head in ("memcheck", "racecheck", "initcheck", "synccheck"):
+                work += [(head, rest.strip())] if head in tools else []
+            else:
+                work += [(tool, line) for tool in tools]
     else:
         files = a.files or sorted(os.path.join("tests", f) for f in os.listdir("tests")
                                   if f.startswith("test_") and f.endswith(".py"))
@@ -196,8 +208,7 @@ def main():
         summary = ""
         try:
             with open(base + ".log", errors="replace") as f:
-                found = re.findall(r"ERROR SUMMARY: (\d+) error", f.read())
-            summary = sum(int(x) for x in found) if found else ""
+                summary = reported(f.read())
         except OSError:
             pass
         return dict(tool=tool, ids=ids_k, started=True, rc=rc, seconds=round(time.monotonic() - t0, 1),
