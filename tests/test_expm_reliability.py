@@ -827,3 +827,29 @@ def test_sinh_of_products_below_float64s_range(backend, A, x, beta):
     got = np.asarray(y, dtype=np.float64)
     assert info.converged and np.abs(want).max() > 0
     assert np.abs(got - want).max() <= 1e-12 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sinh_entry_far_below_the_exponentials_is_summed_as_a_series(backend):
+    """sinh(beta A) x with |beta| ||A|| about 0.54 and x_0 = 1.8e175: y_0 = 1.3e154 is the third-order
+    term beta^3 a_02^2 a_22 x_0 / 6, 1e-21 of x_0, so sinh(beta T) e_1 from exp(beta T) - exp(-beta T)
+    (entries near 1) or from T's eigenvectors leaves it rounding (y_0 came out 4.5e159, 2.7e-6 of the
+    answer's largest entry).  A draw of tools/expm_extreme_search.py (seed 18, draw 128), against
+    700-digit mpmath."""
+    import mpmath
+
+    A = np.array([[0.004421960950324045, 0.0, -1.688066858270312e+74],
+                  [0.0, 7.96513997773017e-18, -1.520645102777273e+81],
+                  [-1.688066858270312e+74, -1.520645102777273e+81, -1.009627710187747e+84]])
+    x = np.array([1.8003093501867536e+175, 2.3012527928757475e+79, 2.592629445970541e-234])
+    beta = -5.331948595093679e-85
+    y, info = funm_multiply(sp.csr_matrix(A), x, "sinh", beta=beta, backend=backend)
+    with mpmath.workdps(700):
+        M = mpmath.matrix([[mpmath.mpf(float(v)) * mpmath.mpf(beta) for v in row] for row in A])
+        E, Q = mpmath.eigsy(M)
+        c = Q.T * mpmath.matrix([mpmath.mpf(float(v)) for v in x])
+        F = Q * mpmath.matrix([mpmath.sinh(E[k]) * c[k] for k in range(3)])
+        want = np.array([float(F[i] * mpmath.exp(-info.log_scale)) for i in range(3)])
+    got = np.asarray(y, dtype=np.float64)
+    assert info.converged and np.abs(got - want).max() <= 1e-10 * np.abs(want).max()
+    assert abs(got[0] - want[0]) <= 1e-8 * abs(want[0])

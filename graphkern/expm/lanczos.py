@@ -328,6 +328,8 @@ def krylov_coefficients(alpha, beta_off, beta, fn):
             if fn.name == "exp":
                 exact = _exp_e1(alpha, beta_off, beta, shift)
                 size = np.abs(exact)
+            elif abs(beta) * _tridiagonal_inf_norm(alpha, beta_off) <= 1.0:
+                exact, size = _series_e1(alpha, beta_off, beta, fn.name == "sinh", shift)
             else:  # a half sum or difference, which can cancel where its terms are alike
                 up, down = _exp_e1(alpha, beta_off, beta, shift), _exp_e1(alpha, beta_off, -beta, shift)
                 exact = ((up + down) if fn.name == "cosh" else (up - down)) / 2.0
@@ -338,6 +340,46 @@ def krylov_coefficients(alpha, beta_off, beta, fn):
             if lost.any():
                 c = np.where(lost, exact, c)
     return c, shift, theta
+
+
+def _tridiagonal_inf_norm(alpha, beta_off):
+    """||T||_inf of ``tridiag(beta_off, alpha, beta_off)``."""
+    rows = np.abs(alpha).copy()
+    rows[:-1] += beta_off
+    rows[1:] += beta_off
+    return float(rows.max())
+
+
+def _series_e1(alpha, beta_off, s, odd, shift):
+    """``(sinh or cosh(s T) e_1 * e^-shift, the sums of its terms' magnitudes)`` for
+    ``|s| ||T||_inf <= 1`` by the series of the odd (sinh) or even (cosh) powers of s T applied to
+    e_1: each entry is its own sum of products of T's entries, so an entry far below the others keeps
+    its relative accuracy, where exp(s T) - exp(-s T) would leave it rounding of the exponentials'
+    entries near 1.  Entry i is first reached by the power i; past it every term is at most
+    1 / (k + 1) of the one before, so m + 40 powers reach float64's rounding of every entry."""
+    m = len(alpha)
+
+    def times(v, a, b):  # (s T) v for the tridiagonal (a, b) scaled by s
+        out = a * v
+        out[:-1] += b * v[1:]
+        out[1:] += b * v[:-1]
+        return out
+
+    a, b = s * alpha, s * beta_off
+    term, bound = np.zeros(m), np.zeros(m)
+    term[0] = bound[0] = 1.0
+    total, size = np.zeros(m), np.zeros(m)
+    if not odd:
+        total[0] = size[0] = 1.0
+    with np.errstate(under="ignore"):
+        for k in range(1, m + 41):
+            term = times(term, a, b) / k
+            bound = times(bound, np.abs(a), np.abs(b)) / k
+            if k % 2 == int(odd):
+                total += term
+                size += bound
+    factor = math.exp(-shift)
+    return total * factor, size * factor
 
 
 def _exp_e1(alpha, beta_off, s, shift):
