@@ -60,6 +60,10 @@ def category_code(value):
 
 def frozen(src, dtype):
     """``src`` as a read-only C-contiguous array that no caller can write (copied if one could)."""
+    if (type(src) is np.ndarray and not src.flags.writeable and src.flags.c_contiguous
+            and (dtype is None or src.dtype == dtype) and type(src.base) is np.ndarray
+            and not src.base.flags.writeable):
+        return src  # what the checks below keep as it is, without their passes (graphs cut from one buffer)
     arr = np.ascontiguousarray(src, dtype=dtype)
     if arr.flags.writeable and isinstance(src, np.ndarray) and np.may_share_memory(arr, src):
         owner = src if src.base is None else src.base
