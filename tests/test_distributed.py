@@ -220,6 +220,19 @@ def test_bad_arguments(client):
         gram(_mgk(), [X[0], 3.5], client=client)  # ("C" would be methane: a SMILES string is a graph)
 
 
+def test_tiles_report_their_solvers_seconds(client):
+    """Each tile's span and the part of it the kernel's solvers ran (MGK's info_.solve_seconds): the rest
+    is the tile's host work; NaN for a kernel that does not record it."""
+    from graphkern.distributed.api import _gram
+
+    X = _graphs(14, seed=12)
+    K, stats = _gram(_mgk(), X, client=client, tile=TILE)
+    np.testing.assert_array_equal(K, _mgk()(X))
+    assert len(stats["solve_seconds"]) == len(stats["tile_seconds"]) == stats["tiles"] > 1
+    assert all(0 < solve <= own for solve, own in zip(stats["solve_seconds"], stats["tile_seconds"]))
+    assert np.isnan(_gram(_spgk(), X, client=client, tile=TILE)[1]["solve_seconds"]).all()
+
+
 def test_back_to_back_calls_on_the_same_graphs(client):
     # each call ships its graphs under its own key: a key shared with the previous call (same
     # content) could be released by that call after this one scattered it, losing its tiles' input

@@ -139,8 +139,8 @@ class _Run:
         self.retries = int(retries)
         self.verbose = verbose
         self.window = _IN_FLIGHT_PER_WORKER * n_workers
-        self.stats = {"workers": n_workers, "tiles": 0, "pairs": 0, "tile_seconds": [], "tile_spans": [],
-                      "seconds": 0.0}
+        self.stats = {"workers": n_workers, "tiles": 0, "pairs": 0, "tile_seconds": [], "solve_seconds": [],
+                      "tile_spans": [], "seconds": 0.0}
         self._scattered = {}
 
     def graphs(self, name, graphs):
@@ -198,8 +198,9 @@ class _Run:
                                       retries=self.retries, key=f"graphkern-tile-{self.job[0]}-{t.ti}-{t.tj}")
 
         def on_result(t, value):
-            K, (worker, start, end) = value
+            K, (worker, start, end), solve = value
             self.stats["tile_spans"].append((worker, start, end, time.time()))
+            self.stats["solve_seconds"].append(solve)
             seconds = end - start
             if K is None:
                 sink.states[t.ti, t.tj] = RAW  # the worker wrote it
