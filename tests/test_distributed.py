@@ -402,6 +402,16 @@ def test_graphs_ship_as_flat_arrays_and_come_back_the_same(rng):
         assert a.indptr.dtype == b.indptr.dtype
         assert not b.indices.flags.writeable and not b.indptr.flags.writeable
         assert b._cache.get("valid") == a._cache.get("valid")
+    node_key, edge_key = sorted(graphs[0].node_labels)[0], sorted(graphs[0].edge_labels)[0]
+    some = unpack(pack(graphs, ([node_key], [edge_key])))  # the columns a kernel reads, no others
+    for a, b in zip(graphs, some):
+        assert list(b.node_labels) == [k for k in a.node_labels if k == node_key]
+        assert list(b.edge_labels) == [k for k in a.edge_labels if k == edge_key]
+        assert "fingerprint" not in b._cache  # that of the whole graph does not hold for the copy
+        whole = Graph(a.indptr, a.indices, a.weights, node_labels={k: v for k, v in a.node_labels.items()
+                                                                    if k == node_key},
+                      edge_labels={k: v for k, v in a.edge_labels.items() if k == edge_key})
+        assert b.fingerprint == whole.fingerprint
     unchecked = Graph(np.array([0, 1, 2]), np.array([1, 0]), validate=False)
     assert not unpack(pack([unchecked]))[0]._cache.get("valid")
     graphs[2].node_labels["charge"] = rng.integers(0, 3, graphs[2].n_nodes)  # int here, float in graph 7

@@ -9,7 +9,8 @@ each graph keeping what had been checked of it (a graph built with ``validate=Fa
 unchecked as it left).  Lists it cannot lay flat (a label column whose dtype or width differs
 between graphs) travel as plain pickles.  ``graphkern.graph.pack_graphs`` packs for the kernels
 (named label columns every graph must hold, weights made explicit); this keeps each graph as it
-was: its own label columns, unweighted or weighted, its name and what was checked of it.
+was: its own label columns (or those of them the workers' kernel reads), unweighted or weighted,
+its name and what was checked of it.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from graphkern.graph import Graph
 _CHECKS = ("valid", "indices_valid")  # Graph._cache entries that say what was checked
 
 
-def pack(graphs):
-    """``graphs`` (a list of Graphs) as one byte string for :func:`unpack`."""
+def pack(graphs, labels=None):
+    """``graphs`` (a list of Graphs) as one byte string for :func:`unpack`; ``labels``: ``(node
+    columns, edge columns)``, the only label columns that travel (None: all of them)."""
     graphs = list(graphs)
-    flat = _flat(graphs) if graphs and all(isinstance(g, Graph) for g in graphs) else None
+    flat = _flat(graphs, labels) if graphs and all(isinstance(g, Graph) for g in graphs) else None
     return pickle.dumps(("flat", flat) if flat is not None else ("graphs", graphs), protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -37,11 +39,12 @@ def unpack(blob):
     return content if kind == "graphs" else _rebuild(content)
 
 
-def _columns(dicts):
-    """``{key: (concatenated column, has)}`` of the label dicts (one per graph), ``has`` the graphs
-    holding the key; None when one key's dtype or width differs between graphs."""
+def _columns(dicts, keep):
+    """``{key: (concatenated column, has)}`` of the label dicts (one per graph) for the keys of
+    ``keep`` (None: every key), ``has`` the graphs holding the key; None when one key's dtype or
+    width differs between graphs."""
     out = {}
-    for key in dict.fromkeys(k for d in dicts for k in d):
+    for key in dict.fromkeys(k for d in dicts for k in d if keep is None or k in keep):
         cols = [d[key] for d in dicts if key in d]
         if len({(c.dtype.str, c.shape[1:]) for c in cols}) != 1:
             return None
@@ -50,11 +53,11 @@ def _columns(dicts):
     return out
 
 
-def _flat(graphs):
+def _flat(graphs, labels):
     n = np.fromiter((g.n_nodes for g in graphs), np.int64, len(graphs))
     nnz = np.fromiter((g.nnz for g in graphs), np.int64, len(graphs))
-    node = _columns([g._node_labels for g in graphs])
-    edge = _columns([g._edge_labels for g in graphs])
+    node = _columns([g._node_labels for g in graphs], None if labels is None else labels[0])
+    edge = _columns([g._edge_labels for g in graphs], None if labels is None else labels[1])
     if node is None or edge is None:
         return None
     weighted = np.fromiter((g._weights is not None for g in graphs), bool, len(graphs))
@@ -67,14 +70,16 @@ def _flat(graphs):
         "node": node, "edge": edge,
         "names": [g.name for g in graphs],
         # what was checked of each graph travels with it (a graph built with validate=False stays unchecked)
-        "checked": [_travelling(g) for g in graphs],
+        "checked": [_travelling(g, labels is None) for g in graphs],
     }
 
 
-def _travelling(g):
-    """What was checked of ``g`` and its content digest, which the kernels' dataset caches key on: the
-    arrays arrive bit for bit, so it holds for the copy, and the caller's graph keeps it for the next call."""
-    return {k: g._cache[k] for k in _CHECKS if k in g._cache} | {"fingerprint": g.fingerprint}
+def _travelling(g, whole):
+    """What was checked of ``g`` and, when it travels ``whole`` (every label column), its content
+    digest, which the kernels' dataset caches key on: the arrays arrive bit for bit, so it holds for
+    the copy, and the caller's graph keeps it for the next call."""
+    checked = {k: g._cache[k] for k in _CHECKS if k in g._cache}
+    return checked | {"fingerprint": g.fingerprint} if whole else checked
 
 
 def _pieces(flat, lengths):
