@@ -220,6 +220,19 @@ def test_bad_arguments(client):
         gram(_mgk(), [X[0], 3.5], client=client)  # ("C" would be methane: a SMILES string is a graph)
 
 
+def test_tiles_report_their_solvers_seconds(client):
+    """Each tile's span and the part of it the kernel's solvers ran (MGK's info_.solve_seconds): the rest
+    is the tile's host work; NaN for a kernel that does not record it."""
+    from graphkern.distributed.api import _gram
+
+    X = _graphs(14, seed=12)
+    K, stats = _gram(_mgk(), X, client=client, tile=TILE)
+    np.testing.assert_array_equal(K, _mgk()(X))
+    assert len(stats["solve_seconds"]) == len(stats["tile_seconds"]) == stats["tiles"] > 1
+    assert all(0 < solve <= own for solve, own in zip(stats["solve_seconds"], stats["tile_seconds"]))
+    assert np.isnan(_gram(_spgk(), X, client=client, tile=TILE)[1]["solve_seconds"]).all()
+
+
 def test_back_to_back_calls_on_the_same_graphs(client):
     # each call ships its graphs under its own key: a key shared with the previous call (same
     # content) could be released by that call after this one scattered it, losing its tiles' input
@@ -378,13 +391,27 @@ def test_graphs_ship_as_flat_arrays_and_come_back_the_same(rng):
     kind, _ = pickle.loads(pack(graphs))
     assert kind == "flat"
     back = unpack(pack(graphs))
-    assert [g.fingerprint for g in back] == [g.fingerprint for g in graphs]
+    assert [g.fingerprint for g in back] == [g.fingerprint for g in graphs]  # as shipped
+    for g in back:
+        g._cache.pop("fingerprint")
+    assert [g.fingerprint for g in back] == [g.fingerprint for g in graphs]  # as recomputed from the arrays
     assert [g.name for g in back] == [g.name for g in graphs]
     for a, b in zip(graphs, back):
         assert sorted(a.node_labels) == sorted(b.node_labels) and sorted(a.edge_labels) == sorted(b.edge_labels)
         assert (a.weights is None) == (b.weights is None) and a.indices.dtype == b.indices.dtype
-        assert not b.indices.flags.writeable
+        assert a.indptr.dtype == b.indptr.dtype
+        assert not b.indices.flags.writeable and not b.indptr.flags.writeable
         assert b._cache.get("valid") == a._cache.get("valid")
+    node_key, edge_key = sorted(graphs[0].node_labels)[0], sorted(graphs[0].edge_labels)[0]
+    some = unpack(pack(graphs, ([node_key], [edge_key])))  # the columns a kernel reads, no others
+    for a, b in zip(graphs, some):
+        assert list(b.node_labels) == [k for k in a.node_labels if k == node_key]
+        assert list(b.edge_labels) == [k for k in a.edge_labels if k == edge_key]
+        assert "fingerprint" not in b._cache  # that of the whole graph does not hold for the copy
+        whole = Graph(a.indptr, a.indices, a.weights, node_labels={k: v for k, v in a.node_labels.items()
+                                                                    if k == node_key},
+                      edge_labels={k: v for k, v in a.edge_labels.items() if k == edge_key})
+        assert b.fingerprint == whole.fingerprint
     unchecked = Graph(np.array([0, 1, 2]), np.array([1, 0]), validate=False)
     assert not unpack(pack([unchecked]))[0]._cache.get("valid")
     graphs[2].node_labels["charge"] = rng.integers(0, 3, graphs[2].n_nodes)  # int here, float in graph 7

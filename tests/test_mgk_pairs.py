@@ -54,6 +54,16 @@ def test_upper_pairs_and_symmetric_fill(n, rng):
         np.testing.assert_array_equal(pairs.symmetric_fill(K, np.zeros((n, n), dtype=dtype)), expect)
 
 
+@pytest.mark.parametrize("shape", [(0, 4), (4, 0), (1, 1), (3, 7), (301, 17)])
+def test_grid_pairs_are_every_pair_row_by_row(shape):
+    from graphkern.mgk.kernel import _grid_pairs
+
+    got = _grid_pairs(*shape)
+    i, j = np.indices(shape)
+    np.testing.assert_array_equal(got, np.stack([i.ravel(), j.ravel()], axis=1))
+    assert got.dtype == np.int64 and got.shape == (shape[0] * shape[1], 2) and got.flags.c_contiguous
+
+
 @pytest.mark.parametrize("m", [0, 1, 7, 200_003])
 @pytest.mark.parametrize("same", [True, False])
 def test_pair_plan_is_the_numpy_launch(m, same, rng):

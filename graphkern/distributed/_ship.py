@@ -9,7 +9,8 @@ each graph keeping what had been checked of it (a graph built with ``validate=Fa
 unchecked as it left).  Lists it cannot lay flat (a label column whose dtype or width differs
 between graphs) travel as plain pickles.  ``graphkern.graph.pack_graphs`` packs for the kernels
 (named label columns every graph must hold, weights made explicit); this keeps each graph as it
-was: its own label columns, unweighted or weighted, its name and what was checked of it.
+was: its own label columns (or those of them the workers' kernel reads), unweighted or weighted,
+its name and what was checked of it.
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ from graphkern.graph import Graph
 _CHECKS = ("valid", "indices_valid")  # Graph._cache entries that say what was checked
 
 
-def pack(graphs):
-    """``graphs`` (a list of Graphs) as one byte string for :func:`unpack`."""
+def pack(graphs, labels=None):
+    """``graphs`` (a list of Graphs) as one byte string for :func:`unpack`; ``labels``: ``(node
+    columns, edge columns)``, the only label columns that travel (None: all of them)."""
     graphs = list(graphs)
-    flat = _flat(graphs) if graphs and all(isinstance(g, Graph) for g in graphs) else None
+    flat = _flat(graphs, labels) if graphs and all(isinstance(g, Graph) for g in graphs) else None
     return pickle.dumps(("flat", flat) if flat is not None else ("graphs", graphs), protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -37,11 +39,12 @@ def unpack(blob):
     return content if kind == "graphs" else _rebuild(content)
 
 
-def _columns(dicts):
-    """``{key: (concatenated column, has)}`` of the label dicts (one per graph), ``has`` the graphs
-    holding the key; None when one key's dtype or width differs between graphs."""
+def _columns(dicts, keep):
+    """``{key: (concatenated column, has)}`` of the label dicts (one per graph) for the keys of
+    ``keep`` (None: every key), ``has`` the graphs holding the key; None when one key's dtype or
+    width differs between graphs."""
     out = {}
-    for key in dict.fromkeys(k for d in dicts for k in d):
+    for key in dict.fromkeys(k for d in dicts for k in d if keep is None or k in keep):
         cols = [d[key] for d in dicts if key in d]
         if len({(c.dtype.str, c.shape[1:]) for c in cols}) != 1:
             return None
@@ -50,56 +53,59 @@ def _columns(dicts):
     return out
 
 
-def _flat(graphs):
+def _flat(graphs, labels):
     n = np.fromiter((g.n_nodes for g in graphs), np.int64, len(graphs))
     nnz = np.fromiter((g.nnz for g in graphs), np.int64, len(graphs))
-    node = _columns([g._node_labels for g in graphs])
-    edge = _columns([g._edge_labels for g in graphs])
+    node = _columns([g._node_labels for g in graphs], None if labels is None else labels[0])
+    edge = _columns([g._edge_labels for g in graphs], None if labels is None else labels[1])
     if node is None or edge is None:
         return None
     weighted = np.fromiter((g._weights is not None for g in graphs), bool, len(graphs))
     return {
         "n": n, "nnz": nnz,
-        "indptr": np.concatenate([g._indptr.astype(np.int64, copy=False) for g in graphs]),
+        "indptr": np.concatenate([g._indptr for g in graphs]),  # in the graphs' dtype: no conversion per graph
         "indices": np.concatenate([g._indices for g in graphs]),
         "weighted": weighted,
         "weights": np.concatenate([g._weights for g in graphs if g._weights is not None] or [np.zeros(0)]),
         "node": node, "edge": edge,
         "names": [g.name for g in graphs],
         # what was checked of each graph travels with it (a graph built with validate=False stays unchecked)
-        "checked": [{k: g._cache[k] for k in _CHECKS if k in g._cache} for g in graphs],
+        "checked": [_travelling(g, labels is None) for g in graphs],
     }
 
 
-def _readonly(a):
-    """``a`` owning its memory (not a view of the pickle's buffer) and read-only: the Graphs' slices
-    of it are then kept as they are (graphkern._arrays.frozen copies views of anything else)."""
-    a = np.array(a, copy=True)
-    a.flags.writeable = False
-    return a
+def _travelling(g, whole):
+    """What was checked of ``g`` and, when it travels ``whole`` (every label column), its content
+    digest, which the kernels' dataset caches key on: the arrays arrive bit for bit, so it holds for
+    the copy, and the caller's graph keeps it for the next call."""
+    checked = {k: g._cache[k] for k in _CHECKS if k in g._cache}
+    return checked | {"fingerprint": g.fingerprint} if whole else checked
+
+
+def _pieces(flat, lengths):
+    """``flat`` cut into consecutive pieces of ``lengths``: views of one read-only copy that owns its
+    memory (not the pickle's buffer), which the Graphs keep as they are (graphkern._arrays.frozen
+    copies views of anything else)."""
+    flat = np.array(flat, copy=True)
+    flat.flags.writeable = False
+    ends = np.cumsum(lengths).tolist()
+    return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
 
 def _rebuild(f):
     n, nnz, weighted = f["n"], f["nnz"], f["weighted"]
-    G = len(n)
-    row0 = np.concatenate([[0], np.cumsum(n + 1)])
-    e0 = np.concatenate([[0], np.cumsum(nnz)])
-    w0 = np.concatenate([[0], np.cumsum(np.where(weighted, nnz, 0))])
-    indptr, indices, weights = _readonly(f["indptr"]), _readonly(f["indices"]), _readonly(f["weights"])
-
-    def starts(columns, length):  # per key: where each graph's rows begin (graphs without the key hold none)
-        return {key: (_readonly(col), has, np.concatenate([[0], np.cumsum(np.where(has, length, 0))]))
-                for key, (col, has) in columns.items()}
-
-    node, edge = starts(f["node"], n), starts(f["edge"], nnz)
+    indptr, indices = _pieces(f["indptr"], n + 1), _pieces(f["indices"], nnz)
+    weights = [w if has else None
+               for w, has in zip(_pieces(f["weights"], np.where(weighted, nnz, 0)), weighted.tolist())]
+    # per label key: each graph's rows (graphs without the key hold none)
+    node = [(key, _pieces(col, np.where(has, n, 0)), has.tolist()) for key, (col, has) in f["node"].items()]
+    edge = [(key, _pieces(col, np.where(has, nnz, 0)), has.tolist()) for key, (col, has) in f["edge"].items()]
     out = []
-    for k in range(G):
-        node_items = [(key, col[s[k]:s[k + 1]]) for key, (col, has, s) in node.items() if has[k]]
-        edge_items = [(key, col[s[k]:s[k + 1]]) for key, (col, has, s) in edge.items() if has[k]]
-        g = Graph._trusted(indptr[row0[k]:row0[k + 1]], indices[e0[k]:e0[k + 1]],
-                           weights[w0[k]:w0[k + 1]] if weighted[k] else None, node_items, edge_items)
-        g.name = f["names"][k]
+    for k, (name, checked) in enumerate(zip(f["names"], f["checked"])):
+        g = Graph._trusted(indptr[k], indices[k], weights[k], [(key, cols[k]) for key, cols, has in node if has[k]],
+                           [(key, cols[k]) for key, cols, has in edge if has[k]])
+        g.name = name
         g._cache.clear()
-        g._cache.update(f["checked"][k])
+        g._cache.update(checked)
         out.append(g)
     return out

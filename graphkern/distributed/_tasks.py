@@ -65,9 +65,11 @@ def shipped(job, name, blob):
 
 
 def compute_tile(job, X, Y, tile, sink):
-    """``(K, span)``: the raw kernel values of ``tile`` (None when written to ``sink``) and
+    """``(K, span, solve)``: the raw kernel values of ``tile`` (None when written to ``sink``),
     ``((process id, thread id), start, end)`` of the work on this worker thread, wall-clock
-    seconds, so the caller can tell idle time between tiles from a result's trip to it."""
+    seconds, so the caller can tell idle time between tiles from a result's trip to it, and the
+    seconds of that span the kernel's solvers ran (its ``info_.solve_seconds``; NaN for a kernel
+    that does not record them): the rest is the tile's host work."""
     kernel = _kernel(job)
     X, Y = shipped(job, "X", X), shipped(job, "Y", Y)
     start = time.time()
@@ -79,7 +81,8 @@ def compute_tile(job, X, Y, tile, sink):
     if sink is not None:
         sink.write(tile, K, RAW)
         K = None
-    return K, ((os.getpid(), threading.get_ident()), start, time.time())
+    span = ((os.getpid(), threading.get_ident()), start, time.time())
+    return K, span, getattr(getattr(kernel, "info_", None), "solve_seconds", np.nan)
 
 
 def compute_diag(job, name, graphs, lo, hi):

@@ -109,7 +109,7 @@ def _gram_run(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=Tru
         record = {"plan": plan.record(), "kernel": repr(kernel), "dtype": dtype.str,
                   "normalize": bool(kernel.normalize)}
         sink, remote = _open_output(out, plan, dtype, record, resume)
-        run = _Run(client, n_workers, job, retries, verbose)
+        run = _Run(client, n_workers, job, retries, verbose, _label_columns(kernel))
         run.raw_tiles(plan, ZarrSink(sink.store) if remote else None, sink, X, Y, (wx, wy))
         if kernel.normalize:
             run.normalize(plan, sink, remote, X, Y, dtype)
@@ -130,25 +130,35 @@ def _kind(kernel):
     raise TypeError(f"kernel must be a MarginalizedGraphKernel or a ShortestPathKernel, got {type(kernel).__name__}")
 
 
+def _label_columns(kernel):
+    """``(node columns, edge columns)``: the label columns the workers' kernel reads, the only ones
+    shipped; None (all of them) for a kernel that does not name them."""
+    if isinstance(kernel, MarginalizedGraphKernel):
+        return kernel.node_kernel.compile().columns, kernel.edge_kernel.compile().columns
+    return None
+
+
 class _Run:
     """Submits tasks with a bounded number in flight and gathers their results as they finish."""
 
-    def __init__(self, client, n_workers, job, retries, verbose):
+    def __init__(self, client, n_workers, job, retries, verbose, labels=None):
         self.client = client
         self.job = job
+        self.labels = labels
         self.retries = int(retries)
         self.verbose = verbose
         self.window = _IN_FLIGHT_PER_WORKER * n_workers
-        self.stats = {"workers": n_workers, "tiles": 0, "pairs": 0, "tile_seconds": [], "tile_spans": [],
-                      "seconds": 0.0}
+        self.stats = {"workers": n_workers, "tiles": 0, "pairs": 0, "tile_seconds": [], "solve_seconds": [],
+                      "tile_spans": [], "seconds": 0.0}
         self._scattered = {}
 
     def graphs(self, name, graphs):
         """The graphs as one future held by every worker: shipped once per worker, not per task.
 
-        They travel as one byte string of flat arrays (``_ship.pack``), unpacked once per worker
-        (``_tasks.shipped``): Dask would send a list of Graphs as one frame per NumPy array, six per
-        molecule, and every worker would wait on them before its first tile.  The key is unique
+        They travel as one byte string of flat arrays (``_ship.pack``), with only the label columns
+        the kernel reads, unpacked once per worker (``_tasks.shipped``): Dask would send a list of
+        Graphs as one frame per NumPy array, six per molecule, and every worker would wait on them
+        before its first tile.  The key is unique
         to this call (``hash=False``): a content-hashed key is shared with an earlier call on the
         same graphs, whose release can reach the scheduler after this scatter and drop the data
         under this call's tiles ("lost dependencies").
@@ -156,7 +166,7 @@ class _Run:
         if graphs is None:
             return None
         if name not in self._scattered:
-            blob = pack(graphs)
+            blob = pack(graphs, self.labels)
             self._scattered[name] = self.client.scatter([blob], broadcast=True, hash=False)[0]
         return self._scattered[name]
 
@@ -198,8 +208,9 @@ class _Run:
                                       retries=self.retries, key=f"graphkern-tile-{self.job[0]}-{t.ti}-{t.tj}")
 
         def on_result(t, value):
-            K, (worker, start, end) = value
+            K, (worker, start, end), solve = value
             self.stats["tile_spans"].append((worker, start, end, time.time()))
+            self.stats["solve_seconds"].append(solve)
             seconds = end - start
             if K is None:
                 sink.states[t.ti, t.tj] = RAW  # the worker wrote it

@@ -329,8 +329,7 @@ class MarginalizedGraphKernel(_KernelBase):
         elif symmetric:
             pair_arr = _upper_pairs(len(X))
         else:
-            i, j = np.indices((len(X), len(Yg)))
-            pair_arr = np.stack([i.ravel(), j.ravel()], axis=1).astype(np.int64)
+            pair_arr = _grid_pairs(len(X), len(Yg))
 
         router = self._router(s)
         dsX = self._dataset(X, s)
@@ -751,6 +750,15 @@ def _symmetric(K, n, dtype):
 def _upper_pairs(n):
     """The pairs (i, j), i <= j < n, row by row (the order of ``np.triu_indices(n)``), as one array."""
     return _pairs.upper_pairs(n)
+
+
+def _grid_pairs(n1, n2):
+    """Every pair (i, j), i < n1, j < n2, row by row, as one (n1 n2, 2) int64 array written in place
+    (no index grids, stacking or cast: one pass over the pairs)."""
+    out = np.empty((n1, n2, 2), dtype=np.int64)
+    out[:, :, 0] = np.arange(n1)[:, None]
+    out[:, :, 1] = np.arange(n2)
+    return out.reshape(-1, 2)
 
 
 def _pair_array(pairs, n_first, n_second, second_name):
