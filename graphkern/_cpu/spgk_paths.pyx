@@ -200,7 +200,7 @@ cdef enum:
     STRUCTURE = 1
     WEIGHT = 2
     LABEL = 3
-# cells of a thread's triplet table in triplet_counts (1 MiB)
+# cells of a thread's triplet table in triplet_counts (2 MiB)
 cdef enum:
     TABLE_CELLS = 1 << 18
 # entries (row pointers, column indices, labels; triplets) a thread of a copying pass is started
@@ -418,7 +418,8 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     ``labels``: int64, a label id in ``[0, n_labels)`` per vertex of the batch.  Returns
     ``(row_offsets, la, lb, lengths, counts, self_dot)``: per graph its distinct triplets (label
     ids ``la``, ``lb``, length) with their counts (int64), sorted by ``(la, lb, length)``, and the
-    sum of its squared counts (float64, exact below 2**53).  Unordered paths are counted once under
+    sum of its squared counts (float64, exact below 2**53).  Hop counts of a graph with few distinct
+    labels go through a table, read in order; otherwise its unordered paths are counted once under
     their labels in increasing order (one sort of half the ordered pairs), then written out in both
     orders.
     """
@@ -426,21 +427,25 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef const int64_t[::1] lab = labels
     cdef int64_t G = len(node_offsets) - 1
     cdef Searches s = Searches(node_offsets, n_threads)
-    # hop counts (below the largest graph's size) with few label pairs: each graph's histogram in a
-    # per-thread table, only its touched cells read back and cleared, instead of a sort of its paths
+    # hop counts (below the graph's size) of a graph with few distinct labels: its histogram in a
+    # per-thread table over (its labels ranked, its labels ranked, hop count), counted in both
+    # directions and read back in order, instead of a sort of its paths
     cdef int64_t n_max = int(np.diff(node_offsets).max()) if G else 0
-    cdef bint tabulate = (weights is None and n_labels <= TABLE_CELLS and n_max <= TABLE_CELLS
-                          and n_labels * n_labels * n_max <= TABLE_CELLS)
-    cdef int32_t[:, ::1] cells = np.zeros((n_threads, n_labels * n_labels * n_max if tabulate else 1), np.int32)
+    cdef bint tabulate = weights is None and n_labels <= TABLE_CELLS
+    cdef int64_t m = min(n_labels, n_max)
+    cdef int64_t width = min(<int64_t>TABLE_CELLS, m * m * n_max) if tabulate else 1
+    cdef int64_t[:, ::1] cells = np.zeros((n_threads, width), np.int64)
+    cdef int32_t[:, ::1] rank = np.zeros((n_threads, n_labels if tabulate else 1), np.int32)  # rank + 1
+    cdef int64_t[:, ::1] present = np.empty((n_threads, max(1, m)), np.int64)
+    cdef int64_t[:, ::1] local = np.empty((n_threads, max(1, n_max)), np.int64)
     # thread t's vectors at t * SPREAD; out: its graphs' triplets, graph after graph
     cdef vector[vector[Key]] keys = vector[vector[Key]](n_threads * SPREAD)
-    cdef vector[vector[int64_t]] touched = vector[vector[int64_t]](n_threads * SPREAD)
     cdef vector[vector[Item]] runs = vector[vector[Item]](n_threads * SPREAD)
     cdef vector[vector[Item]] out = vector[vector[Item]](n_threads * SPREAD)
     cdef int64_t[::1] owner = np.empty(G, np.int64)
     cdef int64_t[::1] begin = np.empty(G, np.int64)
     cdef int64_t[::1] found = np.empty(G, np.int64)
-    cdef int64_t g, n, base, i, j, la, lb, x, y, run, code
+    cdef int64_t g, n, base, i, j, la, lb, x, y, run, code, L, d, top, c
     cdef int32_t a, b
     cdef int t, v
     with nogil, parallel(num_threads=n_threads):
@@ -449,29 +454,52 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
         for g in prange(G, schedule="dynamic", chunksize=16):
             n = p.node_offsets[g + 1] - p.node_offsets[g]
             base = p.node_offsets[g]
-            keys[v].clear()
-            runs[v].clear()  # each (unordered label pair, length) of the graph and its number of paths
-            for a in range(n - 1):
-                s.run(&p, g, a, t)
-                la = lab[base + a]
-                for b in range(a + 1, n):
-                    if s.dist[t, b] < INFINITY:
-                        lb = lab[base + b]
-                        if tabulate:
-                            code = (min(la, lb) * n_labels + max(la, lb)) * n_max + <int64_t>s.dist[t, b]
-                            if cells[t, code] == 0:
-                                touched[v].push_back(code)
-                            cells[t, code] += 1
-                        else:
-                            keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
-            if tabulate:
-                sort(touched[v].begin(), touched[v].end())
-                for i in range(<int64_t>touched[v].size()):
-                    code = touched[v][i]
-                    runs[v].push_back(Item(Key(code // n_max, length_bits(<double>(code % n_max))), cells[t, code]))
-                    cells[t, code] = 0
-                touched[v].clear()
+            owner[g] = v
+            begin[g] = out[v].size()
+            L = 0
+            if tabulate:  # the graph's distinct labels, in order, and each vertex's rank among them
+                for i in range(n):
+                    la = lab[base + i]
+                    if rank[t, la] == 0:
+                        rank[t, la] = 1
+                        present[t, L] = la
+                        L = L + 1
+                sort(&present[t, 0], &present[t, 0] + L)
+                for i in range(L):
+                    rank[t, present[t, i]] = <int32_t>(i + 1)
+                for i in range(n):
+                    local[t, i] = rank[t, lab[base + i]] - 1
+                for i in range(L):
+                    rank[t, present[t, i]] = 0
+            # the table's scan costs about a sort when it has a few cells per vertex pair
+            if tabulate and L * L * n <= min(<int64_t>TABLE_CELLS, 4 * n * n + 256):
+                top = 0
+                for a in range(n - 1):
+                    s.run(&p, g, a, t)
+                    x = local[t, a] * L
+                    for b in range(a + 1, n):
+                        if s.dist[t, b] < INFINITY:
+                            d = <int64_t>s.dist[t, b]
+                            top = max(top, d)
+                            cells[t, (x + local[t, b]) * n + d] += 1
+                            cells[t, (local[t, b] * L + local[t, a]) * n + d] += 1
+                for code in range(L * L):
+                    for d in range(top + 1):
+                        c = cells[t, code * n + d]
+                        if c:
+                            cells[t, code * n + d] = 0
+                            out[v].push_back(Item(Key(present[t, code // L] * n_labels + present[t, code % L],
+                                                      length_bits(<double>d)), c))
             else:
+                keys[v].clear()
+                runs[v].clear()  # each (unordered label pair, length) of the graph and its number of paths
+                for a in range(n - 1):
+                    s.run(&p, g, a, t)
+                    la = lab[base + a]
+                    for b in range(a + 1, n):
+                        if s.dist[t, b] < INFINITY:
+                            lb = lab[base + b]
+                            keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
                 sort(keys[v].begin(), keys[v].end())
                 i = 0
                 while i < <int64_t>keys[v].size():
@@ -480,19 +508,17 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
                         j = j + 1
                     runs[v].push_back(Item(keys[v][i], j - i))
                     i = j
-            owner[g] = v
-            begin[g] = out[v].size()
-            for i in range(<int64_t>runs[v].size()):
-                run = runs[v][i].second
-                x = runs[v][i].first.first // n_labels
-                y = runs[v][i].first.first % n_labels
-                if x == y:
-                    out[v].push_back(Item(runs[v][i].first, 2 * run))
-                else:
-                    out[v].push_back(runs[v][i])
-                    out[v].push_back(Item(Key(y * n_labels + x, runs[v][i].first.second), run))
-            # in (la, lb, length) order: the columns of a feature matrix come out sorted in each row
-            sort(out[v].begin() + begin[g], out[v].end())
+                for i in range(<int64_t>runs[v].size()):
+                    run = runs[v][i].second
+                    x = runs[v][i].first.first // n_labels
+                    y = runs[v][i].first.first % n_labels
+                    if x == y:
+                        out[v].push_back(Item(runs[v][i].first, 2 * run))
+                    else:
+                        out[v].push_back(runs[v][i])
+                        out[v].push_back(Item(Key(y * n_labels + x, runs[v][i].first.second), run))
+                # in (la, lb, length) order: the columns of a feature matrix come out sorted in each row
+                sort(out[v].begin() + begin[g], out[v].end())
             found[g] = <int64_t>out[v].size() - begin[g]
     row_offsets = np.zeros(G + 1, np.int64)
     np.cumsum(np.asarray(found), out=row_offsets[1:])
