@@ -130,6 +130,10 @@ def test_hop_counts_by_table_equal_the_sort(rng, n_labels):
     from graphkern._cpu import spgk_paths
 
     graphs = random_graphs(rng, 50, weighted=False, n_labels=n_labels)
+    for n in (65, 90):  # beyond the 64 vertices of a bit-set search: trees with a few more edges
+        edges = {(int(rng.integers(0, i)), i) for i in range(1, n)}
+        edges |= {tuple(sorted(rng.integers(0, n, 2))) for _ in range(5)}
+        graphs.append(Graph.from_edges(sorted(edges), n, node_labels={"a": rng.integers(0, n_labels, n)}))
     structure, labels = features.pack(graphs, str, DiracNode("a"), 2)
     distinct, ids = features._label_ids(labels)
     weighted = structure[:4] + (np.ones(len(structure[3])),)

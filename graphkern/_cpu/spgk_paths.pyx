@@ -112,6 +112,15 @@ cdef extern from *:
     int count_trailing_zeros "__builtin_ctzll"(unsigned long long x) nogil
 
 
+cdef inline uint64_t next_level(const uint64_t* adjacent, uint64_t frontier, uint64_t seen) noexcept nogil:
+    """The vertices one step beyond ``frontier`` not in ``seen``: the union of its rows, less ``seen``."""
+    cdef uint64_t level = 0
+    while frontier:
+        level |= adjacent[count_trailing_zeros(frontier)]
+        frontier &= frontier - 1
+    return level & ~seen
+
+
 cdef void bit_search(const uint64_t* adjacent, int64_t n, int32_t s, double* dist) noexcept nogil:
     """Breadth-first search of a graph of at most 64 vertices as bit sets: ``adjacent[u]`` holds
     ``u``'s neighbours, a level is the union of its frontier's rows less the vertices seen."""
@@ -123,12 +132,7 @@ cdef void bit_search(const uint64_t* adjacent, int64_t n, int32_t s, double* dis
     dist[s] = 0.0
     while frontier:
         d += 1.0
-        rest = frontier
-        frontier = 0
-        while rest:
-            frontier |= adjacent[count_trailing_zeros(rest)]
-            rest &= rest - 1
-        frontier &= ~seen
+        frontier = next_level(adjacent, frontier, seen)
         seen |= frontier
         rest = frontier
         while rest:
@@ -156,14 +160,12 @@ cdef class Searches:
         self.built = np.full(n_threads * SPREAD, -1, np.int64)
         self.heaps = vector[vector[HeapItem]](n_threads * SPREAD)
 
-    cdef inline void run(self, const Packed* p, int64_t g, int32_t source, int t) noexcept nogil:
+    cdef inline const uint64_t* rows(self, const Packed* p, int64_t g, int t) noexcept nogil:
+        """Thread ``t``'s bit-set rows of unweighted graph ``g`` (at most 64 vertices), built once."""
         cdef int64_t n = p.node_offsets[g + 1] - p.node_offsets[g], u, k
         cdef const int64_t* rp
         cdef const int32_t* col
         cdef uint64_t row
-        if p.weights != NULL or n > 64:
-            single_source(p, g, source, &self.dist[t, 0], &self.queue[t, 0], &self.heaps[t * SPREAD])
-            return
         if self.built[t * SPREAD] != g:
             rp = p.indptr + p.node_offsets[g] + g
             col = p.indices + p.edge_offsets[g]
@@ -173,7 +175,13 @@ cdef class Searches:
                     row |= (<uint64_t>1) << col[k]
                 self.adjacent[t, u] = row
             self.built[t * SPREAD] = g
-        bit_search(&self.adjacent[t, 0], n, source, &self.dist[t, 0])
+        return &self.adjacent[t, 0]
+
+    cdef inline void run(self, const Packed* p, int64_t g, int32_t source, int t) noexcept nogil:
+        if p.weights != NULL or p.node_offsets[g + 1] - p.node_offsets[g] > 64:
+            single_source(p, g, source, &self.dist[t, 0], &self.queue[t, 0], &self.heaps[t * SPREAD])
+        else:
+            bit_search(self.rows(p, g, t), p.node_offsets[g + 1] - p.node_offsets[g], source, &self.dist[t, 0])
 
 
 cdef Packed _packed(node_offsets, edge_offsets, indptr, indices, weights):
@@ -448,6 +456,8 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef int64_t g, n, base, i, j, la, lb, x, y, run, code, L, d, top, c
     cdef int32_t a, b
     cdef int t, v
+    cdef const uint64_t* adjacent
+    cdef uint64_t seen, level, rest
     with nogil, parallel(num_threads=n_threads):
         t = threadid()
         v = t * SPREAD
@@ -475,14 +485,31 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
             if tabulate and L * L * n <= min(<int64_t>TABLE_CELLS, 4 * n * n + 256):
                 top = 0
                 for a in range(n - 1):
-                    s.run(&p, g, a, t)
                     x = local[t, a] * L
-                    for b in range(a + 1, n):
-                        if s.dist[t, b] < INFINITY:
-                            d = <int64_t>s.dist[t, b]
-                            top = max(top, d)
-                            cells[t, (x + local[t, b]) * n + d] += 1
-                            cells[t, (local[t, b] * L + local[t, a]) * n + d] += 1
+                    if n <= 64:  # level by level as bit sets, each level's vertices above a counted
+                        adjacent = s.rows(&p, g, t)
+                        seen = (<uint64_t>1) << a
+                        level = seen
+                        d = 0
+                        while level:
+                            d = d + 1
+                            level = next_level(adjacent, level, seen)
+                            seen = seen | level  # (not |=: inside prange that would be a reduction)
+                            rest = level & ~(((<uint64_t>2) << a) - 1)
+                            while rest:
+                                b = count_trailing_zeros(rest)
+                                rest = rest & (rest - 1)
+                                cells[t, (x + local[t, b]) * n + d] += 1
+                                cells[t, (local[t, b] * L + local[t, a]) * n + d] += 1
+                        top = max(top, d - 1)
+                    else:
+                        s.run(&p, g, a, t)
+                        for b in range(a + 1, n):
+                            if s.dist[t, b] < INFINITY:
+                                d = <int64_t>s.dist[t, b]
+                                top = max(top, d)
+                                cells[t, (x + local[t, b]) * n + d] += 1
+                                cells[t, (local[t, b] * L + local[t, a]) * n + d] += 1
                 for code in range(L * L):
                     for d in range(top + 1):
                         c = cells[t, code * n + d]
