@@ -15,6 +15,8 @@ parallel region, one slice per thread.
 """
 
 cimport numpy as cnp
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
@@ -230,6 +232,12 @@ cdef struct Source:
     bint check               # not known valid: check the structure while copying it
 
 
+cdef inline object _get(object mapping, object key):
+    """``mapping.get(key)`` for a dict (or a subclass that keeps dict's lookup), without a method call."""
+    cdef PyObject* found = PyDict_GetItem(mapping, key)
+    return None if found == NULL else <object>found
+
+
 cdef object _as_c(object arr, int typenum, list keep):
     """``arr`` itself when it is a C-contiguous array of ``typenum``, else a converted copy kept in ``keep``."""
     if cnp.PyArray_Check(arr) and cnp.PyArray_IS_C_CONTIGUOUS(arr) and cnp.PyArray_TYPE(arr) == typenum:
@@ -271,7 +279,7 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
             return None, None, None, None, None, None, problems_out
         s = &src[g]
         cache = graph._cache
-        s.check = not (cache.get("valid") or cache.get("indices_valid"))
+        s.check = not (_get(cache, "valid") or _get(cache, "indices_valid"))
         arr = graph._indptr
         if not (cnp.PyArray_Check(arr) and cnp.PyArray_TYPE(arr) == cnp.NPY_INT32):
             arr = _as_c(arr, cnp.NPY_INT64, keep)
@@ -292,7 +300,7 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
         if k:
             node_labels = graph._node_labels
             for c in range(k):
-                arr = node_labels.get(columns[c])
+                arr = _get(node_labels, columns[c])
                 lab[g * k + c] = NULL
                 if (arr is None or not cnp.PyArray_Check(arr) or cnp.PyArray_NDIM(arr) != 1
                         or not cnp.PyArray_ISINTEGER(arr) or cnp.PyArray_DIM(arr, 0) != s.n):
