@@ -37,6 +37,8 @@ ctypedef pair[double, int32_t] HeapItem      # (-distance, vertex): std heaps ar
 cdef extern from "<algorithm>" namespace "std" nogil:
     void push_heap[It](It first, It last)
     void pop_heap[It](It first, It last)
+    It unique[It](It first, It last)
+    It lower_bound[It, T](It first, It last, const T& value)
 
 
 # per-thread std::vector headers (24 bytes each) are kept this many apart: packed side by side,
@@ -447,13 +449,11 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     # per-thread table over (its labels ranked, its labels ranked, hop count), counted in both
     # directions and read back in order, instead of a sort of its paths
     cdef int64_t n_max = int(np.diff(node_offsets).max()) if G else 0
-    cdef bint tabulate = weights is None and n_labels <= TABLE_CELLS
-    cdef int64_t m = min(n_labels, n_max)
-    cdef int64_t width = min(<int64_t>TABLE_CELLS, m * m * n_max) if tabulate else 1
-    cdef int64_t[:, ::1] cells = np.zeros((n_threads, width), np.int64)
-    cdef int32_t[:, ::1] rank = np.zeros((n_threads, n_labels if tabulate else 1), np.int32)  # rank + 1
-    cdef int64_t[:, ::1] present = np.empty((n_threads, max(1, m)), np.int64)
-    cdef int64_t[:, ::1] local = np.empty((n_threads, max(1, n_max)), np.int64)
+    cdef bint hops = weights is None
+    cdef int64_t m = min(n_labels, n_max) if hops else 0
+    cdef int64_t[:, ::1] cells = np.zeros((n_threads, min(<int64_t>TABLE_CELLS, m * m * n_max)), np.int64)
+    cdef int64_t[:, ::1] present = np.empty((n_threads, max(1, n_max)), np.int64)  # a graph's labels
+    cdef int64_t[:, ::1] local = np.empty((n_threads, max(1, n_max)), np.int64)  # their ranks
     # thread t's vectors at t * SPREAD; out: its graphs' triplets, graph after graph
     cdef vector[vector[Key]] keys = vector[vector[Key]](n_threads * SPREAD)
     cdef vector[vector[Item]] runs = vector[vector[Item]](n_threads * SPREAD)
@@ -475,22 +475,14 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
             owner[g] = v
             begin[g] = out[v].size()
             L = 0
-            if tabulate:  # the graph's distinct labels, in order, and each vertex's rank among them
+            if hops:  # the graph's distinct labels, in order, and each vertex's rank among them
+                memcpy(&present[t, 0], &lab[base], n * sizeof(int64_t))
+                sort(&present[t, 0], &present[t, 0] + n)
+                L = unique(&present[t, 0], &present[t, 0] + n) - &present[t, 0]
                 for i in range(n):
-                    la = lab[base + i]
-                    if rank[t, la] == 0:
-                        rank[t, la] = 1
-                        present[t, L] = la
-                        L = L + 1
-                sort(&present[t, 0], &present[t, 0] + L)
-                for i in range(L):
-                    rank[t, present[t, i]] = <int32_t>(i + 1)
-                for i in range(n):
-                    local[t, i] = rank[t, lab[base + i]] - 1
-                for i in range(L):
-                    rank[t, present[t, i]] = 0
+                    local[t, i] = lower_bound(&present[t, 0], &present[t, 0] + L, lab[base + i]) - &present[t, 0]
             # the table's scan costs about a sort when it has a few cells per vertex pair
-            if tabulate and L * L * n <= min(<int64_t>TABLE_CELLS, 4 * n * n + 256):
+            if hops and L * L * n <= min(<int64_t>TABLE_CELLS, 4 * n * n + 256):
                 top = 0
                 for a in range(n - 1):
                     x = local[t, a] * L
