@@ -125,11 +125,15 @@ def test_triplet_rows_sorted_and_counted_as_numpy_does(rng, columns):
 
 @pytest.mark.parametrize("n_labels", [1, 3, 40])
 def test_hop_counts_by_table_equal_the_sort(rng, n_labels):
-    """Unweighted graphs counted through the per-thread table (few label pairs) and, given unit
-    weights, through the sort of their paths: the same triplets, counts and order."""
+    """Unweighted graphs counted through the per-thread table (graphs with few distinct labels) and,
+    given unit weights, through the sort of their paths: the same triplets, counts and order."""
     from graphkern._cpu import spgk_paths
 
     graphs = random_graphs(rng, 50, weighted=False, n_labels=n_labels)
+    for n in (65, 90):  # beyond the 64 vertices of a bit-set search: trees with a few more edges
+        edges = {(int(rng.integers(0, i)), i) for i in range(1, n)}
+        edges |= {tuple(sorted(rng.integers(0, n, 2))) for _ in range(5)}
+        graphs.append(Graph.from_edges(sorted(edges), n, node_labels={"a": rng.integers(0, n_labels, n)}))
     structure, labels = features.pack(graphs, str, DiracNode("a"), 2)
     distinct, ids = features._label_ids(labels)
     weighted = structure[:4] + (np.ones(len(structure[3])),)
@@ -139,7 +143,10 @@ def test_hop_counts_by_table_equal_the_sort(rng, n_labels):
         for a, b in zip(table, sort):
             assert a.dtype == b.dtype
             np.testing.assert_array_equal(a, b)
-    assert len(distinct) ** 2 * max(g.n_nodes for g in graphs) <= 1 << 18  # the table was used
+    # the graphs the table took (its rule): all of them with few labels, some with many
+    table = [len(np.unique(g.node_labels["a"])) ** 2 * g.n_nodes <= min(1 << 18, 4 * g.n_nodes ** 2 + 256)
+             for g in graphs]
+    assert all(table) if n_labels <= 3 else any(table) and not all(table)
 
 
 def test_length_numbering_by_table_and_by_sort(rng):

@@ -15,6 +15,8 @@ parallel region, one slice per thread.
 """
 
 cimport numpy as cnp
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
@@ -35,6 +37,8 @@ ctypedef pair[double, int32_t] HeapItem      # (-distance, vertex): std heaps ar
 cdef extern from "<algorithm>" namespace "std" nogil:
     void push_heap[It](It first, It last)
     void pop_heap[It](It first, It last)
+    It unique[It](It first, It last)
+    It lower_bound[It, T](It first, It last, const T& value)
 
 
 # per-thread std::vector headers (24 bytes each) are kept this many apart: packed side by side,
@@ -112,6 +116,15 @@ cdef extern from *:
     int count_trailing_zeros "__builtin_ctzll"(unsigned long long x) nogil
 
 
+cdef inline uint64_t next_level(const uint64_t* adjacent, uint64_t frontier, uint64_t seen) noexcept nogil:
+    """The vertices one step beyond ``frontier`` not in ``seen``: the union of its rows, less ``seen``."""
+    cdef uint64_t level = 0
+    while frontier:
+        level |= adjacent[count_trailing_zeros(frontier)]
+        frontier &= frontier - 1
+    return level & ~seen
+
+
 cdef void bit_search(const uint64_t* adjacent, int64_t n, int32_t s, double* dist) noexcept nogil:
     """Breadth-first search of a graph of at most 64 vertices as bit sets: ``adjacent[u]`` holds
     ``u``'s neighbours, a level is the union of its frontier's rows less the vertices seen."""
@@ -123,12 +136,7 @@ cdef void bit_search(const uint64_t* adjacent, int64_t n, int32_t s, double* dis
     dist[s] = 0.0
     while frontier:
         d += 1.0
-        rest = frontier
-        frontier = 0
-        while rest:
-            frontier |= adjacent[count_trailing_zeros(rest)]
-            rest &= rest - 1
-        frontier &= ~seen
+        frontier = next_level(adjacent, frontier, seen)
         seen |= frontier
         rest = frontier
         while rest:
@@ -156,14 +164,12 @@ cdef class Searches:
         self.built = np.full(n_threads * SPREAD, -1, np.int64)
         self.heaps = vector[vector[HeapItem]](n_threads * SPREAD)
 
-    cdef inline void run(self, const Packed* p, int64_t g, int32_t source, int t) noexcept nogil:
+    cdef inline const uint64_t* rows(self, const Packed* p, int64_t g, int t) noexcept nogil:
+        """Thread ``t``'s bit-set rows of unweighted graph ``g`` (at most 64 vertices), built once."""
         cdef int64_t n = p.node_offsets[g + 1] - p.node_offsets[g], u, k
         cdef const int64_t* rp
         cdef const int32_t* col
         cdef uint64_t row
-        if p.weights != NULL or n > 64:
-            single_source(p, g, source, &self.dist[t, 0], &self.queue[t, 0], &self.heaps[t * SPREAD])
-            return
         if self.built[t * SPREAD] != g:
             rp = p.indptr + p.node_offsets[g] + g
             col = p.indices + p.edge_offsets[g]
@@ -173,7 +179,13 @@ cdef class Searches:
                     row |= (<uint64_t>1) << col[k]
                 self.adjacent[t, u] = row
             self.built[t * SPREAD] = g
-        bit_search(&self.adjacent[t, 0], n, source, &self.dist[t, 0])
+        return &self.adjacent[t, 0]
+
+    cdef inline void run(self, const Packed* p, int64_t g, int32_t source, int t) noexcept nogil:
+        if p.weights != NULL or p.node_offsets[g + 1] - p.node_offsets[g] > 64:
+            single_source(p, g, source, &self.dist[t, 0], &self.queue[t, 0], &self.heaps[t * SPREAD])
+        else:
+            bit_search(self.rows(p, g, t), p.node_offsets[g + 1] - p.node_offsets[g], source, &self.dist[t, 0])
 
 
 cdef Packed _packed(node_offsets, edge_offsets, indptr, indices, weights):
@@ -200,7 +212,7 @@ cdef enum:
     STRUCTURE = 1
     WEIGHT = 2
     LABEL = 3
-# cells of a thread's triplet table in triplet_counts (1 MiB)
+# cells of a thread's triplet table in triplet_counts (2 MiB)
 cdef enum:
     TABLE_CELLS = 1 << 18
 # entries (row pointers, column indices, labels; triplets) a thread of a copying pass is started
@@ -220,6 +232,12 @@ cdef struct Source:
     int64_t nnz
     bint wide
     bint check               # not known valid: check the structure while copying it
+
+
+cdef inline object _get(object mapping, object key):
+    """``mapping.get(key)`` for a dict (or a subclass that keeps dict's lookup), without a method call."""
+    cdef PyObject* found = PyDict_GetItem(mapping, key)
+    return None if found == NULL else <object>found
 
 
 cdef object _as_c(object arr, int typenum, list keep):
@@ -263,7 +281,7 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
             return None, None, None, None, None, None, problems_out
         s = &src[g]
         cache = graph._cache
-        s.check = not (cache.get("valid") or cache.get("indices_valid"))
+        s.check = not (_get(cache, "valid") or _get(cache, "indices_valid"))
         arr = graph._indptr
         if not (cnp.PyArray_Check(arr) and cnp.PyArray_TYPE(arr) == cnp.NPY_INT32):
             arr = _as_c(arr, cnp.NPY_INT64, keep)
@@ -284,7 +302,7 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
         if k:
             node_labels = graph._node_labels
             for c in range(k):
-                arr = node_labels.get(columns[c])
+                arr = _get(node_labels, columns[c])
                 lab[g * k + c] = NULL
                 if (arr is None or not cnp.PyArray_Check(arr) or cnp.PyArray_NDIM(arr) != 1
                         or not cnp.PyArray_ISINTEGER(arr) or cnp.PyArray_DIM(arr, 0) != s.n):
@@ -418,7 +436,8 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     ``labels``: int64, a label id in ``[0, n_labels)`` per vertex of the batch.  Returns
     ``(row_offsets, la, lb, lengths, counts, self_dot)``: per graph its distinct triplets (label
     ids ``la``, ``lb``, length) with their counts (int64), sorted by ``(la, lb, length)``, and the
-    sum of its squared counts (float64, exact below 2**53).  Unordered paths are counted once under
+    sum of its squared counts (float64, exact below 2**53).  Hop counts of a graph with few distinct
+    labels go through a table, read in order; otherwise its unordered paths are counted once under
     their labels in increasing order (one sort of half the ordered pairs), then written out in both
     orders.
     """
@@ -426,52 +445,88 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef const int64_t[::1] lab = labels
     cdef int64_t G = len(node_offsets) - 1
     cdef Searches s = Searches(node_offsets, n_threads)
-    # hop counts (below the largest graph's size) with few label pairs: each graph's histogram in a
-    # per-thread table, only its touched cells read back and cleared, instead of a sort of its paths
+    # hop counts (below the graph's size) of a graph with few distinct labels: its histogram in a
+    # per-thread table over (its labels ranked, its labels ranked, hop count), counted in both
+    # directions and read back in order, instead of a sort of its paths
     cdef int64_t n_max = int(np.diff(node_offsets).max()) if G else 0
-    cdef bint tabulate = (weights is None and n_labels <= TABLE_CELLS and n_max <= TABLE_CELLS
-                          and n_labels * n_labels * n_max <= TABLE_CELLS)
-    cdef int32_t[:, ::1] cells = np.zeros((n_threads, n_labels * n_labels * n_max if tabulate else 1), np.int32)
+    cdef bint hops = weights is None
+    cdef int64_t m = min(n_labels, n_max) if hops else 0
+    cdef int64_t[:, ::1] cells = np.zeros((n_threads, min(<int64_t>TABLE_CELLS, m * m * n_max)), np.int64)
+    cdef int64_t[:, ::1] present = np.empty((n_threads, max(1, n_max)), np.int64)  # a graph's labels
+    cdef int64_t[:, ::1] local = np.empty((n_threads, max(1, n_max)), np.int64)  # their ranks
     # thread t's vectors at t * SPREAD; out: its graphs' triplets, graph after graph
     cdef vector[vector[Key]] keys = vector[vector[Key]](n_threads * SPREAD)
-    cdef vector[vector[int64_t]] touched = vector[vector[int64_t]](n_threads * SPREAD)
     cdef vector[vector[Item]] runs = vector[vector[Item]](n_threads * SPREAD)
     cdef vector[vector[Item]] out = vector[vector[Item]](n_threads * SPREAD)
     cdef int64_t[::1] owner = np.empty(G, np.int64)
     cdef int64_t[::1] begin = np.empty(G, np.int64)
     cdef int64_t[::1] found = np.empty(G, np.int64)
-    cdef int64_t g, n, base, i, j, la, lb, x, y, run, code
+    cdef int64_t g, n, base, i, j, la, lb, x, y, run, code, L, d, top, c
     cdef int32_t a, b
     cdef int t, v
+    cdef const uint64_t* adjacent
+    cdef uint64_t seen, level, rest
     with nogil, parallel(num_threads=n_threads):
         t = threadid()
         v = t * SPREAD
         for g in prange(G, schedule="dynamic", chunksize=16):
             n = p.node_offsets[g + 1] - p.node_offsets[g]
             base = p.node_offsets[g]
-            keys[v].clear()
-            runs[v].clear()  # each (unordered label pair, length) of the graph and its number of paths
-            for a in range(n - 1):
-                s.run(&p, g, a, t)
-                la = lab[base + a]
-                for b in range(a + 1, n):
-                    if s.dist[t, b] < INFINITY:
-                        lb = lab[base + b]
-                        if tabulate:
-                            code = (min(la, lb) * n_labels + max(la, lb)) * n_max + <int64_t>s.dist[t, b]
-                            if cells[t, code] == 0:
-                                touched[v].push_back(code)
-                            cells[t, code] += 1
-                        else:
-                            keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
-            if tabulate:
-                sort(touched[v].begin(), touched[v].end())
-                for i in range(<int64_t>touched[v].size()):
-                    code = touched[v][i]
-                    runs[v].push_back(Item(Key(code // n_max, length_bits(<double>(code % n_max))), cells[t, code]))
-                    cells[t, code] = 0
-                touched[v].clear()
+            owner[g] = v
+            begin[g] = out[v].size()
+            L = 0
+            if hops:  # the graph's distinct labels, in order, and each vertex's rank among them
+                memcpy(&present[t, 0], &lab[base], n * sizeof(int64_t))
+                sort(&present[t, 0], &present[t, 0] + n)
+                L = unique(&present[t, 0], &present[t, 0] + n) - &present[t, 0]
+                for i in range(n):
+                    local[t, i] = lower_bound(&present[t, 0], &present[t, 0] + L, lab[base + i]) - &present[t, 0]
+            # the table's scan costs about a sort when it has a few cells per vertex pair
+            if hops and L * L * n <= min(<int64_t>TABLE_CELLS, 4 * n * n + 256):
+                top = 0
+                for a in range(n - 1):
+                    x = local[t, a] * L
+                    if n <= 64:  # level by level as bit sets, each level's vertices above a counted
+                        adjacent = s.rows(&p, g, t)
+                        seen = (<uint64_t>1) << a
+                        level = seen
+                        d = 0
+                        while level:
+                            d = d + 1
+                            level = next_level(adjacent, level, seen)
+                            seen = seen | level  # (not |=: inside prange that would be a reduction)
+                            rest = level & ~(((<uint64_t>2) << a) - 1)
+                            while rest:
+                                b = count_trailing_zeros(rest)
+                                rest = rest & (rest - 1)
+                                cells[t, (x + local[t, b]) * n + d] += 1
+                                cells[t, (local[t, b] * L + local[t, a]) * n + d] += 1
+                        top = max(top, d - 1)
+                    else:
+                        s.run(&p, g, a, t)
+                        for b in range(a + 1, n):
+                            if s.dist[t, b] < INFINITY:
+                                d = <int64_t>s.dist[t, b]
+                                top = max(top, d)
+                                cells[t, (x + local[t, b]) * n + d] += 1
+                                cells[t, (local[t, b] * L + local[t, a]) * n + d] += 1
+                for code in range(L * L):
+                    for d in range(top + 1):
+                        c = cells[t, code * n + d]
+                        if c:
+                            cells[t, code * n + d] = 0
+                            out[v].push_back(Item(Key(present[t, code // L] * n_labels + present[t, code % L],
+                                                      length_bits(<double>d)), c))
             else:
+                keys[v].clear()
+                runs[v].clear()  # each (unordered label pair, length) of the graph and its number of paths
+                for a in range(n - 1):
+                    s.run(&p, g, a, t)
+                    la = lab[base + a]
+                    for b in range(a + 1, n):
+                        if s.dist[t, b] < INFINITY:
+                            lb = lab[base + b]
+                            keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
                 sort(keys[v].begin(), keys[v].end())
                 i = 0
                 while i < <int64_t>keys[v].size():
@@ -480,19 +535,17 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
                         j = j + 1
                     runs[v].push_back(Item(keys[v][i], j - i))
                     i = j
-            owner[g] = v
-            begin[g] = out[v].size()
-            for i in range(<int64_t>runs[v].size()):
-                run = runs[v][i].second
-                x = runs[v][i].first.first // n_labels
-                y = runs[v][i].first.first % n_labels
-                if x == y:
-                    out[v].push_back(Item(runs[v][i].first, 2 * run))
-                else:
-                    out[v].push_back(runs[v][i])
-                    out[v].push_back(Item(Key(y * n_labels + x, runs[v][i].first.second), run))
-            # in (la, lb, length) order: the columns of a feature matrix come out sorted in each row
-            sort(out[v].begin() + begin[g], out[v].end())
+                for i in range(<int64_t>runs[v].size()):
+                    run = runs[v][i].second
+                    x = runs[v][i].first.first // n_labels
+                    y = runs[v][i].first.first % n_labels
+                    if x == y:
+                        out[v].push_back(Item(runs[v][i].first, 2 * run))
+                    else:
+                        out[v].push_back(runs[v][i])
+                        out[v].push_back(Item(Key(y * n_labels + x, runs[v][i].first.second), run))
+                # in (la, lb, length) order: the columns of a feature matrix come out sorted in each row
+                sort(out[v].begin() + begin[g], out[v].end())
             found[g] = <int64_t>out[v].size() - begin[g]
     row_offsets = np.zeros(G + 1, np.int64)
     np.cumsum(np.asarray(found), out=row_offsets[1:])

@@ -15,7 +15,7 @@ from graphkern.basekernels.shortest_path import node_features
 # packed batches a kernel object keeps: a Gram matrix needs one, transform two (the fitted graphs'
 # and the new ones), normalize's diagonals no more
 BATCH_CACHE_SIZE = 4
-_NODE_LABELS = operator.attrgetter("node_labels")
+_NODE_LABELS = operator.attrgetter("_node_labels")  # the slot: no Python frame per graph
 _CALL = operator.methodcaller("__call__")  # a weak reference's referent
 # a batch keeps its pair lists up to this many pairs (16 MiB; a Gram matrix of 1,448 graphs)
 _PAIRS_KEPT = 1 << 20
@@ -142,7 +142,7 @@ class BatchCache:
         # the column objects themselves (held by the entry, so no id is reused while it lives), one
         # list per column; map over C callables, no Python frame per graph
         node_labels = list(map(_NODE_LABELS, graphs)) if columns else ()
-        labels = [list(map(operator.methodcaller("get", c), node_labels)) for c in columns]
+        labels = [list(map(dict.get, node_labels, itertools.repeat(c))) for c in columns]
         key = (tuple(map(id, graphs)), _node_kernel_key(node_kernel))
         entries = self._entries
         entry = entries.pop(key, None)
