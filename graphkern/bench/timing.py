@@ -32,9 +32,12 @@ def first_calls(prepare, call, repeat):
     timed on the host clock (the last ``args`` and ``result`` returned).  The garbage of preparing
     them (a list of fresh graphs is thousands of objects) is collected before each timed call, so a
     collection that preparing set off does not land in the call; collections the call sets off
-    itself stay in its time.  (``timeit`` keeps the collector out of its timings altogether.)"""
-    seconds, out = [], None
+    itself stay in its time.  (``timeit`` keeps the collector out of its timings altogether.)  The
+    last call's inputs and result are released before the next are made, as between warm calls, so
+    that first and warm calls find the same memory."""
+    seconds, args, out = [], None, None
     for _ in range(repeat):
+        args = out = None
         args = prepare()
         gc.collect()
         t0 = time.perf_counter()
