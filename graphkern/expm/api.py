@@ -105,7 +105,7 @@ tolerance, the answer comes with ``converged=False``, a RuntimeWarning and its v
 ``info.unresolved`` (graphkern.expm.replay).
 
 sinh where beta times entries of A falls below float64's normal range: a single vertex's
-sinh(beta a_ii) x_i is taken in logarithms, and where |beta| ||A||_inf <= 2^-LINEAR_SINH_EXPONENT the
+sinh(beta a_ii) x_i is taken in logarithms, and where |beta| ||A||_inf <= 2^-60 the (graphkern.expm.tiny)
 answer is beta A x (one SpMV on the host, ``info.spmv == "host"``; the next term is below its
 rounding) with |beta|, A's scale and max|x| joined in logarithms, where beta / scale itself may be
 subnormal.
@@ -132,6 +132,7 @@ from graphkern.expm.lanczos import (BREAKDOWN_ULPS, CsrMatrix, MatrixFunction, O
 from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_variant
 from graphkern.expm.replay import (COUPLING, NOISE, UNDERFLOW, breakdown_residual, norm_floor,
                                    small_entries_share)
+from graphkern.expm.tiny import linear_sinh, sinh_of_products
 from graphkern.graph import Graph, as_csr_matrix
 
 __all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo", "clear_cache", "cache_info"]
@@ -451,11 +452,14 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         reorder = choose_reorder(mat) if reorder == "auto" else reorder
     if backend == "cpu" or reorder == "auto":
         reorder = "none"
-    if fn.name == "sinh" and normalize is None and peak > 0.0:
-        linear = _linear_sinh(mat, beta, x_unit, peak, dtype, caller, n_threads, t_start, validate_seconds, backend,
-                              devices, cached)
-        if linear is not None:
-            return linear
+    linear = linear_sinh(mat, beta, x_unit, peak, n_threads) if fn.name == "sinh" and normalize is None else None
+    if linear is not None:  # beta A x, one SpMV on the host (graphkern.expm.tiny)
+        y, log_scale = finish_on_host(linear[0], OutputScaling(linear[1], 0.0, dtype, True, caller))
+        total = time.perf_counter() - t_start
+        times = {"total": total, "validate": validate_seconds, "setup": total, "spmv": 0.0, "vector": 0.0}
+        return y, ExpmInfo(1, 0.0, True, False, log_scale, float("nan"), times=times, spmv="host", backend=backend,
+                           devices=devices, basis="none", dtype=np.dtype(dtype).name, n_spmv=1, cached=cached,
+                           reorder="none")
     call = _Call(mat, cached, fn, beta, tol, k_max, check_every, dtype, n_threads, basis, variant, reorder, backend,
                  devices, exchange, task_grid, caller, normalize, verbose, t_start)
     call.validate_seconds = validate_seconds
@@ -520,38 +524,6 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         info = replace(info, converged=False, error_estimate=max(info.error_estimate, floor))
     if not info.converged:
         info = replace(info, unresolved=np.arange(n, dtype=np.int64))
-    return y, info
-
-
-# |beta| ||A||_inf at most 2^-LINEAR_SINH_EXPONENT: sinh(beta A) x = beta A x to float64 rounding.
-LINEAR_SINH_EXPONENT = 60
-
-
-def _linear_sinh(mat, beta, x_unit, peak, dtype, caller, n_threads, t_start, validate_seconds, backend, devices,
-                 cached):
-    """``(y, info)`` of sinh(beta A) x as beta A x where |beta| ||A|| is so small that the next term,
-    (beta A)^3 x / 6 = (beta A)^2 (beta A x) / 6, is below float64's rounding of the first; None
-    otherwise.  One SpMV on the host, the factors |beta|, 1/scale and max|x| joined in logarithms:
-    their product may be far outside float64's range (beta / scale subnormal) while the answer is not,
-    which a Krylov run on beta / scale would lose."""
-    anorm = mat.inf_norm(n_threads)
-    if anorm == 0.0:
-        return None
-    log_size = math.log(abs(beta)) - math.log(mat.scale) + math.log(anorm)
-    if log_size > -LINEAR_SINH_EXPONENT * math.log(2.0):
-        return None
-    values = np.ones(mat.nnz) if mat.weights is None else mat.values_as(np.float64)
-    A = sp.csr_matrix((values, mat.indices, mat.indptr), shape=(mat.n, mat.n))
-    y = A @ (np.ones(mat.n) if x_unit is None else x_unit)
-    if beta < 0:
-        y = -y
-    log_factor = math.log(abs(beta)) - math.log(mat.scale) + math.log(peak)
-    y, log_scale = finish_on_host(y, OutputScaling(log_factor, 0.0, dtype, True, caller))
-    total = time.perf_counter() - t_start
-    times = {"total": total, "validate": validate_seconds, "setup": total, "spmv": 0.0, "vector": 0.0}
-    info = ExpmInfo(1, 0.0, True, False, log_scale, float("nan"), times=times, spmv="host", backend=backend,
-                    devices=devices, basis="none", dtype=np.dtype(dtype).name, n_spmv=1, cached=cached,
-                    reorder="none")
     return y, info
 
 
@@ -669,34 +641,6 @@ def _scale_pieces(mat, beta_abs, amplification):
     return None if len(pieces) == 1 and pieces[0][0] != 0 else pieces
 
 
-def _sinh_of_products(beta, a, x):
-    """``(values, shift)`` with ``values * e^shift = sinh(beta * a) * x`` (x None: ones), the small
-    products taken in logarithms: beta * a_ii below float64's normal range keeps few digits or none
-    (sinh(t) = t there), its logarithm all of them, and a tiny sinh(t_i) times a huge x_i may be a
-    normal number.  The shift is that of the large |t| (``fn.shifted``), so a log scale far beyond
-    float64's exponents keeps its digits."""
-    t = beta * a
-    big = np.abs(t) >= 1.0
-    logs = np.full(len(a), -np.inf)
-    signs = math.copysign(1.0, beta) * np.sign(a)
-    shift = 0.0
-    with np.errstate(divide="ignore", under="ignore"):
-        if big.any():
-            values, shift = MatrixFunction("sinh").shifted(t[big])
-            logs[big] = np.log(np.abs(values))
-        small = ~big & (a != 0)
-        ratio = np.ones(int(small.sum()))  # sinh(t) / t, exactly 1 in float64 below 1e-8
-        ts = t[small]
-        moderate = np.abs(ts) > 1e-8
-        ratio[moderate] = np.sinh(ts[moderate]) / ts[moderate]
-        logs[small] = math.log(abs(beta)) + np.log(np.abs(a[small])) + np.log(ratio) - shift
-        if x is not None:
-            logs, signs = logs + np.log(np.abs(x)), signs * np.sign(x)
-    top = float(logs.max()) if len(a) else -math.inf
-    delta = top if -math.inf < top < -600.0 else 0.0  # all of it below float64's range: rescaled
-    return signs * np.exp(logs - delta), shift + delta
-
-
 def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
     """f(beta A) x of a block-diagonal A, each piece of :func:`_scale_pieces` on its own, combined
     under one log scale."""
@@ -718,7 +662,7 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
             y_single, shift = np.zeros(len(idx)), 0.0
             if live.any():
                 if fn.name == "sinh":
-                    y_single[live], shift = _sinh_of_products(beta, diag[live], None if xs is None else xs[live])
+                    y_single[live], shift = sinh_of_products(beta, diag[live], None if xs is None else xs[live])
                 else:
                     values, shift = fn.shifted(beta * diag[live])
                     y_single[live] = values if xs is None else values * xs[live]
