@@ -58,7 +58,8 @@ reordered operator are built once (the nonzeros are moved on the device) and cac
 device-resident operator; ``info.reorder`` says which order ran and ``info.times["reorder"]`` what
 building it cost in this call.  "none" keeps A's order; "auto" (default) takes "degree" for large
 skewed graphs -- at least 10^6 nonzeros and a largest degree of at least 1000 times the mean --
-and "none" otherwise and on the CPU, whose SpMV is not limited by L2 gathers; ``reorder="degree"`` with the CPU backend is refused.
+and "none" otherwise and on the CPU, whose SpMV is not limited by L2 gathers; ``reorder="degree"``
+with the CPU backend is refused.
 
 Caching.  Validating A (symmetry, finiteness), converting it, and on the GPU uploading it and
 building the SpMV plan cost more than a Lanczos run on a warm device.  So the validated matrix is
@@ -104,8 +105,8 @@ once per matrix) has what such couplings can add to the answer bounded; where th
 tolerance, the answer comes with ``converged=False``, a RuntimeWarning and its vertices in
 ``info.unresolved`` (graphkern.expm.replay).
 
-sinh where beta times entries of A falls below float64's normal range: a single vertex's
-sinh(beta a_ii) x_i is taken in logarithms, and where |beta| ||A||_inf <= 2^-60 the (graphkern.expm.tiny)
+sinh where beta times entries of A falls below float64's normal range (graphkern.expm.tiny): a
+single vertex's sinh(beta a_ii) x_i is taken in logarithms, and where |beta| ||A||_inf <= 2^-60 the
 answer is beta A x (one SpMV on the host, ``info.spmv == "host"``; the next term is below its
 rounding) with |beta|, A's scale and max|x| joined in logarithms, where beta / scale itself may be
 subnormal.
