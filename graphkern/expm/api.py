@@ -131,8 +131,8 @@ from graphkern.expm.cache import MatrixCache
 from graphkern.expm.lanczos import (BREAKDOWN_ULPS, CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold,
                                     finish_on_host, run_lanczos)
 from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_variant
-from graphkern.expm.replay import (COUPLING, NOISE, UNDERFLOW, breakdown_residual, norm_floor,
-                                   small_entries_share)
+from graphkern.expm.replay import (COUPLING, NOISE, UNDERFLOW, ReorthogonalLanczos, breakdown_residual,
+                                   norm_floor, small_entries_share)
 from graphkern.expm.tiny import linear_sinh, sinh_of_products
 from graphkern.graph import Graph, as_csr_matrix
 
@@ -146,6 +146,9 @@ NORMALIZE = (None, "n", "lambda_max")
 # The Ritz values of one Krylov space resolve each other to about eps * max|theta| only, so the answer
 # is good to about |beta| max|theta| eps; beyond max(tol, RESOLVE_ULPS * eps) it is not trusted.
 RESOLVE_ULPS = 4096
+# Plain and reorthogonalised runs through a coupling may differ by this many times the resolution
+# before the answer is flagged.
+DISAGREEMENT = 100.0
 # Components beyond one Krylov space's resolution are solved one by one, up to this many solves.
 MAX_SEPARATE_COMPONENTS = 64
 
@@ -410,7 +413,7 @@ def _positive_int(value, name):
 
 def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, basis, spmv, check_every,
          reorder, exchange, task_grid, verbose, caller, normalize=None, split=True, continue_breakdowns=False,
-         dropped=None):
+         reorthogonalise=False, dropped=None):
     options = dict(locals())
     t_start = time.perf_counter()
     fn = MatrixFunction(f)
@@ -466,6 +469,7 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     call.validate_seconds = validate_seconds
     if continue_breakdowns:  # only an exact zero ends the run (1 / beta_k stays finite)
         call.breakdown = 2.0 / float(np.finfo(dtype).max)
+    call.reorthogonalise = reorthogonalise
     try:
         solved = _solve_once(call, x_unit, peak, unit_norm)
     except Exception:
@@ -502,8 +506,23 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         NOISE, None)
     if residual == COUPLING and not continue_breakdowns:
         y, again = _run(**{**options, "continue_breakdowns": True})
-        return y, replace(again, n_spmv=info.n_spmv + again.n_spmv,
-                          times=dict(again.times, total=time.perf_counter() - t_start))
+        # the run through the coupling, again by the host's reorthogonalised recurrence: where the two
+        # disagree, rounding decided one of them (graphkern.expm.replay.ReorthogonalLanczos)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y_check, check = _run(**{**options, "continue_breakdowns": True, "reorthogonalise": True,
+                                     "verbose": False, "dropped": []})
+        gap = _disagreement(y, again.log_scale, y_check, check.log_scale)
+        again = replace(again, n_spmv=info.n_spmv + again.n_spmv + check.n_spmv,
+                        times=dict(again.times, total=time.perf_counter() - t_start))
+        if gap > DISAGREEMENT * limit and again.converged:
+            warnings.warn(f"{caller}: A couples vertices by an entry far below the rounding of the Lanczos step "
+                          f"that meets it (entries of very different magnitudes): the plain and the "
+                          f"reorthogonalised recurrence through it disagree by {gap:.1e} of the answer's largest "
+                          f"entry; converged=False", RuntimeWarning, stacklevel=3)
+            again = replace(again, converged=False, error_estimate=max(again.error_estimate, gap),
+                            unresolved=np.arange(n, dtype=np.int64))
+        return y, again
     # couplings below the norms' floor are dropped in any run, broken down or not: bounded the same way
     # (a run not converged or not resolved has its vertices unresolved already, those the couplings reach
     # among them)
@@ -543,6 +562,17 @@ def _solve_once(call, x_unit, peak, unit_norm):
         return call.solve(x_unit, peak, unit_norm)
     with _gpu_lock:
         return call.solve(x_unit, peak, unit_norm)
+
+
+def _disagreement(y, log_scale, y_other, log_scale_other):
+    """``max |y e^log_scale - y_other e^log_scale_other|`` over the larger answer's largest entry (0
+    where both are 0)."""
+    top = max(log_scale, log_scale_other)
+    with np.errstate(under="ignore", over="ignore"):
+        a = np.asarray(y, dtype=np.float64) * math.exp(log_scale - top)
+        b = np.asarray(y_other, dtype=np.float64) * math.exp(log_scale_other - top)
+    peak = max(float(np.abs(a).max(initial=0.0)), float(np.abs(b).max(initial=0.0)))
+    return float(np.abs(a - b).max()) / peak if peak > 0.0 else 0.0
 
 
 def _sub_rounding_part(x, dtype):
@@ -708,6 +738,7 @@ class _Call:
         self.devices, self.exchange, self.task_grid = devices, exchange, task_grid
         self.caller, self.normalize, self.verbose, self.t_start = caller, normalize, verbose, t_start
         self.breakdown = None  # the solvers' breakdown threshold: breakdown_threshold() unless set
+        self.reorthogonalise = False  # solved by graphkern.expm.replay.ReorthogonalLanczos
 
     def solve(self, x_unit, peak, unit_norm):
         mat, dtype = self.mat, self.dtype
@@ -715,7 +746,9 @@ class _Call:
         breakdown = self.breakdown if self.breakdown is not None else breakdown_threshold(anorm, dtype, self.tol,
                                                                                           self.beta, self.fn)
         reorder_seconds = 0.0
-        if self.backend == "cpu":
+        if self.reorthogonalise:
+            solver = ReorthogonalLanczos(mat, self.k_max)
+        elif self.backend == "cpu":
             from graphkern.expm.cpu import CpuLanczos
             solver = CpuLanczos(mat, dtype, n_threads=self.n_threads, store_basis=self.basis != "none",
                                 max_krylov=self.k_max, breakdown=breakdown)

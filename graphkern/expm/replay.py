@@ -17,6 +17,7 @@ than the tolerance, bounded by :func:`dropped_share`.  A run need not break down
 """
 
 import math
+import time
 
 import numpy as np
 import scipy.linalg
@@ -24,10 +25,15 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from scipy.special import logsumexp
 
+from graphkern.expm.lanczos import finish_on_host
+
 # The replay's work limit (operations), and how far above its own rounding bound a residual entry
 # must stand to count as a real coupling.
 REPLAY_WORK = 1e7
 NOISE_RATIO = 64
+# Reorthogonalisation passes of one step at most: each leaves about eps of the last projection, and
+# graded entries (a coupling 1e-300 of a step's diagonal) need one per 16 decades.
+MAX_REORTHOGONALISATIONS = 24
 # The replay's ||A||: couplings down to about 1e-580 of the largest entry stay normal numbers.
 REPLAY_EXPONENT = 900
 # Points of [0, 1] at which the bound of :func:`dropped_share` is taken, and the most terms of its
@@ -261,3 +267,84 @@ def small_entries_share(mat, x_unit, beta, fn, dtype, limit):
     bound = _lifted(A, beta, fn, np.hstack(columns) if columns else np.zeros((n, 0)),
                     np.concatenate(log_r) if log_r else np.zeros(0), theta, log_w)
     return min(bound, crude)
+
+
+class ReorthogonalLanczos:
+    """The Lanczos recurrence on the host in float64, each vector reorthogonalised against all earlier
+    ones until its projection on them is below rounding, stopped where no entry of the residual
+    stands above its own rounding bound (as in :func:`breakdown_residual`).  The second opinion on a
+    run that goes on through a coupling far below ||A|| (small problems only: one that
+    :func:`breakdown_residual` replayed): where a step's diagonal term is so much larger than the
+    coupling that the step's rounding along its own vector outweighs it (graded entries), the plain
+    recurrence takes that rounding for its next vector, while this one removes it; where the answer
+    lies far below ||x|| max|f|, this one can be the one that is off.  Neither is right in every such
+    case, so graphkern.expm.api flags the answer where the two disagree.  Implements the solver
+    interface of graphkern.expm.lanczos; vectors are kept normalised (``rscale`` 1 where a step went
+    on, 0 where it stopped)."""
+
+    lookahead = False
+    setup_times = {}
+
+    def __init__(self, mat, max_krylov):
+        values = np.ones(mat.nnz) if mat.weights is None else mat.values_as(np.float64)
+        self.A = sp.csr_matrix((values, mat.indices, mat.indptr), shape=(mat.n, mat.n))
+        self.absolute = abs(self.A)
+        self.slack = (np.diff(mat.indptr) + 4) * float(np.finfo(np.float64).eps)
+        self.cap = max_krylov
+        self.alpha, self.beta = np.zeros(max_krylov), np.zeros(max_krylov)
+        self.rscale = np.zeros(max_krylov + 1)
+        self.basis, self.stopped, self.n_spmv = [], False, 0
+        self._t = {"spmv": 0.0, "vector": 0.0}
+
+    def start(self, x, rscale0):
+        v = np.ones(self.A.shape[0]) if x is None else np.asarray(x, dtype=np.float64)
+        self.basis = [v / _norm(v)]
+        self.rscale[0] = 1.0
+
+    def enqueue(self, k0, k1):
+        eps = float(np.finfo(np.float64).eps)
+        for k in range(k0, k1):
+            if self.stopped:
+                return
+            t0 = time.perf_counter()
+            v = self.basis[k]
+            u = self.A @ v
+            self.n_spmv += 1
+            t1 = time.perf_counter()
+            self.alpha[k] = float(v @ u)
+            prev = self.basis[k - 1] if k > 0 else np.zeros_like(v)
+            beta_prev = self.beta[k - 1] if k > 0 else 0.0
+            w = u - self.alpha[k] * v - beta_prev * prev
+            noise = self.slack * (self.absolute @ np.abs(v) + abs(self.alpha[k]) * np.abs(v) + beta_prev * np.abs(prev))
+            Q = np.array(self.basis)
+            for _ in range(MAX_REORTHOGONALISATIONS):
+                projection = Q @ w
+                w -= Q.T @ projection
+                if _norm(projection) <= eps * _norm(w):
+                    break
+            norm = _norm(w)
+            self.beta[k] = norm
+            if norm == 0.0 or not np.any(np.abs(w) > NOISE_RATIO * noise) or len(self.basis) == self.A.shape[0]:
+                self.stopped = True  # an invariant subspace (to rounding), or the whole space
+                self.rscale[k + 1] = 0.0
+            else:
+                self.basis.append(w / norm)
+                self.rscale[k + 1] = 1.0
+            self._t["vector"] += time.perf_counter() - t1
+            self._t["spmv"] += t1 - t0
+
+    def checkpoint(self, m):
+        pass
+
+    def fetch(self, m):
+        return self.alpha[:m].copy(), self.beta[:max(m - 1, 0)].copy(), self.rscale[:m].copy()
+
+    def stop_after(self, m):
+        pass
+
+    def result(self, m, g, scaling):
+        y = np.array(self.basis[:m]).T @ np.asarray(g[:m], dtype=np.float64)
+        return finish_on_host(y, scaling)
+
+    def timings(self):
+        return dict(self._t)
