@@ -363,6 +363,20 @@ def test_a_space_of_tiny_ritz_values_next_to_a_huge_entry_is_not_taken_as_exact(
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
 
 
+def sinh_reference(A, x, beta, log_scale):
+    """sinh(beta A) x / e^log_scale from 700 digits (mpmath's symmetric eigendecomposition), in float64:
+    couplings 1e-600 of the largest entry still resolved."""
+    import mpmath
+
+    n = len(x)
+    with mpmath.workdps(700):
+        M = mpmath.matrix([[mpmath.mpf(float(v)) * mpmath.mpf(beta) for v in row] for row in A])
+        E, Q = mpmath.eigsy(M)
+        c = Q.T * mpmath.matrix([mpmath.mpf(float(v)) for v in x])
+        F = Q * mpmath.matrix([mpmath.sinh(E[k]) * c[k] for k in range(n)])
+        return np.array([float(F[i] * mpmath.exp(-log_scale)) for i in range(n)])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("A, x, beta", [
     # x an eigenvector beside a huge entry: the zero coupling is exact, and the answer stays x
@@ -813,17 +827,9 @@ def test_sinh_of_products_below_float64s_range(backend, A, x, beta):
     logarithms (single vertices) or as beta A x joined in logarithms (|beta| ||A|| far below rounding),
     not lost to underflow.  Draws of tools/expm_extreme_search.py (seeds 18, 12, 20), against
     700-digit mpmath."""
-    import mpmath
-
     A, x = np.array(A), np.array(x)
     y, info = funm_multiply(sp.csr_matrix(A), x, "sinh", beta=beta, backend=backend)
-    n = len(x)
-    with mpmath.workdps(700):
-        M = mpmath.matrix([[mpmath.mpf(float(v)) * mpmath.mpf(beta) for v in row] for row in A])
-        E, Q = mpmath.eigsy(M)
-        c = Q.T * mpmath.matrix([mpmath.mpf(float(v)) for v in x])
-        F = Q * mpmath.matrix([mpmath.sinh(E[k]) * c[k] for k in range(n)])
-        want = np.array([float(F[i] * mpmath.exp(-info.log_scale)) for i in range(n)])
+    want = sinh_reference(A, x, beta, info.log_scale)
     got = np.asarray(y, dtype=np.float64)
     assert info.converged and np.abs(want).max() > 0
     assert np.abs(got - want).max() <= 1e-12 * np.abs(want).max()
@@ -836,20 +842,13 @@ def test_sinh_entry_far_below_the_exponentials_is_summed_as_a_series(backend):
     (entries near 1) or from T's eigenvectors leaves it rounding (y_0 came out 4.5e159, 2.7e-6 of the
     answer's largest entry).  A draw of tools/expm_extreme_search.py (seed 18, draw 128), against
     700-digit mpmath."""
-    import mpmath
-
     A = np.array([[0.004421960950324045, 0.0, -1.688066858270312e+74],
                   [0.0, 7.96513997773017e-18, -1.520645102777273e+81],
                   [-1.688066858270312e+74, -1.520645102777273e+81, -1.009627710187747e+84]])
     x = np.array([1.8003093501867536e+175, 2.3012527928757475e+79, 2.592629445970541e-234])
     beta = -5.331948595093679e-85
     y, info = funm_multiply(sp.csr_matrix(A), x, "sinh", beta=beta, backend=backend)
-    with mpmath.workdps(700):
-        M = mpmath.matrix([[mpmath.mpf(float(v)) * mpmath.mpf(beta) for v in row] for row in A])
-        E, Q = mpmath.eigsy(M)
-        c = Q.T * mpmath.matrix([mpmath.mpf(float(v)) for v in x])
-        F = Q * mpmath.matrix([mpmath.sinh(E[k]) * c[k] for k in range(3)])
-        want = np.array([float(F[i] * mpmath.exp(-info.log_scale)) for i in range(3)])
+    want = sinh_reference(A, x, beta, info.log_scale)
     got = np.asarray(y, dtype=np.float64)
     assert info.converged and np.abs(got - want).max() <= 1e-10 * np.abs(want).max()
     assert abs(got[0] - want[0]) <= 1e-8 * abs(want[0])
@@ -863,8 +862,6 @@ def test_a_coupling_below_its_steps_rounding_is_never_answered_wrong_and_converg
     the next vector and the answer was off by 5e49 of its largest entry, reported converged; the
     reorthogonalised recurrence disagrees with it, so it is flagged.  A draw of
     tools/expm_extreme_search.py (seed 8, draw 14), against 700-digit mpmath."""
-    import mpmath
-
     A = np.array([[0.0, 0.0, 1.3433774379668663e-102, 0.0],
                   [0.0, -3.1565999582943644e-203, 5.1190691649284085e+106, -1.7528344030153653e-80],
                   [1.3433774379668663e-102, 5.1190691649284085e+106, -1.5878968159828004e+169, -7.756394583065661e+99],
@@ -874,12 +871,7 @@ def test_a_coupling_below_its_steps_rounding_is_never_answered_wrong_and_converg
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         y, info = funm_multiply(sp.csr_matrix(A), x, "sinh", beta=beta, backend=backend)
-    with mpmath.workdps(700):
-        M = mpmath.matrix([[mpmath.mpf(float(v)) * mpmath.mpf(beta) for v in row] for row in A])
-        E, Q = mpmath.eigsy(M)
-        c = Q.T * mpmath.matrix([mpmath.mpf(float(v)) for v in x])
-        F = Q * mpmath.matrix([mpmath.sinh(E[k]) * c[k] for k in range(4)])
-        want = np.array([float(F[i] * mpmath.exp(-info.log_scale)) for i in range(4)])
+    want = sinh_reference(A, x, beta, info.log_scale)
     got = np.asarray(y, dtype=np.float64)
     assert not info.converged or np.abs(got - want).max() <= 1e-9 * np.abs(want).max()
     if not info.converged:
