@@ -61,13 +61,25 @@ def estimate(tool, test_id, known):
     return next((sec for key, sec in FILE_SECONDS if key in name), DEFAULT_SECONDS)
 
 
-def measured_times(path):
-    """{(tool, test id): seconds} from an earlier run's sanitize_jobs.json (empty without one)."""
-    if not path:
-        return {}
-    with open(path) as f:
-        return {(job["tool"], tid): float(sec) for job in json.load(f) if job.get("started")
-                for tid, (_, sec) in job.get("tests", {}).items()}
+def measured_times(paths):
+    """{(tool, test id): seconds} from earlier runs' sanitize_jobs.json files (comma-separated; empty
+    without one): each test's own time, and for the tests of a job cut by its time limit before it
+    reported any, the job's seconds shared among them -- a lower bound, far above a file's estimate
+    for the slow ones.  A later file's figure replaces an earlier one's."""
+    times = {}
+    for path in (paths.split(",") if paths else []):
+        with open(path) as f:
+            for job in json.load(f):
+                if not job.get("started"):
+                    continue
+                tests = job.get("tests") or {}
+                if tests:
+                    times.update({(job["tool"], tid): float(sec) for tid, (_, sec) in tests.items()})
+                elif job.get("rc") == "timeout":
+                    share = float(job["seconds"]) / len(job["ids"])
+                    times.update({(job["tool"], tid): max(share, times.get((job["tool"], tid), 0.0))
+                                  for tid in job["ids"]})
+    return times
 
 
 def plan_jobs(work, job_seconds, known, multi=frozenset()):
@@ -130,7 +142,8 @@ def main():
     ap.add_argument("--jobs-per-gpu", type=int, default=4)
     ap.add_argument("--gpus", default=None, help="ordinals to use, comma-separated (default: every GPU)")
     ap.add_argument("--job-seconds", type=float, default=150.0, help="estimated test seconds per job")
-    ap.add_argument("--times", help="an earlier run's sanitize_jobs.json: measured seconds per test and tool")
+    ap.add_argument("--times", help="earlier runs' sanitize_jobs.json files (comma-separated): measured seconds "
+                                    "per test and tool")
     ap.add_argument("--omp-threads", type=int, default=2)
     ap.add_argument("--deadline", type=float, default=480.0, help="seconds after which no job starts")
     ap.add_argument("--budget", type=float, default=None,
