@@ -95,11 +95,13 @@ sinh(0) = 0): then x is split by magnitude and f(beta A) x_big + f(beta A) x_sma
 each in a Krylov space of its own scale (linearity: the sum is the answer).  And a residual below the
 breakdown threshold may be a real coupling far below ||A|| (1e-24 of it, say) that f lifts into the
 answer: on small problems the run is replayed on the host in float64 and, where the residual stands
-above its own entry-by-entry rounding bound, solved again going on through it.  Below about sqrt(tiny)
-of the largest entry (1.5e-154; float32 vectors: 1.2e-38) a coupling cannot be gone through: the
-solvers' sums of squares underflow, whatever A's scale, in any run: one that broke down at it, and one
-that went on past it (|beta| ||A|| lowers the breakdown threshold) with its share of the Lanczos vectors
-lost.  A matrix with a coupling whose share the solvers cannot keep to the tolerance (below
+above its own entry-by-entry rounding bound, solved again going on through it, and once more by a
+float64 recurrence reorthogonalised to rounding (a coupling below the rounding of its step can make
+the plain one take that rounding for a vector): differing beyond 100 times the resolution, the answer
+is flagged.  Below about sqrt(tiny) of the largest entry (1.5e-154; float32 vectors: 1.2e-38) a
+coupling cannot be gone through: the solvers' sums of squares underflow, whatever A's scale, in
+any run: one that broke down at it, and one that went on past it (|beta| ||A|| lowers the breakdown
+threshold) with its share of the Lanczos vectors lost.  A matrix with a coupling whose share the solvers cannot keep to the tolerance (below
 sqrt(smallest subnormal / tol) of the largest entry; found in one compiled pass over its values,
 once per matrix) has what such couplings can add to the answer bounded; where the bound exceeds the
 tolerance, the answer comes with ``converged=False``, a RuntimeWarning and its vertices in
@@ -504,8 +506,7 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         NOISE, None)
     if residual == COUPLING and not continue_breakdowns:
         y, again = _run(**{**options, "continue_breakdowns": True})
-        # the run through the coupling, again by the host's reorthogonalised recurrence: where the two
-        # disagree, rounding decided one of them (graphkern.expm.replay.ReorthogonalLanczos)
+        # and by the host's reorthogonalised recurrence: where the two disagree, rounding decided one
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
