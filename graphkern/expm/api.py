@@ -101,11 +101,11 @@ the plain one take that rounding for a vector): differing beyond 100 times the r
 is flagged.  Below about sqrt(tiny) of the largest entry (1.5e-154; float32 vectors: 1.2e-38) a
 coupling cannot be gone through: the solvers' sums of squares underflow, whatever A's scale, in
 any run: one that broke down at it, and one that went on past it (|beta| ||A|| lowers the breakdown
-threshold) with its share of the Lanczos vectors lost.  A matrix with a coupling whose share the solvers cannot keep to the tolerance (below
-sqrt(smallest subnormal / tol) of the largest entry; found in one compiled pass over its values,
-once per matrix) has what such couplings can add to the answer bounded; where the bound exceeds the
-tolerance, the answer comes with ``converged=False``, a RuntimeWarning and its vertices in
-``info.unresolved`` (graphkern.expm.replay).
+threshold) with its share of the Lanczos vectors lost.  A matrix with a coupling whose share the
+solvers cannot keep to the tolerance (below sqrt(smallest subnormal / tol) of the largest entry;
+found in one compiled pass over its values, once per matrix) has what such couplings can add to the
+answer bounded; where the bound exceeds the tolerance, the answer comes with ``converged=False``, a
+RuntimeWarning and its vertices in ``info.unresolved`` (graphkern.expm.replay).
 
 sinh where beta times entries of A falls below float64's normal range (graphkern.expm.tiny): a
 single vertex's sinh(beta a_ii) x_i is taken in logarithms, and where |beta| ||A||_inf <= 2^-60 the
