@@ -376,3 +376,24 @@ def test_combination_share_of_the_sanitizer_runs():
     picked = [one_in(items, 4, k) for k in range(4)]
     assert sorted(x for part in picked for x in part) == items and all(len(p) in (5, 6) for p in picked)
     assert one_in([7], 4, 3) == [7] and one_in([], 4, 1) == []
+
+
+def test_frozen_keeps_only_what_no_caller_can_write():
+    """graphkern._arrays.frozen: a read-only view of a read-only owner (a graph cut from one shipped
+    buffer) comes back as it is; a read-only view of an owner its caller can still write, a writeable
+    array, or one in another dtype come back as read-only copies that the caller's writes do not reach."""
+    from graphkern._arrays import frozen
+
+    owner = np.arange(10, dtype=np.int64)
+    owner.flags.writeable = False
+    view = owner[2:6]
+    assert frozen(view, np.int64) is view and frozen(view, None) is view
+    writable_owner = np.arange(10, dtype=np.int64)
+    for src in (writable_owner[2:6].view(), writable_owner, owner[2:6].astype(np.int32)):
+        if src.base is writable_owner:
+            src.flags.writeable = False
+        out = frozen(src, np.int64)
+        assert not out.flags.writeable and not np.shares_memory(out, writable_owner)
+        assert np.array_equal(out, np.asarray(src, dtype=np.int64))
+    writable_owner[3] = -1  # the caller's write reaches no frozen array
+    assert frozen(owner[2:6], np.int64)[1] == 3

@@ -83,7 +83,7 @@ def breakdown_residual(mat, x_unit, m, dtype, fn, beta):
     values = np.ones(mat.nnz) if mat.weights is None else np.ldexp(mat.weights, shift + math.frexp(mat.scale)[1] - 1)
     A = sp.csr_matrix((values, mat.indices, mat.indptr), shape=(n, n))
     absolute = abs(A)
-    slack = (np.diff(mat.indptr) + 4) * float(np.finfo(np.float64).eps)
+    slack = _slack(mat)
     v = np.ones(n) if x_unit is None else np.asarray(x_unit, dtype=np.float64)
     v = v / np.linalg.norm(v)
     basis, alphas, betas, v_prev, beta_prev = [v], [], [], np.zeros(n), 0.0
@@ -91,7 +91,7 @@ def breakdown_residual(mat, x_unit, m, dtype, fn, beta):
         u = A @ v
         alphas.append(float(v @ u))
         w = u - alphas[-1] * v - beta_prev * v_prev
-        noise = slack * (absolute @ np.abs(v) + abs(alphas[-1]) * np.abs(v) + beta_prev * np.abs(v_prev))
+        noise = _rounding_bound(absolute, slack, v, alphas[-1], v_prev, beta_prev)
         Q = np.array(basis)
         for _ in range(2):
             w -= Q.T @ (Q @ w)
@@ -108,6 +108,17 @@ def breakdown_residual(mat, x_unit, m, dtype, fn, beta):
         v_prev, v, beta_prev = v, w / norm, norm
         basis.append(v)
     return NOISE, None
+
+
+def _slack(mat):
+    """Per row, the rounding of one Lanczos step's entry in units of its terms: (deg_i + 4) eps."""
+    return (np.diff(mat.indptr) + 4) * float(np.finfo(np.float64).eps)
+
+
+def _rounding_bound(absolute, slack, v, alpha, v_prev, beta_prev):
+    """The residual's entry-by-entry rounding bound of the step from ``v``:
+    ``slack_i (|A| |v| + |alpha| |v| + beta_prev |v_prev|)_i``."""
+    return slack * (absolute @ np.abs(v) + abs(alpha) * np.abs(v) + beta_prev * np.abs(v_prev))
 
 
 def _norm(v):
@@ -289,7 +300,7 @@ class ReorthogonalLanczos:
         values = np.ones(mat.nnz) if mat.weights is None else mat.values_as(np.float64)
         self.A = sp.csr_matrix((values, mat.indices, mat.indptr), shape=(mat.n, mat.n))
         self.absolute = abs(self.A)
-        self.slack = (np.diff(mat.indptr) + 4) * float(np.finfo(np.float64).eps)
+        self.slack = _slack(mat)
         self.cap = max_krylov
         self.alpha, self.beta = np.zeros(max_krylov), np.zeros(max_krylov)
         self.rscale = np.zeros(max_krylov + 1)
@@ -315,7 +326,7 @@ class ReorthogonalLanczos:
             prev = self.basis[k - 1] if k > 0 else np.zeros_like(v)
             beta_prev = self.beta[k - 1] if k > 0 else 0.0
             w = u - self.alpha[k] * v - beta_prev * prev
-            noise = self.slack * (self.absolute @ np.abs(v) + abs(self.alpha[k]) * np.abs(v) + beta_prev * np.abs(prev))
+            noise = _rounding_bound(self.absolute, self.slack, v, self.alpha[k], prev, beta_prev)
             Q = np.array(self.basis)
             for _ in range(MAX_REORTHOGONALISATIONS):
                 projection = Q @ w

@@ -22,20 +22,21 @@ def linear_sinh(mat, beta, x_unit, peak, n_threads):
     anorm = mat.inf_norm(n_threads)
     if anorm == 0.0 or peak == 0.0:
         return None
-    if math.log(abs(beta)) - math.log(mat.scale) + math.log(anorm) > -LINEAR_SINH_EXPONENT * math.log(2.0):
+    log_beta = math.log(abs(beta)) - math.log(mat.scale)  # beta of A, in the units of scale * A
+    if log_beta + math.log(anorm) > -LINEAR_SINH_EXPONENT * math.log(2.0):
         return None
     values = np.ones(mat.nnz) if mat.weights is None else mat.values_as(np.float64)
     A = sp.csr_matrix((values, mat.indices, mat.indptr), shape=(mat.n, mat.n))
     y = A @ (np.ones(mat.n) if x_unit is None else x_unit)
-    return (-y if beta < 0 else y), math.log(abs(beta)) - math.log(mat.scale) + math.log(peak)
+    return (-y if beta < 0 else y), log_beta + math.log(peak)
 
 
 def sinh_of_products(beta, a, x):
     """``(values, shift)`` with ``values * e^shift = sinh(beta * a) * x`` (x None: ones), the small
     products taken in logarithms: beta * a_ii below float64's normal range keeps few digits or none
     (sinh(t) = t there), its logarithm all of them, and a tiny sinh(t_i) times a huge x_i may be a
-    normal number.  The shift is that of the large |t| (``MatrixFunction.shifted``), so a log scale far beyond
-    float64's exponents keeps its digits."""
+    normal number.  The shift is that of the large |t| (``MatrixFunction.shifted``), so a log scale
+    far beyond float64's exponents keeps its digits."""
     t = beta * a
     big = np.abs(t) >= 1.0
     logs = np.full(len(a), -np.inf)
