@@ -211,8 +211,10 @@ def main():
         t0 = time.monotonic()
         try:
             with open(base + "-pytest.log", "w") as log:
+                # a job never outlives the run's budget, so the summary is always written
+                limit = a.job_timeout if a.budget is None else min(a.job_timeout, a.budget - elapsed)
                 rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    timeout=a.job_timeout).returncode
+                                    timeout=max(limit, 1.0)).returncode
         except subprocess.TimeoutExpired:
             rc = "timeout"
         finally:
