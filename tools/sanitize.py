@@ -10,14 +10,16 @@ is predicted to end within ``--budget`` seconds of the run's start (its estimate
 ``--start-seconds`` of starting), and none after ``--deadline``; the (tool, test) pairs left are
 written out for a later run (``--ids-file``,
 whose lines are ``TOOL TEST_ID``, or a bare test id for every tool).  Per test:
-pass/fail (from the job's JUnit XML) and its time; per job: the tool's ERROR SUMMARY.  Intended
+pass/fail (from the job's JUnit XML; for a job cut by its time limit, from its verbose pytest log,
+the tests it finished, clean only if its sanitizer log holds no report) and its time; per job: the
+tool's ERROR SUMMARY.  Intended
 API errors (the fault-injection tests) are not counted (``--report-api-errors no``).  Each process
 runs ``--omp-threads`` OpenMP threads (default 2) and no host backtraces (see the command below).
 
 Usage: python tools/sanitize.py OUTDIR [--tools memcheck,racecheck,initcheck] [--files F ...]
          [--gpus 0,1] [--jobs-per-gpu 4] [--job-seconds 150] [--times JOBS.json] [--omp-threads 2]
          [--deadline 480] [--budget S] [--start-seconds 60] [--job-timeout 420] [--ids-file FILE]
-         [--pytest-args "--combination-share 8"]
+         [--pytest-args "--combination-share 8"] [--forget PART,...]
 """
 
 import argparse
@@ -63,9 +65,10 @@ def estimate(tool, test_id, known):
 
 def measured_times(paths):
     """{(tool, test id): seconds} from earlier runs' sanitize_jobs.json files (comma-separated; empty
-    without one): each test's own time, and for the tests of a job cut by its time limit before it
-    reported any, the job's seconds shared among them -- a lower bound, far above a file's estimate
-    for the slow ones.  A later file's figure replaces an earlier one's."""
+    without one): each test's own time; for a job cut by its time limit, the test it was running
+    (``running``) gets the seconds the finished ones left, and where no test is known to have
+    finished or run, every test the job's seconds shared -- lower bounds, far above a file's
+    estimate for the slow ones.  A later file's figure replaces an earlier one's."""
     times = {}
     for path in (paths.split(",") if paths else []):
         with open(path) as f:
@@ -73,19 +76,36 @@ def measured_times(paths):
                 if not job.get("started"):
                     continue
                 tests = job.get("tests") or {}
-                if tests:
-                    times.update({(job["tool"], tid): float(sec) for tid, (_, sec) in tests.items()})
-                elif job.get("rc") == "timeout":
-                    share = float(job["seconds"]) / len(job["ids"])
-                    times.update({(job["tool"], tid): max(share, times.get((job["tool"], tid), 0.0))
-                                  for tid in job["ids"]})
+                times.update({(job["tool"], tid): float(sec) for tid, (_, sec) in tests.items()})
+                if job.get("rc") != "timeout":
+                    continue
+                left = float(job["seconds"]) - sum(float(sec) for _, sec in tests.values())
+                cut = [job["running"]] if job.get("running") else [] if tests else job["ids"]
+                times.update({(job["tool"], tid): max(left / len(cut), times.get((job["tool"], tid), 0.0))
+                              for tid in cut})
     return times
+
+
+def forget_times(known, work, forget):
+    """``known`` with the times of tests whose sizes changed since replaced: ``forget`` is
+    "PART[=SECONDS],..."; a test whose id contains PART takes SECONDS under every tool, or the
+    file's estimate where none is given."""
+    known = dict(known)
+    for item in filter(None, forget.split(",")):
+        part, _, sec = item.partition("=")
+        for tool, tid in work:
+            if part in tid:
+                known.pop((tool, tid), None)
+                if sec:
+                    known[tool, tid] = float(sec)
+    return known
 
 
 def plan_jobs(work, job_seconds, known, multi=frozenset()):
     """[(tool, ids, estimated seconds)] for ``work`` [(tool, test id)]: per tool and file (the
-    tests of ``multi``, which need two GPUs, apart), consecutive tests up to ``job_seconds``,
-    longest job first (the long ones started last would leave the run waiting on them)."""
+    tests of ``multi``, which need two GPUs, apart), consecutive tests up to ``job_seconds`` (a
+    test estimated longer alone), longest job first (the long ones started last would leave the
+    run waiting on them)."""
     by_file = defaultdict(lambda: defaultdict(list))
     for tool, t in work:
         by_file[tool][t.split("::")[0], t in multi].append(t)
@@ -95,7 +115,7 @@ def plan_jobs(work, job_seconds, known, multi=frozenset()):
             group, total = [], 0.0
             for t in tests:
                 sec = estimate(tool, t, known)
-                if group and total + sec > job_seconds:
+                if group and (total + sec > job_seconds or total > job_seconds):
                     jobs.append((tool, group, total))
                     group, total = [], 0.0
                 group.append(t)
@@ -133,6 +153,38 @@ def junit(path):
     return results
 
 
+OUTCOME = re.compile(r"^(\S+::.*?) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
+SEVERITY = {"passed": 0, "skipped": 1, "failed": 2}
+
+
+def pytest_outcomes(text, ids, seconds):
+    """{test id: (outcome, seconds)} of the tests of ``ids`` that a verbose (``-v``) pytest log
+    says finished, each given an equal share of the job's ``seconds`` (the log holds no times), and
+    the test it started last but never finished (None if none): (outcomes, running).  A test with
+    an error at set-up or tear-down counts as failed."""
+    wanted, got, running = set(ids), {}, None
+    for line in text.splitlines():
+        m = OUTCOME.match(line)
+        if m and m.group(1) in wanted:
+            word = m.group(2).lower()
+            outcome = {"xfail": "passed", "xpass": "failed", "error": "failed"}.get(word, word)
+            if SEVERITY[outcome] >= SEVERITY[got.get(m.group(1), "passed")]:
+                got[m.group(1)] = outcome
+            running = None
+        elif line.split(" ")[0] in wanted:
+            running = line.split(" ")[0]
+    share = seconds / max(1, len(got) + (running is not None))
+    return {tid: (outcome, share) for tid, outcome in got.items()}, running
+
+
+def killed_reports(log):
+    """Report lines of the sanitizer log of a process that did not end (no summary there): every
+    ``=========`` line but the banner and blank ones counts, so a hazard found before the kill is
+    never lost."""
+    return sum(1 for line in log.splitlines() if line.startswith("=========")
+               and line.strip("= ") and not line.startswith("========= COMPUTE-SANITIZER"))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -152,6 +204,8 @@ def main():
                     help="a job's predicted start-up (interpreter, imports, instrumentation)")
     ap.add_argument("--job-timeout", type=float, default=420.0)
     ap.add_argument("--pytest-args", default="--combination-share 8")
+    ap.add_argument("--forget", default="", help="PART[=SECONDS],...: tests whose id contains PART, whose measured "
+                                                 "times (--times) no longer hold, take SECONDS (else the file's estimate)")
     a = ap.parse_args()
 
     os.makedirs(a.out, exist_ok=True)
@@ -178,7 +232,7 @@ def main():
     n_gpus = len(gpus)
     # tests that take two devices run in jobs that see two GPUs (their own slot's first)
     multi = set(collect(sorted({t.split("::")[0] for t in ids}), pytest_args, "multigpu")) if n_gpus > 1 else set()
-    jobs = plan_jobs(work, a.job_seconds, measured_times(a.times), multi)
+    jobs = plan_jobs(work, a.job_seconds, forget_times(measured_times(a.times), work, a.forget), multi)
     slots = n_gpus * a.jobs_per_gpu
     print(f"{len(ids)} tests ({len(work)} with a tool), {len(jobs)} jobs, {n_gpus} GPUs x {a.jobs_per_gpu} processes",
           flush=True)
@@ -206,7 +260,7 @@ def main():
         # with them the buffers those frames hold (the fault tests then see memory never freed)
         cmd = ["compute-sanitizer", "--tool", tool, "--show-backtrace", "no", "--report-api-errors", "no",
                "--print-limit", "20",
-               "--log-file", base + ".log", sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider",
+               "--log-file", base + ".log", sys.executable, "-m", "pytest", "-v", "-rf", "-p", "no:cacheprovider",
                "--junitxml", base + ".xml", *pytest_args, *ids_k]
         t0 = time.monotonic()
         try:
@@ -220,14 +274,21 @@ def main():
         finally:
             with lock:
                 free_slots.append(slot)
-        summary = ""
+        seconds = round(time.monotonic() - t0, 1)
+        summary, tests, running = "", junit(base + ".xml"), None
         try:
             with open(base + ".log", errors="replace") as f:
-                summary = reported(f.read())
+                text = f.read()
+            summary = reported(text)
+            if summary == "" and rc == "timeout":
+                summary = killed_reports(text)
         except OSError:
             pass
-        return dict(tool=tool, ids=ids_k, started=True, rc=rc, seconds=round(time.monotonic() - t0, 1),
-                    gpu=visible, sanitizer_errors=summary, tests=junit(base + ".xml"), log=base)
+        if not tests and rc == "timeout":  # no JUnit XML: the tests the verbose log says finished
+            with open(base + "-pytest.log", errors="replace") as f:
+                tests, running = pytest_outcomes(f.read(), ids_k, seconds)
+        return dict(tool=tool, ids=ids_k, started=True, rc=rc, seconds=seconds, gpu=visible,
+                    sanitizer_errors=summary, tests=tests, running=running, log=base)
 
     with ThreadPoolExecutor(slots) as pool:
         for rec in pool.map(run, range(len(jobs))):
