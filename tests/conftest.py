@@ -44,6 +44,12 @@ BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 SANITIZER = os.environ.get("GRAPHKERN_TEST_SANITIZER", "")
 
 
+def sanitized(normal, small):
+    """``small`` under a sanitizer, ``normal`` otherwise: the size of a test's inputs (fewer graphs,
+    pairs or vertices, never another route through the code) that finishes under one."""
+    return small if SANITIZER else normal
+
+
 def run_python(code, *, env=None, timeout=120):
     """Run ``code`` in a fresh interpreter that imports the same graphkern as this test run.
 

@@ -5,6 +5,7 @@ call works and gives the same answer.  The faults are injected at the runtime la
 place the capabilities reach the driver through."""
 
 import gc
+import math
 
 import numpy as np
 import pytest
@@ -14,15 +15,22 @@ from graphkern._cuda import runtime as rt
 from graphkern.basekernels import KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.graph import Graph
 from graphkern.mgk import MarginalizedGraphKernel
+from graphkern.mgk.csr import shared_memory_limit
+from graphkern.mgk.gemm import MAX_TILE, TILE_THREADS
+
+from conftest import sanitized
 
 pytestmark = pytest.mark.gpu
 
 
 def _graphs(rng):
     """Small graphs (the CSR solver) and two large ones (the tiled solver): a Gram matrix that
-    launches more than one solver."""
+    launches more than one solver.  Under a sanitizer, five small ones and one large one, the
+    smallest whose pair with itself neither the GEMM solver's largest float64 tile nor the CSR
+    solver's shared memory holds (the search direction alone, n^2 float64, exceeds it)."""
+    n_tiled = max(math.isqrt(shared_memory_limit(rt.get_device(0)) // 8) + 1, TILE_THREADS * MAX_TILE[8] + 1)
     out = []
-    for n in list(rng.integers(4, 30, 24)) + [260, 300]:
+    for n in list(rng.integers(4, 30, sanitized(24, 5))) + sanitized([260, 300], [n_tiled]):
         n = int(n)
         upper = np.triu(rng.random((n, n)) < (0.2 if n < 40 else 0.03), 1)
         i, j = np.nonzero(upper)

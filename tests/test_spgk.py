@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import SANITIZER, rebuilt
+from conftest import SANITIZER, rebuilt, sanitized
 from graphkern.spgk import batch as spgk_batch, cpu as spgk_cpu, gpu as spgk_gpu, hybrid as spgk_hybrid
 from graphkern import Graph
 from graphkern._cuda import runtime
@@ -541,8 +541,10 @@ def test_gpu_batched_many_small_pairs_and_oversize_vertex_matrix(rng, dtype, rto
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", GPU_METHODS)
 def test_gpu_methods_agree_with_cpu_on_larger_graphs(rng, method):
-    # large enough that the walks use many blocks and the 2-D grid is capped in x
-    graphs = [random_graph(rng, int(rng.integers(40, 70)), p=0.15, weighted=bool(k % 2)) for k in range(5)]
+    # large enough that the walks use many blocks and the 2-D grid is capped in x (more than 64 x 32
+    # paths: connected graphs of 46 vertices or more); under a sanitizer two such graphs, not five
+    low, count = sanitized((40, 5), (50, 2))
+    graphs = [random_graph(rng, int(rng.integers(low, 70)), p=0.15, weighted=bool(k % 2)) for k in range(count)]
     node = GaussianNode("v", sigma=1.0)
     for edge in EDGE:
         cpu = ShortestPathKernel(node_kernel=node, edge_kernel=EDGE[edge], backend="cpu")(graphs)

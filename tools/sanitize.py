@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -263,14 +264,24 @@ def main():
                "--log-file", base + ".log", sys.executable, "-m", "pytest", "-v", "-rf", "-p", "no:cacheprovider",
                "--junitxml", base + ".xml", *pytest_args, *ids_k]
         t0 = time.monotonic()
+        # a job never outlives the run's budget, so the summary is always written; at its limit the
+        # whole process group ends (the sanitizer and the pytest it runs, which would otherwise keep
+        # a GPU busy), first asked to (the sanitizer then writes out what it found), then forced
+        limit = a.job_timeout if a.budget is None else min(a.job_timeout, a.budget - elapsed)
         try:
             with open(base + "-pytest.log", "w") as log:
-                # a job never outlives the run's budget, so the summary is always written
-                limit = a.job_timeout if a.budget is None else min(a.job_timeout, a.budget - elapsed)
-                rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    timeout=max(limit, 1.0)).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                try:
+                    rc = proc.wait(timeout=max(limit, 1.0))
+                except subprocess.TimeoutExpired:
+                    rc = "timeout"
+                    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+                        try:
+                            os.killpg(proc.pid, sig)
+                            proc.wait(timeout=wait)
+                        except (ProcessLookupError, subprocess.TimeoutExpired):
+                            pass
+                    proc.wait()
         finally:
             with lock:
                 free_slots.append(slot)
