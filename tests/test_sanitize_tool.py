@@ -32,6 +32,19 @@ def test_an_error_at_teardown_makes_a_passed_test_failed_and_other_ids_are_ignor
     assert sanitize.pytest_outcomes("", IDS, 10.0) == ({}, None)
 
 
+def test_durations_of_the_times_output_style_are_used_where_printed():
+    ids = IDS + ["tests/test_a.py::test_five[a b]"]
+    log = ("tests/test_a.py::test_one PASSED                                                301.1ms\n"
+           "tests/test_a.py::test_two[x-1] PASSED                                             4.021s\n"
+           "tests/test_a.py::test_three FAILED                                              2m 5s\n"
+           "tests/test_a.py::test_four SKIPPED (no GPU)                                    52.00us\n"
+           "tests/test_a.py::test_five[a b] ")
+    got, running = sanitize.pytest_outcomes(log, ids, 300.0)
+    assert got == {IDS[0]: ("passed", 0.301), IDS[1]: ("passed", 4.021), IDS[2]: ("failed", 125.0),
+                   IDS[3]: ("skipped", 0.0)}
+    assert running == ids[4]
+
+
 def test_a_killed_jobs_sanitizer_log_counts_every_report_line():
     banner = "========= COMPUTE-SANITIZER\n=========\n"
     assert sanitize.killed_reports(banner) == 0

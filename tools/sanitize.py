@@ -155,27 +155,35 @@ def junit(path):
 
 
 OUTCOME = re.compile(r"^(\S+::.*?) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
+# pytest's console_output_style=times: each test's duration ends its line ("812.3ms", "4.021s", "2m 5s")
+DURATION = re.compile(r" (?:(\d+)h )?(?:(\d+)m )?(?:([\d.]+)(us|ms|s))?\s*$")
+UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, None: 0.0}
 SEVERITY = {"passed": 0, "skipped": 1, "failed": 2}
 
 
 def pytest_outcomes(text, ids, seconds):
     """{test id: (outcome, seconds)} of the tests of ``ids`` that a verbose (``-v``) pytest log
-    says finished, each given an equal share of the job's ``seconds`` (the log holds no times), and
-    the test it started last but never finished (None if none): (outcomes, running).  A test with
-    an error at set-up or tear-down counts as failed."""
-    wanted, got, running = set(ids), {}, None
+    says finished, and the test it started last but never finished (None if none): (outcomes,
+    running).  A test's seconds are those its line ends with (``-o console_output_style=times``),
+    else an equal share of the job's ``seconds``.  An error at set-up or tear-down is a failure."""
+    got, took, running = {}, {}, None
     for line in text.splitlines():
         m = OUTCOME.match(line)
-        if m and m.group(1) in wanted:
+        if m and m.group(1) in ids:
             word = m.group(2).lower()
             outcome = {"xfail": "passed", "xpass": "failed", "error": "failed"}.get(word, word)
             if SEVERITY[outcome] >= SEVERITY[got.get(m.group(1), "passed")]:
                 got[m.group(1)] = outcome
+            d = DURATION.search(line)
+            if d and d.group(0).strip():
+                h, mins, sec, unit = d.groups()
+                took[m.group(1)] = (took.get(m.group(1), 0.0) + 3600 * int(h or 0) + 60 * int(mins or 0)
+                                    + float(sec or 0) * UNIT[unit])
             running = None
-        elif line.split(" ")[0] in wanted:
-            running = line.split(" ")[0]
+        else:
+            running = next((t for t in ids if line == t or line.startswith(t + " ")), running)
     share = seconds / max(1, len(got) + (running is not None))
-    return {tid: (outcome, share) for tid, outcome in got.items()}, running
+    return {tid: (outcome, round(took.get(tid, share), 3)) for tid, outcome in got.items()}, running
 
 
 def killed_reports(log):
@@ -261,7 +269,8 @@ def main():
         # with them the buffers those frames hold (the fault tests then see memory never freed)
         cmd = ["compute-sanitizer", "--tool", tool, "--show-backtrace", "no", "--report-api-errors", "no",
                "--print-limit", "20",
-               "--log-file", base + ".log", sys.executable, "-m", "pytest", "-v", "-rf", "-p", "no:cacheprovider",
+               "--log-file", base + ".log", sys.executable, "-m", "pytest", "-v", "-rf", "-o", "console_output_style=times",
+               "-p", "no:cacheprovider",
                "--junitxml", base + ".xml", *pytest_args, *ids_k]
         t0 = time.monotonic()
         # a job never outlives the run's budget, so the summary is always written; at its limit the
