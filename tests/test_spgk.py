@@ -7,6 +7,7 @@ graphkern.spgk but the Graph container.
 """
 
 import gc
+import math
 import pickle
 import threading
 import time
@@ -527,9 +528,12 @@ def test_sharing_from_both_ends_reraises_the_cpu_side_error(rng):
 @pytest.mark.parametrize("dtype,rtol", [(np.float64, 1e-12), (np.float32, 1e-5)])
 def test_gpu_batched_many_small_pairs_and_oversize_vertex_matrix(rng, dtype, rtol):
     # 150 small graphs (11k pairs through the atomic pair counter) plus two whose V (130 x 130
-    # float64 = 135 KB) exceeds the shared-memory capacity and goes to the global scratch
-    graphs = [random_graph(rng, int(rng.integers(3, 14)), p=0.3, weighted=True) for _ in range(150)]
-    graphs += [random_graph(rng, 130, p=0.05, weighted=True) for _ in range(2)]
+    # float64 = 135 KB) exceeds the shared-memory capacity and goes to the global scratch; under a
+    # sanitizer 50 small ones (1,300 pairs, several per resident block) and one large one, the
+    # smallest whose float64 V with itself passes the capacity's bound (_MAX_SHARED_V)
+    graphs = [random_graph(rng, int(rng.integers(3, 14)), p=0.3, weighted=True) for _ in range(sanitized(150, 50))]
+    n_large, count = sanitized((130, 2), (math.isqrt(spgk_gpu._MAX_SHARED_V // 8) + 1, 1))
+    graphs += [random_graph(rng, n_large, p=0.05, weighted=True) for _ in range(count)]
     node = DiracNode("c") * GaussianNode("v", sigma=1.5)
     cpu = ShortestPathKernel(node_kernel=node, edge_kernel=EDGE["brownian"], backend="cpu")(graphs)
     gpu = ShortestPathKernel(node_kernel=node, edge_kernel=EDGE["brownian"], backend="gpu",
