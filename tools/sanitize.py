@@ -2,24 +2,24 @@
 spread over every visible GPU, and say per test what each tool found.
 
 Each job is one tool over tests of one file, as many as fill about ``--job-seconds`` of
-instrumented test time: a job's own start (interpreter, imports, the sanitizer instrumenting every
-module it loads) is long when many processes share a host, so jobs of a few tests spend most of a
-run starting (docs/reliability.md has the figures).  Test times come from an earlier run's ``sanitize_jobs.json``
-(``--times``), else from per-file estimates.  Jobs start longest first; one starts only while it
-is predicted to end within ``--budget`` seconds of the run's start (its estimate plus
-``--start-seconds`` of starting), and none after ``--deadline``; the (tool, test) pairs left are
-written out for a later run (``--ids-file``,
-whose lines are ``TOOL TEST_ID``, or a bare test id for every tool).  Per test:
-pass/fail (from the job's JUnit XML; for a job cut by its time limit, from its verbose pytest log,
-the tests it finished, clean only if its sanitizer log holds no report) and its time; per job: the
-tool's ERROR SUMMARY.  Intended
-API errors (the fault-injection tests) are not counted (``--report-api-errors no``).  Each process
-runs ``--omp-threads`` OpenMP threads (default 2) and no host backtraces (see the command below).
+instrumented test time (a test estimated longer runs alone): a job's own start (interpreter,
+imports, the sanitizer instrumenting every module it loads) is long when many processes share a
+host, so jobs of a few tests spend most of a run starting (docs/reliability.md has the figures).
+Test times come from earlier runs' ``sanitize_jobs.json`` (``--times``; ``--forget`` those of tests
+whose sizes changed), else from per-file estimates.  Jobs start longest first; one starts only
+while it is predicted to end within ``--budget`` seconds of the run's start (its estimate plus
+``--start-seconds``), and none after ``--deadline``; the (tool, test) pairs left are written out for
+a later run (``--ids-file``, whose lines are ``TOOL TEST_ID``, or a bare test id for every tool).
+Per test: pass/fail and its time, from the job's JUnit XML, or where the job was cut by its time
+limit or crashed, from its verbose pytest log (the tests it finished); per job: the tool's ERROR
+SUMMARY, or for a job cut short every report line of its log.  Intended API errors (the
+fault-injection tests) are not counted (``--report-api-errors no``).  Each process runs
+``--omp-threads`` OpenMP threads (default 2) and no host backtraces (see the command below).
 
 Usage: python tools/sanitize.py OUTDIR [--tools memcheck,racecheck,initcheck] [--files F ...]
          [--gpus 0,1] [--jobs-per-gpu 4] [--job-seconds 150] [--times JOBS.json] [--omp-threads 2]
          [--deadline 480] [--budget S] [--start-seconds 60] [--job-timeout 420] [--ids-file FILE]
-         [--pytest-args "--combination-share 8"] [--forget PART,...]
+         [--pytest-args "--combination-share 32"] [--forget PART[=SECONDS],...]
 """
 
 import argparse
@@ -194,6 +194,26 @@ def killed_reports(log):
                and line.strip("= ") and not line.startswith("========= COMPUTE-SANITIZER"))
 
 
+def run_group(cmd, log_path, env, limit):
+    """Run ``cmd`` in its own process group, output to ``log_path``: its exit status, or "timeout"
+    when it ran past ``limit`` seconds; then the whole group ends (the sanitizer and the pytest it
+    runs, which would otherwise keep a GPU busy), first asked to (the sanitizer writes out what it
+    found), then forced."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            return proc.wait(timeout=max(limit, 1.0))
+        except subprocess.TimeoutExpired:
+            for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+                try:
+                    os.killpg(proc.pid, sig)
+                    proc.wait(timeout=wait)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    pass
+            proc.wait()
+            return "timeout"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -212,7 +232,7 @@ def main():
     ap.add_argument("--start-seconds", type=float, default=60.0,
                     help="a job's predicted start-up (interpreter, imports, instrumentation)")
     ap.add_argument("--job-timeout", type=float, default=420.0)
-    ap.add_argument("--pytest-args", default="--combination-share 8")
+    ap.add_argument("--pytest-args", default="--combination-share 32")  # a random 1 in 32 of each grid a run
     ap.add_argument("--forget", default="", help="PART[=SECONDS],...: tests whose id contains PART, whose measured "
                                                  "times (--times) no longer hold, take SECONDS (else the file's estimate)")
     a = ap.parse_args()
@@ -269,28 +289,12 @@ def main():
         # with them the buffers those frames hold (the fault tests then see memory never freed)
         cmd = ["compute-sanitizer", "--tool", tool, "--show-backtrace", "no", "--report-api-errors", "no",
                "--print-limit", "20",
-               "--log-file", base + ".log", sys.executable, "-m", "pytest", "-v", "-rf", "-o", "console_output_style=times",
-               "-p", "no:cacheprovider",
-               "--junitxml", base + ".xml", *pytest_args, *ids_k]
+               "--log-file", base + ".log", sys.executable, "-m", "pytest", "-v", "-rf", "-p", "no:cacheprovider",
+               "-o", "console_output_style=times", "--junitxml", base + ".xml", *pytest_args, *ids_k]
         t0 = time.monotonic()
-        # a job never outlives the run's budget, so the summary is always written; at its limit the
-        # whole process group ends (the sanitizer and the pytest it runs, which would otherwise keep
-        # a GPU busy), first asked to (the sanitizer then writes out what it found), then forced
-        limit = a.job_timeout if a.budget is None else min(a.job_timeout, a.budget - elapsed)
-        try:
-            with open(base + "-pytest.log", "w") as log:
-                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-                try:
-                    rc = proc.wait(timeout=max(limit, 1.0))
-                except subprocess.TimeoutExpired:
-                    rc = "timeout"
-                    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
-                        try:
-                            os.killpg(proc.pid, sig)
-                            proc.wait(timeout=wait)
-                        except (ProcessLookupError, subprocess.TimeoutExpired):
-                            pass
-                    proc.wait()
+        try:  # a job never outlives the run's budget, so the summary is always written
+            rc = run_group(cmd, base + "-pytest.log", env,
+                           a.job_timeout if a.budget is None else min(a.job_timeout, a.budget - elapsed))
         finally:
             with lock:
                 free_slots.append(slot)
@@ -304,7 +308,7 @@ def main():
                 summary = killed_reports(text)
         except OSError:
             pass
-        if not tests and rc == "timeout":  # no JUnit XML: the tests the verbose log says finished
+        if not tests and rc not in (0, 1, 5):  # no JUnit XML: the tests the verbose log says finished
             with open(base + "-pytest.log", errors="replace") as f:
                 tests, running = pytest_outcomes(f.read(), ids_k, seconds)
         return dict(tool=tool, ids=ids_k, started=True, rc=rc, seconds=seconds, gpu=visible,
@@ -323,7 +327,9 @@ def main():
             row = table[(rec["tool"], tid.split("::")[0])]
             got = rec.get("tests", {}).get(tid) if rec["started"] else None
             if got is None and rec["started"] and rec["rc"] not in (0, 1, 5, "timeout"):
-                got = ("failed", rec["seconds"])  # the process died (a crash) before reporting the test
+                # the process died (a crash) in the test it was running, else before any test ended
+                if tid == (rec.get("running") or (None if rec.get("tests") else tid)):
+                    got = ("failed", rec["seconds"])
             if got is None:
                 row["unfinished"] += 1
                 left.append(f"{rec['tool']} {tid}")
