@@ -19,7 +19,7 @@ fault-injection tests) are not counted (``--report-api-errors no``).  Each proce
 Usage: python tools/sanitize.py OUTDIR [--tools memcheck,racecheck,initcheck] [--files F ...]
          [--gpus 0,1] [--jobs-per-gpu 4] [--job-seconds 150] [--times JOBS.json] [--omp-threads 2]
          [--deadline 480] [--budget S] [--start-seconds 60] [--job-timeout 420] [--ids-file FILE]
-         [--pytest-args "--combination-share 32"] [--forget PART[=SECONDS],...]
+         [--pytest-args "--combination-share 8"] [--forget PART[=SECONDS],...]
 """
 
 import argparse
@@ -232,7 +232,7 @@ def main():
     ap.add_argument("--start-seconds", type=float, default=60.0,
                     help="a job's predicted start-up (interpreter, imports, instrumentation)")
     ap.add_argument("--job-timeout", type=float, default=420.0)
-    ap.add_argument("--pytest-args", default="--combination-share 32")  # a random 1 in 32 of each grid a run
+    ap.add_argument("--pytest-args", default="--combination-share 8")  # a random 1 in 8 of each grid a run
     ap.add_argument("--forget", default="", help="PART[=SECONDS],...: tests whose id contains PART, whose measured "
                                                  "times (--times) no longer hold, take SECONDS (else the file's estimate)")
     a = ap.parse_args()
