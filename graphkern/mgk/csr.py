@@ -89,6 +89,27 @@ class CSRData:
         self.node_features = rd.node_features
         self.orig = _nonempty((rd.perm_global - ds.node_offsets[graph_of_vertex]).astype(np.int32))
         self.device_copies = {}
+        self._kept_plan = None
+
+    def launch_plan(self, other, pair_arr, f1, f2, cross):
+        """:func:`graphkern._cpu.pairs.pair_plan` of the pairs of this set and ``other`` (``f1``, ``f2``,
+        ``cross``: the footprint's parts) as ``(order, g1, g2, largest, total, footprint, kept)``,
+        ``kept`` a dict of the pairs' ``positions`` in the launch and what later launches of the same
+        plan reuse (device copies of g1, g2 by device ordinal).
+        The last plan of a read-only pair array (the kernel passes one for every Gram matrix of a
+        shape) is kept and returned again for the same array, set and footprint."""
+        last = self._kept_plan
+        if (last is not None and last[0] is pair_arr and last[1] is other and last[2] == cross
+                and np.array_equal(last[3], f1) and np.array_equal(last[4], f2)):
+            return last[5]
+        i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
+        positions = np.empty(len(pair_arr), dtype=np.int64)
+        plan = pairs.pair_plan(i64(pair_arr), i64(self.n_nodes), i64(other.n_nodes), i64(self.n_entries),
+                               i64(other.n_entries), i64(f1), i64(f2), cross, positions)
+        plan = plan + ({"positions": positions},)
+        if not pair_arr.flags.writeable:
+            self._kept_plan = (pair_arr, other, cross, f1, f2, plan)
+        return plan
 
     def on_device(self, dev):
         """The arrays on ``dev`` and the two widths, in the kernel's argument order (uploaded once)."""
@@ -197,11 +218,8 @@ class CSRGPUEngine:
         launch order, largest and total product-graph size.  A pair's cost, which orders the launch
         (longest first), is its entry pairs per XMV plus its vertex pairs."""
         c1, c2, code, params, fixed, f1, f2, cross = self._parts(ds1, ds2, args, plan)
-        i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
-        order, g1, g2, largest, total, footprint = pairs.pair_plan(
-            i64(pair_arr), i64(c1.n_nodes), i64(c2.n_nodes), i64(c1.n_entries), i64(c2.n_entries), i64(f1), i64(f2),
-            cross)
-        return c1, c2, code, params, (order, g1, g2, largest, total), fixed + footprint
+        order, g1, g2, largest, total, footprint, kept = c1.launch_plan(c2, pair_arr, f1, f2, cross)
+        return c1, c2, code, params, (order, g1, g2, largest, total, kept), fixed + footprint
 
     def solve(self, ds1, ds2, pair_arr, args, *, nodal):
         """Pairs that :meth:`accepts`: K, iterations, residuals (and nodal matrices)."""
@@ -230,7 +248,7 @@ class CSRGPUEngine:
         dt = s["dtype"]
         T = dt.type
         dev = self.dev
-        order, g1, g2, largest, _ = launch
+        order, g1, g2, largest, _, kept = launch
         m = len(order)
         fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
@@ -244,8 +262,10 @@ class CSRGPUEngine:
         set1 = c1.on_device(dev)
         set2 = set1 if c2 is c1 else c2.on_device(dev)
         scratch = rt.alloc(dev, n_blocks * n_vectors * stride, dt)
-        head = set1 + set2 + (
-            rt.to_device(dev, g1), rt.to_device(dev, g2), np.int64(m),
+        graphs = kept.get(dev.ordinal)
+        if graphs is None:
+            graphs = kept[dev.ordinal] = (rt.to_device(dev, g1), rt.to_device(dev, g2))
+        head = set1 + set2 + graphs + (np.int64(m),
             rt.to_device(dev, _nonempty(code)), rt.to_device(dev, _nonempty(params)),
             np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
             np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
@@ -268,7 +288,7 @@ class CSRGPUEngine:
                                            out_bytes)
         n1, n2 = (c1.n_nodes[pair_arr[:, 0]], c2.n_nodes[pair_arr[:, 1]]) if nodal else (None, None)
         return solve_outputs(self.dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
-                             n1, n2, dt, nodal)
+                             n1, n2, dt, nodal, launch[5]["positions"])
 
     def _launch_gradient(self, c1, c2, launch, args, code, params, shared, plan, entry="mgk_csr_gradient"):
         """K and raw derivatives of the pairs of ``launch`` (:meth:`_need`) that fit ``shared`` bytes:

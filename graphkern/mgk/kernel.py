@@ -233,6 +233,7 @@ class MarginalizedGraphKernel(_KernelBase):
         (and their device copies) and the solver engines are rebuilt on use."""
         state = self.__dict__.copy()
         state.pop("_datasets", None)
+        state.pop("_kept_pairs", None)
         state.pop("last_engine_", None)
         return state
 
@@ -240,6 +241,7 @@ class MarginalizedGraphKernel(_KernelBase):
         self.__dict__.update(state)
         self.__dict__.setdefault("_tables", {"node": {}, "edge": {}})
         self._datasets = DatasetCache()
+        self._kept_pairs = None
 
     # ------------------------------------------------------------------ validation
     def _settings(self, gradient=False):
@@ -326,10 +328,8 @@ class MarginalizedGraphKernel(_KernelBase):
             return self._nodal_gradient(X, Y, pairs, s)
         if pairs is not None:
             pair_arr = _pair_array(pairs, len(X), len(Yg), "Y" if Y is not None else "X")
-        elif symmetric:
-            pair_arr = _upper_pairs(len(X))
         else:
-            pair_arr = _grid_pairs(len(X), len(Yg))
+            pair_arr = self._pair_list(len(X), None if symmetric else len(Yg))
 
         router = self._router(s)
         dsX = self._dataset(X, s)
@@ -526,6 +526,7 @@ class MarginalizedGraphKernel(_KernelBase):
                   for name, value in self.get_params(deep=False).items()}
         clone = type(self)(**params)
         clone._datasets = self._datasets
+        clone._kept_pairs = self._kept_pairs
         clone._tables = self._tables
         clone.theta = theta
         return clone
@@ -592,6 +593,17 @@ class MarginalizedGraphKernel(_KernelBase):
         if not self.verbose:
             return contextlib.nullcontext()
         return Progress(total, self.verbose, "pairs", "MarginalizedGraphKernel")
+
+    def _pair_list(self, n1, n2):
+        """The pairs of a whole Gram matrix, :func:`_upper_pairs` (``n2`` None) or :func:`_grid_pairs`,
+        read-only and kept for the next call of the same shape: the solvers keep their launch plans
+        (order, device copies) of the last such array and reuse them for the same graphs."""
+        kept = self._kept_pairs
+        if kept is None or kept[0] != (n1, n2):
+            arr = _upper_pairs(n1) if n2 is None else _grid_pairs(n1, n2)
+            arr.flags.writeable = False
+            kept = self._kept_pairs = ((n1, n2), arr)
+        return kept[1]
 
     def _dataset(self, graphs, s):
         return self._datasets.get(graphs, s["node_program"], s["edge_program"], self._tables, s["dtype"])

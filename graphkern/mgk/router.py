@@ -86,10 +86,10 @@ class Router:
                     owner[:] = k
         parts = []
         for k, (name, engine) in enumerate(chain):
-            if owner is None:
+            if owner is None:  # every pair (no index list unless some come back declined)
                 if k != first:
                     continue
-                idx, pairs = np.arange(m), pair_arr
+                idx, pairs = None, pair_arr
             else:
                 idx = np.flatnonzero(owner == k)
                 if not len(idx):
@@ -99,6 +99,7 @@ class Router:
             if sol.declined is not None and len(sol.declined):
                 if owner is None:
                     owner = np.full(m, k, dtype=np.int8)
+                    idx = np.arange(m)
                 declined = idx[sol.declined]
                 for later in range(k + 1, len(chain)):
                     takes = _takes(masks[later], declined)
@@ -107,9 +108,9 @@ class Router:
                 kept = np.ones(len(idx), dtype=bool)
                 kept[sol.declined] = False
                 idx, sol = idx[kept], _subset(sol, kept)
-            if len(idx):
+            if idx is None or len(idx):
                 parts.append((name, idx, sol))
-        self.last_run = {name: len(idx) for name, idx, _ in parts}
+        self.last_run = {name: m if idx is None else len(idx) for name, idx, _ in parts}
         return _merge(parts, m, nodal, plan)
 
 
@@ -270,8 +271,9 @@ def _subset(sol, kept):
 
 def _merge(parts, m, nodal, plan):
     """One answer in pair order from the solvers' parts ``[(name, pair indices, Solved), ...]``;
-    a single part that ran every pair is returned as it is (with its octile statistics)."""
-    if len(parts) == 1 and len(parts[0][1]) == m:
+    a single part that ran every pair (its indices None or all of them) is returned as it is (with
+    its octile statistics)."""
+    if len(parts) == 1 and (parts[0][1] is None or len(parts[0][1]) == m):
         return parts[0][2]
     K = np.full(m, np.nan)
     iters = np.full(m, -1, dtype=np.int32)
