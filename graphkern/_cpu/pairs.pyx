@@ -52,8 +52,8 @@ cdef int _stable_place(const uint16_t[::1] key, int nt, int64_t[::1] order, cons
                        bint place) except -1 nogil:
     """``order = np.argsort(key, kind="stable")`` as a counting sort over ``nt`` contiguous runs of
     the pairs (each run's histogram, then every run places its pairs in index order), with
-    ``g1, g2 = pair_arr[order].T`` written alongside when ``gather``, and the inverse permutation
-    ``positions[order] = arange(m)`` when ``place`` (in index order: sequential writes)."""
+    ``g1, g2 = pair_arr[order].T`` written alongside when ``gather``, ``positions[order] = arange(m)``
+    when ``place``."""
     cdef Py_ssize_t m = key.shape[0], i, lo, hi, pos
     cdef int t, k
     cdef int64_t run = 0
@@ -124,8 +124,7 @@ def pair_plan(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int64
     does (longest first, the same permutation); returns ``(order, g1, g2, largest size, total size,
     largest footprint)``: ``g1, g2`` the pairs' graphs in launch order, the sizes ``n1[a] n2[b]``,
     the footprint ``f1[a] + f2[b] + cross n1[a] n2[b]``.  ``n1, w1, f1`` (``n2, w2, f2``) have one
-    entry per graph of the first (second) set; costs must stay below 2^53.  ``positions`` (m int64),
-    when given, receives each pair's place in the launch (``positions[order[k]] = k``)."""
+    entry per graph of the first (second) set; costs must stay below 2^53.  ``positions``: each pair's place."""
     cdef Py_ssize_t m = pair_arr.shape[0], i
     cdef Py_ssize_t n_first = n1.shape[0], n_second = n2.shape[0]
     cdef int nt = _chunks(m), t

@@ -121,8 +121,7 @@ class _Launch:
             np.int32(1 + args["ek_slot"]), T(s["q"]), T(s["p"] * s["p"]),
             np.float64(s["tol"]), np.int32(s["max_iter"]), self.scratch, np.int64(stride))
 
-    def run(self, dev, tail):
-        """Launch with the shared arguments then ``tail``; returns the kernel's seconds (CUDA events)."""
+    def run(self, dev, tail):  # the kernel's seconds
         return timed_launch(dev, self.fn, self.blocks, THREADS_PER_BLOCK, self.head + tail, self.shared)
 
 
@@ -199,28 +198,16 @@ def pair_positions(order):
     return pairs.scatter(np.empty(m, dtype=np.int64), order, np.arange(m, dtype=np.int64))
 
 
-def in_pair_order(d_buf, order, through=None, positions=None):
-    """A per-pair device output (in launch order) on the host in the caller's pair order, read back
-    into ``through`` (uint8, at least the output's bytes; default: new) and scattered from there, or
-    gathered through ``positions`` (:func:`pair_positions`: sequential writes, which cost less than
-    scattered ones where several outputs share them)."""
-    dtype = np.dtype(d_buf.dtype)
-    nbytes = int(np.prod(d_buf.shape, dtype=np.int64)) * dtype.itemsize
-    through = np.empty(nbytes, dtype=np.uint8) if through is None else through
-    launched = rt.copy_to_pageable(d_buf, through[:nbytes].view(dtype).reshape(d_buf.shape))
-    if positions is not None:
-        return pairs.take(launched, positions)
-    return pairs.scatter(np.empty(d_buf.shape, dtype=dtype), order, launched)
-
-
 def outputs_in_pair_order(d_bufs, order, positions=None):
-    """The per-pair device outputs ``d_bufs`` of one launch in the caller's pair order, all read back
-    through one host buffer (each fresh page of a host array costs a fault on first touch) and
-    gathered through the pairs' ``positions`` in the launch (computed here when not given)."""
-    through = np.empty(max(int(np.prod(b.shape, dtype=np.int64)) * np.dtype(b.dtype).itemsize for b in d_bufs),
-                       dtype=np.uint8)
+    """The per-pair device outputs ``d_bufs`` of one launch (in launch ``order``) in the caller's pair
+    order: each read back through one host buffer (a fresh page costs a fault on first touch), then
+    gathered through the pairs' ``positions`` in the launch (:func:`pair_positions`, computed here
+    when not given: the gathers write in order, which costs less than scattered writes)."""
+    sizes = [int(np.prod(b.shape, dtype=np.int64)) * np.dtype(b.dtype).itemsize for b in d_bufs]
+    through = np.empty(max(sizes), dtype=np.uint8)
     positions = pair_positions(order) if positions is None else positions
-    return [in_pair_order(buf, order, through, positions) for buf in d_bufs]
+    return [pairs.take(rt.copy_to_pageable(b, through[:n].view(b.dtype).reshape(b.shape)), positions)
+            for b, n in zip(d_bufs, sizes)]
 
 
 def nodal_blocks(d_nodal, nodal_off, order, n1, n2):

@@ -92,12 +92,9 @@ class CSRData:
         self._kept_plan = None
 
     def launch_plan(self, other, pair_arr, f1, f2, cross):
-        """:func:`graphkern._cpu.pairs.pair_plan` of the pairs of this set and ``other`` (``f1``, ``f2``,
-        ``cross``: the footprint's parts) as ``(order, g1, g2, largest, total, footprint, kept)``,
-        ``kept`` a dict of the pairs' ``positions`` in the launch and what later launches of the same
-        plan reuse (device copies of g1, g2 by device ordinal).
-        The last plan of a read-only pair array (the kernel passes one for every Gram matrix of a
-        shape) is kept and returned again for the same array, set and footprint."""
+        """:func:`graphkern._cpu.pairs.pair_plan` of pairs of this set and ``other`` and the footprint's
+        parts, with a dict ``kept`` of the pairs' ``positions`` in the launch and their device copies.
+        The plan of a read-only pair array (the kernel's whole Gram matrices) is kept for the next call."""
         last = self._kept_plan
         if (last is not None and last[0] is pair_arr and last[1] is other and last[2] == cross
                 and np.array_equal(last[3], f1) and np.array_equal(last[4], f2)):
@@ -105,8 +102,7 @@ class CSRData:
         i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
         positions = np.empty(len(pair_arr), dtype=np.int64)
         plan = pairs.pair_plan(i64(pair_arr), i64(self.n_nodes), i64(other.n_nodes), i64(self.n_entries),
-                               i64(other.n_entries), i64(f1), i64(f2), cross, positions)
-        plan = plan + ({"positions": positions},)
+                               i64(other.n_entries), i64(f1), i64(f2), cross, positions) + ({"positions": positions},)
         if not pair_arr.flags.writeable:
             self._kept_plan = (pair_arr, other, cross, f1, f2, plan)
         return plan
@@ -274,10 +270,6 @@ class CSRGPUEngine:
             scratch, np.int64(stride))
         return fn, n_blocks, head
 
-    def _run(self, fn, n_blocks, args, shared):
-        """One launch; the kernel's seconds (CUDA events)."""
-        return timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, args, shared)
-
     def _launch(self, c1, c2, pair_arr, launch, args, code, params, shared, nodal):
         """Solve the pairs of ``launch`` (:meth:`_need`; ``pair_arr`` in the caller's order) that fit
         ``shared`` bytes: (K, iterations, residuals, nodal blocks, seconds)."""
@@ -287,8 +279,8 @@ class CSRGPUEngine:
         fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, "mgk_csr", N_VECTORS,
                                            out_bytes)
         n1, n2 = (c1.n_nodes[pair_arr[:, 0]], c2.n_nodes[pair_arr[:, 1]]) if nodal else (None, None)
-        return solve_outputs(self.dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
-                             n1, n2, dt, nodal, launch[5]["positions"])
+        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, head + outputs, shared))
+        return solve_outputs(self.dev, run, order, n1, n2, dt, nodal, launch[5]["positions"])
 
     def _launch_gradient(self, c1, c2, launch, args, code, params, shared, plan, entry="mgk_csr_gradient"):
         """K and raw derivatives of the pairs of ``launch`` (:meth:`_need`) that fit ``shared`` bytes:
@@ -298,5 +290,5 @@ class CSRGPUEngine:
         fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, entry, N_GRADIENT_VECTORS,
                                            len(order) * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         head = head + gradient_terms(self.dev, plan, dt)
-        return gradient_outputs(self.dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
-                                plan, "GPU solver")
+        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, head + outputs, shared))
+        return gradient_outputs(self.dev, run, order, plan, "GPU solver")

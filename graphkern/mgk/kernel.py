@@ -352,7 +352,8 @@ class MarginalizedGraphKernel(_KernelBase):
         dK = None
         if pairs is None and not nodal:
             if symmetric:
-                out = _symmetric(K, len(X), s["dtype"] if not self.normalize else np.float64)
+                out = _pairs.symmetric_fill(np.ascontiguousarray(K, dtype=np.float64),  # K's upper triangle
+                                            np.empty((len(X),) * 2, s["dtype"] if not self.normalize else np.float64))
                 if eval_gradient:
                     dK = np.empty((len(X), len(X), plan.n_free))
                     dK[pair_arr[:, 0], pair_arr[:, 1]] = grad
@@ -595,12 +596,11 @@ class MarginalizedGraphKernel(_KernelBase):
         return Progress(total, self.verbose, "pairs", "MarginalizedGraphKernel")
 
     def _pair_list(self, n1, n2):
-        """The pairs of a whole Gram matrix, :func:`_upper_pairs` (``n2`` None) or :func:`_grid_pairs`,
-        read-only and kept for the next call of the same shape: the solvers keep their launch plans
-        (order, device copies) of the last such array and reuse them for the same graphs."""
+        """The pairs i <= j < n1 row by row (``n2`` None) or :func:`_grid_pairs`, read-only and kept for
+        the next call of the same shape (the solvers keep their launch plans of such an array)."""
         kept = self._kept_pairs
         if kept is None or kept[0] != (n1, n2):
-            arr = _upper_pairs(n1) if n2 is None else _grid_pairs(n1, n2)
+            arr = _pairs.upper_pairs(n1) if n2 is None else _grid_pairs(n1, n2)
             arr.flags.writeable = False
             kept = self._kept_pairs = ((n1, n2), arr)
         return kept[1]
@@ -752,16 +752,6 @@ def _graph_list(graphs, name):
         if g.n_nodes == 0:
             raise ValueError(f"{name}[{k}] has no vertices; the marginalized graph kernel needs at least one")
     return graphs
-
-
-def _symmetric(K, n, dtype):
-    """The symmetric ``n x n`` matrix whose upper triangle, row by row, is ``K`` (see :func:`_upper_pairs`)."""
-    return _pairs.symmetric_fill(np.ascontiguousarray(K, dtype=np.float64), np.empty((n, n), dtype=dtype))
-
-
-def _upper_pairs(n):
-    """The pairs (i, j), i <= j < n, row by row (the order of ``np.triu_indices(n)``), as one array."""
-    return _pairs.upper_pairs(n)
 
 
 def _grid_pairs(n1, n2):
