@@ -287,6 +287,18 @@ def test_launch_plans_are_kept_only_for_their_pairs_and_sets():
     assert c1.launch_plan(c3, writable, foot(c1), foot(c3), 4) is not once
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("techniques", ["auto", "csr"])
+def test_kept_launch_plans_give_the_bits_of_fresh_calls(techniques):
+    """On the device: repeated calls (the kept pair list, launch plan and device copies of the pairs)
+    and tiles of one shape by turns give, bit for bit, what a fresh kernel gives for each."""
+    graphs = _molecules(240, hydrogens=True)
+    X, Y1, Y2 = graphs[:80], graphs[80:160], graphs[160:]
+    kernel = _kernel(techniques=techniques)
+    for args in ((graphs,), (graphs,), (X, Y1), (X, Y2), (X, Y1), (Y2, X)):
+        np.testing.assert_array_equal(kernel(*args), _kernel(techniques=techniques)(*args))
+
+
 def _profile(label, call, repeat):
     """Host milliseconds of ``call`` (median of ``repeat`` warm calls, the simulated launches taken out)."""
     call()
