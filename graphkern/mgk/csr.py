@@ -35,6 +35,8 @@ the caller's numbering.  Pairs whose staged data exceed the device's shared memo
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from graphkern._cpu import pairs
@@ -54,6 +56,7 @@ REDUCE_BYTES = 8 * 4 * 8    # kReduceBytes: kWarps x kMaxReduce doubles
 N_VECTORS = 4               # x, r, Ap, diagonal (p is in shared memory)
 N_GRADIENT_VECTORS = 7      # x, r, Ap of both solves and the diagonal (mgk_csr.cu: csr_gradient)
 _ENTRY_BYTES = {4: 16, 8: 32}  # EntrySlot<float> / EntrySlot<double>
+_KEPT = threading.local()   # CSRData.launch_plan's last kept plan, per thread
 
 
 def _align16(n):
@@ -89,22 +92,21 @@ class CSRData:
         self.node_features = rd.node_features
         self.orig = _nonempty((rd.perm_global - ds.node_offsets[graph_of_vertex]).astype(np.int32))
         self.device_copies = {}
-        self._kept_plan = None
 
     def launch_plan(self, other, pair_arr, f1, f2, cross):
-        """:func:`graphkern._cpu.pairs.pair_plan` of pairs of this set and ``other`` and the footprint's
-        parts, with a dict ``kept`` of the pairs' ``positions`` in the launch and their device copies.
-        The plan of a read-only pair array (the kernel's whole Gram matrices) is kept for the next call."""
-        last = self._kept_plan
-        if (last is not None and last[0] is pair_arr and last[1] is other and last[2] == cross
-                and np.array_equal(last[3], f1) and np.array_equal(last[4], f2)):
-            return last[5]
+        """:func:`graphkern._cpu.pairs.pair_plan` and a dict of the pairs' ``positions`` and device copies;
+        the last plan of a read-only pair array (a whole Gram matrix) is kept, one per thread, for the
+        next call with the same array, sets and footprint."""
+        last = getattr(_KEPT, "plan", None)
+        if (last is not None and last[0] is pair_arr and last[1] is self and last[2] is other and last[3] == cross
+                and np.array_equal(last[4], f1) and np.array_equal(last[5], f2)):
+            return last[6]
         i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
         positions = np.empty(len(pair_arr), dtype=np.int64)
         plan = pairs.pair_plan(i64(pair_arr), i64(self.n_nodes), i64(other.n_nodes), i64(self.n_entries),
                                i64(other.n_entries), i64(f1), i64(f2), cross, positions) + ({"positions": positions},)
         if not pair_arr.flags.writeable:
-            self._kept_plan = (pair_arr, other, cross, f1, f2, plan)
+            _KEPT.plan = (pair_arr, self, other, cross, f1, f2, plan)
         return plan
 
     def on_device(self, dev):

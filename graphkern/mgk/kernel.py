@@ -232,9 +232,8 @@ class MarginalizedGraphKernel(_KernelBase):
         """Parameters, the label-code tables and the last call's statistics; the packed datasets
         (and their device copies) and the solver engines are rebuilt on use."""
         state = self.__dict__.copy()
-        state.pop("_datasets", None)
-        state.pop("_kept_pairs", None)
-        state.pop("last_engine_", None)
+        for name in ("_datasets", "_kept_pairs", "last_engine_"):
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state):
@@ -598,12 +597,11 @@ class MarginalizedGraphKernel(_KernelBase):
     def _pair_list(self, n1, n2):
         """The pairs i <= j < n1 row by row (``n2`` None) or :func:`_grid_pairs`, read-only and kept for
         the next call of the same shape (the solvers keep their launch plans of such an array)."""
-        kept = self._kept_pairs
-        if kept is None or kept[0] != (n1, n2):
+        if self._kept_pairs is None or self._kept_pairs[0] != (n1, n2):
             arr = _pairs.upper_pairs(n1) if n2 is None else _grid_pairs(n1, n2)
             arr.flags.writeable = False
-            kept = self._kept_pairs = ((n1, n2), arr)
-        return kept[1]
+            self._kept_pairs = ((n1, n2), arr)
+        return self._kept_pairs[1]
 
     def _dataset(self, graphs, s):
         return self._datasets.get(graphs, s["node_program"], s["edge_program"], self._tables, s["dtype"])
