@@ -48,10 +48,12 @@ cdef int _chunks(Py_ssize_t m) noexcept nogil:
 
 
 cdef int _stable_place(const uint16_t[::1] key, int nt, int64_t[::1] order, const int64_t[:, ::1] pair_arr,
-                       int64_t[::1] g1, int64_t[::1] g2, bint gather) except -1 nogil:
+                       int64_t[::1] g1, int64_t[::1] g2, bint gather, int64_t[::1] positions,
+                       bint place) except -1 nogil:
     """``order = np.argsort(key, kind="stable")`` as a counting sort over ``nt`` contiguous runs of
     the pairs (each run's histogram, then every run places its pairs in index order), with
-    ``g1, g2 = pair_arr[order].T`` written alongside when ``gather``."""
+    ``g1, g2 = pair_arr[order].T`` written alongside when ``gather``, ``positions[order] = arange(m)``
+    when ``place``."""
     cdef Py_ssize_t m = key.shape[0], i, lo, hi, pos
     cdef int t, k
     cdef int64_t run = 0
@@ -77,6 +79,8 @@ cdef int _stable_place(const uint16_t[::1] key, int nt, int64_t[::1] order, cons
                 pos = counts[<Py_ssize_t>t * 65536 + key[i]]
                 counts[<Py_ssize_t>t * 65536 + key[i]] = pos + 1
                 order[pos] = i
+                if place:
+                    positions[i] = pos
                 if gather:
                     g1[pos] = pair_arr[i, 0]
                     g2[pos] = pair_arr[i, 1]
@@ -107,20 +111,20 @@ def launch_order(const double[::1] cost):
     scale = -65535.0 / top if top > 0 else 0.0
     for i in prange(m, nogil=True, num_threads=nt, schedule="static"):
         key[i] = _key(cost[i], scale, top > 0)
-    _stable_place(key, nt, order, no_pairs, no_out, no_out, False)
+    _stable_place(key, nt, order, no_pairs, no_out, no_out, False, no_out, False)
     return order
 
 
 def pair_plan(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int64_t[::1] n2,
               const int64_t[::1] w1, const int64_t[::1] w2, const int64_t[::1] f1, const int64_t[::1] f2,
-              int64_t cross):
+              int64_t cross, int64_t[::1] positions=None):
     """The per-pair host work of one launch over pairs (a, b) = ``pair_arr[k]`` in three passes.
 
     The cost ``w1[a] w2[b] + n1[a] n2[b]`` orders the launch as :func:`launch_order` of those costs
     does (longest first, the same permutation); returns ``(order, g1, g2, largest size, total size,
     largest footprint)``: ``g1, g2`` the pairs' graphs in launch order, the sizes ``n1[a] n2[b]``,
     the footprint ``f1[a] + f2[b] + cross n1[a] n2[b]``.  ``n1, w1, f1`` (``n2, w2, f2``) have one
-    entry per graph of the first (second) set; costs must stay below 2^53."""
+    entry per graph of the first (second) set; costs must stay below 2^53.  ``positions``: each pair's place."""
     cdef Py_ssize_t m = pair_arr.shape[0], i
     cdef Py_ssize_t n_first = n1.shape[0], n_second = n2.shape[0]
     cdef int nt = _chunks(m), t
@@ -134,6 +138,9 @@ def pair_plan(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int64
         raise ValueError(f"pair_arr must have shape (m, 2), got ({m}, {pair_arr.shape[1]})")
     if w1.shape[0] != n_first or f1.shape[0] != n_first or w2.shape[0] != n_second or f2.shape[0] != n_second:
         raise ValueError("n1, w1, f1 (and n2, w2, f2) must have one entry per graph")
+    cdef bint place = positions is not None
+    if place and positions.shape[0] != m:
+        raise ValueError(f"positions has {positions.shape[0]} entries for {m} pairs")
     order = np.empty(m, dtype=np.int64)
     out1 = np.empty(m, dtype=np.int64)
     out2 = np.empty(m, dtype=np.int64)
@@ -173,7 +180,7 @@ def pair_plan(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int64
     scale = -65535.0 / top if top > 0 else 0.0
     for i in prange(m, nogil=True, num_threads=nt, schedule="static"):
         key[i] = _key(_pair_cost(pair_arr, i, n1, n2, w1, w2), scale, top > 0)
-    _stable_place(key, nt, order, pair_arr, out1, out2, True)
+    _stable_place(key, nt, order, pair_arr, out1, out2, True, positions if place else out1, place)
     return order, out1, out2, int(big), int(total), int(foot)
 
 

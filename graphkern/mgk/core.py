@@ -121,8 +121,7 @@ class _Launch:
             np.int32(1 + args["ek_slot"]), T(s["q"]), T(s["p"] * s["p"]),
             np.float64(s["tol"]), np.int32(s["max_iter"]), self.scratch, np.int64(stride))
 
-    def run(self, dev, tail):
-        """Launch with the shared arguments then ``tail``; returns the kernel's seconds (CUDA events)."""
+    def run(self, dev, tail):  # the kernel's seconds
         return timed_launch(dev, self.fn, self.blocks, THREADS_PER_BLOCK, self.head + tail, self.shared)
 
 
@@ -193,22 +192,22 @@ def _check_written(K, iters, m):
         raise RuntimeError(f"the GPU solver left {int(np.sum(~np.isfinite(K)))} of {m} pairs unwritten")
 
 
-def in_pair_order(d_buf, order, through=None):
-    """A per-pair device output (in launch order) on the host in the caller's pair order, read back
-    into ``through`` (uint8, at least the output's bytes; default: new) and scattered from there."""
-    dtype = np.dtype(d_buf.dtype)
-    nbytes = int(np.prod(d_buf.shape, dtype=np.int64)) * dtype.itemsize
-    through = np.empty(nbytes, dtype=np.uint8) if through is None else through
-    launched = rt.copy_to_pageable(d_buf, through[:nbytes].view(dtype).reshape(d_buf.shape))
-    return pairs.scatter(np.empty(d_buf.shape, dtype=dtype), order, launched)
+def pair_positions(order):
+    """Each pair's place in the launch (the inverse permutation: ``positions[order[k]] = k``)."""
+    m = len(order)
+    return pairs.scatter(np.empty(m, dtype=np.int64), order, np.arange(m, dtype=np.int64))
 
 
-def outputs_in_pair_order(d_bufs, order):
-    """The per-pair device outputs ``d_bufs`` of one launch in the caller's pair order, all read back
-    through one host buffer (each fresh page of a host array costs a fault on first touch)."""
-    through = np.empty(max(int(np.prod(b.shape, dtype=np.int64)) * np.dtype(b.dtype).itemsize for b in d_bufs),
-                       dtype=np.uint8)
-    return [in_pair_order(buf, order, through) for buf in d_bufs]
+def outputs_in_pair_order(d_bufs, order, positions=None):
+    """The per-pair device outputs ``d_bufs`` of one launch (in launch ``order``) in the caller's pair
+    order: each read back through one host buffer (a fresh page costs a fault on first touch), then
+    gathered through the pairs' ``positions`` in the launch (:func:`pair_positions`, computed here
+    when not given: the gathers write in order, which costs less than scattered writes)."""
+    sizes = [int(np.prod(b.shape, dtype=np.int64)) * np.dtype(b.dtype).itemsize for b in d_bufs]
+    through = np.empty(max(sizes), dtype=np.uint8)
+    positions = pair_positions(order) if positions is None else positions
+    return [pairs.take(rt.copy_to_pageable(b, through[:n].view(b.dtype).reshape(b.shape)), positions)
+            for b, n in zip(d_bufs, sizes)]
 
 
 def nodal_blocks(d_nodal, nodal_off, order, n1, n2):
@@ -229,12 +228,12 @@ def timed_launch(dev, fn, n_blocks, threads, args, shared):
     return start.elapsed_ms(end) / 1e3
 
 
-def solve_outputs(dev, launch, order, n1, n2, dt, nodal):
+def solve_outputs(dev, launch, order, n1, n2, dt, nodal, positions=None):
     """The per-pair outputs of a K launch of the CSR and GEMM solvers: allocated poisoned, passed to
     ``launch(outputs)`` (which returns the kernel's seconds) as (K, iterations, residuals, nodal
     buffer, nodal offsets), read back in pair order.  ``order`` is the launch order of the pairs,
     ``n1``, ``n2`` their graphs' sizes (read only with ``nodal``).  Returns (K, iterations, residuals,
-    nodal blocks or None, seconds)."""
+    nodal blocks or None, seconds); ``positions``: :func:`pair_positions` of ``order`` where known."""
     m = len(order)
     nodal_off = None
     if nodal:
@@ -247,7 +246,7 @@ def solve_outputs(dev, launch, order, n1, n2, dt, nodal):
     else:
         d_nodal = d_nodal_off = None
     seconds = launch((d_k, d_it, d_res, d_nodal, d_nodal_off))
-    K, iters, resid = outputs_in_pair_order((d_k, d_it, d_res), order)
+    K, iters, resid = outputs_in_pair_order((d_k, d_it, d_res), order, positions)
     _check_written(K, iters, m)
     blocks = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
     return K, iters, resid, blocks, seconds

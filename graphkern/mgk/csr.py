@@ -35,6 +35,8 @@ the caller's numbering.  Pairs whose staged data exceed the device's shared memo
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from graphkern._cpu import pairs
@@ -54,6 +56,7 @@ REDUCE_BYTES = 8 * 4 * 8    # kReduceBytes: kWarps x kMaxReduce doubles
 N_VECTORS = 4               # x, r, Ap, diagonal (p is in shared memory)
 N_GRADIENT_VECTORS = 7      # x, r, Ap of both solves and the diagonal (mgk_csr.cu: csr_gradient)
 _ENTRY_BYTES = {4: 16, 8: 32}  # EntrySlot<float> / EntrySlot<double>
+_KEPT = threading.local()   # CSRData.launch_plan's last kept plan, per thread
 
 
 def _align16(n):
@@ -89,6 +92,22 @@ class CSRData:
         self.node_features = rd.node_features
         self.orig = _nonempty((rd.perm_global - ds.node_offsets[graph_of_vertex]).astype(np.int32))
         self.device_copies = {}
+
+    def launch_plan(self, other, pair_arr, f1, f2, cross):
+        """:func:`graphkern._cpu.pairs.pair_plan` and a dict of the pairs' ``positions`` and device copies;
+        the last plan of a read-only pair array (a whole Gram matrix) is kept, one per thread, for the
+        next call with the same array, sets and footprint."""
+        last = getattr(_KEPT, "plan", None)
+        if (last is not None and last[0] is pair_arr and last[1] is self and last[2] is other and last[3] == cross
+                and np.array_equal(last[4], f1) and np.array_equal(last[5], f2)):
+            return last[6]
+        i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
+        positions = np.empty(len(pair_arr), dtype=np.int64)
+        plan = pairs.pair_plan(i64(pair_arr), i64(self.n_nodes), i64(other.n_nodes), i64(self.n_entries),
+                               i64(other.n_entries), i64(f1), i64(f2), cross, positions) + ({"positions": positions},)
+        if not pair_arr.flags.writeable:
+            _KEPT.plan = (pair_arr, self, other, cross, f1, f2, plan)
+        return plan
 
     def on_device(self, dev):
         """The arrays on ``dev`` and the two widths, in the kernel's argument order (uploaded once)."""
@@ -197,11 +216,8 @@ class CSRGPUEngine:
         launch order, largest and total product-graph size.  A pair's cost, which orders the launch
         (longest first), is its entry pairs per XMV plus its vertex pairs."""
         c1, c2, code, params, fixed, f1, f2, cross = self._parts(ds1, ds2, args, plan)
-        i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
-        order, g1, g2, largest, total, footprint = pairs.pair_plan(
-            i64(pair_arr), i64(c1.n_nodes), i64(c2.n_nodes), i64(c1.n_entries), i64(c2.n_entries), i64(f1), i64(f2),
-            cross)
-        return c1, c2, code, params, (order, g1, g2, largest, total), fixed + footprint
+        order, g1, g2, largest, total, footprint, kept = c1.launch_plan(c2, pair_arr, f1, f2, cross)
+        return c1, c2, code, params, (order, g1, g2, largest, total, kept), fixed + footprint
 
     def solve(self, ds1, ds2, pair_arr, args, *, nodal):
         """Pairs that :meth:`accepts`: K, iterations, residuals (and nodal matrices)."""
@@ -230,7 +246,7 @@ class CSRGPUEngine:
         dt = s["dtype"]
         T = dt.type
         dev = self.dev
-        order, g1, g2, largest, _ = launch
+        order, g1, g2, largest, _, kept = launch
         m = len(order)
         fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
@@ -244,8 +260,10 @@ class CSRGPUEngine:
         set1 = c1.on_device(dev)
         set2 = set1 if c2 is c1 else c2.on_device(dev)
         scratch = rt.alloc(dev, n_blocks * n_vectors * stride, dt)
-        head = set1 + set2 + (
-            rt.to_device(dev, g1), rt.to_device(dev, g2), np.int64(m),
+        graphs = kept.get(dev.ordinal)
+        if graphs is None:
+            graphs = kept[dev.ordinal] = (rt.to_device(dev, g1), rt.to_device(dev, g2))
+        head = set1 + set2 + graphs + (np.int64(m),
             rt.to_device(dev, _nonempty(code)), rt.to_device(dev, _nonempty(params)),
             np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
             np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
@@ -253,10 +271,6 @@ class CSRGPUEngine:
             T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]), np.int32(s["max_iter"]),
             scratch, np.int64(stride))
         return fn, n_blocks, head
-
-    def _run(self, fn, n_blocks, args, shared):
-        """One launch; the kernel's seconds (CUDA events)."""
-        return timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, args, shared)
 
     def _launch(self, c1, c2, pair_arr, launch, args, code, params, shared, nodal):
         """Solve the pairs of ``launch`` (:meth:`_need`; ``pair_arr`` in the caller's order) that fit
@@ -267,8 +281,8 @@ class CSRGPUEngine:
         fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, "mgk_csr", N_VECTORS,
                                            out_bytes)
         n1, n2 = (c1.n_nodes[pair_arr[:, 0]], c2.n_nodes[pair_arr[:, 1]]) if nodal else (None, None)
-        return solve_outputs(self.dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
-                             n1, n2, dt, nodal)
+        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, head + outputs, shared))
+        return solve_outputs(self.dev, run, order, n1, n2, dt, nodal, launch[5]["positions"])
 
     def _launch_gradient(self, c1, c2, launch, args, code, params, shared, plan, entry="mgk_csr_gradient"):
         """K and raw derivatives of the pairs of ``launch`` (:meth:`_need`) that fit ``shared`` bytes:
@@ -278,5 +292,5 @@ class CSRGPUEngine:
         fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, entry, N_GRADIENT_VECTORS,
                                            len(order) * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         head = head + gradient_terms(self.dev, plan, dt)
-        return gradient_outputs(self.dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
-                                plan, "GPU solver")
+        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, head + outputs, shared))
+        return gradient_outputs(self.dev, run, order, plan, "GPU solver")

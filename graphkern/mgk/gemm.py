@@ -69,6 +69,7 @@ Cost floor: 10.6 MFLOP per pair-iteration of the 96-vertex dense set, 0.16 us of
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -80,7 +81,7 @@ from graphkern.mgk.core import (SCRATCH_SHARE, check_contractions, gradient_outp
 from graphkern.mgk import csr as csr_solver
 from graphkern.mgk.data import _nonempty
 from graphkern.mgk.gradient import EDGE_FORMS
-from graphkern.mgk.results import Solved, empty_result, gradient_result
+from graphkern.mgk.results import Solved, empty_result, gradient_result, merge_parts
 
 __all__ = ["GEMM_TECHNIQUE", "GemmData", "gemm_data", "GEMMGPUEngine", "pair_terms",
            "term_counts", "contraction_terms", "tile_of", "shared_bytes", "gradient_shared_bytes", "gemm_work",
@@ -497,20 +498,11 @@ class GEMMGPUEngine:
         route = self.route(ds1, ds2, pair_arr, args, by_cost=False)
         results, done = self._by_tile(route, lambda sets, idx, tile: self._launch(ds1, ds2, args, route, sets, idx,
                                                                                    tile, nodal))
-        K = np.full(m, np.nan)
-        iters = np.full(m, -1, dtype=np.int32)
-        resid = np.full(m, np.nan)
-        blocks = [None] * m if nodal else None
-        seconds = 0.0
-        for idx, (k, it, res, nod, sec) in results:
-            K[idx], iters[idx], resid[idx] = k, it, res
-            seconds += sec
-            if nodal:
-                for j, block in zip(idx.tolist(), nod):
-                    blocks[j] = block
-        self._record(route, done, seconds)
-        return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds,
-                      declined=np.flatnonzero(~done))
+        merged = merge_parts([(None, idx, Solved(K=k, iterations=it, residuals=res, nodal=nod, octile_pairs=None,
+                                                 seconds=sec)) for idx, (k, it, res, nod, sec) in results],
+                             m, nodal, None)
+        self._record(route, done, merged.seconds)
+        return dataclasses.replace(merged, declined=np.flatnonzero(~done))
 
     def solve_gradient(self, ds1, ds2, pair_arr, args, plan):
         """Gradients of the pairs the gradient entry points take (:func:`route_pairs` with
@@ -523,16 +515,10 @@ class GEMMGPUEngine:
             check_contractions(plan, args)
         results, done = self._by_tile(route, lambda sets, idx, tile: self._launch_gradient(
             ds1, ds2, args, route, sets, idx, tile, plan))
-        K, resid, adj_resid = (np.full(m, np.nan) for _ in range(3))
-        iters, adj_iters = (np.full(m, -1, dtype=np.int32) for _ in range(2))
-        raw = np.full((m, plan.n_raw), np.nan)
-        seconds = 0.0
-        for idx, out in results:
-            K[idx], iters[idx], resid[idx], adj_iters[idx], adj_resid[idx], raw[idx], sec = out
-            seconds += sec
-        self._record(route, done, seconds)
-        return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, seconds,
-                               declined=np.flatnonzero(~done))
+        merged = merge_parts([(None, idx, gradient_result(*out[:6], None, out[6])) for idx, out in results], m, False,
+                             plan)
+        self._record(route, done, merged.seconds)
+        return dataclasses.replace(merged, declined=np.flatnonzero(~done))
 
     def _prepare(self, ds1, ds2, args, plan, sets, idx, tile, entry, shared, n_vectors, out_bytes):
         """What every launch of pairs ``idx`` (tile ``tile``) begins with: (kernel, blocks, launch order,
@@ -570,10 +556,6 @@ class GEMMGPUEngine:
             np.int32(s["max_iter"]), scratch)
         return fn, n_blocks, order, head
 
-    def _run(self, fn, n_blocks, launch_args, shared):
-        """One launch; the kernel's seconds (CUDA events)."""
-        return timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, launch_args, shared)
-
     def _launch(self, ds1, ds2, args, plan, sets, idx, tile, nodal):
         """Solve pairs ``idx`` of tile ``tile``: (K, iterations, residuals, nodal blocks, seconds), or
         None when the free device memory holds no block's CG vectors."""
@@ -588,8 +570,8 @@ class GEMMGPUEngine:
         if prepared is None:
             return None
         fn, n_blocks, order, head = prepared
-        return solve_outputs(dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
-                             n1, n2, dt, nodal)
+        run = (lambda outputs: timed_launch(dev, fn, n_blocks, THREADS_PER_BLOCK, head + outputs, shared))
+        return solve_outputs(dev, run, order, n1, n2, dt, nodal)
 
     def _launch_gradient(self, ds1, ds2, args, route, sets, idx, tile, plan):
         """K and raw derivatives of pairs ``idx`` of tile ``tile``: (K, iterations, residuals,
@@ -608,5 +590,5 @@ class GEMMGPUEngine:
             return None
         fn, n_blocks, order, head = prepared
         head = head + gradient_terms(dev, plan, dt)
-        return gradient_outputs(dev, lambda outputs: self._run(fn, n_blocks, head + outputs, shared), order,
-                                plan, "GEMM solver")
+        run = (lambda outputs: timed_launch(dev, fn, n_blocks, THREADS_PER_BLOCK, head + outputs, shared))
+        return gradient_outputs(dev, run, order, plan, "GEMM solver")

@@ -232,14 +232,15 @@ class MarginalizedGraphKernel(_KernelBase):
         """Parameters, the label-code tables and the last call's statistics; the packed datasets
         (and their device copies) and the solver engines are rebuilt on use."""
         state = self.__dict__.copy()
-        state.pop("_datasets", None)
-        state.pop("last_engine_", None)
+        for name in ("_datasets", "_kept_pairs", "last_engine_"):
+            state.pop(name, None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self.__dict__.setdefault("_tables", {"node": {}, "edge": {}})
         self._datasets = DatasetCache()
+        self._kept_pairs = None
 
     # ------------------------------------------------------------------ validation
     def _settings(self, gradient=False):
@@ -326,10 +327,8 @@ class MarginalizedGraphKernel(_KernelBase):
             return self._nodal_gradient(X, Y, pairs, s)
         if pairs is not None:
             pair_arr = _pair_array(pairs, len(X), len(Yg), "Y" if Y is not None else "X")
-        elif symmetric:
-            pair_arr = _upper_pairs(len(X))
         else:
-            pair_arr = _grid_pairs(len(X), len(Yg))
+            pair_arr = self._pair_list(len(X), None if symmetric else len(Yg))
 
         router = self._router(s)
         dsX = self._dataset(X, s)
@@ -352,7 +351,8 @@ class MarginalizedGraphKernel(_KernelBase):
         dK = None
         if pairs is None and not nodal:
             if symmetric:
-                out = _symmetric(K, len(X), s["dtype"] if not self.normalize else np.float64)
+                out = _pairs.symmetric_fill(np.ascontiguousarray(K, dtype=np.float64),  # K's upper triangle
+                                            np.empty((len(X),) * 2, s["dtype"] if not self.normalize else np.float64))
                 if eval_gradient:
                     dK = np.empty((len(X), len(X), plan.n_free))
                     dK[pair_arr[:, 0], pair_arr[:, 1]] = grad
@@ -526,6 +526,7 @@ class MarginalizedGraphKernel(_KernelBase):
                   for name, value in self.get_params(deep=False).items()}
         clone = type(self)(**params)
         clone._datasets = self._datasets
+        clone._kept_pairs = self._kept_pairs
         clone._tables = self._tables
         clone.theta = theta
         return clone
@@ -592,6 +593,15 @@ class MarginalizedGraphKernel(_KernelBase):
         if not self.verbose:
             return contextlib.nullcontext()
         return Progress(total, self.verbose, "pairs", "MarginalizedGraphKernel")
+
+    def _pair_list(self, n1, n2):
+        """The pairs i <= j < n1 row by row (``n2`` None) or :func:`_grid_pairs`, read-only and kept for
+        the next call of the same shape (the solvers keep their launch plans of such an array)."""
+        if self._kept_pairs is None or self._kept_pairs[0] != (n1, n2):
+            arr = _pairs.upper_pairs(n1) if n2 is None else _grid_pairs(n1, n2)
+            arr.flags.writeable = False
+            self._kept_pairs = ((n1, n2), arr)
+        return self._kept_pairs[1]
 
     def _dataset(self, graphs, s):
         return self._datasets.get(graphs, s["node_program"], s["edge_program"], self._tables, s["dtype"])
@@ -740,16 +750,6 @@ def _graph_list(graphs, name):
         if g.n_nodes == 0:
             raise ValueError(f"{name}[{k}] has no vertices; the marginalized graph kernel needs at least one")
     return graphs
-
-
-def _symmetric(K, n, dtype):
-    """The symmetric ``n x n`` matrix whose upper triangle, row by row, is ``K`` (see :func:`_upper_pairs`)."""
-    return _pairs.symmetric_fill(np.ascontiguousarray(K, dtype=np.float64), np.empty((n, n), dtype=dtype))
-
-
-def _upper_pairs(n):
-    """The pairs (i, j), i <= j < n, row by row (the order of ``np.triu_indices(n)``), as one array."""
-    return _pairs.upper_pairs(n)
 
 
 def _grid_pairs(n1, n2):

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["MGKInfo", "Solved", "gradient_result", "empty_result", "solver_arguments", "EDGE_FORM_CODES"]
+__all__ = ["MGKInfo", "Solved", "gradient_result", "empty_result", "merge_parts", "solver_arguments",
+           "EDGE_FORM_CODES"]
 
 #: the edge-kernel forms the device solvers specialize on (their entry points' ``_<form>`` suffix)
 EDGE_FORM_CODES = {"general": 0, "constant": 1, "kronecker": 2, "sqexp": 3}
@@ -108,3 +109,29 @@ def solver_arguments(ds1, ds2, s):
                        ek_theta=form[2] if form[0] == "kronecker" else 0.0,
                        ek_aux=form[2] if form[0] == "sqexp" else 0.0, ek_slot=slot, form_name=form[0])
     return out
+
+
+def merge_parts(parts, m, nodal, plan):
+    """One answer for ``m`` pairs from the parts ``[(name, pair indices, Solved), ...]`` (``plan``: of a
+    gradient solve, else None), pairs no part ran NaN / -1;
+    a single part that ran every pair (its indices None or all of them) is returned as it is (with
+    its octile statistics)."""
+    if len(parts) == 1 and (parts[0][1] is None or len(parts[0][1]) == m):
+        return parts[0][2]
+    K = np.full(m, np.nan)
+    iters = np.full(m, -1, dtype=np.int32)
+    resid = np.full(m, np.nan)
+    blocks = [None] * m if nodal else None
+    raw = None if plan is None else np.full((m, plan.n_raw), np.nan)
+    adjoint = None if plan is None else np.full(m, -1, dtype=np.int32)
+    seconds = 0.0
+    for _, idx, sol in parts:
+        K[idx], iters[idx], resid[idx] = sol.K, sol.iterations, sol.residuals
+        seconds += sol.seconds
+        if nodal:
+            for j, block in zip(idx.tolist(), sol.nodal):
+                blocks[j] = block
+        if plan is not None:
+            raw[idx], adjoint[idx] = sol.gradient, sol.adjoint_iterations
+    return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds,
+                  gradient=raw, adjoint_iterations=adjoint)

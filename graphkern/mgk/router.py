@@ -31,7 +31,7 @@ from graphkern._cuda import runtime as rt
 from graphkern.errors import CudaError, GraphTooLargeError
 from graphkern.mgk.csr import CSR_TECHNIQUE, CSRGPUEngine, csr_data
 from graphkern.mgk.gemm import GEMM_TECHNIQUE, GEMMGPUEngine
-from graphkern.mgk.results import Solved
+from graphkern.mgk.results import Solved, merge_parts
 from graphkern.mgk.tiled import TiledGPUEngine, resolve_techniques
 
 __all__ = ["Router", "DeviceRouter", "make_router"]
@@ -86,10 +86,10 @@ class Router:
                     owner[:] = k
         parts = []
         for k, (name, engine) in enumerate(chain):
-            if owner is None:
+            if owner is None:  # every pair (no index list unless some come back declined)
                 if k != first:
                     continue
-                idx, pairs = np.arange(m), pair_arr
+                idx, pairs = None, pair_arr
             else:
                 idx = np.flatnonzero(owner == k)
                 if not len(idx):
@@ -99,18 +99,20 @@ class Router:
             if sol.declined is not None and len(sol.declined):
                 if owner is None:
                     owner = np.full(m, k, dtype=np.int8)
+                    idx = np.arange(m)
                 declined = idx[sol.declined]
                 for later in range(k + 1, len(chain)):
-                    takes = _takes(masks[later], declined)
+                    mask = masks[later]  # bool per pair, or one bool for all
+                    takes = np.full(len(declined), bool(mask)) if isinstance(mask, (bool, np.bool_)) else mask[declined]
                     owner[declined[takes]] = later
                     declined = declined[~takes]
                 kept = np.ones(len(idx), dtype=bool)
                 kept[sol.declined] = False
                 idx, sol = idx[kept], _subset(sol, kept)
-            if len(idx):
+            if idx is None or len(idx):
                 parts.append((name, idx, sol))
-        self.last_run = {name: len(idx) for name, idx, _ in parts}
-        return _merge(parts, m, nodal, plan)
+        self.last_run = {name: m if idx is None else len(idx) for name, idx, _ in parts}
+        return merge_parts(parts, m, nodal, plan)
 
 
 class DeviceRouter:
@@ -177,7 +179,7 @@ class DeviceRouter:
             totals["tiled"] = totals.get("tiled", 0) + len(rest)
             seconds += sol.seconds
         self.last_run, self.device_runs = totals, runs
-        merged = _merge(parts, m, nodal, plan)
+        merged = merge_parts(parts, m, nodal, plan)
         return dataclasses.replace(merged, seconds=seconds)
 
 
@@ -209,13 +211,6 @@ def _collapsed(mask):
     return mask
 
 
-def _takes(mask, idx):
-    """``mask`` (bool per pair, or one bool for all) at the pairs ``idx``."""
-    if isinstance(mask, (bool, np.bool_)):
-        return np.full(len(idx), bool(mask))
-    return mask[idx]
-
-
 def _run(engine, ds1, ds2, pair_arr, args, nodal, plan, progress):
     """One engine over ``pair_arr``; where the engine names a ``progress_chunk`` and ``progress`` is
     given, in chunks of that many pairs (each pair's result does not depend on its chunk)."""
@@ -231,7 +226,7 @@ def _run(engine, ds1, ds2, pair_arr, args, nodal, plan, progress):
         idx = np.arange(lo, min(lo + chunk, m))
         parts.append((engine.name, idx, _solve_one(engine, ds1, ds2, pair_arr[idx], args, nodal, plan)))
         progress.update(len(idx))
-    return _merge(parts, m, nodal, plan)
+    return merge_parts(parts, m, nodal, plan)
 
 
 def _solve_one(engine, ds1, ds2, pair_arr, args, nodal, plan):
@@ -266,30 +261,6 @@ def _subset(sol, kept):
     return Solved(K=sol.K[kept], iterations=sol.iterations[kept], residuals=sol.residuals[kept], nodal=nodal,
                   octile_pairs=pick(sol.octile_pairs), seconds=sol.seconds, gradient=pick(sol.gradient),
                   adjoint_iterations=pick(sol.adjoint_iterations))
-
-
-def _merge(parts, m, nodal, plan):
-    """One answer in pair order from the solvers' parts ``[(name, pair indices, Solved), ...]``;
-    a single part that ran every pair is returned as it is (with its octile statistics)."""
-    if len(parts) == 1 and len(parts[0][1]) == m:
-        return parts[0][2]
-    K = np.full(m, np.nan)
-    iters = np.full(m, -1, dtype=np.int32)
-    resid = np.full(m, np.nan)
-    blocks = [None] * m if nodal else None
-    raw = None if plan is None else np.full((m, plan.n_raw), np.nan)
-    adjoint = None if plan is None else np.full(m, -1, dtype=np.int32)
-    seconds = 0.0
-    for _, idx, sol in parts:
-        K[idx], iters[idx], resid[idx] = sol.K, sol.iterations, sol.residuals
-        seconds += sol.seconds
-        if nodal:
-            for j, block in zip(idx.tolist(), sol.nodal):
-                blocks[j] = block
-        if plan is not None:
-            raw[idx], adjoint[idx] = sol.gradient, sol.adjoint_iterations
-    return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds,
-                  gradient=raw, adjoint_iterations=adjoint)
 
 
 def _one_gpu(devices, what):

@@ -77,7 +77,7 @@ import numpy as np
 from graphkern._backend import resolve_threads
 from graphkern._cuda import runtime as rt
 from graphkern.graph import Graph
-from graphkern.mgk.core import in_launch_order, in_pair_order, launch_order, nodal_blocks, scratch_units
+from graphkern.mgk.core import in_launch_order, launch_order, nodal_blocks, outputs_in_pair_order, scratch_units
 from graphkern.mgk.data import OCTILE, _nonempty, build_octiles, renumbered
 from graphkern.mgk.results import Solved, empty_result
 from graphkern.reorder import reorder_many
@@ -723,7 +723,7 @@ class TiledGPUEngine:
         stream.synchronize()
         seconds = start.elapsed_ms(end) / 1e3
 
-        K, iters, resid = (in_pair_order(buf, order) for buf in (d_k, d_it, d_res))
+        K, iters, resid = outputs_in_pair_order((d_k, d_it, d_res), order)
         if queue is None and not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
             raise RuntimeError(f"the tiled GPU solver left {int(np.sum(~np.isfinite(K) | (iters < 0)))} of {m} pairs "
                                f"unwritten on device {dev.ordinal}")
