@@ -12,8 +12,10 @@ simulated work is taken out).
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -285,6 +287,16 @@ def test_launch_plans_are_kept_only_for_their_pairs_and_sets():
     writable = np.array(grid)
     once = c1.launch_plan(c3, writable, foot(c1), foot(c3), 4)
     assert c1.launch_plan(c3, writable, foot(c1), foot(c3), 4) is not once
+    # the kept plan holds its array and sets weakly and goes with the array: a deleted kernel's pair
+    # list frees it (its device copies included), and the sets are not kept alive by it
+    from graphkern.mgk import csr as csr_module
+
+    kept = c1.launch_plan(c3, grid, foot(c1), foot(c3), 4)
+    assert csr_module._KEPT.plan[6] == [kept]
+    dead = weakref.ref(c3)
+    del kernel, grid, kept, p12, p13, plan, c3
+    gc.collect()
+    assert csr_module._KEPT.plan[6] == [] and dead() is None
 
 
 @pytest.mark.gpu

@@ -36,6 +36,7 @@ the caller's numbering.  Pairs whose staged data exceed the device's shared memo
 from __future__ import annotations
 
 import threading
+import weakref
 
 import numpy as np
 
@@ -96,17 +97,21 @@ class CSRData:
     def launch_plan(self, other, pair_arr, f1, f2, cross):
         """:func:`graphkern._cpu.pairs.pair_plan` and a dict of the pairs' ``positions`` and device copies;
         the last plan of a read-only pair array (a whole Gram matrix) is kept, one per thread, for the
-        next call with the same array, sets and footprint."""
+        next call with the same array, sets and footprint.  It holds only weak references to the array
+        and the sets, and goes (with its device copies) when the array does: a kernel deleted, or its
+        next call of another shape, frees it."""
         last = getattr(_KEPT, "plan", None)
-        if (last is not None and last[0] is pair_arr and last[1] is self and last[2] is other and last[3] == cross
-                and np.array_equal(last[4], f1) and np.array_equal(last[5], f2)):
-            return last[6]
+        if (last is not None and last[0]() is pair_arr and last[1]() is self and last[2]() is other
+                and last[3] == cross and last[6] and np.array_equal(last[4], f1) and np.array_equal(last[5], f2)):
+            return last[6][0]
         i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
         positions = np.empty(len(pair_arr), dtype=np.int64)
         plan = pairs.pair_plan(i64(pair_arr), i64(self.n_nodes), i64(other.n_nodes), i64(self.n_entries),
                                i64(other.n_entries), i64(f1), i64(f2), cross, positions) + ({"positions": positions},)
         if not pair_arr.flags.writeable:
-            _KEPT.plan = (pair_arr, self, other, cross, f1, f2, plan)
+            holder = [plan]
+            weakref.finalize(pair_arr, holder.clear)
+            _KEPT.plan = (weakref.ref(pair_arr), weakref.ref(self), weakref.ref(other), cross, f1, f2, holder)
         return plan
 
     def on_device(self, dev):
