@@ -44,9 +44,17 @@ BACKENDS = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
 SANITIZER = os.environ.get("GRAPHKERN_TEST_SANITIZER", "")
 
 
-def sanitized(normal, small):
+_AS_SMALL = object()
+
+
+def sanitized(normal, small, race=_AS_SMALL):
     """``small`` under a sanitizer, ``normal`` otherwise: the size of a test's inputs (fewer graphs,
-    pairs or vertices, never another route through the code) that finishes under one."""
+    pairs or vertices, never another route through the code) that finishes under one.  ``race``,
+    where given, under racecheck instead: it instruments every shared-memory access, and the
+    solvers that keep their working vectors and octiles in shared memory run CG there, so its
+    cost grows with product-graph size x iterations x pairs far past memcheck's."""
+    if SANITIZER == "racecheck" and race is not _AS_SMALL:
+        return race
     return small if SANITIZER else normal
 
 
@@ -82,10 +90,18 @@ def fuzz_examples(request):
 
 @pytest.fixture
 def combinations(request, rng):
-    """``combinations(items)``: the items a combination-looping test runs, every one by default, one in
-    ``--combination-share`` from a random offset otherwise (never none)."""
+    """``combinations(items, race=None)``: the items a combination-looping test runs, every one by
+    default, one in ``--combination-share`` from a random offset otherwise (never none); under
+    racecheck at most ``race`` of those, drawn at random, where ``race`` is given."""
     share = max(1, request.config.getoption("--combination-share"))
-    return lambda items: one_in(items, share, int(rng.integers(share)))
+
+    def pick(items, race=None):
+        chosen = one_in(items, share, int(rng.integers(share)))
+        if race is not None and SANITIZER == "racecheck" and len(chosen) > race:
+            chosen = [chosen[k] for k in np.sort(rng.choice(len(chosen), race, replace=False))]
+        return chosen
+
+    return pick
 
 
 def one_in(items, share, offset):
