@@ -1,6 +1,8 @@
 """The CSR GPU solver of the marginalized graph kernel (techniques="csr") against the dense float64
 solve, the CPU solver and the core GPU solver; its host-side data and shared-memory sizing."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -9,9 +11,11 @@ from graphkern.mgk import csr as _mgk_csr
 from graphkern.mgk.csr import csr_data, header_bytes, pair_shared_bytes
 from graphkern.mgk.dense import dense_mgk, dense_mgk_pair
 from graphkern.mgk import MarginalizedGraphKernel
+from graphkern.mgk.results import solver_arguments
 
-from conftest import sanitized
+from conftest import SANITIZER, sanitized
 from test_mgk import KERNELS, programs, random_graph, rel_err
+from test_mgk_tiled import labeled_graph
 
 gpu = pytest.mark.gpu
 
@@ -93,7 +97,8 @@ def test_csr_technique_is_accepted_and_leaves_the_cpu_alone(rng):
 @gpu
 @pytest.mark.parametrize("name", list(KERNELS))
 def test_gram_matrix_every_form_against_dense_cpu_and_core(rng, name):
-    X = sparse_set(rng)[:sanitized(8, 7)]  # under a sanitizer without the 41-vertex graph
+    # under a sanitizer without the 41-vertex graph, under racecheck without the 30-vertex one too
+    X = sparse_set(rng)[:sanitized(8, 7, race=6)]
     nk, ek = KERNELS[name]
     ref = dense_mgk(X, None, *programs(name), q=0.05)
     kern = csr_kernel(name, q=0.05, tol=1e-13, dtype=np.float64)
@@ -156,6 +161,10 @@ def test_pairs_beyond_shared_memory_go_to_the_core_solver(rng, monkeypatch, name
     # a limit between the small and the large pairs' needs: both solvers run in one call
     monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: 6000)
     i, j = np.triu_indices(len(X))
+    # under racecheck the pairs of the first six graphs and the 30-vertex one's with itself: fewer
+    # pairs on the core solver, whose octile products are the costliest there
+    keep = sanitized(slice(None), slice(None), race=(j < 6) | (i == 6))
+    i, j = i[keep], j[keep]
     pair_arr = np.stack([i, j], axis=1).astype(np.int64)
     nodal = kern(X, nodal=True, pairs=pair_arr)
     assert kern.info_.solvers["csr"] > 0 and kern.info_.solvers["core"] > 0
@@ -190,8 +199,18 @@ def test_auto_runs_csr_and_tiled_in_one_call(rng, monkeypatch):
 
 @gpu
 def test_pair_too_large_for_any_shared_memory(rng):
-    # 260 x 260 vertex pairs: p alone (270 KB in float32) exceeds every GPU's shared memory per block
-    X = [random_graph(rng, 260, 0.01, self_loops=False), random_graph(rng, 20, 0.2)]
+    # 260 x 260 vertex pairs: p alone (270 KB in float32) exceeds every GPU's shared memory per block.
+    # Under a sanitizer the fewest vertices whose pair with itself passes this device's (float32 p
+    # alone), their edges a path through the first 24: the core solver's octile products (one warp
+    # per pair) are few, the rest of its CG over the 58,000-odd vertex pairs is the same
+    if SANITIZER:
+        from graphkern._cuda import runtime as rt
+
+        n = math.isqrt(_mgk_csr.shared_memory_limit(rt.get_device(0)) // 4) + 1
+        big = labeled_graph(rng, n, edges=[(k, k + 1) for k in range(23)] + [(k, k) for k in range(0, 24, 5)])
+    else:
+        big = random_graph(rng, 260, 0.01, self_loops=False)
+    X = [big, random_graph(rng, 20, 0.2)]
     nk, ek = KERNELS["kronecker"]
     kern = csr_kernel("kronecker", q=0.05)
     K = kern(X)
@@ -204,9 +223,10 @@ def test_pair_too_large_for_any_shared_memory(rng):
 @gpu
 def test_many_pairs_grid_stride_and_equal_to_core(rng):
     # more pairs than resident blocks: every block takes several pairs, largest first
-    # (under a sanitizer graphs of up to 19 vertices: the same pairs, each a quarter of the work)
+    # (under a sanitizer graphs of up to 19 vertices: the same pairs, each a quarter of the work;
+    # under racecheck up to 8, one octile each on the core solver)
     X = [random_graph(rng, int(n), float(d))
-         for n, d in zip(rng.integers(1, sanitized(40, 20), 70), rng.uniform(0.02, 0.4, 70))]
+         for n, d in zip(rng.integers(1, sanitized(40, 20, race=9), 70), rng.uniform(0.02, 0.4, 70))]
     nk, ek = KERNELS["kronecker"]
     core = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend="gpu", techniques="core")(X)
     kern = csr_kernel("kronecker", q=0.05, tol=1e-13, dtype=np.float64)
@@ -239,6 +259,16 @@ def test_small_stopping_probability_non_convergence_and_gradient(rng):
 # ---------------------------------------------------------------------------- gradients on the CSR solver
 
 
+def gradient_shared_need(kern, X, a, b):
+    """The shared bytes the CSR solver's gradient (its own sizing) needs for the pair (X[a], X[b])."""
+    s = kern._settings(gradient=True)
+    ds = kern._dataset(X, s)
+    args = solver_arguments(ds, ds, s)
+    engine = dict(kern._router(s).gradient_chain())["csr"]
+    c1, c2, _, _, fixed, f1, f2, cross = engine._parts(ds, ds, args, kern._gradient_plan(s, ds, args))
+    return int(fixed + f1[a] + f2[b] + cross * c1.n_nodes[a] * c2.n_nodes[b])
+
+
 @gpu
 @pytest.mark.parametrize("form", ["constant", "kronecker", "sqexp", "general", "general-one-group"])
 def test_gradient_on_csr_and_fallback_against_cpu_and_finite_differences(rng, monkeypatch, form):
@@ -248,18 +278,22 @@ def test_gradient_on_csr_and_fallback_against_cpu_and_finite_differences(rng, mo
 
     X = sparse_set(rng)[:7]
     seed = int(rng.integers(1 << 30))
-    # a limit between the small and the large pairs' gradient footprints: both solvers run
-    monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: 9000)
     cpu = make_kernel(form, np.random.default_rng(seed), "cpu")
     gpu64 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr")
+    # a limit between the small and the large pairs' gradient footprints: both solvers run (under
+    # racecheck, where the core solver's octile products are the costliest part, just below the
+    # 30-vertex graph's pair with itself: that pair, and any as large, on the core solver)
+    limit = gradient_shared_need(gpu64, X, 6, 6) - 1 if SANITIZER == "racecheck" else 9000
+    monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: limit)
     Kc, dc = cpu(X, eval_gradient=True)
     Kg, dg = gpu64(X, eval_gradient=True)
     assert gpu64.info_.solvers["csr"] > 0 and gpu64.info_.solvers["core"] > 0
     assert rel_err(Kg, Kc) < 1e-10
     assert np.max(np.abs(dg - dc)) <= 1e-9 * np.max(np.abs(dc)), form
     names = [h.name for h in gpu64.hyperparameters if not h.fixed]
-    # under a sanitizer the differences over a small, the 17-vertex and the hub graph (on the core solver)
-    fd = sanitized(np.arange(len(X)), np.array([2, 5, 6]))
+    # under a sanitizer the differences over a small, the 17-vertex and the hub graph (on the core
+    # solver); under racecheck over the small and the 17-vertex graph (all on the CSR solver)
+    fd = sanitized(np.arange(len(X)), np.array([2, 5, 6]), race=np.array([2, 5]))
     assert_gradient_close(dg[np.ix_(fd, fd)], finite_differences(gpu64, [X[k] for k in fd]), Kg[np.ix_(fd, fd)], names)
     # both solves stop on their own residuals, as on the CPU (the lockstep runs a converged side no further)
     cpu(X, eval_gradient=True)
