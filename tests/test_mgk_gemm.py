@@ -459,10 +459,16 @@ def test_every_tile_on_dense_and_medium_graphs(rng, edge):
     """Sizes at and past the tile edges (16 R), up to 128 vertices in float32 and 96 in float64,
     against a factorized float64 CG over every label (the issue's formula, not the solver's terms)."""
     sizes = (16, 17, 48, 64, 95, 96, 113, 128)
+    densities = (0.9, 0.3, 0.9, 0.5, 0.9, 0.95, 0.4, 0.9)
+    label_sets = ([0], [0, 1], [0, 1, 2, 3, 4], [1, 2], [0, 1, 2], [2, 5], [0, 1, 2], [1, 2, 3])
+    # under racecheck tiles 2, 3, 6 (float64's largest) and 8 (float32's largest) once each, the 96- and
+    # 113-vertex graphs sparse enough that float64's fallback pairs fit the CSR solver (the core
+    # solver's octile products on dense pairs, one warp a pair, are the costliest there)
+    sizes = sanitized(sizes, sizes, race=(17, 48, 96, 113))
+    densities = sanitized(densities, densities, race=(0.3, 0.9, 0.2, 0.05))
+    label_sets = sanitized(label_sets, label_sets, race=([0, 1], [0, 1, 2, 3, 4], [2, 5], [0, 1, 2]))
     X = [labeled_graph(rng, n, density, labels, weighted=bool(k % 2))
-         for k, (n, density, labels) in enumerate(zip(sizes, (0.9, 0.3, 0.9, 0.5, 0.9, 0.95, 0.4, 0.9),
-                                                      ([0], [0, 1], [0, 1, 2, 3, 4], [1, 2], [0, 1, 2], [2, 5],
-                                                       [0, 1, 2], [1, 2, 3])))]
+         for k, (n, density, labels) in enumerate(zip(sizes, densities, label_sets))]
     q = 0.2
     kern = kernel(edge, q=q, backend="gpu", techniques="gemm")
     K32 = kern(X)
@@ -482,9 +488,15 @@ def test_every_tile_on_dense_and_medium_graphs(rng, edge):
     assert kern64.info_.solvers.get("csr", 0) + kern64.info_.solvers.get("core", 0) == int((~small).sum())
 
 
+# dense graphs of the routing tests; under racecheck small enough that the CSR solver's float64
+# gradient takes their pairs (the core solver's octile products on dense pairs, one warp a pair,
+# are the costliest part there), still dense enough that the GEMM solver wins every pair of them
+ROUTED_DENSE = sanitized((40, 57, 64), (40, 57, 64), race=(24, 33, 40))
+
+
 @gpu
 def test_auto_routes_dense_pairs_here_and_sparse_pairs_to_csr(rng, monkeypatch):
-    dense = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in (40, 57, 64)]
+    dense = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in ROUTED_DENSE]
     sparse = [labeled_graph(rng, n, 0.04, [0, 1, 2]) for n in (50, 60)]
     X = dense + sparse
     q = 0.1
@@ -577,6 +589,7 @@ def solves(request, monkeypatch):
 @pytest.mark.parametrize("edge", list(GRADIENT_EDGES))
 def test_gradient_against_cpu_and_finite_differences(rng, edge, solves):
     X = gradient_set(rng)
+    X = sanitized(X, X, race=X[:2] + X[-1:])  # under racecheck without the 20-vertex graph
     kern = gradient_kernel(edge, backend="gpu", techniques="gemm", gradient_solves=solves[0])
     cpu = gradient_kernel(edge, backend="cpu")
     K, dK = kern(X, eval_gradient=True)
@@ -585,8 +598,9 @@ def test_gradient_against_cpu_and_finite_differences(rng, edge, solves):
     np.testing.assert_allclose(dK, dKc, rtol=1e-9, atol=1e-12 * np.abs(dKc).max())
     names = [hp.name for hp in kern.hyperparameters if not hp.fixed]
     if edge != "kronecker-h1":  # h = 1 sits on its upper bound: no central difference there
-        # under a sanitizer the differences over the one-vertex, 20- and 64-vertex (largest tile) graphs
-        fd = sanitized(np.arange(len(X)), np.array([0, 2, len(X) - 1]))
+        # under a sanitizer the differences over the one-vertex, 20- and 64-vertex (largest tile) graphs,
+        # under racecheck over the one-vertex and the 64-vertex graph
+        fd = sanitized(np.arange(len(X)), np.array([0, 2, len(X) - 1]), race=np.array([0, len(X) - 1]))
         assert_gradient_close(dK[np.ix_(fd, fd)], finite_differences(kern, [X[k] for k in fd]), K[np.ix_(fd, fd)],
                               names)
     # every pair ran on the GEMM solver, each solve within 2 iterations of the CPU's
@@ -609,7 +623,9 @@ def test_gradient_against_cpu_and_finite_differences(rng, edge, solves):
 def test_gradient_pairs_that_fall_back_mix_with_pairs_here(rng, solves):
     """float64: a 70-vertex graph (tile 5) and one of 17 edge categories go to the CSR solver's
     gradient in the same call; rectangular X, Y and normalize too."""
-    X = [labeled_graph(rng, 40, 0.9, [0, 1, 2]), labeled_graph(rng, 70, 0.5, [0, 1]),
+    # under racecheck the 70-vertex graph at density 0.2: its pairs fit the CSR solver's gradient
+    # (at 0.5 the pair with itself goes to the core solver, whose octile products cost most there)
+    X = [labeled_graph(rng, 40, 0.9, [0, 1, 2]), labeled_graph(rng, 70, sanitized(0.5, 0.5, race=0.2), [0, 1]),
          labeled_graph(rng, 30, 0.9, list(range(MAX_CATEGORIES + 1))), labeled_graph(rng, 50, 0.3, [1, 2])]
     kern = gradient_kernel("kronecker-scaled", backend="gpu", techniques="gemm", gradient_solves=solves[0])
     cpu = gradient_kernel("kronecker-scaled", backend="cpu")
@@ -635,7 +651,8 @@ def test_gradient_pairs_that_fall_back_mix_with_pairs_here(rng, solves):
 def test_float32_gradient_near_cpu_float64(rng, edge, solves):
     """float32 takes tiles up to 6: 96-vertex dense graphs run here too."""
     X = gradient_set(rng)[2:] + [labeled_graph(rng, 96, 0.9, [0, 1, 2]), labeled_graph(rng, 81, 0.5, [1, 2])]
-    X = sanitized(X, X[:-1])  # under a sanitizer without the 81-vertex graph
+    # under a sanitizer without the 81-vertex graph, under racecheck without the 64-vertex one too
+    X = sanitized(X, X[:-1], race=[X[0], X[2]])
     K32, d32 = gradient_kernel(edge, backend="gpu", techniques="gemm", dtype=np.float32, tol=None, gradient_dtype=None,
                                gradient_solves=solves[0])(X, eval_gradient=True)
     K64, d64 = gradient_kernel(edge, backend="cpu")(X, eval_gradient=True)
@@ -659,7 +676,7 @@ def test_gradient_pair_that_does_not_converge_is_reported(rng):
 
 @gpu
 def test_auto_runs_gradients_here_with_the_switch(rng):
-    dense = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in (40, 57, 64)]
+    dense = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in ROUTED_DENSE]
     sparse = [labeled_graph(rng, n, 0.04, [0, 1, 2]) for n in (50, 60)]
     X = dense + sparse
     csr = gradient_kernel("kronecker", backend="gpu", techniques="csr")
