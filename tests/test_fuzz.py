@@ -242,8 +242,10 @@ def test_fuzz_cpu(family, tmp_path, fuzz_examples, fuzz_seed):
 @pytest.mark.gpu
 @pytest.mark.parametrize("family", ["similarity", "expm", "spgk", "mgk"])
 def test_fuzz_gpu_agrees_with_the_references(family, tmp_path, fuzz_examples, fuzz_seed):
-    # under a sanitizer a fifth of the cases (the same strategies), each many times slower there
-    cases = family_cases(family, sanitized(fuzz_examples, fuzz_examples // 5), tmp_path, fuzz_seed)
+    # under a sanitizer a fifth of the cases (the same strategies), each many times slower there;
+    # under racecheck, which checks every shared-memory access, a tenth
+    cases = family_cases(family, sanitized(fuzz_examples, fuzz_examples // 5, race=fuzz_examples // 10), tmp_path,
+                         fuzz_seed)
     for _, case in cases:
         case["backend"] = "gpu"
         if family == "similarity" and case["dtype"] == "float32":
