@@ -277,8 +277,12 @@ def test_launch_plans_are_kept_only_for_their_pairs_and_sets():
     same(p12, fresh(c1, c2, grid))
     np.testing.assert_array_equal(p12[6]["positions"][p12[0]], np.arange(len(grid)))
     assert c1.launch_plan(c2, grid, foot(c1), foot(c2), 4) is p12
+    replaced = weakref.ref(p12[6]["positions"])
     p13 = c1.launch_plan(c3, grid, foot(c1), foot(c3), 4)
     assert p13 is not p12
+    del p12
+    gc.collect()
+    assert replaced() is None  # a replaced plan goes at once, though its pair array lives on (Dask tiles)
     same(p13, fresh(c1, c3, grid))
     for per_entry, cross in ((36, 4), (20, 8)):
         plan = c1.launch_plan(c3, grid, foot(c1, per_entry), foot(c3, per_entry), cross)
@@ -294,7 +298,7 @@ def test_launch_plans_are_kept_only_for_their_pairs_and_sets():
     kept = c1.launch_plan(c3, grid, foot(c1), foot(c3), 4)
     assert csr_module._KEPT.plan[6] == [kept]
     dead = weakref.ref(c3)
-    del kernel, grid, kept, p12, p13, plan, c3
+    del kernel, grid, kept, p13, plan, c3
     gc.collect()
     assert csr_module._KEPT.plan[6] == [] and dead() is None
 

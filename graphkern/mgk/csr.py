@@ -98,8 +98,8 @@ class CSRData:
         """:func:`graphkern._cpu.pairs.pair_plan` and a dict of the pairs' ``positions`` and device copies;
         the last plan of a read-only pair array (a whole Gram matrix) is kept, one per thread, for the
         next call with the same array, sets and footprint.  It holds only weak references to the array
-        and the sets, and goes (with its device copies) when the array does: a kernel deleted, or its
-        next call of another shape, frees it."""
+        and the sets, and goes (with its device copies) when a later plan replaces it or the array
+        goes (a kernel deleted, or its next call of another shape)."""
         last = getattr(_KEPT, "plan", None)
         if (last is not None and last[0]() is pair_arr and last[1]() is self and last[2]() is other
                 and last[3] == cross and last[6] and np.array_equal(last[4], f1) and np.array_equal(last[5], f2)):
@@ -109,9 +109,12 @@ class CSRData:
         plan = pairs.pair_plan(i64(pair_arr), i64(self.n_nodes), i64(other.n_nodes), i64(self.n_entries),
                                i64(other.n_entries), i64(f1), i64(f2), cross, positions) + ({"positions": positions},)
         if not pair_arr.flags.writeable:
+            if last is not None:  # one plan per thread: the one it replaces goes now, not with its array
+                last[6].clear()
+                last[7].detach()
             holder = [plan]
-            weakref.finalize(pair_arr, holder.clear)
-            _KEPT.plan = (weakref.ref(pair_arr), weakref.ref(self), weakref.ref(other), cross, f1, f2, holder)
+            _KEPT.plan = (weakref.ref(pair_arr), weakref.ref(self), weakref.ref(other), cross, f1, f2, holder,
+                          weakref.finalize(pair_arr, holder.clear))
         return plan
 
     def on_device(self, dev):
