@@ -264,6 +264,17 @@ def test_launch_plans_are_kept_only_for_their_pairs_and_sets():
     c1, c2, c3 = (csr_data(kernel._dataset(graphs[k:k + 12], s)) for k in (0, 12, 24))
     grid = kernel._pair_list(12, 12)
     assert kernel._pair_list(12, 12) is grid and not grid.flags.writeable
+    from graphkern.mgk import kernel as kernel_module
+
+    with pytest.MonkeyPatch.context() as mp:  # past the limit: made afresh, writable, so no plan is kept of it
+        mp.setattr(kernel_module, "_PAIRS_KEPT", 142)
+        big = kernel._pair_list(13, 11)
+        assert big.flags.writeable and kernel._pair_list(13, 11) is not big
+        np.testing.assert_array_equal(big, np.stack(np.meshgrid(np.arange(13), np.arange(11), indexing="ij"),
+                                                     axis=-1).reshape(-1, 2))
+        small = kernel._pair_list(11, None)
+        assert small.shape == (66, 2) and not small.flags.writeable and kernel._pair_list(11, None) is small
+    grid = kernel._pair_list(12, 12)
     foot = (lambda c, per_entry=20: c.n_entries * per_entry + 4 * c.n_nodes)
 
     def fresh(a, b, pair_arr, cross=4, per_entry=20):

@@ -117,6 +117,10 @@ __all__ = ["MarginalizedGraphKernel", "MGKInfo"]
 
 _DEFAULT_TOL = {np.dtype(np.float32): 1e-6, np.dtype(np.float64): 1e-10}
 _DEFAULT_MAX_ITER = 2000
+# a kernel keeps its pair list (16 bytes a pair), and a thread the launch plan made of it (about 48 more
+# on the host and 16 on the device), up to this many pairs: a Gram matrix of 2,896 graphs, a Dask tile
+# of 2,048 x 2,048; larger calls make both afresh rather than hold gigabytes between calls
+_PAIRS_KEPT = 1 << 22
 
 
 class MarginalizedGraphKernel(_KernelBase):
@@ -596,9 +600,13 @@ class MarginalizedGraphKernel(_KernelBase):
 
     def _pair_list(self, n1, n2):
         """The pairs i <= j < n1 row by row (``n2`` None) or :func:`_grid_pairs`, read-only and kept for
-        the next call of the same shape (the solvers keep their launch plans of such an array)."""
+        the next call of the same shape (the solvers keep their launch plans of such an array) up to
+        ``_PAIRS_KEPT`` pairs; a larger list is made afresh (writable: no plan is kept of it)."""
         if self._kept_pairs is None or self._kept_pairs[0] != (n1, n2):
             arr = _pairs.upper_pairs(n1) if n2 is None else _grid_pairs(n1, n2)
+            if len(arr) > _PAIRS_KEPT:
+                self._kept_pairs = None
+                return arr
             arr.flags.writeable = False
             self._kept_pairs = ((n1, n2), arr)
         return self._kept_pairs[1]
