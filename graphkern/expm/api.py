@@ -174,8 +174,8 @@ class ExpmInfo:
     times: seconds -- setup (everything before the first Lanczos step: checking the arguments and x,
         validating A, and on the GPU uploading it, building the SpMV plan and allocating the work
         vectors; near zero when ``cached``), of which validate (the content check of A and, when not
-        cached, its validation) and on the GPU upload (A's upload, reordering and the work vectors)
-        and plan (the SpMV plans); spmv (the fused SpMV kernels), vector (updates, basis
+        cached, its validation) and on the GPU upload (A's upload and device check, reordering, the
+        work vectors, and the SpMV plans built while A crosses) and plan (the others); spmv (the fused SpMV kernels), vector (updates, basis
         combination), host (tridiagonal eigenproblems and checks), output (combining the basis,
         scaling y and copying it back), reorder (building the vertex order and the reordered operator
         in this call, part of setup; 0 when they were cached or not used), total.
