@@ -699,56 +699,42 @@ def staged_copy(DeviceBuffer buf not None, size_t offset, host, size_t lo, size_
     without the GIL, so that several host threads, one per chunk pair, copy side by side; returns
     when the last memcpy is done (an upload's last DMA may still be in flight on ``stream``)."""
     cdef Py_buffer view
-    PyObject_GetBuffer(host, &view, PyBUF_WRITABLE if not upload else PyBUF_SIMPLE)
-    try:
-        _staged_loop(buf, offset, <unsigned char*>view.buf, <size_t>view.len, lo, hi, upload, chunk0, chunk1,
-                     stream, done0, done1)
-    finally:
-        PyBuffer_Release(&view)
-
-
-cdef int _staged_loop(DeviceBuffer buf, size_t offset, unsigned char* data, size_t length, size_t lo, size_t hi,
-                      bint upload, PinnedBuffer chunk0, PinnedBuffer chunk1, Stream stream, Event done0,
-                      Event done1) except -1:
-    if hi <= lo:
-        return 0
-    if hi > length or offset + hi > buf.nbytes:
-        raise ValueError(f"staged copy of bytes [{lo}, {hi}) overflows its buffers")
     cdef size_t size = min(chunk0.nbytes, chunk1.nbytes), a = lo, b, pa = 0, pb = 0
     cdef void* chunks[2]
     cdef cydriver.CUevent done[2]
-    chunks[0], chunks[1] = chunk0.ptr, chunk1.ptr
-    done[0], done[1] = done0.e, done1.e
-    cdef cydriver.CUstream s = stream.s
-    cdef cydriver.CUdeviceptr dst = buf.ptr + offset
+    cdef unsigned char* data
     cdef cydriver.CUresult st = cydriver.CUDA_SUCCESS
     cdef int slot, i = 0
-    cdef str call = "cuMemcpyHtoDAsync" if upload else "cuMemcpyDtoHAsync"
-    buf.device.activate()
-    with nogil:
-        while a < hi and st == cydriver.CUDA_SUCCESS:
-            b = min(a + size, hi)
-            slot = i % 2
-            if upload:
-                if i >= 2:  # the chunk's previous DMA has finished
-                    st = cydriver.cuEventSynchronize(done[slot])
-                    if st != cydriver.CUDA_SUCCESS:
-                        break
-                memcpy(chunks[slot], data + a, b - a)
-                st = cydriver.cuMemcpyHtoDAsync(dst + a, chunks[slot], b - a, s)
-            else:
-                st = cydriver.cuMemcpyDtoHAsync(chunks[slot], dst + a, b - a, s)
-            if st == cydriver.CUDA_SUCCESS:
-                st = cydriver.cuEventRecord(done[slot], s)
-            if not upload and i >= 1 and st == cydriver.CUDA_SUCCESS:  # the chunk before this one is in
-                st = cydriver.cuEventSynchronize(done[1 - slot])
+    chunks[0], chunks[1], done[0], done[1] = chunk0.ptr, chunk1.ptr, done0.e, done1.e
+    cdef cydriver.CUdeviceptr dst = buf.ptr + offset
+    PyObject_GetBuffer(host, &view, PyBUF_WRITABLE if not upload else PyBUF_SIMPLE)
+    try:
+        if hi > <size_t>view.len or offset + hi > buf.nbytes:
+            raise ValueError(f"staged copy of bytes [{lo}, {hi}) overflows its buffers")
+        data = <unsigned char*>view.buf
+        buf.device.activate()
+        with nogil:
+            while a < hi and st == cydriver.CUDA_SUCCESS:
+                b, slot = min(a + size, hi), i % 2
+                if upload:
+                    if i >= 2:  # the chunk's previous DMA has finished
+                        st = cydriver.cuEventSynchronize(done[slot])
+                    if st == cydriver.CUDA_SUCCESS:
+                        memcpy(chunks[slot], data + a, b - a)
+                        st = cydriver.cuMemcpyHtoDAsync(dst + a, chunks[slot], b - a, stream.s)
+                else:
+                    st = cydriver.cuMemcpyDtoHAsync(chunks[slot], dst + a, b - a, stream.s)
                 if st == cydriver.CUDA_SUCCESS:
-                    memcpy(data + pa, chunks[1 - slot], pb - pa)
-            pa, pb = a, b
-            a = b
-            i += 1
-        if not upload and st == cydriver.CUDA_SUCCESS:
-            st = cydriver.cuEventSynchronize(done[(i - 1) % 2])
-            if st == cydriver.CUDA_SUCCESS:
-                memcpy(data + pa, chunks[(i - 1) % 2], pb - pa)
-    return _check(st, call)
+                    st = cydriver.cuEventRecord(done[slot], stream.s)
+                if not upload and i >= 1 and st == cydriver.CUDA_SUCCESS:  # the chunk before this one is in
+                    st = cydriver.cuEventSynchronize(done[1 - slot])
+                    if st == cydriver.CUDA_SUCCESS:
+                        memcpy(data + pa, chunks[1 - slot], pb - pa)
+                pa, pb, a, i = a, b, b, i + 1
+            if not upload and i >= 1 and st == cydriver.CUDA_SUCCESS:
+                st = cydriver.cuEventSynchronize(done[(i - 1) % 2])
+                if st == cydriver.CUDA_SUCCESS:
+                    memcpy(data + pa, chunks[(i - 1) % 2], pb - pa)
+    finally:
+        PyBuffer_Release(&view)
+    _check(st, "cuMemcpyHtoDAsync" if upload else "cuMemcpyDtoHAsync")
