@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/csr_check.cuh"
 #include "common/reductions.cuh"
 
 namespace {
@@ -748,6 +749,11 @@ DEFINE_PERMUTE(float, f32, int32_t, i32)
 DEFINE_PERMUTE(float, f32, int64_t, i64)
 DEFINE_PERMUTE(double, f64, int32_t, i32)
 DEFINE_PERMUTE(double, f64, int64_t, i64)
+
+// A's content check after its upload (cuda_src/common/csr_check.cuh): the whole matrix as given
+// (int64 row pointers) before it is reordered, or one device's row block (local row pointers).
+GK_CSR_CHECK_ENTRY(csr_check_i32, int32_t)
+GK_CSR_CHECK_ENTRY(csr_check_i64, int64_t)
 
 extern "C" __global__ void __launch_bounds__(kBlock) lanczos_gather_f32(const float *src, const int32_t *index,
                                                                          int64_t n, float *dst) {

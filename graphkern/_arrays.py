@@ -248,7 +248,10 @@ def scan(indptr, indices, values=None, *, symmetric, signed=False, first=None):
 
 def indptr_problem(indptr, nnz):
     """A message if the row pointers cannot describe ``nnz`` entries, else None."""
-    bad = _compiled.check_indptr(np.ascontiguousarray(indptr, dtype=np.int64), nnz)
+    ptr = np.ascontiguousarray(indptr)
+    if ptr.dtype not in (np.int32, np.int64):
+        ptr = ptr.astype(np.int64)
+    bad = _compiled.check_indptr(ptr, nnz, resolve_threads(None) if len(ptr) >= PARALLEL_ENTRIES else 1)
     if bad < 0:
         return None
     if bad == len(indptr) - 1:

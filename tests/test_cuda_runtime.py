@@ -404,6 +404,23 @@ def test_allocated_bytes_count_this_process_buffers(gpu_device):
 
 
 @pytest.mark.gpu
+def test_staging_lanes_are_made_once_when_the_device_opens(gpu_device):
+    """The device's staging lanes are made in the background when it is opened; a large copy then
+    uses them (every byte arrives) and makes none, and no device holds more than STAGING_LANES_MAX."""
+    from graphkern._cuda import runtime as rt
+
+    rt._warming[gpu_device.ordinal].result()
+    made = rt._staging["made"]
+    assert rt.STAGING_THREADS <= rt._staging["lanes"][gpu_device.ordinal] <= rt.STAGING_LANES_MAX
+    data = np.random.default_rng(1).integers(0, 256, 3 * rt.STAGED_MIN_BYTES + 77, dtype=np.uint8)
+    buf = rt.to_device(gpu_device, data)
+    out = np.empty_like(data)
+    rt.copy_to_pageable(buf, out)
+    np.testing.assert_array_equal(out, data)
+    assert rt._staging["made"] == made
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("nbytes", [1000, 2 * (8 << 20) + 12345, 5 * (8 << 20) + 8])
 def test_copies_to_and_from_pageable_memory_through_staging(nbytes):
     """Device to pageable memory and back through pinned chunks on several threads: every byte, at

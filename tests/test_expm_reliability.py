@@ -174,6 +174,50 @@ def test_graph_indices_out_of_range_never_reach_the_kernels(backend, rng):
         total_communicability(B, backend=backend)
 
 
+def test_an_index_check_left_to_the_device_runs_on_the_host_before_host_code_reads_the_indices(rng):
+    """The GPU path leaves an unchecked Graph's index check to the device (CsrMatrix.pending_check);
+    the host check still runs, with its message, wherever host code reads the indices first."""
+    from graphkern.expm.api import _validate
+    A = random_graph(rng, 50, 0.2)
+    indices = A.indices.copy()
+    indices[5] = 50
+    bad = Graph(A.indptr, indices, A.data, validate=False)
+    mat = _validate(bad, 1, device_check=True)
+    for _ in range(2):  # a failed check stays pending
+        with pytest.raises(ValueError, match="edge index 50 out of range"):
+            mat.require_checked()
+    good = _validate(Graph(A.indptr, A.indices, A.data, validate=False), 1, device_check=True)
+    assert good.pending_check is not None
+    good.require_checked()
+    assert good.pending_check is None
+    with pytest.raises(ValueError, match="out of range"):  # sinh of a tiny beta A: beta A x on the host
+        funm_multiply(bad, np.ones(50), "sinh", beta=1e-300, backend="cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reorder", ["none", "degree"])
+def test_gpu_checks_an_unchecked_graph_on_the_device(reorder, rng):
+    """A Graph built with validate=False has its indices checked on the device after the upload: where
+    they are valid, the validated Graph's answer bit for bit; where not, the host check's message, on
+    every call and on the CPU after the GPU."""
+    A = random_graph(rng, 300, 0.05)
+    y, _ = expm_multiply(Graph(A.indptr, A.indices, A.data), beta=0.1, backend="gpu", reorder=reorder)
+    y_unchecked, info = expm_multiply(Graph(A.indptr, A.indices, A.data, validate=False), beta=0.1, backend="gpu",
+                                      reorder=reorder)
+    assert info.reorder == reorder and np.array_equal(y, y_unchecked)
+    indices = A.indices.copy()
+    indices[A.nnz // 2] = 300
+    with pytest.raises(ValueError, match="out of range") as host:
+        expm_multiply(Graph(A.indptr, indices, A.data, validate=False), beta=0.1, backend="cpu")
+    G = Graph(A.indptr, indices, A.data, validate=False)
+    for backend, options in (("gpu", {"reorder": reorder}), ("gpu", {"reorder": reorder}), ("cpu", {})):
+        with pytest.raises(ValueError) as err:
+            total_communicability(G, beta=0.1, backend=backend, **options)
+        assert str(err.value) == str(host.value)
+    with pytest.raises(ValueError, match="row pointer|indptr"):
+        expm_multiply(Graph(np.array([0, 2, 1]), np.array([1, 0]), validate=False), backend="gpu")
+
+
 def test_malformed_row_pointers_and_values_are_refused():
     """Refused when the Graph is built (if it checks then) or at the latest when expm reads it."""
     with pytest.raises(ValueError, match="row pointer|indptr"):
@@ -189,19 +233,6 @@ def test_progress_counts_the_lanczos_steps(rng):
     _, info = expm_multiply(A, beta=0.5, backend="cpu", verbose=lambda done, total: seen.append((done, total)))
     assert seen and seen[-1][0] >= info.krylov_dim and all(t == seen[0][1] for _, t in seen)  # out of max_krylov
     assert [d for d, _ in seen] == sorted(d for d, _ in seen)
-
-
-@pytest.mark.parametrize("dtype", [np.int32, np.int64])
-def test_index_check_finds_the_first_entry_out_of_range(dtype, rng):
-    from graphkern._cpu import expm as cpu
-    n = 1000
-    idx = rng.integers(0, n, 300_000).astype(dtype)  # several parallel blocks
-    assert cpu.first_index_out_of_range(idx, n, 2) == -1
-    for positions, value in (([250_000, 70_000], n), ([123_456], -1), ([5, 299_999], np.iinfo(dtype).min)):
-        bad = idx.copy()
-        bad[positions] = value
-        assert cpu.first_index_out_of_range(bad, n, 2) == min(positions)
-    assert cpu.first_index_out_of_range(np.empty(0, dtype=dtype), n, 2) == -1
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])

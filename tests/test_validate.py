@@ -233,3 +233,91 @@ def test_mirror_sums_agree_with_the_exact_walk(rng, n_threads, value_dtype):
         vals = np.array([0.0, -0.0], value_dtype)
         fwd, bwd = validate.mirror_sums(ptr, idx, vals, has_values=True, key=key, n_threads=n_threads)
         assert fwd == bwd and validate.is_symmetric(ptr, idx, vals, has_values=True, n_threads=1) == 0
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_row_pointer_check_finds_the_first_bad_row(dtype, rng):
+    n = 20_000  # several parallel blocks
+    ptr = np.concatenate([[0], np.cumsum(rng.integers(0, 4, n))]).astype(dtype)
+    nnz = int(ptr[-1])
+    for threads in (1, 2):
+        assert validate.check_indptr(ptr, nnz, threads) == -1
+        assert validate.check_indptr(ptr, nnz + 1, threads) == n
+        bad = ptr.copy()
+        bad[[15_000, 7_001]] = -1  # rows 7_000 and 14_999 are the first to decrease in their blocks
+        assert validate.check_indptr(bad, nnz, threads) == 7_000
+        bad = ptr.copy()
+        bad[0] = 1
+        assert validate.check_indptr(bad, nnz, threads) == 0
+    assert validate.check_indptr(np.zeros(1, dtype), 0, 2) == -1
+    assert validate.check_indptr(np.zeros(1, dtype), 3, 2) == 0
+
+
+def reference_flags(indptr, indices, values, n_cols, *, check_negative, check_symmetry):
+    """(flags, first) that cuda_src/common/csr_check.cuh must report, from NumPy (sorted rows for symmetry)."""
+    from graphkern._cuda.csr_check import ASYMMETRIC, INDPTR, NEGATIVE, NONFINITE, RANGE, UNSORTED
+    n, nnz = len(indptr) - 1, len(indices)
+    if indptr[0] != 0 or indptr[-1] != nnz or np.any(np.diff(indptr) < 0):
+        return INDPTR, None  # the other flags are meaningless then
+    rows = np.repeat(np.arange(n), np.diff(indptr))
+    bad = {}
+    bad[RANGE] = (indices < 0) | (indices >= n_cols)
+    starts = np.zeros(nnz, bool)
+    starts[indptr[:-1][np.diff(indptr) > 0]] = True
+    prev = np.concatenate([[np.iinfo(np.int64).min], indices[:-1]])
+    bad[UNSORTED] = ~starts & (prev >= indices)
+    if values is not None and values.dtype.kind == "f":
+        bad[NONFINITE] = ~np.isfinite(values)
+    if values is not None and check_negative and values.dtype.kind in "fi":
+        bad[NEGATIVE] = np.signbit(values)
+    if check_symmetry:
+        D = {(int(r), int(c)): (None if values is None else values[k].tobytes())
+             for k, (r, c) in enumerate(zip(rows, indices))}
+        bad[ASYMMETRIC] = np.array([not (0 <= c < n_cols) or D.get((int(c), int(r)), 0) != D[(int(r), int(c))]
+                                    for r, c in zip(rows, indices)], bool) & ~bad[RANGE]
+    flags = sum(f for f, b in bad.items() if b.any())
+    found = [np.flatnonzero(b)[0] for b in bad.values() if b.any()]
+    return flags, int(min(found)) if found else nnz
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pointer", [np.int32, np.int64])
+def test_device_csr_check_flags_what_numpy_finds(pointer, rng, gpu_device):
+    """The shared device check (graphkern._cuda.csr_check, instantiated in cuda_src/expm.cu) on fresh
+    random matrices with one problem planted each: the flags and the first entry NumPy finds."""
+    from graphkern._cuda import runtime as rt
+    from graphkern._cuda.csr_check import check_csr
+
+    for trial in range(40):
+        n = int(rng.integers(2, 300))
+        A = sp.random(n, n, density=float(rng.uniform(0.01, 0.3)), random_state=rng, format="csr")
+        A = (A + A.T).tocsr()
+        A.sort_indices()
+        if A.nnz == 0:
+            continue
+        ptr, idx = A.indptr.astype(pointer), A.indices.astype(np.int32)
+        vals = A.data.astype([np.float64, np.float32][int(rng.integers(2))])
+        k = int(rng.integers(A.nnz))
+        kind = trial % 6
+        if kind == 1:
+            idx[k] = (-1, n, n + 7)[int(rng.integers(3))]
+        elif kind == 2:
+            vals[k] = (np.nan, np.inf, -np.inf)[int(rng.integers(3))]
+        elif kind == 3:
+            vals[k] = -vals[k]
+        elif kind == 4 and len(idx) > 1:
+            k = max(k, 1)
+            idx[k - 1], idx[k] = idx[k], idx[k - 1]
+        elif kind == 5:
+            ptr[int(rng.integers(1, n))] = ptr[-1] + 1
+        symmetric = kind in (0, 2, 3) and (trial // 6) % 2 == 0  # rows stay sorted: mirrors are found
+        want = reference_flags(ptr.astype(np.int64), idx, vals, n, check_negative=True, check_symmetry=symmetric)
+        got = check_csr("expm", rt.to_device(gpu_device, ptr), rt.to_device(gpu_device, idx), n_cols=n, nnz=A.nnz,
+                        values=rt.to_device(gpu_device, vals), check_negative=True, check_symmetry=symmetric)
+        if want[1] is None:  # row pointers wrong: only their flag is promised
+            assert got[0] & want[0], (trial, got, want)
+        else:
+            assert got == want, (trial, kind, got, want)
+        no_values = check_csr("expm", rt.to_device(gpu_device, ptr), rt.to_device(gpu_device, idx), n_cols=n,
+                              nnz=A.nnz)
+        assert no_values[0] & ~0b111 == 0  # without values only the structure is read

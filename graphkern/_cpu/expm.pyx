@@ -15,9 +15,8 @@ that the OS delays does not hold the others up for its whole share.  Partial sum
 and added in chunk order, so every reduction is deterministic for a given chunking.  Vectors are
 float32 or float64; dot products accumulate in float64.
 
-Around the solve: :func:`hash_words` (the matrix cache's content key), :func:`first_index_out_of_range`
-(no index outside the matrix reaches a kernel), and the host passes of the GPU's setup:
-:func:`degree_order` (its vertex order), :func:`rowblock_tasks` (its SpMV plan) and
+Around the solve: :func:`hash_words` (the matrix cache's content key), and the host passes of the
+GPU's setup: :func:`degree_order` (its vertex order), :func:`rowblock_tasks` (its SpMV plan) and
 :func:`rebased_indptr` (a device's row pointers), each a few parallel passes at memory speed.
 """
 
@@ -37,7 +36,7 @@ ctypedef fused index_t:
     int64_t
 
 cdef enum:
-    HASH_BLOCK = 65536  # words per parallel block of the hash and index scans
+    HASH_BLOCK = 65536  # words per parallel block of the hash
     ROWS_PER_BLOCK = 16384  # fewest rows per parallel block of the GPU setup's passes
     DEGREE_BUCKETS = 4096  # degree_order counts degrees below this; longer rows are sorted apart
 
@@ -237,44 +236,6 @@ def hash_words(const uint64_t[::1] words, int n_threads):
     for b in range(parts):
         h = _mix(h, out[b])
     return int(h ^ (h >> 29))
-
-
-cdef inline bint _out_of_range(const index_t* v, int64_t count, int64_t n) noexcept nogil:
-    """Whether any of ``v[:count]`` is outside ``[0, n)``: as unsigned numbers the negative ones are
-    huge, so one comparison per entry, counted without branches (a loop the compiler vectorises)."""
-    cdef uint64_t limit = <uint64_t>n
-    cdef int64_t k, outside = 0
-    if sizeof(index_t) == 4:
-        for k in range(count):
-            outside += <uint32_t>v[k] >= <uint32_t>limit
-    else:
-        for k in range(count):
-            outside += <uint64_t>v[k] >= limit
-    return outside != 0
-
-
-def first_index_out_of_range(const index_t[::1] indices, int64_t n, int n_threads):
-    """The first position whose column index is not in ``[0, n)``, or -1.  Each block takes its
-    minimum and maximum (a loop without branches, vectorised); only a block out of range is
-    searched for the position."""
-    cdef int64_t nnz = indices.shape[0]
-    cdef int64_t block = HASH_BLOCK
-    cdef Py_ssize_t parts = (nnz + block - 1) // block, b
-    cdef int64_t k
-    bad_arr = np.zeros(max(parts, 1), dtype=np.uint8)
-    cdef unsigned char[::1] bad = bad_arr
-    if nnz == 0:
-        return -1
-    cdef const index_t* idx = &indices[0]
-    with nogil:
-        for b in prange(parts, schedule="static", num_threads=n_threads):
-            bad[b] = _out_of_range(idx + b * block, min(block, nnz - b * block), n)
-    for b in range(parts):
-        if bad[b]:
-            for k in range(b * block, min((b + 1) * block, nnz)):
-                if indices[k] < 0 or indices[k] >= n:
-                    return int(k)
-    return -1
 
 
 # ----------------------------------------------------------------------------- host passes of the GPU setup

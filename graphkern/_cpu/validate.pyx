@@ -122,19 +122,24 @@ def scan_csr(const int64_t[::1] indptr, const index_t[::1] indices, const value_
     return firsts_arr.min(axis=0)
 
 
-def check_indptr(const int64_t[::1] indptr, int64_t nnz):
-    """The first row whose pointers are wrong (start != 0, decreasing, or end != nnz), else -1."""
+def check_indptr(const index_t[::1] indptr, int64_t nnz, int n_threads=1):
+    """The first row whose pointers are wrong (start != 0, decreasing, or end != nnz), else -1;
+    blocks of rows in parallel on ``n_threads``."""
     cdef int64_t n = indptr.shape[0] - 1, i, bad = -1
+    cdef Py_ssize_t blocks = max(1, min(8 * n_threads, n // 4096)), b
     if n < 0 or indptr[0] != 0:
         return 0
-    with nogil:
-        for i in range(n):
+    firsts_arr = np.full(blocks, n, dtype=np.int64)
+    cdef int64_t[::1] firsts = firsts_arr
+    for b in prange(blocks, nogil=True, num_threads=n_threads, schedule="static", use_threads_if=blocks > 1):
+        for i in range(n * b // blocks, n * (b + 1) // blocks):
             if indptr[i + 1] < indptr[i]:
-                bad = i
+                firsts[b] = i
                 break
-    if bad < 0 and indptr[n] != nnz:
-        bad = n
-    return bad
+    bad = int(firsts_arr.min())
+    if bad < n:
+        return bad
+    return n if indptr[n] != nnz else -1
 
 
 def mirror_positions(const int64_t[::1] indptr, const index_t[::1] indices, int n_threads):

@@ -12,7 +12,7 @@ cimport cython
 from cuda.bindings cimport cydriver
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
-from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 
 import numpy as np
 
@@ -686,3 +686,55 @@ cdef int _dims(object v, unsigned int* out, str what) except -1:
             raise ValueError(f"{what} must be >= 1, got {v}")
         out[0] = v
     return 0
+
+
+# --------------------------------------------------------------------------- staged copies
+
+def staged_copy(DeviceBuffer buf not None, size_t offset, host, size_t lo, size_t hi, bint upload,
+                PinnedBuffer chunk0 not None, PinnedBuffer chunk1 not None, Stream stream not None,
+                Event done0 not None, Event done1 not None):
+    """Bytes ``[lo, hi)`` of the contiguous host buffer ``host`` to (``upload``) or from the device
+    buffer ``buf`` at ``offset + lo``, through the two pinned chunks on ``stream``: the memcpy of
+    one chunk runs while the other's DMA is in flight (``done0``/``done1`` mark them).  One loop
+    without the GIL, so that several host threads, one per chunk pair, copy side by side; returns
+    when the last memcpy is done (an upload's last DMA may still be in flight on ``stream``)."""
+    cdef Py_buffer view
+    cdef size_t size = min(chunk0.nbytes, chunk1.nbytes), a = lo, b, pa = 0, pb = 0
+    cdef void* chunks[2]
+    cdef cydriver.CUevent done[2]
+    cdef unsigned char* data
+    cdef cydriver.CUresult st = cydriver.CUDA_SUCCESS
+    cdef int slot, i = 0
+    chunks[0], chunks[1], done[0], done[1] = chunk0.ptr, chunk1.ptr, done0.e, done1.e
+    cdef cydriver.CUdeviceptr dst = buf.ptr + offset
+    PyObject_GetBuffer(host, &view, PyBUF_WRITABLE if not upload else PyBUF_SIMPLE)
+    try:
+        if hi > <size_t>view.len or offset + hi > buf.nbytes:
+            raise ValueError(f"staged copy of bytes [{lo}, {hi}) overflows its buffers")
+        data = <unsigned char*>view.buf
+        buf.device.activate()
+        with nogil:
+            while a < hi and st == cydriver.CUDA_SUCCESS:
+                b, slot = min(a + size, hi), i % 2
+                if upload:
+                    if i >= 2:  # the chunk's previous DMA has finished
+                        st = cydriver.cuEventSynchronize(done[slot])
+                    if st == cydriver.CUDA_SUCCESS:
+                        memcpy(chunks[slot], data + a, b - a)
+                        st = cydriver.cuMemcpyHtoDAsync(dst + a, chunks[slot], b - a, stream.s)
+                else:
+                    st = cydriver.cuMemcpyDtoHAsync(chunks[slot], dst + a, b - a, stream.s)
+                if st == cydriver.CUDA_SUCCESS:
+                    st = cydriver.cuEventRecord(done[slot], stream.s)
+                if not upload and i >= 1 and st == cydriver.CUDA_SUCCESS:  # the chunk before this one is in
+                    st = cydriver.cuEventSynchronize(done[1 - slot])
+                    if st == cydriver.CUDA_SUCCESS:
+                        memcpy(data + pa, chunks[1 - slot], pb - pa)
+                pa, pb, a, i = a, b, b, i + 1
+            if not upload and i >= 1 and st == cydriver.CUDA_SUCCESS:
+                st = cydriver.cuEventSynchronize(done[(i - 1) % 2])
+                if st == cydriver.CUDA_SUCCESS:
+                    memcpy(data + pa, chunks[(i - 1) % 2], pb - pa)
+    finally:
+        PyBuffer_Release(&view)
+    _check(st, "cuMemcpyHtoDAsync" if upload else "cuMemcpyDtoHAsync")

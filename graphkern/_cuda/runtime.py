@@ -121,6 +121,7 @@ def get_device(ordinal=0):
         if dev is None:
             dev = drv.Device(ordinal)
             _devices[ordinal] = dev
+            _warm_staging(dev)
         return dev
 
 
@@ -207,20 +208,24 @@ def PinnedBuffer(nbytes, mapped=False):
 # host thread's memcpy and the first touch of the destination's pages, and both spread over threads:
 # one per core, up to STAGING_THREADS_MAX (docs/performance.md has the rates).  Each thread is a
 # lane: two pinned chunks, a stream and two events, so its memcpy of one chunk runs while the DMA of
-# the other is in flight.  Lanes are kept per device and reused by later copies, at most
-# STAGING_LANES_MAX per device (two copies side by side each get a full set).
-STAGING_CHUNK = 4 << 20
+# the other is in flight, in one compiled loop without the GIL (_driver.staged_copy).  Small chunks
+# keep the link busy; page-locking memory costs far more per byte than copying it, so the lanes are
+# made once, in the background when the device is opened, and shared: at most STAGING_LANES_MAX per
+# device (a copy beside one that holds them all waits for them, on the same link anyway).
+STAGING_CHUNK = 1 << 20
+STAGED_MIN_BYTES = 8 << 20  # smaller copies go directly: a few lanes' start costs as much as the copy
 STAGING_THREADS_MAX = 16
 STAGING_THREADS = max(1, min(STAGING_THREADS_MAX, os.cpu_count() or 1))
-STAGING_LANES_MAX = 2 * STAGING_THREADS_MAX
+STAGING_LANES_MAX = STAGING_THREADS_MAX
 _staging = {"free": {}, "made": 0, "lanes": {}, "pool": None}
+_warming = {}  # device ordinal -> the future of its first lanes (made in the background)
 
 
 class _Lane:
     """One staging thread's pinned double buffer, its stream and the events of its two chunks."""
 
     def __init__(self, device):
-        self.chunks = [_driver.PinnedBuffer(STAGING_CHUNK, False).array(np.uint8) for _ in range(2)]
+        self.chunks = [_driver.PinnedBuffer(STAGING_CHUNK, False) for _ in range(2)]
         self.stream = _driver.Stream(device)
         self.done = [_driver.Event(device, False), _driver.Event(device, False)]
 
@@ -233,9 +238,26 @@ def _staging_pool():
         return _staging["pool"]
 
 
-def _take_lanes(device, want):
+def _warm_staging(device):
+    """Make STAGING_THREADS lanes of ``device`` on a background thread (a first copy waits for them);
+    a failure there leaves the lanes to be made, and the error raised, by the copy."""
+    def make():
+        device.activate()
+        lanes = _take_lanes(device, STAGING_THREADS, wait_warm=False)
+        for lane in lanes:
+            _staging["free"][device.ordinal].put(lane)
+
+    with _lock:
+        if device.ordinal not in _warming:
+            _warming[device.ordinal] = _staging_pool().submit(make)
+
+
+def _take_lanes(device, want, wait_warm=True):
     """Up to ``want`` lanes of ``device``: free ones, new ones while fewer than STAGING_LANES_MAX
     exist, and at least one (waiting for a copy beside this one to return it)."""
+    warming = _warming.get(device.ordinal) if wait_warm else None
+    if warming is not None:
+        wait([warming])
     with _lock:
         free = _staging["free"].setdefault(device.ordinal, queue.SimpleQueue())
     lanes = []
@@ -306,51 +328,32 @@ def copy_to_pageable(buf, out, offset=0, threads=STAGING_THREADS):
     """Copy ``out.nbytes`` bytes of the device buffer ``buf`` from byte ``offset`` into the contiguous
     host array ``out`` (pageable memory) through pinned chunks (:func:`_staged`, on ``threads``
     host threads, each copying one chunk out while the next comes in); synchronous (order it after
-    the producing stream's work by synchronizing first).  Outputs of under two chunks are copied
+    the producing stream's work by synchronizing first).  Outputs under STAGED_MIN_BYTES are copied
     directly."""
     flat = out.reshape(-1).view(np.uint8)
-    if flat.nbytes < 2 * STAGING_CHUNK:
+    if flat.nbytes < STAGED_MIN_BYTES:
         buf.copy_to_host(flat, offset=offset)
         return out
 
     def run(lane, lo, hi):
-        pending = None
-        for i, a in enumerate(range(lo, hi, STAGING_CHUNK)):
-            b, slot = min(a + STAGING_CHUNK, hi), i % 2
-            buf.copy_to_host(lane.chunks[slot][:b - a], stream=lane.stream, offset=offset + a)
-            lane.done[slot].record(lane.stream)
-            if pending is not None:
-                _drain(lane, flat, *pending)
-            pending = (slot, a, b)
-        _drain(lane, flat, *pending)
+        _driver.staged_copy(buf, offset, flat, lo, hi, False, *lane.chunks, lane.stream, *lane.done)
 
     _staged(buf.device, flat.nbytes, run, threads)
     return out
-
-
-def _drain(lane, flat, slot, a, b):
-    lane.done[slot].synchronize()
-    flat[a:b] = lane.chunks[slot][:b - a]
 
 
 def copy_from_pageable(buf, array, offset=0):
     """Copy the contiguous host array ``array`` (pageable memory) into the device buffer ``buf`` at
     byte ``offset``, synchronously, through pinned chunks (:func:`_staged`, each thread filling one
     chunk while the other crosses): the driver's own staging of a pageable upload runs at a few
-    GB/s.  Arrays of under two chunks go directly."""
+    GB/s.  Arrays under STAGED_MIN_BYTES go directly."""
     flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    if flat.nbytes < 2 * STAGING_CHUNK:
+    if flat.nbytes < STAGED_MIN_BYTES:
         buf.copy_from_host(flat, offset=offset)
         return buf
 
     def run(lane, lo, hi):
-        for i, a in enumerate(range(lo, hi, STAGING_CHUNK)):
-            b, slot = min(a + STAGING_CHUNK, hi), i % 2
-            if i >= 2:
-                lane.done[slot].synchronize()  # the chunk's previous DMA has finished
-            lane.chunks[slot][:b - a] = flat[a:b]
-            buf.copy_from_host(lane.chunks[slot][:b - a], stream=lane.stream, offset=offset + a)
-            lane.done[slot].record(lane.stream)
+        _driver.staged_copy(buf, offset, flat, lo, hi, True, *lane.chunks, lane.stream, *lane.done)
 
     _staged(buf.device, flat.nbytes, run)
     return buf

@@ -75,10 +75,11 @@ keep device memory (least recently used go first), and a GPU allocation that wou
 evicts other matrices.  GPU calls from several threads run one at a time.
 
 Checks.  Column indices out of range, row pointers that are not a CSR and non-finite values are
-refused with a ValueError naming the entry, also for a Graph built with ``validate=False``: nothing
-unchecked reaches the kernels.  A weighted A whose largest entry is huge or tiny is solved as
-``scale * A`` with ``beta / scale`` (scale a power of two), so that no norm overflows or underflows;
-when ``beta * A`` itself overflows float64 a FloatingPointError says so.
+refused with a ValueError naming the entry, also for a Graph built with ``validate=False`` (on the
+GPU its indices are checked on the device after the upload, on the host where that finds a problem).
+A weighted A whose largest entry is huge or tiny is solved as ``scale * A`` with ``beta / scale``
+(scale a power of two), so that no norm overflows or underflows; when ``beta * A`` itself overflows
+float64 a FloatingPointError says so.
 
 Scales.  The Ritz values of one Krylov space resolve each other to about eps * max|theta| only, so
 the answer holds to about ``|beta| max|theta| eps`` (eps of dtype).  When that exceeds
@@ -122,6 +123,7 @@ import math
 import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -136,6 +138,7 @@ from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_v
 from graphkern.expm.replay import (COUPLING, NOISE, UNDERFLOW, ReorthogonalLanczos, breakdown_residual,
                                    norm_floor, small_entries_share)
 from graphkern.expm.tiny import linear_sinh, sinh_of_products
+from graphkern._arrays import indptr_problem
 from graphkern.graph import Graph, as_csr_matrix
 
 __all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo", "clear_cache", "cache_info"]
@@ -171,8 +174,8 @@ class ExpmInfo:
     times: seconds -- setup (everything before the first Lanczos step: checking the arguments and x,
         validating A, and on the GPU uploading it, building the SpMV plan and allocating the work
         vectors; near zero when ``cached``), of which validate (the content check of A and, when not
-        cached, its validation) and on the GPU upload (A's upload, reordering and the work vectors)
-        and plan (the SpMV plans); spmv (the fused SpMV kernels), vector (updates, basis
+        cached, its validation) and on the GPU upload (A's upload and device check, reordering, the
+        work vectors, and the SpMV plans built while A crosses) and plan (the others); spmv (the fused SpMV kernels), vector (updates, basis
         combination), host (tridiagonal eigenproblems and checks), output (combining the basis,
         scaling y and copying it back), reorder (building the vertex order and the reordered operator
         in this call, part of setup; 0 when they were cached or not used), total.
@@ -312,21 +315,30 @@ def cache_info():
 
 # ----------------------------------------------------------------------------- implementation
 
-def _validate(A, n_threads):
-    """The validated CSR of a Graph (as stored) or a scipy.sparse matrix (checked symmetric, finite)."""
+def _validate(A, n_threads, device_check=False):
+    """The validated CSR of a Graph (as stored) or a scipy.sparse matrix (checked symmetric, finite).
+
+    A Graph's own check of its column indices (``Graph.require_valid``, a host pass over them) is
+    left, with ``device_check``, to the device after the upload (graphkern._cuda.csr_check; the
+    host check runs only where the device finds a problem, or before host code reads the indices:
+    :meth:`CsrMatrix.require_checked`); its row pointers, which the host reads to plan, are checked
+    here."""
+    pending = None
     if isinstance(A, Graph):
         indptr, indices, weights, n = A.indptr, A.indices, A.weights, A.n_nodes
-    else:
+        if device_check:
+            problem = indptr_problem(indptr, len(indices))
+            if problem:
+                A.require_valid()  # raises, naming the graph
+            pending = weakref.WeakMethod(A.require_valid)
+        else:
+            A.require_valid()  # the Graph's own compiled check, once per Graph
+    else:  # checked whole (row pointers, indices, symmetry, values) in compiled passes
         csr, weighted = as_csr_matrix(A, name="A")
         indptr, indices, n = csr.indptr, csr.indices, csr.shape[0]
         weights = np.ascontiguousarray(csr.data, dtype=np.float64) if weighted else None
     if n > np.iinfo(np.int32).max:
         raise ValueError(f"A has {n} rows; at most 2**31 - 1 are supported (column indices are int32)")
-    require_valid = getattr(A, "require_valid", None) if isinstance(A, Graph) else None
-    if require_valid is not None:
-        require_valid()  # the Graph's own compiled check, once per Graph
-    else:
-        _check_structure(indptr, indices, n, n_threads)
     magnitudes = None
     if weights is not None:
         from graphkern._cpu import expm as cpu
@@ -334,36 +346,15 @@ def _validate(A, n_threads):
         if not math.isfinite(magnitudes[1]):
             bad = int(np.flatnonzero(~np.isfinite(weights))[0])
             raise ValueError(f"A has a non-finite value ({weights[bad]}) at stored entry {bad}")
-    return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights, magnitudes)
-
-
-def _check_structure(indptr, indices, n, n_threads):
-    """Row pointers and column indices that the kernels can read safely, checked in O(nnz) compiled
-    code: a Graph built with ``validate=False`` (or edited after) must not reach them with an index
-    out of range.  The one place this module checks structure, for inputs without a check of their
-    own (``Graph.require_valid``)."""
-    from graphkern._cpu import expm as cpu
-    indptr = np.asarray(indptr)
-    if indptr.ndim != 1 or len(indptr) != n + 1:
-        raise ValueError(f"A's row pointers have shape {indptr.shape}; expected ({n + 1},)")
-    if len(indptr) and (indptr[0] != 0 or indptr[-1] != len(indices) or np.any(indptr[1:] < indptr[:-1])):
-        raise ValueError(f"A's row pointers are not a valid CSR: they must start at 0, never decrease and end "
-                         f"at the number of stored entries ({len(indices)})")
-    if indices.dtype.kind not in "iu":
-        raise TypeError(f"A's column indices must be integers, got dtype {indices.dtype}")
-    idx = np.ascontiguousarray(indices)
-    if idx.dtype not in (np.int32, np.int64):
-        idx = idx.astype(np.int64)
-    bad = cpu.first_index_out_of_range(idx, n, n_threads)
-    if bad >= 0:
-        row = int(np.searchsorted(indptr, bad, side="right")) - 1
-        raise ValueError(f"A has a column index out of range: {int(idx[bad])} in row {row} (stored entry {bad}) "
-                         f"of a matrix with {n} columns")
+    check = None if pending is None else (lambda: (pending() or _no_check)())
+    return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights, magnitudes, check)
 
 
 def _lookup(A, n_threads=1):
     """``(CsrMatrix, cached)`` for A: validated once per matrix while its content is unchanged."""
-    return _matrices.get(A, lambda A: _validate(A, n_threads), n_threads)
+    mat, cached = _matrices.get(A, lambda A: _validate(A, n_threads), n_threads)
+    mat.require_checked()
+    return mat, cached
 
 
 def _no_check():
@@ -440,7 +431,7 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
                          "gathers from a small cache); use reorder='auto' or 'none' with backend='cpu'")
     devices = tuple(resolve_devices(device)) if backend == "gpu" else ()
     if backend == "gpu":  # a cached A's content is hashed on the host while the device solves
-        mat, cached, unchanged = _matrices.get_speculative(A, lambda A: _validate(A, n_threads), n_threads)
+        mat, cached, unchanged = _matrices.get_speculative(A, lambda A: _validate(A, n_threads, True), n_threads)
     else:
         (mat, cached), unchanged = _lookup(A, n_threads), _no_check
     validate_seconds = time.perf_counter() - t_start
@@ -456,7 +447,10 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
         reorder = choose_reorder(mat) if reorder == "auto" else reorder
     if backend == "cpu" or reorder == "auto":
         reorder = "none"
-    linear = linear_sinh(mat, beta, x_unit, peak, n_threads) if fn.name == "sinh" and normalize is None else None
+    linear = None
+    if fn.name == "sinh" and normalize is None:
+        mat.require_checked()  # the host may read A's indices (graphkern.expm.tiny)
+        linear = linear_sinh(mat, beta, x_unit, peak, n_threads)
     if linear is not None:  # beta A x, one SpMV on the host (graphkern.expm.tiny)
         y, log_scale = finish_on_host(linear[0], OutputScaling(linear[1], 0.0, dtype, True, caller))
         total = time.perf_counter() - t_start
@@ -749,6 +743,7 @@ class _Call:
                                                                                           self.beta, self.fn)
         reorder_seconds = 0.0
         if self.reorthogonalise:
+            mat.require_checked()
             solver = ReorthogonalLanczos(mat, self.k_max)
         elif self.backend == "cpu":
             from graphkern.expm.cpu import CpuLanczos

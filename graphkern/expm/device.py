@@ -37,6 +37,7 @@ import numpy as np
 from graphkern._backend import resolve_threads
 from graphkern._cpu import expm as cpu
 from graphkern._cuda import runtime as rt
+from graphkern._cuda.csr_check import INDPTR, RANGE, check_csr
 from graphkern.expm.lanczos import COLUMN_CHUNK
 from graphkern.expm.plans import BLOCK, LONG_SEGMENT, QUAD, WARP, SpmvPlan
 
@@ -86,6 +87,21 @@ def _upload_padded(dev, array, dtype):
     if tail:
         buf.view(buf.nbytes - tail, tail).zero()
     return buf
+
+
+def _check_indices(mat, indptr, indices, nnz):
+    """Where the check of A's column indices was left to the device (``mat.pending_check``), make it
+    on the uploaded ``indptr`` and ``indices`` (graphkern._cuda.csr_check) before a kernel maps or
+    gathers through them.  A problem found drops A's device copies and runs the host check, which
+    raises naming the entry."""
+    if mat.pending_check is None:
+        return
+    flags, first = check_csr("expm", indptr, indices, n_cols=mat.n, nnz=nnz)
+    if flags & (INDPTR | RANGE):
+        mat.gpu.clear()
+        mat.require_checked()
+        raise ValueError(f"A has a column index out of range (stored entry {first} of the rows on device "
+                         f"{indptr.device.ordinal})")
 
 
 def _buffers_nbytes(buffers):
@@ -168,7 +184,7 @@ class DeviceRows:
     order and inverse stay on the device (``order_dev``, ``inverse_dev``) to permute x on entry
     and y on exit."""
 
-    def __init__(self, residency, ordinal, index, mat, row0, row1, order=None, upload=None):
+    def __init__(self, residency, ordinal, index, mat, row0, row1, order=None, upload=None, variant=None):
         self.dev = rt.get_device(ordinal)
         self.ordinal, self.index = ordinal, index
         self.order = order
@@ -186,18 +202,23 @@ class DeviceRows:
         ensure_free(self.dev, need, residency, what)
         self.order_dev = self.inverse_dev = None
         self._pending_move = None
+        self.plans = {}
+        self._host_plans = {}
         if order is None:
             self.indptr = _to_device(self.dev, self.local_indptr(mat))
             self.indices = _upload_padded(self.dev, mat.indices[self.e0:self.e0 + self.nnz], np.int32)
+            _check_indices(mat, self.indptr, self.indices, self.nnz)
         else:
             # A as given (most of the bytes) is on its way first; the order's arrays follow beside it
             self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True, upload=upload,
                                           background=True)
-            self.indptr = _to_device(self.dev, self.local_indptr(mat))
+            host_indptr = self.local_indptr(mat)
+            if variant is not None:  # planned on the host while A crosses (its uploads then wait for lanes)
+                self._host_plans[variant] = SpmvPlan(variant, host_indptr, mat.degree_stats()[0])
+            self.indptr = _to_device(self.dev, host_indptr)
             self.order_dev = _to_device(self.dev, order.order)
             self.inverse_dev = _to_device(self.dev, order.inverse)
         self.values = {}
-        self.plans = {}
         self.peer_mask = None  # several devices: which rows each other device reads (Residency)
         residency.uploaded = True
         _stats["uploads"] += 1
@@ -233,6 +254,8 @@ class DeviceRows:
             def move():
                 t1 = time.perf_counter()
                 upload.wait()
+                if map_columns:
+                    _check_indices(mat, upload.old_indptr, upload.whole, mat.nnz)
                 pn = "i32" if self.ptr_type == np.int32 else "i64"
                 fn = rt.kernel(self.dev, "expm", f"lanczos_permute_rows_{type_name}_{pn}")
                 resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * self.dev.properties["multiprocessor_count"]
@@ -279,7 +302,8 @@ class DeviceRows:
     def plan_for(self, residency, mat, variant):
         plan = self.plans.get(variant)
         if plan is None:
-            host_plan = SpmvPlan(variant, self.local_indptr(mat), mat.degree_stats()[0])
+            host_plan = self._host_plans.pop(variant, None) or SpmvPlan(variant, self.local_indptr(mat),
+                                                                        mat.degree_stats()[0])
             size = sum(a.nbytes for a in (host_plan.tasks, host_plan.rowlist) if a is not None)
             ensure_free(self.dev, size + 8 * (host_plan.n_segments + 1) + 12 * (host_plan.n_long + 1), residency,
                          f"exp(beta A) x: the {variant} SpMV plan on device {self.ordinal}")
@@ -413,7 +437,7 @@ class Residency:
     ``uploaded`` says that host-to-device copies were issued since the last :meth:`settle`;
     ``reorder_seconds`` accumulates the time spent reordering until a solve takes it."""
 
-    def __init__(self, mat, devices, reorder="none"):
+    def __init__(self, mat, devices, reorder="none", variant=None):
         self.devices = tuple(devices)
         self.n = mat.n
         self.reorder = reorder
@@ -437,7 +461,7 @@ class Residency:
         self.rows = []
         for i, d in enumerate(self.devices):
             self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], order,
-                                        uploads[i] if uploads else None))
+                                        uploads[i] if uploads else None, variant))
         self.peer_access = True  # between every pair of devices
         for a in self.rows:
             for b in self.rows:
@@ -527,9 +551,9 @@ _registry = OrderedDict()
 _registry_lock = threading.RLock()
 
 
-def residency(mat, devices, reorder="none"):
+def residency(mat, devices, reorder="none", variant=None):
     """``(Residency, reused)`` of ``mat`` on ``devices`` in vertex order ``reorder``: the kept one,
-    or a new one (uploading A)."""
+    or a new one (uploading A; with ``variant``, its SpMV plans are built while A crosses)."""
     layout = (tuple(devices), reorder)
     res = mat.gpu.get(layout)
     key = (id(mat), layout)
@@ -538,7 +562,7 @@ def residency(mat, devices, reorder="none"):
             _registry[key] = (weakref.ref(mat), layout)  # a stale entry of a dead matrix with this id is replaced
             _registry.move_to_end(key)
         return res, True
-    res = Residency(mat, layout[0], reorder)
+    res = Residency(mat, layout[0], reorder, variant)
     mat.gpu[layout] = res
     with _registry_lock:
         _registry[key] = (weakref.ref(mat), layout)

@@ -156,13 +156,14 @@ class GpuLanczos:
         self.reorder = reorder
         self.task_grid = task_grid
         t0 = time.perf_counter()
-        self.res, self.reused = residency(mat, self.devices, reorder)
+        self.res, self.reused = residency(mat, self.devices, reorder, variant)
         self.order = self.res.order  # a DegreeOrder, or None
         self.res.active = (self.dtype, variant)
         self.shares = [_Share(self.res, r, mat, self.dtype, variant, self.cap, self.ring_size, task_grid)
                        for r in self.res.rows]
         self.exchange = self._exchange_mode(exchange)
         self.res.settle()
+        mat.pending_check = None  # the devices' checks of A's indices passed (any problem raised)
         self.reorder_seconds = self.res.take_reorder_seconds()
         plan = sum(s.plan_seconds for s in self.shares)
         # seconds of this construction: A's upload (with the reordering on the device and the work

@@ -70,11 +70,14 @@ class CsrMatrix:
     with ``beta / scale``, so that no norm overflows or underflows."""
 
     __slots__ = ("indptr", "indices", "weights", "n", "scale", "magnitudes", "_anorm", "_degree_stats", "_values",
-                 "_chunks", "_degree_order", "gpu", "__weakref__")
+                 "_chunks", "_degree_order", "gpu", "pending_check", "__weakref__")
 
-    def __init__(self, indptr, indices, weights, magnitudes=None):
+    def __init__(self, indptr, indices, weights, magnitudes=None, pending_check=None):
         """``magnitudes``: ``(smallest nonzero |w|, largest |w|)`` of ``weights`` where the caller
-        has them (graphkern._cpu.expm.magnitude_range), else computed here."""
+        has them (graphkern._cpu.expm.magnitude_range), else computed here.  ``pending_check``: the
+        host check of the column indices (it raises ValueError naming the entry) where it was left
+        to the device after the upload (graphkern._cuda.csr_check); see :meth:`require_checked`."""
+        self.pending_check = pending_check
         self.indptr = indptr
         self.indices = indices
         self.weights = weights
@@ -96,6 +99,13 @@ class CsrMatrix:
         self._chunks = {}
         self._degree_order = {}
         self.gpu = {}
+
+    def require_checked(self):
+        """Run the pending host check of the column indices (before host code reads them, or where
+        the device check found a problem: it raises ValueError naming the entry)."""
+        if self.pending_check is not None:
+            self.pending_check()
+            self.pending_check = None
 
     @property
     def nnz(self):
