@@ -262,18 +262,18 @@ class FakeBuffer:
         flat = memoryview(out).cast("B")
         flat[:] = self.bytes()[offset:offset + len(flat)].tobytes()
 
-    def to_host(self, shape):
-        return self.as_(np.float64)[:int(np.prod(shape))].reshape(shape).copy()
+    def to_host(self, dtype, shape):
+        return self.as_(dtype)[:int(np.prod(shape))].reshape(shape).copy()
 
 
 class FakeFeatureRuntime:
     """The two kernels of cuda_src/spgk_features.cu in NumPy, with their padding and flags."""
 
-    def __init__(self):
-        self.launches = []
+    def __init__(self, free=1 << 30):
+        self.launches, self.mirrored, self.free = [], [], free
 
     def get_device(self, ordinal):
-        return types.SimpleNamespace(memory_info=lambda: (1 << 30, 1 << 30), ordinal=ordinal)
+        return types.SimpleNamespace(memory_info=lambda: (self.free, self.free), ordinal=ordinal)
 
     def kernel(self, dev, module, name):
         assert module == "spgk_features"
@@ -293,26 +293,37 @@ class FakeFeatureRuntime:
     def Stream(self, dev):
         return types.SimpleNamespace(synchronize=lambda: None)
 
+    def Event(self, dev, timing=True):
+        return types.SimpleNamespace(record=lambda stream=None: None, synchronize=lambda: None)
+
     def launch(self, fn, grid, block, args, shared_mem=0, stream=None):
         self.launches.append(fn)
         if fn == "spgk_features_scatter":
-            indptr, cols, counts, n_rows, dense, ld = args
+            indptr, cols, counts, rank, n_rows, dense, ld, flags = args
             D = dense.as_(np.float64).reshape(-1, int(ld))
             ip = indptr.as_(np.int64)
             rows = np.repeat(np.arange(int(n_rows)), np.diff(ip))
-            D[rows, cols.as_(np.int32)[:len(rows)]] = counts.as_(np.int64)[:len(rows)]
+            col = rank.as_(np.int32)[cols.as_(np.int32)[:len(rows)]]
+            D[rows, col] = counts.as_(np.int64)[:len(rows)]
+            flags.as_(np.uint8).reshape(-1, int(ld) // 16)[rows // 64, col // 16] = 1
             return
-        A, rows, B, cols, depth, fa, fb, dx, dy, C, ldc = args
-        rows, cols, depth = int(rows), int(cols), int(depth)
+        A, rows, B, cols, depth, fa, fb, dx, dy, C, ldc, row0, mirror = args
+        rows, cols, depth, row0, mirror = int(rows), int(cols), int(depth), int(row0), bool(mirror)
+        self.mirrored.append(mirror)
         a = A.as_(np.float64).reshape(-1, depth)
         b = B.as_(np.float64).reshape(-1, depth)
         steps = depth // 16
         fa = fa.as_(np.uint8).reshape(-1, steps)
         fb = fb.as_(np.uint8).reshape(-1, steps)
-        assert grid == (-(-cols // 64), -(-rows // 64)) and len(a) >= 64 * grid[1] and len(b) >= 64 * grid[0]
+        j_first = row0 if mirror else 0  # the columns the grid covers start here
+        assert grid == (-(-(cols - j_first) // 64), -(-rows // 64)) and len(a) >= 64 * grid[1]
+        assert len(b) >= 64 * grid[0] + j_first and row0 % 64 == 0
         out = C.as_(np.float64).reshape(-1, int(ldc))
+        c_row = row0 if mirror else 0
         for bi in range(grid[1]):
-            for bj in range(grid[0]):
+            for bj in range(j_first // 64, j_first // 64 + grid[0]):
+                if mirror and bj < row0 // 64 + bi:
+                    continue
                 acc = np.zeros((64, 64))
                 for s in range(steps):
                     if fa[bi, s] and fb[bj, s]:
@@ -324,16 +335,20 @@ class FakeFeatureRuntime:
                     scale = np.sqrt(np.outer(dx.as_(np.float64)[64 * bi:64 * bi + i1],
                                              dy.as_(np.float64)[64 * bj:64 * bj + j1]))
                     value = np.where(scale > 0, value / np.where(scale > 0, scale, 1.0), 0.0)
-                out[64 * bi:64 * bi + i1, 64 * bj:64 * bj + j1] = value
+                out[c_row + 64 * bi:c_row + 64 * bi + i1, 64 * bj:64 * bj + j1] = value
+                if mirror:
+                    out[64 * bj:64 * bj + j1, c_row + 64 * bi:c_row + 64 * bi + i1] = value.T
 
 
+@pytest.mark.parametrize("free", [1 << 30, 400_000], ids=["resident", "two-tiles"])
 @pytest.mark.parametrize("normalize", [False, True])
-def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize):
-    """The GPU driver's tiling, padding, column order and skipped steps, its kernels emulated."""
+def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize, free):
+    """The GPU driver's tiling, padding, column order and skipped steps, its kernels emulated; a
+    symmetric matrix kept whole on the device (its blocks mirrored) or made in full tiles."""
     from graphkern._cuda import runtime
 
-    fake = FakeFeatureRuntime()
-    for name in ("get_device", "kernel", "alloc", "to_device", "check_fits", "Stream", "launch"):
+    fake = FakeFeatureRuntime(free)
+    for name in ("get_device", "kernel", "alloc", "to_device", "check_fits", "Stream", "Event", "launch"):
         monkeypatch.setattr(runtime, name, getattr(fake, name))
     monkeypatch.setattr(runtime, "require_gpu", lambda: None)
     monkeypatch.setattr(runtime, "resolve_devices", lambda d: [0], raising=False)
@@ -349,7 +364,7 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize):
                                                          cpu_walk="auto"))
     out = np.full((150, 150), np.nan)
     np.testing.assert_array_equal(kernel(X, out=out), cpu(X))
-    assert fake.launches.count("spgk_features_gram") == 3
+    assert fake.launches.count("spgk_features_gram") == 3 and fake.mirrored == [free > 1e6] * 3
     np.testing.assert_array_equal(kernel(Y, X), cpu(Y, X))
     np.testing.assert_array_equal(kernel.fit(X).transform(Y), cpu.fit(X).transform(Y))
     assert api.FEATURES == kernel.method_ and kernel.backend_ == "gpu"
