@@ -291,7 +291,10 @@ class FakeFeatureRuntime:
         pass
 
     def Stream(self, dev):
-        return types.SimpleNamespace(synchronize=lambda: None)
+        return types.SimpleNamespace(synchronize=lambda: None, wait_event=lambda event: None)
+
+    def PinnedBuffer(self, nbytes, mapped=False):
+        return types.SimpleNamespace(array=lambda dtype: np.zeros(nbytes // np.dtype(dtype).itemsize, dtype))
 
     def Event(self, dev, timing=True):
         return types.SimpleNamespace(record=lambda stream=None: None, synchronize=lambda: None)
@@ -348,11 +351,13 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize, free):
     from graphkern._cuda import runtime
 
     fake = FakeFeatureRuntime(free)
-    for name in ("get_device", "kernel", "alloc", "to_device", "check_fits", "Stream", "Event", "launch"):
+    for name in ("get_device", "kernel", "alloc", "to_device", "check_fits", "Stream", "Event", "PinnedBuffer", "launch"):
         monkeypatch.setattr(runtime, name, getattr(fake, name))
     monkeypatch.setattr(runtime, "require_gpu", lambda: None)
     monkeypatch.setattr(runtime, "resolve_devices", lambda d: [0], raising=False)
     monkeypatch.setattr(features_gpu, "_TILE_BYTES", 64 * 8 * 90)  # tiles of 64 rows
+    monkeypatch.setattr(features_gpu, "_SLOT_BYTES", 4000)  # each tile through the ring in several pieces
+    monkeypatch.setattr(features_gpu, "_RINGS", {})
     X, Y = random_graphs(rng, 150, n_labels=3), random_graphs(rng, 70, n_labels=3)
     node = DiracNode("a") * DiracNode("b")
     cpu = ShortestPathKernel(node_kernel=node, normalize=normalize, backend="cpu")
@@ -419,3 +424,17 @@ def test_compiled_mirror_copies_the_upper_triangle(rng, n_threads):
         assert np.array_equal(spgk_paths.mirror_upper(K, n_threads), want)
     with pytest.raises(ValueError, match="square"):
         spgk_paths.mirror_upper(np.zeros((2, 3)), 1)
+
+
+@pytest.mark.parametrize("n_threads", [1, 3, 16])
+@pytest.mark.parametrize("n", [0, 7, (3 << 20) + 5])
+def test_compiled_copy_of_a_downloaded_slot(rng, n, n_threads):
+    from graphkern._cpu import spgk_paths
+
+    src = rng.integers(0, 256, n).astype(np.uint8)
+    dst = np.zeros(n + 2, np.uint8)
+    spgk_paths.copy_bytes(src, dst[1:-1], n_threads)
+    np.testing.assert_array_equal(dst[1:-1], src)
+    assert dst[0] == dst[-1] == 0
+    with pytest.raises(ValueError, match="bytes into"):
+        spgk_paths.copy_bytes(src, dst, n_threads)

@@ -5,12 +5,17 @@ matrix is made a tile of rows at a time and each tile is copied into ``out`` (ho
 map) while the next one is computed: a tile is small enough (_TILE_BYTES) that a dozen or more
 overlap at 10^4 graphs.  A symmetric Gram matrix that fits on the device is kept there whole
 (_RESIDENT_SHARE): each off-diagonal 64 x 64 block is computed once and written to both sides, so
-the product costs half; otherwise each tile is computed in full into one of two buffers.  The copy
-goes through pinned chunks on several host threads: a Gram matrix is mostly fresh pages, whose first
-touch paces the copy more than the bus does.
+the product costs half; otherwise each tile is computed in full into one of two buffers.
+
+A tile comes back through a ring of page-locked slots (kept per device: they are slow to allocate)
+on a stream of its own, each slot copied into ``out`` by the OpenMP threads of the counting pass
+while the next slots cross the bus: a Gram matrix is mostly fresh pages, whose first touch paces
+the copy more than the bus does, and those threads are awake (spinning) right after the count.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -22,6 +27,10 @@ _MAX_GRID_Y = 65535  # a tile's blocks of rows (the grid's second dimension)
 _TILE_BYTES = 64 << 20
 # a symmetric Gram matrix is kept whole on the device when it takes at most this share of the free memory
 _RESIDENT_SHARE = 0.5
+_SLOT_BYTES = 16 << 20  # the download ring: this many page-locked bytes a slot
+_SLOTS = 4
+_RINGS = {}  # device ordinal -> a free ring (slots, events); a call takes it and puts it back
+_RINGS_LOCK = threading.Lock()
 
 
 def _pad(n):
@@ -48,6 +57,40 @@ def _dense(rt, dev, M, rank, depth, stream):
     return dense, flags
 
 
+def _download(rt, dev, stream, buf, offset, dst, n_threads):
+    """Copy ``len(dst)`` bytes of ``buf`` from byte ``offset`` into the flat uint8 host array
+    ``dst`` through the ring, in order after the work ``stream`` waits for."""
+    from graphkern._cpu.spgk_paths import copy_bytes
+
+    with _RINGS_LOCK:
+        ring = _RINGS.pop(dev.ordinal, None)
+    if ring is None:
+        ring = ([rt.PinnedBuffer(_SLOT_BYTES).array(np.uint8) for _ in range(_SLOTS)],
+                [rt.Event(dev, timing=False) for _ in range(_SLOTS)])
+    slots, arrived = ring
+    n = len(dst)
+    pieces = -(-n // _SLOT_BYTES)
+
+    def fetch(k):
+        a, b = k * _SLOT_BYTES, min(n, (k + 1) * _SLOT_BYTES)
+        buf.copy_to_host(slots[k % _SLOTS][:b - a], stream=stream, offset=offset + a)
+        arrived[k % _SLOTS].record(stream)
+
+    try:
+        for k in range(min(_SLOTS, pieces)):
+            fetch(k)
+        for k in range(pieces):
+            a, b = k * _SLOT_BYTES, min(n, (k + 1) * _SLOT_BYTES)
+            arrived[k % _SLOTS].synchronize()
+            copy_bytes(slots[k % _SLOTS][:b - a], dst[a:b], n_threads)
+            if k + _SLOTS < pieces:
+                fetch(k + _SLOTS)
+    finally:
+        stream.synchronize()  # no copy into a slot still in flight when the ring goes back
+        with _RINGS_LOCK:
+            _RINGS[dev.ordinal] = ring
+
+
 def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_threads=1):
     """``out = A B^T`` for CSR count matrices ``A`` ``(na, F)`` and ``B`` ``(nb, F)``; ``scale``:
     ``(dx, dy)`` to normalise as the host does.  ``symmetric`` (``B`` is ``A``) uploads one copy
@@ -69,7 +112,7 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_
             step = max(_TILE_ROWS, step // 2 // _TILE_ROWS * _TILE_ROWS)
     rt.check_fits(dev, inputs + (8 * na * nb if resident else 2 * 8 * step * nb),
                   f"the shortest-path features of {na} x {nb} graphs ({A.shape[1]} triplets) and the output tiles")
-    stream = rt.Stream(dev)
+    stream, copies = rt.Stream(dev), rt.Stream(dev)
     # the columns by decreasing frequency, so that the rare ones gather in steps most tiles skip
     rank = np.empty(A.shape[1], np.int32)
     rank[np.argsort(-np.bincount(B.indices, minlength=A.shape[1]), kind="stable")] = np.arange(A.shape[1])
@@ -107,11 +150,12 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_
         if t + 1 < len(starts):
             launch(t + 1)  # computes while tile t is copied out (its buffer's copy, t - 1, has finished)
         rows = min(step, na - i0)
-        done[t % 2].synchronize()
         tile, offset = (tiles[0], 8 * i0 * nb) if resident else (tiles[t % 2], 0)
         if host_contiguous:
-            rt.copy_to_pageable(tile, out[i0:i0 + rows], offset=offset, threads=n_threads)
+            copies.wait_event(done[t % 2])
+            _download(rt, dev, copies, tile, offset, out[i0:i0 + rows].reshape(-1).view(np.uint8), n_threads)
         else:
+            done[t % 2].synchronize()
             out[i0:i0 + rows] = tile.view(offset, 8 * rows * nb).to_host(np.float64, (rows, nb))
         if progress is not None:
             progress.update(rows * nb)
