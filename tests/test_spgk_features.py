@@ -357,6 +357,7 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize, free):
     monkeypatch.setattr(runtime, "resolve_devices", lambda d: [0], raising=False)
     monkeypatch.setattr(features_gpu, "_TILE_BYTES", 64 * 8 * 90)  # tiles of 64 rows
     monkeypatch.setattr(features_gpu, "_SLOT_BYTES", 4000)  # each tile through the ring in several pieces
+    monkeypatch.setattr(features_gpu, "_DIRECT_BYTES", 1000)
     monkeypatch.setattr(features_gpu, "_RINGS", {})
     X, Y = random_graphs(rng, 150, n_labels=3), random_graphs(rng, 70, n_labels=3)
     node = DiracNode("a") * DiracNode("b")
@@ -370,6 +371,7 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize, free):
     out = np.full((150, 150), np.nan)
     np.testing.assert_array_equal(kernel(X, out=out), cpu(X))
     assert fake.launches.count("spgk_features_gram") == 3 and fake.mirrored == [free > 1e6] * 3
+    assert [len(part) for part in features_gpu._RINGS[0]] == [features_gpu._SLOTS] * 2
     np.testing.assert_array_equal(kernel(Y, X), cpu(Y, X))
     np.testing.assert_array_equal(kernel.fit(X).transform(Y), cpu.fit(X).transform(Y))
     assert api.FEATURES == kernel.method_ and kernel.backend_ == "gpu"

@@ -27,8 +27,9 @@ _MAX_GRID_Y = 65535  # a tile's blocks of rows (the grid's second dimension)
 _TILE_BYTES = 64 << 20
 # a symmetric Gram matrix is kept whole on the device when it takes at most this share of the free memory
 _RESIDENT_SHARE = 0.5
-_SLOT_BYTES = 16 << 20  # the download ring: this many page-locked bytes a slot
+_SLOT_BYTES = 8 << 20  # the download ring: this many page-locked bytes a slot
 _SLOTS = 4
+_DIRECT_BYTES = 1 << 20  # a download under this many bytes goes straight into the output
 _RINGS = {}  # device ordinal -> a free ring (slots, events); a call takes it and puts it back
 _RINGS_LOCK = threading.Lock()
 
@@ -59,16 +60,21 @@ def _dense(rt, dev, M, rank, depth, stream):
 
 def _download(rt, dev, stream, buf, offset, dst, n_threads):
     """Copy ``len(dst)`` bytes of ``buf`` from byte ``offset`` into the flat uint8 host array
-    ``dst`` through the ring, in order after the work ``stream`` waits for."""
+    ``dst``, in order after the work ``stream`` waits for: through the ring (made on the first
+    download that needs it), or directly when it is under _DIRECT_BYTES."""
     from graphkern._cpu.spgk_paths import copy_bytes
 
+    n = len(dst)
+    if n < _DIRECT_BYTES:
+        stream.synchronize()
+        buf.copy_to_host(dst, offset=offset)
+        return
     with _RINGS_LOCK:
         ring = _RINGS.pop(dev.ordinal, None)
     if ring is None:
         ring = ([rt.PinnedBuffer(_SLOT_BYTES).array(np.uint8) for _ in range(_SLOTS)],
                 [rt.Event(dev, timing=False) for _ in range(_SLOTS)])
     slots, arrived = ring
-    n = len(dst)
     pieces = -(-n // _SLOT_BYTES)
 
     def fetch(k):
