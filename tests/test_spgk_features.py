@@ -153,6 +153,8 @@ def test_out_memory_map_in_tiles(rng, backend, sparse_cost, normalize, tmp_path,
     monkeypatch.setattr(features, "_TILE_BYTES", 3 * 8 * 30)
     monkeypatch.setattr(features, "_SPARSE_COST", sparse_cost)
     monkeypatch.setattr(features_gpu, "_TILE_BYTES", 64 * 8 * 30)
+    monkeypatch.setattr(features_gpu, "_SLOT_BYTES", 8192)  # each tile through the download ring
+    monkeypatch.setattr(features_gpu, "_DIRECT_BYTES", 1000)
     X = random_graphs(rng, 150, n_labels=2)
     kernel = ShortestPathKernel(node_kernel=DiracNode("a"), backend=backend, normalize=normalize)
     out = np.lib.format.open_memmap(tmp_path / "K.npy", mode="w+", dtype=np.float64, shape=(150, 150))
@@ -371,7 +373,7 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize, free):
     out = np.full((150, 150), np.nan)
     np.testing.assert_array_equal(kernel(X, out=out), cpu(X))
     assert fake.launches.count("spgk_features_gram") == 3 and fake.mirrored == [free > 1e6] * 3
-    assert [len(part) for part in features_gpu._RINGS[0]] == [features_gpu._SLOTS] * 2
+    assert [len(part) for part in features_gpu._RINGS[0, 4000]] == [features_gpu._SLOTS] * 2
     np.testing.assert_array_equal(kernel(Y, X), cpu(Y, X))
     np.testing.assert_array_equal(kernel.fit(X).transform(Y), cpu.fit(X).transform(Y))
     assert api.FEATURES == kernel.method_ and kernel.backend_ == "gpu"
@@ -400,14 +402,17 @@ def test_progress_and_long_call_warning(rng, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("resident", [0.5, 0.0], ids=["resident", "two-tiles"])
 @pytest.mark.parametrize("normalize", [False, True])
-def test_gpu_equals_cpu_on_molecules(normalize, monkeypatch):
-    """3,000 molecules (the packaged set, augmented as in the scaling benchmark), in several tiles."""
+def test_gpu_equals_cpu_on_molecules(normalize, resident, monkeypatch):
+    """3,000 molecules (the packaged set, augmented as in the scaling benchmark), in several tiles,
+    each through the download ring; the symmetric matrix whole on the device or not."""
     from graphkern.bench.data import molecules_path
     from graphkern.bench.suites._spgk_scaling import augmented_molecules
     from graphkern.io import read_sdf
 
     monkeypatch.setattr(features_gpu, "_TILE_BYTES", 8 * 3000 * 640)  # tiles of 640 rows
+    monkeypatch.setattr(features_gpu, "_RESIDENT_SHARE", resident)
     graphs = augmented_molecules(read_sdf(molecules_path(), hydrogens=False), 3000)
     gpu = ShortestPathKernel(node_kernel=DiracNode("element"), normalize=normalize, backend="gpu")
     cpu = ShortestPathKernel(node_kernel=DiracNode("element"), normalize=normalize, backend="cpu")

@@ -30,7 +30,7 @@ _RESIDENT_SHARE = 0.5
 _SLOT_BYTES = 8 << 20  # the download ring: this many page-locked bytes a slot
 _SLOTS = 4
 _DIRECT_BYTES = 1 << 20  # a download under this many bytes goes straight into the output
-_RINGS = {}  # device ordinal -> a free ring (slots, events); a call takes it and puts it back
+_RINGS = {}  # (device ordinal, slot bytes) -> a free ring (slots, events); a call takes it and puts it back
 _RINGS_LOCK = threading.Lock()
 
 
@@ -70,7 +70,7 @@ def _download(rt, dev, stream, buf, offset, dst, n_threads):
         buf.copy_to_host(dst, offset=offset)
         return
     with _RINGS_LOCK:
-        ring = _RINGS.pop(dev.ordinal, None)
+        ring = _RINGS.pop((dev.ordinal, _SLOT_BYTES), None)
     if ring is None:
         ring = ([rt.PinnedBuffer(_SLOT_BYTES).array(np.uint8) for _ in range(_SLOTS)],
                 [rt.Event(dev, timing=False) for _ in range(_SLOTS)])
@@ -94,7 +94,7 @@ def _download(rt, dev, stream, buf, offset, dst, n_threads):
     finally:
         stream.synchronize()  # no copy into a slot still in flight when the ring goes back
         with _RINGS_LOCK:
-            _RINGS[dev.ordinal] = ring
+            _RINGS[dev.ordinal, _SLOT_BYTES] = ring
 
 
 def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_threads=1):
