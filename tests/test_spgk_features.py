@@ -153,6 +153,8 @@ def test_out_memory_map_in_tiles(rng, backend, sparse_cost, normalize, tmp_path,
     monkeypatch.setattr(features, "_TILE_BYTES", 3 * 8 * 30)
     monkeypatch.setattr(features, "_SPARSE_COST", sparse_cost)
     monkeypatch.setattr(features_gpu, "_TILE_BYTES", 64 * 8 * 30)
+    monkeypatch.setattr(features_gpu, "_SLOT_BYTES", 8192)  # each tile through the download ring
+    monkeypatch.setattr(features_gpu, "_DIRECT_BYTES", 1000)
     X = random_graphs(rng, 150, n_labels=2)
     kernel = ShortestPathKernel(node_kernel=DiracNode("a"), backend=backend, normalize=normalize)
     out = np.lib.format.open_memmap(tmp_path / "K.npy", mode="w+", dtype=np.float64, shape=(150, 150))
@@ -262,18 +264,18 @@ class FakeBuffer:
         flat = memoryview(out).cast("B")
         flat[:] = self.bytes()[offset:offset + len(flat)].tobytes()
 
-    def to_host(self, shape):
-        return self.as_(np.float64)[:int(np.prod(shape))].reshape(shape).copy()
+    def to_host(self, dtype, shape):
+        return self.as_(dtype)[:int(np.prod(shape))].reshape(shape).copy()
 
 
 class FakeFeatureRuntime:
     """The two kernels of cuda_src/spgk_features.cu in NumPy, with their padding and flags."""
 
-    def __init__(self):
-        self.launches = []
+    def __init__(self, free=1 << 30):
+        self.launches, self.mirrored, self.free = [], [], free
 
     def get_device(self, ordinal):
-        return types.SimpleNamespace(memory_info=lambda: (1 << 30, 1 << 30), ordinal=ordinal)
+        return types.SimpleNamespace(memory_info=lambda: (self.free, self.free), ordinal=ordinal)
 
     def kernel(self, dev, module, name):
         assert module == "spgk_features"
@@ -291,28 +293,42 @@ class FakeFeatureRuntime:
         pass
 
     def Stream(self, dev):
-        return types.SimpleNamespace(synchronize=lambda: None)
+        return types.SimpleNamespace(synchronize=lambda: None, wait_event=lambda event: None)
+
+    def PinnedBuffer(self, nbytes, mapped=False):
+        return types.SimpleNamespace(array=lambda dtype: np.zeros(nbytes // np.dtype(dtype).itemsize, dtype))
+
+    def Event(self, dev, timing=True):
+        return types.SimpleNamespace(record=lambda stream=None: None, synchronize=lambda: None)
 
     def launch(self, fn, grid, block, args, shared_mem=0, stream=None):
         self.launches.append(fn)
         if fn == "spgk_features_scatter":
-            indptr, cols, counts, n_rows, dense, ld = args
+            indptr, cols, counts, rank, n_rows, dense, ld, flags = args
             D = dense.as_(np.float64).reshape(-1, int(ld))
             ip = indptr.as_(np.int64)
             rows = np.repeat(np.arange(int(n_rows)), np.diff(ip))
-            D[rows, cols.as_(np.int32)[:len(rows)]] = counts.as_(np.int64)[:len(rows)]
+            col = rank.as_(np.int32)[cols.as_(np.int32)[:len(rows)]]
+            D[rows, col] = counts.as_(np.int64)[:len(rows)]
+            flags.as_(np.uint8).reshape(-1, int(ld) // 16)[rows // 64, col // 16] = 1
             return
-        A, rows, B, cols, depth, fa, fb, dx, dy, C, ldc = args
-        rows, cols, depth = int(rows), int(cols), int(depth)
+        A, rows, B, cols, depth, fa, fb, dx, dy, C, ldc, row0, mirror = args
+        rows, cols, depth, row0, mirror = int(rows), int(cols), int(depth), int(row0), bool(mirror)
+        self.mirrored.append(mirror)
         a = A.as_(np.float64).reshape(-1, depth)
         b = B.as_(np.float64).reshape(-1, depth)
         steps = depth // 16
         fa = fa.as_(np.uint8).reshape(-1, steps)
         fb = fb.as_(np.uint8).reshape(-1, steps)
-        assert grid == (-(-cols // 64), -(-rows // 64)) and len(a) >= 64 * grid[1] and len(b) >= 64 * grid[0]
+        j_first = row0 if mirror else 0  # the columns the grid covers start here
+        assert grid == (-(-(cols - j_first) // 64), -(-rows // 64)) and len(a) >= 64 * grid[1]
+        assert len(b) >= 64 * grid[0] + j_first and row0 % 64 == 0
         out = C.as_(np.float64).reshape(-1, int(ldc))
+        c_row = row0 if mirror else 0
         for bi in range(grid[1]):
-            for bj in range(grid[0]):
+            for bj in range(j_first // 64, j_first // 64 + grid[0]):
+                if mirror and bj < row0 // 64 + bi:
+                    continue
                 acc = np.zeros((64, 64))
                 for s in range(steps):
                     if fa[bi, s] and fb[bj, s]:
@@ -324,20 +340,27 @@ class FakeFeatureRuntime:
                     scale = np.sqrt(np.outer(dx.as_(np.float64)[64 * bi:64 * bi + i1],
                                              dy.as_(np.float64)[64 * bj:64 * bj + j1]))
                     value = np.where(scale > 0, value / np.where(scale > 0, scale, 1.0), 0.0)
-                out[64 * bi:64 * bi + i1, 64 * bj:64 * bj + j1] = value
+                out[c_row + 64 * bi:c_row + 64 * bi + i1, 64 * bj:64 * bj + j1] = value
+                if mirror:
+                    out[64 * bj:64 * bj + j1, c_row + 64 * bi:c_row + 64 * bi + i1] = value.T
 
 
+@pytest.mark.parametrize("free", [1 << 30, 400_000], ids=["resident", "two-tiles"])
 @pytest.mark.parametrize("normalize", [False, True])
-def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize):
-    """The GPU driver's tiling, padding, column order and skipped steps, its kernels emulated."""
+def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize, free):
+    """The GPU driver's tiling, padding, column order and skipped steps, its kernels emulated; a
+    symmetric matrix kept whole on the device (its blocks mirrored) or made in full tiles."""
     from graphkern._cuda import runtime
 
-    fake = FakeFeatureRuntime()
-    for name in ("get_device", "kernel", "alloc", "to_device", "check_fits", "Stream", "launch"):
+    fake = FakeFeatureRuntime(free)
+    for name in ("get_device", "kernel", "alloc", "to_device", "check_fits", "Stream", "Event", "PinnedBuffer", "launch"):
         monkeypatch.setattr(runtime, name, getattr(fake, name))
     monkeypatch.setattr(runtime, "require_gpu", lambda: None)
     monkeypatch.setattr(runtime, "resolve_devices", lambda d: [0], raising=False)
     monkeypatch.setattr(features_gpu, "_TILE_BYTES", 64 * 8 * 90)  # tiles of 64 rows
+    monkeypatch.setattr(features_gpu, "_SLOT_BYTES", 4000)  # each tile through the ring in several pieces
+    monkeypatch.setattr(features_gpu, "_DIRECT_BYTES", 1000)
+    monkeypatch.setattr(features_gpu, "_RINGS", {})
     X, Y = random_graphs(rng, 150, n_labels=3), random_graphs(rng, 70, n_labels=3)
     node = DiracNode("a") * DiracNode("b")
     cpu = ShortestPathKernel(node_kernel=node, normalize=normalize, backend="cpu")
@@ -349,7 +372,8 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize):
                                                          cpu_walk="auto"))
     out = np.full((150, 150), np.nan)
     np.testing.assert_array_equal(kernel(X, out=out), cpu(X))
-    assert fake.launches.count("spgk_features_gram") == 3
+    assert fake.launches.count("spgk_features_gram") == 3 and fake.mirrored == [free > 1e6] * 3
+    assert [len(part) for part in features_gpu._RINGS[0, 4000]] == [features_gpu._SLOTS] * 2
     np.testing.assert_array_equal(kernel(Y, X), cpu(Y, X))
     np.testing.assert_array_equal(kernel.fit(X).transform(Y), cpu.fit(X).transform(Y))
     assert api.FEATURES == kernel.method_ and kernel.backend_ == "gpu"
@@ -378,14 +402,17 @@ def test_progress_and_long_call_warning(rng, monkeypatch):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("resident", [0.5, 0.0], ids=["resident", "two-tiles"])
 @pytest.mark.parametrize("normalize", [False, True])
-def test_gpu_equals_cpu_on_molecules(normalize, monkeypatch):
-    """3,000 molecules (the packaged set, augmented as in the scaling benchmark), in several tiles."""
+def test_gpu_equals_cpu_on_molecules(normalize, resident, monkeypatch):
+    """3,000 molecules (the packaged set, augmented as in the scaling benchmark), in several tiles,
+    each through the download ring; the symmetric matrix whole on the device or not."""
     from graphkern.bench.data import molecules_path
     from graphkern.bench.suites._spgk_scaling import augmented_molecules
     from graphkern.io import read_sdf
 
     monkeypatch.setattr(features_gpu, "_TILE_BYTES", 8 * 3000 * 640)  # tiles of 640 rows
+    monkeypatch.setattr(features_gpu, "_RESIDENT_SHARE", resident)
     graphs = augmented_molecules(read_sdf(molecules_path(), hydrogens=False), 3000)
     gpu = ShortestPathKernel(node_kernel=DiracNode("element"), normalize=normalize, backend="gpu")
     cpu = ShortestPathKernel(node_kernel=DiracNode("element"), normalize=normalize, backend="cpu")
@@ -404,3 +431,17 @@ def test_compiled_mirror_copies_the_upper_triangle(rng, n_threads):
         assert np.array_equal(spgk_paths.mirror_upper(K, n_threads), want)
     with pytest.raises(ValueError, match="square"):
         spgk_paths.mirror_upper(np.zeros((2, 3)), 1)
+
+
+@pytest.mark.parametrize("n_threads", [1, 3, 16])
+@pytest.mark.parametrize("n", [0, 7, (3 << 20) + 5])
+def test_compiled_copy_of_a_downloaded_slot(rng, n, n_threads):
+    from graphkern._cpu import spgk_paths
+
+    src = rng.integers(0, 256, n).astype(np.uint8)
+    dst = np.zeros(n + 2, np.uint8)
+    spgk_paths.copy_bytes(src, dst[1:-1], n_threads)
+    np.testing.assert_array_equal(dst[1:-1], src)
+    assert dst[0] == dst[-1] == 0
+    with pytest.raises(ValueError, match="bytes into"):
+        spgk_paths.copy_bytes(src, dst, n_threads)

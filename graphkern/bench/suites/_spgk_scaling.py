@@ -85,8 +85,8 @@ def scaling_table(args, ctx, grakel_runner):
     sides = {"graphkern CPU": lambda: ShortestPathKernel(backend="cpu", n_threads=threads)}
     if ctx.gpu:
         sides["graphkern GPU"] = lambda: ShortestPathKernel(backend="gpu")
-    for make in sides.values():  # once per process: libraries loaded, the device's context and modules
-        make().set_params(node_kernel=DiracNode("element"))(base[:2])
+    for make in sides.values():  # once per process: libraries loaded, the device's context, modules and
+        make().set_params(node_kernel=DiracNode("element"))(base)  # page-locked download ring
     if gram_peer is not None:
         sides["GraKeL ShortestPath"] = None
     history = {name: [] for name in sides}
