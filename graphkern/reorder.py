@@ -71,15 +71,8 @@ def _graph_seeds(seed, n_graphs):
     return np.random.SeedSequence(seed).generate_state(max(n_graphs, 1), dtype=np.uint64)[:n_graphs]
 
 
-def _pbr_batch(graphs, seed, n_threads, *, return_pairs=False, **knobs):
-    """PBR orders of ``graphs`` (and the joined part pairs each reached); ``knobs`` go to pbr_many.
-
-    The knobs' defaults were chosen on the reorder benchmark's sets: 2 initial partitions
-    per bisection, a cut net weighing 8 cut edges (weights 0 and 1 were 1-12% worse, 3-32 alike),
-    up to 4 restarts within a budget of 512 vertices (small graphs), refinement passes
-    until one removes under 1/200 of the joined pairs, and the input and RCM orders
-    refined only when within 125% of the best.
-    """
+def _pbr_batch(graphs, seed, n_threads, *, return_pairs=False):
+    """PBR orders of ``graphs`` (and the joined part pairs each reached)."""
     from graphkern._cpu import pbr
 
     packed = pack_graphs(graphs)
@@ -88,7 +81,7 @@ def _pbr_batch(graphs, seed, n_threads, *, return_pairs=False, **knobs):
     pairs = np.empty(len(graphs), dtype=np.int64)
     pbr.pbr_many(offsets, packed.indptr.astype(np.int64, copy=False), packed.entry_offsets.astype(np.int64),
                  packed.indices.astype(np.int32, copy=False), _graph_seeds(seed, len(graphs)), perms, pairs,
-                 n_threads=n_threads, **knobs)
+                 n_threads=n_threads)
     out = [perms[offsets[g]:offsets[g + 1]] for g in range(len(graphs))]
     return (out, pairs) if return_pairs else out
 
