@@ -15,7 +15,7 @@ products, alpha, beta, norms) are accumulated in double in both precisions.
 
 :func:`solve_pairs_gradient` also solves the adjoint system ``M y = 1`` of each pair (M is
 symmetric) and contracts it with the solution x of ``M x = b`` into the derivatives of K:
-``dK/dtheta = p^2 (y^T db/dtheta - y^T (dM/dtheta) x)``; graphkern/_mgk_gradient.py says
+``dK/dtheta = p^2 (y^T db/dtheta - y^T (dM/dtheta) x)``; graphkern.mgk.gradient says
 which derivative programs and edge contractions it is given.
 """
 
@@ -36,7 +36,7 @@ cdef enum:
     KIND_KRONECKER_DELTA_DERIVATIVE = 3
     KIND_SQUARE_EXPONENTIAL_DERIVATIVE = 4
 
-# Edge-kernel shortcuts (graphkern/_mgk_gradient.py: EDGE_FORMS); the derivative forms are
+# Edge-kernel shortcuts (graphkern.mgk.gradient: EDGE_FORMS); the derivative forms are
 # d/dh of the Kronecker delta (1 where the labels differ) and d^2 exp(aux d^2), the square
 # exponential's derivative by its length scale up to the factor 1/length_scale^3.
 cdef enum:
@@ -115,16 +115,6 @@ cdef struct EdgeForm:
     double theta
     double aux
     int slot
-
-
-cdef EdgeForm edge_form_of(int form, double scale, double theta, double aux, int slot) noexcept nogil:
-    cdef EdgeForm ek
-    ek.form = form
-    ek.scale = scale
-    ek.theta = theta
-    ek.aux = aux
-    ek.slot = slot
-    return ek
 
 
 cdef int64_t largest_product(const int64_t[::1] node_off1, const int64_t[::1] node_off2,
@@ -463,7 +453,7 @@ def solve_pairs(
     cdef double p2 = p_scale * p_scale
     cdef floating* work
     cdef floating* nodal_ptr
-    cdef EdgeForm ek = edge_form_of(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
+    cdef EdgeForm ek = EdgeForm(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
     cdef int64_t stride = largest_product(node_off1, node_off2, pair_g1, pair_g2)
     if n_pairs == 0:
         return
@@ -525,7 +515,7 @@ def solve_pairs_gradient(
     cdef EdgeForm* cforms
     cdef floating* work
     cdef floating* scratch
-    cdef EdgeForm ek = edge_form_of(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
+    cdef EdgeForm ek = EdgeForm(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
     cdef int64_t stride = largest_product(node_off1, node_off2, pair_g1, pair_g2)
     if grad_out.shape[0] != n_pairs or grad_out.shape[1] != n_node_derivatives + 1 + n_contractions:
         raise ValueError(f"grad_out must have shape ({n_pairs}, {n_node_derivatives + 1 + n_contractions})")
@@ -537,7 +527,7 @@ def solve_pairs_gradient(
     if cforms == NULL:
         raise MemoryError("could not allocate the edge contractions")
     for c in range(n_contractions):
-        cforms[c] = edge_form_of(cform[c], 1.0, ctheta[c], caux[c], cslot[c])
+        cforms[c] = EdgeForm(cform[c], 1.0, ctheta[c], caux[c], cslot[c])
     cdef const double* cfree_ptr = &cfree[0] if n_contractions else NULL
     n_threads = <int>min(max(n_threads, 1), n_pairs)
     try:
