@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from graphkern._arrays import _INT32_MAX
 from graphkern._backend import resolve_threads
 from graphkern.graph import Graph, as_csr_matrix, pack_graphs
 
@@ -39,7 +40,6 @@ __all__ = ["reorder", "reorder_many", "octile_count", "METHODS", "OCTILE"]
 
 OCTILE = 8
 METHODS = ("pbr", "rcm", "morton", "hilbert", None)
-_INT32_MAX = np.iinfo(np.int32).max
 _DEFAULT_SEED = 0
 
 
@@ -209,7 +209,7 @@ def reorder_many(graphs, method="pbr", *, n_threads=None, seed=None, coords="coo
     _check_method(method)
     seed = _check_seed(seed)
     n_threads = resolve_threads(n_threads)
-    if isinstance(graphs, (Graph,)) or sp.issparse(graphs):
+    if isinstance(graphs, Graph) or sp.issparse(graphs):
         raise TypeError("graphs must be a sequence of graphs; use reorder() for one graph")
     graphs = [_as_graph(g, f"graphs[{k}]") for k, g in enumerate(graphs)]
     if method != "pbr":
@@ -227,8 +227,7 @@ def octile_count(G, perm=None):
     """
     G = _as_graph(G, "G")
     n = G.n_nodes
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(G.indptr))
-    cols = G.indices.astype(np.int64)
+    rows, cols = G._rows(), G.indices.astype(np.int64)
     if perm is not None:
         perm = np.asarray(perm)
         if perm.shape != (n,) or perm.dtype.kind not in "iu" \

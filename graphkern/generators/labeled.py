@@ -6,7 +6,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..graph import Graph
-from ._build import check_count, check_probability, finish, make_rng
+from ._build import check_count, check_probability, finish
 
 __all__ = ["random_labeled"]
 
@@ -41,7 +41,7 @@ def random_labeled(n, p=None, *, m=None, n_node_labels=4, n_edge_labels=0, conti
     n_node_labels = check_count(n_node_labels, "n_node_labels")
     n_edge_labels = check_count(n_edge_labels, "n_edge_labels")
     continuous = check_count(continuous, "continuous")
-    rng = make_rng(seed)
+    rng = np.random.default_rng(seed)
     n_pairs = n * (n - 1) // 2
     if m is None:
         m = int(rng.binomial(n_pairs, check_probability(p, "p")))
