@@ -22,10 +22,6 @@ Label columns are one of:
   whose element symbols ("C", "Cl") become atomic numbers, as every molecule reader writes;
 * floats: shape ``(n,)``, float64;
 * fixed-length float vectors: shape ``(n, d)``, float64.
-
-Many graphs are packed into one contiguous batch by :func:`pack_graphs`; every
-capability that ships graphs to a device uses that routine.  :func:`graphkern.convert.as_graphs` converts
-the inputs users hold (networkx graphs, RDKit molecules, SMILES strings) to Graphs.
 """
 
 from __future__ import annotations

@@ -6,13 +6,8 @@ on the vertex order only; every kernel result is invariant to it (the permuted
 adjacency is ``P A P^T``).  Methods:
 
 ``"pbr"``
-    Partitioning-based reordering: a balanced partition into ``ceil(n / 8)`` parts of
-    exactly 8 vertices (one smaller part last when 8 does not divide ``n``), numbered
-    consecutively, built to join as few pairs of parts as possible.  Recursive
-    bisection with a neighbourhood-hypergraph cut objective and Fiduccia-Mattheyses
-    refinement, then swaps between parts on the exact tile count; see
-    :mod:`graphkern._cpu.pbr`.  The input order and a reverse Cuthill-McKee order,
-    refined the same way, are candidates too, so PBR never returns more off-diagonal
+    Partitioning-based reordering (:mod:`graphkern._cpu.pbr`): parts of 8 vertices, numbered
+    consecutively, that join as few pairs of parts as possible; never more off-diagonal
     tiles than the natural order.
 ``"rcm"``
     Reverse Cuthill-McKee (SciPy): a bandwidth-reducing order.

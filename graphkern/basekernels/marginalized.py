@@ -15,20 +15,7 @@ each applied to one named label column by
 * :class:`Additive` ``(...)``: the normalized sum, the mean of its terms (weights 1/n that
   sum to 1), so that values stay in [0, 1].
 
-The shortest-path kernel (graphkern.spgk) names its fixed-form base kernels after what they
-compare; their counterparts here, for the marginalized kernel:
-
-=====================================  ==================================================
-graphkern.spgk                          graphkern.basekernels
-=====================================  ==================================================
-``DiracNode("c")``                      ``TensorProduct(c=KroneckerDelta(h))``, h > 0 for
-                                        vertices (the solver divides by vertex values)
-``GaussianNode("x", sigma=s)``          ``TensorProduct(x=SquareExponential(s))``
-``GaussianNode("x", gamma=g)``          ``SquareExponential(1 / sqrt(2 g))``
-``ProductNode(k1, k2)``, ``k1 * k2``    ``TensorProduct(c1=..., c2=...)``
-``DiracEdge()`` / ``GaussianEdge(s)``   ``KroneckerDelta(0.0)`` / ``SquareExponential(s)``
-                                        on an edge label column
-=====================================  ==================================================
+The shortest-path kernel's counterparts are listed in :mod:`graphkern.basekernels`.
 
 Every kernel is callable on label arrays (``kernel(x, y)``, elementwise and broadcasting;
 a composition takes two mappings from column name to array), which is how the dense

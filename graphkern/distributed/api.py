@@ -155,13 +155,10 @@ class _Run:
     def graphs(self, name, graphs):
         """The graphs as one future held by every worker: shipped once per worker, not per task.
 
-        They travel as one byte string of flat arrays (``_ship.pack``), with only the label columns
-        the kernel reads, unpacked once per worker (``_tasks.shipped``): Dask would send a list of
-        Graphs as one frame per NumPy array, six per molecule, and every worker would wait on them
-        before its first tile.  The key is unique
-        to this call (``hash=False``): a content-hashed key is shared with an earlier call on the
-        same graphs, whose release can reach the scheduler after this scatter and drop the data
-        under this call's tiles ("lost dependencies").
+        They travel as one byte string of flat arrays (``_ship.pack``) with only the label columns
+        the kernel reads: Dask would send a list of Graphs as one frame per NumPy array.  The key is
+        unique to this call (``hash=False``): a content-hashed key shared with an earlier call on the
+        same graphs could be released under this call's tiles ("lost dependencies").
         """
         if graphs is None:
             return None
