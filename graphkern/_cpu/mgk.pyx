@@ -279,9 +279,9 @@ cdef double solve_forward(floating* work, int64_t stride,
                           const floating* nf2, int fv2, const floating* ef2, int fe2,
                           const int32_t* ncode, const floating* npar, const EdgeForm* ek, const int32_t* ecode,
                           const floating* epar, floating q, double tol, int max_iter,
-                          int32_t* it_out, double* res_out) noexcept nogil:
+                          int32_t* it_out, double* res_out, double p2, floating* nodal) noexcept nogil:
     """Set up the pair's system (diagonal ``m = D / V``, ``b = D q^2``) and solve ``M x = b``; returns
-    ``sum(x)``, with x left in the work buffer."""
+    ``K = p2 sum(x)``, with x left in the work buffer (and ``p2 x`` in ``nodal`` unless NULL)."""
     cdef int64_t N = <int64_t>n1 * n2, i
     cdef int i1, i2
     cdef floating* x = work + VEC_X * stride
@@ -310,26 +310,10 @@ cdef double solve_forward(floating* work, int64_t stride,
                                    n2, rp2, ind2, w2, ef2, fe2, ek, ecode, epar, tol, max_iter, res_out)
     for i in range(N):
         total += x[i]
-    return total
-
-
-cdef void solve_pair(floating* work, int64_t stride,
-                     int n1, const int64_t* rp1, const int32_t* ind1, const floating* w1, const floating* deg1,
-                     const floating* nf1, int fv1, const floating* ef1, int fe1,
-                     int n2, const int64_t* rp2, const int32_t* ind2, const floating* w2, const floating* deg2,
-                     const floating* nf2, int fv2, const floating* ef2, int fe2,
-                     const int32_t* ncode, const floating* npar, const EdgeForm* ek, const int32_t* ecode,
-                     const floating* epar, floating q, double tol, int max_iter, double p2,
-                     double* k_out, int32_t* it_out, double* res_out, floating* nodal) noexcept nogil:
-    cdef int64_t N = <int64_t>n1 * n2, i
-    cdef floating* x = work + VEC_X * stride
-    cdef double total = solve_forward(work, stride, n1, rp1, ind1, w1, deg1, nf1, fv1, ef1, fe1,
-                                      n2, rp2, ind2, w2, deg2, nf2, fv2, ef2, fe2, ncode, npar, ek, ecode, epar,
-                                      q, tol, max_iter, it_out, res_out)
     if nodal != NULL:
         for i in range(N):
             nodal[i] = <floating>(p2 * x[i])
-    k_out[0] = p2 * total
+    return p2 * total
 
 
 cdef void gradient_pair(floating* work, int64_t stride,
@@ -361,9 +345,9 @@ cdef void gradient_pair(floating* work, int64_t stride,
     cdef floating z, v, dv, d1, d2, d
     cdef double rz = 0, acc, free_sum, qq = <double>q * q
     cdef floating floor_v = <floating>VERTEX_KERNEL_FLOOR
-    k_out[0] = p2 * solve_forward(work, stride, n1, rp1, ind1, w1, deg1, nf1, fv1, ef1, fe1,
-                                  n2, rp2, ind2, w2, deg2, nf2, fv2, ef2, fe2, ncode, npar, ek, ecode, epar,
-                                  q, tol, max_iter, it_out, res_out)
+    k_out[0] = solve_forward(work, stride, n1, rp1, ind1, w1, deg1, nf1, fv1, ef1, fe1,
+                             n2, rp2, ind2, w2, deg2, nf2, fv2, ef2, fe2, ncode, npar, ek, ecode, epar,
+                             q, tol, max_iter, it_out, res_out, p2, NULL)
     # the adjoint M y = 1 (M is symmetric), same preconditioner
     for i in range(N):
         y[i] = 0
@@ -468,13 +452,12 @@ def solve_pairs(
                 o1 = node_off1[g1]
                 o2 = node_off2[g2]
                 nodal_ptr = &nodal_out[nodal_off[k]] if want_nodal else NULL
-                solve_pair(work, stride,
-                           <int>(node_off1[g1 + 1] - o1), &rowptr1[o1], &indices1[0], &weights1[0], &degree1[o1],
-                           &nfeat1[o1, 0], fv1, &efeat1[0, 0], fe1,
-                           <int>(node_off2[g2 + 1] - o2), &rowptr2[o2], &indices2[0], &weights2[0], &degree2[o2],
-                           &nfeat2[o2, 0], fv2, &efeat2[0, 0], fe2,
-                           &ncode[0], &nparam[0], &ek, &ecode[0], &eparam[0], <floating>q, tol, max_iter, p2,
-                           &k_out[k], &iters_out[k], &resid_out[k], nodal_ptr)
+                k_out[k] = solve_forward(
+                    work, stride, <int>(node_off1[g1 + 1] - o1), &rowptr1[o1], &indices1[0], &weights1[0],
+                    &degree1[o1], &nfeat1[o1, 0], fv1, &efeat1[0, 0], fe1,
+                    <int>(node_off2[g2 + 1] - o2), &rowptr2[o2], &indices2[0], &weights2[0], &degree2[o2],
+                    &nfeat2[o2, 0], fv2, &efeat2[0, 0], fe2, &ncode[0], &nparam[0], &ek, &ecode[0], &eparam[0],
+                    <floating>q, tol, max_iter, &iters_out[k], &resid_out[k], p2, nodal_ptr)
     finally:
         free(scratch)
 
