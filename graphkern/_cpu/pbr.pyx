@@ -491,36 +491,3 @@ def pbr_many(const int64_t[::1] node_offsets, const int64_t[::1] indptr, const i
                 failed += 1
     if failed:
         raise MemoryError(f"PBR: out of memory for the work arrays of {failed} graph(s)")
-
-
-
-def swap_scores(const int64_t[::1] indptr, const int32_t[::1] indices, const int32_t[::1] order, int a, int b):
-    """The refinement's O(1) scores of every swap between parts a and b of ``order`` (for tests).
-
-    Returns ``(d_pairs, d_cut)``, two (size of a, size of b) arrays: the change in joined
-    part pairs and in cut edges if a's i-th and b's j-th vertex swapped parts.
-    """
-    cdef Work w
-    cdef int32_t n = <int32_t>order.shape[0], i, j, n_parts = (n + PBR_PART - 1) // PBR_PART
-    cdef int64_t dp, dc
-    cdef char* block
-    if indptr.shape[0] != n + 1 or n <= PBR_PART or not (0 <= a < n_parts and 0 <= b < n_parts and a != b):
-        raise ValueError(f"need n > {PBR_PART}, indptr of n + 1 entries and two different parts in [0, {n_parts})")
-    block = work_init(&w, n, &indptr[0], &indices[0] if indices.shape[0] else NULL, 0)
-    if block == NULL:
-        raise MemoryError("swap_scores: out of memory")
-    for i in range(n):
-        w.order[i] = order[i]
-    assign_parts(&w)
-    w.n_touched_row_a = load_row(&w, a, w.row_a, w.touched_row_a)
-    w.n_touched_row_b = load_row(&w, b, w.row_b, w.touched_row_b)
-    score_members(&w, a, b)
-    d_pairs = np.zeros((w.part_size[a], w.part_size[b]), dtype=np.int64)
-    d_cut = np.zeros((w.part_size[a], w.part_size[b]), dtype=np.int64)
-    for i in range(w.part_size[a]):
-        for j in range(w.part_size[b]):
-            swap_effect(&w, i, j, a, b, &dp, &dc)
-            d_pairs[i, j] = dp
-            d_cut[i, j] = dc
-    free(block)
-    return d_pairs, d_cut
