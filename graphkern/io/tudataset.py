@@ -183,10 +183,7 @@ def _split_graphs(graph_of, n_graphs, entries, node_columns, edge_columns, adjac
         graphs.append(Graph(indptr, cols[lo:hi] - first, None,
                             node_labels={k: v[first:last] for k, v in node_columns.items()},
                             edge_labels={k: v[lo:hi] for k, v in edge_columns.items()},
-                            symmetrize=True, name=f"{name}/{g + 1}",
-                            # an edgeless graph has nothing to check, and Graph's mirror check
-                            # cannot reshape empty edge columns
-                            validate=bool(hi > lo)))
+                            symmetrize=True, name=f"{name}/{g + 1}"))
     return graphs
 
 
