@@ -1,7 +1,5 @@
 """What the molecule readers (SDF, SMILES) share: element numbers, bond codes, the graph they build."""
 
-import numpy as np
-
 from ..graph import ATOMIC_NUMBER, Graph
 
 __all__ = ["ATOMIC_NUMBER", "molecule_graph"]
