@@ -583,12 +583,12 @@ def _canonical_csr(A, name, *, copy=False, with_values=False):
     return A, (first if with_values else None)
 
 
-def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
+def as_csr_matrix(G, *, name="G"):
     """Return ``(csr_matrix, is_weighted)`` for a Graph or a square scipy.sparse matrix.
 
-    Duplicates are summed and indices sorted.  An asymmetric matrix raises unless
-    ``allow_asymmetric``; non-finite values raise.  The checks are one compiled O(nnz) pass
-    (a Graph was checked when it was built).  A BSR matrix's zero padding is no edge.
+    Duplicates are summed and indices sorted; asymmetric matrices and non-finite values raise, in
+    one compiled O(nnz) pass (a Graph was checked when it was built).  A BSR matrix's zero padding
+    is no edge.
     """
     if isinstance(G, Graph):
         G.require_valid()
@@ -598,7 +598,7 @@ def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
     if G.ndim != 2 or G.shape[0] != G.shape[1]:
         raise ValueError(f"{name} must be square, got shape {G.shape}")
     A, scanned = _canonical_csr(G, name, with_values=True)
-    first = scan(A.indptr, A.indices, A.data, symmetric=not allow_asymmetric, first=scanned)
+    first = scan(A.indptr, A.indices, A.data, symmetric=True, first=scanned)
     if first[NONFINITE] < A.nnz:
         raise ValueError(f"{name} contains NaN or infinite values")
     if min(first[MISSING], first[DIFFERS]) < A.nnz:
@@ -632,16 +632,16 @@ class PackedGraphs:
         return len(self.node_offsets) - 1
 
 
-def _packed_weights(graphs, entry_offsets, dtype):
+def _packed_weights(graphs, entry_offsets):
     """Every graph's weights in one array, ones for the unweighted (filled at once, not per graph)."""
-    out = np.ones(int(entry_offsets[-1]), dtype=dtype)
+    out = np.ones(int(entry_offsets[-1]))
     for k, g in enumerate(graphs):
         if g.weights is not None:
             out[entry_offsets[k]:entry_offsets[k + 1]] = g.weights
     return out
 
 
-def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=(), weight_dtype=np.float64):
+def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=()):
     """Pack ``graphs`` into one :class:`PackedGraphs` batch (the one shared packing routine).
 
     Missing label columns raise a KeyError naming the graph and the column.
@@ -663,7 +663,7 @@ def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=(), weight_
         entry_offsets=entry_offsets,
         indptr=cat([g.indptr for g in graphs], idx_t),
         indices=cat([g.indices for g in graphs], np.int32),
-        weights=_packed_weights(graphs, entry_offsets, weight_dtype),
+        weights=_packed_weights(graphs, entry_offsets),
     )
     for out, require, columns in ((packed.node_labels, Graph.require_node_label, node_label_columns),
                                   (packed.edge_labels, Graph.require_edge_label, edge_label_columns)):
