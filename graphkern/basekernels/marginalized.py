@@ -112,32 +112,18 @@ def bounds_key(bounds):
 
 
 class Kernel:
-    """A vertex or edge kernel: callable on labels, compilable into a :class:`KernelProgram`."""
+    """A vertex or edge kernel: callable on labels, compilable into a :class:`KernelProgram`.
 
-    def compile(self):
-        """The numeric program that the CPU and GPU solvers interpret."""
-        raise NotImplementedError
+    Every kernel has ``compile()`` (the numeric program the solvers interpret),
+    ``is_strictly_positive()`` (> 0 for every pair of finite labels), ``get_params(deep=True)``
+    (the constructor's arguments; ``deep``: also the base kernels', as ``column__name``),
+    ``set_params(**params)`` (returns self) and ``clone()`` (an independent copy).
+    """
 
     @property
     def columns(self):
         """The label columns this kernel reads (Constant terms read none)."""
         return self.compile().columns
-
-    def is_strictly_positive(self):
-        """True when the kernel's value is > 0 for every pair of finite labels."""
-        raise NotImplementedError
-
-    def get_params(self, deep=True):
-        """The constructor's arguments; ``deep``: also those of the base kernels, as ``column__name``."""
-        raise NotImplementedError
-
-    def set_params(self, **params):
-        """Set hyperparameters or bounds by the names of :meth:`get_params`; returns self."""
-        raise NotImplementedError
-
-    def clone(self):
-        """An independent copy (compositions copy their base kernels too)."""
-        raise NotImplementedError
 
 
 def _hyperparameter_property(name):
