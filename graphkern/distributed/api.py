@@ -68,13 +68,9 @@ def gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, ve
                  retries=retries)[0]
 
 
-def _gram(kernel, X, Y=None, **options):
+@environ_kept()  # a nanny restarting a lost worker sets thread limits in this process
+def _gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, verbose=False, retries=2):
     """``gram`` and a dict of what the run did (tiles, pairs, seconds, per-tile kernel seconds)."""
-    with environ_kept():  # a nanny restarting a lost worker sets thread limits in this process
-        return _gram_run(kernel, X, Y, **options)
-
-
-def _gram_run(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, verbose=False, retries=2):
     kind, dtype = _kind(kernel)
     X = as_graph_list(X, "X")
     Y = None if Y is None else as_graph_list(Y, "Y")
