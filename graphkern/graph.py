@@ -340,28 +340,18 @@ class Graph:
         edata = [d for _, _, d in G.edges(data=True)]
         ndata = [G.nodes[v] for v in nodes]
 
-        def common(dicts):
-            keys = None
-            for d in dicts:
-                keys = set(d) if keys is None else keys & set(d)
-            return sorted(keys or ())
+        def columns(dicts, attrs, what, skip=None):
+            if attrs is None:  # those every node (edge) has
+                attrs = [a for a in sorted(set.intersection(*map(set, dicts))) if a != skip] if dicts else []
+            out = {}
+            for a in attrs:
+                try:
+                    out[a] = [d[a] for d in dicts]
+                except KeyError:
+                    raise ValueError(f"{what} attribute {a!r} is missing on some {what}s") from None
+            return out
 
-        if node_attrs is None:
-            node_attrs = common(ndata)
-        if edge_attrs is None:
-            edge_attrs = [k for k in common(edata) if k != weight]
-        node_labels = {}
-        for a in node_attrs:
-            try:
-                node_labels[a] = [d[a] for d in ndata]
-            except KeyError:
-                raise ValueError(f"node attribute {a!r} is missing on some nodes") from None
-        edge_labels = {}
-        for a in edge_attrs:
-            try:
-                edge_labels[a] = [d[a] for d in edata]
-            except KeyError:
-                raise ValueError(f"edge attribute {a!r} is missing on some edges") from None
+        node_labels, edge_labels = columns(ndata, node_attrs, "node"), columns(edata, edge_attrs, "edge", weight)
         weights = None
         if weight is not None and any(weight in d for d in edata):
             missing = next((k for k, d in enumerate(edata) if weight not in d), None)
