@@ -1,12 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""V2000 SD files parsed in one compiled pass over the file's bytes into flat per-molecule arrays.
-
-:func:`parse_sdf` walks the lines (``\\n``, ``\\r\\n`` or ``\\r`` ends a line, as Python's universal
-newlines do), checks every field the way ``graphkern.io.sdf`` documents, applies ``M  CHG``,
-drops hydrogens when asked, and writes each molecule's graph as a sorted symmetric CSR (bond
-orders and, when asked, bond lengths aligned with the entries).  It stops at the first problem and
-reports its kind, line and position; the molecules before it are complete.  Fields are ASCII, as
-the format prescribes.
+"""V2000 SD files parsed in one compiled pass over the file's bytes into flat per-molecule arrays
+(``graphkern.io.sdf`` documents the checks).  Lines end in ``\\n``, ``\\r\\n`` or ``\\r``, as
+Python's universal newlines do; the first problem stops the parse, the molecules before it complete.
 """
 
 import numpy as np
