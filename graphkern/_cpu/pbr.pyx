@@ -308,20 +308,16 @@ cdef int64_t joined_cut(Work* w) noexcept nogil:
     return total
 
 
+cdef int compare_int32(const void* x, const void* y) noexcept nogil:
+    cdef int32_t a = (<const int32_t*>x)[0], b = (<const int32_t*>y)[0]
+    return (a > b) - (a < b)
+
+
 cdef void sort_within_parts(int32_t* order, int64_t n) noexcept nogil:
     """Ascending vertex ids inside each part (any order is equivalent; this one is canonical)."""
-    cdef int64_t start = 0, i, j, end
-    cdef int32_t key
-    while start < n:
-        end = min(start + PBR_PART, n)
-        for i in range(start + 1, end):
-            key = order[i]
-            j = i - 1
-            while j >= start and order[j] > key:
-                order[j + 1] = order[j]
-                j -= 1
-            order[j + 1] = key
-        start = end
+    cdef int64_t part
+    for part in range((n + PBR_PART - 1) // PBR_PART):
+        qsort(order + part * PBR_PART, min(PBR_PART, n - part * PBR_PART), sizeof(int32_t), compare_int32)
 
 
 # ---------------------------------------------------------------- one graph
