@@ -5,11 +5,11 @@ A segment of ``s`` vertices is split into a left side of exactly ``8 * floor(cei
 vertices and the rest (explicit stack), so every segment but the rightmost has a multiple
 of 8 vertices and the small part lands last.  The bisection objective is a hypergraph cut:
 each vertex's closed neighbourhood is a net (a tile row seen from that vertex), a cut net
-costs ``net_weight`` and each cut edge 1 (edge cut breaks ties and guides growth).  Nets of
+costs ``NET_WEIGHT`` and each cut edge 1 (edge cut breaks ties and guides growth).  Nets of
 vertices outside the segment count too: a vertex already separated whose neighbours
 straddle the cut would touch two parts instead of one.
 
-Each bisection: ``n_tries`` initial partitions by greedy graph growing from a
+Each bisection: ``N_TRIES`` initial partitions by greedy graph growing from a
 pseudo-peripheral vertex (frontier vertices only, so the region stays connected while it
 can), each improved by Fiduccia-Mattheyses passes with gain buckets.  Moves may leave
 balance by ``tol`` vertices, but a pass rolls back to its best *perfectly* balanced
