@@ -8,7 +8,7 @@ import pytest
 import scipy.sparse as sp
 
 from graphkern import Graph, pack_graphs
-from graphkern.graph import as_csr_matrix, category_code
+from graphkern.graph import as_csr_matrix
 
 
 def random_edges(rng, n, m):
