@@ -22,10 +22,6 @@ Label columns are one of:
   whose element symbols ("C", "Cl") become atomic numbers, as every molecule reader writes;
 * floats: shape ``(n,)``, float64;
 * fixed-length float vectors: shape ``(n, d)``, float64.
-
-Many graphs are packed into one contiguous batch by :func:`pack_graphs`; every
-capability that ships graphs to a device uses that routine.  :func:`graphkern.convert.as_graphs` converts
-the inputs users hold (networkx graphs, RDKit molecules, SMILES strings) to Graphs.
 """
 
 from __future__ import annotations
@@ -134,18 +130,14 @@ class Graph:
         if first[UNSORTED] < nnz:
             self._permute_entries(np.lexsort((self._indices, self._rows())))
             first = scan(self._indptr, self._indices, self._weights, symmetric=True, signed=True)
-        k = int(first[DUPLICATE])
-        if k < nnz:
-            raise ValueError(f"duplicate entry ({self._row_of(k)}, {int(self._indices[k])}) in the adjacency; "
-                             "use Graph.from_scipy, which sums duplicates")
-        k = int(first[NONFINITE])
-        if k < nnz:
-            raise ValueError(f"edge weight of ({self._row_of(k)}, {int(self._indices[k])}) is not finite "
-                             f"({self._weights[k]})")
-        k = int(first[NEGATIVE])
-        if k < nnz:
-            raise ValueError(f"negative edge weight {self._weights[k]} on edge ({self._row_of(k)}, "
-                             f"{int(self._indices[k])})")
+        for code, problem in ((DUPLICATE, "duplicate entry ({i}, {j}) in the adjacency; use Graph.from_scipy, "
+                                          "which sums duplicates"),
+                              (NONFINITE, "edge weight of ({i}, {j}) is not finite ({w})"),
+                              (NEGATIVE, "negative edge weight {w} on edge ({i}, {j})")):
+            k = int(first[code])
+            if k < nnz:
+                raise ValueError(problem.format(i=self._row_of(k), j=int(self._indices[k]),
+                                                w=None if self._weights is None else self._weights[k]))
         k = int(first[MISSING])
         if k < nnz:
             if not symmetrize:
@@ -206,10 +198,8 @@ class Graph:
         return int(np.searchsorted(self._indptr, k, side="right") - 1)
 
     def _permute_entries(self, order):
-        rows = self._rows()[order]
         self._indices = frozen(self._indices[order], None)
-        self._indptr = frozen(np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=self._n))]),
-                               self._indptr.dtype)
+        self._indptr = frozen(_indptr_of(self._rows()[order], self._n), self._indptr.dtype)
         if self._weights is not None:
             self._weights = frozen(self._weights[order], None)
         for key in list(self._edge_labels):
@@ -226,8 +216,7 @@ class Graph:
         _, first = np.unique(key, return_index=True)
         src = first % nnz if nnz else first
         r, c = both_r[first], both_c[first]
-        self._indptr = frozen(np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n))]),
-                               index_dtype(len(first)))
+        self._indptr = frozen(_indptr_of(r, n), index_dtype(len(first)))
         self._indices = frozen(c, self._indices.dtype)
         if self._weights is not None:
             self._weights = frozen(self._weights[src], None)
@@ -296,7 +285,7 @@ class Graph:
         c = np.concatenate([e[:, 1], e[~loop, 0]])
         order = np.lexsort((c, r))
         r, c, src = r[order], c[order], src[order]
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n_nodes))])
+        indptr = _indptr_of(r, n_nodes)
         w = None
         if weights is not None:
             w = numeric(weights, "weights")
@@ -351,28 +340,18 @@ class Graph:
         edata = [d for _, _, d in G.edges(data=True)]
         ndata = [G.nodes[v] for v in nodes]
 
-        def common(dicts):
-            keys = None
-            for d in dicts:
-                keys = set(d) if keys is None else keys & set(d)
-            return sorted(keys or ())
+        def columns(dicts, attrs, what, skip=None):
+            if attrs is None:  # those every node (edge) has
+                attrs = [a for a in sorted(set.intersection(*map(set, dicts))) if a != skip] if dicts else []
+            out = {}
+            for a in attrs:
+                try:
+                    out[a] = [d[a] for d in dicts]
+                except KeyError:
+                    raise ValueError(f"{what} attribute {a!r} is missing on some {what}s") from None
+            return out
 
-        if node_attrs is None:
-            node_attrs = common(ndata)
-        if edge_attrs is None:
-            edge_attrs = [k for k in common(edata) if k != weight]
-        node_labels = {}
-        for a in node_attrs:
-            try:
-                node_labels[a] = [d[a] for d in ndata]
-            except KeyError:
-                raise ValueError(f"node attribute {a!r} is missing on some nodes") from None
-        edge_labels = {}
-        for a in edge_attrs:
-            try:
-                edge_labels[a] = [d[a] for d in edata]
-            except KeyError:
-                raise ValueError(f"edge attribute {a!r} is missing on some edges") from None
+        node_labels, edge_labels = columns(ndata, node_attrs, "node"), columns(edata, edge_attrs, "edge", weight)
         weights = None
         if weight is not None and any(weight in d for d in edata):
             missing = next((k for k, d in enumerate(edata) if weight not in d), None)
@@ -431,7 +410,7 @@ class Graph:
 
     def edge_list(self):
         """Undirected edges ``(i, j)`` with ``i <= j``, in CSR order, and their entry positions."""
-        rows = np.repeat(np.arange(self.n_nodes, dtype=np.int64), np.diff(self.indptr))
+        rows = self._rows()
         upper = rows <= self.indices
         return np.stack([rows[upper], self.indices[upper].astype(np.int64)], axis=1), np.flatnonzero(upper)
 
@@ -439,10 +418,10 @@ class Graph:
         import networkx as nx
         G = nx.Graph()
         for i in range(self.n_nodes):
-            G.add_node(i, **{k: (v[i].tolist() if v.ndim == 2 else v[i].item()) for k, v in self.node_labels.items()})
+            G.add_node(i, **{k: v[i].tolist() for k, v in self.node_labels.items()})
         edges, pos = self.edge_list()
         for (i, j), k in zip(edges.tolist(), pos.tolist()):
-            attrs = {k_: (v[k].tolist() if v.ndim == 2 else v[k].item()) for k_, v in self.edge_labels.items()}
+            attrs = {k_: v[k].tolist() for k_, v in self.edge_labels.items()}
             if self.weights is not None:
                 attrs["weight"] = float(self.weights[k])
             G.add_edge(i, j, **attrs)
@@ -455,27 +434,23 @@ class Graph:
             raise ValueError("perm must be a permutation of range(n_nodes)")
         inv = np.empty_like(perm)
         inv[perm] = np.arange(self.n_nodes)
-        rows = np.repeat(np.arange(self.n_nodes), np.diff(self.indptr))
-        new_r, new_c = inv[rows], inv[self.indices]
+        new_r, new_c = inv[self._rows()], inv[self.indices]
         order = np.lexsort((new_c, new_r))
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(new_r, minlength=self.n_nodes))])
-        return Graph(indptr, new_c[order], None if self.weights is None else self.weights[order],
+        return Graph(_indptr_of(new_r, self.n_nodes), new_c[order], None if self.weights is None else self.weights[order],
                      node_labels={k: v[perm] for k, v in self.node_labels.items()},
                      edge_labels={k: v[order] for k, v in self.edge_labels.items()}, name=self.name)
 
     def require_node_label(self, name):
-        try:
-            return self.node_labels[name]
-        except KeyError:
-            have = ", ".join(map(repr, self.node_labels)) or "none"
-            raise KeyError(f"graph {self._label()} has no node label {name!r} (it has: {have})") from None
+        return self._require_label(self.node_labels, "node", name)
 
     def require_edge_label(self, name):
-        try:
-            return self.edge_labels[name]
-        except KeyError:
-            have = ", ".join(map(repr, self.edge_labels)) or "none"
-            raise KeyError(f"graph {self._label()} has no edge label {name!r} (it has: {have})") from None
+        return self._require_label(self.edge_labels, "edge", name)
+
+    def _require_label(self, columns, what, name):
+        if name not in columns:
+            have = ", ".join(map(repr, columns)) or "none"
+            raise KeyError(f"graph {self._label()} has no {what} label {name!r} (it has: {have})")
+        return columns[name]
 
     def _label(self):
         return repr(self.name) if self.name is not None else f"<{self.n_nodes} nodes>"
@@ -492,12 +467,9 @@ class Graph:
     def __eq__(self, other):
         if not isinstance(other, Graph):
             return NotImplemented
-        if self.n_nodes != other.n_nodes or not np.array_equal(self.indptr, other.indptr) \
-                or not np.array_equal(self.indices, other.indices):
-            return False
-        if (self.weights is None) != (other.weights is None):
-            return False
-        if self.weights is not None and not np.array_equal(self.weights, other.weights):
+        if self.n_nodes != other.n_nodes or (self.weights is None) != (other.weights is None) or not all(
+                np.array_equal(a, b) for a, b in ((self.indptr, other.indptr), (self.indices, other.indices),
+                                                  (self.weights, other.weights))):
             return False
         for a, b in ((self.node_labels, other.node_labels), (self.edge_labels, other.edge_labels)):
             if a.keys() != b.keys() or any(not np.array_equal(a[k], b[k]) for k in a):
@@ -538,6 +510,11 @@ def require_valid_all(graphs):
         todo[k].require_valid()  # raises, naming the graph and the problem
     for g in todo:
         g._cache["indices_valid"] = True
+
+
+def _indptr_of(rows, n):
+    """Row pointers of entries sorted by ``rows``."""
+    return np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))])
 
 
 def _owned(*arrays):
@@ -596,12 +573,12 @@ def _canonical_csr(A, name, *, copy=False, with_values=False):
     return A, (first if with_values else None)
 
 
-def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
+def as_csr_matrix(G, *, name="G"):
     """Return ``(csr_matrix, is_weighted)`` for a Graph or a square scipy.sparse matrix.
 
-    Duplicates are summed and indices sorted.  An asymmetric matrix raises unless
-    ``allow_asymmetric``; non-finite values raise.  The checks are one compiled O(nnz) pass
-    (a Graph was checked when it was built).  A BSR matrix's zero padding is no edge.
+    Duplicates are summed and indices sorted; asymmetric matrices and non-finite values raise, in
+    one compiled O(nnz) pass (a Graph was checked when it was built).  A BSR matrix's zero padding
+    is no edge.
     """
     if isinstance(G, Graph):
         G.require_valid()
@@ -611,7 +588,7 @@ def as_csr_matrix(G, *, name="G", allow_asymmetric=False):
     if G.ndim != 2 or G.shape[0] != G.shape[1]:
         raise ValueError(f"{name} must be square, got shape {G.shape}")
     A, scanned = _canonical_csr(G, name, with_values=True)
-    first = scan(A.indptr, A.indices, A.data, symmetric=not allow_asymmetric, first=scanned)
+    first = scan(A.indptr, A.indices, A.data, symmetric=True, first=scanned)
     if first[NONFINITE] < A.nnz:
         raise ValueError(f"{name} contains NaN or infinite values")
     if min(first[MISSING], first[DIFFERS]) < A.nnz:
@@ -644,21 +621,17 @@ class PackedGraphs:
     def n_graphs(self):
         return len(self.node_offsets) - 1
 
-    def indptr_of(self, g):
-        start = self.node_offsets[g] + g
-        return self.indptr[start:self.node_offsets[g + 1] + g + 1]
 
-
-def _packed_weights(graphs, entry_offsets, dtype):
+def _packed_weights(graphs, entry_offsets):
     """Every graph's weights in one array, ones for the unweighted (filled at once, not per graph)."""
-    out = np.ones(int(entry_offsets[-1]), dtype=dtype)
+    out = np.ones(int(entry_offsets[-1]))
     for k, g in enumerate(graphs):
         if g.weights is not None:
             out[entry_offsets[k]:entry_offsets[k + 1]] = g.weights
     return out
 
 
-def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=(), weight_dtype=np.float64):
+def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=()):
     """Pack ``graphs`` into one :class:`PackedGraphs` batch (the one shared packing routine).
 
     Missing label columns raise a KeyError naming the graph and the column.
@@ -680,10 +653,10 @@ def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=(), weight_
         entry_offsets=entry_offsets,
         indptr=cat([g.indptr for g in graphs], idx_t),
         indices=cat([g.indices for g in graphs], np.int32),
-        weights=_packed_weights(graphs, entry_offsets, weight_dtype),
+        weights=_packed_weights(graphs, entry_offsets),
     )
-    for col in node_label_columns:
-        packed.node_labels[col] = np.concatenate([g.require_node_label(col) for g in graphs]) if graphs else np.zeros(0)
-    for col in edge_label_columns:
-        packed.edge_labels[col] = np.concatenate([g.require_edge_label(col) for g in graphs]) if graphs else np.zeros(0)
+    for out, require, columns in ((packed.node_labels, Graph.require_node_label, node_label_columns),
+                                  (packed.edge_labels, Graph.require_edge_label, edge_label_columns)):
+        for col in columns:
+            out[col] = np.concatenate([require(g, col) for g in graphs]) if graphs else np.zeros(0)
     return packed

@@ -6,13 +6,8 @@ on the vertex order only; every kernel result is invariant to it (the permuted
 adjacency is ``P A P^T``).  Methods:
 
 ``"pbr"``
-    Partitioning-based reordering: a balanced partition into ``ceil(n / 8)`` parts of
-    exactly 8 vertices (one smaller part last when 8 does not divide ``n``), numbered
-    consecutively, built to join as few pairs of parts as possible.  Recursive
-    bisection with a neighbourhood-hypergraph cut objective and Fiduccia-Mattheyses
-    refinement, then swaps between parts on the exact tile count; see
-    :mod:`graphkern._cpu.pbr`.  The input order and a reverse Cuthill-McKee order,
-    refined the same way, are candidates too, so PBR never returns more off-diagonal
+    Partitioning-based reordering (:mod:`graphkern._cpu.pbr`): parts of 8 vertices, numbered
+    consecutively, that join as few pairs of parts as possible; never more off-diagonal
     tiles than the natural order.
 ``"rcm"``
     Reverse Cuthill-McKee (SciPy): a bandwidth-reducing order.
@@ -32,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from graphkern._arrays import _INT32_MAX
 from graphkern._backend import resolve_threads
 from graphkern.graph import Graph, as_csr_matrix, pack_graphs
 
@@ -39,7 +35,6 @@ __all__ = ["reorder", "reorder_many", "octile_count", "METHODS", "OCTILE"]
 
 OCTILE = 8
 METHODS = ("pbr", "rcm", "morton", "hilbert", None)
-_INT32_MAX = np.iinfo(np.int32).max
 _DEFAULT_SEED = 0
 
 
@@ -71,15 +66,8 @@ def _graph_seeds(seed, n_graphs):
     return np.random.SeedSequence(seed).generate_state(max(n_graphs, 1), dtype=np.uint64)[:n_graphs]
 
 
-def _pbr_batch(graphs, seed, n_threads, *, return_pairs=False, **knobs):
-    """PBR orders of ``graphs`` (and the joined part pairs each reached); ``knobs`` go to pbr_many.
-
-    The knobs' defaults were chosen on the reorder benchmark's sets: 2 initial partitions
-    per bisection, a cut net weighing 8 cut edges (weights 0 and 1 were 1-12% worse, 3-32 alike),
-    up to 4 restarts within a budget of 512 vertices (small graphs), refinement passes
-    until one removes under 1/200 of the joined pairs, and the input and RCM orders
-    refined only when within 125% of the best.
-    """
+def _pbr_batch(graphs, seed, n_threads, *, return_pairs=False):
+    """PBR orders of ``graphs`` (and the joined part pairs each reached)."""
     from graphkern._cpu import pbr
 
     packed = pack_graphs(graphs)
@@ -88,7 +76,7 @@ def _pbr_batch(graphs, seed, n_threads, *, return_pairs=False, **knobs):
     pairs = np.empty(len(graphs), dtype=np.int64)
     pbr.pbr_many(offsets, packed.indptr.astype(np.int64, copy=False), packed.entry_offsets.astype(np.int64),
                  packed.indices.astype(np.int32, copy=False), _graph_seeds(seed, len(graphs)), perms, pairs,
-                 n_threads=n_threads, **knobs)
+                 n_threads=n_threads)
     out = [perms[offsets[g]:offsets[g + 1]] for g in range(len(graphs))]
     return (out, pairs) if return_pairs else out
 
@@ -216,7 +204,7 @@ def reorder_many(graphs, method="pbr", *, n_threads=None, seed=None, coords="coo
     _check_method(method)
     seed = _check_seed(seed)
     n_threads = resolve_threads(n_threads)
-    if isinstance(graphs, (Graph,)) or sp.issparse(graphs):
+    if isinstance(graphs, Graph) or sp.issparse(graphs):
         raise TypeError("graphs must be a sequence of graphs; use reorder() for one graph")
     graphs = [_as_graph(g, f"graphs[{k}]") for k, g in enumerate(graphs)]
     if method != "pbr":
@@ -234,8 +222,7 @@ def octile_count(G, perm=None):
     """
     G = _as_graph(G, "G")
     n = G.n_nodes
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(G.indptr))
-    cols = G.indices.astype(np.int64)
+    rows, cols = G._rows(), G.indices.astype(np.int64)
     if perm is not None:
         perm = np.asarray(perm)
         if perm.shape != (n,) or perm.dtype.kind not in "iu" \

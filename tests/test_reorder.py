@@ -182,49 +182,14 @@ def test_pbr_never_more_tiles_than_natural(name, rng):
 
 @pytest.mark.parametrize("builder", ["geometric", "protein"])
 def test_pbr_beats_rcm_on_shuffled_spatial_graphs(builder, rng):
-    """Measured when written, 20 seeds each, n 300-500: PBR/RCM off-diagonal tiles 0.51 on average
-    (0.46-0.56) on shuffled 3D geometric graphs of degree ~10, 0.52 (0.46-0.62) on shuffled
-    protein-like graphs; the bound below leaves room for unlucky draws."""
+    """PBR/RCM off-diagonal tiles average about 0.5 on shuffled 3D geometric graphs of degree ~10
+    and on shuffled protein-like graphs (n 300-500); the bound leaves room for unlucky draws."""
     for _ in range(2):
         n = int(rng.integers(300, 500))
         G = shuffled(geometric_graph(rng, n) if builder == "geometric" else protein_like(rng, n), rng)
         pbr = octile_count(G, reorder(G, "pbr"))["offdiag_nonempty_tiles"]
         rcm = octile_count(G, reorder(G, "rcm"))["offdiag_nonempty_tiles"]
         assert pbr < 0.8 * rcm, (pbr, rcm)
-
-
-def joined_pairs_and_cut(G, order):
-    """Pairs of consecutive 8-blocks of ``order`` joined by an edge, and the edges between blocks."""
-    part = np.empty(G.n_nodes, dtype=np.int64)
-    part[order] = np.arange(G.n_nodes) // 8
-    rows = np.repeat(np.arange(G.n_nodes), np.diff(G.indptr))
-    pr, pc = part[rows], part[G.indices]
-    between = pr != pc
-    pairs = set(zip(np.minimum(pr, pc)[between].tolist(), np.maximum(pr, pc)[between].tolist()))
-    return len(pairs), int(between.sum()) // 2
-
-
-def test_refinement_swap_scores_match_a_recount(rng):
-    """The K-way refinement scores a swap in O(1); every score must equal a full recount."""
-    from graphkern._cpu.pbr import swap_scores
-
-    n = int(rng.integers(20, 60))
-    chords = [(i, j) for i, j in zip(range(n), rng.integers(0, n, n).tolist()) if j > i + 1]
-    with_loops = Graph.from_edges([(i, i) for i in range(0, n, 3)] + [(i, i + 1) for i in range(n - 1)] + chords, n)
-    graphs = [family(name, rng) for name in ("barabasi_albert", "random_shuffled", "molecule", "geometric")]
-    for G in graphs + [with_loops]:
-        if G.n_nodes <= 16:
-            continue
-        order = rng.permutation(G.n_nodes).astype(np.int32)
-        for a, b in [rng.choice(-(-G.n_nodes // 8), 2, replace=False) for _ in range(3)]:
-            d_pairs, d_cut = swap_scores(G.indptr.astype(np.int64), G.indices, order, int(a), int(b))
-            pairs0, cut0 = joined_pairs_and_cut(G, order)
-            for i in range(d_pairs.shape[0]):
-                for j in range(d_pairs.shape[1]):
-                    swapped = order.copy()
-                    swapped[[8 * a + i, 8 * b + j]] = swapped[[8 * b + j, 8 * a + i]]
-                    pairs1, cut1 = joined_pairs_and_cut(G, swapped)
-                    assert (d_pairs[i, j], d_cut[i, j]) == (pairs1 - pairs0, cut1 - cut0), (i, j)
 
 
 def test_pbr_is_deterministic_and_thread_independent(rng):

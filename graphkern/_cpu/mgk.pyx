@@ -15,7 +15,7 @@ products, alpha, beta, norms) are accumulated in double in both precisions.
 
 :func:`solve_pairs_gradient` also solves the adjoint system ``M y = 1`` of each pair (M is
 symmetric) and contracts it with the solution x of ``M x = b`` into the derivatives of K:
-``dK/dtheta = p^2 (y^T db/dtheta - y^T (dM/dtheta) x)``; graphkern/_mgk_gradient.py says
+``dK/dtheta = p^2 (y^T db/dtheta - y^T (dM/dtheta) x)``; graphkern.mgk.gradient says
 which derivative programs and edge contractions it is given.
 """
 
@@ -36,7 +36,7 @@ cdef enum:
     KIND_KRONECKER_DELTA_DERIVATIVE = 3
     KIND_SQUARE_EXPONENTIAL_DERIVATIVE = 4
 
-# Edge-kernel shortcuts (graphkern/_mgk_gradient.py: EDGE_FORMS); the derivative forms are
+# Edge-kernel shortcuts (graphkern.mgk.gradient: EDGE_FORMS); the derivative forms are
 # d/dh of the Kronecker delta (1 where the labels differ) and d^2 exp(aux d^2), the square
 # exponential's derivative by its length scale up to the factor 1/length_scale^3.
 cdef enum:
@@ -115,16 +115,6 @@ cdef struct EdgeForm:
     double theta
     double aux
     int slot
-
-
-cdef EdgeForm edge_form_of(int form, double scale, double theta, double aux, int slot) noexcept nogil:
-    cdef EdgeForm ek
-    ek.form = form
-    ek.scale = scale
-    ek.theta = theta
-    ek.aux = aux
-    ek.slot = slot
-    return ek
 
 
 cdef int64_t largest_product(const int64_t[::1] node_off1, const int64_t[::1] node_off2,
@@ -289,9 +279,9 @@ cdef double solve_forward(floating* work, int64_t stride,
                           const floating* nf2, int fv2, const floating* ef2, int fe2,
                           const int32_t* ncode, const floating* npar, const EdgeForm* ek, const int32_t* ecode,
                           const floating* epar, floating q, double tol, int max_iter,
-                          int32_t* it_out, double* res_out) noexcept nogil:
+                          int32_t* it_out, double* res_out, double p2, floating* nodal) noexcept nogil:
     """Set up the pair's system (diagonal ``m = D / V``, ``b = D q^2``) and solve ``M x = b``; returns
-    ``sum(x)``, with x left in the work buffer."""
+    ``K = p2 sum(x)``, with x left in the work buffer (and ``p2 x`` in ``nodal`` unless NULL)."""
     cdef int64_t N = <int64_t>n1 * n2, i
     cdef int i1, i2
     cdef floating* x = work + VEC_X * stride
@@ -320,26 +310,10 @@ cdef double solve_forward(floating* work, int64_t stride,
                                    n2, rp2, ind2, w2, ef2, fe2, ek, ecode, epar, tol, max_iter, res_out)
     for i in range(N):
         total += x[i]
-    return total
-
-
-cdef void solve_pair(floating* work, int64_t stride,
-                     int n1, const int64_t* rp1, const int32_t* ind1, const floating* w1, const floating* deg1,
-                     const floating* nf1, int fv1, const floating* ef1, int fe1,
-                     int n2, const int64_t* rp2, const int32_t* ind2, const floating* w2, const floating* deg2,
-                     const floating* nf2, int fv2, const floating* ef2, int fe2,
-                     const int32_t* ncode, const floating* npar, const EdgeForm* ek, const int32_t* ecode,
-                     const floating* epar, floating q, double tol, int max_iter, double p2,
-                     double* k_out, int32_t* it_out, double* res_out, floating* nodal) noexcept nogil:
-    cdef int64_t N = <int64_t>n1 * n2, i
-    cdef floating* x = work + VEC_X * stride
-    cdef double total = solve_forward(work, stride, n1, rp1, ind1, w1, deg1, nf1, fv1, ef1, fe1,
-                                      n2, rp2, ind2, w2, deg2, nf2, fv2, ef2, fe2, ncode, npar, ek, ecode, epar,
-                                      q, tol, max_iter, it_out, res_out)
     if nodal != NULL:
         for i in range(N):
             nodal[i] = <floating>(p2 * x[i])
-    k_out[0] = p2 * total
+    return p2 * total
 
 
 cdef void gradient_pair(floating* work, int64_t stride,
@@ -371,9 +345,9 @@ cdef void gradient_pair(floating* work, int64_t stride,
     cdef floating z, v, dv, d1, d2, d
     cdef double rz = 0, acc, free_sum, qq = <double>q * q
     cdef floating floor_v = <floating>VERTEX_KERNEL_FLOOR
-    k_out[0] = p2 * solve_forward(work, stride, n1, rp1, ind1, w1, deg1, nf1, fv1, ef1, fe1,
-                                  n2, rp2, ind2, w2, deg2, nf2, fv2, ef2, fe2, ncode, npar, ek, ecode, epar,
-                                  q, tol, max_iter, it_out, res_out)
+    k_out[0] = solve_forward(work, stride, n1, rp1, ind1, w1, deg1, nf1, fv1, ef1, fe1,
+                             n2, rp2, ind2, w2, deg2, nf2, fv2, ef2, fe2, ncode, npar, ek, ecode, epar,
+                             q, tol, max_iter, it_out, res_out, p2, NULL)
     # the adjoint M y = 1 (M is symmetric), same preconditioner
     for i in range(N):
         y[i] = 0
@@ -463,7 +437,7 @@ def solve_pairs(
     cdef double p2 = p_scale * p_scale
     cdef floating* work
     cdef floating* nodal_ptr
-    cdef EdgeForm ek = edge_form_of(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
+    cdef EdgeForm ek = EdgeForm(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
     cdef int64_t stride = largest_product(node_off1, node_off2, pair_g1, pair_g2)
     if n_pairs == 0:
         return
@@ -478,13 +452,12 @@ def solve_pairs(
                 o1 = node_off1[g1]
                 o2 = node_off2[g2]
                 nodal_ptr = &nodal_out[nodal_off[k]] if want_nodal else NULL
-                solve_pair(work, stride,
-                           <int>(node_off1[g1 + 1] - o1), &rowptr1[o1], &indices1[0], &weights1[0], &degree1[o1],
-                           &nfeat1[o1, 0], fv1, &efeat1[0, 0], fe1,
-                           <int>(node_off2[g2 + 1] - o2), &rowptr2[o2], &indices2[0], &weights2[0], &degree2[o2],
-                           &nfeat2[o2, 0], fv2, &efeat2[0, 0], fe2,
-                           &ncode[0], &nparam[0], &ek, &ecode[0], &eparam[0], <floating>q, tol, max_iter, p2,
-                           &k_out[k], &iters_out[k], &resid_out[k], nodal_ptr)
+                k_out[k] = solve_forward(
+                    work, stride, <int>(node_off1[g1 + 1] - o1), &rowptr1[o1], &indices1[0], &weights1[0],
+                    &degree1[o1], &nfeat1[o1, 0], fv1, &efeat1[0, 0], fe1,
+                    <int>(node_off2[g2 + 1] - o2), &rowptr2[o2], &indices2[0], &weights2[0], &degree2[o2],
+                    &nfeat2[o2, 0], fv2, &efeat2[0, 0], fe2, &ncode[0], &nparam[0], &ek, &ecode[0], &eparam[0],
+                    <floating>q, tol, max_iter, &iters_out[k], &resid_out[k], p2, nodal_ptr)
     finally:
         free(scratch)
 
@@ -525,7 +498,7 @@ def solve_pairs_gradient(
     cdef EdgeForm* cforms
     cdef floating* work
     cdef floating* scratch
-    cdef EdgeForm ek = edge_form_of(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
+    cdef EdgeForm ek = EdgeForm(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
     cdef int64_t stride = largest_product(node_off1, node_off2, pair_g1, pair_g2)
     if grad_out.shape[0] != n_pairs or grad_out.shape[1] != n_node_derivatives + 1 + n_contractions:
         raise ValueError(f"grad_out must have shape ({n_pairs}, {n_node_derivatives + 1 + n_contractions})")
@@ -537,7 +510,7 @@ def solve_pairs_gradient(
     if cforms == NULL:
         raise MemoryError("could not allocate the edge contractions")
     for c in range(n_contractions):
-        cforms[c] = edge_form_of(cform[c], 1.0, ctheta[c], caux[c], cslot[c])
+        cforms[c] = EdgeForm(cform[c], 1.0, ctheta[c], caux[c], cslot[c])
     cdef const double* cfree_ptr = &cfree[0] if n_contractions else NULL
     n_threads = <int>min(max(n_threads, 1), n_pairs)
     try:

@@ -24,7 +24,8 @@ from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint64_t
 from libc.stdlib cimport free, malloc, qsort
 
-from graphkern._cpu.pbr_bisect cimport (PBR_PART, Knobs, Work, bfs_farthest, identity_order,
+from graphkern._cpu.pbr_bisect cimport (INPUT_SLACK_PERCENT, MAX_REFINE_PASSES, N_RESTARTS, NET_WEIGHT, PBR_PART,
+                                        REFINE_STOP, RESTART_BUDGET, Work, bfs_farthest, identity_order,
                                         recursive_bisection)
 
 import numpy as np
@@ -237,7 +238,7 @@ cdef void refine_kway(Work* w) noexcept nogil:
 
     Each unordered pair is tried once a pass, and only while one of its parts is active:
     a part becomes active for the next pass when a swap changes its row.  Passes stop
-    once one removes under 1/refine_stop of the joined pairs: on expanders (Barabasi-
+    once one removes under 1/REFINE_STOP of the joined pairs: on expanders (Barabasi-
     Albert) later passes cost as much as the first and remove almost nothing.
     """
     cdef int32_t n_parts = w.n_parts
@@ -248,7 +249,7 @@ cdef void refine_kway(Work* w) noexcept nogil:
     for a in range(n_parts):
         w.active_now[a] = 1
         w.active_next[a] = 0
-    while pass_removed > 0 and pass_removed * w.knobs.refine_stop >= pairs and passes < w.knobs.max_refine_passes:
+    while pass_removed > 0 and pass_removed * REFINE_STOP >= pairs and passes < MAX_REFINE_PASSES:
         pass_removed = 0
         passes += 1
         for a in range(n_parts):
@@ -307,20 +308,16 @@ cdef int64_t joined_cut(Work* w) noexcept nogil:
     return total
 
 
+cdef int compare_int32(const void* x, const void* y) noexcept nogil:
+    cdef int32_t a = (<const int32_t*>x)[0], b = (<const int32_t*>y)[0]
+    return (a > b) - (a < b)
+
+
 cdef void sort_within_parts(int32_t* order, int64_t n) noexcept nogil:
     """Ascending vertex ids inside each part (any order is equivalent; this one is canonical)."""
-    cdef int64_t start = 0, i, j, end
-    cdef int32_t key
-    while start < n:
-        end = min(start + PBR_PART, n)
-        for i in range(start + 1, end):
-            key = order[i]
-            j = i - 1
-            while j >= start and order[j] > key:
-                order[j + 1] = order[j]
-                j -= 1
-            order[j + 1] = key
-        start = end
+    cdef int64_t part
+    for part in range((n + PBR_PART - 1) // PBR_PART):
+        qsort(order + part * PBR_PART, min(PBR_PART, n - part * PBR_PART), sizeof(int32_t), compare_int32)
 
 
 # ---------------------------------------------------------------- one graph
@@ -332,8 +329,7 @@ cdef inline int32_t* carve32(char** cursor, int64_t count) noexcept nogil:
 
 
 
-cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* indices, const Knobs* knobs,
-                     uint64_t seed) noexcept nogil:
+cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* indices, uint64_t seed) noexcept nogil:
     """Carve every work array of one graph (n > 8) out of one allocation; NULL if out of memory."""
     cdef int64_t i, maxdeg = 0, n_parts = (n + PBR_PART - 1) // PBR_PART, critical_span, nbytes
     cdef char* block
@@ -345,9 +341,8 @@ cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* i
     w.indptr = indptr
     w.indices = indices
     w.n_parts = <int32_t>n_parts
-    w.knobs = knobs[0]
     w.rng = seed
-    w.bucket_span = 2 * (<int64_t>knobs.net_weight * (maxdeg + 1) + maxdeg) + 1
+    w.bucket_span = 2 * (<int64_t>NET_WEIGHT * (maxdeg + 1) + maxdeg) + 1
     critical_span = min(2 * indptr[n], 2 * PBR_PART * maxdeg) + 1
     # int64 arrays first keep every array aligned, bytes last
     nbytes = ((2 * (n_parts + 2) + maxdeg + 1) * sizeof(int64_t)
@@ -408,8 +403,8 @@ cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* i
     return block
 
 
-cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint64_t seed, const Knobs* knobs,
-                 int64_t* perm_out, int64_t* pairs_out) noexcept nogil:
+cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint64_t seed, int64_t* perm_out,
+                 int64_t* pairs_out) noexcept nogil:
     """PBR order of one graph into ``perm_out`` and its joined part pairs into ``pairs_out[0]``.
 
     Returns 0 on success, -1 if out of memory.
@@ -428,24 +423,20 @@ cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint6
             perm_out[i] = i
         pairs_out[0] = 0
         return 0
-    block = work_init(&w, n, indptr, indices, knobs, seed)
+    block = work_init(&w, n, indptr, indices, seed)
     if block == NULL:
         return -1
-    n_restarts = max(min(knobs.n_restarts, knobs.restart_budget // n), min(knobs.n_restarts, 1))
+    n_restarts = max(min(N_RESTARTS, RESTART_BUDGET // n), 1)
     for k in range(n_restarts + 2):
         if k < n_restarts:
             recursive_bisection(&w)
             refine_kway(&w)
         else:
             if k == n_restarts:
-                if not knobs.use_input_order:
-                    continue
                 identity_order(&w)
             else:
-                if not knobs.use_bandwidth_order:
-                    continue
                 reverse_cuthill_mckee(&w)
-            if best_pairs < 0 or joined_pairs(&w) * 100 <= best_pairs * knobs.input_slack_percent:
+            if joined_pairs(&w) * 100 <= best_pairs * INPUT_SLACK_PERCENT:
                 refine_kway(&w)
         pairs = joined_pairs(&w)
         cut = joined_cut(&w)
@@ -464,10 +455,7 @@ cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint6
 
 def pbr_many(const int64_t[::1] node_offsets, const int64_t[::1] indptr, const int64_t[::1] entry_offsets,
              const int32_t[::1] indices, const uint64_t[::1] seeds, int64_t[::1] perm_out,
-             int64_t[::1] pairs_out, *,
-             int n_threads=1, int n_tries=2, int net_weight=8, int max_refine_passes=16, int refine_stop=200,
-             int n_restarts=4, int restart_budget=512, bint use_input_order=True, bint use_bandwidth_order=True,
-             int input_slack_percent=125):
+             int64_t[::1] pairs_out, *, int n_threads=1):
     """PBR orders of a packed batch of graphs (the layout of graphkern.graph.pack_graphs).
 
     Graph ``g`` has ``node_offsets[g+1] - node_offsets[g]`` vertices, local row pointers
@@ -480,18 +468,8 @@ def pbr_many(const int64_t[::1] node_offsets, const int64_t[::1] indptr, const i
     cdef Py_ssize_t idx
     cdef int64_t g, failed = 0
     cdef int64_t[::1] by_size
-    cdef Knobs knobs
     if n_graphs <= 0:
         return
-    if min(n_tries, refine_stop) < 1 or min(net_weight, max_refine_passes, n_restarts, restart_budget,
-                                            input_slack_percent) < 0 \
-            or not (n_restarts or use_input_order or use_bandwidth_order):
-        raise ValueError("n_tries, refine_stop >= 1; net_weight, max_refine_passes, n_restarts, restart_budget, "
-                         "input_slack_percent >= 0; and at least one candidate are required")
-    knobs = Knobs(n_tries=n_tries, net_weight=net_weight, max_refine_passes=max_refine_passes,
-                  refine_stop=refine_stop, n_restarts=n_restarts, restart_budget=restart_budget,
-                  use_input_order=use_input_order, use_bandwidth_order=use_bandwidth_order,
-                  input_slack_percent=input_slack_percent)
     if (seeds.shape[0] != n_graphs or pairs_out.shape[0] != n_graphs or entry_offsets.shape[0] != n_graphs + 1
             or perm_out.shape[0] != node_offsets[n_graphs] or indptr.shape[0] != node_offsets[n_graphs] + n_graphs
             or indices.shape[0] != entry_offsets[n_graphs]):
@@ -503,45 +481,9 @@ def pbr_many(const int64_t[::1] node_offsets, const int64_t[::1] indptr, const i
             g = by_size[idx]
             if pbr_one(<int32_t>(node_offsets[g + 1] - node_offsets[g]), &indptr[node_offsets[g] + g],
                        &indices[entry_offsets[g]] if entry_offsets[g] < indices.shape[0] else NULL,
-                       seeds[g], &knobs,
+                       seeds[g],
                        &perm_out[node_offsets[g]] if node_offsets[g] < perm_out.shape[0] else NULL,
                        &pairs_out[g]) != 0:
                 failed += 1
     if failed:
         raise MemoryError(f"PBR: out of memory for the work arrays of {failed} graph(s)")
-
-
-
-def swap_scores(const int64_t[::1] indptr, const int32_t[::1] indices, const int32_t[::1] order, int a, int b):
-    """The refinement's O(1) scores of every swap between parts a and b of ``order`` (for tests).
-
-    Returns ``(d_pairs, d_cut)``, two (size of a, size of b) arrays: the change in joined
-    part pairs and in cut edges if a's i-th and b's j-th vertex swapped parts.
-    """
-    cdef Knobs knobs
-    cdef Work w
-    cdef int32_t n = <int32_t>order.shape[0], i, j, n_parts = (n + PBR_PART - 1) // PBR_PART
-    cdef int64_t dp, dc
-    cdef char* block
-    if indptr.shape[0] != n + 1 or n <= PBR_PART or not (0 <= a < n_parts and 0 <= b < n_parts and a != b):
-        raise ValueError(f"need n > {PBR_PART}, indptr of n + 1 entries and two different parts in [0, {n_parts})")
-    knobs = Knobs(n_tries=1, net_weight=0, max_refine_passes=0, refine_stop=1, n_restarts=0, restart_budget=0,
-                  use_input_order=False, use_bandwidth_order=False, input_slack_percent=0)
-    block = work_init(&w, n, &indptr[0], &indices[0] if indices.shape[0] else NULL, &knobs, 0)
-    if block == NULL:
-        raise MemoryError("swap_scores: out of memory")
-    for i in range(n):
-        w.order[i] = order[i]
-    assign_parts(&w)
-    w.n_touched_row_a = load_row(&w, a, w.row_a, w.touched_row_a)
-    w.n_touched_row_b = load_row(&w, b, w.row_b, w.touched_row_b)
-    score_members(&w, a, b)
-    d_pairs = np.zeros((w.part_size[a], w.part_size[b]), dtype=np.int64)
-    d_cut = np.zeros((w.part_size[a], w.part_size[b]), dtype=np.int64)
-    for i in range(w.part_size[a]):
-        for j in range(w.part_size[b]):
-            swap_effect(&w, i, j, a, b, &dp, &dc)
-            d_pairs[i, j] = dp
-            d_cut[i, j] = dc
-    free(block)
-    return d_pairs, d_cut

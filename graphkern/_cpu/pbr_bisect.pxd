@@ -4,19 +4,15 @@
 from libc.stdint cimport int32_t, int64_t, uint64_t
 
 cdef enum:
-    PBR_PART = 8  # octile side: a part of the partition is one tile row
-
-
-cdef struct Knobs:
-    int32_t n_tries             # initial partitions per bisection
-    int32_t net_weight          # cost of a cut net relative to a cut edge
-    int32_t max_refine_passes
-    int32_t refine_stop         # a refinement pass removing under 1/refine_stop of the pairs is the last
-    int32_t n_restarts          # most recursive bisections per graph ...
-    int32_t restart_budget      # ... as many as restart_budget // n, at least one
-    bint use_input_order        # the input order is a candidate too
-    bint use_bandwidth_order    # so is reverse Cuthill-McKee
-    int32_t input_slack_percent # refine the input order only within this % of the best pairs
+    PBR_PART = 8                # octile side: a part of the partition is one tile row
+    # chosen on the reorder benchmark's sets
+    N_TRIES = 2                 # initial partitions per bisection
+    NET_WEIGHT = 8              # cost of a cut net in cut edges (0 and 1 were 1-12% worse, 3-32 alike)
+    MAX_REFINE_PASSES = 16
+    REFINE_STOP = 200           # a refinement pass removing under 1/REFINE_STOP of the pairs is the last
+    N_RESTARTS = 4              # most recursive bisections per graph ...
+    RESTART_BUDGET = 512        # ... as many as RESTART_BUDGET // n, at least one
+    INPUT_SLACK_PERCENT = 125   # refine the input and RCM orders only within this % of the best pairs
 
 
 cdef struct Work:
@@ -24,7 +20,6 @@ cdef struct Work:
     int32_t n_parts       # ceil(n / PBR_PART)
     const int64_t* indptr
     const int32_t* indices
-    Knobs knobs
     uint64_t rng
     int64_t* stack        # recursion stack of segments (lo, hi)
     int32_t* order        # the vertex order being built; segment [lo, hi) is one subset

@@ -5,11 +5,11 @@ A segment of ``s`` vertices is split into a left side of exactly ``8 * floor(cei
 vertices and the rest (explicit stack), so every segment but the rightmost has a multiple
 of 8 vertices and the small part lands last.  The bisection objective is a hypergraph cut:
 each vertex's closed neighbourhood is a net (a tile row seen from that vertex), a cut net
-costs ``net_weight`` and each cut edge 1 (edge cut breaks ties and guides growth).  Nets of
+costs ``NET_WEIGHT`` and each cut edge 1 (edge cut breaks ties and guides growth).  Nets of
 vertices outside the segment count too: a vertex already separated whose neighbours
 straddle the cut would touch two parts instead of one.
 
-Each bisection: ``n_tries`` initial partitions by greedy graph growing from a
+Each bisection: ``N_TRIES`` initial partitions by greedy graph growing from a
 pseudo-peripheral vertex (frontier vertices only, so the region stays connected while it
 can), each improved by Fiduccia-Mattheyses passes with gain buckets.  Moves may leave
 balance by ``tol`` vertices, but a pass rolls back to its best *perfectly* balanced
@@ -106,7 +106,7 @@ cdef int32_t compute_gain(Work* w, int32_t v) noexcept nogil:
             edges -= 1
         elif s >= 0:
             edges += 1
-    return w.knobs.net_weight * nets + edges
+    return NET_WEIGHT * nets + edges
 
 
 cdef void update_net_pins(Work* w, int32_t net, int32_t moved, int a, int32_t delta_a, int32_t delta_b) noexcept nogil:
@@ -132,7 +132,7 @@ cdef inline void move_net(Work* w, int32_t net, int32_t v, int a, bint update) n
         da = net_term(before_a - 1, before_b + 1) - net_term(before_a, before_b)
         db = net_term(before_b + 1, before_a - 1) - net_term(before_b, before_a)
         if da != 0 or db != 0:
-            update_net_pins(w, net, v, a, w.knobs.net_weight * da, w.knobs.net_weight * db)
+            update_net_pins(w, net, v, a, NET_WEIGHT * da, NET_WEIGHT * db)
 
 
 cdef void move_vertex(Work* w, int32_t v, bint update) noexcept nogil:
@@ -167,7 +167,7 @@ cdef void segment_enter(Work* w, int64_t lo, int64_t hi) noexcept nogil:
                 w.cnt1[w.indices[k]] += 1
         if w.indptr[v + 1] - w.indptr[v] > maxdeg:
             maxdeg = <int32_t>(w.indptr[v + 1] - w.indptr[v])
-    w.boffset = <int64_t>w.knobs.net_weight * (maxdeg + 1) + maxdeg
+    w.boffset = <int64_t>NET_WEIGHT * (maxdeg + 1) + maxdeg
     w.cost = 0
 
 
@@ -310,7 +310,7 @@ cdef void bisect(Work* w, int64_t lo, int64_t hi, int64_t target_left) noexcept 
     cdef int64_t tol = max(2, min(PBR_PART, s // 16))
     cdef int32_t t, v, seed
     cdef int passes
-    for t in range(w.knobs.n_tries):
+    for t in range(N_TRIES):
         segment_enter(w, lo, hi)
         seed = bfs_farthest(w, w.order[lo + random_below(w, <int32_t>s)], -1)
         grow_left(w, lo, hi, target_left, seed)

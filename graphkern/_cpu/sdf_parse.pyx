@@ -1,12 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""V2000 SD files parsed in one compiled pass over the file's bytes into flat per-molecule arrays.
-
-:func:`parse_sdf` walks the lines (``\\n``, ``\\r\\n`` or ``\\r`` ends a line, as Python's universal
-newlines do), checks every field the way ``graphkern.io.sdf`` documents, applies ``M  CHG``,
-drops hydrogens when asked, and writes each molecule's graph as a sorted symmetric CSR (bond
-orders and, when asked, bond lengths aligned with the entries).  It stops at the first problem and
-reports its kind, line and position; the molecules before it are complete.  Fields are ASCII, as
-the format prescribes.
+"""V2000 SD files parsed in one compiled pass over the file's bytes into flat per-molecule arrays
+(``graphkern.io.sdf`` documents the checks).  Lines end in ``\\n``, ``\\r\\n`` or ``\\r``, as
+Python's universal newlines do; the first problem stops the parse, the molecules before it complete.
 """
 
 import numpy as np
@@ -318,14 +313,11 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
                 if r.end - r.start < 34 or s == e:
                     kind = ATOM_LINE
                     break
-                if not parse_float(&r, 0, 10, &coords[atom0 + k, 0]):
-                    kind = COORD_X
-                    break
-                if not parse_float(&r, 10, 20, &coords[atom0 + k, 1]):
-                    kind = COORD_Y
-                    break
-                if not parse_float(&r, 20, 30, &coords[atom0 + k, 2]):
-                    kind = COORD_Z
+                for j in range(3):
+                    if not parse_float(&r, 10 * j, 10 * j + 10, &coords[atom0 + k, j]):
+                        kind = COORD_X + j  # COORD_Y, COORD_Z follow
+                        break
+                if kind != OK:
                     break
                 i = element_of(&r, &symbol_keys[0], &symbol_values[0], n_keys)
                 if i < 0:
@@ -459,9 +451,8 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
                     if kept != k:
                         element_v[atom0 + kept] = element_v[atom0 + k]
                         charge_v[atom0 + kept] = charge_v[atom0 + k]
-                        coords[atom0 + kept, 0] = coords[atom0 + k, 0]
-                        coords[atom0 + kept, 1] = coords[atom0 + k, 1]
-                        coords[atom0 + kept, 2] = coords[atom0 + k, 2]
+                        for j in range(3):
+                            coords[atom0 + kept, j] = coords[atom0 + k, j]
                     kept += 1
             for k in range(kept + 1):
                 fill[k] = 0

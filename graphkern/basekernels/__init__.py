@@ -8,10 +8,19 @@
   ``DiracNode`` (equal categories), ``GaussianNode`` (a float column), ``ProductNode``
   (``k1 * k2``); on path lengths ``DiracEdge``, ``GaussianEdge``, ``BrownianBridgeEdge``.
 
-The two families name the same ideas twice: ``DiracNode("element")`` is what
-``TensorProduct(element=KroneckerDelta(h))`` is at ``h = 0`` (1 for equal labels, else 0), and
-``GaussianNode(c, sigma=s)`` what ``TensorProduct(c=SquareExponential(s))`` computes.  Each
-graph kernel takes its own family (``graphkern.spgk`` re-exports the shortest-path names).
+The two families name the same ideas twice (each graph kernel takes its own family;
+``graphkern.spgk`` re-exports the shortest-path names):
+
+=====================================  ==================================================
+shortest path                          marginalized
+=====================================  ==================================================
+``DiracNode("c")``                      ``TensorProduct(c=KroneckerDelta(h))``, h > 0 for
+                                        vertices (the solver divides by vertex values)
+``GaussianNode("x", sigma=s)``          ``TensorProduct(x=SquareExponential(s))``
+``ProductNode(k1, k2)``, ``k1 * k2``    ``TensorProduct(c1=..., c2=...)``
+``DiracEdge()`` / ``GaussianEdge(s)``   ``KroneckerDelta(0.0)`` / ``SquareExponential(s)``
+                                        on an edge label column
+=====================================  ==================================================
 """
 
 from graphkern.basekernels.marginalized import (KIND_CONSTANT, KIND_KRONECKER_DELTA,

@@ -15,20 +15,7 @@ each applied to one named label column by
 * :class:`Additive` ``(...)``: the normalized sum, the mean of its terms (weights 1/n that
   sum to 1), so that values stay in [0, 1].
 
-The shortest-path kernel (graphkern.spgk) names its fixed-form base kernels after what they
-compare; their counterparts here, for the marginalized kernel:
-
-=====================================  ==================================================
-graphkern.spgk                          graphkern.basekernels
-=====================================  ==================================================
-``DiracNode("c")``                      ``TensorProduct(c=KroneckerDelta(h))``, h > 0 for
-                                        vertices (the solver divides by vertex values)
-``GaussianNode("x", sigma=s)``          ``TensorProduct(x=SquareExponential(s))``
-``GaussianNode("x", gamma=g)``          ``SquareExponential(1 / sqrt(2 g))``
-``ProductNode(k1, k2)``, ``k1 * k2``    ``TensorProduct(c1=..., c2=...)``
-``DiracEdge()`` / ``GaussianEdge(s)``   ``KroneckerDelta(0.0)`` / ``SquareExponential(s)``
-                                        on an edge label column
-=====================================  ==================================================
+The shortest-path kernel's counterparts are listed in :mod:`graphkern.basekernels`.
 
 Every kernel is callable on label arrays (``kernel(x, y)``, elementwise and broadcasting;
 a composition takes two mappings from column name to array), which is how the dense
@@ -125,32 +112,18 @@ def bounds_key(bounds):
 
 
 class Kernel:
-    """A vertex or edge kernel: callable on labels, compilable into a :class:`KernelProgram`."""
+    """A vertex or edge kernel: callable on labels, compilable into a :class:`KernelProgram`.
 
-    def compile(self):
-        """The numeric program that the CPU and GPU solvers interpret."""
-        raise NotImplementedError
+    Every kernel has ``compile()`` (the numeric program the solvers interpret),
+    ``is_strictly_positive()`` (> 0 for every pair of finite labels), ``get_params(deep=True)``
+    (the constructor's arguments; ``deep``: also the base kernels', as ``column__name``),
+    ``set_params(**params)`` (returns self) and ``clone()`` (an independent copy).
+    """
 
     @property
     def columns(self):
         """The label columns this kernel reads (Constant terms read none)."""
         return self.compile().columns
-
-    def is_strictly_positive(self):
-        """True when the kernel's value is > 0 for every pair of finite labels."""
-        raise NotImplementedError
-
-    def get_params(self, deep=True):
-        """The constructor's arguments; ``deep``: also those of the base kernels, as ``column__name``."""
-        raise NotImplementedError
-
-    def set_params(self, **params):
-        """Set hyperparameters or bounds by the names of :meth:`get_params`; returns self."""
-        raise NotImplementedError
-
-    def clone(self):
-        """An independent copy (compositions copy their base kernels too)."""
-        raise NotImplementedError
 
 
 def _hyperparameter_property(name):
@@ -217,7 +190,7 @@ class BaseKernel(Kernel):
         if self.transform is not None:
             raise ValueError(f"{self!r} compares labels, so it needs a label column: wrap it as "
                              f"TensorProduct(<column>={self!r})")
-        return KernelProgram._from_groups([(1.0, [(self, None)])])
+        return KernelProgram([(1.0, [(self, None)])])
 
     def get_params(self, deep=True):
         return {self.hyperparameter: self._value, f"{self.hyperparameter}_bounds": self._bounds}
@@ -298,9 +271,7 @@ class KroneckerDelta(BaseKernel):
         return _KroneckerDeltaDerivative(self)
 
     def __call__(self, x, y, *, vector=False):
-        x = np.asarray(x)
-        y = np.asarray(y)
-        equal = x == y
+        equal = np.asarray(x) == np.asarray(y)
         if vector:
             equal = np.all(equal, axis=-1)
         return np.where(equal, 1.0, self.h)
@@ -338,10 +309,7 @@ class SquareExponential(BaseKernel):
         return _SquareExponentialDerivative(self)
 
     def __call__(self, x, y, *, vector=False):
-        d2 = (np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)) ** 2
-        if vector:
-            d2 = d2.sum(axis=-1)
-        return np.exp(self.aux() * d2)
+        return np.exp(self.aux() * _squared_distance(x, y, vector))
 
     def is_strictly_positive(self):
         # exp of a finite argument; the solvers floor values that underflow (see mgk.py)
@@ -349,6 +317,11 @@ class SquareExponential(BaseKernel):
 
     def __repr__(self):
         return f"SquareExponential({self.length_scale!r}{_bounds_repr(self)})"
+
+
+def _squared_distance(x, y, vector):
+    d2 = (np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)) ** 2
+    return d2.sum(axis=-1) if vector else d2
 
 
 def _bounds_repr(k):
@@ -391,9 +364,7 @@ class _SquareExponentialDerivative(_Derivative):
     transform = "raw"
 
     def __call__(self, x, y, *, vector=False):
-        d2 = (np.asarray(x, dtype=np.float64) - np.asarray(y, dtype=np.float64)) ** 2
-        if vector:
-            d2 = d2.sum(axis=-1)
+        d2 = _squared_distance(x, y, vector)
         return np.exp(self.aux() * d2) * d2 / self.theta ** 3
 
 
@@ -436,6 +407,9 @@ class _Composition(Kernel):
     def clone(self):
         return type(self)(**{col: k.clone() for col, k in self.kernels.items()})
 
+    def __call__(self, labels_x, labels_y, *, vector_columns=()):
+        return self.compile().evaluate(labels_x, labels_y, vector_columns)
+
     def __eq__(self, other):
         return type(self) is type(other) and self.kernels == other.kernels
 
@@ -457,13 +431,10 @@ class TensorProduct(_Composition):
     _name = "TensorProduct"
 
     def compile(self):
-        return KernelProgram._from_groups([(1.0, [(k, col) for col, k in self.kernels.items()])])
+        return KernelProgram([(1.0, [(k, col) for col, k in self.kernels.items()])])
 
     def is_strictly_positive(self):
         return all(k.is_strictly_positive() for k in self.kernels.values())
-
-    def __call__(self, labels_x, labels_y, *, vector_columns=()):
-        return self.compile().evaluate(labels_x, labels_y, vector_columns)
 
 
 class Additive(_Composition):
@@ -473,13 +444,10 @@ class Additive(_Composition):
 
     def compile(self):
         w = 1.0 / len(self.kernels)
-        return KernelProgram._from_groups([(w, [(k, col)]) for col, k in self.kernels.items()])
+        return KernelProgram([(w, [(k, col)]) for col, k in self.kernels.items()])
 
     def is_strictly_positive(self):
         return any(k.is_strictly_positive() for k in self.kernels.values())
-
-    def __call__(self, labels_x, labels_y, *, vector_columns=()):
-        return self.compile().evaluate(labels_x, labels_y, vector_columns)
 
 
 class KernelProgram:
@@ -495,27 +463,14 @@ class KernelProgram:
         n_terms = sum(len(t) for _, t in groups)
         if n_terms > MAX_TERMS:
             raise ValueError(f"a kernel may have at most {MAX_TERMS} terms, got {n_terms}")
-        cols = []
-        for _, terms in groups:
-            for k, col in terms:
-                if col is not None and k.transform is not None and col not in cols:
-                    cols.append(col)
-        self.columns = tuple(cols)
-
-    @classmethod
-    def _from_groups(cls, groups):
-        return cls(groups)
+        self.columns = tuple(dict.fromkeys(col for col, _ in self.feature_spec if col is not None))
 
     # ------------------------------------------------------------------ structure
     @property
     def feature_spec(self):
         """The distinct (column, transform) pairs, in slot order."""
-        spec = []
-        for _, terms in self.groups:
-            for k, col in terms:
-                if k.transform is not None and (col, k.transform) not in spec:
-                    spec.append((col, k.transform))
-        return tuple(spec)
+        return tuple(dict.fromkeys((col, k.transform) for _, terms in self.groups for k, col in terms
+                                   if k.transform is not None))
 
     def structure_key(self):
         """What the packed features depend on (not the hyperparameter values)."""

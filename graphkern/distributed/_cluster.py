@@ -33,21 +33,17 @@ def visible_gpus():
     return named[:n] if named else [str(k) for k in range(n)]
 
 
-def local_cluster(gpus, n_threads, gpu_threads=None):
-    """The cluster of :func:`_local_cluster`, started without changing this process's environment."""
-    with environ_kept():
-        return _local_cluster(gpus, n_threads, gpu_threads)
-
-
 def gpu_worker_threads(n_gpus):
     """OpenMP threads of each GPU worker of a local cluster: its share of the cores."""
     return max(1, (os.cpu_count() or 1) // max(1, n_gpus))
 
 
-def _local_cluster(gpus, n_threads, gpu_threads=None):
+@environ_kept()
+def local_cluster(gpus, n_threads, gpu_threads=None):
     """A started cluster for this machine: one worker per GPU of ``gpus`` (identifiers as
     :func:`visible_gpus` gives them), each with ``gpu_threads`` OpenMP threads for its host work
-    (default :func:`gpu_worker_threads`), or one CPU worker when ``gpus`` is empty.
+    (default :func:`gpu_worker_threads`), or one CPU worker when ``gpus`` is empty; this process's
+    environment is left as it was.
 
     GPUs: dask-cuda's LocalCUDACluster when installed, else one worker process per GPU whose
     CUDA_VISIBLE_DEVICES lists its own GPU first (dask-cuda's convention, so device 0 of every

@@ -7,10 +7,8 @@ pointers, columns, weights and each label column concatenated, with offsets) and
 rebuilds them as read-only views into those arrays with ``Graph._trusted``: no copy and no check,
 each graph keeping what had been checked of it (a graph built with ``validate=False`` arrives as
 unchecked as it left).  Lists it cannot lay flat (a label column whose dtype or width differs
-between graphs) travel as plain pickles.  ``graphkern.graph.pack_graphs`` packs for the kernels
-(named label columns every graph must hold, weights made explicit); this keeps each graph as it
-was: its own label columns (or those of them the workers' kernel reads), unweighted or weighted,
-its name and what was checked of it.
+between graphs) travel as plain pickles.  Unlike ``graphkern.graph.pack_graphs`` this keeps each
+graph as it was: its own label columns, weights or none, name and checks.
 """
 
 from __future__ import annotations

@@ -27,41 +27,35 @@ _GRAPHS_KEPT = 4
 _LOCK = threading.Lock()
 
 
+def _kept(cache, limit, key, make):
+    """``cache[key]``, made by ``make()`` on first use; the oldest entries beyond ``limit`` go."""
+    with _LOCK:
+        value = cache.get(key)
+        if value is None:
+            value = cache[key] = make()
+            while len(cache) > limit:
+                cache.popitem(last=False)
+        return value
+
+
 def _kernel(job):
     token, cls, params = job
-    key = (token, threading.get_ident())
-    with _LOCK:
-        kernel = _KERNELS.get(key)
-        if kernel is None:
-            kernel = _KERNELS[key] = cls(**params)
-            while len(_KERNELS) > _KERNELS_KEPT:
-                _KERNELS.popitem(last=False)
-        return kernel
+    return _kept(_KERNELS, _KERNELS_KEPT, (token, threading.get_ident()), lambda: cls(**params))
 
 
 def forget(token):
     """Drop the kernels of call ``token`` (their packed graphs and device memory) and its graphs
     from this worker."""
     with _LOCK:
-        for key in [k for k in _KERNELS if k[0] == token]:
-            del _KERNELS[key]
-        for key in [k for k in _GRAPHS if k[0] == token]:
-            del _GRAPHS[key]
+        for cache in (_KERNELS, _GRAPHS):
+            for key in [k for k in cache if k[0] == token]:
+                del cache[key]
 
 
 def shipped(job, name, blob):
     """The graphs ``blob`` (as :func:`graphkern.distributed._ship.pack` wrote them), rebuilt once
     per worker process and call and kept while its tiles arrive; None stays None."""
-    if blob is None:
-        return None
-    key = (job[0], name)
-    with _LOCK:
-        graphs = _GRAPHS.get(key)
-        if graphs is None:
-            graphs = _GRAPHS[key] = unpack(blob)
-            while len(_GRAPHS) > _GRAPHS_KEPT:
-                _GRAPHS.popitem(last=False)
-        return graphs
+    return None if blob is None else _kept(_GRAPHS, _GRAPHS_KEPT, (job[0], name), lambda: unpack(blob))
 
 
 def compute_tile(job, X, Y, tile, sink):

@@ -68,13 +68,9 @@ def gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, ve
                  retries=retries)[0]
 
 
-def _gram(kernel, X, Y=None, **options):
+@environ_kept()  # a nanny restarting a lost worker sets thread limits in this process
+def _gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, verbose=False, retries=2):
     """``gram`` and a dict of what the run did (tiles, pairs, seconds, per-tile kernel seconds)."""
-    with environ_kept():  # a nanny restarting a lost worker sets thread limits in this process
-        return _gram_run(kernel, X, Y, **options)
-
-
-def _gram_run(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, verbose=False, retries=2):
     kind, dtype = _kind(kernel)
     X = as_graph_list(X, "X")
     Y = None if Y is None else as_graph_list(Y, "Y")
@@ -155,13 +151,10 @@ class _Run:
     def graphs(self, name, graphs):
         """The graphs as one future held by every worker: shipped once per worker, not per task.
 
-        They travel as one byte string of flat arrays (``_ship.pack``), with only the label columns
-        the kernel reads, unpacked once per worker (``_tasks.shipped``): Dask would send a list of
-        Graphs as one frame per NumPy array, six per molecule, and every worker would wait on them
-        before its first tile.  The key is unique
-        to this call (``hash=False``): a content-hashed key is shared with an earlier call on the
-        same graphs, whose release can reach the scheduler after this scatter and drop the data
-        under this call's tiles ("lost dependencies").
+        They travel as one byte string of flat arrays (``_ship.pack``) with only the label columns
+        the kernel reads: Dask would send a list of Graphs as one frame per NumPy array.  The key is
+        unique to this call (``hash=False``): a content-hashed key shared with an earlier call on the
+        same graphs could be released under this call's tiles ("lost dependencies").
         """
         if graphs is None:
             return None

@@ -12,18 +12,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from .._arrays import index_dtype
 from ..graph import Graph
-
-_INT32_MAX = np.iinfo(np.int32).max
-
-
-def make_rng(seed):
-    """A ``numpy.random.Generator`` from an int, a SeedSequence, a Generator (used as is) or None."""
-    return np.random.default_rng(seed)
-
-
-def index_dtype(n):
-    return np.int32 if n <= _INT32_MAX else np.int64
 
 
 def symmetric_csr(u, v, n):

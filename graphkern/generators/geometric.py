@@ -7,7 +7,7 @@ import scipy.sparse as sp
 from scipy.signal import lfilter
 from scipy.spatial import Delaunay, cKDTree
 
-from ._build import check_count, finish, make_rng, rows_of, symmetric_csr
+from ._build import check_count, finish, rows_of, symmetric_csr
 
 __all__ = ["delaunay", "contact_graph_3d"]
 
@@ -25,7 +25,7 @@ def delaunay(n, *, weighted=False, coords=False, seed=None, as_csr=False):
     node label ``coords`` of shape ``(n, 2)``.
     """
     n = check_count(n, "n", 3)
-    points = make_rng(seed).random((n, 2))
+    points = np.random.default_rng(seed).random((n, 2))
     indptr, indices = Delaunay(points).vertex_neighbor_vertices
     A = sp.csr_matrix((np.ones(len(indices)), indices, indptr), shape=(n, n))
     A.sort_indices()
@@ -54,7 +54,7 @@ def contact_graph_3d(n, *, cutoff=8.0, bond_length=3.8, persistence=0.5, volume_
     if not 0 < bond_length <= cutoff:
         raise ValueError(f"need 0 < bond_length <= cutoff to keep the chain connected, "
                          f"got bond_length={bond_length}, cutoff={cutoff}")
-    rng = make_rng(seed)
+    rng = np.random.default_rng(seed)
     side = (n * float(volume_per_node)) ** (1.0 / 3.0)
     if not 0 <= persistence < 1:
         raise ValueError(f"persistence must lie in [0, 1), got {persistence}")

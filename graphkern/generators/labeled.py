@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..graph import Graph
-from ._build import check_count, check_probability, finish, make_rng
+from ._build import check_count, check_probability
 
 __all__ = ["random_labeled"]
 
@@ -41,7 +40,7 @@ def random_labeled(n, p=None, *, m=None, n_node_labels=4, n_edge_labels=0, conti
     n_node_labels = check_count(n_node_labels, "n_node_labels")
     n_edge_labels = check_count(n_edge_labels, "n_edge_labels")
     continuous = check_count(continuous, "continuous")
-    rng = make_rng(seed)
+    rng = np.random.default_rng(seed)
     n_pairs = n * (n - 1) // 2
     if m is None:
         m = int(rng.binomial(n_pairs, check_probability(p, "p")))
@@ -57,11 +56,6 @@ def random_labeled(n, p=None, *, m=None, n_node_labels=4, n_edge_labels=0, conti
     if n_edge_labels:
         edge_labels["label"] = rng.integers(0, n_edge_labels, m)
     weights = 1.0 - rng.random(m) if weighted else None
-    name = f"random_labeled(n={n}, m={m})"
-    if m == 0:
-        # nothing to validate, and Graph's mirror check cannot reshape empty edge columns
-        return finish(sp.csr_matrix((n, n)), as_csr=as_csr, weights=weights, node_labels=node_labels,
-                      edge_labels=edge_labels, name=name)
     graph = Graph.from_edges(np.stack([i, j], axis=1), n, weights=weights, node_labels=node_labels,
-                             edge_labels=edge_labels, name=name)
+                             edge_labels=edge_labels, name=f"random_labeled(n={n}, m={m})")
     return graph.to_scipy() if as_csr else graph

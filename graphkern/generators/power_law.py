@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._build import check_count, finish, index_dtype, make_rng, symmetric_csr
+from ._build import check_count, finish, index_dtype, symmetric_csr
 
 __all__ = ["rmat", "chung_lu"]
 
@@ -27,7 +27,7 @@ def rmat(scale, edge_factor=16, a=0.57, b=0.19, c=0.19, *, permute=True, seed=No
     d = 1.0 - a - b - c
     if min(a, b, c, d) < 0:
         raise ValueError(f"R-MAT probabilities must be non-negative and sum to at most 1, got a={a}, b={b}, c={c}")
-    rng = make_rng(seed)
+    rng = np.random.default_rng(seed)
     n = 1 << scale
     n_draws = edge_factor * n
     dtype = index_dtype(n)
@@ -71,7 +71,7 @@ def chung_lu(n, gamma, avg_degree, *, max_degree=None, permute=True, seed=None, 
     cap = float(max_degree) if max_degree is not None else np.sqrt(n * avg_degree)
     if cap < avg_degree:
         raise ValueError(f"max_degree ({cap}) is below avg_degree ({avg_degree})")
-    rng = make_rng(seed)
+    rng = np.random.default_rng(seed)
     weights = (np.arange(n) + 1.0) ** (-1.0 / (gamma - 1.0))
     for _ in range(50):  # capping lowers the mean, rescaling raises it again; a few rounds settle it
         weights = np.minimum(weights * (avg_degree / weights.mean()), cap)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._build import check_count, finish, make_rng, symmetric_csr
+from ._build import check_count, finish, symmetric_csr
 
 __all__ = ["barabasi_albert"]
 
@@ -42,7 +42,7 @@ def barabasi_albert(n, m, *, seed=None, as_csr=False):
     m = check_count(m, "m", 1)
     if m >= n:
         raise ValueError(f"barabasi_albert needs m < n, got m={m}, n={n}")
-    rng = make_rng(seed)
+    rng = np.random.default_rng(seed)
     n_edges = m * (n - m)
     # edges 0..m-1 are the star (k+1, 0); node v > m owns edges m*(v-m) .. m*(v-m+1)-1
     source = np.concatenate([np.arange(1, m + 1), np.repeat(np.arange(m + 1, n), m)])

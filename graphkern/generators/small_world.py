@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._build import check_count, check_probability, finish, make_rng, symmetric_csr
+from ._build import check_count, check_probability, finish, symmetric_csr
 
 __all__ = ["watts_strogatz", "newman_watts_strogatz"]
 
@@ -34,7 +34,7 @@ def newman_watts_strogatz(n, k, p, *, seed=None, as_csr=False):
     """
     u, v = _ring_lattice(n, k)
     p = check_probability(p, "p")
-    rng = make_rng(seed)
+    rng = np.random.default_rng(seed)
     chosen = rng.random(len(u)) < p
     shortcut_to = rng.integers(0, n, int(chosen.sum()))
     A = symmetric_csr(np.concatenate([u, u[chosen]]), np.concatenate([v, shortcut_to]), n)
@@ -52,7 +52,7 @@ def watts_strogatz(n, k, p, *, seed=None, as_csr=False):
     """
     u, v = _ring_lattice(n, k)
     p = check_probability(p, "p")
-    rng = make_rng(seed)
+    rng = np.random.default_rng(seed)
     # in a complete lattice (k = n - 1) there is nowhere to rewire to
     rewired = rng.random(len(u)) < (p if k < n - 1 else 0.0)
     w = v.copy()

@@ -99,37 +99,28 @@ def read_bytes(path):
             return f.read()
 
 
-def _fields(line, delimiter):
-    return [t.strip() for t in line.split(delimiter)] if delimiter else line.split()
-
-
-def _is_blank(line, comments):
-    stripped = line.strip()
-    return not stripped or (comments is not None and stripped.startswith(comments))
-
-
-def data_line_number(path, row, *, comments=None):
-    """The 1-based line of data row ``row`` (0-based; blank and comment lines skipped)."""
+def data_line_number(path, row):
+    """The 1-based line of data row ``row`` (0-based; blank lines skipped)."""
     with open_text(path) as f:
         k = -1
         for lineno, line in enumerate(f, 1):
-            if not _is_blank(line, comments):
+            if line.strip():
                 k += 1
                 if k == row:
                     return lineno
     return None
 
 
-def _locate_table_error(path, *, integer, n_columns, delimiter, comments):
+def _locate_table_error(path, *, integer, n_columns):
     """Walk the lines of a table that numpy refused; raise the first problem found."""
     kind = "an integer" if integer else "a number"
     parse = int if integer else float
     first_width = None
     with open_text(path) as f:
         for lineno, line in enumerate(f, 1):
-            if _is_blank(line, comments):
+            if not line.strip():
                 continue
-            fields = _fields(line, delimiter)
+            fields = [t.strip() for t in line.split(",")]
             for k, token in enumerate(fields, 1):
                 try:
                     parse(token)
@@ -141,8 +132,8 @@ def _locate_table_error(path, *, integer, n_columns, delimiter, comments):
             first_width = len(fields)
 
 
-def read_numeric_table(path, *, integer=None, n_columns=None, delimiter=",", comments=None):
-    """Read a text table of numbers, one row a line, into a 2-D array.
+def read_numeric_table(path, *, integer=None, n_columns=None):
+    """Read a comma-separated text table of numbers, one row a line, into a 2-D array.
 
     ``integer=True`` demands integers (int64), ``False`` reads float64 and ``None``
     gives int64 when every field is an integer and float64 otherwise.  Blank lines
@@ -155,20 +146,18 @@ def read_numeric_table(path, *, integer=None, n_columns=None, delimiter=",", com
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
                 with open_text(path) as f:
-                    table = np.loadtxt(f, dtype=dtype, delimiter=delimiter, comments=comments, ndmin=2)
+                    table = np.loadtxt(f, dtype=dtype, delimiter=",", comments=None, ndmin=2)
             break
         except ValueError as err:
             failure = err
     if table is None:
-        _locate_table_error(path, integer=bool(integer), n_columns=n_columns, delimiter=delimiter,
-                            comments=comments)
+        _locate_table_error(path, integer=bool(integer), n_columns=n_columns)
         raise FileFormatError(path, None, str(failure))
     if table.size == 0:
         return table.reshape(0, n_columns or table.shape[1])
     if n_columns is not None and table.shape[1] != n_columns:
-        _locate_table_error(path, integer=bool(integer), n_columns=n_columns, delimiter=delimiter,
-                            comments=comments)
+        _locate_table_error(path, integer=bool(integer), n_columns=n_columns)
     if table.dtype.kind == "f" and not np.all(np.isfinite(table)):
         row = int(np.flatnonzero(~np.all(np.isfinite(table), axis=1))[0])
-        raise FileFormatError(path, data_line_number(path, row, comments=comments), "value is NaN or infinite")
+        raise FileFormatError(path, data_line_number(path, row), "value is NaN or infinite")
     return table

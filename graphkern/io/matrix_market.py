@@ -9,7 +9,9 @@ entries as self-loops.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import itertools
 import os
 import warnings
 
@@ -129,10 +131,7 @@ def _raise_entry_problem(source, path, header):
 
 
 def _line_of_entry(source, header, k):
-    for count, (lineno, _) in enumerate(_entry_lines(source, header)):
-        if count == k:
-            return lineno
-    return None
+    return next(itertools.islice((lineno for lineno, _ in _entry_lines(source, header)), k, None), None)
 
 
 def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False, name=None):
@@ -288,10 +287,7 @@ def write_matrix_market(target, graph, *, comment=None):
     lines += [f"% {text}" for text in (comment or "").splitlines()]
     lines.append(f"{n} {n} {len(edges)}")
     fmt = "%d %d" if values is None else "%d %d %.17g"
-    if isinstance(target, (str, os.PathLike)):
-        with open(target, "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-            np.savetxt(f, table, fmt=fmt)
-    else:
-        target.write("\n".join(lines) + "\n")
-        np.savetxt(target, table, fmt=fmt)
+    path = isinstance(target, (str, os.PathLike))
+    with open(target, "w", encoding="utf-8") if path else contextlib.nullcontext(target) as f:
+        f.write("\n".join(lines) + "\n")
+        np.savetxt(f, table, fmt=fmt)

@@ -137,16 +137,15 @@ def read_tudataset(folder, name=None):
                                   f"edge ({u + 1}, {v + 1}) joins node {u + 1} of graph {graph_of[u]} "
                                   f"and node {v + 1} of graph {graph_of[v]}")
 
-    per_node = f"{os.path.basename(indicator_path)} has {n_nodes} nodes"
-    per_entry = f"{os.path.basename(adjacency_path)} has {n_entries} entries"
-    node_columns = _label_columns(_rows(_path(folder, name, "node_labels"), n_nodes, per_node), "label")
-    node_columns |= _label_columns(_rows(_path(folder, name, "node_attributes"), n_nodes, per_node,
-                                         integer=False), "attributes")
-    edge_columns = _label_columns(_rows(_path(folder, name, "edge_labels"), n_entries, per_entry), "label")
-    edge_columns |= _label_columns(_rows(_path(folder, name, "edge_attributes"), n_entries, per_entry,
-                                         integer=False), "attributes")
+    def columns(what, n, counted_by):
+        labels = _rows(_path(folder, name, f"{what}_labels"), n, counted_by)
+        attributes = _rows(_path(folder, name, f"{what}_attributes"), n, counted_by, integer=False)
+        return _label_columns(labels, "label") | _label_columns(attributes, "attributes")
 
-    graphs = _split_graphs(graph_of, n_graphs, entries, node_columns, edge_columns, adjacency_path, name)
+    graphs = _split_graphs(graph_of, n_graphs, entries,
+                           columns("node", n_nodes, f"{os.path.basename(indicator_path)} has {n_nodes} nodes"),
+                           columns("edge", n_entries, f"{os.path.basename(adjacency_path)} has {n_entries} entries"),
+                           adjacency_path, name)
     targets = graph_labels if graph_labels is not None else graph_attributes
     if targets is not None and targets.shape[1] == 1:
         targets = targets[:, 0]
@@ -184,10 +183,7 @@ def _split_graphs(graph_of, n_graphs, entries, node_columns, edge_columns, adjac
         graphs.append(Graph(indptr, cols[lo:hi] - first, None,
                             node_labels={k: v[first:last] for k, v in node_columns.items()},
                             edge_labels={k: v[lo:hi] for k, v in edge_columns.items()},
-                            symmetrize=True, name=f"{name}/{g + 1}",
-                            # an edgeless graph has nothing to check, and Graph's mirror check
-                            # cannot reshape empty edge columns
-                            validate=bool(hi > lo)))
+                            symmetrize=True, name=f"{name}/{g + 1}"))
     return graphs
 
 
@@ -205,8 +201,7 @@ def write_tudataset(folder, name, graphs, targets=None):
             raise ValueError(f"graph {k} is weighted; the TU Dortmund format has no edge weights "
                              "(store them as an edge attribute)")
     node_offsets = np.concatenate([[0], np.cumsum([g.n_nodes for g in graphs])]).astype(np.int64)
-    entries = [np.stack([np.repeat(np.arange(g.n_nodes), np.diff(g.indptr)), g.indices], axis=1) + node_offsets[k] + 1
-               for k, g in enumerate(graphs)]
+    entries = [np.stack([g._rows(), g.indices], axis=1) + node_offsets[k] + 1 for k, g in enumerate(graphs)]
     _write_rows(_path(folder, name, "A"), np.concatenate(entries) if graphs else np.zeros((0, 2), np.int64))
     _write_rows(_path(folder, name, "graph_indicator"),
                 np.repeat(np.arange(1, len(graphs) + 1), [g.n_nodes for g in graphs]))
