@@ -15,10 +15,11 @@ from graphkern._cuda import runtime as rt
 from graphkern.basekernels import KroneckerDelta, SquareExponential, TensorProduct
 from graphkern.graph import Graph
 from graphkern.mgk import MarginalizedGraphKernel
-from graphkern.mgk.csr import shared_memory_limit
+from graphkern.mgk import csr as csr_module
 from graphkern.mgk.gemm import MAX_TILE, TILE_THREADS
 
-from conftest import sanitized
+from conftest import SANITIZER, sanitized
+from test_mgk_csr import csr_shared_need
 
 pytestmark = pytest.mark.gpu
 
@@ -28,12 +29,14 @@ def _graphs(rng):
     launches more than one solver.  Under a sanitizer, five small ones and one large one, the
     smallest whose pair with itself neither the GEMM solver's largest float64 tile nor the CSR
     solver's shared memory holds (the search direction alone, n^2 float64, exceeds it); under
-    racecheck that one a path (the tiled solver's octile products, each checked there, few)."""
-    n_tiled = max(math.isqrt(shared_memory_limit(rt.get_device(0)) // 8) + 1, TILE_THREADS * MAX_TILE[8] + 1)
+    racecheck three small ones of up to 11 vertices and a path of 24, whose pair with itself the
+    test's CSR limit leaves to the tiled solver."""
+    large = sanitized([260, 300], [max(math.isqrt(csr_module.shared_memory_limit(rt.get_device(0)) // 8) + 1,
+                                       TILE_THREADS * MAX_TILE[8] + 1)], race=[24])
+    sizes = [(int(n), 0.2) for n in rng.integers(4, sanitized(30, 30, race=12), sanitized(24, 5, race=3))]
     out = []
-    for n in list(rng.integers(4, 30, sanitized(24, 5))) + sanitized([260, 300], [n_tiled]):
-        n = int(n)
-        upper = np.triu(rng.random((n, n)) < (0.2 if n < 40 else sanitized(0.03, 0.03, race=0.0)), 1)
+    for n, density in sizes + [(n, sanitized(0.03, 0.03, race=0.0)) for n in large]:
+        upper = np.triu(rng.random((n, n)) < density, 1)
         i, j = np.nonzero(upper)
         edges = [(int(a), int(b)) for a, b in zip(i, j)] + [(k, k + 1) for k in range(n - 1)]
         edges = list(dict.fromkeys(edges))
@@ -66,8 +69,12 @@ def _inject(monkeypatch, name, error, after):
 def test_mgk_fault_mid_gram_is_named_freed_and_recoverable(monkeypatch, rng, where, name, error, after):
     X = _graphs(rng)
     kern = MarginalizedGraphKernel(TensorProduct(kind=KroneckerDelta(0.5)), TensorProduct(length=SquareExponential(1.0)),
-                                   q=0.05, dtype=np.float64, backend="gpu", device=0)
+                                   q=sanitized(0.05, 0.05, race=0.5), dtype=np.float64, backend="gpu", device=0)
+    if SANITIZER == "racecheck":  # the CSR solver's shared memory just too small for the path's pair with itself
+        limit = csr_shared_need(kern, X, len(X) - 1, len(X) - 1, gradient=False) - 1
+        monkeypatch.setattr(csr_module, "shared_memory_limit", lambda dev: limit)
     K = kern(X)  # warm: the datasets and modules are on the device
+    assert "tiled" in kern.info_.solvers and len(kern.info_.solvers) > 1
     dev = rt.get_device(0)
     dev.synchronize()
     gc.collect()

@@ -156,21 +156,23 @@ def test_pairs_beyond_shared_memory_go_to_the_core_solver(rng, monkeypatch, name
     X = sparse_set(rng)[:sanitized(8, 7)]  # under a sanitizer without the 41-vertex graph (the hub's 30 x 30
     # float64 search direction alone, 7,200 bytes, passes the limit below)
     nk, ek = KERNELS[name]
-    ref = dense_mgk(X, None, *programs(name), q=0.05)
-    kern = csr_kernel(name, q=0.05, tol=1e-13, dtype=np.float64)
-    # a limit between the small and the large pairs' needs: both solvers run in one call
-    monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: 6000)
+    q = sanitized(0.05, 0.05, race=0.5)  # under racecheck fewer CG iterations (every reference uses it too)
+    ref = dense_mgk(X, None, *programs(name), q=q)
+    kern = csr_kernel(name, q=q, tol=1e-13, dtype=np.float64)
+    # a limit between the small and the large pairs' needs: both solvers run in one call (under racecheck
+    # the pairs of the first three graphs and, just past the limit, the 9-vertex one's with itself: one
+    # pair on the core solver, whose octile products are the costliest there)
+    limit = csr_shared_need(kern, X, 3, 3, gradient=False) - 1 if SANITIZER == "racecheck" else 6000
+    monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: limit)
     i, j = np.triu_indices(len(X))
-    # under racecheck the pairs of the first six graphs and the 30-vertex one's with itself: fewer
-    # pairs on the core solver, whose octile products are the costliest there
-    keep = sanitized(slice(None), slice(None), race=(j < 6) | (i == 6))
+    keep = sanitized(slice(None), slice(None), race=(j < 3) | ((i == 3) & (j == 3)))
     i, j = i[keep], j[keep]
     pair_arr = np.stack([i, j], axis=1).astype(np.int64)
     nodal = kern(X, nodal=True, pairs=pair_arr)
     assert kern.info_.solvers["csr"] > 0 and kern.info_.solvers["core"] > 0
     assert rel_err(kern(X, pairs=pair_arr), ref[i, j]) < 1e-10
     for (a, b), R in zip(pair_arr.tolist(), nodal):
-        want = dense_mgk_pair(X[a], X[b], *programs(name), q=0.05, nodal=True)
+        want = dense_mgk_pair(X[a], X[b], *programs(name), q=q, nodal=True)
         np.testing.assert_allclose(R, want, rtol=1e-8, atol=1e-12 * np.abs(want).max())
 
 
@@ -259,13 +261,16 @@ def test_small_stopping_probability_non_convergence_and_gradient(rng):
 # ---------------------------------------------------------------------------- gradients on the CSR solver
 
 
-def gradient_shared_need(kern, X, a, b):
-    """The shared bytes the CSR solver's gradient (its own sizing) needs for the pair (X[a], X[b])."""
-    s = kern._settings(gradient=True)
+def csr_shared_need(kern, X, a, b, *, gradient=True):
+    """The shared bytes the CSR solver (its own sizing) needs for the pair (X[a], X[b]) in a
+    gradient solve, or (``gradient=False``) in a solve of K."""
+    s = kern._settings(gradient=gradient)
     ds = kern._dataset(X, s)
     args = solver_arguments(ds, ds, s)
-    engine = dict(kern._router(s).gradient_chain())["csr"]
-    c1, c2, _, _, fixed, f1, f2, cross = engine._parts(ds, ds, args, kern._gradient_plan(s, ds, args))
+    router = kern._router(s)
+    engine = dict(router.gradient_chain() if gradient else router.chain)["csr"]
+    plan = kern._gradient_plan(s, ds, args) if gradient else None
+    c1, c2, _, _, fixed, f1, f2, cross = engine._parts(ds, ds, args, plan)
     return int(fixed + f1[a] + f2[b] + cross * c1.n_nodes[a] * c2.n_nodes[b])
 
 
@@ -276,14 +281,16 @@ def test_gradient_on_csr_and_fallback_against_cpu_and_finite_differences(rng, mo
     solver's gradient in the same call: equal to the CPU's and to central differences of K."""
     from test_mgk_gradient import assert_gradient_close, finite_differences, make_kernel
 
-    X = sparse_set(rng)[:7]
+    # under racecheck the first four graphs (up to 9 vertices) and q = 0.5 (every kernel here)
+    X = sparse_set(rng)[:sanitized(7, 7, race=4)]
     seed = int(rng.integers(1 << 30))
-    cpu = make_kernel(form, np.random.default_rng(seed), "cpu")
-    gpu64 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr")
+    fast = sanitized({}, {}, race=dict(q=0.5))
+    cpu = make_kernel(form, np.random.default_rng(seed), "cpu", **fast)
+    gpu64 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr", **fast)
     # a limit between the small and the large pairs' gradient footprints: both solvers run (under
     # racecheck, where the core solver's octile products are the costliest part, just below the
-    # 30-vertex graph's pair with itself: that pair, and any as large, on the core solver)
-    limit = gradient_shared_need(gpu64, X, 6, 6) - 1 if SANITIZER == "racecheck" else 9000
+    # 9-vertex graph's pair with itself: that pair on the core solver)
+    limit = csr_shared_need(gpu64, X, 3, 3) - 1 if SANITIZER == "racecheck" else 9000
     monkeypatch.setattr(_mgk_csr, "shared_memory_limit", lambda dev: limit)
     Kc, dc = cpu(X, eval_gradient=True)
     Kg, dg = gpu64(X, eval_gradient=True)
@@ -292,8 +299,8 @@ def test_gradient_on_csr_and_fallback_against_cpu_and_finite_differences(rng, mo
     assert np.max(np.abs(dg - dc)) <= 1e-9 * np.max(np.abs(dc)), form
     names = [h.name for h in gpu64.hyperparameters if not h.fixed]
     # under a sanitizer the differences over a small, the 17-vertex and the hub graph (on the core
-    # solver); under racecheck over the small and the 17-vertex graph (all on the CSR solver)
-    fd = sanitized(np.arange(len(X)), np.array([2, 5, 6]), race=np.array([2, 5]))
+    # solver); under racecheck over the 2- and the 9-vertex graph (on the CSR solver)
+    fd = sanitized(np.arange(len(X)), np.array([2, 5, 6]), race=np.array([2, 3]))
     assert_gradient_close(dg[np.ix_(fd, fd)], finite_differences(gpu64, [X[k] for k in fd]), Kg[np.ix_(fd, fd)], names)
     # both solves stop on their own residuals, as on the CPU (the lockstep runs a converged side no further)
     cpu(X, eval_gradient=True)
@@ -307,7 +314,7 @@ def test_gradient_on_csr_and_fallback_against_cpu_and_finite_differences(rng, mo
     assert np.all(info_g.residuals <= 1e-13)
 
     gpu32 = make_kernel(form, np.random.default_rng(seed), "gpu", techniques="csr", dtype=np.float32, tol=None,
-                        gradient_dtype=None)
+                        gradient_dtype=None, **fast)
     K32, d32 = gpu32(X, eval_gradient=True)
     assert K32.dtype == d32.dtype == np.float32
     assert rel_err(K32, Kc) < 2e-5

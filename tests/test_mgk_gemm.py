@@ -488,18 +488,19 @@ def test_every_tile_on_dense_and_medium_graphs(rng, edge):
     assert kern64.info_.solvers.get("csr", 0) + kern64.info_.solvers.get("core", 0) == int((~small).sum())
 
 
-# dense graphs of the routing tests; under racecheck small enough that the CSR solver's float64
-# gradient takes their pairs (the core solver's octile products on dense pairs, one warp a pair,
-# are the costliest part there), still dense enough that the GEMM solver wins every pair of them
-ROUTED_DENSE = sanitized((40, 57, 64), (40, 57, 64), race=(24, 33, 40))
+# dense and sparse graphs of the routing tests, and their q; under racecheck the dense ones small (few entry
+# pairs on the CSR solver's float64 gradient, which takes their pairs: the core solver's octile products,
+# costliest there, run none) but dense enough that the GEMM solver wins every pair of them, and q = 0.5
+ROUTED_DENSE = sanitized((40, 57, 64), (40, 57, 64), race=(14, 18))
+ROUTED_SPARSE, ROUTED_Q = sanitized(((50, 60), 0.1), ((50, 60), 0.1), race=((30, 36), 0.5))
 
 
 @gpu
 def test_auto_routes_dense_pairs_here_and_sparse_pairs_to_csr(rng, monkeypatch):
     dense = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in ROUTED_DENSE]
-    sparse = [labeled_graph(rng, n, 0.04, [0, 1, 2]) for n in (50, 60)]
+    sparse = [labeled_graph(rng, n, 0.04, [0, 1, 2]) for n in ROUTED_SPARSE]
     X = dense + sparse
-    q = 0.1
+    q = ROUTED_Q
     auto = kernel("kronecker", q=q, tol=1e-12, dtype=np.float64, backend="gpu")
     K = auto(X)
     cpu = kernel("kronecker", q=q, tol=1e-12, dtype=np.float64, backend="cpu")(X)
@@ -512,8 +513,8 @@ def test_auto_routes_dense_pairs_here_and_sparse_pairs_to_csr(rng, monkeypatch):
     plan = engine.route(ds, ds, pairs, solver_arguments(ds, ds, s))
     assert auto.info_.solvers["gemm"] == int(plan.take.sum()) > 0
     assert auto.info_.solvers["csr"] + auto.info_.solvers.get("tiled", 0) == int((~plan.take).sum()) > 0
-    assert all(plan.take[k] for k, (a, b) in enumerate(pairs.tolist()) if a < 3 and b < 3)
-    assert not any(plan.take[k] for k, (a, b) in enumerate(pairs.tolist()) if a >= 3 and b >= 3)
+    assert all(plan.take[k] for k, (a, b) in enumerate(pairs.tolist()) if max(a, b) < len(dense))
+    assert not any(plan.take[k] for k, (a, b) in enumerate(pairs.tolist()) if min(a, b) >= len(dense))
     # with the switch off, gradients are the CSR solver's
     auto.gemm_gradients = False
     assert [name for name, _ in auto._router(auto._settings()).gradient_chain()] == ["csr", "core"]
@@ -623,23 +624,27 @@ def test_gradient_against_cpu_and_finite_differences(rng, edge, solves):
 def test_gradient_pairs_that_fall_back_mix_with_pairs_here(rng, solves):
     """float64: a 70-vertex graph (tile 5) and one of 17 edge categories go to the CSR solver's
     gradient in the same call; rectangular X, Y and normalize too."""
-    # under racecheck the 70-vertex graph at density 0.2: its pairs fit the CSR solver's gradient
-    # (at 0.5 the pair with itself goes to the core solver, whose octile products cost most there)
-    X = [labeled_graph(rng, 40, 0.9, [0, 1, 2]), labeled_graph(rng, 70, sanitized(0.5, 0.5, race=0.2), [0, 1]),
-         labeled_graph(rng, 30, 0.9, list(range(MAX_CATEGORIES + 1))), labeled_graph(rng, 50, 0.3, [1, 2])]
-    kern = gradient_kernel("kronecker-scaled", backend="gpu", techniques="gemm", gradient_solves=solves[0])
-    cpu = gradient_kernel("kronecker-scaled", backend="cpu")
+    # under racecheck q = 0.5, graphs of 16 vertices (the 17-category one drawn until its edges have every
+    # category) and the tile-5 one of 65 at density 0.03 (its pairs fit the CSR solver's gradient)
+    n0, n1, n2, n3 = sanitized((40, 70, 30, 50), (40, 70, 30, 50), race=(16, 65, 16, 16))
+    X = [labeled_graph(rng, n0, 0.9, [0, 1, 2]), labeled_graph(rng, n1, sanitized(0.5, 0.5, race=0.03), [0, 1]),
+         labeled_graph(rng, n2, 0.9, list(range(MAX_CATEGORIES + 1))), labeled_graph(rng, n3, 0.3, [1, 2])]
+    while len(np.unique(X[2].edge_labels["order"])) <= MAX_CATEGORIES:
+        X[2] = labeled_graph(rng, n2, 0.9, list(range(MAX_CATEGORIES + 1)))
+    fast = sanitized({}, {}, race=dict(q=0.5))
+    kern = gradient_kernel("kronecker-scaled", backend="gpu", techniques="gemm", gradient_solves=solves[0], **fast)
+    cpu = gradient_kernel("kronecker-scaled", backend="cpu", **fast)
     K, dK = kern(X, eval_gradient=True)
     Kc, dKc = cpu(X, eval_gradient=True)
     assert rel_err(K, Kc) < 1e-9
     np.testing.assert_allclose(dK, dKc, rtol=1e-9, atol=1e-12 * np.abs(dKc).max())
     ran, _ = solve_gradient_directly(kern, X)
     assert ran["gemm"] == 3 and ran.get("csr", 0) + ran.get("core", 0) == 7  # (0, 0), (0, 3), (3, 3)
-    Y = [labeled_graph(rng, 12, 0.8, [2]), labeled_graph(rng, 25, 0.6, [0, 1])]
+    Y = [labeled_graph(rng, 12, 0.8, [2]), labeled_graph(rng, sanitized(25, 25, race=12), 0.6, [0, 1])]
     for normalize in (False, True):
         g = gradient_kernel("kronecker", backend="gpu", techniques="gemm", normalize=normalize,
-                            gradient_solves=solves[0])
-        c = gradient_kernel("kronecker", backend="cpu", normalize=normalize)
+                            gradient_solves=solves[0], **fast)
+        c = gradient_kernel("kronecker", backend="cpu", normalize=normalize, **fast)
         K, dK = g(X, Y, eval_gradient=True)
         Kc, dKc = c(X, Y, eval_gradient=True)
         assert rel_err(K, Kc) < 1e-9
@@ -677,11 +682,11 @@ def test_gradient_pair_that_does_not_converge_is_reported(rng):
 @gpu
 def test_auto_runs_gradients_here_with_the_switch(rng):
     dense = [labeled_graph(rng, n, 0.9, [0, 1, 2]) for n in ROUTED_DENSE]
-    sparse = [labeled_graph(rng, n, 0.04, [0, 1, 2]) for n in (50, 60)]
+    sparse = [labeled_graph(rng, n, 0.04, [0, 1, 2]) for n in ROUTED_SPARSE]
     X = dense + sparse
-    csr = gradient_kernel("kronecker", backend="gpu", techniques="csr")
+    csr = gradient_kernel("kronecker", q=ROUTED_Q, backend="gpu", techniques="csr")
     _, dK_csr = csr(X, eval_gradient=True)
-    auto = gradient_kernel("kronecker", backend="gpu", gemm_gradients=True)
+    auto = gradient_kernel("kronecker", q=ROUTED_Q, backend="gpu", gemm_gradients=True)
     _, dK = auto(X, eval_gradient=True)
     np.testing.assert_allclose(dK, dK_csr, rtol=1e-8, atol=1e-12 * np.abs(dK_csr).max())
     ran, _ = solve_gradient_directly(auto, X)

@@ -404,12 +404,13 @@ def test_cluster_teams_on_large_pairs(rng, schedule):
     few large pairs."""
     if "cluster" not in gpu_teams():
         pytest.skip("thread-block clusters need compute capability 9.0")
-    # under racecheck G1s of 133 (17 tile rows: groups for every block of a cluster), 96 and 72
-    # vertices, and q = 0.3 (fewer CG iterations; every reference uses it too)
-    X = [labeled_graph(rng, int(n), 6.0 / n) for n in sanitized((260, 190, 133), (260, 190, 133), race=(133, 96, 72))]
+    # under racecheck one large G1, a path of 133 vertices (17 tile rows: groups for every block of a
+    # cluster, in few octiles), and q = 0.9 (fewer CG iterations; every reference uses it too)
+    X = [labeled_graph(rng, int(n), 6.0 / n) for n in (260, 190, 133)]
+    X = sanitized(X, X, race=[labeled_graph(rng, 133, edges=[(k, k + 1) for k in range(132)])])
     X += [labeled_graph(rng, 7), star_graph(rng, sanitized(70, 70, race=40))]
     nk, ek = KERNELS["sqexp"]
-    q = sanitized(0.05, 0.05, race=0.3)
+    q = sanitized(0.05, 0.05, race=0.9)
     kw = dict(q=q, tol=1e-12, dtype=np.float64, reorder="pbr")
     cpu = MarginalizedGraphKernel(nk, ek, backend="cpu", **kw)(X)
     block = MarginalizedGraphKernel(nk, ek, backend="gpu", techniques=dict(team="block", schedule=schedule), **kw)
@@ -423,12 +424,13 @@ def test_cluster_teams_on_large_pairs(rng, schedule):
     # float32, the default techniques: a few pairs of large graphs go to clusters
     big = [labeled_graph(rng, int(n), 3.0 / n) for n in (600, 560)]
     # under a sanitizer one pair of 600-vertex graphs, not three pairs; under racecheck one pair of
-    # a RACE_CLUSTER_N-vertex graph, whose octiles still pass CLUSTER_MIN_OCTILES
+    # a RACE_CLUSTER_N-vertex graph, whose octiles still pass CLUSTER_MIN_OCTILES, against the CPU
     big = sanitized(big, big[:1], race=[labeled_graph(rng, RACE_CLUSTER_N, 3.0 / RACE_CLUSTER_N)])
     auto = MarginalizedGraphKernel(nk, ek, q=q, backend="gpu", techniques="tiled")
     K = auto(big)
     assert _teams_run(auto, big) == ["cluster"]
-    ref = MarginalizedGraphKernel(nk, ek, q=q, backend="gpu", techniques=dict(team="block"))(big)
+    on_blocks = dict(backend="gpu", techniques=dict(team="block"))
+    ref = MarginalizedGraphKernel(nk, ek, q=q, **sanitized(on_blocks, on_blocks, race=dict(backend="cpu")))(big)
     assert rel_err(K, ref) < 3e-5
     assert CLUSTER_BLOCKS == 8
 
