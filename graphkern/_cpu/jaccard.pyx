@@ -20,9 +20,15 @@ import numpy as np
 cimport openmp
 from cython cimport floating
 from cython.parallel cimport parallel, prange
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
-from graphkern._cpu._search cimport lower_bound
+from graphkern._cpu._search cimport lower_bound, sorted_index_t
+
+ctypedef fused bits_t:
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
 
 cdef enum:
     JACCARD = 0
@@ -268,3 +274,61 @@ def parallel_copy(src, int n_threads):
         hi = lo + block if lo + block < n else n
         memcpy(&d[lo], &s[lo], hi - lo)
     return out
+
+
+def row_figures(indptr, int n_threads):
+    """``(indptr64, top, nonempty)`` of the row pointers ``indptr`` (any integer type) in one
+    parallel pass: the pointers as int64 (``indptr`` itself when it is contiguous int64), the
+    longest row and the number of non-empty rows.  Decreasing pointers (an invalid CSR, which
+    the caller checks) give meaningless figures, never a fault."""
+    if indptr.dtype != np.int32:
+        indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+    out = indptr if indptr.dtype == np.int64 else np.empty(indptr.shape, dtype=np.int64)
+    if indptr.size < 2:
+        out[:] = indptr
+        return out, 0, 0
+    top, nonempty = _row_figures(np.ascontiguousarray(indptr), out, n_threads)
+    return out, top, nonempty
+
+
+def _row_figures(const sorted_index_t[::1] indptr, int64_t[::1] out, int n_threads):
+    cdef int64_t n = indptr.shape[0] - 1
+    cdef int64_t parts = min(n, 64 * <int64_t>n_threads), b, i, lo, hi, d, top, count
+    cdef int64_t[::1] tops = np.empty(parts, dtype=np.int64)
+    cdef int64_t[::1] counts = np.empty(parts, dtype=np.int64)
+    for b in prange(parts, nogil=True, num_threads=n_threads, schedule="static", use_threads_if=n > 1 << 16):
+        lo = b * n // parts
+        hi = (b + 1) * n // parts
+        top = 0
+        count = 0
+        for i in range(lo, hi):
+            d = <int64_t>indptr[i + 1] - indptr[i]
+            if sorted_index_t is int32_t:  # widened in the same pass, its pages touched by their threads
+                out[i] = indptr[i]
+            top = d if d > top else top
+            count = count + (d > 0)
+        tops[b] = top
+        counts[b] = count
+    if sorted_index_t is int32_t:
+        out[n] = indptr[n]
+    return int(np.max(tops)), int(np.sum(counts))
+
+
+def _uniform(const bits_t[::1] v, int n_threads):
+    cdef int64_t size = v.shape[0], block = 1 << 18, b, k, hi
+    cdef int64_t blocks = (size + block - 1) // block
+    cdef bits_t first = v[0]
+    cdef uint8_t[::1] differs = np.zeros(blocks, dtype=np.uint8)
+    for b in prange(blocks, nogil=True, num_threads=n_threads, schedule="dynamic", use_threads_if=blocks > 1):
+        hi = min(size, (b + 1) * block)
+        k = b * block
+        while k < hi and v[k] == first:  # a block ends at its first difference
+            k = k + 1
+        differs[b] = k < hi
+    return not np.any(differs)
+
+
+def uniform_values(values, int n_threads):
+    """True when every element of the contiguous, non-empty 1-D array ``values`` has the bits of
+    the first (any type of 1, 2, 4 or 8 bytes), in one parallel pass."""
+    return _uniform(values.view(f"u{values.dtype.itemsize}"), n_threads)
