@@ -339,6 +339,7 @@ def test_row_figures_match_numpy(n_threads, rng):
         indptr = np.concatenate([[0], np.cumsum(degrees)])
         for dtype in (np.int32, np.int64, np.int16 if n < 100 else np.int32):
             p = indptr.astype(dtype)
+            p.flags.writeable = False  # a Graph's arrays are read-only
             wide, top, nonempty = row_figures(p, n_threads)
             assert wide.dtype == np.int64 and np.array_equal(wide, indptr) and (wide is p) == (dtype == np.int64)
             assert top == (degrees.max() if n else 0) and nonempty == np.count_nonzero(degrees)

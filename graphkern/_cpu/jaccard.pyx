@@ -283,35 +283,27 @@ def row_figures(indptr, int n_threads):
     the caller checks) give meaningless figures, never a fault."""
     if indptr.dtype != np.int32:
         indptr = np.ascontiguousarray(indptr, dtype=np.int64)
-    out = indptr if indptr.dtype == np.int64 else np.empty(indptr.shape, dtype=np.int64)
-    if indptr.size < 2:
-        out[:] = indptr
-        return out, 0, 0
-    top, nonempty = _row_figures(np.ascontiguousarray(indptr), out, n_threads)
-    return out, top, nonempty
+    wide = indptr.dtype == np.int64
+    out = indptr if wide else np.empty(indptr.shape, dtype=np.int64)
+    figures = np.zeros((max(1, min(indptr.size - 1, 64 * n_threads)), 2), dtype=np.int64)  # per block
+    _row_figures(np.ascontiguousarray(indptr), np.empty(0, dtype=np.int64) if wide else out, figures, n_threads)
+    return out, int(figures[:, 0].max()), int(figures[:, 1].sum())
 
 
-def _row_figures(const sorted_index_t[::1] indptr, int64_t[::1] out, int n_threads):
-    cdef int64_t n = indptr.shape[0] - 1
-    cdef int64_t parts = min(n, 64 * <int64_t>n_threads), b, i, lo, hi, d, top, count
-    cdef int64_t[::1] tops = np.empty(parts, dtype=np.int64)
-    cdef int64_t[::1] counts = np.empty(parts, dtype=np.int64)
-    for b in prange(parts, nogil=True, num_threads=n_threads, schedule="static", use_threads_if=n > 1 << 16):
-        lo = b * n // parts
-        hi = (b + 1) * n // parts
-        top = 0
-        count = 0
-        for i in range(lo, hi):
-            d = <int64_t>indptr[i + 1] - indptr[i]
-            if sorted_index_t is int32_t:  # widened in the same pass, its pages touched by their threads
-                out[i] = indptr[i]
-            top = d if d > top else top
-            count = count + (d > 0)
-        tops[b] = top
-        counts[b] = count
-    if sorted_index_t is int32_t:
+def _row_figures(const sorted_index_t[::1] indptr, int64_t[::1] out, int64_t[:, ::1] figures, int n_threads):
+    """Each block's longest row and non-empty rows into ``figures``; ``out`` (unless empty) gets
+    the pointers, its pages first touched by the threads that read them."""
+    cdef int64_t n = indptr.shape[0] - 1, parts = figures.shape[0], b, i, d
+    cdef bint widen = out.shape[0] > 0
+    if widen and n >= 0:
         out[n] = indptr[n]
-    return int(np.max(tops)), int(np.sum(counts))
+    for b in prange(parts if n > 0 else 0, nogil=True, num_threads=n_threads, use_threads_if=n > 1 << 16):
+        for i in range(b * n // parts, (b + 1) * n // parts):
+            d = <int64_t>indptr[i + 1] - indptr[i]
+            if widen:
+                out[i] = indptr[i]
+            figures[b, 0] = max(figures[b, 0], d)
+            figures[b, 1] += d > 0
 
 
 def _uniform(const bits_t[::1] v, int n_threads):
