@@ -640,7 +640,7 @@ def test_gpu_large_call_is_copied_out_in_pieces(rng, variant):
     """A call whose output passes PIECE_MIN_BYTES runs in pieces (and a uniform-valued input is
     checked without uploading its values): the CPU's values, bit for bit."""
     n = 200_000
-    B = sp.random(n, n, density=12 / n, random_state=rng, format="csr")
+    B = sp.random(n, n, density=16 / n, random_state=rng, format="csr")
     A = ((B + B.T) > 0).astype(np.float64).tocsr()
     assert A.nnz * 4 > 2 * PIECE_MIN_BYTES
     R, info = jaccard(A, backend="gpu", variant=variant, return_info=True)
