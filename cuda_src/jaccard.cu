@@ -15,6 +15,8 @@
 //      binary    a thread per upper-triangle entry gallops each element of the shorter row
 //                through the longer one, then writes the entry and its mirror (j, i).
 //      warp      a group of G lanes per upper-triangle entry shares the shorter row's elements.
+//                These three take their launch's entries [start, nnz), so that the host runs
+//                them in pieces of consecutive rows and copies finished rows out meanwhile.
 //      balanced  the work of upper entry (i, j) is min(d_i, d_j) searches; a prefix sum over
 //                entries lays all of it on one line and every thread takes `chunk` consecutive
 //                searches, so a hub-to-hub entry is spread over many threads; partial counts meet
@@ -63,8 +65,8 @@ template <bool kWeighted, typename T>
 __device__ __forceinline__ void element_similarity(const int64_t* __restrict__ indptr,
                                                    const int32_t* __restrict__ idx, const T* __restrict__ w,
                                                    int32_t n, int64_t nnz, int32_t metric, const VertexTerms<T>& v,
-                                                   T* __restrict__ out) {
-    const Entry e = group_entry(indptr, idx, n, nnz, 1);
+                                                   T* __restrict__ out, int64_t start) {
+    const Entry e = group_entry(indptr, idx, n, start, nnz, 1);
     if (e.k < 0) return;
     if (e.i == e.j) {
         out[e.k] = T(1);
@@ -89,8 +91,8 @@ __device__ __forceinline__ void write_pair(const int64_t* __restrict__ indptr, c
 template <bool kWeighted, typename T>
 __device__ __forceinline__ void binary_similarity(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
                                                   const T* __restrict__ w, int32_t n, int64_t nnz, int32_t metric,
-                                                  const VertexTerms<T>& v, T* __restrict__ out) {
-    const Entry e = group_entry(indptr, idx, n, nnz, 1);
+                                                  const VertexTerms<T>& v, T* __restrict__ out, int64_t start) {
+    const Entry e = group_entry(indptr, idx, n, start, nnz, 1);
     if (e.k < 0 || e.j < e.i) return;  // a lower entry is written by its mirror's thread
     if (e.j == e.i) {
         out[e.k] = T(1);
@@ -106,9 +108,10 @@ __device__ __forceinline__ void binary_similarity(const int64_t* __restrict__ in
 template <bool kWeighted, typename T>
 __device__ __forceinline__ void warp_similarity(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
                                                 const T* __restrict__ w, int32_t n, int64_t nnz, int32_t metric,
-                                                const VertexTerms<T>& v, T* __restrict__ out, int32_t group) {
+                                                const VertexTerms<T>& v, T* __restrict__ out, int32_t group,
+                                                int64_t start) {
     const int32_t rank = threadIdx.x % group;
-    const Entry e = group_entry(indptr, idx, n, nnz, group);
+    const Entry e = group_entry(indptr, idx, n, start, nnz, group);
     if (e.k < 0 || e.j < e.i) return;  // uniform within a group, as is the diagonal case
     if (e.j == e.i) {
         if (rank == 0) out[e.k] = T(1);
@@ -337,16 +340,16 @@ extern "C" __global__ void __launch_bounds__(kBlock)
 
 #define JACCARD_ENTRY_POINTS(kind, W, T, sfx)                                                                    \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
-        jaccard_element_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T)) {                                           \
-        element_similarity<W, T>(JACCARD_SIMILARITY_ARGS(T));                                                       \
+        jaccard_element_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), int64_t start) {                            \
+        element_similarity<W, T>(JACCARD_SIMILARITY_ARGS(T), start);                                                \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
-        jaccard_binary_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T)) {                                            \
-        binary_similarity<W, T>(JACCARD_SIMILARITY_ARGS(T));                                                        \
+        jaccard_binary_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), int64_t start) {                             \
+        binary_similarity<W, T>(JACCARD_SIMILARITY_ARGS(T), start);                                                 \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
-        jaccard_warp_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t group) {                               \
-        warp_similarity<W, T>(JACCARD_SIMILARITY_ARGS(T), group);                                                   \
+        jaccard_warp_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t group, int64_t start) {                \
+        warp_similarity<W, T>(JACCARD_SIMILARITY_ARGS(T), group, start);                                            \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock, JACCARD_BALANCED_MIN_BLOCKS)                            \
         jaccard_balanced_##kind##_##sfx(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,     \

@@ -251,12 +251,12 @@ struct Entry {
     int32_t i, j;
 };
 
-// The entry of this thread's group of `group` consecutive lanes (one entry per thread when 1).
-// Every thread of the block must call it.
+// The entry of this thread's group of `group` consecutive lanes (one entry per thread when 1),
+// among the entries [start, end) of a launch.  Every thread of the block must call it.
 __device__ __forceinline__ Entry group_entry(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
-                                             int32_t n, int64_t nnz, int32_t group) {
+                                             int32_t n, int64_t start, int64_t nnz, int32_t group) {
     const int32_t per_block = blockDim.x / group;
-    const int64_t first = blockIdx.x * (int64_t)per_block;
+    const int64_t first = start + blockIdx.x * (int64_t)per_block;
     const int64_t k = first + threadIdx.x / group;
     const int32_t i = block_entry_row(indptr, n, k, first, min(nnz - 1, first + per_block - 1));
     if (k >= nnz) return {-1, 0, 0};

@@ -326,3 +326,37 @@ def test_parallel_copy_is_an_independent_equal_array(n_threads, rng):
         b = parallel_copy(a, n_threads)
         assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)
         assert b.flags.writeable and not np.shares_memory(a, b)
+
+
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_row_figures_match_numpy(n_threads, rng):
+    """One pass over the row pointers: int64 pointers (the input itself when int64), the longest
+    row and the non-empty rows, as NumPy finds them, for every index type and tiny inputs."""
+    from graphkern._cpu.jaccard import row_figures
+
+    for n in (0, 1, 5, (1 << 17) + 3):
+        degrees = rng.integers(0, 40, n) * (rng.random(n) < 0.7)
+        indptr = np.concatenate([[0], np.cumsum(degrees)])
+        for dtype in (np.int32, np.int64, np.int16 if n < 100 else np.int32):
+            p = indptr.astype(dtype)
+            p.flags.writeable = False  # a Graph's arrays are read-only
+            wide, top, nonempty = row_figures(p, n_threads)
+            assert wide.dtype == np.int64 and np.array_equal(wide, indptr) and (wide is p) == (dtype == np.int64)
+            assert top == (degrees.max() if n else 0) and nonempty == np.count_nonzero(degrees)
+
+
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_uniform_values_compare_bits(n_threads, rng):
+    from graphkern._cpu.jaccard import uniform_values
+
+    size = 3 * (1 << 18) + 11  # several parallel blocks and a partial one
+    for dtype in (np.bool_, np.int8, np.float16, np.int32, np.float32, np.float64, np.int64):
+        a = np.ones(size, dtype=dtype)
+        assert uniform_values(a, n_threads) and uniform_values(a[:1], n_threads)
+        for k in (0, 1, (1 << 18) - 1, 1 << 18, size - 1, int(rng.integers(size))):
+            b = a.copy()
+            b[k] = 0
+            assert not uniform_values(b, n_threads), (dtype, k)
+    z = np.zeros(10)
+    z[3] = -0.0  # equal values, other bits
+    assert not uniform_values(z, n_threads)

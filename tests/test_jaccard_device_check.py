@@ -109,11 +109,46 @@ def test_unchecked_pattern_takes_the_arrays_as_they_are(rng):
     assert pattern.indptr.dtype == np.int64 and np.array_equal(pattern.indptr, A.indptr)
     assert np.array_equal(pattern.weights, A.data)
     assert unchecked_pattern(A, weighted=False)[0].weights is None
+    assert pattern.figures.top == np.diff(A.indptr).max() and pattern.figures.total == A.nnz
     B = A.copy()
     B.indices = B.indices.astype(np.int64)
     for other in (A.tocoo(), sp.csr_matrix(A.shape), B, sp.csr_matrix(np.ones((2, 3))), A.astype(np.complex128),
                   Graph.from_scipy(A)):
         assert unchecked_pattern(other) is None
+
+
+def uniform_inputs(rng):
+    """(matrix, weighted, whether its values stay on the host): every value the same."""
+    A = sym(rng)
+    out = []
+    for value, weighted, host in ((1.0, False, True), (1.0, True, True), (-2.0, False, True), (-2.0, True, False),
+                                  (-0.0, True, True), (np.nan, False, False), (np.inf, True, False)):
+        for value_type in (np.float64, np.float32, np.float16):
+            data = np.full(A.nnz, value, dtype=value_type)
+            out.append((sp.csr_matrix((data, A.indices, A.indptr), shape=A.shape), weighted, host))
+    for value_type in (np.bool_, np.int8, np.uint16, np.int64):
+        data = np.ones(A.nnz, dtype=value_type)
+        out.append((sp.csr_matrix((data, A.indices, A.indptr), shape=A.shape), False, True))
+    return out
+
+
+def test_uniform_values_are_checked_on_the_host(rng):
+    for B, weighted, host in uniform_inputs(rng):
+        pattern, values = unchecked_pattern(B, weighted=weighted, n_threads=2)
+        assert (values is None) == host, (B.dtype, B.data[0], weighted)
+    B = sym(rng)
+    B.data[:] = 1.0
+    B.data[-1] = 2.0  # the same bits everywhere but one entry: the values go to the device
+    assert unchecked_pattern(B)[1] is B.data
+
+
+@pytest.mark.gpu
+def test_uniform_inputs_give_the_host_paths_results(rng):
+    for B, weighted, _ in uniform_inputs(rng):
+        device = outcome(B, weighted=weighted, backend="gpu")
+        assert device == outcome(B.tocoo(), weighted=weighted, backend="gpu"), (B.dtype, B.data[0], weighted)
+        cpu = outcome(B, weighted=weighted, backend="cpu")
+        assert device[0] == cpu[0] and (device == cpu or weighted), (B.dtype, B.data[0], weighted)
 
 
 @pytest.mark.gpu

@@ -8,9 +8,9 @@ import scipy.sparse as sp
 from graphkern import Graph, GraphTooLargeError
 from graphkern.similarity import choose_variant, jaccard
 from graphkern.similarity.api import SymmetricPattern, symmetric_pattern
-from graphkern.similarity.gpu import DeviceSimilarity
-from graphkern.similarity.plan import (HASH_MIN_DEGREE, SCAN_TILE, DeviceOptions, auto_variant, hash_table_rows,
-                                       hub_vertices, pair_rows_per_block, plan_similarity, row_locality,
+from graphkern.similarity.gpu import PIECE_MIN_BYTES, PIECE_VARIANTS, DeviceSimilarity
+from graphkern.similarity.plan import (HASH_MIN_DEGREE, SCAN_TILE, DegreeFigures, DeviceOptions, auto_variant,
+                                       hash_table_rows, hub_vertices, pair_rows_per_block, plan_similarity, row_locality,
                                        shortrow_group_size, staged_rows_per_block, window_locality,
                                        window_rows_per_block, work_line_length)
 from jaccard_graphs import (CONVENTIONS, GPU_VARIANTS, METRICS, assert_hash_tables, assert_matches_cpu,
@@ -608,6 +608,47 @@ def test_auto_variant_follows_the_degree_distribution():
     chung_lu_like = np.r_[np.full(100_000, 16), [180_000]]
     assert choose_variant(chung_lu_like) == "longrow"  # a hub that dwarfs the mean
     assert choose_variant(np.zeros(10, dtype=np.int64)) == "element"
+    for d in (np.diff(ring.indptr), ba_like, chung_lu_like, np.zeros(10, dtype=np.int64)):
+        assert choose_variant(DegreeFigures.of(d)) == choose_variant(d)  # the figures alone choose it
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", PIECE_VARIANTS)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_gpu_pieces_give_the_whole_launchs_values(rng, gpu_device, variant, weighted):
+    """The entry-parallel variants in pieces of consecutive rows: every piece's entries final at
+    its event, and the values those of one launch, bit for bit."""
+    A = skewed_graph(rng)
+    whole, run = device_values(gpu_device, A, "jaccard", weighted=weighted, dtype=np.float32, variant=variant)
+    p = run.pattern
+    for pieces in (2, 7, 300):
+        run.out.memset32(0x7FC00000, run.stream)  # NaN again: an entry copied before it is final shows
+        done = run.compute(pieces=pieces)
+        starts, ends = [d[0] for d in done], [d[1] for d in done]
+        assert starts == [0] + ends[:-1] and ends[-1] == p.nnz and len(done) <= pieces
+        assert np.isin(ends, p.indptr).all()  # every piece ends at a row's start
+        out = np.full(p.nnz, np.nan, dtype=np.float32)
+        for piece in done:
+            run.download(out, [piece])
+            assert not np.isnan(out[:piece[1]]).any()
+        np.testing.assert_array_equal(out, whole)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["warp", "binary"])
+def test_gpu_large_call_is_copied_out_in_pieces(rng, variant):
+    """A call whose output passes PIECE_MIN_BYTES runs in pieces (and a uniform-valued input is
+    checked without uploading its values): the CPU's values, bit for bit."""
+    n = 200_000
+    B = sp.random(n, n, density=16 / n, random_state=rng, format="csr")
+    A = ((B + B.T) > 0).astype(np.float64).tocsr()
+    assert A.nnz * 4 > 2 * PIECE_MIN_BYTES
+    R, info = jaccard(A, backend="gpu", variant=variant, return_info=True)
+    assert info.variant == variant and "validate_device" in info.times
+    C = jaccard(A, backend="cpu")
+    assert R.indptr.dtype == C.indptr.dtype == np.int32 and np.array_equal(R.indptr, C.indptr)
+    assert np.array_equal(R.indices, C.indices) and not np.shares_memory(R.indices, A.indices)
+    assert R.data.tobytes() == C.data.tobytes()
 
 
 @pytest.mark.gpu

@@ -9,7 +9,8 @@ seed=3) (~5.8M entries, one hub of ~39k: ``auto`` picks ``longrow``).  It prints
 * cold: the process's first ``jaccard(A, backend="gpu")`` (CUDA context and module load included;
   only for the first graph),
 * first: ``jaccard(A, backend="gpu")`` with the context up, on a fresh copy of the SciPy matrix,
-  and its SimilarityInfo times (validate, validate_device, plan, upload, compute, download),
+  and its SimilarityInfo times (validate, validate_device, plan, upload, compute, download: the
+  part of the copy left after the kernels, which copy finished rows out while later ones run),
 * checks: the input checks, split into the host's part and the device's check kernel,
 * warm: the median of ``--repeat`` further calls,
 * kernel: DeviceSimilarity.compute alone between CUDA events (median of ``--repeat``),

@@ -20,9 +20,15 @@ import numpy as np
 cimport openmp
 from cython cimport floating
 from cython.parallel cimport parallel, prange
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
-from graphkern._cpu._search cimport lower_bound
+from graphkern._cpu._search cimport lower_bound, sorted_index_t
+
+ctypedef fused bits_t:
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
 
 cdef enum:
     JACCARD = 0
@@ -268,3 +274,53 @@ def parallel_copy(src, int n_threads):
         hi = lo + block if lo + block < n else n
         memcpy(&d[lo], &s[lo], hi - lo)
     return out
+
+
+def row_figures(indptr, int n_threads):
+    """``(indptr64, top, nonempty)`` of the row pointers ``indptr`` (any integer type) in one
+    parallel pass: the pointers as int64 (``indptr`` itself when it is contiguous int64), the
+    longest row and the number of non-empty rows.  Decreasing pointers (an invalid CSR, which
+    the caller checks) give meaningless figures, never a fault."""
+    if indptr.dtype != np.int32:
+        indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+    wide = indptr.dtype == np.int64
+    out = indptr if wide else np.empty(indptr.shape, dtype=np.int64)
+    figures = np.zeros((max(1, min(indptr.size - 1, 64 * n_threads)), 2), dtype=np.int64)  # per block
+    _row_figures(np.ascontiguousarray(indptr), np.empty(0, dtype=np.int64) if wide else out, figures, n_threads)
+    return out, int(figures[:, 0].max()), int(figures[:, 1].sum())
+
+
+def _row_figures(const sorted_index_t[::1] indptr, int64_t[::1] out, int64_t[:, ::1] figures, int n_threads):
+    """Each block's longest row and non-empty rows into ``figures``; ``out`` (unless empty) gets
+    the pointers, its pages first touched by the threads that read them."""
+    cdef int64_t n = indptr.shape[0] - 1, parts = figures.shape[0], b, i, d
+    cdef bint widen = out.shape[0] > 0
+    if widen and n >= 0:
+        out[n] = indptr[n]
+    for b in prange(parts if n > 0 else 0, nogil=True, num_threads=n_threads, use_threads_if=n > 1 << 16):
+        for i in range(b * n // parts, (b + 1) * n // parts):
+            d = <int64_t>indptr[i + 1] - indptr[i]
+            if widen:
+                out[i] = indptr[i]
+            figures[b, 0] = max(figures[b, 0], d)
+            figures[b, 1] += d > 0
+
+
+def _uniform(const bits_t[::1] v, int n_threads):
+    cdef int64_t size = v.shape[0], block = 1 << 18, b, k, hi
+    cdef int64_t blocks = (size + block - 1) // block
+    cdef bits_t first = v[0]
+    cdef uint8_t[::1] differs = np.zeros(blocks, dtype=np.uint8)
+    for b in prange(blocks, nogil=True, num_threads=n_threads, schedule="dynamic", use_threads_if=blocks > 1):
+        hi = min(size, (b + 1) * block)
+        k = b * block
+        while k < hi and v[k] == first:  # a block ends at its first difference
+            k = k + 1
+        differs[b] = k < hi
+    return not np.any(differs)
+
+
+def uniform_values(values, int n_threads):
+    """True when every element of the contiguous, non-empty 1-D array ``values`` has the bits of
+    the first (any type of 1, 2, 4 or 8 bytes), in one parallel pass."""
+    return _uniform(values.view(f"u{values.dtype.itemsize}"), n_threads)

@@ -70,7 +70,7 @@ import scipy.sparse as sp
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern.errors import GraphTooLargeError
 from graphkern.graph import Graph, as_csr_matrix
-from graphkern.similarity.plan import HASH_MIN_DEGREE, INT32_MAX, DeviceOptions
+from graphkern.similarity.plan import HASH_MIN_DEGREE, INT32_MAX, DegreeFigures, DeviceOptions
 
 METRICS = {"jaccard": 0, "sorensen": 1, "overlap": 2}
 
@@ -166,17 +166,26 @@ def overlap(G, *, weighted=False, self_loops=False, backend="auto", device=None,
 
 class SymmetricPattern:
     """A validated symmetric CSR: int64 ``indptr``, sorted int32 ``indices``, float64 weights or
-    None; ``owns_indices`` says whether ``indices`` is a private array (else the caller's)."""
+    None; ``owns_indices`` says whether ``indices`` is a private array (else the caller's);
+    ``figures``: the row lengths' DegreeFigures where the caller has them."""
 
-    __slots__ = ("n", "indptr", "indices", "weights", "owns_indices", "_degrees", "_degrees32")
+    __slots__ = ("n", "indptr", "indices", "weights", "owns_indices", "_degrees", "_degrees32", "_figures")
 
-    def __init__(self, n, indptr, indices, weights, owns_indices=False):
+    def __init__(self, n, indptr, indices, weights, owns_indices=False, figures=None):
         self.n = n
         self.indptr = indptr
         self.indices = indices
         self.weights = weights
         self.owns_indices = owns_indices
         self._degrees = self._degrees32 = None
+        self._figures = figures
+
+    @property
+    def figures(self):
+        """The row lengths' :class:`~graphkern.similarity.plan.DegreeFigures`, computed once."""
+        if self._figures is None:
+            self._figures = DegreeFigures.of(self.degrees)
+        return self._figures
 
     @property
     def nnz(self):
@@ -197,8 +206,9 @@ class SymmetricPattern:
         return self._degrees32
 
 
-def symmetric_pattern(G, *, weighted=False):
-    """Validate ``G`` (Graph or square scipy.sparse) into a :class:`SymmetricPattern`."""
+def symmetric_pattern(G, *, weighted=False, n_threads=1):
+    """Validate ``G`` (Graph or square scipy.sparse) into a :class:`SymmetricPattern`
+    (``n_threads``: of the pass over its row pointers)."""
     if not isinstance(weighted, (bool, np.bool_)):
         raise TypeError(f"weighted must be True or False, got {weighted!r}")
     source = G.indices if isinstance(G, (Graph, sp.csr_matrix, sp.csr_array)) else None
@@ -217,7 +227,7 @@ def symmetric_pattern(G, *, weighted=False):
         raise ValueError(f"G has {n} nodes; at most {INT32_MAX} are supported")
     if not A.has_sorted_indices:
         A = A.sorted_indices()
-    indptr = A.indptr.astype(np.int64)
+    indptr, figures = _row_pointers(A.indptr, n_threads)
     indices = A.indices.astype(np.int32, copy=False)
     weights = None
     if weighted:
@@ -228,15 +238,27 @@ def symmetric_pattern(G, *, weighted=False):
             raise ValueError(f"G has a negative weight {weights[k]} at ({i}, {int(indices[k])}); "
                              "weighted similarity needs non-negative weights")
     owns = source is None or not np.may_share_memory(indices, source)
-    return SymmetricPattern(n, indptr, indices, weights, owns_indices=owns)
+    return SymmetricPattern(n, indptr, indices, weights, owns_indices=owns, figures=figures)
 
 
-def unchecked_pattern(G, *, weighted=False):
-    """``(pattern, values)`` of a scipy CSR ``G`` taken as it is, with O(n) host work, for a check
-    on the device: the SymmetricPattern holds ``G``'s own arrays (int64 row pointers by
-    conversion) and ``values`` its stored values for that check.  None where the host path must
-    run: not a CSR, not square, no entries, int64 columns (their int32 conversion needs a range
-    check), a value type the device check does not read, or arrays SciPy would refuse.
+def _row_pointers(indptr, n_threads):
+    """The row pointers as a new int64 array (the input's own where it is int64) and their
+    DegreeFigures, in one compiled pass."""
+    from graphkern._cpu.jaccard import row_figures
+
+    wide, top, nonempty = row_figures(indptr, n_threads)
+    return wide, DegreeFigures(wide.size - 1, int(wide[-1] - wide[0]), top, nonempty)
+
+
+def unchecked_pattern(G, *, weighted=False, n_threads=1):
+    """``(pattern, values)`` of a scipy CSR ``G`` taken as it is, with O(n) host work and one
+    pass over its values, for a check on the device: the SymmetricPattern holds ``G``'s own
+    arrays (int64 row pointers by conversion) and ``values`` its stored values for that check,
+    or None where every value has the bits of the first and that value is finite (and
+    non-negative when ``weighted``): such values are symmetric wherever the pattern is, and
+    need not cross to the device.  None where the host path must run: not a CSR, not square, no
+    entries, int64 columns (their int32 conversion needs a range check), a value type the device
+    check does not read, or arrays SciPy would refuse.
     """
     if not isinstance(G, (sp.csr_matrix, sp.csr_array)) or G.ndim != 2 or G.shape[0] != G.shape[1]:
         return None
@@ -245,10 +267,16 @@ def unchecked_pattern(G, *, weighted=False):
             or indices.dtype != np.int32 or indptr.dtype.kind != "i" or indptr.shape != (n + 1,)
             or indices.ndim != 1 or data.shape != indices.shape or indices.size == 0):
         return None
+    from graphkern._cpu.jaccard import uniform_values
+
     values = np.ascontiguousarray(data)
     weights = np.asarray(values, dtype=np.float64) if weighted else None
-    pattern = SymmetricPattern(n, np.ascontiguousarray(indptr, dtype=np.int64), np.ascontiguousarray(indices),
-                               weights, owns_indices=False)
+    wide, figures = _row_pointers(indptr, n_threads)
+    pattern = SymmetricPattern(n, wide, np.ascontiguousarray(indices), weights, owns_indices=False, figures=figures)
+    first = values[0]
+    if ((values.dtype.kind != "f" or np.isfinite(first)) and not (weighted and first < 0)
+            and uniform_values(values, n_threads)):
+        values = None
     return pattern, values
 
 
@@ -274,7 +302,7 @@ def weight_scaling(pattern, dtype, backend, self_loops):
     if pattern.weights is None or pattern.nnz == 0:
         return np.dtype(dtype), 0
     w_max = float(pattern.weights.max())
-    d_max = int(pattern.degrees.max())
+    d_max = pattern.figures.top
     with np.errstate(over="ignore"):
         bound = 2.0 * (d_max + 1) * w_max
     if bound < float(np.finfo(dtype).max) / 4:
@@ -313,7 +341,7 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
         raise TypeError(f"weighted must be True or False, got {weighted!r}")
     times = {}
     csr = pattern = None
-    unchecked = unchecked_pattern(G, weighted=weighted) if backend == "gpu" else None
+    unchecked = unchecked_pattern(G, weighted=weighted, n_threads=n_threads) if backend == "gpu" else None
     if unchecked is not None:  # checked on the device after the upload; the host path names any problem
         from graphkern._cuda import runtime as rt
         from graphkern.similarity.gpu import DeviceCSR
@@ -326,20 +354,22 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
         if csr is not None and csr.check(values, check_negative=weighted, times=times):
             csr = pattern = None
     if pattern is None:
-        pattern = symmetric_pattern(G, weighted=weighted)
+        pattern = symmetric_pattern(G, weighted=weighted, n_threads=n_threads)
     compute_dtype, scale = weight_scaling(pattern, dtype, backend, bool(self_loops))
     times["validate"] = time.perf_counter() - t0 - times.get("upload", 0.0) - times.get("validate_device", 0.0)
     recorded = dict(weighted=bool(weighted), self_loops=bool(self_loops), variant=variant,
                     hash_min_degree=int(hash_min_degree))
     plan = {}
     ran = "cpu"
-    result_indices = []  # the result's own copy of the indices where they are the caller's
+    arrays = []  # the result's indices (its own copy where they are the caller's) and row pointers
 
-    def copy_indices():
+    def result_arrays():
         from graphkern._cpu.jaccard import parallel_copy
 
-        result_indices.append(pattern.indices if pattern.owns_indices
-                              else parallel_copy(np.ascontiguousarray(pattern.indices), n_threads))
+        arrays.append(pattern.indices if pattern.owns_indices
+                      else parallel_copy(np.ascontiguousarray(pattern.indices), n_threads))
+        # int32 row pointers where they fit, as SciPy would choose them (its own narrowing scans them)
+        arrays.append(pattern.indptr.astype(np.int32 if pattern.nnz <= INT32_MAX else np.int64))
 
     if backend == "gpu":
         from graphkern.similarity.gpu import gpu_values
@@ -347,7 +377,7 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
         recorded["device"] = devices[0]
         values, ran, plan = gpu_values(pattern, METRICS[metric], bool(self_loops), compute_dtype, devices[0],
                                        options, scale=scale, n_threads=n_threads, verbose=verbose, times=times,
-                                       while_computing=copy_indices, csr=csr)
+                                       while_computing=result_arrays, csr=csr)
     else:
         from graphkern.similarity.cpu import cpu_values
 
@@ -356,9 +386,9 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
                             verbose=verbose, times=times)
     if values.dtype != dtype:
         values = values.astype(dtype)
-    if not result_indices:
-        copy_indices()
-    result = sp.csr_matrix((values, result_indices[0], pattern.indptr), shape=(pattern.n, pattern.n))
+    if not arrays:
+        result_arrays()
+    result = sp.csr_matrix((values, arrays[0], arrays[1]), shape=(pattern.n, pattern.n))
     result.has_sorted_indices = True
     if not return_info:
         return result

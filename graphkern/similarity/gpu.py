@@ -16,6 +16,11 @@ from graphkern.similarity.plan import (BLOCK, INDEX_PADDING, STAGED_VARIANTS, De
 
 # value_kind of jaccard_csr_check by NumPy dtype kind
 _VALUE_KINDS = {"b": 0, "u": 0, "i": 1, "f": 2}
+# A user's call runs the entry-parallel variants in up to this many launches over consecutive
+# rows, each at least this many bytes of output, and copies each piece out while later ones compute.
+RESULT_PIECES = 8
+PIECE_MIN_BYTES = 8 << 20
+PIECE_VARIANTS = ("element", "binary", "warp")
 
 
 class DeviceCSR:
@@ -23,10 +28,11 @@ class DeviceCSR:
     to a multiple of INDEX_PADDING) and checked there by one launch of ``jaccard_csr_check``.
 
     :meth:`check` uploads ``pattern``'s arrays and the matrix's stored ``values`` (any dtype of
-    1, 2, 4 or 8 bytes: the check compares them bit for bit) and returns the kernel's flags: 0
-    when the CSR is canonical, finite, symmetric in pattern and values and, with
-    ``check_negative``, free of negative values.  :class:`DeviceSimilarity` then takes the
-    arrays without copying them again.
+    1, 2, 4 or 8 bytes: the check compares them bit for bit; None where the caller found every
+    value equal, finite and, with ``check_negative``, non-negative, so that only the pattern is
+    left to check) and returns the kernel's flags: 0 when the CSR is canonical, finite,
+    symmetric in pattern and values and, with ``check_negative``, free of negative values.
+    :class:`DeviceSimilarity` then takes the arrays without copying them again.
     """
 
     def __init__(self, dev, pattern, stream=None):
@@ -52,18 +58,20 @@ class DeviceCSR:
         # one thread, slower than the bus (docs/performance.md has the rates)
         rt.copy_from_pageable(self.indptr, p.indptr)
         rt.copy_from_pageable(self.indices, p.indices)
-        raw = rt.alloc(self.dev, (values.size,), values.dtype)
-        rt.copy_from_pageable(raw, values)
+        raw = None
+        if values is not None:
+            raw = rt.alloc(self.dev, (values.size,), values.dtype)
+            rt.copy_from_pageable(raw, values)
         status = rt.alloc(self.dev, (2,), np.uint64)
         start = np.array([0, p.nnz], dtype=np.uint64)  # no flags; no offending entry
         status.copy_from_host(start, st)
         st.synchronize()
         times["upload"] = times.get("upload", 0.0) + (t1 := time.perf_counter()) - t
         fn = rt.kernel(self.dev, "jaccard", "jaccard_csr_check")
+        size, kind = (0, 0) if values is None else (values.dtype.itemsize, _VALUE_KINDS[values.dtype.kind])
         rt.launch(fn, -(-max(p.nnz, p.n + 1) // BLOCK), BLOCK,
-                  (self.indptr, self.indices, raw, np.int32(values.dtype.itemsize),
-                   np.int32(_VALUE_KINDS[values.dtype.kind]), np.int32(bool(check_negative)), np.int32(p.n),
-                   np.int64(p.nnz), status), stream=st)
+                  (self.indptr, self.indices, raw, np.int32(size), np.int32(kind), np.int32(bool(check_negative)),
+                   np.int32(p.n), np.int64(p.nnz), status), stream=st)
         found = np.empty(2, dtype=np.uint64)
         status.copy_to_host(found, st)
         st.synchronize()
@@ -78,8 +86,9 @@ def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, 
     Returns ``(values, variant, plan)``: the host array (written by the download itself), the
     variant that ran and the plan's figures.  ``scale`` as in graphkern.similarity.cpu.cpu_values.
     ``times`` (a dict) receives the seconds of plan, upload, compute (host clock from the first
-    launch to the stream's end) and download.  ``while_computing``: host work (a callable) run
-    while the kernels run.  ``csr``: a :class:`DeviceCSR` of ``pattern`` already on the device.
+    launch to the stream's end) and download (what is left of it then: the pieces before the last
+    are copied while later ones compute).  ``while_computing``: host work (a callable) run while
+    the kernels run.  ``csr``: a :class:`DeviceCSR` of ``pattern`` already on the device.
     """
     from graphkern._cuda import runtime as rt
 
@@ -100,13 +109,14 @@ def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, 
         run.stream.synchronize()
         times["upload"] = times.get("upload", 0.0) + (t2 := time.perf_counter()) - t1
         bar.update()
-        run.compute()
+        done = run.compute(pieces=max(1, min(RESULT_PIECES, out.nbytes // PIECE_MIN_BYTES)))
         if while_computing is not None:
             while_computing()
-        run.stream.synchronize()
+        run.download(out, done[:-1])
+        done[-1][2].synchronize()
         times["compute"] = (t3 := time.perf_counter()) - t2
         bar.update()
-        run.download(out)
+        run.download(out, done[-1:])
         times["download"] = time.perf_counter() - t3
         bar.update()
     plan = run.plan
@@ -118,9 +128,9 @@ def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, 
 class DeviceSimilarity:
     """One graph's CSR on a device and the buffers of one similarity computation on ``stream``.
 
-    :func:`gpu_values` calls :meth:`upload`, :meth:`compute`, :meth:`download`; the benchmark
-    times :meth:`compute` alone (no host-device copies) and the three together.  The output is
-    poisoned with NaN at allocation, so an entry no kernel writes shows.
+    :func:`gpu_values` calls :meth:`upload`, :meth:`compute` (in pieces), :meth:`download`; the
+    benchmark times :meth:`compute` alone (no host-device copies) and the three together.  The
+    output is poisoned with NaN at allocation, so an entry no kernel writes shows.
     """
 
     def __init__(self, dev, pattern, *, metric, self_loops, dtype, variant="auto", stream=None, options=None,
@@ -238,12 +248,29 @@ class DeviceSimilarity:
             self.hash_items.copy_from_host(self._hash_items, self.stream)
             self.hash_slots.copy_from_host(self._hash_slots, self.stream)
 
-    def compute(self):
+    def compute(self, pieces=1):
         """Enqueue every kernel of the chosen variant on the stream (no copies, no host waits).
 
         The hub and longrow variants' bitmaps and vertex-to-bitmap map, and longrow's hash tables,
-        are built here, as part of the work.
+        are built here, as part of the work.  Returns ``[(start, end, event), ...]``: once an
+        event has passed, the entries before its ``end`` are final.  With ``pieces`` > 1 the
+        entry-parallel variants (element, binary, warp) run in that many launches over
+        consecutive rows, each followed by its event: a pair is computed by its upper entry,
+        whose mirror lies in a later row, so every entry of a finished range of rows is final.
+        The other variants are one piece.
         """
+        done = []
+        self._enqueue(max(1, int(pieces)), done)
+        if not done:
+            self._mark(done, self.pattern.nnz)
+        return done
+
+    def _mark(self, done, end):
+        event = self.rt.Event(self.dev, timing=False)
+        event.record(self.stream)
+        done.append((done[-1][1] if done else 0, end, event))
+
+    def _enqueue(self, pieces, done):
         rt, st, p = self.rt, self.stream, self.pattern
         n, nnz = p.n, p.nnz
         n32, nnz64 = np.int32(n), np.int64(nnz)
@@ -278,13 +305,20 @@ class DeviceSimilarity:
             rt.launch(self._fn_vertex, -(-n // BLOCK), BLOCK,
                       (self.indptr, self.indices, n32, np.int32(self.self_loops), self.deg, self.adj), stream=st)
         entry_grid = -(-nnz // BLOCK)
-        if self.variant in ("element", "binary"):
-            rt.launch(self._fn[self.variant], entry_grid, BLOCK, common, stream=st)
+        if self.variant in PIECE_VARIANTS:
+            warp = self.variant == "warp"
+            per_block, group = (BLOCK // self.group, (np.int32(self.group),)) if warp else (BLOCK, ())
+            targets = np.arange(1, pieces, dtype=np.int64) * nnz // pieces
+            ends = np.unique(np.append(p.indptr[np.searchsorted(p.indptr, targets)], nnz))  # row starts
+            start = 0
+            for end in ends.tolist():
+                if end > start:  # the launch's entries are [start, end): its `nnz` is their end
+                    rt.launch(self._fn[self.variant], -(-(end - start) // per_block), BLOCK,
+                              common[:4] + (np.int64(end),) + common[5:] + group + (np.int64(start),), stream=st)
+                    self._mark(done, end)
+                start = end
         elif self.variant == "pair":
             self._launch_pair(common)
-        elif self.variant == "warp":
-            rt.launch(self._fn["warp"], -(-nnz // (BLOCK // self.group)), BLOCK, common + (np.int32(self.group),),
-                      stream=st)
         else:
             long_owner = np.int32(self.variant == "longrow")
             self.inter.zero(st)
@@ -310,8 +344,16 @@ class DeviceSimilarity:
         self.rt.launch(self._fn[self.variant], -(-self.pattern.n // rows), BLOCK,
                        common + (np.int32(self.self_loops), np.int32(rows)), stream=self.stream)
 
-    def download(self, out):
-        """Wait for the stream, then copy the result into the host array ``out`` (through pinned
-        chunks on several host threads: see graphkern._cuda.runtime.copy_to_pageable)."""
-        self.stream.synchronize()
-        return self.rt.copy_to_pageable(self.out, out)
+    def download(self, out, done=None):
+        """Copy the result into the host array ``out`` (through pinned chunks on several host
+        threads: see graphkern._cuda.runtime.copy_to_pageable): all of it after the stream's
+        end, or with ``done`` (pieces that :meth:`compute` returned) each piece once its event
+        has passed, while later pieces compute."""
+        if done is None:
+            self.stream.synchronize()
+            done = [(0, out.size, None)]
+        for start, end, event in done:
+            if event is not None:
+                event.synchronize()
+            self.rt.copy_to_pageable(self.out, out[start:end], offset=start * out.itemsize)
+        return out

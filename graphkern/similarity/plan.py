@@ -2,10 +2,11 @@
 bitmap or a hash table, the length of the work line and the device buffers' sizes.
 
 :func:`plan_similarity` is a function of the CSR arrays, the options and the free device memory
-only, so it is computed and tested without a device.  It costs O(n) NumPy work on the degrees
-and at most one parallel pass over the stored entries (``plan_counts`` of
-graphkern/_cpu/jaccard.pyx), run only for the variants that need the work line or, for graphs
-of short rows under ``variant="auto"``, the localities.
+only, so it is computed and tested without a device.  The variant and launch shapes come from
+the pattern's :class:`DegreeFigures` (a few numbers from its pass over the row pointers); the
+degrees themselves are read only for bitmaps and hash tables, and one parallel pass over the
+stored entries (``plan_counts`` of graphkern/_cpu/jaccard.pyx) runs only for the variants that
+need the work line or, for graphs of short rows under ``variant="auto"``, the localities.
 """
 
 from __future__ import annotations
@@ -107,6 +108,30 @@ class DeviceOptions:
             raise ValueError(f"hub_max_bytes must be an integer >= 0 or None, got {self.hub_max_bytes!r}")
 
 
+@dataclass(frozen=True)
+class DegreeFigures:
+    """The figures of a graph's row lengths that choose its variant and launch shapes: rows,
+    stored entries, the longest row and the non-empty rows."""
+
+    n: int
+    total: int
+    top: int
+    nonempty: int
+
+    @classmethod
+    def of(cls, degrees):
+        """The figures of an array of row lengths (figures are returned as they are)."""
+        if isinstance(degrees, cls):
+            return degrees
+        d = np.asarray(degrees)
+        return cls(d.size, int(d.sum(dtype=np.int64)), int(d.max()) if d.size else 0, int(np.count_nonzero(d)))
+
+    @property
+    def mean(self):
+        """The mean length of the non-empty rows (1 without any)."""
+        return self.total / self.nonempty if self.nonempty else 1.0
+
+
 def _is_int(x):
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
@@ -149,17 +174,17 @@ class SimilarityPlan:
 def plan_similarity(pattern, options, *, weighted, dtype, free_bytes, n_threads=1):
     """The :class:`SimilarityPlan` of ``pattern`` (a SymmetricPattern with at least one entry)
     under ``options`` (:class:`DeviceOptions`) on a device with ``free_bytes`` free."""
-    degrees = pattern.degrees
+    figures = pattern.figures
     n, nnz, s = pattern.n, pattern.nnz, np.dtype(dtype).itemsize
     variant = auto_variant(pattern, n_threads=n_threads) if options.variant == "auto" else options.variant
     if variant in STAGED_VARIANTS and weighted:
         variant = "pair"  # the staged merge and the window lookups count; weighted pairs merge by element
-    group = warp_group_size(degrees)
+    group = warp_group_size(figures)
     rows_per_block = options.rows_per_block
     if rows_per_block is None and variant != "window":
-        rows_per_block = (staged_rows_per_block if variant in STAGED_VARIANTS else pair_rows_per_block)(degrees)
+        rows_per_block = (staged_rows_per_block if variant in STAGED_VARIANTS else pair_rows_per_block)(figures)
     pair_width = 1 if weighted or n > PAIR_VECTOR_MAX_NODES else int(options.pair_width)
-    shortrow_group = shortrow_group_size(degrees) if variant == "shortrow" else 0
+    shortrow_group = shortrow_group_size(figures) if variant == "shortrow" else 0
     entries_per_block = BLOCK // group if variant == "warp" else BLOCK
     if -(-nnz // entries_per_block) > MAX_GRID:
         raise ValueError(f"G has {nnz} stored entries, too many for one launch of the {variant!r} variant")
@@ -170,13 +195,14 @@ def plan_similarity(pattern, options, *, weighted, dtype, free_bytes, n_threads=
         hub_max_bytes = options.hub_max_bytes
         if hub_max_bytes is None:
             hub_max_bytes = min(HASH_HUB_MAX_BYTES if tables else HUB_MAX_BYTES, int(HUB_FREE_FRACTION * free_bytes))
-        hubs = hub_vertices(degrees, min_degree=options.hub_min_degree, max_bytes=hub_max_bytes)
+        hubs = hub_vertices(pattern.degrees, min_degree=options.hub_min_degree, max_bytes=hub_max_bytes)
     hash_rows, hash_slots = np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
     if tables:
-        hash_rows, hash_slots = hash_table_rows(degrees, hubs, min_degree=options.hash_min_degree)
+        hash_rows, hash_slots = hash_table_rows(pattern.degrees, hubs, min_degree=options.hash_min_degree)
     # listed row w's entries are items [hash_items[w], hash_items[w + 1]) of row_hashes' line
     hash_items = np.zeros(hash_rows.size + 1, dtype=np.int64)
-    np.cumsum(degrees[hash_rows], out=hash_items[1:])
+    if hash_rows.size:
+        np.cumsum(pattern.degrees[hash_rows], out=hash_items[1:])
 
     padded_nnz = nnz + (-nnz) % INDEX_PADDING
     group_items = 32 * int(options.balanced_chunk)  # work items of one warp's 32 chunks
@@ -215,7 +241,8 @@ def plan_similarity(pattern, options, *, weighted, dtype, free_bytes, n_threads=
 
 
 def choose_variant(degrees, locality=None, window=None):
-    """The GPU variant ``variant="auto"`` uses for a graph with these row lengths (and
+    """The GPU variant ``variant="auto"`` uses for a graph with these row lengths (or their
+    :class:`DegreeFigures`; and
     ``locality``, :func:`row_locality` at the staged variant's rows per block, and ``window``,
     :func:`window_locality`, when known).
 
@@ -229,12 +256,10 @@ def choose_variant(degrees, locality=None, window=None):
     bitmaps and hash tables of the long lists (``"longrow"``, ahead of ``"hub"``, ``"balanced"``
     and ``"warp"`` on Chung-Lu graphs).  Weighted graphs run ``"longrow"`` without them.
     """
-    d = np.asarray(degrees)
-    count = np.count_nonzero(d)
-    if count == 0:
+    f = DegreeFigures.of(degrees)
+    if f.nonempty == 0:
         return "element"
-    top = int(d.max())
-    mean = float(d.sum(dtype=np.int64)) / count  # the mean of the non-empty rows
+    top, mean = f.top, f.mean
     if top <= 32:
         if window is not None and window >= WINDOW_MIN_LOCALITY:
             return "window"
@@ -247,14 +272,13 @@ def choose_variant(degrees, locality=None, window=None):
 def auto_variant(pattern, *, n_threads=1):
     """:func:`choose_variant` for a SymmetricPattern, with its :func:`row_locality` and
     :func:`window_locality` where the choice depends on them (every row at most 32 entries)."""
-    d = pattern.degrees
-    top = int(d.max()) if d.size else 0
-    if not 0 < top <= 32:
-        return choose_variant(d)
-    rows = staged_rows_per_block(d)
+    f = pattern.figures
+    if not 0 < f.top <= 32:
+        return choose_variant(f)
+    rows = staged_rows_per_block(f)
     _, _, off, in_block, near = _counts(pattern, block_rows=rows, window=True, n_threads=n_threads)
     window = near / off if off else 0.0
-    return choose_variant(d, in_block / off if off else 0.0, window)
+    return choose_variant(f, in_block / off if off else 0.0, window)
 
 
 def _counts(pattern, *, work_line=False, block_rows=0, window=False, n_threads=1):
@@ -300,8 +324,7 @@ def shortrow_group_size(degrees):
 
     Raises ValueError when a row has more than 32 entries (the variant's lists live in one warp).
     """
-    d = np.asarray(degrees)
-    top = int(d.max()) if d.size else 0
+    top = DegreeFigures.of(degrees).top
     if top > SHORTROW_MAX_DEGREE:
         raise ValueError(f"the 'shortrow' variant needs every row to have at most {SHORTROW_MAX_DEGREE} stored "
                          f"entries; G has a row of {top}")
@@ -310,9 +333,7 @@ def shortrow_group_size(degrees):
 
 def warp_group_size(degrees):
     """Lanes per entry of the ``"warp"`` variant: about half the mean degree, 4 to 32."""
-    d = np.asarray(degrees)
-    count = np.count_nonzero(d)
-    mean = float(d.sum(dtype=np.int64)) / count if count else 1.0
+    mean = DegreeFigures.of(degrees).mean
     g = 4
     while g < 32 and g < mean / 2:
         g *= 2
@@ -320,8 +341,8 @@ def warp_group_size(degrees):
 
 
 def _mean(degrees):
-    d = np.asarray(degrees)
-    return float(d.sum(dtype=np.int64)) / d.size if d.size else 1.0
+    f = DegreeFigures.of(degrees)
+    return f.total / f.n if f.n else 1.0
 
 
 def pair_rows_per_block(degrees, *, entries=PAIR_ENTRIES_PER_BLOCK):
