@@ -50,6 +50,7 @@
 #include "jaccard_balanced.cuh"
 #include "jaccard_core.cuh"
 #include "jaccard_pair.cuh"
+#include "common/csr_check.cuh"
 namespace jaccard {
 
 // ------------------------------------------------------------------ fused variants
@@ -257,69 +258,8 @@ extern "C" __global__ void __launch_bounds__(kBlock)
     scan_tiles(work, nnz, tile_sums, group_items, group_entry);
 }
 
-// The checks of a CSR the similarity kernels need, in one pass after the upload (a thread per
-// row pointer and per stored entry): row pointers from 0 to nnz, never decreasing; every column
-// in [0, n); strictly increasing columns in a row; finite values (floating types); non-negative
-// values (weighted, signed types); and symmetry: for entry (i, j) row j holds i, with the same
-// value bits.  status[0] gets the kCsr* flags of the problems found, status[1] the smallest
-// offending entry (both start at 0 and nnz).  The values are compared as raw elements of
-// `value_size` bytes (1, 2, 4 or 8; 0: none), so any dtype is read without a conversion; a flag
-// may be raised where the host's check passes (-0.0 against 0.0), never the reverse, and the host
-// runs its own check wherever a flag is raised.  Any row pointers are read safely: rows and
-// search ranges are clamped, and an invalid indptr only makes the other flags meaningless.
-constexpr uint64_t kCsrIndptr = 1, kCsrRange = 2, kCsrUnsorted = 4, kCsrNonFinite = 8, kCsrNegative = 16,
-                   kCsrAsymmetric = 32;
-
-__device__ __forceinline__ uint64_t csr_value_bits(const void* values, int32_t size, int64_t k) {
-    switch (size) {
-        case 1: return static_cast<const uint8_t*>(values)[k];
-        case 2: return static_cast<const uint16_t*>(values)[k];
-        case 4: return static_cast<const uint32_t*>(values)[k];
-        case 8: return static_cast<const uint64_t*>(values)[k];
-        default: return 0;
-    }
-}
-
-__device__ __forceinline__ void csr_flag(uint64_t* status, uint64_t flag, int64_t k) {
-    atomicOr(reinterpret_cast<unsigned long long*>(status), (unsigned long long)flag);
-    if (k >= 0) atomicMin(reinterpret_cast<unsigned long long*>(status + 1), (unsigned long long)k);
-}
-
-// value_kind: 0 unsigned or bool, 1 signed integer, 2 floating point.
-extern "C" __global__ void __launch_bounds__(kBlock)
-    jaccard_csr_check(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
-                      const void* __restrict__ values, int32_t value_size, int32_t value_kind,
-                      int32_t check_negative, int32_t n, int64_t nnz, uint64_t* __restrict__ status) {
-    const int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (k <= n) {
-        const int64_t p = indptr[k];
-        if ((k == 0 && p != 0) || (k == n && p != nnz) || (k < n && p > indptr[k + 1]))
-            csr_flag(status, kCsrIndptr, -1);
-    }
-    if (n == 0 || (int64_t)blockIdx.x * blockDim.x >= nnz) return;  // the whole block: block_entry_row syncs
-    const int64_t k_first = blockIdx.x * (int64_t)blockDim.x;
-    const int64_t k_last = min(k_first + (int64_t)blockDim.x, nnz) - 1;
-    const int32_t i = block_entry_row(indptr, n, k, k_first, k_last);
-    if (k >= nnz) return;
-    uint64_t flags = 0;
-    const int32_t j = idx[k];
-    if (j < 0 || j >= n) flags |= kCsrRange;
-    if (k > 0 && k > indptr[i] && idx[k - 1] >= j) flags |= kCsrUnsorted;
-    const uint64_t bits = csr_value_bits(values, value_size, k);
-    const int sign_shift = 8 * value_size - 1;
-    if (value_kind == 2) {
-        const uint64_t exponent = value_size == 8 ? 0x7FF0000000000000ull : value_size == 4 ? 0x7F800000ull : 0x7C00ull;
-        if ((bits & exponent) == exponent) flags |= kCsrNonFinite;
-    }
-    if (check_negative && value_kind != 0 && value_size > 0 && ((bits >> sign_shift) & 1)) flags |= kCsrNegative;
-    if (!(flags & kCsrRange)) {
-        const int64_t b = min(max(indptr[j], (int64_t)0), nnz);
-        const int64_t e = min(max(indptr[j + 1], b), nnz);
-        const int64_t p = lower_bound(idx, b, e, i);
-        if (p == e || idx[p] != i || csr_value_bits(values, value_size, p) != bits) flags |= kCsrAsymmetric;
-    }
-    if (flags) csr_flag(status, flags, k);
-}
+// The content check of the uploaded CSR (cuda_src/common/csr_check.cuh), with int64 row pointers.
+GK_CSR_CHECK_ENTRY(csr_check_i64, int64_t)
 
 // The balanced kernels are bound to five blocks per SM: the bound leaves 48 registers, which the
 // weighted flavours need not to spill (with __launch_bounds__(kBlock) alone the compiler keeps

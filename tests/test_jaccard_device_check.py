@@ -1,4 +1,4 @@
-"""The GPU path checks a SciPy CSR on the device after its upload (jaccard_csr_check) and runs
+"""The GPU path checks a SciPy CSR on the device after its upload (the shared CSR check) and runs
 the host check only where the device finds a problem: results and messages match the host path."""
 
 import numpy as np
@@ -10,8 +10,7 @@ from graphkern.similarity import jaccard
 from graphkern.similarity.api import symmetric_pattern, unchecked_pattern
 from jaccard_graphs import random_graph
 
-# jaccard_csr_check's flags (cuda_src/jaccard.cu)
-INDPTR, RANGE, UNSORTED, NONFINITE, NEGATIVE, ASYMMETRIC = 1, 2, 4, 8, 16, 32
+from graphkern._cuda.csr_check import ASYMMETRIC, INDPTR, NEGATIVE, NONFINITE, RANGE
 
 
 def outcome(A, **kw):

@@ -10,12 +10,11 @@ import time
 
 import numpy as np
 
+from graphkern._cuda.csr_check import check_csr
 from graphkern._progress import Progress
 from graphkern.similarity.plan import (BLOCK, INDEX_PADDING, STAGED_VARIANTS, DeviceOptions, plan_similarity,
                                        window_rows_per_block)
 
-# value_kind of jaccard_csr_check by NumPy dtype kind
-_VALUE_KINDS = {"b": 0, "u": 0, "i": 1, "f": 2}
 # A user's call runs the entry-parallel variants in up to this many launches over consecutive
 # rows, each at least this many bytes of output, and copies each piece out while later ones compute.
 RESULT_PIECES = 8
@@ -25,7 +24,8 @@ PIECE_VARIANTS = ("element", "binary", "warp")
 
 class DeviceCSR:
     """A CSR uploaded as the similarity kernels read it (int64 row pointers, int32 columns padded
-    to a multiple of INDEX_PADDING) and checked there by one launch of ``jaccard_csr_check``.
+    to a multiple of INDEX_PADDING) and checked there by one launch of the shared CSR check
+    (graphkern/_cuda/csr_check.py).
 
     :meth:`check` uploads ``pattern``'s arrays and the matrix's stored ``values`` (any dtype of
     1, 2, 4 or 8 bytes: the check compares them bit for bit; None where the caller found every
@@ -62,21 +62,12 @@ class DeviceCSR:
         if values is not None:
             raw = rt.alloc(self.dev, (values.size,), values.dtype)
             rt.copy_from_pageable(raw, values)
-        status = rt.alloc(self.dev, (2,), np.uint64)
-        start = np.array([0, p.nnz], dtype=np.uint64)  # no flags; no offending entry
-        status.copy_from_host(start, st)
         st.synchronize()
         times["upload"] = times.get("upload", 0.0) + (t1 := time.perf_counter()) - t
-        fn = rt.kernel(self.dev, "jaccard", "jaccard_csr_check")
-        size, kind = (0, 0) if values is None else (values.dtype.itemsize, _VALUE_KINDS[values.dtype.kind])
-        rt.launch(fn, -(-max(p.nnz, p.n + 1) // BLOCK), BLOCK,
-                  (self.indptr, self.indices, raw, np.int32(size), np.int32(kind), np.int32(bool(check_negative)),
-                   np.int32(p.n), np.int64(p.nnz), status), stream=st)
-        found = np.empty(2, dtype=np.uint64)
-        status.copy_to_host(found, st)
-        st.synchronize()
+        flags, _ = check_csr("jaccard", self.indptr, self.indices, n_cols=p.n, nnz=p.nnz, values=raw,
+                             check_negative=check_negative, check_symmetry=True, stream=st)
         times["validate_device"] = time.perf_counter() - t1
-        return int(found[0])
+        return flags
 
 
 def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, n_threads=1, verbose=False,
