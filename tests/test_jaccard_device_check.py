@@ -145,7 +145,8 @@ def test_uniform_values_are_checked_on_the_host(rng):
 def test_uniform_inputs_give_the_host_paths_results(rng):
     for B, weighted, _ in uniform_inputs(rng):
         device = outcome(B, weighted=weighted, backend="gpu")
-        assert device == outcome(B.tocoo(), weighted=weighted, backend="gpu"), (B.dtype, B.data[0], weighted)
+        if B.dtype != np.float16:  # a COO input takes the host check; newer SciPy makes no float16 COO
+            assert device == outcome(B.tocoo(), weighted=weighted, backend="gpu"), (B.dtype, B.data[0], weighted)
         cpu = outcome(B, weighted=weighted, backend="cpu")
         assert device[0] == cpu[0] and (device == cpu or weighted), (B.dtype, B.data[0], weighted)
 
