@@ -8,7 +8,7 @@ from itertools import repeat
 from graphkern.graph import Graph, require_valid_all
 from graphkern.io.smiles import from_rdkit, from_smiles
 
-__all__ = ["as_graphs", "as_graph_list"]
+__all__ = ["as_graphs"]
 
 
 _ACCEPTED = "a graphkern.Graph, a networkx graph, an RDKit molecule or a SMILES string"
@@ -62,7 +62,3 @@ def as_graphs(X, name="X"):
         graphs = [_convert(g, f"{name}[{k}]") for k, g in enumerate(items)]
     require_valid_all(graphs)
     return graphs
-
-
-# the name the kernels call it by
-as_graph_list = as_graphs

@@ -162,16 +162,16 @@ def test_edgeless_graph_with_weights_and_edge_labels():
     assert G.nnz == 0 and G.n_edges == 0 and G.is_weighted
 
 
-def test_as_graph_list_names_the_bad_item():
-    from graphkern.convert import as_graph_list
+def test_as_graphs_names_the_bad_item():
+    from graphkern.convert import as_graphs
     G = Graph.from_edges([(0, 1)])
-    assert as_graph_list((G, G)) == [G, G]
+    assert as_graphs((G, G)) == [G, G]
     with pytest.raises(TypeError, match=r"wrap it in a list: \[X\]"):
-        as_graph_list(G)
+        as_graphs(G)
     with pytest.raises(TypeError, match=r"Y\[1\] is a int"):
-        as_graph_list([G, 3], "Y")
+        as_graphs([G, 3], "Y")
     with pytest.raises(TypeError, match="sequence of graphkern.Graph .*, got int"):
-        as_graph_list(5)
+        as_graphs(5)
 
 
 def test_as_csr_matrix_sees_an_unmirrored_explicit_zero():

@@ -472,10 +472,6 @@ class KernelProgram:
         return tuple(dict.fromkeys((col, k.transform) for _, terms in self.groups for k, col in terms
                                    if k.transform is not None))
 
-    def structure_key(self):
-        """What the packed features depend on (not the hyperparameter values)."""
-        return self.feature_spec
-
     def is_strictly_positive(self):
         return any(all(k.is_strictly_positive() for k, _ in terms) for w, terms in self.groups if w > 0)
 

@@ -17,7 +17,7 @@ from graphkern.distributed._plan import Plan, default_tile, graph_weights
 from graphkern.distributed._ship import pack
 from graphkern.distributed._tasks import (MISSING, NORMALIZED, RAW, ZarrSink, compute_diag, compute_tile, forget,
                                           normalize_tile, normalized)
-from graphkern.convert import as_graph_list
+from graphkern.convert import as_graphs
 from graphkern.mgk import MarginalizedGraphKernel
 from graphkern.spgk import ShortestPathKernel
 
@@ -72,8 +72,8 @@ def gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, ve
 def _gram(kernel, X, Y=None, *, client=None, out=None, tile=None, resume=True, verbose=False, retries=2):
     """``gram`` and a dict of what the run did (tiles, pairs, seconds, per-tile kernel seconds)."""
     kind, dtype = _kind(kernel)
-    X = as_graph_list(X, "X")
-    Y = None if Y is None else as_graph_list(Y, "Y")
+    X = as_graphs(X, "X")
+    Y = None if Y is None else as_graphs(Y, "Y")
     if tile is not None and (isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or tile < 1):
         raise ValueError(f"tile must be a positive int or None, got {tile!r}")
     if not isinstance(resume, (bool, np.bool_)):

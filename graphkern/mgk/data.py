@@ -265,8 +265,8 @@ class DatasetCache:
 
     def get(self, graphs, node_program, edge_program, tables, dtype):
         graphs = list(graphs)
-        key = (self.content_key(graphs, node_program.columns, edge_program.columns), node_program.structure_key(),
-               edge_program.structure_key(), np.dtype(dtype).str)
+        key = (self.content_key(graphs, node_program.columns, edge_program.columns), node_program.feature_spec,
+               edge_program.feature_spec, np.dtype(dtype).str)
         ds = self._entries.get(key)
         if ds is not None:
             self._entries.move_to_end(key)

@@ -84,7 +84,7 @@ from graphkern._cpu import pairs as _pairs
 from graphkern._progress import Progress
 from graphkern.basekernels.marginalized import Kernel, bounds_key, check_bounds
 from graphkern.errors import NotConvergedError
-from graphkern.convert import as_graph_list
+from graphkern.convert import as_graphs
 from graphkern.mgk.csr import CSR_TECHNIQUE, GRADIENT_ENTRIES
 from graphkern.mgk.data import DatasetCache
 from graphkern.mgk.gemm import GEMM_TECHNIQUE
@@ -753,7 +753,7 @@ def _positive_real(value, name):
 def _graph_list(graphs, name):
     """``graphs`` as a list of :class:`graphkern.Graph` (networkx graphs, RDKit molecules and SMILES
     strings converted by :func:`graphkern.convert.as_graphs`), each with at least one vertex."""
-    graphs = as_graph_list(graphs, name)
+    graphs = as_graphs(graphs, name)
     for k, g in enumerate(graphs):
         if g.n_nodes == 0:
             raise ValueError(f"{name}[{k}] has no vertices; the marginalized graph kernel needs at least one")

@@ -110,7 +110,7 @@ import numpy as np
 
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._progress import Progress
-from graphkern.convert import as_graph_list
+from graphkern.convert import as_graphs
 from graphkern.spgk import features
 from graphkern.spgk.batch import BATCH_CACHE_SIZE, Batch, BatchCache, pair_work
 from graphkern.spgk.cpu import CPU_METHODS, CPU_WALKS, run_cpu
@@ -257,7 +257,7 @@ class ShortestPathKernel:
 
         With the feature map (Dirac kernels, ``method`` "auto" or "features") their features and
         the vocabulary of triplets are made here, once."""
-        self.X_fit_ = as_graph_list(X, "X")
+        self.X_fit_ = as_graphs(X, "X")
         self.__dict__.pop("_fitted", None)
         cfg = self._config()
         if cfg["method"] == FEATURES:
@@ -269,7 +269,7 @@ class ShortestPathKernel:
         """``K(Y, X_fit_)``, shape ``(len(Y), len(X_fit_))`` (written into ``out`` when given)."""
         if not hasattr(self, "X_fit_"):
             raise AttributeError("this ShortestPathKernel is not fitted yet: call fit(X) first")
-        return self._gram(as_graph_list(Y, "Y"), self.X_fit_, out, fitted=True)
+        return self._gram(as_graphs(Y, "Y"), self.X_fit_, out, fitted=True)
 
     def fit_transform(self, X, y=None):
         return self.fit(X)(self.X_fit_)
@@ -278,12 +278,12 @@ class ShortestPathKernel:
         """The kernel matrix ``K(X, Y)``, ``(len(X), len(Y))``; ``Y=None`` computes only the upper
         triangle of ``K(X, X)``.  ``out``: a float64 array (or memory-mapped file) of that shape to
         write ``K`` into, returned."""
-        X = as_graph_list(X, "X")
-        return self._gram(X, None if Y is None else as_graph_list(Y, "Y"), out)
+        X = as_graphs(X, "X")
+        return self._gram(X, None if Y is None else as_graphs(Y, "Y"), out)
 
     def diag(self, X):
         """``K(x, x)`` for each graph of ``X`` (never normalised)."""
-        X = as_graph_list(X, "X")
+        X = as_graphs(X, "X")
         cfg = self._config()
         if cfg["method"] == FEATURES:
             return self._triplets(X, "X", cfg).self_dot.copy()
@@ -296,7 +296,7 @@ class ShortestPathKernel:
         graph, one column per triplet of the fitted graphs (:attr:`feature_names_`); ``K(X, Y) =
         features(X) @ features(Y).T`` over the fitted vocabulary.  Triplets the fitted graphs lack
         are not columns.  An unfitted kernel is fitted on ``X`` first.  Needs Dirac kernels."""
-        X = as_graph_list(X, "X")
+        X = as_graphs(X, "X")
         cfg = self._config()
         if cfg["method"] != FEATURES:
             raise ValueError(f"features() needs DiracNode factors (or no node kernel), DiracEdge and method 'auto' or "
