@@ -8,7 +8,7 @@ first loads the libraries and the device's modules.  Then, ``--repeat`` times on
 objects and a fresh kernel:
 
 * ``--small`` molecules: the first call and the median of five warm calls, with the first call's
-  parts (pack, label ids, counting, vocabulary, product) timed by wrapping the functions; the
+  parts (input checks, pack, label ids, counting, vocabulary, product) from wrapped functions; the
   counting alone on the same fresh graphs with 1, 4, 8 and all threads (its spread shows how much
   of it is waiting for threads);
 * ``--large`` molecules: the first call split the same way (the product is the GPU's or the CPU's
@@ -39,7 +39,7 @@ def main():
     from graphkern.bench.data import molecules_path
     from graphkern.bench.suites._spgk_scaling import augmented_molecules
     from graphkern.io import read_sdf
-    from graphkern.spgk import DiracNode, ShortestPathKernel, features, features_gpu
+    from graphkern.spgk import DiracNode, ShortestPathKernel, api, features, features_gpu
     from graphkern._cpu import spgk_paths
 
     threads = len(os.sched_getaffinity(0))
@@ -64,6 +64,7 @@ def main():
 
         setattr(owner, attr, wrapper)
 
+    timed(api, "as_graphs", "input checks")
     timed(features, "pack", "pack")
     timed(features, "_label_ids", "label ids")
     timed(spgk_paths, "triplet_counts", "counting")
