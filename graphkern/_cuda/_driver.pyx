@@ -373,7 +373,12 @@ cdef class DeviceBuffer:
         self.device.activate()
         with nogil:
             if stream is None:
+                # from pageable memory the driver returns once the source is staged, before the DMA
+                # ends; the kernels that read this buffer run on non-blocking streams, not ordered
+                # after the legacy one: wait for it, as the synchronous memsets and copies here do
                 st = cydriver.cuMemcpyHtoD(self.ptr + offset, &src[0], n)
+                if st == cydriver.CUDA_SUCCESS:
+                    st = cydriver.cuStreamSynchronize(NULL)
             else:
                 st = cydriver.cuMemcpyHtoDAsync(self.ptr + offset, &src[0], n, s)
         _check(st, "cuMemcpyHtoD")
