@@ -153,8 +153,9 @@ def test_out_memory_map_in_tiles(rng, backend, sparse_cost, normalize, tmp_path,
     monkeypatch.setattr(features, "_TILE_BYTES", 3 * 8 * 30)
     monkeypatch.setattr(features, "_SPARSE_COST", sparse_cost)
     monkeypatch.setattr(features_gpu, "_TILE_BYTES", 64 * 8 * 30)
-    monkeypatch.setattr(features_gpu, "_SLOT_BYTES", 8192)  # each tile through the download ring
-    monkeypatch.setattr(features_gpu, "_DIRECT_BYTES", 1000)
+    from graphkern._cuda import runtime
+
+    monkeypatch.setattr(runtime, "STAGED_MIN_BYTES", 1000)  # each tile through the staged copy
     X = random_graphs(rng, 150, n_labels=2)
     kernel = ShortestPathKernel(node_kernel=DiracNode("a"), backend=backend, normalize=normalize)
     out = np.lib.format.open_memmap(tmp_path / "K.npy", mode="w+", dtype=np.float64, shape=(150, 150))
@@ -272,7 +273,7 @@ class FakeFeatureRuntime:
     """The two kernels of cuda_src/spgk_features.cu in NumPy, with their padding and flags."""
 
     def __init__(self, free=1 << 30):
-        self.launches, self.mirrored, self.free = [], [], free
+        self.launches, self.mirrored, self.copied, self.free = [], [], [], free
 
     def get_device(self, ordinal):
         return types.SimpleNamespace(memory_info=lambda: (self.free, self.free), ordinal=ordinal)
@@ -295,8 +296,10 @@ class FakeFeatureRuntime:
     def Stream(self, dev):
         return types.SimpleNamespace(synchronize=lambda: None, wait_event=lambda event: None)
 
-    def PinnedBuffer(self, nbytes, mapped=False):
-        return types.SimpleNamespace(array=lambda dtype: np.zeros(nbytes // np.dtype(dtype).itemsize, dtype))
+    def copy_to_pageable(self, buf, out, offset=0, threads=1):
+        buf.copy_to_host(out.reshape(-1).view(np.uint8), offset=offset)
+        self.copied.append(out.nbytes)
+        return out
 
     def Event(self, dev, timing=True):
         return types.SimpleNamespace(record=lambda stream=None: None, synchronize=lambda: None)
@@ -353,14 +356,12 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize, free):
     from graphkern._cuda import runtime
 
     fake = FakeFeatureRuntime(free)
-    for name in ("get_device", "kernel", "alloc", "to_device", "check_fits", "Stream", "Event", "PinnedBuffer", "launch"):
+    for name in ("get_device", "kernel", "alloc", "to_device", "check_fits", "Stream", "Event", "copy_to_pageable",
+                 "launch"):
         monkeypatch.setattr(runtime, name, getattr(fake, name))
     monkeypatch.setattr(runtime, "require_gpu", lambda: None)
     monkeypatch.setattr(runtime, "resolve_devices", lambda d: [0], raising=False)
     monkeypatch.setattr(features_gpu, "_TILE_BYTES", 64 * 8 * 90)  # tiles of 64 rows
-    monkeypatch.setattr(features_gpu, "_SLOT_BYTES", 4000)  # each tile through the ring in several pieces
-    monkeypatch.setattr(features_gpu, "_DIRECT_BYTES", 1000)
-    monkeypatch.setattr(features_gpu, "_RINGS", {})
     X, Y = random_graphs(rng, 150, n_labels=3), random_graphs(rng, 70, n_labels=3)
     node = DiracNode("a") * DiracNode("b")
     cpu = ShortestPathKernel(node_kernel=node, normalize=normalize, backend="cpu")
@@ -373,7 +374,7 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize, free):
     out = np.full((150, 150), np.nan)
     np.testing.assert_array_equal(kernel(X, out=out), cpu(X))
     assert fake.launches.count("spgk_features_gram") == 3 and fake.mirrored == [free > 1e6] * 3
-    assert [len(part) for part in features_gpu._RINGS[0, 4000]] == [features_gpu._SLOTS] * 2
+    assert fake.copied == [8 * 64 * 150, 8 * 64 * 150, 8 * 22 * 150]  # each tile as soon as it is done
     np.testing.assert_array_equal(kernel(Y, X), cpu(Y, X))
     np.testing.assert_array_equal(kernel.fit(X).transform(Y), cpu.fit(X).transform(Y))
     assert api.FEATURES == kernel.method_ and kernel.backend_ == "gpu"
@@ -433,15 +434,3 @@ def test_compiled_mirror_copies_the_upper_triangle(rng, n_threads):
         spgk_paths.mirror_upper(np.zeros((2, 3)), 1)
 
 
-@pytest.mark.parametrize("n_threads", [1, 3, 16])
-@pytest.mark.parametrize("n", [0, 7, (3 << 20) + 5])
-def test_compiled_copy_of_a_downloaded_slot(rng, n, n_threads):
-    from graphkern._cpu import spgk_paths
-
-    src = rng.integers(0, 256, n).astype(np.uint8)
-    dst = np.zeros(n + 2, np.uint8)
-    spgk_paths.copy_bytes(src, dst[1:-1], n_threads)
-    np.testing.assert_array_equal(dst[1:-1], src)
-    assert dst[0] == dst[-1] == 0
-    with pytest.raises(ValueError, match="bytes into"):
-        spgk_paths.copy_bytes(src, dst, n_threads)

@@ -712,19 +712,3 @@ def mirror_upper(double[:, ::1] out, int n_threads):
                     out[j, i] = out[i, j]
             j0 = j1
     return np.asarray(out)
-
-
-def copy_bytes(const uint8_t[::1] src, uint8_t[::1] dst, int n_threads):
-    """``dst[:] = src`` on up to ``n_threads`` threads, a contiguous part each (at least 256 KiB):
-    a copy into fresh pages is paced by their first touch, which spreads over the cores, and on the
-    threads of the other passes here, which a pass just before leaves awake."""
-    cdef Py_ssize_t n = src.shape[0], part, p, lo
-    if dst.shape[0] != n:
-        raise ValueError(f"copy_bytes: {n} bytes into {dst.shape[0]}")
-    cdef int parts = <int>max(1, min(<Py_ssize_t>n_threads, n >> 18))
-    part = (n + parts - 1) // parts
-    for p in prange(parts, nogil=True, schedule="static", num_threads=parts, use_threads_if=parts > 1):
-        lo = p * part
-        if lo < n:
-            memcpy(&dst[lo], &src[lo], min(part, n - lo))
-    return np.asarray(dst)

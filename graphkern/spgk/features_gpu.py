@@ -7,15 +7,13 @@ overlap at 10^4 graphs.  A symmetric Gram matrix that fits on the device is kept
 (_RESIDENT_SHARE): each off-diagonal 64 x 64 block is computed once and written to both sides, so
 the product costs half; otherwise each tile is computed in full into one of two buffers.
 
-A tile comes back through a ring of page-locked slots (kept per device: they are slow to allocate)
-on a stream of its own, each slot copied into ``out`` by the OpenMP threads of the counting pass
-while the next slots cross the bus: a Gram matrix is mostly fresh pages, whose first touch paces
-the copy more than the bus does, and those threads are awake (spinning) right after the count.
+A finished tile comes back through the runtime's staged copy (graphkern._cuda.runtime.copy_to_pageable):
+pinned chunks on several host threads, each copying one chunk into ``out`` while the next crosses
+the bus.  A Gram matrix is mostly fresh pages, whose first touch paces the copy more than the bus
+does, so the host threads matter more than the chunks' size (docs/performance.md has the rates).
 """
 
 from __future__ import annotations
-
-import threading
 
 import numpy as np
 
@@ -27,11 +25,6 @@ _MAX_GRID_Y = 65535  # a tile's blocks of rows (the grid's second dimension)
 _TILE_BYTES = 64 << 20
 # a symmetric Gram matrix is kept whole on the device when it takes at most this share of the free memory
 _RESIDENT_SHARE = 0.5
-_SLOT_BYTES = 8 << 20  # the download ring: this many page-locked bytes a slot
-_SLOTS = 4
-_DIRECT_BYTES = 1 << 20  # a download under this many bytes goes straight into the output
-_RINGS = {}  # (device ordinal, slot bytes) -> a free ring (slots, events); a call takes it and puts it back
-_RINGS_LOCK = threading.Lock()
 
 
 def _pad(n):
@@ -58,45 +51,6 @@ def _dense(rt, dev, M, rank, depth, stream):
     return dense, flags
 
 
-def _download(rt, dev, stream, buf, offset, dst, n_threads):
-    """Copy ``len(dst)`` bytes of ``buf`` from byte ``offset`` into the flat uint8 host array
-    ``dst``, in order after the work ``stream`` waits for: through the ring (made on the first
-    download that needs it), or directly when it is under _DIRECT_BYTES."""
-    from graphkern._cpu.spgk_paths import copy_bytes
-
-    n = len(dst)
-    if n < _DIRECT_BYTES:
-        stream.synchronize()
-        buf.copy_to_host(dst, offset=offset)
-        return
-    with _RINGS_LOCK:
-        ring = _RINGS.pop((dev.ordinal, _SLOT_BYTES), None)
-    if ring is None:
-        ring = ([rt.PinnedBuffer(_SLOT_BYTES).array(np.uint8) for _ in range(_SLOTS)],
-                [rt.Event(dev, timing=False) for _ in range(_SLOTS)])
-    slots, arrived = ring
-    pieces = -(-n // _SLOT_BYTES)
-
-    def fetch(k):
-        a, b = k * _SLOT_BYTES, min(n, (k + 1) * _SLOT_BYTES)
-        buf.copy_to_host(slots[k % _SLOTS][:b - a], stream=stream, offset=offset + a)
-        arrived[k % _SLOTS].record(stream)
-
-    try:
-        for k in range(min(_SLOTS, pieces)):
-            fetch(k)
-        for k in range(pieces):
-            a, b = k * _SLOT_BYTES, min(n, (k + 1) * _SLOT_BYTES)
-            arrived[k % _SLOTS].synchronize()
-            copy_bytes(slots[k % _SLOTS][:b - a], dst[a:b], n_threads)
-            if k + _SLOTS < pieces:
-                fetch(k + _SLOTS)
-    finally:
-        stream.synchronize()  # no copy into a slot still in flight when the ring goes back
-        with _RINGS_LOCK:
-            _RINGS[dev.ordinal, _SLOT_BYTES] = ring
-
-
 def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_threads=1):
     """``out = A B^T`` for CSR count matrices ``A`` ``(na, F)`` and ``B`` ``(nb, F)``; ``scale``:
     ``(dx, dy)`` to normalise as the host does.  ``symmetric`` (``B`` is ``A``) uploads one copy
@@ -118,7 +72,7 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_
             step = max(_TILE_ROWS, step // 2 // _TILE_ROWS * _TILE_ROWS)
     rt.check_fits(dev, inputs + (8 * na * nb if resident else 2 * 8 * step * nb),
                   f"the shortest-path features of {na} x {nb} graphs ({A.shape[1]} triplets) and the output tiles")
-    stream, copies = rt.Stream(dev), rt.Stream(dev)
+    stream = rt.Stream(dev)
     # the columns by decreasing frequency, so that the rare ones gather in steps most tiles skip
     rank = np.empty(A.shape[1], np.int32)
     rank[np.argsort(-np.bincount(B.indices, minlength=A.shape[1]), kind="stable")] = np.arange(A.shape[1])
@@ -157,11 +111,10 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_
             launch(t + 1)  # computes while tile t is copied out (its buffer's copy, t - 1, has finished)
         rows = min(step, na - i0)
         tile, offset = (tiles[0], 8 * i0 * nb) if resident else (tiles[t % 2], 0)
+        done[t % 2].synchronize()
         if host_contiguous:
-            copies.wait_event(done[t % 2])
-            _download(rt, dev, copies, tile, offset, out[i0:i0 + rows].reshape(-1).view(np.uint8), n_threads)
+            rt.copy_to_pageable(tile, out[i0:i0 + rows], offset, threads=n_threads)
         else:
-            done[t % 2].synchronize()
             out[i0:i0 + rows] = tile.view(offset, 8 * rows * nb).to_host(np.float64, (rows, nb))
         if progress is not None:
             progress.update(rows * nb)
