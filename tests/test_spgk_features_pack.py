@@ -75,6 +75,24 @@ def test_compiled_pack_equals_numpy(rng, monkeypatch, columns, weighted, n_threa
     assert_packed_equal(features.pack(tuple(graphs), str, NODE[columns], n_threads), numpy_pack(graphs, columns))
 
 
+@pytest.mark.parametrize("method", ["features", "openmp_out", "fcsp"])
+def test_kernel_refuses_broken_structure_at_every_entry(rng, method):
+    """The kernel checks structure only in the compiled pack (as_graphs leaves it out): every entry
+    point still refuses a graph whose column ids leave its vertices, with the graph model's words,
+    before any compiled pass reads them."""
+    graphs = random_graphs(rng, 6, weighted=False)
+    g = Graph.from_edges([(0, 1), (1, 2)], 3, node_labels={"a": [0, 1, 2], "b": [0, 0, 1]})
+    bad = rebuilt(g, indices=np.array([1, 0, 7, 1], np.int32))
+    with pytest.raises(ValueError) as want:
+        bad.require_valid()
+    message = re.escape(str(want.value))
+    kern = ShortestPathKernel(node_kernel=DiracNode("a"), method=method, backend="cpu")
+    for call in (lambda: kern(graphs + [bad]), lambda: kern.fit(graphs + [bad]), lambda: kern.diag([bad]),
+                 lambda: kern.fit(graphs).transform([bad]), lambda: kern(graphs, [bad])):
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
 def test_pack_refuses_what_the_graph_model_refuses(rng):
     """The same errors, naming the same graph, as the model's own checks (require_valid,
     node_features)."""

@@ -111,6 +111,7 @@ import numpy as np
 from graphkern._backend import resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._progress import Progress
 from graphkern.convert import as_graphs
+from graphkern.graph import require_valid_all
 from graphkern.spgk import features
 from graphkern.spgk.batch import BATCH_CACHE_SIZE, Batch, BatchCache, pair_work
 from graphkern.spgk.cpu import CPU_METHODS, CPU_WALKS, run_cpu
@@ -257,19 +258,21 @@ class ShortestPathKernel:
 
         With the feature map (Dirac kernels, ``method`` "auto" or "features") their features and
         the vocabulary of triplets are made here, once."""
-        self.X_fit_ = as_graphs(X, "X")
+        self.X_fit_ = _graphs(X, "X")
         self.__dict__.pop("_fitted", None)
         cfg = self._config()
         if cfg["method"] == FEATURES:
             counts = self._triplets(self.X_fit_, "X", cfg)
             self._fitted = (counts, features.Vocabulary(counts, features.label_columns(cfg["node_kernel"])))
+        else:
+            require_valid_all(self.X_fit_)
         return self
 
     def transform(self, Y, *, out=None):
         """``K(Y, X_fit_)``, shape ``(len(Y), len(X_fit_))`` (written into ``out`` when given)."""
         if not hasattr(self, "X_fit_"):
             raise AttributeError("this ShortestPathKernel is not fitted yet: call fit(X) first")
-        return self._gram(as_graphs(Y, "Y"), self.X_fit_, out, fitted=True)
+        return self._gram(_graphs(Y, "Y"), self.X_fit_, out, fitted=True)
 
     def fit_transform(self, X, y=None):
         return self.fit(X)(self.X_fit_)
@@ -278,12 +281,12 @@ class ShortestPathKernel:
         """The kernel matrix ``K(X, Y)``, ``(len(X), len(Y))``; ``Y=None`` computes only the upper
         triangle of ``K(X, X)``.  ``out``: a float64 array (or memory-mapped file) of that shape to
         write ``K`` into, returned."""
-        X = as_graphs(X, "X")
-        return self._gram(X, None if Y is None else as_graphs(Y, "Y"), out)
+        X = _graphs(X, "X")
+        return self._gram(X, None if Y is None else _graphs(Y, "Y"), out)
 
     def diag(self, X):
         """``K(x, x)`` for each graph of ``X`` (never normalised)."""
-        X = as_graphs(X, "X")
+        X = _graphs(X, "X")
         cfg = self._config()
         if cfg["method"] == FEATURES:
             return self._triplets(X, "X", cfg).self_dot.copy()
@@ -296,7 +299,7 @@ class ShortestPathKernel:
         graph, one column per triplet of the fitted graphs (:attr:`feature_names_`); ``K(X, Y) =
         features(X) @ features(Y).T`` over the fitted vocabulary.  Triplets the fitted graphs lack
         are not columns.  An unfitted kernel is fitted on ``X`` first.  Needs Dirac kernels."""
-        X = as_graphs(X, "X")
+        X = _graphs(X, "X")
         cfg = self._config()
         if cfg["method"] != FEATURES:
             raise ValueError(f"features() needs DiracNode factors (or no node kernel), DiracEdge and method 'auto' or "
@@ -511,6 +514,13 @@ def _warn_if_long(A, B, pa, pb, graphs):
                   f"(O(n^4) in the vertices; total {work.sum():.2g}): expect minutes to hours.  With DiracNode "
                   "factors and DiracEdge the feature map (method='auto') costs O(n^2 log n) per graph instead",
                   RuntimeWarning, stacklevel=4)
+
+
+def _graphs(X, name):
+    """``X`` as a list of Graph (:func:`as_graphs`) without its structure check: every route reads
+    the graphs' row pointers and column indices only after :func:`features.pack`'s compiled pass
+    has checked them, and a second pass, in NumPy, would cost more than the packing."""
+    return as_graphs(X, name, validate=False)
 
 
 def _graph_name(graphs, name, k):
