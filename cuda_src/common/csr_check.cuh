@@ -14,43 +14,12 @@
 
 #include <cstdint>
 
+#include "search.cuh"
+
 namespace gk {
 
 constexpr uint64_t kCsrIndptr = 1, kCsrRange = 2, kCsrUnsorted = 4, kCsrNonFinite = 8, kCsrNegative = 16,
                    kCsrAsymmetric = 32;
-
-// First position p in [lo, hi) with idx[p] >= x, or hi.
-__device__ __forceinline__ int64_t csr_lower_bound(const int32_t* __restrict__ idx, int64_t lo, int64_t hi, int32_t x) {
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (idx[mid] < x) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
-// Largest r in [lo, hi) with a[r] <= key, for a non-decreasing a with a[lo] <= key.
-template <typename P>
-__device__ __forceinline__ int64_t csr_last_not_above(const P* __restrict__ a, int64_t lo, int64_t hi, int64_t key) {
-    while (hi - lo > 1) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if ((int64_t)a[mid] <= key) lo = mid;
-        else hi = mid;
-    }
-    return lo;
-}
-
-// Row of entry k, for a block whose entries all lie in [k_first, k_last]: two threads search the
-// whole indptr, the others only the rows the block spans.  Every thread of the block must call it.
-template <typename P>
-__device__ __forceinline__ int64_t csr_block_entry_row(const P* __restrict__ indptr, int64_t n, int64_t k,
-                                                       int64_t k_first, int64_t k_last) {
-    __shared__ int64_t span[2];
-    if (threadIdx.x == 0) span[0] = csr_last_not_above(indptr, 0, n, k_first);
-    if (threadIdx.x == blockDim.x - 1) span[1] = csr_last_not_above(indptr, 0, n, k_last);
-    __syncthreads();
-    return csr_last_not_above(indptr, span[0], span[1] + 1, k < k_last ? k : k_last);
-}
 
 __device__ __forceinline__ uint64_t csr_value_bits(const void* values, int32_t size, int64_t k) {
     switch (size) {
@@ -82,7 +51,7 @@ __device__ __forceinline__ void csr_check(const P* __restrict__ indptr, const in
     if (n_rows == 0 || (int64_t)blockIdx.x * blockDim.x >= nnz) return;  // the whole block: the row search syncs
     const int64_t k_first = blockIdx.x * (int64_t)blockDim.x;
     const int64_t k_last = min(k_first + (int64_t)blockDim.x, nnz) - 1;
-    const int64_t i = csr_block_entry_row(indptr, n_rows, k, k_first, k_last);
+    const int64_t i = block_entry_row(indptr, n_rows, k, k_first, k_last);
     if (k >= nnz) return;
     uint64_t flags = 0;
     const int32_t j = idx[k];
@@ -98,7 +67,7 @@ __device__ __forceinline__ void csr_check(const P* __restrict__ indptr, const in
     if (check_symmetry && !(flags & kCsrRange) && j < n_rows) {
         const int64_t b = min(max((int64_t)indptr[j], (int64_t)0), nnz);
         const int64_t e = min(max((int64_t)indptr[j + 1], b), nnz);
-        const int64_t p = csr_lower_bound(idx, b, e, (int32_t)i);
+        const int64_t p = lower_bound(idx, b, e, (int32_t)i);
         if (p == e || idx[p] != i || csr_value_bits(values, value_size, p) != bits) flags |= kCsrAsymmetric;
     }
     if (flags) csr_flag(status, flags, k);
