@@ -274,9 +274,8 @@ def degree_order(const index_t[::1] indptr, int64_t parts, int n_threads):
     order, so ties keep row order as in a sequential sort.  The few longer rows (at most
     nnz / DEGREE_BUCKETS) are sorted apart and go first."""
     cdef int64_t n = max(indptr.shape[0] - 1, 0)
-    cdef Py_ssize_t blocks = _row_blocks(n, n_threads), t, c
-    cdef Py_ssize_t t2
-    cdef int64_t i, d, k, p, q, local, lo, hi, running, buckets, nbig
+    cdef Py_ssize_t blocks = _row_blocks(n, n_threads), t, t2, c
+    cdef int64_t i, d, k, p, q, local, running, buckets, nbig
     cdef int64_t per, extra
     parts = max(parts, 1)
     per, extra = n // parts, n % parts
@@ -290,14 +289,7 @@ def degree_order(const index_t[::1] indptr, int64_t parts, int n_threads):
     cdef int64_t[::1] sums = sums_arr
     if n == 0:
         return order_arr, inverse_arr, new_indptr_arr
-    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
-        local = 0
-        for i in range(n * t // blocks, n * (t + 1) // blocks):
-            d = indptr[i + 1] - indptr[i]
-            if d > local:
-                local = d
-        sums[t] = local
-    buckets = min(int(sums_arr.max()) + 1, DEGREE_BUCKETS)
+    buckets = min(degree_moments(indptr, n_threads)[2] + 1, DEGREE_BUCKETS)
     counts_arr = np.zeros(blocks * buckets, dtype=np.int64)
     totals_arr = np.zeros(buckets, dtype=np.int64)
     cdef int64_t[::1] counts = counts_arr

@@ -36,21 +36,8 @@ cdef enum:
     OVERLAP = 2
 
 
-cdef inline double count_ratio(int metric, int64_t inter, int64_t di, int64_t dj) noexcept nogil:
-    cdef double num, den
-    if metric == JACCARD:
-        num = <double>inter
-        den = <double>(di + dj - inter)
-    elif metric == SORENSEN:
-        num = 2.0 * <double>inter
-        den = <double>(di + dj)
-    else:
-        num = <double>inter
-        den = <double>(di if di < dj else dj)
-    return num / den if den > 0.0 else 0.0
-
-
-cdef inline floating weight_ratio(int metric, floating inter, floating wi, floating wj) noexcept nogil:
+cdef inline floating metric_ratio(int metric, floating inter, floating wi, floating wj) noexcept nogil:
+    """The metric of an intersection and two set sizes (weights, or counts in double: exact below 2^53)."""
     cdef floating num, den
     if metric == JACCARD:
         num = inter
@@ -173,13 +160,14 @@ def similarity(const int64_t[::1] indptr, const int32_t[::1] indices, const floa
                             if m != 0:
                                 raw = raw + smaller(w[q], w[a0 + m - 1])
                         w_ij = w[k]
-                        value = weight_ratio(metric, raw + sign * (smaller(sw[i], w_ij) + smaller(sw[j], w_ij)),
+                        value = metric_ratio(metric, raw + sign * (smaller(sw[i], w_ij) + smaller(sw[j], w_ij)),
                                              ws[i], ws[j])
                     else:
                         count = 0
                         for q in range(b0, b1):
                             count = count + (mark[idx[q]] != 0)
-                        value = <floating>count_ratio(metric, count + adj[i] + adj[j], deg[i], deg[j])
+                        value = <floating>metric_ratio(metric, <double>(count + adj[i] + adj[j]), <double>deg[i],
+                                                       <double>deg[j])
                     res[k] = value
                     q = lower_bound(idx, b0, b1, <int32_t>i)
                     if q < b1:  # the mirror (j, i) of a symmetric pattern; never past row j

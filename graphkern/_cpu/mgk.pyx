@@ -310,8 +310,7 @@ cdef double solve_forward(floating* work, int64_t stride,
                                    n2, rp2, ind2, w2, ef2, fe2, ek, ecode, epar, tol, max_iter, res_out)
     for i in range(N):
         total += x[i]
-    if nodal != NULL:
-        for i in range(N):
+        if nodal != NULL:
             nodal[i] = <floating>(p2 * x[i])
     return p2 * total
 
@@ -497,7 +496,7 @@ def solve_pairs_gradient(
     cdef double p2 = p_scale * p_scale
     cdef EdgeForm* cforms
     cdef floating* work
-    cdef floating* scratch
+    cdef floating* scratch = NULL
     cdef EdgeForm ek = EdgeForm(edge_form, ek_scale, ek_theta, ek_aux, ek_slot)
     cdef int64_t stride = largest_product(node_off1, node_off2, pair_g1, pair_g2)
     if grad_out.shape[0] != n_pairs or grad_out.shape[1] != n_node_derivatives + 1 + n_contractions:
@@ -515,26 +514,23 @@ def solve_pairs_gradient(
     n_threads = <int>min(max(n_threads, 1), n_pairs)
     try:
         scratch = <floating*>work_vectors(n_threads, N_GRADIENT_VECTORS, stride, sizeof(floating))
-        try:
-            with nogil, parallel(num_threads=n_threads):
-                work = &scratch[threadid() * N_GRADIENT_VECTORS * stride]
-                for k in prange(n_pairs, schedule="dynamic"):
-                    g1 = pair_g1[k]
-                    g2 = pair_g2[k]
-                    o1 = node_off1[g1]
-                    o2 = node_off2[g2]
-                    gradient_pair(work, stride,
-                                  <int>(node_off1[g1 + 1] - o1), &rowptr1[o1], &indices1[0], &weights1[0],
-                                  &degree1[o1], &nfeat1[o1, 0], fv1, &efeat1[0, 0], fe1,
-                                  <int>(node_off2[g2 + 1] - o2), &rowptr2[o2], &indices2[0], &weights2[0],
-                                  &degree2[o2], &nfeat2[o2, 0], fv2, &efeat2[0, 0], fe2,
-                                  &ncode[0], &nparam[0], &ek, &ecode[0], &eparam[0], <floating>q, tol, max_iter, p2,
-                                  n_node_derivatives, &dcode[0], &dparam[0], &dcode_off[0], &dparam_off[0],
-                                  n_contractions, cforms, &ccode[0], &cparam[0], &ccode_off[0], &cparam_off[0],
-                                  cfree_ptr, &k_out[k], &iters_out[k], &resid_out[k], &adj_iters_out[k],
-                                  &adj_resid_out[k],
-                                  &grad_out[k, 0])
-        finally:
-            free(scratch)
+        with nogil, parallel(num_threads=n_threads):
+            work = &scratch[threadid() * N_GRADIENT_VECTORS * stride]
+            for k in prange(n_pairs, schedule="dynamic"):
+                g1 = pair_g1[k]
+                g2 = pair_g2[k]
+                o1 = node_off1[g1]
+                o2 = node_off2[g2]
+                gradient_pair(work, stride,
+                              <int>(node_off1[g1 + 1] - o1), &rowptr1[o1], &indices1[0], &weights1[0],
+                              &degree1[o1], &nfeat1[o1, 0], fv1, &efeat1[0, 0], fe1,
+                              <int>(node_off2[g2 + 1] - o2), &rowptr2[o2], &indices2[0], &weights2[0],
+                              &degree2[o2], &nfeat2[o2, 0], fv2, &efeat2[0, 0], fe2,
+                              &ncode[0], &nparam[0], &ek, &ecode[0], &eparam[0], <floating>q, tol, max_iter, p2,
+                              n_node_derivatives, &dcode[0], &dparam[0], &dcode_off[0], &dparam_off[0],
+                              n_contractions, cforms, &ccode[0], &cparam[0], &ccode_off[0], &cparam_off[0],
+                              cfree_ptr, &k_out[k], &iters_out[k], &resid_out[k], &adj_iters_out[k],
+                              &adj_resid_out[k], &grad_out[k, 0])
     finally:
+        free(scratch)
         free(cforms)

@@ -92,7 +92,7 @@ cdef int _stable_place(const uint16_t[::1] key, int nt, int64_t[::1] order, cons
 def launch_order(const double[::1] cost):
     """``np.argsort(key.astype(np.uint16), kind="stable")`` for ``key = cost * (-65535 / max) + 65535``
     (all keys 65535 when the largest cost is 0), by counting: O(m), the same permutation."""
-    cdef Py_ssize_t m = cost.shape[0], i, lo, hi
+    cdef Py_ssize_t m = cost.shape[0], i
     cdef int nt = _chunks(m), t
     cdef double top = 0.0, scale, local
     cdef double[::1] tops = np.zeros(nt)

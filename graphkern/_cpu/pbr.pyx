@@ -179,8 +179,7 @@ cdef void score_members(Work* w, int32_t a, int32_t b) noexcept nogil:
         w.member_mask[w.touched_mask[t]] = 0
 
 
-cdef inline void swap_effect(Work* w, int32_t i, int32_t j, int32_t a, int32_t b,
-                             int64_t* d_pairs, int64_t* d_cut) noexcept nogil:
+cdef inline void swap_effect(Work* w, int32_t i, int32_t j, int32_t b, int64_t* d_pairs, int64_t* d_cut) noexcept nogil:
     """Change in joined part pairs and in cut edges if a's i-th and b's j-th members swap parts."""
     cdef int32_t u = i, v = PBR_PART + j
     cdef int32_t joint = 2 if w.adjacent[i][j] else 0  # the u-v edge stays between a and b
@@ -210,7 +209,7 @@ cdef int64_t improve_pair(Work* w, int32_t a, int32_t b) noexcept nogil:
     score_members(w, a, b)
     for i in range(w.part_size[a]):
         for j in range(w.part_size[b]):
-            swap_effect(w, i, j, a, b, &d_pairs, &d_cut)
+            swap_effect(w, i, j, b, &d_pairs, &d_cut)
             if d_pairs < best_pairs or (d_pairs == best_pairs and d_cut < best_cut):
                 best_pairs = d_pairs
                 best_cut = d_cut
@@ -267,13 +266,12 @@ cdef void refine_kway(Work* w) noexcept nogil:
                 while rounds < PBR_PART:
                     w.n_touched_row_b = load_row(w, b, w.row_b, w.touched_row_b)
                     removed = improve_pair(w, a, b)
+                    clear_row(w.row_b, w.touched_row_b, w.n_touched_row_b)
                     if removed < 0:
-                        clear_row(w.row_b, w.touched_row_b, w.n_touched_row_b)
                         break
                     pass_removed += removed
                     pairs -= removed
                     rounds += 1
-                    clear_row(w.row_b, w.touched_row_b, w.n_touched_row_b)
                     clear_row(w.row_a, w.touched_row_a, w.n_touched_row_a)
                     w.n_touched_row_a = load_row(w, a, w.row_a, w.touched_row_a)
             clear_row(w.row_a, w.touched_row_a, w.n_touched_row_a)
@@ -286,15 +284,13 @@ cdef void refine_kway(Work* w) noexcept nogil:
 
 cdef int64_t joined_pairs(Work* w) noexcept nogil:
     """Unordered pairs of distinct parts joined by an edge (= off-diagonal octiles / 2)."""
-    cdef int32_t a, i, q, n_touched
+    cdef int32_t a, i, n_touched
     cdef int64_t total = 0
     assign_parts(w)
     for a in range(w.n_parts):
         n_touched = load_row(w, a, w.row_a, w.touched_row_a)
         for i in range(n_touched):
-            q = w.touched_row_a[i]
-            if q > a:
-                total += 1
+            total += w.touched_row_a[i] > a
         clear_row(w.row_a, w.touched_row_a, n_touched)
     return total
 
@@ -326,7 +322,6 @@ cdef inline int32_t* carve32(char** cursor, int64_t count) noexcept nogil:
     cdef int32_t* out = <int32_t*>cursor[0]
     cursor[0] += count * sizeof(int32_t)
     return out
-
 
 
 cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* indices, uint64_t seed) noexcept nogil:

@@ -184,6 +184,7 @@ cdef void segment_clear_counts(Work* w, int64_t lo, int64_t hi) noexcept nogil:
 
 
 cdef void empty_buckets(Work* w, int64_t lo, int64_t hi) noexcept nogil:
+    """Empty the segment's buckets and reset bmax: grow_left and fm_pass start from this state."""
     cdef int64_t i
     cdef int32_t v
     for i in range(lo, hi):
@@ -219,10 +220,7 @@ cdef int32_t bfs_farthest(Work* w, int32_t start, int only_side) noexcept nogil:
 cdef void grow_left(Work* w, int64_t lo, int64_t hi, int64_t target_left, int32_t seed) noexcept nogil:
     """Greedy graph growing: move the best-gain frontier vertex to the left until it has ``target_left``."""
     cdef int64_t left = 0, i, k
-    cdef int32_t v, x
-    w.bmax[0] = 0
-    w.bmax[1] = 0
-    v = seed
+    cdef int32_t v = seed, x
     while True:
         w.cost -= compute_gain(w, v)
         move_vertex(w, v, True)
@@ -256,8 +254,6 @@ cdef int64_t fm_pass(Work* w, int64_t lo, int64_t hi, int64_t target_left, int64
     cdef int32_t v, v0, v1, g0, g1
     cdef int side
     cdef bint ok0, ok1
-    w.bmax[0] = 0
-    w.bmax[1] = 0
     for i in range(lo, hi):
         v = w.order[i]
         if w.where[v] == 0:
@@ -340,12 +336,11 @@ cdef void bisect(Work* w, int64_t lo, int64_t hi, int64_t target_left) noexcept 
 
 cdef void recursive_bisection(Work* w) noexcept nogil:
     """Recursive bisection of the whole graph into ``order`` (parts are consecutive runs of 8)."""
-    cdef int64_t top = 0, lo, hi, n_parts, target_left
+    cdef int64_t top = 1, lo, hi, n_parts, target_left
     cdef int64_t* stack = w.stack
     identity_order(w)
     stack[0] = 0
     stack[1] = w.n
-    top = 1
     while top > 0:
         top -= 1
         lo = stack[2 * top]

@@ -217,7 +217,7 @@ cdef int element_of(Reader *r, const int64_t *keys, const int64_t *values, int n
 
 cdef int charge_of_code(int64_t code) noexcept nogil:
     # codes 1-3 are +3..+1, 5-7 are -1..-3; 4 is a doublet radical, without charge
-    return 0 if code == 0 or code == 4 else (4 - code if code < 4 else 4 - code)
+    return 0 if code == 0 or code == 4 else 4 - code
 
 
 def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, const int64_t[::1] symbol_values,
@@ -264,7 +264,7 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
     cdef Py_ssize_t mol = 0, atom0 = 0, ptr0 = 0, ent0 = 0, kept, s, e, name_s = 0, name_e = 0
     cdef int64_t counts_line = 0, first_bond_line = 0, n_at = 0, n_bo = 0, v, v2, v3, count, atom
     cdef bint charged, got = True
-    cdef double dx, dy, dz, d
+    cdef double dx, dy, dz
     with nogil:
         while True:
             # ---- header block: three lines, then the counts line

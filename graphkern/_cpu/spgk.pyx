@@ -256,14 +256,20 @@ cdef void vertex_rows(const BatchView* A, int64_t ga, const BatchView* B, int64_
             V[a * n2 + c] = <floating>vertex_kernel(A, off1 + a, B, off2 + c, vk)
 
 
-cdef double walk(edge_tag* tag, const int32_t* ends1, const double* len1, int64_t p_begin, int64_t p_end,
-                 const int64_t* rowptr2, const int32_t* ends2, const double* len2, int64_t n2,
-                 const floating* V, double param) noexcept nogil:
-    """Sum over outer paths [p_begin, p_end) and every inner path (c, d) of k_e * (V_ac V_bd + V_ad V_bc).
+cdef double walk(edge_tag* tag, const BatchView* A, int64_t ga, const BatchView* B, int64_t gb,
+                 int64_t p_begin, int64_t p_end, const floating* V, double param) noexcept nogil:
+    """Sum over the outer paths [p_begin, p_end) of A[ga] and every inner path (c, d) of B[gb] of
+    k_e * (V_ac V_bd + V_ad V_bc).
 
     The inner paths are sorted by c and ``rowptr2`` delimits each c's run, so V_ac and
     V_bc stay in registers and a path pair costs four loads (d, its length, V_ad, V_bd).
     """
+    cdef const int32_t* ends1 = A.path_ends + 2 * A.path_offsets[ga]
+    cdef const double* len1 = A.path_lengths + A.path_offsets[ga]
+    cdef const int64_t* rowptr2 = B.path_rowptr + B.node_offsets[gb] + gb
+    cdef const int32_t* ends2 = B.path_ends + 2 * B.path_offsets[gb]
+    cdef const double* len2 = B.path_lengths + B.path_offsets[gb]
+    cdef int64_t n2 = B.node_offsets[gb + 1] - B.node_offsets[gb]
     cdef int64_t p, c, q, q_end
     cdef int32_t d
     cdef const floating* Va
@@ -307,15 +313,11 @@ cdef double pair_value(edge_tag* tag, const BatchView* A, int64_t ga, const Batc
                        const VertexKernel* vk, double param, floating* V) noexcept nogil:
     """K(A[ga], B[gb]) by FCSP on one thread, V a scratch of n1 * n2 values."""
     order_pair(&A, &ga, &B, &gb)
-    cdef int64_t n1 = A.node_offsets[ga + 1] - A.node_offsets[ga]
-    cdef int64_t n2 = B.node_offsets[gb + 1] - B.node_offsets[gb]
-    cdef int64_t P1 = n_paths(A, ga), P2 = n_paths(B, gb)
-    if P1 == 0 or P2 == 0:
+    cdef int64_t P1 = n_paths(A, ga)
+    if P1 == 0 or n_paths(B, gb) == 0:
         return 0.0
-    vertex_rows(A, ga, B, gb, vk, 0, n1, V)
-    return 2.0 * walk(tag, A.path_ends + 2 * A.path_offsets[ga], A.path_lengths + A.path_offsets[ga], 0, P1,
-                      B.path_rowptr + B.node_offsets[gb] + gb, B.path_ends + 2 * B.path_offsets[gb],
-                      B.path_lengths + B.path_offsets[gb], n2, V, param)
+    vertex_rows(A, ga, B, gb, vk, 0, A.node_offsets[ga + 1] - A.node_offsets[ga], V)
+    return 2.0 * walk(tag, A, ga, B, gb, 0, P1, V, param)
 
 
 cdef inline bint has_dense(const BatchView* A, int64_t g) noexcept nogil:
@@ -364,20 +366,16 @@ cdef double pair_value_parallel(edge_tag* tag, const BatchView* A, int64_t ga, c
                                 const VertexKernel* vk, double param, floating* V, int n_threads) noexcept nogil:
     """K(A[ga], B[gb]) with the rows of V and the outer paths shared among threads (openmp_in)."""
     order_pair(&A, &ga, &B, &gb)
-    cdef int64_t n1 = A.node_offsets[ga + 1] - A.node_offsets[ga]
-    cdef int64_t n2 = B.node_offsets[gb + 1] - B.node_offsets[gb]
-    cdef int64_t P1 = n_paths(A, ga), P2 = n_paths(B, gb)
+    cdef int64_t P1 = n_paths(A, ga)
     cdef int64_t a, p
     cdef double total = 0.0
-    if P1 == 0 or P2 == 0:
+    if P1 == 0 or n_paths(B, gb) == 0:
         return 0.0
     # rows and paths cost the same each, so static schedules balance
-    for a in prange(n1, schedule="static", num_threads=n_threads):
+    for a in prange(A.node_offsets[ga + 1] - A.node_offsets[ga], schedule="static", num_threads=n_threads):
         vertex_rows(A, ga, B, gb, vk, a, a + 1, V)
     for p in prange(P1, schedule="static", num_threads=n_threads):
-        total += walk(tag, A.path_ends + 2 * A.path_offsets[ga], A.path_lengths + A.path_offsets[ga], p, p + 1,
-                      B.path_rowptr + B.node_offsets[gb] + gb, B.path_ends + 2 * B.path_offsets[gb],
-                      B.path_lengths + B.path_offsets[gb], n2, V, param)
+        total += walk(tag, A, ga, B, gb, p, p + 1, V, param)
     return 2.0 * total
 
 
@@ -447,10 +445,10 @@ def kernel_pairs(str method, GraphBatch A, GraphBatch B, const int64_t[::1] pair
     """``out[k] = K(A[pair_a[k]], B[pair_b[k]])`` by ``method`` (naive, fcsp, openmp_in, openmp_out).
 
     ``scratch`` holds the vertex-kernel matrices (its dtype is theirs): ``scratch_stride``
-    values per thread for openmp_out, one matrix otherwise; each holds the largest
-    ``n1 * n2`` of the pairs (:func:`scratch_per_pair` with the dense walk).  ``walk_mode``:
-    0 the edge walk, 1 the dense walk where it costs less (auto), 2 wherever a dense matrix is
-    there (fcsp and openmp_out; see the module doc).  Runs without the GIL.
+    values per thread for openmp_out, one matrix otherwise; each holds the largest ``n1 * n2`` of
+    the pairs (more with the dense walk: :func:`_largest_vertex_matrix`).  ``walk_mode``: 0 the
+    edge walk, 1 the dense walk where it costs less (auto), 2 wherever a dense matrix is there
+    (fcsp and openmp_out; see the module doc).  Runs without the GIL.
     """
     cdef Schedule schedule
     cdef VertexKernel vk
@@ -508,16 +506,12 @@ def kernel_pairs(str method, GraphBatch A, GraphBatch B, const int64_t[::1] pair
 
 cdef int64_t _largest_vertex_matrix(GraphBatch A, GraphBatch B, const int64_t[::1] pair_a,
                                     const int64_t[::1] pair_b, bint dense) except -1:
+    """The vertex-kernel values the largest of the pairs needs (either walk's V)."""
     cdef int64_t k, n1, n2, best = 0
     for k in range(pair_a.shape[0]):
         n1 = A.view.node_offsets[pair_a[k] + 1] - A.view.node_offsets[pair_a[k]]
         n2 = B.view.node_offsets[pair_b[k] + 1] - B.view.node_offsets[pair_b[k]]
-        best = max(best, scratch_per_pair(n1, n2, dense))
+        best = max(best, n1 * n2)
+        if dense:
+            best = max(best, n1 * dense_ld(n2), n2 * dense_ld(n1))
     return best
-
-
-cpdef int64_t scratch_per_pair(int64_t n1, int64_t n2, bint dense):
-    """Vertex-kernel values one pair of graphs of n1 and n2 vertices needs (either walk's V)."""
-    if not dense:
-        return n1 * n2
-    return max(n1 * dense_ld(n2), n2 * dense_ld(n1))

@@ -307,34 +307,29 @@ def first_bad_coordinate_line(const unsigned char[::1] text, int n_fields):
             line += 1
             while pos < size and (text[pos] == 32 or text[pos] == 9):
                 pos += 1
-            if pos >= size or text[pos] == 10 or text[pos] == 13 or text[pos] == 37:  # blank or %
-                while pos < size and text[pos] != 10:
-                    pos += 1
-                pos += 1
-                continue
-            want = 3 if size_line else n_fields
-            field = 0
-            while pos < size and text[pos] != 10 and text[pos] != 13:
-                digits = True
-                number = True
-                while pos < size:
-                    c = text[pos]
-                    if c == 32 or c == 9 or c == 10 or c == 13:
-                        break
-                    if c < 48 or c > 57:
-                        digits = False
-                        number = number and _number_char(c)
-                    pos += 1
-                if (field < 2 or size_line) and not digits:
+            if pos < size and text[pos] != 10 and text[pos] != 13 and text[pos] != 37:  # not blank, not %
+                want = 3 if size_line else n_fields
+                field = 0
+                while pos < size and text[pos] != 10 and text[pos] != 13:
+                    digits = True
+                    number = True
+                    while pos < size:
+                        c = text[pos]
+                        if c == 32 or c == 9 or c == 10 or c == 13:
+                            break
+                        if c < 48 or c > 57:
+                            digits = False
+                            number = number and _number_char(c)
+                        pos += 1
+                    # a value such as "1V" is no number (the parser reads 1, or crashes at the end of a file)
+                    if not number or ((field < 2 or size_line) and not digits):
+                        bad = line
+                    field += 1
+                    while pos < size and (text[pos] == 32 or text[pos] == 9):
+                        pos += 1
+                if field != want:
                     bad = line
-                elif not number:  # a value such as "1V" (the parser reads 1, or crashes at the end of a file)
-                    bad = line
-                field += 1
-                while pos < size and (text[pos] == 32 or text[pos] == 9):
-                    pos += 1
-            if field != want:
-                bad = line
-            size_line = 0
+                size_line = 0
             while pos < size and text[pos] != 10:
                 pos += 1
             pos += 1
