@@ -32,7 +32,6 @@ from ._text import FileFormatError, _named_errors, read_bytes, source_name
 
 __all__ = ["iter_sdf", "read_sdf"]
 
-_MOLECULE_END = "$$$$"
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _SPACE = "[ \t\n\r\x0b\x0c\x1c-\x1f]*"  # the white space the parser strips from a field
 _INTEGER = re.compile(f"{_SPACE}([+-]?[0-9]+){_SPACE}")
