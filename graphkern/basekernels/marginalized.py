@@ -551,11 +551,9 @@ class KernelProgram:
         a column name to a dict of category codes that grows as new labels are seen
         (shared across datasets so that codes agree between them).
         """
-        n = None
         blocks = []
         for col, transform in self.feature_spec:
             arr = np.asarray(columns[col])
-            n = len(arr) if n is None else n
             if transform == "category":
                 blocks.append(_category_codes(arr, tables.setdefault(col, {}), what, col)[:, None])
             else:
