@@ -158,11 +158,8 @@ def element_numbers(symbols, label):
 
 
 class LabelColumns(dict):
-    """The named label columns of one graph; a column set here is validated (length, dtype) and frozen.
-
-    ``validated``: columns the graph has already checked (its own re-orderings, a reader's
-    arrays), stored as they are.
-    """
+    """The named label columns of one graph; a column set here is validated (length, dtype) and frozen
+    (``validated``: columns the graph has checked already, stored as they are)."""
 
     __slots__ = ("_what", "_length", "_owner_cache")
 
