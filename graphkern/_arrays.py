@@ -41,6 +41,11 @@ def index_dtype(nnz):
     return np.int32 if nnz <= _INT32_MAX else np.int64
 
 
+def scan_threads(n_entries):
+    """Threads for a compiled pass over ``n_entries``: all cores, or one below PARALLEL_ENTRIES."""
+    return resolve_threads(None) if n_entries >= PARALLEL_ENTRIES else 1
+
+
 def require_memory(nbytes, what):
     """Refuse (MemoryError naming ``what``) an allocation larger than this machine's memory."""
     try:
@@ -153,15 +158,18 @@ def element_numbers(symbols, label):
 
 
 class LabelColumns(dict):
-    """The named label columns of one graph; a column set here is validated (length, dtype) and frozen."""
+    """The named label columns of one graph; a column set here is validated (length, dtype) and frozen
+    (``validated``: columns the graph has checked already, stored as they are)."""
 
     __slots__ = ("_what", "_length", "_owner_cache")
 
-    def __init__(self, what, length, owner_cache, columns=()):
+    def __init__(self, what, length, owner_cache, columns=(), *, validated=()):
         super().__init__()
         self._what, self._length, self._owner_cache = what, length, owner_cache
         for key, col in dict(columns).items():
             self[key] = col
+        for key, col in dict(validated).items():
+            self._put(key, col)
 
     def __setitem__(self, key, values):
         col = frozen(label_column(values, self._length, what=self._what, name=key), None)
@@ -223,9 +231,10 @@ def scan(indptr, indices, values=None, *, symmetric, signed=False, first=None):
         vals = np.ascontiguousarray(values)
     else:  # equality survives the casts: wider floats, and uint64 -> int64 is one-to-one
         vals = np.ascontiguousarray(values, dtype=np.float64 if values.dtype.kind == "f" else np.int64)
-    threads = resolve_threads(None) if len(idx) >= PARALLEL_ENTRIES else 1
+    threads = scan_threads(len(idx))
+    has_values = values is not None
     if first is None:
-        first = _compiled.scan_csr(ptr, idx, vals, has_values=values is not None, symmetric=False, signed=signed,
+        first = _compiled.scan_csr(ptr, idx, vals, has_values=has_values, symmetric=False, signed=signed,
                                    n_threads=threads)
     else:
         first = first.copy()
@@ -234,14 +243,13 @@ def scan(indptr, indices, values=None, *, symmetric, signed=False, first=None):
         # yes or no in one streaming pass; only a "no" pays for the binary searches that name the
         # first entry at fault.  With NaN (never equal to itself) the exact walk decides.
         if first[NONFINITE] == nnz:
-            fwd, bwd = _compiled.mirror_sums(ptr, idx, vals, has_values=values is not None, key=_MIRROR_KEY,
-                                             n_threads=threads)
+            fwd, bwd = _compiled.mirror_sums(ptr, idx, vals, has_values=has_values, key=_MIRROR_KEY, n_threads=threads)
             asymmetric = fwd != bwd
         else:
-            asymmetric = _compiled.is_symmetric(ptr, idx, vals, has_values=values is not None, n_threads=threads)
+            asymmetric = _compiled.is_symmetric(ptr, idx, vals, has_values=has_values, n_threads=threads)
         if asymmetric:
-            exact = _compiled.scan_csr(ptr, idx, vals, has_values=values is not None, symmetric=True,
-                                       signed=signed, n_threads=threads)
+            exact = _compiled.scan_csr(ptr, idx, vals, has_values=has_values, symmetric=True, signed=signed,
+                                       n_threads=threads)
             first[MISSING], first[DIFFERS] = exact[MISSING], exact[DIFFERS]
     return first
 
@@ -251,7 +259,7 @@ def indptr_problem(indptr, nnz):
     ptr = np.ascontiguousarray(indptr)
     if ptr.dtype not in (np.int32, np.int64):
         ptr = ptr.astype(np.int64)
-    bad = _compiled.check_indptr(ptr, nnz, resolve_threads(None) if len(ptr) >= PARALLEL_ENTRIES else 1)
+    bad = _compiled.check_indptr(ptr, nnz, scan_threads(len(ptr)))
     if bad < 0:
         return None
     if bad == len(indptr) - 1:

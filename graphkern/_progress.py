@@ -38,9 +38,9 @@ class Progress:
         if self._enabled and self._callback is None:
             try:
                 from tqdm.auto import tqdm
-            except ImportError:
-                tqdm = None
-            if tqdm is not None:
+            except ImportError:  # plain text lines instead
+                pass
+            else:
                 self._bar = tqdm(total=self.total, unit=" " + self.unit, desc=self.desc,
                                  file=self._stream, unit_scale=True, dynamic_ncols=True)
         return self
@@ -70,8 +70,7 @@ class Progress:
         elapsed = max(now - self._t0, 1e-9)
         rate = self.done / elapsed
         if self.total:
-            left = (self.total - self.done) / rate if rate > 0 else float("inf")
-            eta = f"{left:.1f} s" if left != float("inf") else "?"
+            eta = f"{(self.total - self.done) / rate:.1f} s" if rate > 0 else "?"
             return (f"{self.desc}: {self.done:,}/{self.total:,} {self.unit} "
                     f"({100.0 * self.done / self.total:.0f}%), {rate:,.0f} {self.unit}/s, ETA {eta}")
         return f"{self.desc}: {self.done:,} {self.unit}, {rate:,.0f} {self.unit}/s"

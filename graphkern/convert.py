@@ -20,14 +20,11 @@ def _convert(item, label):
         return item
     module = type(item).__module__ or ""
     if module.startswith("networkx"):
-        converter = "Graph.from_networkx"
-        convert = Graph.from_networkx
+        convert, converter = Graph.from_networkx, "Graph.from_networkx"
     elif module.startswith("rdkit") and hasattr(item, "GetAtoms"):
-        convert = from_rdkit
-        converter = "graphkern.io.from_rdkit"
+        convert, converter = from_rdkit, "graphkern.io.from_rdkit"
     elif isinstance(item, str):
-        convert = from_smiles
-        converter = "graphkern.io.from_smiles"
+        convert, converter = from_smiles, "graphkern.io.from_smiles"
     else:
         raise TypeError(f"{label} is a {type(item).__name__}, expected {_ACCEPTED}")
     try:

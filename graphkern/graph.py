@@ -32,10 +32,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphkern._arrays import (_INT32_MAX, _INT64_MAX, ATOMIC_NUMBER, DIFFERS, DUPLICATE, MISSING,
-                               NEGATIVE, NONFINITE, NOT_ONE, PARALLEL_ENTRIES, RANGE, UNSORTED, LabelColumns,
+                               NEGATIVE, NONFINITE, NOT_ONE, RANGE, UNSORTED, LabelColumns,
                                category_code, frozen, content_fingerprint, index_dtype, indptr_problem, label_column, numeric,
-                               require_memory, scan)
-from graphkern._backend import resolve_threads
+                               require_memory, scan, scan_threads)
 from graphkern._cpu import validate as _compiled
 
 __all__ = ["Graph", "PackedGraphs", "pack_graphs", "as_csr_matrix",
@@ -81,10 +80,7 @@ class Graph:
             weights = numeric(weights, "weights")
             if weights.shape != (nnz,):
                 raise ValueError(f"weights has shape {weights.shape}, expected ({nnz},): one per stored entry")
-        self._n = n
-        self._indptr = frozen(indptr, index_dtype(nnz))
-        self._indices = frozen(indices, np.int32 if n <= _INT32_MAX else np.int64)
-        self._weights = None if weights is None else frozen(weights, np.float64)
+        self._store(indptr, indices, weights)
         self.name = name
         self._cache = {}
         self._node_labels = LabelColumns("node", n, self._cache, node_labels or {})
@@ -97,18 +93,18 @@ class Graph:
         """A Graph of arrays that a reader built valid (rows sorted, symmetric, indices in range,
         labels aligned): stored read-only in the constructor's dtypes, without its checks."""
         G = cls.__new__(cls)
-        n, nnz = len(indptr) - 1, len(indices)
-        G._n, G.name, G._cache = n, None, {"valid": True}
-        G._indptr = frozen(indptr, index_dtype(nnz))
-        G._indices = frozen(indices, np.int32 if n <= _INT32_MAX else np.int64)
-        G._weights = None if weights is None else frozen(weights, np.float64)
-        G._node_labels = LabelColumns("node", n, G._cache)
-        G._edge_labels = LabelColumns("edge", nnz, G._cache)
-        for key, col in node_labels:
-            G._node_labels._put(key, col)
-        for key, col in edge_labels:
-            G._edge_labels._put(key, col)
+        G._store(indptr, indices, weights)
+        G.name, G._cache = None, {"valid": True}
+        G._node_labels = LabelColumns("node", G._n, G._cache, validated=node_labels)
+        G._edge_labels = LabelColumns("edge", G.nnz, G._cache, validated=edge_labels)
         return G
+
+    def _store(self, indptr, indices, weights):
+        """Keep the CSR arrays read-only, with indices as narrow as the sizes allow."""
+        self._n = len(indptr) - 1
+        self._indptr = frozen(indptr, index_dtype(len(indices)))
+        self._indices = frozen(indices, index_dtype(self._n))
+        self._weights = None if weights is None else frozen(weights, np.float64)
 
     n_nodes = property(lambda self: self._n, doc="Number of nodes.")
     indptr = property(lambda self: self._indptr, doc="Row pointers (read-only).")
@@ -147,9 +143,8 @@ class Graph:
             self._symmetrize()
             return
         if first[DIFFERS] < nnz or self._edge_labels:
-            threads = resolve_threads(None) if nnz >= PARALLEL_ENTRIES else 1
             self._check_mirror_values(symmetrize, _compiled.mirror_positions(
-                np.ascontiguousarray(self._indptr, dtype=np.int64), self._indices, threads))
+                np.ascontiguousarray(self._indptr, dtype=np.int64), self._indices, scan_threads(nnz)))
         self._cache["valid"] = True
 
     def _check_mirror_values(self, symmetrize, mirror):
@@ -220,10 +215,8 @@ class Graph:
         self._indices = frozen(c, self._indices.dtype)
         if self._weights is not None:
             self._weights = frozen(self._weights[src], None)
-        edge = {k: v[src] for k, v in self._edge_labels.items()}
-        self._edge_labels = LabelColumns("edge", len(first), self._cache)
-        for key_, col in edge.items():
-            self._edge_labels._put(key_, col)
+        self._edge_labels = LabelColumns("edge", len(first), self._cache,
+                                         validated={k: v[src] for k, v in self._edge_labels.items()})
         self._check(True)  # pattern is symmetric now; values settle on the upper triangle
 
     @property
@@ -456,13 +449,10 @@ class Graph:
         return repr(self.name) if self.name is not None else f"<{self.n_nodes} nodes>"
 
     def __repr__(self):
-        extra = []
-        if self.node_labels:
-            extra.append("node_labels=" + ",".join(self.node_labels))
-        if self.edge_labels:
-            extra.append("edge_labels=" + ",".join(self.edge_labels))
-        w = "weighted" if self.is_weighted else "unweighted"
-        return f"Graph({self.n_nodes} nodes, {self.n_edges} edges, {w}{', ' if extra else ''}{', '.join(extra)})"
+        parts = [f"{self.n_nodes} nodes", f"{self.n_edges} edges", "weighted" if self.is_weighted else "unweighted"]
+        parts += [f"{what}_labels=" + ",".join(columns)
+                  for what, columns in (("node", self.node_labels), ("edge", self.edge_labels)) if columns]
+        return f"Graph({', '.join(parts)})"
 
     def __eq__(self, other):
         if not isinstance(other, Graph):
@@ -597,8 +587,6 @@ def as_csr_matrix(G, *, name="G"):
     return A, bool(first[NOT_ONE] < A.nnz)
 
 
-
-
 @dataclass
 class PackedGraphs:
     """Many graphs in one contiguous batch: per-graph offsets into concatenated arrays.
@@ -645,8 +633,7 @@ def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=()):
     m = np.array([g.nnz for g in graphs], dtype=np.int64)
     node_offsets = np.concatenate([[0], np.cumsum(n)])
     entry_offsets = np.concatenate([[0], np.cumsum(m)])
-    total = int(entry_offsets[-1])
-    idx_t = np.int32 if total <= _INT32_MAX else np.int64
+    idx_t = index_dtype(int(entry_offsets[-1]))
     cat = (lambda arrs, dt: np.concatenate(arrs).astype(dt, copy=False) if arrs else np.zeros(0, dt))
     packed = PackedGraphs(
         node_offsets=node_offsets,

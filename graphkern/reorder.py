@@ -83,8 +83,6 @@ def _pbr_batch(graphs, seed, n_threads, *, return_pairs=False):
 
 def _rcm(G):
     from scipy.sparse.csgraph import reverse_cuthill_mckee
-    if G.n_nodes == 0:
-        return np.zeros(0, dtype=np.int64)
     A = sp.csr_matrix((np.ones(G.nnz, dtype=np.int8), G.indices, G.indptr), shape=(G.n_nodes,) * 2)
     return np.asarray(reverse_cuthill_mckee(A, symmetric_mode=True), dtype=np.int64)
 
@@ -151,8 +149,6 @@ def _hilbert_key(Q, bits):
 
 
 def _curve_order(G, coords, curve):
-    if G.n_nodes == 0:
-        return np.zeros(0, dtype=np.int64)
     Q, bits = _grid_coordinates(G, coords, 21)
     key = _hilbert_key(Q, bits) if curve == "hilbert" else _morton_key(Q, bits)
     return np.argsort(key, kind="stable").astype(np.int64)
@@ -185,7 +181,7 @@ def reorder(G, method="pbr", *, seed=None, coords="coords"):
 
 
 def _order_one(G, method, seed, coords):
-    if method is None:
+    if method is None or G.n_nodes == 0:  # nothing to order: an empty graph needs no coordinate label
         return np.arange(G.n_nodes, dtype=np.int64)
     if method == "rcm":
         return _rcm(G)

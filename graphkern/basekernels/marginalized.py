@@ -206,12 +206,19 @@ class BaseKernel(Kernel):
     def clone(self):
         return type(self)(**self.get_params(deep=False))
 
+    def is_strictly_positive(self):
+        """> 0 for every pair of finite labels, where the hyperparameter (c, h) is the smallest value."""
+        return self._value > 0
+
     def __eq__(self, other):
         return (type(self) is type(other) and self.theta == other.theta
                 and bounds_key(self._bounds) == bounds_key(other._bounds))
 
     def __hash__(self):
         return hash((type(self).__name__, self.theta))
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self._value!r}{_bounds_repr(self)})"
 
 
 class Constant(BaseKernel):
@@ -239,12 +246,6 @@ class Constant(BaseKernel):
     def __call__(self, x, y, *, vector=False):
         shape = np.broadcast_shapes(np.shape(x), np.shape(y))
         return np.full(shape[:-1] if vector else shape, self.c)
-
-    def is_strictly_positive(self):
-        return self.c > 0
-
-    def __repr__(self):
-        return f"Constant({self.c!r}{_bounds_repr(self)})"
 
 
 class KroneckerDelta(BaseKernel):
@@ -275,12 +276,6 @@ class KroneckerDelta(BaseKernel):
         if vector:
             equal = np.all(equal, axis=-1)
         return np.where(equal, 1.0, self.h)
-
-    def is_strictly_positive(self):
-        return self.h > 0
-
-    def __repr__(self):
-        return f"KroneckerDelta({self.h!r}{_bounds_repr(self)})"
 
 
 class SquareExponential(BaseKernel):
@@ -314,9 +309,6 @@ class SquareExponential(BaseKernel):
     def is_strictly_positive(self):
         # exp of a finite argument; the solvers floor values that underflow (see mgk.py)
         return True
-
-    def __repr__(self):
-        return f"SquareExponential({self.length_scale!r}{_bounds_repr(self)})"
 
 
 def _squared_distance(x, y, vector):
@@ -559,11 +551,9 @@ class KernelProgram:
         a column name to a dict of category codes that grows as new labels are seen
         (shared across datasets so that codes agree between them).
         """
-        n = None
         blocks = []
         for col, transform in self.feature_spec:
             arr = np.asarray(columns[col])
-            n = len(arr) if n is None else n
             if transform == "category":
                 blocks.append(_category_codes(arr, tables.setdefault(col, {}), what, col)[:, None])
             else:
@@ -579,7 +569,7 @@ class KernelProgram:
         out = {}
         for col, transform in self.feature_spec:
             arr = np.asarray(columns[col])
-            out[(col, transform)] = 1 if transform == "category" else (1 if arr.ndim == 1 else arr.shape[1])
+            out[(col, transform)] = 1 if transform == "category" or arr.ndim == 1 else arr.shape[1]
         return out
 
     # ------------------------------------------------------------------ reference evaluation

@@ -69,8 +69,8 @@ class NodeKernel:
     """A kernel on pairs of vertices, read from the graphs' node label columns."""
 
     def factors(self):
-        """The Dirac and Gaussian factors whose product this kernel is."""
-        raise NotImplementedError
+        """The Dirac and Gaussian factors whose product this kernel is (a Dirac or Gaussian kernel: itself)."""
+        return (self,)
 
     def __mul__(self, other):
         if not isinstance(other, NodeKernel):
@@ -93,9 +93,6 @@ class DiracNode(NodeKernel):
     def __init__(self, column):
         self.column = _column_name(column, "DiracNode")
 
-    def factors(self):
-        return (self,)
-
     def _key(self):
         return (self.column,)
 
@@ -114,9 +111,6 @@ class GaussianNode(NodeKernel):
         self.column = _column_name(column, "GaussianNode")
         self.sigma = sigma
         self.gamma = _gamma_from(sigma, gamma, "GaussianNode")
-
-    def factors(self):
-        return (self,)
 
     def _key(self):
         return (self.column, self.gamma)

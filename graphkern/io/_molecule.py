@@ -8,7 +8,7 @@ __all__ = ["ATOMIC_NUMBER", "molecule_graph"]
 SINGLE, DOUBLE, TRIPLE, AROMATIC = 1, 2, 3, 4
 
 
-def molecule_graph(bonds, orders, node_labels, *, weights=None, name=None):
+def molecule_graph(bonds, orders, node_labels, *, name=None):
     """The graph of a molecule: ``bonds`` (b, 2) atom pairs, their ``orders``, per-atom label columns."""
-    return Graph.from_edges(bonds, len(node_labels["element"]), weights=weights, node_labels=node_labels,
+    return Graph.from_edges(bonds, len(node_labels["element"]), node_labels=node_labels,
                             edge_labels={"bond_order": orders}, name=name)

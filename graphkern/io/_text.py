@@ -91,12 +91,9 @@ def open_text(source):
 
 def read_bytes(path):
     """The bytes of the file ``path`` (``.gz`` decompressed), errors naming the file."""
-    with _named_errors(path):
-        if os.fspath(path).endswith(".gz"):
-            with gzip.open(path, "rb") as f:
-                return f.read()
-        with open(path, "rb") as f:
-            return f.read()
+    opener = gzip.open if os.fspath(path).endswith(".gz") else open
+    with _named_errors(path), opener(path, "rb") as f:
+        return f.read()
 
 
 def data_line_number(path, row):

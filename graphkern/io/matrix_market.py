@@ -104,7 +104,6 @@ def _entry_lines(source, header):
 
 def _raise_entry_problem(source, path, header):
     """Find and raise the first malformed entry line (count, fields, numbers, indices)."""
-    parse_value = float
     count = 0
     lineno = header.size_line
     said = f"the size line, line {header.size_line}, says {header.nnz} entries"
@@ -118,7 +117,7 @@ def _raise_entry_problem(source, path, header):
                                   f"found {len(fields)}")
         for k, token in enumerate(fields, 1):
             try:
-                value = int(token) if k <= 2 else parse_value(token)
+                value = int(token) if k <= 2 else float(token)
             except ValueError:
                 kind = "an integer index" if k <= 2 else "a number"
                 raise FileFormatError(path, lineno, f"field {k} ({token!r}) is not {kind}") from None

@@ -18,6 +18,7 @@ is read again here only to word the message.
 from __future__ import annotations
 
 import io
+import itertools
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +33,6 @@ from ._text import FileFormatError, _named_errors, read_bytes, source_name
 
 __all__ = ["iter_sdf", "read_sdf"]
 
-_MOLECULE_END = "$$$$"
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _SPACE = "[ \t\n\r\x0b\x0c\x1c-\x1f]*"  # the white space the parser strips from a field
 _INTEGER = re.compile(f"{_SPACE}([+-]?[0-9]+){_SPACE}")
@@ -167,22 +167,13 @@ def _graphs(arrays):
 
 def _data_items(text):
     """The ``> <NAME>`` data items of the lines after ``M  END``, as {name: value}."""
-    lines = _LINE_END.split(text)
-    if lines[-1] == "":
-        lines.pop()
     data = {}
-    k = 0
-    while k < len(lines):
-        line = lines[k]
-        k += 1
+    lines = iter(_LINE_END.split(text))
+    for line in lines:
         if line.startswith(">"):
             found = re.search(r"<([^>]*)>", line)
             name = found.group(1) if found else line[1:].strip()
-            values = []
-            while k < len(lines) and lines[k].strip():
-                values.append(lines[k])
-                k += 1
-            data[name] = "\n".join(values)
+            data[name] = "\n".join(itertools.takewhile(str.strip, lines))  # the value ends at a blank line
     return data
 
 
