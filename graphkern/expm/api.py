@@ -415,12 +415,10 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     if max_krylov is not None:
         max_krylov = _positive_int(max_krylov, "max_krylov")
     check_every = _positive_int(check_every, "check_every")
-    if basis not in BASIS_MODES:
-        raise ValueError(f"basis must be one of {', '.join(map(repr, BASIS_MODES))}; got {basis!r}")
     if spmv != "auto" and spmv not in SPMV_VARIANTS:
         raise ValueError(f"spmv must be 'auto' or one of {', '.join(map(repr, SPMV_VARIANTS))}; got {spmv!r}")
-    for name, value, allowed in (("reorder", reorder, REORDERS), ("exchange", exchange, EXCHANGES),
-                                 ("task_grid", task_grid, TASK_GRIDS)):
+    for name, value, allowed in (("basis", basis, BASIS_MODES), ("reorder", reorder, REORDERS),
+                                 ("exchange", exchange, EXCHANGES), ("task_grid", task_grid, TASK_GRIDS)):
         if not isinstance(value, str) or value not in allowed:
             raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
     dtype = resolve_dtype(dtype)
@@ -761,7 +759,7 @@ class _Call:
         setup = time.perf_counter() - self.t_start
         with Progress(self.k_max, self.verbose, "steps", self.caller) as progress:
             out = run_lanczos(solver, self.fn, self.beta, tol=self.tol, max_krylov=self.k_max,
-                              check_every=self.check_every, full_dim=mat.n, progress=progress)
+                              check_every=self.check_every, progress=progress)
         t_out = time.perf_counter()
         rest = math.log(peak * unit_norm)
         if self.normalize == "n":

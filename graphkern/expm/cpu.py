@@ -9,20 +9,17 @@ import time
 import numpy as np
 
 from graphkern._cpu import expm as cpu
-from graphkern.expm.lanczos import COLUMN_CHUNK, even_chunks, finish_on_host
+from graphkern.expm.lanczos import COLUMN_CHUNK, HostSolver, even_chunks, finish_on_host
 
 # Row chunks per OpenMP thread (handed out dynamically).
 CHUNKS_PER_THREAD = 4
 
-class CpuLanczos:
+class CpuLanczos(HostSolver):
     """The Lanczos recurrence with the OpenMP kernels of ``graphkern/_cpu/expm.pyx``.
 
     ``store_basis=False`` keeps three vectors and reruns the recurrence in :meth:`combine` (the
     "none" basis mode); otherwise every Lanczos vector is kept in host memory.
     """
-
-    lookahead = False
-    setup_times = {}
 
     def __init__(self, mat, dtype, *, n_threads, store_basis, max_krylov, breakdown):
         self.mat = mat
@@ -99,15 +96,6 @@ class CpuLanczos:
         for k in range(k0, k1):
             self._step(k)
 
-    def checkpoint(self, m):
-        pass
-
-    def fetch(self, m):
-        return self.alpha[:m].copy(), self.beta[:max(m - 1, 0)].copy(), self.rscale[:m].copy()
-
-    def stop_after(self, m):
-        pass  # steps run when enqueued: none is ever ahead of the host
-
     def combine(self, m, g):
         t0 = time.perf_counter()
         y = np.zeros(self.mat.n)
@@ -126,6 +114,3 @@ class CpuLanczos:
 
     def result(self, m, g, scaling):
         return finish_on_host(self.combine(m, g), scaling)
-
-    def timings(self):
-        return dict(self._t)

@@ -108,7 +108,6 @@ def _buffers_nbytes(buffers):
     return sum(b.nbytes for b in buffers if b is not None)
 
 
-
 class DevicePlan:
     """An :class:`SpmvPlan` on one device: the uploaded task table and row list, the long-row
     scratch, and per dtype the kernel and its grid."""

@@ -59,8 +59,6 @@ CANCEL_LOOKAHEAD = True
 _NO_STOP = np.iinfo(np.int64).max
 
 
-
-
 class _Share:
     """One device in one solve: its rows of A, the plan, the kernels and grids, its workspace."""
 

@@ -434,11 +434,32 @@ class LanczosOutcome:
     rho: float = 0.0  # max |theta|: the Ritz values resolve each other to about eps * rho only
 
 
-def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, full_dim, progress=None):
+class HostSolver:
+    """The solver interface's check points for solvers that run each step when it is enqueued and
+    keep ``alpha``, ``beta``, ``rscale`` and the seconds ``_t`` in host memory: no step is ever
+    ahead of the host, so there is nothing to snapshot, wait for or drop."""
+
+    lookahead = False
+    setup_times = {}
+
+    def checkpoint(self, m):
+        pass
+
+    def fetch(self, m):
+        return self.alpha[:m].copy(), self.beta[:max(m - 1, 0)].copy(), self.rscale[:m].copy()
+
+    def stop_after(self, m):
+        pass
+
+    def timings(self):
+        return dict(self._t)
+
+
+def run_lanczos(solver, fn, beta, *, tol, max_krylov, check_every, progress=None):
     """Drive ``solver`` until the coefficients converge, break down, or ``max_krylov`` steps are
-    done (past ``full_dim``, A's dimension, only while the estimate has not converged: finite
-    precision loses the Lanczos vectors' orthogonality, so m = n is not exact in itself);
-    ``progress`` (a graphkern._progress.Progress) counts the steps checked."""
+    done (past A's dimension, only while the estimate has not converged: finite precision loses
+    the Lanczos vectors' orthogonality, so m = n is not exact in itself); ``progress`` (a
+    graphkern._progress.Progress) counts the steps checked."""
     host = 0.0
     check = min(check_every, max_krylov)
     solver.enqueue(0, check)

@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from scipy.special import logsumexp
 
-from graphkern.expm.lanczos import finish_on_host
+from graphkern.expm.lanczos import HostSolver, finish_on_host
 
 # The replay's work limit (operations), and how far above its own rounding bound a residual entry
 # must stand to count as a real coupling.
@@ -280,7 +280,7 @@ def small_entries_share(mat, x_unit, beta, fn, dtype, limit):
     return min(bound, crude)
 
 
-class ReorthogonalLanczos:
+class ReorthogonalLanczos(HostSolver):
     """The Lanczos recurrence on the host in float64, each vector reorthogonalised against all earlier
     ones until its projection on them is below rounding, stopped where no entry of the residual
     stands above its own rounding bound (as in :func:`breakdown_residual`).  The second opinion on a
@@ -292,9 +292,6 @@ class ReorthogonalLanczos:
     case, so graphkern.expm.api flags the answer where the two disagree.  Implements the solver
     interface of graphkern.expm.lanczos; vectors are kept normalised (``rscale`` 1 where a step went
     on, 0 where it stopped)."""
-
-    lookahead = False
-    setup_times = {}
 
     def __init__(self, mat, max_krylov):
         values = np.ones(mat.nnz) if mat.weights is None else mat.values_as(np.float64)
@@ -344,18 +341,6 @@ class ReorthogonalLanczos:
             self._t["vector"] += time.perf_counter() - t1
             self._t["spmv"] += t1 - t0
 
-    def checkpoint(self, m):
-        pass
-
-    def fetch(self, m):
-        return self.alpha[:m].copy(), self.beta[:max(m - 1, 0)].copy(), self.rscale[:m].copy()
-
-    def stop_after(self, m):
-        pass
-
     def result(self, m, g, scaling):
         y = np.array(self.basis[:m]).T @ np.asarray(g[:m], dtype=np.float64)
         return finish_on_host(y, scaling)
-
-    def timings(self):
-        return dict(self._t)

@@ -104,6 +104,7 @@ orders.
 
 from __future__ import annotations
 
+import inspect
 import warnings
 
 import numpy as np
@@ -229,8 +230,9 @@ class ShortestPathKernel:
                     input_tags=InputTags(two_d_array=False))
 
     def __repr__(self):
+        defaults = inspect.signature(ShortestPathKernel.__init__).parameters
         changed = [f"{k}={getattr(self, k)!r}" for k in self._PARAMS
-                   if getattr(self, k) is not _DEFAULTS[k] and getattr(self, k) != _DEFAULTS[k]]
+                   if getattr(self, k) is not defaults[k].default and getattr(self, k) != defaults[k].default]
         return f"ShortestPathKernel({', '.join(changed)})"
 
     def __getstate__(self):
@@ -487,10 +489,6 @@ class ShortestPathKernel:
             return self._runner(cfg).run(method, A, B, pa, pb)
         out, self.hybrid_split_ = run_hybrid(self._runner(cfg), cfg, A, B, pa, pb)
         return out
-
-
-_DEFAULTS = {"node_kernel": None, "edge_kernel": None, "normalize": False, "backend": "auto", "device": None,
-             "n_threads": None, "method": "auto", "dtype": np.float64, "cpu_walk": "auto", "verbose": False}
 
 
 # verbose CPU calls report after each this many pairs

@@ -48,7 +48,7 @@ def share_from_both_ends(works, run_cpu, gpu, *, n_threads, step_seconds=None, c
     # work of positions [b, n) is tail[b]
     tail = suffix_sums(works) if tail is None else tail
     b = n
-    cpu_work = cpu_seconds = last_work = last_seconds = 0.0
+    cpu_seconds = last_work = last_seconds = 0.0
     steps = 0
     t_start = clock()
     capacity = getattr(gpu, "capacity", n)
@@ -80,7 +80,6 @@ def share_from_both_ends(works, run_cpu, gpu, *, n_threads, step_seconds=None, c
         last_seconds = max(clock() - t0, 1e-9)
         last_work = tail[b - c] - tail[b]
         cpu_seconds += last_seconds
-        cpu_work += last_work
         b -= c
         steps += 1
     return b, dict(cpu_pairs=n - b, gpu_pairs=b, cpu_steps=steps, cpu_seconds=cpu_seconds,
