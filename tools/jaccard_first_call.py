@@ -8,15 +8,18 @@ seed=3) (~5.8M entries, one hub of ~39k: ``auto`` picks ``longrow``).  It prints
 
 * cold: the process's first ``jaccard(A, backend="gpu")`` (CUDA context and module load included;
   only for the first graph),
-* first: ``jaccard(A, backend="gpu")`` with the context up, on a fresh copy of the SciPy matrix,
-  and its SimilarityInfo times (validate, validate_device, plan, upload, compute, download: the
-  part of the copy left after the kernels, which copy finished rows out while later ones run),
-* checks: the input checks, split into the host's part and the device's check kernel,
-* warm: the median of ``--repeat`` further calls,
+* first: ``jaccard(A, backend="gpu")`` with the context up, each on a fresh copy of the SciPy
+  matrix: the median of ``--repeat`` such calls, their spread, and the SimilarityInfo times
+  (validate, validate_device, plan, upload, compute, download: the part of the copy left after
+  the kernels, which copy finished rows out while later ones run) of the median call,
+* checks: that call's input checks, split into the host's part and the device's check kernel,
+* warm: the median of ``--repeat`` further calls on one matrix,
 * kernel: DeviceSimilarity.compute alone between CUDA events (median of ``--repeat``),
-* cpu: ``jaccard(A, backend="cpu")`` on all cores (one call),
+* cpu: ``jaccard(A, backend="cpu")`` on all cores, each on a fresh copy (median of ``--repeat``),
 
-and the targets: first <= 3x kernel, and cpu / first >= 10.  Run it on an idle machine.
+and the targets, judged on the medians: first <= 3x kernel, and cpu / first >= 10.  A single first
+call swings by 15% and more from one to the next (a host pass or the kernels slower once), so no
+verdict rests on one.  Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -78,12 +81,18 @@ def main():
             print(f"  cold   {1e3 * (time.perf_counter() - t):9.1f} ms  (context and module load included) "
                   f"on {graphkern.devices()[0]['name']}")
             cold = False
-        B = A.copy()
-        t = time.perf_counter()
-        R, info = graphkern.jaccard(B, backend="gpu", return_info=True)
-        first = 1e3 * (time.perf_counter() - t)
+        calls = []
+        for _ in range(args.repeat):
+            B = A.copy()
+            t = time.perf_counter()
+            R, info = graphkern.jaccard(B, backend="gpu", return_info=True)
+            calls.append((1e3 * (time.perf_counter() - t), info))
+            del B
+        calls.sort(key=lambda c: c[0])
+        first, info = calls[len(calls) // 2]
         parts = ", ".join(f"{k} {1e3 * v:.1f}" for k, v in info.times.items())
-        print(f"  first  {first:9.1f} ms  variant {info.variant}; ms: {parts}; plan {info.plan}")
+        print(f"  first  {first:9.1f} ms  (median of {args.repeat} fresh copies, {calls[0][0]:.1f} to "
+              f"{calls[-1][0]:.1f}) variant {info.variant}; ms: {parts}; plan {info.plan}")
         checked = "on the device" if "validate_device" in info.times else "on the host"
         print(f"  checks {1e3 * (info.times['validate'] + info.times.get('validate_device', 0.0)):9.1f} ms  "
               f"({checked}: host {1e3 * info.times['validate']:.1f} ms, device check "
@@ -103,10 +112,16 @@ def main():
             pstats.Stats(prof).sort_stats("tottime").print_stats(12)
         kernel, variant = kernel_ms(A, args.repeat)
         print(f"  kernel {kernel:9.2f} ms  ({variant}, CUDA events, median of {args.repeat})")
-        t = time.perf_counter()
-        C = graphkern.jaccard(A, backend="cpu")
-        cpu = 1e3 * (time.perf_counter() - t)
-        print(f"  cpu    {cpu:9.1f} ms  (all cores)")
+        cpus = []
+        for _ in range(args.repeat):
+            B = A.copy()
+            t = time.perf_counter()
+            C = graphkern.jaccard(B, backend="cpu")
+            cpus.append(1e3 * (time.perf_counter() - t))
+            del B
+        cpu = float(np.median(cpus))
+        print(f"  cpu    {cpu:9.1f} ms  (all cores, median of {args.repeat} fresh copies, {min(cpus):.1f} to "
+              f"{max(cpus):.1f})")
         same = np.array_equal(C.data, R.data)
         print(f"  first / kernel = {first / kernel:.2f} (target <= 3: {'PASS' if first <= 3 * kernel else 'MISS'}); "
               f"cpu / first = {cpu / first:.1f} (target >= 10: {'PASS' if cpu >= 10 * first else 'MISS'}); "
