@@ -61,8 +61,3 @@ def check_probability(value, name):
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"{name} must lie in [0, 1], got {value}")
     return value
-
-
-def rows_of(A):
-    """The row index of every stored entry of a CSR matrix."""
-    return np.repeat(np.arange(A.shape[0], dtype=A.indices.dtype), np.diff(A.indptr))

@@ -7,14 +7,15 @@ import scipy.sparse as sp
 from scipy.signal import lfilter
 from scipy.spatial import Delaunay, cKDTree
 
-from ._build import check_count, finish, rows_of, symmetric_csr
+from ._build import check_count, finish, symmetric_csr
 
 __all__ = ["delaunay", "contact_graph_3d"]
 
 
 def _entry_lengths(A, coords):
     """The Euclidean length of every stored entry's edge."""
-    return np.linalg.norm(coords[rows_of(A)] - coords[A.indices], axis=1)
+    rows = np.repeat(np.arange(A.shape[0], dtype=A.indices.dtype), np.diff(A.indptr))
+    return np.linalg.norm(coords[rows] - coords[A.indices], axis=1)
 
 
 def delaunay(n, *, weighted=False, coords=False, seed=None, as_csr=False):

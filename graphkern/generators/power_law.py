@@ -31,18 +31,15 @@ def rmat(scale, edge_factor=16, a=0.57, b=0.19, c=0.19, *, permute=True, seed=No
     n = 1 << scale
     n_draws = edge_factor * n
     dtype = index_dtype(n)
-    rows, cols = [], []
+    row, col = np.zeros(n_draws, dtype=dtype), np.zeros(n_draws, dtype=dtype)
     for start in range(0, n_draws, _RMAT_BATCH):
         size = min(_RMAT_BATCH, n_draws - start)
-        row, col = np.zeros(size, dtype=dtype), np.zeros(size, dtype=dtype)
+        batch_row, batch_col = row[start:start + size], col[start:start + size]  # views, set in place
         for level in range(scale):
             x = rng.random(size, dtype=np.float32)
             # quadrants a | b over c | d: the lower half sets the row bit, the right half the column bit
-            row |= (x >= a + b).astype(dtype) << level
-            col |= (((x >= a) & (x < a + b)) | (x >= a + b + c)).astype(dtype) << level
-        rows.append(row)
-        cols.append(col)
-    row, col = np.concatenate(rows), np.concatenate(cols)
+            batch_row |= (x >= a + b).astype(dtype) << level
+            batch_col |= (((x >= a) & (x < a + b)) | (x >= a + b + c)).astype(dtype) << level
     if permute:
         relabel = rng.permutation(n).astype(dtype)
         row, col = relabel[row], relabel[col]

@@ -12,8 +12,8 @@ __all__ = ["barabasi_albert"]
 def barabasi_albert(n, m, *, seed=None, as_csr=False):
     """A Barabási–Albert graph: each new node joins ``m`` distinct earlier nodes, chosen by degree.
 
-    The model is networkx's ``barabasi_albert_graph``: a star on nodes ``0..m`` (centre 0),
-    then nodes ``m+1, ..., n-1`` each attach to ``m`` distinct earlier nodes, a node being
+    The model is networkx's ``barabasi_albert_graph`` (``n > m >= 1``): a star on nodes ``0..m``
+    (centre 0), then nodes ``m+1, ..., n-1`` each attach to ``m`` distinct earlier nodes, a node being
     drawn with probability proportional to its current degree.  The graph has
     ``m * (n - m)`` edges, no self-loops and no repeated edges.
 
@@ -26,17 +26,6 @@ def barabasi_albert(n, m, *, seed=None, as_csr=False):
     that changes an earlier edge's target can create a repeat further on, which is
     itself redrawn, so repeats are settled in rounds rather than in node order.  The
     degree distribution is that of the sequential model.
-
-    Parameters
-    ----------
-    n : int
-        Number of nodes, greater than ``m``.
-    m : int
-        Edges added with each new node (at least 1).
-    seed : int, numpy.random.Generator or None
-        The same seed gives the same graph.
-    as_csr : bool
-        Return a ``scipy.sparse.csr_matrix`` of ones instead of a :class:`~graphkern.Graph`.
     """
     n = check_count(n, "n", 1)
     m = check_count(m, "m", 1)
