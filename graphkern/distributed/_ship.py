@@ -52,22 +52,19 @@ def _columns(dicts, keep):
 
 
 def _flat(graphs, labels):
-    n = np.fromiter((g.n_nodes for g in graphs), np.int64, len(graphs))
-    nnz = np.fromiter((g.nnz for g in graphs), np.int64, len(graphs))
     node = _columns([g._node_labels for g in graphs], None if labels is None else labels[0])
     edge = _columns([g._edge_labels for g in graphs], None if labels is None else labels[1])
     if node is None or edge is None:
         return None
-    weighted = np.fromiter((g._weights is not None for g in graphs), bool, len(graphs))
     return {
-        "n": n, "nnz": nnz,
+        "n": np.fromiter((g.n_nodes for g in graphs), np.int64, len(graphs)),
+        "nnz": np.fromiter((g.nnz for g in graphs), np.int64, len(graphs)),
         "indptr": np.concatenate([g._indptr for g in graphs]),  # in the graphs' dtype: no conversion per graph
         "indices": np.concatenate([g._indices for g in graphs]),
-        "weighted": weighted,
+        "weighted": np.fromiter((g._weights is not None for g in graphs), bool, len(graphs)),
         "weights": np.concatenate([g._weights for g in graphs if g._weights is not None] or [np.zeros(0)]),
         "node": node, "edge": edge,
         "names": [g.name for g in graphs],
-        # what was checked of each graph travels with it (a graph built with validate=False stays unchecked)
         "checked": [_travelling(g, labels is None) for g in graphs],
     }
 

@@ -95,8 +95,7 @@ def normalized(K, dx, dy, dtype):
 
 def normalize_tile(sink, tile, dx, dy, dtype):
     """Rewrite a raw tile of ``sink`` normalized by the diagonals ``dx`` (its rows) and ``dy``."""
-    K = sink.read(tile)
-    sink.write(tile, normalized(K, dx, dy, dtype), NORMALIZED)
+    sink.write(tile, normalized(sink.read(tile), dx, dy, dtype), NORMALIZED)
 
 
 class ZarrSink:

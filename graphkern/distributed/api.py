@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import os
@@ -204,12 +205,11 @@ class _Run:
             K, (worker, start, end), solve = value
             self.stats["tile_spans"].append((worker, start, end, time.time()))
             self.stats["solve_seconds"].append(solve)
-            seconds = end - start
             if K is None:
                 sink.states[t.ti, t.tj] = RAW  # the worker wrote it
             else:
                 sink.write(t, K, RAW)
-            self.stats["tile_seconds"].append(seconds)
+            self.stats["tile_seconds"].append(end - start)
             self.stats["pairs"] += plan.pairs(t)
 
         self.each(tiles, submit, on_result, "gram")
@@ -357,8 +357,6 @@ def _read_states(markers):
     except Exception:  # noqa: BLE001 - any decoding error of a torn one-byte chunk
         states = np.zeros(markers.shape, dtype=np.uint8)
         for ti, tj in np.ndindex(*markers.shape):
-            try:
+            with contextlib.suppress(Exception):
                 states[ti, tj] = markers[ti, tj]
-            except Exception:  # noqa: BLE001
-                pass
         return states
