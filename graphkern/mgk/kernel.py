@@ -399,24 +399,12 @@ class MarginalizedGraphKernel(_KernelBase):
 
     def diag(self, X):
         """``K(X[i], X[i])`` for every graph (ones when ``normalize=True``)."""
-        t0 = time.perf_counter()
         s = self._settings()
         X = _graph_list(X, "X")
         if self.normalize:
             return np.ones(len(X), dtype=s["dtype"])
-        router = self._router(s)
-        ds = self._dataset(X, s)
         idx = np.arange(len(X), dtype=np.int64)
-        pair_arr = np.stack([idx, idx], axis=1)
-        with self._progress(len(X)) as progress:
-            solved = router.solve(ds, ds, pair_arr, solver_arguments(ds, ds, s), progress=progress)
-        _check_range([(pair_arr, solved.K)], s)
-        with np.errstate(over="ignore", under="ignore"):
-            out = solved.K.astype(s["dtype"], copy=False)
-        _check_range([(pair_arr, out)], s, rounded=True)
-        self._record(router, s, pair_arr, ds, ds, solved, t0, router.last_run)
-        self._check_converged([(pair_arr, solved)], s, out)
-        return out
+        return self(X, pairs=np.stack([idx, idx], axis=1))
 
     # ------------------------------------------------------------------ scikit-learn transformer manners
     def fit(self, X, y=None):
@@ -435,8 +423,8 @@ class MarginalizedGraphKernel(_KernelBase):
         return self.fit(X)(self.X_fit_)
 
     # ------------------------------------------------------------------ scikit-learn kernel manners
-    def _hyperparameter_specs(self):
-        s = self._settings()
+    def _hyperparameter_specs(self, s=None):
+        s = self._settings() if s is None else s
         return hyperparameter_specs(s["node_program"], s["edge_program"], s["p"], self.p_bounds, s["q"],
                                     self.q_bounds)
 
@@ -549,13 +537,15 @@ class MarginalizedGraphKernel(_KernelBase):
 
     # ------------------------------------------------------------------ gradients
     def _gradient_plan(self, s, dsX, args):
-        specs = hyperparameter_specs(s["node_program"], s["edge_program"], s["p"], self.p_bounds, s["q"],
-                                     self.q_bounds)
-        return GradientPlan(specs, s, args, {"node": dsX.node_widths, "edge": dsX.edge_widths})
+        return GradientPlan(self._hyperparameter_specs(s), s, args, {"node": dsX.node_widths, "edge": dsX.edge_widths})
 
     def _nodal_gradient(self, X, Y, pairs, s):
         """Nodal matrices and their derivatives by finite differences in log(theta) (module docstring)."""
-        R = self(X, Y, nodal=True, pairs=pairs)
+        def blocks(kernel):  # the nodal matrices as a list (of one matrix without ``pairs``)
+            R = kernel(X, Y, nodal=True, pairs=pairs)
+            return R if pairs is not None else [R]
+
+        R = blocks(self)
         free = self._free_specs()
         theta = self.theta
         step = max(s["tol"], 1e-15) ** (1 / 3)
@@ -568,19 +558,13 @@ class MarginalizedGraphKernel(_KernelBase):
                 else:
                     shifted = theta.copy()
                     shifted[k] += offset
-                    value = self.clone_with_theta(shifted)(X, Y, nodal=True, pairs=pairs)
-                term = [weight * v for v in value] if pairs is not None else weight * value
-                total = term if total is None else (
-                    [a + b for a, b in zip(total, term)] if pairs is not None else total + term)
-            derivatives.append([t / (2 * step) for t in total] if pairs is not None else total / (2 * step))
-        dtype = s["dtype"]
-        if pairs is not None:
-            shapes = [r.shape + (len(free),) for r in R]
-            dR = [np.stack([d[m] for d in derivatives], axis=-1).astype(dtype) if free else np.zeros(shape, dtype)
-                  for m, shape in enumerate(shapes)]
-            return R, dR
-        dR = np.stack(derivatives, axis=-1).astype(dtype) if free else np.zeros(R.shape + (0,), dtype)
-        return R, dR
+                    value = blocks(self.clone_with_theta(shifted))
+                term = [weight * v for v in value]
+                total = term if total is None else [a + b for a, b in zip(total, term)]
+            derivatives.append([t / (2 * step) for t in total])
+        dR = [np.stack([d[m] for d in derivatives], axis=-1).astype(s["dtype"]) if free
+              else np.zeros(r.shape + (0,), s["dtype"]) for m, r in enumerate(R)]
+        return (R, dR) if pairs is not None else (R[0], dR[0])
 
     # ------------------------------------------------------------------ helpers
     def _router(self, s):
