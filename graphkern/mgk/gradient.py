@@ -92,11 +92,10 @@ class ProgramTable:
     def of(cls, encoded):
         codes = [c for c, _ in encoded]
         params = [p for _, p in encoded]
-        code_off = np.concatenate([[0], np.cumsum([len(c) for c in codes], dtype=np.int64)]).astype(np.int64)
-        param_off = np.concatenate([[0], np.cumsum([len(p) for p in params], dtype=np.int64)]).astype(np.int64)
-        code = np.concatenate(codes + [np.zeros(1, np.int32)]).astype(np.int32)
-        par = np.concatenate(params + [np.zeros(1)]).astype(np.float64)
-        return cls(code, par, code_off, param_off)
+        return cls(np.concatenate(codes + [np.zeros(1, np.int32)]).astype(np.int32),
+                   np.concatenate(params + [np.zeros(1)]).astype(np.float64),
+                   np.cumsum([0] + [len(c) for c in codes], dtype=np.int64),
+                   np.cumsum([0] + [len(p) for p in params], dtype=np.int64))
 
     def __len__(self):
         return len(self.code_off) - 1
@@ -120,7 +119,7 @@ class GradientPlan:
         for spec in self.free:
             if not spec.value > 0:
                 raise ValueError(f"hyperparameter {spec.name} = {spec.value:g} is free, but theta is its logarithm: "
-                                 f"give it a positive value or fix it ({_bounds_argument(spec)}='fixed')")
+                                 f"give it a positive value or fix it ({spec.name.rsplit('__', 1)[-1]}_bounds='fixed')")
         node_program, edge_program = s["node_program"], s["edge_program"]
         node_slots = node_program.slots(widths["node"])
         node_terms = [spec for spec in self.free if spec.owner == "node"]
@@ -197,7 +196,6 @@ def _edge_contractions(edge_program, args, free_terms, widths):
         # kappa = scale * base(labeled term), scale = weight * product of the Constants
         weight, terms = edge_program.groups[0]
         labeled = next(i for i, (k, _) in enumerate(terms) if k.transform is not None)
-        k_labeled = terms[labeled][0]
         scale = weight * _other_factors(terms, labeled)
         for g, t in free_terms:
             if t != labeled:
@@ -206,10 +204,9 @@ def _edge_contractions(edge_program, args, free_terms, widths):
                 uses.append((base, weight * _other_factors(terms, t)))
             elif form == "kronecker":
                 uses.append((contraction("derivative", form=EDGE_FORMS["kronecker_derivative"], slot=slot), scale))
-            else:
-                ell = k_labeled.theta
+            else:  # d/dl of exp(aux d^2) is exp(aux d^2) d^2 / l^3
                 uses.append((contraction("derivative", form=EDGE_FORMS["sqexp_derivative"], aux=args["ek_aux"],
-                                         slot=slot), scale / ell ** 3))
+                                         slot=slot), scale / terms[labeled][0].theta ** 3))
     else:
         slots = edge_program.slots(widths)
         for g, t in free_terms:
@@ -228,12 +225,6 @@ def _other_factors(terms, skip):
         if i != skip and k.transform is None:
             out *= k.theta
     return out
-
-
-def _bounds_argument(spec):
-    if spec.owner in ("p", "q"):
-        return f"{spec.owner}_bounds"
-    return f"{spec.name.rsplit('__', 1)[-1]}_bounds"
 
 
 def finite_difference_steps(spec, step):
