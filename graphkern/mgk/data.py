@@ -32,9 +32,8 @@ __all__ = ["MGKDataset", "Octiles", "build_octiles", "renumbered", "DatasetCache
 OCTILE = 8
 
 
-def _column_shapes(graphs, columns, what):
-    """Check that every graph has each column with one shape; return {column: trailing shape}."""
-    shapes = {}
+def _check_columns(graphs, columns, what):
+    """Check that every graph has each column, one row per item, with one trailing shape."""
     for col in columns:
         first = None
         for k, g in enumerate(graphs):
@@ -49,8 +48,6 @@ def _column_shapes(graphs, columns, what):
             elif trailing != first[1]:
                 raise ValueError(f"{what} label {col!r} has shape (n,{','.join(map(str, trailing))}) in graph {k} "
                                  f"but (n,{','.join(map(str, first[1]))}) in graph {first[0]}")
-        shapes[col] = first[1] if first else ()
-    return shapes
 
 
 class MGKDataset:
@@ -59,8 +56,8 @@ class MGKDataset:
     def __init__(self, graphs, node_program, edge_program, tables, dtype):
         self.dtype = np.dtype(dtype)
         self.n_graphs = len(graphs)
-        self.node_shapes = _column_shapes(graphs, node_program.columns, "node")
-        self.edge_shapes = _column_shapes(graphs, edge_program.columns, "edge")
+        _check_columns(graphs, node_program.columns, "node")
+        _check_columns(graphs, edge_program.columns, "edge")
         packed = pack_graphs(graphs, node_label_columns=node_program.columns,
                              edge_label_columns=edge_program.columns)
         self.node_offsets = packed.node_offsets.astype(np.int64)
@@ -81,8 +78,8 @@ class MGKDataset:
         self.degree = _nonempty(np.bincount(row_of_entry, weights=weights64, minlength=n_vertices).astype(self.dtype))
         self.node_widths = node_program.widths(packed.node_labels)
         self.edge_widths = edge_program.widths(packed.edge_labels)
-        self.node_features = _features(node_program, packed.node_labels, tables["node"], self.dtype,
-                                       int(self.node_offsets[-1]), "node")
+        self.node_features = _features(node_program, packed.node_labels, tables["node"], self.dtype, n_vertices,
+                                       "node")
         self.edge_features = _features(edge_program, packed.edge_labels, tables["edge"], self.dtype,
                                        int(self.entry_offsets[-1]), "edge")
         self._octiles = None
@@ -121,12 +118,9 @@ def _nonempty(arr):
 
 
 def _features(program, columns, tables, dtype, n_items, what):
+    """The program's feature rows (one zero column where it reads no label), never empty."""
     feats = program.features(columns, tables, dtype, what=what)
-    if feats is None:
-        feats = np.zeros((n_items, 1), dtype=dtype)
-    if len(feats) == 0:
-        feats = np.zeros((1, feats.shape[1]), dtype=dtype)
-    return np.ascontiguousarray(feats)
+    return _nonempty(np.zeros((n_items, 1), dtype=dtype) if feats is None else feats)
 
 
 @dataclass
@@ -148,10 +142,6 @@ class Octiles:
     tile_offsets: np.ndarray  # int64 (n_graphs + 1,)
     tile_rowptr: np.ndarray   # int32, sum over graphs of n_tile_rows + 1
     rowptr_offset: np.ndarray  # int64 (n_graphs,)
-
-    @property
-    def n_tiles(self):
-        return len(self.tile_row)
 
     @property
     def channels(self):
@@ -276,6 +266,3 @@ class DatasetCache:
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
         return ds
-
-    def clear(self):
-        self._entries.clear()
