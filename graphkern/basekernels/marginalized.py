@@ -228,7 +228,6 @@ class Constant(BaseKernel):
     """
 
     kind = KIND_CONSTANT
-    transform = None
     hyperparameter = "c"
     upper = 1.0
     range_reason = " (graph kernel values are similarities)"
