@@ -32,32 +32,28 @@ SCRATCH_SHARE = 0.6
 _STAGED_CHANNELS = {"constant": 1, "kronecker": 2, "sqexp": 2}
 
 
-def device_dataset(dev, ds):
-    """The dataset's arrays on ``dev`` (uploaded on first use, then reused)."""
-    copy = ds.device_copies.get(dev.ordinal)
-    if copy is not None:
-        return copy
-    oc = ds.octiles
-    host = {
-        "node_off": ds.node_offsets,
-        "rowptr_off": _nonempty(oc.rowptr_offset),
-        "tile_rowptr": oc.tile_rowptr,
-        "tile_col": _nonempty(oc.tile_col),
-        "tile_val": _nonempty(oc.values.reshape(-1)),
-        "degree": ds.degree,
-        "node_feat": ds.node_features,
-    }
-    rt.check_fits(dev, sum(a.nbytes for a in host.values()), f"the octiles of {ds.n_graphs} graphs")
-    copy = {k: rt.to_device(dev, v) for k, v in host.items()}
-    copy["n_feat"] = np.int32(ds.node_features.shape[1])
-    copy["channels"] = np.int32(oc.channels)
-    ds.device_copies[dev.ordinal] = copy
+def align16(n):
+    """``n`` bytes rounded up to 16, as the kernels lay out their shared memory."""
+    return (n + 15) & ~15
+
+
+def uploaded(copies, dev, host, what, scalars=()):
+    """The arrays ``host`` on ``dev``, then ``scalars``: uploaded on first use and kept in ``copies`` by
+    device; GraphTooLargeError naming ``what`` where they do not fit the free device memory."""
+    copy = copies.get(dev.ordinal)
+    if copy is None:
+        rt.check_fits(dev, sum(a.nbytes for a in host), what)
+        copy = copies[dev.ordinal] = tuple(rt.to_device(dev, a) for a in host) + tuple(scalars)
     return copy
 
 
-def _set_args(copy):
-    return (copy["node_off"], copy["rowptr_off"], copy["tile_rowptr"], copy["tile_col"], copy["tile_val"],
-            copy["degree"], copy["node_feat"], copy["n_feat"], copy["channels"])
+def device_dataset(dev, ds):
+    """The dataset's octiles, degrees and vertex features on ``dev``, in the kernels' argument order."""
+    oc = ds.octiles
+    host = (ds.node_offsets, _nonempty(oc.rowptr_offset), oc.tile_rowptr, _nonempty(oc.tile_col),
+            _nonempty(oc.values.reshape(-1)), ds.degree, ds.node_features)
+    return uploaded(ds.device_copies, dev, host, f"the octiles of {ds.n_graphs} graphs",
+                    (np.int32(ds.node_features.shape[1]), np.int32(oc.channels)))
 
 
 class _Launch:
@@ -79,8 +75,8 @@ class _Launch:
             return
         if len(args["nparam"]) > MAX_PARAMS or len(args["eparam"]) > MAX_PARAMS:
             raise ValueError(f"a kernel program has more than {MAX_PARAMS} parameters")
-        self.set1 = _set_args(device_dataset(dev, ds1))
-        self.set2 = self.set1 if ds2 is ds1 else _set_args(device_dataset(dev, ds2))
+        self.set1 = device_dataset(dev, ds1)
+        self.set2 = self.set1 if ds2 is ds1 else device_dataset(dev, ds2)
 
         # Longest pairs first: with a static grid-stride order they would otherwise finish last.
         self.order = order = launch_order(tile_pairs.astype(np.float64) * 64 + sizes)

@@ -42,8 +42,8 @@ import numpy as np
 
 from graphkern._cpu import pairs
 from graphkern._cuda import runtime as rt
-from graphkern.mgk.core import (check_contractions, gradient_outputs, gradient_terms, scratch_units, solve_outputs,
-                                timed_launch)
+from graphkern.mgk.core import (align16, check_contractions, gradient_outputs, gradient_terms, scratch_units,
+                                solve_outputs, timed_launch, uploaded)
 from graphkern.mgk.data import _nonempty, renumbered
 from graphkern.mgk.results import Solved, empty_result, gradient_result
 
@@ -58,10 +58,6 @@ N_VECTORS = 4               # x, r, Ap, diagonal (p is in shared memory)
 N_GRADIENT_VECTORS = 7      # x, r, Ap of both solves and the diagonal (mgk_csr.cu: csr_gradient)
 _ENTRY_BYTES = {4: 16, 8: 32}  # EntrySlot<float> / EntrySlot<double>
 _KEPT = threading.local()   # CSRData.launch_plan's last kept plan, per thread
-
-
-def _align16(n):
-    return (n + 15) & ~15
 
 
 class CSRData:
@@ -119,16 +115,10 @@ class CSRData:
 
     def on_device(self, dev):
         """The arrays on ``dev`` and the two widths, in the kernel's argument order (uploaded once)."""
-        copy = self.device_copies.get(dev.ordinal)
-        if copy is not None:
-            return copy
         host = (self.node_offsets, self.rowptr, self.indices, self.weights, self.edge_features, self.degree,
                 self.node_features, self.orig)
-        rt.check_fits(dev, sum(a.nbytes for a in host), f"the CSR of {self.n_graphs} graphs")
-        copy = tuple(rt.to_device(dev, a) for a in host) + (np.int32(self.edge_features.shape[1]),
-                                                            np.int32(self.node_features.shape[1]))
-        self.device_copies[dev.ordinal] = copy
-        return copy
+        return uploaded(self.device_copies, dev, host, f"the CSR of {self.n_graphs} graphs",
+                        (np.int32(self.edge_features.shape[1]), np.int32(self.node_features.shape[1])))
 
 
 def csr_data(ds):
@@ -142,7 +132,7 @@ def csr_data(ds):
 
 def header_bytes(itemsize, param_len, code_len):
     """Shared bytes of a block's fixed part: reduction slots, parameters, code (mgk_csr.cu: header_bytes)."""
-    return REDUCE_BYTES + _align16(param_len * itemsize) + _align16(code_len * 4)
+    return REDUCE_BYTES + align16(param_len * itemsize) + align16(code_len * 4)
 
 
 def pair_shared_bytes(itemsize, form, n1, n2, nnz1, nnz2, n_edge_features, directions=1):

@@ -76,8 +76,8 @@ import numpy as np
 
 from graphkern._cuda import runtime as rt
 from graphkern.errors import GraphTooLargeError
-from graphkern.mgk.core import (SCRATCH_SHARE, check_contractions, gradient_outputs, gradient_terms, in_launch_order,
-                                launch_order, solve_outputs, timed_launch)
+from graphkern.mgk.core import (SCRATCH_SHARE, align16, check_contractions, gradient_outputs, gradient_terms,
+                                in_launch_order, launch_order, solve_outputs, timed_launch, uploaded)
 from graphkern.mgk import csr as csr_solver
 from graphkern.mgk.data import _nonempty
 from graphkern.mgk.gradient import EDGE_FORMS
@@ -112,10 +112,6 @@ TERM_OVERHEAD_FMAS = 1 << 16
 _CODE_BITS = 25             # category codes are below 2^24 (graphkern.basekernels)
 
 
-def _align16(n):
-    return (n + 15) & ~15
-
-
 def tile_of(n1, n2):
     """The tile R of pairs of sizes n1, n2: the smallest with ``16 R >= max(n1, n2)`` (arrays)."""
     n = np.maximum(np.asarray(n1, dtype=np.int64), np.asarray(n2, dtype=np.int64))
@@ -136,8 +132,8 @@ def gradient_shared_bytes(itemsize, tile, ncode_len, nparam_len, directions=2):
 
 def _block_bytes(itemsize, tile, ncode_len, nparam_len, reduce_bytes, max_terms, arrays):
     side = TILE_THREADS * np.asarray(tile, dtype=np.int64)
-    header = (reduce_bytes + _align16(max_terms * TERM_BYTES[itemsize]) + 16 + _align16(nparam_len * itemsize)
-              + _align16(ncode_len * 4))
+    header = (reduce_bytes + align16(max_terms * TERM_BYTES[itemsize]) + 16 + align16(nparam_len * itemsize)
+              + align16(ncode_len * 4))
     return header + arrays * side * side * itemsize
 
 
@@ -297,16 +293,11 @@ class GemmData:
 
     def on_device(self, dev):
         """The set's kernel arguments on ``dev`` (uploaded once per layout); GraphTooLargeError if they do not fit."""
-        copy = self.device_copies.get(dev.ordinal)
-        if copy is not None:
-            return copy
         ds = self.ds
         host = (ds.node_offsets, ds.degree, ds.node_features, self.dense_off, self.wt, self.cat, self.codes,
                 self.n_cats)
-        rt.check_fits(dev, sum(a.nbytes for a in host), f"the dense layout of {int(self.included.sum())} graphs")
-        copy = tuple(rt.to_device(dev, a) for a in host) + (np.int32(ds.node_features.shape[1]),)
-        self.device_copies[dev.ordinal] = copy
-        return copy
+        return uploaded(self.device_copies, dev, host, f"the dense layout of {int(self.included.sum())} graphs",
+                        (np.int32(ds.node_features.shape[1]),))
 
 
 def gemm_data(ds, slot):

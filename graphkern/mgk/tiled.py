@@ -67,7 +67,6 @@ from __future__ import annotations
 import heapq
 import math
 import threading
-import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -77,7 +76,8 @@ import numpy as np
 from graphkern._backend import resolve_threads
 from graphkern._cuda import runtime as rt
 from graphkern.graph import Graph
-from graphkern.mgk.core import in_launch_order, launch_order, nodal_blocks, outputs_in_pair_order, scratch_units
+from graphkern.mgk.core import (align16, in_launch_order, launch_order, nodal_blocks, outputs_in_pair_order,
+                                scratch_units)
 from graphkern.mgk.data import OCTILE, _nonempty, build_octiles, renumbered
 from graphkern.mgk.results import Solved, empty_result
 from graphkern.reorder import reorder_many
@@ -292,9 +292,7 @@ class TiledData:
         self.n_graphs = ds.n_graphs
         self.node_offsets = ds.node_offsets
         self.n_nodes = ds.n_nodes
-        t0 = time.perf_counter()
         self.perms = _graph_orders(ds, reorder, n_threads)
-        self.reorder_seconds = time.perf_counter() - t0
         view = renumbered(ds, self.perms)
         self.degree = view.degree
         self.node_features = view.node_features
@@ -402,18 +400,14 @@ def edge_channels(form, args, edge_feature_width):
 
 def slot_bytes(planes, itemsize):
     """Bytes of a shared octile slot (mgk_tiled_octile.cuh: slot_bytes)."""
-    return _align16(2 * planes * OCTILE_SIZE * itemsize + SLOT_META_INTS * 4 + OCTILE_SIZE)
-
-
-def _align16(n):
-    return (n + 15) & ~15
+    return align16(2 * planes * OCTILE_SIZE * itemsize + SLOT_META_INTS * 4 + OCTILE_SIZE)
 
 
 def shared_bytes(itemsize, planes, row_slots, slab, warps_per_team, teams_per_block):
     """Dynamic shared memory of one block (cuda_src/mgk_tiled.cu: tiled_solve's layout)."""
-    header = 256 + _align16(2 * MAX_PARAMS * itemsize) + MAX_CODE * 4 + 2 * MAX_WARPS * 8 + 32
+    header = 256 + align16(2 * MAX_PARAMS * itemsize) + MAX_CODE * 4 + 2 * MAX_WARPS * 8 + 32
     sb = slot_bytes(planes, itemsize)
-    team = row_slots * sb + warps_per_team * (sb + OCTILE_SIZE * itemsize) + _align16(slab * itemsize)
+    team = row_slots * sb + warps_per_team * (sb + OCTILE_SIZE * itemsize) + align16(slab * itemsize)
     return header + teams_per_block * team
 
 
