@@ -49,20 +49,14 @@ class CPUEngine:
         K = np.zeros(m)
         iters = np.zeros(m, dtype=np.int32)
         resid = np.zeros(m)
-        if nodal:
-            sizes = ds1.n_nodes[g1] * ds2.n_nodes[g2]
-            nodal_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-            nodal_buf = np.zeros(max(int(nodal_off[-1]), 1), dtype=dt)
-        else:
-            nodal_off = np.zeros(1, dtype=np.int64)
-            nodal_buf = np.zeros(1, dtype=dt)
+        sizes = ds1.n_nodes[g1] * ds2.n_nodes[g2] if nodal else ()  # without nodal: one unused element
+        nodal_off = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        nodal_buf = np.zeros(max(int(nodal_off[-1]), 1), dtype=dt)
         t0 = time.perf_counter()
         cpu_mgk.solve_pairs(*arguments, K, iters, resid, nodal_buf, nodal_off, bool(nodal), self.n_threads)
         seconds = time.perf_counter() - t0
-        blocks = None
-        if nodal:
-            blocks = [nodal_buf[nodal_off[k]:nodal_off[k + 1]].reshape(ds1.n_nodes[g1[k]], ds2.n_nodes[g2[k]]).copy()
-                      for k in range(m)]
+        blocks = [nodal_buf[nodal_off[k]:nodal_off[k + 1]].reshape(ds1.n_nodes[g1[k]], ds2.n_nodes[g2[k]]).copy()
+                  for k in range(m)] if nodal else None
         return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds)
 
     def solve_gradient(self, ds1, ds2, pair_arr, args, plan):
