@@ -190,11 +190,8 @@ class MarginalizedGraphKernel(_KernelBase):
     The options above (from ``techniques`` on) are recorded in ``info_.options`` and the pairs
     each solver ran in ``info_.solvers``.
 
-    Calling ``kernel(X, Y=None, eval_gradient=False, *, nodal=False, pairs=None)`` returns
-    the Gram matrix (``Y=None``: X against itself, solving only the upper triangle), the
-    node-by-node matrices with ``nodal=True`` (see the module docstring), or only the listed
-    pairs; ``eval_gradient=True`` returns ``(K, dK)`` with the derivatives by the free
-    hyperparameters' logarithms on a last axis.  Packing, octiles and device copies of a
+    Calling the kernel (:meth:`__call__`) returns the Gram matrix, the node-by-node matrices or
+    the listed pairs, and their gradient on request.  Packing, octiles and device copies of a
     list of graphs are cached on the kernel and reused while the same graph objects are
     passed again (a content hash notices arrays edited in place).  As a scikit-learn
     transformer, ``fit(X)`` keeps the training graphs and ``transform(Y)`` returns
@@ -308,7 +305,7 @@ class MarginalizedGraphKernel(_KernelBase):
 
     # ------------------------------------------------------------------ public API
     def __call__(self, X, Y=None, eval_gradient=False, *, nodal=False, pairs=None):
-        """The Gram matrix ``K[i, j] = K(X[i], Y[j])`` (``Y=None``: ``Y = X``, symmetric).
+        """The Gram matrix ``K[i, j] = K(X[i], Y[j])`` (``Y=None``: ``Y = X``, its upper triangle solved).
 
         ``nodal=True``: the node-by-node matrix of shape ``(sum of X's sizes, sum of Y's
         sizes)`` whose block (i, j) is R of the pair (module docstring); with ``pairs``,
