@@ -312,9 +312,8 @@ def weight_scaling(pattern, dtype, backend, self_loops):
     _, e = np.frexp(w_max)  # w_max < 2^e
     k = int(e) + 1 + int(d_max).bit_length() - 1022  # 2 (d_max + 1) w_max 2^-k <= 2^1022
     if backend == "gpu" and self_loops:
-        p = pattern
-        rows = np.repeat(np.arange(p.n, dtype=np.int64), p.degrees)
-        if np.count_nonzero(rows == p.indices) < p.n:
+        rows = np.repeat(np.arange(pattern.n, dtype=np.int64), pattern.degrees)
+        if np.count_nonzero(rows == pattern.indices) < pattern.n:
             raise ValueError("G's weight sums overflow float64, and the GPU kernels cannot scale them with "
                              "self_loops=True while a vertex has no stored self-loop (its own weight is a fixed 1): "
                              "use backend='cpu', store the self-loops, or scale the weights down")
