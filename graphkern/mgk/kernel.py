@@ -321,7 +321,10 @@ class MarginalizedGraphKernel(_KernelBase):
             raise TypeError(f"nodal must be True or False, got {nodal!r}")
         s = self._settings(gradient=bool(eval_gradient))
         X = _graph_list(X, "X")
-        Y = None if Y is None else _graph_list(Y, "Y")
+        return self._evaluate(X, None if Y is None else _graph_list(Y, "Y"), eval_gradient, nodal, pairs, s, t0)
+
+    def _evaluate(self, X, Y, eval_gradient, nodal, pairs, s, t0):
+        """:meth:`__call__` on validated graph lists and settings (``t0``: when the call began)."""
         symmetric = Y is None
         Yg = X if symmetric else Y
         if eval_gradient and nodal:
@@ -396,12 +399,13 @@ class MarginalizedGraphKernel(_KernelBase):
 
     def diag(self, X):
         """``K(X[i], X[i])`` for every graph (ones when ``normalize=True``)."""
+        t0 = time.perf_counter()
         s = self._settings()
         X = _graph_list(X, "X")
         if self.normalize:
             return np.ones(len(X), dtype=s["dtype"])
         idx = np.arange(len(X), dtype=np.int64)
-        return self(X, pairs=np.stack([idx, idx], axis=1))
+        return self._evaluate(X, None, False, False, np.stack([idx, idx], axis=1), s, t0)
 
     # ------------------------------------------------------------------ scikit-learn transformer manners
     def fit(self, X, y=None):
