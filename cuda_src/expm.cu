@@ -40,7 +40,7 @@
 // kQuadsPerThread quads, i.e. 4 * kQuadsPerThread gathers, before using any of them, so each thread
 // keeps several gathers in flight instead of one dependent load chain per nonzero; (3) task-driven
 // kernels take tasks blockIdx.x, blockIdx.x + gridDim.x, ...: the host launches a block per task
-// (graphkern/_expm_gpu.py: task_grid; the block scheduler then balances them, at one alpha partial
+// (graphkern/expm/plans.py: TASK_GRIDS; the block scheduler then balances them, at one alpha partial
 // per task) or only the resident blocks (persistent, a few hundred partials).
 #include <cstdint>
 #include <type_traits>
@@ -698,16 +698,23 @@ DEFINE_VECTOR_KERNELS(double, f64)
 // inverse[j].  The host computes order, inverse and A''s row pointers (O(n)); these kernels move the
 // nonzeros, so the host never passes over them.
 
+#include "expm_order.cuh"
+
 namespace {
 
 // New local row i (of nrows) receives old row order[i]: dst[new_indptr[i] + t] = src[old_indptr[old] + t],
 // mapped through `inverse` when it is given (column indices).  A warp per row keeps reads and writes
 // coalesced; the order of entries within a row is kept, though the mapped column ids are no longer
 // sorted (no SpMV variant needs them sorted: a row's products are only summed).
+//
+// Mapping column ids also checks them: an id outside [0, n_cols) is written as 0 and the smallest
+// such entry (its place in A as given) is left in *bad (the host's ULLONG_MAX when none), which the
+// host reads before any kernel gathers through the moved ids.
 template <typename V, typename P>
 __device__ void permute_rows(const int64_t* __restrict__ old_indptr, const int32_t* __restrict__ order,
                              const P* __restrict__ new_indptr, int64_t nrows, const V* __restrict__ src,
-                             const int32_t* __restrict__ inverse, V* __restrict__ dst) {
+                             const int32_t* __restrict__ inverse, int64_t n_cols, unsigned long long* bad,
+                             V* __restrict__ dst) {
     const int lane = threadIdx.x % kWarp;
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / kWarp;
     const int64_t n_warps = (int64_t)gridDim.x * blockDim.x / kWarp;
@@ -719,7 +726,14 @@ __device__ void permute_rows(const int64_t* __restrict__ old_indptr, const int32
         for (int64_t t = lane; t < len; t += kWarp) {
             const V v = src[s0 + t];
             if constexpr (std::is_integral_v<V>) {
-                dst[d0 + t] = inverse != nullptr ? static_cast<V>(inverse[v]) : v;
+                if (inverse == nullptr) {
+                    dst[d0 + t] = v;
+                } else if (v >= 0 && v < n_cols) {
+                    dst[d0 + t] = static_cast<V>(inverse[v]);
+                } else {
+                    dst[d0 + t] = 0;
+                    atomicMin(bad, (unsigned long long)(s0 + t));
+                }
             } else {
                 dst[d0 + t] = v;
             }
@@ -739,8 +753,8 @@ __device__ void gather(const T* __restrict__ src, const int32_t* __restrict__ in
 #define DEFINE_PERMUTE(V, VN, P, PN)                                                                           \
     extern "C" __global__ void __launch_bounds__(kBlock) lanczos_permute_rows_##VN##_##PN(                     \
         const int64_t *old_indptr, const int32_t *order, const P *new_indptr, int64_t nrows, const V *src,     \
-        const int32_t *inverse, V *dst) {                                                                      \
-        permute_rows<V, P>(old_indptr, order, new_indptr, nrows, src, inverse, dst);                          \
+        const int32_t *inverse, int64_t n_cols, unsigned long long *bad, V *dst) {                             \
+        permute_rows<V, P>(old_indptr, order, new_indptr, nrows, src, inverse, n_cols, bad, dst);             \
     }
 
 DEFINE_PERMUTE(int32_t, idx, int32_t, i32)

@@ -276,6 +276,44 @@ def _degree_draws(rng):
             np.concatenate([rng.integers(0, 6, 5000), [0, 900, 900, 3]]), rng.integers(0, 3, many), spread]
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("buckets", [4096, 64])
+def test_device_degree_order_matches_the_reference(buckets, rng, monkeypatch):
+    """The device's counting sort (graphkern.expm.order.DeviceOrder) gives the reference's
+    permutation and inverse, and each block of one to three devices its row pointers and the host's
+    rowblock plan; with 64 counted degrees many rows are ranked apart as long ones, and small tiles
+    make many tiles."""
+    import graphkern.expm.device as device
+    import graphkern.expm.order as device_order
+    from graphkern._cpu import expm as cpu
+    from graphkern._cuda import runtime as rt
+    from graphkern.expm.lanczos import CsrMatrix
+    from graphkern.expm.plans import LONG_ROW, LONG_SEGMENT, ROWBLOCK_COST, TASK_LONG, TASK_STREAM
+    monkeypatch.setattr(device_order, "ORDER_BUCKETS", buckets)
+    monkeypatch.setattr(device_order, "ORDER_TILE_ROWS", 512)
+    dev = rt.get_device(0)
+    reserve = device.reserver(dev, None)
+    for deg in _degree_draws(rng):
+        indptr = np.concatenate([[0], np.cumsum(deg)]).astype(np.int64)
+        mat = CsrMatrix(indptr, np.zeros(int(indptr[-1]), np.int32), None)
+        for parts in (1, 2, 3):
+            order, inverse, new_indptr = _degree_order_reference(indptr, parts)
+            upload = device._SourceUpload(dev, None, mat, mat.indices, False)
+            for index in range(parts):
+                got = device_order.DeviceOrder(upload, mat, parts, index, reserve)
+                np.testing.assert_array_equal(got.order, order)
+                np.testing.assert_array_equal(got.inverse, inverse)
+                r0, r1 = got.bounds[index], got.bounds[index + 1]
+                local = new_indptr[r0:r1 + 1] - new_indptr[r0]
+                assert got.nnz == local[-1]
+                np.testing.assert_array_equal(got.local_indptr(), local)
+                tasks, segments, longs = cpu.rowblock_tasks(local, ROWBLOCK_COST, LONG_ROW, LONG_SEGMENT, TASK_STREAM,
+                                                            TASK_LONG, 2)
+                plan = got.rowblock_plan(reserve)
+                assert (plan.n_segments, plan.n_long) == (segments, longs)
+                np.testing.assert_array_equal(plan.tasks.to_host(), tasks)
+
+
 @pytest.mark.parametrize("n", [0, 1, 7, 200_000])
 def test_magnitude_range_matches_numpy(n, rng):
     """The smallest nonzero and the largest |value| in one compiled pass, zeros and signs included."""

@@ -1,6 +1,6 @@
 """exp(beta A) x on R-MAT: the first call in a fresh process against the upload floor and the warm call.
 
-    python3 tools/expm_first_call.py [--scale 22] [--backend gpu] [--repeat 5] [--timeline]
+    python3 tools/expm_first_call.py [--scale 22] [--backend gpu] [--repeat 5] [--timeline] [--cache FILE]
 
 Generates R-MAT (graphkern.generators.rmat, seed 1) once, saves its CSR to a temporary file, and
 runs each measurement in a fresh Python process that loads it into host memory:
@@ -80,7 +80,8 @@ if timeline == "1" and backend == "gpu":
     # where a first call after clear_cache() spends its time: the setup's steps on each thread
     import threading
     from graphkern._cuda import runtime
-    from graphkern.expm import clear_cache, device, lanczos
+    from graphkern._cpu import expm as cpu
+    from graphkern.expm import clear_cache, device, lanczos, plans
     spans, t_call = [], [0.0]
 
     def traced(owner, name, label):
@@ -96,12 +97,15 @@ if timeline == "1" and backend == "gpu":
                               nbytes))
         setattr(owner, name, wrapper)
 
-    for owner, name in ((device._SourceUpload, "_copy"), (lanczos.CsrMatrix, "degree_order"),
-                        (device.DeviceRows, "__init__"), (device.DeviceRows, "plan_for"),
-                        (device.DeviceRows, "finish"), (device.Residency, "settle"), (device, "_to_device"),
-                        (device, "_check_indices"),
-                        (device.Workspace, "__init__"), (runtime, "copy_from_pageable")):
-        traced(owner, name, f"{getattr(owner, '__name__', owner)}.{name}")
+    for owner, name in (("_SourceUpload", "__init__"), ("DeviceOrder", "__init__"),
+                        ("DeviceOrder", "rowblock_plan"), ("DeviceRows", "__init__"), ("DeviceRows", "plan_for"),
+                        ("DeviceRows", "_permuted"), ("DeviceRows", "finish"), ("Residency", "settle"),
+                        (None, "_to_device"), (None, "_check_indices"), (None, "ensure_free"),
+                        ("Workspace", "__init__"), (runtime, "alloc"), (runtime, "copy_from_pageable"),
+                        (plans.SpmvPlan, "__init__"), (cpu, "rowblock_tasks"), (lanczos.CsrMatrix, "degree_stats")):
+        owner = device if owner is None else getattr(device, owner, None) if isinstance(owner, str) else owner
+        if owner is not None and hasattr(owner, name):  # what this version of the package has
+            traced(owner, name, f"{getattr(owner, '__name__', owner)}.{name}")
     clear_cache()
     t_call[0] = time.perf_counter()
     expm_multiply(G, beta=beta, backend=backend)
@@ -119,17 +123,20 @@ def main(argv=None):
     p.add_argument("--beta", type=float, default=0.01)
     p.add_argument("--timeline", action="store_true",
                    help="then a first call after clear_cache() with its setup steps timed on each thread")
+    p.add_argument("--cache", metavar="FILE.npz", help="keep the generated matrix there and reuse it when present")
     args = p.parse_args(argv)
-    from graphkern.generators import rmat
-
-    t0 = time.perf_counter()
-    A = rmat(args.scale, seed=1, as_csr=True)
-    print(f"R-MAT scale {args.scale}: {A.shape[0]} vertices, {A.nnz} stored entries "
-          f"(generated in {time.perf_counter() - t0:.1f} s)")
     with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "rmat.npz")
-        np.savez(path, indptr=A.indptr, indices=A.indices)
-        del A
+        path = args.cache or os.path.join(tmp, "rmat.npz")
+        if not os.path.exists(path):
+            from graphkern.generators import rmat
+            t0 = time.perf_counter()
+            A = rmat(args.scale, seed=1, as_csr=True)
+            print(f"(generated in {time.perf_counter() - t0:.1f} s)")
+            np.savez(path, indptr=A.indptr, indices=A.indices)
+            del A
+        with np.load(path) as saved:
+            print(f"R-MAT scale {args.scale}: {len(saved['indptr']) - 1} vertices, {len(saved['indices'])} stored "
+                  f"entries")
         proc = subprocess.run([sys.executable, "-c", CHILD, path, args.backend, str(args.repeat), str(args.beta),
                                "1" if args.timeline else "0"],
                               capture_output=True, text=True)

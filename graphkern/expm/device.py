@@ -8,16 +8,16 @@ and the work vectors, scratch, streams, events and pinned staging per dtype (:cl
 hangs on the validated :class:`~graphkern.expm.lanczos.CsrMatrix` (``mat.gpu[(devices, reorder)]``),
 which graphkern.expm caches per matrix content, and is reused by every later call.  A
 degree-ordered operator (``reorder="degree"``: A' = P A P^T with the vertices by decreasing degree)
-is its own residency: the host computes the order once (cached on the CsrMatrix), the device moves
-the nonzeros (:meth:`DeviceRows._permuted`), and x and y are permuted on the devices on entry and
-exit.  A residency is released with its CsrMatrix (the cache entry dropped or ``clear_cache()``),
+is its own residency: each device sorts A's rows by degree itself (:class:`DeviceOrder`) while A's
+entries cross the link, then moves the nonzeros (:meth:`DeviceRows._permuted`), and x and y are
+permuted on the devices on entry and exit.  A residency is released with its CsrMatrix (the cache entry dropped or ``clear_cache()``),
 when more than MAX_RESIDENT residencies exist (least recently used first), and when an allocation
 made here would not fit (other residencies on that device first, least recently used first; then
 this one's other dtypes and plans).  Callers serialise GPU solves (graphkern.expm holds a lock),
 since a residency's work vectors serve one solve at a time.
 
 Several devices: the rows of A are split into one contiguous block per device -- with the degree
-order, the vertices dealt round robin by decreasing degree (DegreeOrder with parts = devices), so
+order, the vertices dealt round robin by decreasing degree (DeviceOrder with parts = devices), so
 that every block has the same mix of hubs and short rows; in A's order, blocks of about the same
 ``nonzeros + rows``.  With peer access between every pair of at most MAX_ROW_PEERS + 1 devices,
 each device gets a per-row ``peer_mask`` of the other devices whose rows read that column, so that
@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -39,7 +39,8 @@ from graphkern._cpu import expm as cpu
 from graphkern._cuda import runtime as rt
 from graphkern._cuda.csr_check import INDPTR, RANGE, check_csr
 from graphkern.expm.lanczos import COLUMN_CHUNK
-from graphkern.expm.plans import BLOCK, LONG_SEGMENT, QUAD, WARP, SpmvPlan
+from graphkern.expm.order import DeviceOrder
+from graphkern.expm.plans import BLOCK, INT32_POINTER_LIMIT, QUAD, WARP, SpmvPlan
 
 # Residencies (matrix x device tuple) kept at most; the least recently used goes first.
 MAX_RESIDENT = 4
@@ -47,8 +48,6 @@ MAX_RESIDENT = 4
 MAX_ROW_PEERS = 7
 # the gate's two mapped words sit on cache lines of their own (the host writes one, the device the other)
 GATE_LINE = 128
-# int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
-_INT32_POINTER_LIMIT = np.iinfo(np.int32).max - 2 * LONG_SEGMENT
 
 _stats = {"uploads": 0, "plans": 0, "upload_bytes": 0}
 
@@ -117,8 +116,8 @@ class DevicePlan:
         self.variant = plan.variant
         self.kernel = plan.kernel
         self.threads_per_row = plan.threads_per_row
-        self.n_tasks = 0 if plan.tasks is None else len(plan.tasks)
-        self.tasks = _to_device(dev, plan.tasks) if plan.tasks is not None else None
+        self.n_tasks = 0 if plan.tasks is None else plan.tasks.shape[0]
+        self.tasks = _to_device(dev, plan.tasks) if isinstance(plan.tasks, np.ndarray) else plan.tasks
         self.rowlist = _to_device(dev, plan.rowlist) if plan.rowlist is not None else None
         self.seg_partials = rt.alloc(dev, max(plan.n_segments, 1), np.float64)
         self.seg_counters = rt.alloc(dev, max(plan.n_long, 1), np.uint32)
@@ -151,22 +150,36 @@ class DevicePlan:
 
 class _SourceUpload:
     """A as given on one device, for the reordering (:meth:`DeviceRows._permuted`): its row pointers
-    (int64, ``old_indptr``) and one array of its entries, ``source`` (``whole``).  With
-    ``background`` the copies run in a worker thread and :meth:`wait` waits for them."""
+    (int64, ``old_indptr``) and one array of its entries, ``source`` (``whole``).  The entries (most
+    of the bytes) start first, with ``background`` on a worker thread through the staging lanes
+    (:meth:`wait` waits for them); the row pointers cross beside them on the calling thread by the
+    driver's own copy, so they are on the device when the constructor returns."""
 
     def __init__(self, dev, residency, mat, source, background):
         ensure_free(dev, DeviceRows._permute_scratch(mat, source.dtype.itemsize), residency,
                     f"exp(beta A) x: A as given on device {dev.ordinal}, while it is reordered")
+        self.dev = dev
         self.old_indptr = rt.alloc(dev, mat.n + 1, np.int64)
         self.whole = rt.alloc(dev, max(len(source), 1), source.dtype)
-        self._pending = copy_pool().submit(self._copy, mat, source) if background else self._copy(mat, source)
-
-    def _copy(self, mat, source):
-        wide = mat.indptr if mat.indptr.dtype == np.int64 else cpu.rebased_indptr(
-            np.ascontiguousarray(mat.indptr), 0, mat.n, 0, True, resolve_threads(None))
-        _count_upload(wide.nbytes + source.nbytes)
-        rt.copy_from_pageable(self.old_indptr, np.ascontiguousarray(wide))
-        rt.copy_from_pageable(self.whole, source)
+        indptr = np.ascontiguousarray(mat.indptr)
+        _count_upload(indptr.nbytes + source.nbytes)
+        self._pending = copy_pool().submit(rt.copy_from_pageable, self.whole, source) if background else None
+        try:
+            if indptr.dtype == np.int64:
+                self.old_indptr.copy_from_host(indptr)
+            else:  # int32 crosses (half the bytes) and is widened on the device
+                self._narrow = rt.alloc(dev, len(indptr), np.int32)  # freed with this upload: a free waits for copies
+                self._narrow.copy_from_host(indptr)
+                stream = rt.Stream(dev)
+                rt.launch(rt.kernel(dev, "expm", "widen_pointers"), -(-len(indptr) // BLOCK), BLOCK,
+                          (self._narrow, np.int64(len(indptr)), self.old_indptr), stream=stream)
+                stream.synchronize()
+            if not background:
+                rt.copy_from_pageable(self.whole, source)
+        except BaseException:
+            if self._pending is not None:
+                wait([self._pending])  # no copy may still write into buffers freed with this object
+            raise
 
     def wait(self):
         if self._pending is not None:
@@ -177,11 +190,11 @@ class DeviceRows:
     """One device's row block of A, uploaded once: local row pointers (int32 where they fit),
     global column indices padded to quads, values per dtype, and SpMV plans per variant.
 
-    With a :class:`~graphkern.expm.lanczos.DegreeOrder` the rows are those of the reordered
-    A' = P A P^T: the host uploads A as it is (all of it, with the old row pointers; freed after)
-    and a kernel moves each row to its new place, mapping column ids through ``inverse``.  The
-    order and inverse stay on the device (``order_dev``, ``inverse_dev``) to permute x on entry
-    and y on exit."""
+    With a :class:`DeviceOrder` the rows are those of the reordered A' = P A P^T: the host uploads
+    A as it is (all of it, with the old row pointers; freed after), the device sorts the rows and a
+    kernel moves each row to its new place, mapping column ids through ``inverse`` (and checking
+    them).  The order and inverse stay on the device (``order_dev``, ``inverse_dev``) to permute x
+    on entry and y on exit."""
 
     def __init__(self, residency, ordinal, index, mat, row0, row1, order=None, upload=None, variant=None):
         self.dev = rt.get_device(ordinal)
@@ -189,43 +202,41 @@ class DeviceRows:
         self.order = order
         self.row0, self.row1 = int(row0), int(row1)
         self.nrows = self.row1 - self.row0
-        source_indptr = mat.indptr if order is None else order.indptr
-        self.e0 = int(source_indptr[row0])
-        self.nnz = int(source_indptr[row1]) - self.e0
-        self.ptr_type = np.int32 if self.nnz <= _INT32_POINTER_LIMIT else np.int64
-        what = f"exp(beta A) x: A's rows on device {ordinal} ({self.nrows} rows, {self.nnz} nonzeros)"
-        need = (self.nrows + 1) * np.dtype(self.ptr_type).itemsize + _padded(self.nnz) * 4
-        if order is not None:
-            need += 8 * mat.n + (0 if upload is not None else self._permute_scratch(mat, 4))
-            what += " and, while they are reordered, A as given"
-        ensure_free(self.dev, need, residency, what)
+        if order is None:
+            self.e0 = int(mat.indptr[row0])
+            self.nnz = int(mat.indptr[row1]) - self.e0
+            self.ptr_type = np.int32 if self.nnz <= INT32_POINTER_LIMIT else np.int64
+            need = (self.nrows + 1) * np.dtype(self.ptr_type).itemsize
+        else:  # its row pointers and A as given are on the device already
+            self.e0, self.nnz, self.ptr_type = None, order.nnz, order.ptr_type
+            need = 0
+        ensure_free(self.dev, need + _padded(self.nnz) * 4, residency,
+                    f"exp(beta A) x: A's rows on device {ordinal} ({self.nrows} rows, {self.nnz} nonzeros)")
         self.order_dev = self.inverse_dev = None
         self._pending_move = None
         self.plans = {}
-        self._host_plans = {}
         if order is None:
             self.indptr = _to_device(self.dev, self.local_indptr(mat))
             self.indices = _upload_padded(self.dev, mat.indices[self.e0:self.e0 + self.nnz], np.int32)
             _check_indices(mat, self.indptr, self.indices, self.nnz)
         else:
             # A as given (most of the bytes) is on its way first; the order's arrays follow beside it
+            self.indptr, self.order_dev, self.inverse_dev = order.indptr_dev, order.order_dev, order.inverse_dev
             self.indices = self._permuted(residency, mat, mat.indices, "idx", map_columns=True, upload=upload,
                                           background=True)
-            host_indptr = self.local_indptr(mat)
-            if variant is not None:  # planned on the host while A crosses (its uploads then wait for lanes)
-                self._host_plans[variant] = SpmvPlan(variant, host_indptr, mat.degree_stats()[0])
-            self.indptr = _to_device(self.dev, host_indptr)
-            self.order_dev = _to_device(self.dev, order.order)
-            self.inverse_dev = _to_device(self.dev, order.inverse)
+            if variant == "rowblock":  # planned on the device while A crosses
+                self.plans[variant] = DevicePlan(self, order.rowblock_plan(reserver(self.dev, residency)))
+                _stats["plans"] += 1
         self.values = {}
         self.peer_mask = None  # several devices: which rows each other device reads (Residency)
         residency.uploaded = True
         _stats["uploads"] += 1
 
     def local_indptr(self, mat):
-        """This block's row pointers (host, from 0, in ``ptr_type``; one parallel pass)."""
-        source = mat.indptr if self.order is None else self.order.indptr
-        return cpu.rebased_indptr(np.ascontiguousarray(source), self.row0, self.row1, self.e0,
+        """This block's row pointers (host, from 0, in ``ptr_type``)."""
+        if self.order is not None:
+            return self.order.local_indptr()
+        return cpu.rebased_indptr(np.ascontiguousarray(mat.indptr), self.row0, self.row1, self.e0,
                                   self.ptr_type == np.int64, resolve_threads(None))
 
     @staticmethod
@@ -253,16 +264,27 @@ class DeviceRows:
             def move():
                 t1 = time.perf_counter()
                 upload.wait()
-                if map_columns:
-                    _check_indices(mat, upload.old_indptr, upload.whole, mat.nnz)
                 pn = "i32" if self.ptr_type == np.int32 else "i64"
                 fn = rt.kernel(self.dev, "expm", f"lanczos_permute_rows_{type_name}_{pn}")
                 resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * self.dev.properties["multiprocessor_count"]
                 grid = int(min(-(-self.nrows * WARP // BLOCK), resident))
                 rows_order = self.order_dev.view(4 * self.row0, 4 * self.nrows, dtype=np.int32, shape=(self.nrows,))
+                bad = None
+                if map_columns:  # the move checks the column ids it maps (none found: all ones)
+                    bad = rt.to_device(self.dev, np.full(1, -1, dtype=np.int64).view(np.uint64))
                 rt.launch(fn, grid, BLOCK, (upload.old_indptr, rows_order, self.indptr, np.int64(self.nrows),
-                                            upload.whole, self.inverse_dev if map_columns else None, out))
+                                            upload.whole, self.inverse_dev if map_columns else None,
+                                            np.int64(mat.n), bad, out))
                 self.dev.synchronize()  # before the scratch is freed (with this closure); also times the build
+                if bad is not None:
+                    first = int(bad.copy_to_host(np.empty(1, dtype=np.uint64))[0])
+                    if first != np.iinfo(np.uint64).max:
+                        mat.gpu.clear()
+                        mat.require_checked()  # the host's check raises, naming the entry
+                        raise ValueError(f"A has a column index out of range (stored entry {first} of the rows "
+                                         f"on device {self.ordinal})")
+                if self.order is not None:
+                    self.order.release()
                 if background:  # run later, by finish(); else inside the time counted below
                     residency.reorder_seconds += time.perf_counter() - t1
 
@@ -301,8 +323,7 @@ class DeviceRows:
     def plan_for(self, residency, mat, variant):
         plan = self.plans.get(variant)
         if plan is None:
-            host_plan = self._host_plans.pop(variant, None) or SpmvPlan(variant, self.local_indptr(mat),
-                                                                        mat.degree_stats()[0])
+            host_plan = SpmvPlan(variant, self.local_indptr(mat), mat.degree_stats()[0])
             size = sum(a.nbytes for a in (host_plan.tasks, host_plan.rowlist) if a is not None)
             ensure_free(self.dev, size + 8 * (host_plan.n_segments + 1) + 12 * (host_plan.n_long + 1), residency,
                          f"exp(beta A) x: the {variant} SpMV plan on device {self.ordinal}")
@@ -444,22 +465,22 @@ class Residency:
         self.uploaded = False
         self.work = {}
         self.reorder_seconds = 0.0
-        order = uploads = None
+        orders = uploads = None
         if reorder == "degree":
-            # A as given starts up to every device while the host builds the order
+            # A as given starts up to every device; each sorts its rows by degree once the row
+            # pointers have landed, beside the entries' copy
             uploads = [_SourceUpload(rt.get_device(d), self, mat, mat.indices, True) for d in self.devices]
             t0 = time.perf_counter()
-            # the vertices dealt round robin in decreasing degree: equal blocks of every row length
-            order = mat.degree_order(len(self.devices))
+            orders = [DeviceOrder(u, mat, len(self.devices), i, reserver(u.dev, self)) for i, u in enumerate(uploads)]
             self.reorder_seconds += time.perf_counter() - t0
-            bounds = order.bounds
+            bounds = orders[0].bounds
         else:
             bounds = mat.chunks(len(self.devices))
-        self.order = order
+        self.order = orders[0] if orders else None
         self.bounds = bounds
         self.rows = []
         for i, d in enumerate(self.devices):
-            self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], order,
+            self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], orders[i] if orders else None,
                                         uploads[i] if uploads else None, variant))
         self.peer_access = True  # between every pair of devices
         for a in self.rows:
@@ -610,6 +631,11 @@ def ensure_free(dev, nbytes, keep, what):
     """Make ``nbytes`` free on ``dev`` (:func:`make_room`) or raise GraphTooLargeError naming ``what``."""
     if not make_room(dev, nbytes, keep):
         rt.check_fits(dev, nbytes, what)
+
+
+def reserver(dev, keep):
+    """``reserve(nbytes, what)``: :func:`ensure_free` on ``dev``, keeping the residency ``keep``."""
+    return lambda nbytes, what: ensure_free(dev, nbytes, keep, what)
 
 
 _pool = None

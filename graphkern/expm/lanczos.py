@@ -171,8 +171,9 @@ class CsrMatrix:
 
 
 class DegreeOrder:
-    """Vertices relabelled by decreasing degree (ties in the original order): the host half of the
-    reordered operator ``A' = P A P^T`` (the nonzeros are moved on the device, graphkern.expm.gpu).
+    """Vertices relabelled by decreasing degree (ties in the original order), on the host: the
+    permutation of the GPU solver's reordered operator ``A' = P A P^T``, which the devices build
+    themselves (graphkern.expm.order); the benchmark reorders its CuPy peer with this one.
 
     ``order[i]`` is the old id of new vertex i, ``inverse[j]`` the new id of old vertex j (both
     int32), ``indptr`` A''s row pointers (int64).  ``seconds``: host time spent building them.
@@ -199,9 +200,14 @@ class DegreeOrder:
         # stable: equal degrees keep their relative order, so the permutation is deterministic
         self.order, self.inverse, self.indptr = cpu.degree_order(np.ascontiguousarray(indptr), parts,
                                                                  resolve_threads(None))
-        counts = [len(range(p, n, parts)) for p in range(parts)]
-        self.bounds = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self.bounds = dealt_bounds(n, parts)
         self.seconds = time.perf_counter() - t0
+
+
+def dealt_bounds(n, parts):
+    """The first row of each of ``parts`` blocks (and n) when n rows are dealt round robin to them."""
+    counts = [len(range(p, n, parts)) for p in range(parts)]
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
 
 def breakdown_threshold(anorm, dtype, tol, beta, fn):

@@ -41,6 +41,8 @@ QUAD = 4
 ROWBLOCK_COST = STREAM_ROWS
 LONG_ROW = STREAM_CAPACITY // 2
 LONG_SEGMENT = 4096
+# int32 row pointers while every index a kernel forms (pointer + a stride of up to LONG_SEGMENT) fits
+INT32_POINTER_LIMIT = np.iinfo(np.int32).max - 2 * LONG_SEGMENT
 # Hybrid split: rows of at most HYBRID_SHORT entries go one per thread, up to LONG_ROW one per warp.
 HYBRID_SHORT = 16
 HYBRID_ROWS_PER_WARP_BLOCK = 16
