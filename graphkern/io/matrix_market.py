@@ -55,32 +55,29 @@ class _Header:
         if self.symmetry not in _SYMMETRIES:
             raise FileFormatError(path, 1, f"symmetry {self.symmetry!r} is not supported "
                                   "(expected general or symmetric)")
-        self.lineno = 1
-        line = f.readline()
+        line, lineno = f.readline(), 2
         while line and not _is_entry(line):
-            self.lineno += 1
-            line = f.readline()
-        self.lineno += 1
+            line, lineno = f.readline(), lineno + 1
         if not line:
-            raise FileFormatError(path, self.lineno - 1, "file ends before the size line 'rows columns entries'")
-        self.size_line = self.lineno
+            raise FileFormatError(path, lineno - 1, "file ends before the size line 'rows columns entries'")
+        self.size_line = lineno
         fields = line.split()
         try:
             n_rows, n_cols, self.nnz = (int(x) for x in fields)
         except ValueError:
-            raise FileFormatError(path, self.lineno, f"expected the size line 'rows columns entries' "
+            raise FileFormatError(path, lineno, f"expected the size line 'rows columns entries' "
                                   f"(three integers), found {line.strip()!r}") from None
         if min(n_rows, n_cols, self.nnz) < 0:
-            raise FileFormatError(path, self.lineno, f"negative count on the size line {line.strip()!r}")
+            raise FileFormatError(path, lineno, f"negative count on the size line {line.strip()!r}")
         if n_rows != n_cols:
-            raise FileFormatError(path, self.lineno,
+            raise FileFormatError(path, lineno,
                                   f"the matrix is {n_rows} x {n_cols}; an adjacency matrix is square")
         if n_rows > np.iinfo(np.int32).max:
-            raise FileFormatError(path, self.lineno, f"the matrix has {n_rows} rows; at most 2**31 - 1 are supported")
+            raise FileFormatError(path, lineno, f"the matrix has {n_rows} rows; at most 2**31 - 1 are supported")
         try:  # row pointers, and each entry and its mirror as coordinates and a value
             require_memory(8 * (n_rows + 1) + 2 * 24 * self.nnz, "the matrix this size line announces")
         except MemoryError as err:
-            raise FileFormatError(path, self.lineno, str(err)) from None
+            raise FileFormatError(path, lineno, str(err)) from None
         self.n = n_rows
         self.n_columns = 2 if self.field == "pattern" else 3
         try:
