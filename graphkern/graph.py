@@ -629,13 +629,9 @@ def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=()):
     entry_offsets = np.concatenate([[0], np.cumsum(m)])
     idx_t = index_dtype(int(entry_offsets[-1]))
     cat = (lambda arrs, dt: np.concatenate(arrs).astype(dt, copy=False) if arrs else np.zeros(0, dt))
-    packed = PackedGraphs(
-        node_offsets=node_offsets,
-        entry_offsets=entry_offsets,
-        indptr=cat([g.indptr for g in graphs], idx_t),
-        indices=cat([g.indices for g in graphs], np.int32),
-        weights=_packed_weights(graphs, entry_offsets),
-    )
+    packed = PackedGraphs(node_offsets=node_offsets, entry_offsets=entry_offsets,
+                          indptr=cat([g.indptr for g in graphs], idx_t), indices=cat([g.indices for g in graphs], np.int32),
+                          weights=_packed_weights(graphs, entry_offsets))
     for out, require, columns in ((packed.node_labels, Graph.require_node_label, node_label_columns),
                                   (packed.edge_labels, Graph.require_edge_label, edge_label_columns)):
         for col in columns:
