@@ -87,10 +87,8 @@ def unavailable_reason():
                 if drv.device_count() == 0:
                     reason = "no CUDA device is visible (CUDA_VISIBLE_DEVICES?)"
             except RuntimeError as exc:  # cuda-bindings raises this when libcuda.so.1 cannot be loaded
-                if isinstance(exc, CudaError):
-                    reason = f"the CUDA driver failed to initialise: {exc}"
-                else:
-                    reason = f"no NVIDIA driver: {exc}"
+                reason = (f"the CUDA driver failed to initialise: {exc}" if isinstance(exc, CudaError)
+                          else f"no NVIDIA driver: {exc}")
         _state.update(checked=True, reason=reason)
         return reason
 
