@@ -157,9 +157,7 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
     path = source_name(source)
     with open_text(source) as f:
         header = _Header(f, path)
-        A = None
-        if isinstance(source, (str, os.PathLike)):
-            A = _read_clean(path, header, weighted)
+        A = _read_clean(path, header, weighted) if isinstance(source, (str, os.PathLike)) else None
         if A is None:
             A = _read_locating_errors(source, f, path, header, weighted)
     if weighted is None:
