@@ -13,7 +13,6 @@ import contextlib
 import io
 import itertools
 import os
-import warnings
 
 import numpy as np
 import scipy.io
@@ -21,7 +20,7 @@ import scipy.sparse as sp
 
 from .._cpu import validate as _compiled
 from ..graph import Graph, as_csr_matrix, require_memory
-from ._text import FileFormatError, open_text, read_bytes, source_name
+from ._text import FileFormatError, load_table, open_text, read_bytes, source_name
 
 __all__ = ["read_matrix_market", "write_matrix_market"]
 
@@ -208,9 +207,7 @@ def _read_clean(path, header, weighted):
 def _read_locating_errors(source, f, path, header, weighted):
     """Parse the entries with this module's own pass; raise naming the line of any problem."""
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
-            table = np.loadtxt(f, dtype=np.float64, comments="%", ndmin=2)
+        table = load_table(f, dtype=np.float64, comments="%")
     except ValueError:
         table = None
     if table is None or not _entries_ok(table, header):
