@@ -166,8 +166,7 @@ class LabelColumns(dict):
     def __init__(self, what, length, owner_cache, columns=(), *, validated=()):
         super().__init__()
         self._what, self._length, self._owner_cache = what, length, owner_cache
-        for key, col in dict(columns).items():
-            self[key] = col
+        self.update(columns)
         for key, col in dict(validated).items():
             self._put(key, col)
 
