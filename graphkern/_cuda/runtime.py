@@ -116,8 +116,7 @@ def get_device(ordinal=0):
     with _lock:
         dev = _devices.get(ordinal)
         if dev is None:
-            dev = drv.Device(ordinal)
-            _devices[ordinal] = dev
+            dev = _devices[ordinal] = drv.Device(ordinal)
             _warm_staging(dev)
         return dev
 
@@ -134,11 +133,10 @@ def _module_image(name):
     if img is None:
         path = resources.files("graphkern._cuda").joinpath("kernels", f"{name}.fatbin")
         try:
-            img = path.read_bytes()
+            img = _images[name] = path.read_bytes()
         except FileNotFoundError:
             raise GPUUnavailableError(f"kernel module {name!r} was not built (no {name}.fatbin in the package); "
                                       "rebuild graphkern with a CUDA toolkit") from None
-        _images[name] = img
     return img
 
 
