@@ -270,8 +270,7 @@ def content_fingerprint(head, named):
     """A 32-hex-digit digest of ``head`` and of ``named``, a list of ``(name, array or None)``: every
     name, dtype, shape and byte, in one compiled pass (a cache key, not cryptographic).  Arrays of at
     least _HASH_PARALLEL_BYTES enter as their parallel block hashes and their tail bytes."""
-    words = [head]
-    parts = []
+    words, parts = [head], []
     for name, a in named:
         words.append(name)
         if a is not None and a.nbytes >= _HASH_PARALLEL_BYTES:
