@@ -166,8 +166,7 @@ class LabelColumns(dict):
     def __init__(self, what, length, owner_cache, columns=(), *, validated=()):
         super().__init__()
         self._what, self._length, self._owner_cache = what, length, owner_cache
-        for key, col in dict(columns).items():
-            self[key] = col
+        self.update(columns)
         for key, col in dict(validated).items():
             self._put(key, col)
 
@@ -271,8 +270,7 @@ def content_fingerprint(head, named):
     """A 32-hex-digit digest of ``head`` and of ``named``, a list of ``(name, array or None)``: every
     name, dtype, shape and byte, in one compiled pass (a cache key, not cryptographic).  Arrays of at
     least _HASH_PARALLEL_BYTES enter as their parallel block hashes and their tail bytes."""
-    words = [head]
-    parts = []
+    words, parts = [head], []
     for name, a in named:
         words.append(name)
         if a is not None and a.nbytes >= _HASH_PARALLEL_BYTES:

@@ -150,8 +150,8 @@ class Graph:
     def _check_mirror_values(self, symmetrize, mirror):
         """Weights and edge labels must equal their mirror entry's (or, symmetrizing, take the upper one's)."""
         nnz = self.nnz
-        columns = [("weight", self._weights)] + [(f"edge label {k!r}", v) for k, v in self._edge_labels.items()]
-        for key, (what, arr) in zip([None, *self._edge_labels], columns):
+        columns = [(None, "weight", self._weights)] + [(k, f"edge label {k!r}", v) for k, v in self._edge_labels.items()]
+        for key, what, arr in columns:
             if arr is None or nnz == 0:
                 continue
             mirrored = arr[mirror]
@@ -202,10 +202,8 @@ class Graph:
 
     def _symmetrize(self):
         n, nnz = self._n, self.nnz
-        rows = self._rows()
-        cols = self._indices.astype(np.int64)
-        both_r = np.concatenate([rows, cols])
-        both_c = np.concatenate([cols, rows])
+        rows, cols = self._rows(), self._indices.astype(np.int64)
+        both_r, both_c = np.concatenate([rows, cols]), np.concatenate([cols, rows])
         key = both_r * max(n, 1) + both_c
         # the first occurrence of each key wins: the originally stored entry beats its mirror
         _, first = np.unique(key, return_index=True)
@@ -228,11 +226,14 @@ class Graph:
         """
         fp = self._cache.get("fingerprint")
         if fp is None:
-            arrays = [("indptr", self._indptr), ("indices", self._indices), ("weights", self._weights)]
-            arrays += [(f"node:{k}", v) for k, v in sorted(self._node_labels.items())]
-            arrays += [(f"edge:{k}", v) for k, v in sorted(self._edge_labels.items())]
-            fp = self._cache["fingerprint"] = content_fingerprint(f"graph {self._n}", arrays)
+            fp = self._cache["fingerprint"] = content_fingerprint(f"graph {self._n}", self._named_arrays())
         return fp
+
+    def _named_arrays(self):
+        """Every array of the graph's content by name: structure, weights (None if unweighted), labels."""
+        arrays = [("indptr", self._indptr), ("indices", self._indices), ("weights", self._weights)]
+        arrays += [(f"node:{k}", v) for k, v in sorted(self._node_labels.items())]
+        return arrays + [(f"edge:{k}", v) for k, v in sorted(self._edge_labels.items())]
 
     def __reduce__(self):
         state = (self._indptr, self._indices, self._weights, dict(self._node_labels), dict(self._edge_labels),
@@ -274,8 +275,7 @@ class Graph:
             raise ValueError(f"edge ({i}, {j}) is listed more than once")
         loop = lo == hi
         src = np.concatenate([np.arange(m), np.flatnonzero(~loop)])
-        r = np.concatenate([e[:, 0], e[~loop, 1]])
-        c = np.concatenate([e[:, 1], e[~loop, 0]])
+        r, c = np.concatenate([e, e[~loop, ::-1]]).T  # each edge, then the mirror of each non-loop
         order = np.lexsort((c, r))
         r, c, src = r[order], c[order], src[order]
         indptr = _indptr_of(r, n_nodes)
@@ -410,8 +410,7 @@ class Graph:
     def to_networkx(self):
         import networkx as nx
         G = nx.Graph()
-        for i in range(self.n_nodes):
-            G.add_node(i, **{k: v[i].tolist() for k, v in self.node_labels.items()})
+        G.add_nodes_from((i, {k: v[i].tolist() for k, v in self.node_labels.items()}) for i in range(self.n_nodes))
         edges, pos = self.edge_list()
         for (i, j), k in zip(edges.tolist(), pos.tolist()):
             attrs = {k_: v[k].tolist() for k_, v in self.edge_labels.items()}
@@ -457,14 +456,9 @@ class Graph:
     def __eq__(self, other):
         if not isinstance(other, Graph):
             return NotImplemented
-        if self.n_nodes != other.n_nodes or (self.weights is None) != (other.weights is None) or not all(
-                np.array_equal(a, b) for a, b in ((self.indptr, other.indptr), (self.indices, other.indices),
-                                                  (self.weights, other.weights))):
-            return False
-        for a, b in ((self.node_labels, other.node_labels), (self.edge_labels, other.edge_labels)):
-            if a.keys() != b.keys() or any(not np.array_equal(a[k], b[k]) for k in a):
-                return False
-        return True
+        mine, theirs = self._named_arrays(), other._named_arrays()
+        return [k for k, _ in mine] == [k for k, _ in theirs] and all(
+            (a is None) == (b is None) and np.array_equal(a, b) for (_, a), (_, b) in zip(mine, theirs))
 
     __hash__ = object.__hash__
 
@@ -635,13 +629,9 @@ def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=()):
     entry_offsets = np.concatenate([[0], np.cumsum(m)])
     idx_t = index_dtype(int(entry_offsets[-1]))
     cat = (lambda arrs, dt: np.concatenate(arrs).astype(dt, copy=False) if arrs else np.zeros(0, dt))
-    packed = PackedGraphs(
-        node_offsets=node_offsets,
-        entry_offsets=entry_offsets,
-        indptr=cat([g.indptr for g in graphs], idx_t),
-        indices=cat([g.indices for g in graphs], np.int32),
-        weights=_packed_weights(graphs, entry_offsets),
-    )
+    packed = PackedGraphs(node_offsets=node_offsets, entry_offsets=entry_offsets,
+                          indptr=cat([g.indptr for g in graphs], idx_t), indices=cat([g.indices for g in graphs], np.int32),
+                          weights=_packed_weights(graphs, entry_offsets))
     for out, require, columns in ((packed.node_labels, Graph.require_node_label, node_label_columns),
                                   (packed.edge_labels, Graph.require_edge_label, edge_label_columns)):
         for col in columns:

@@ -49,8 +49,7 @@ def _load_driver_module():
     if _driver is not None or _driver_import_error is not None:
         return _driver
     if not _built_with_cuda():
-        why = getattr(build_info, "CUDA_SKIP_REASON", "no build information (the package was never compiled)") \
-            if build_info is not None else "no build information (the package was never compiled)"
+        why = getattr(build_info, "CUDA_SKIP_REASON", "no build information (the package was never compiled)")
         _driver_import_error = f"built without CUDA: {why}"
         return None
     want = build_info.CUDA_HEADER_VERSION  # "13.0"
@@ -88,10 +87,8 @@ def unavailable_reason():
                 if drv.device_count() == 0:
                     reason = "no CUDA device is visible (CUDA_VISIBLE_DEVICES?)"
             except RuntimeError as exc:  # cuda-bindings raises this when libcuda.so.1 cannot be loaded
-                if isinstance(exc, CudaError):
-                    reason = f"the CUDA driver failed to initialise: {exc}"
-                else:
-                    reason = f"no NVIDIA driver: {exc}"
+                reason = (f"the CUDA driver failed to initialise: {exc}" if isinstance(exc, CudaError)
+                          else f"no NVIDIA driver: {exc}")
         _state.update(checked=True, reason=reason)
         return reason
 
@@ -119,8 +116,7 @@ def get_device(ordinal=0):
     with _lock:
         dev = _devices.get(ordinal)
         if dev is None:
-            dev = drv.Device(ordinal)
-            _devices[ordinal] = dev
+            dev = _devices[ordinal] = drv.Device(ordinal)
             _warm_staging(dev)
         return dev
 
@@ -137,11 +133,10 @@ def _module_image(name):
     if img is None:
         path = resources.files("graphkern._cuda").joinpath("kernels", f"{name}.fatbin")
         try:
-            img = path.read_bytes()
+            img = _images[name] = path.read_bytes()
         except FileNotFoundError:
             raise GPUUnavailableError(f"kernel module {name!r} was not built (no {name}.fatbin in the package); "
                                       "rebuild graphkern with a CUDA toolkit") from None
-        _images[name] = img
     return img
 
 
@@ -286,11 +281,17 @@ def _take_lanes(device, want, wait_warm=True):
     return lanes
 
 
-def _staged(device, nbytes, run, threads=STAGING_THREADS):
-    """Run ``run(lane, a, b)`` over ``[0, nbytes)`` split into one contiguous part per lane (whole
-    chunks), on up to ``threads`` host threads.  Each lane's stream first waits for the work queued
-    on the legacy stream (a copy is ordered after it, as the driver's synchronous copies are), and
-    the lanes go back to the pool when every part has finished; the first error is raised."""
+def _staged_copy(buf, flat, offset, upload, threads=STAGING_THREADS):
+    """Copy the bytes ``flat`` of a contiguous host array into (``upload``) or out of the device
+    buffer ``buf`` from byte ``offset``, synchronously; under STAGED_MIN_BYTES directly, else split
+    into one contiguous part per lane (whole chunks), on up to ``threads`` host threads.  Each lane's
+    stream first waits for the work queued on the legacy stream (a copy is ordered after it, as the
+    driver's synchronous copies are), and the lanes go back to the pool when every part has
+    finished; the first error is raised."""
+    if flat.nbytes < STAGED_MIN_BYTES:
+        (buf.copy_from_host if upload else buf.copy_to_host)(flat, offset=offset)
+        return
+    device, nbytes = buf.device, flat.nbytes
     threads = max(1, min(int(threads), STAGING_THREADS_MAX))
     device.activate()
     chunks = -(-nbytes // STAGING_CHUNK)
@@ -304,7 +305,7 @@ def _staged(device, nbytes, run, threads=STAGING_THREADS):
 
     def part(lane, lo, hi):
         device.activate()
-        run(lane, lo, hi)
+        _driver.staged_copy(buf, offset, flat, lo, hi, upload, *lane.chunks, lane.stream, *lane.done)
 
     jobs, errors = [], []
     try:
@@ -326,36 +327,18 @@ def _staged(device, nbytes, run, threads=STAGING_THREADS):
 
 def copy_to_pageable(buf, out, offset=0, threads=STAGING_THREADS):
     """Copy ``out.nbytes`` bytes of the device buffer ``buf`` from byte ``offset`` into the contiguous
-    host array ``out`` (pageable memory) through pinned chunks (:func:`_staged`, on ``threads``
-    host threads, each copying one chunk out while the next comes in); synchronous (order it after
-    the producing stream's work by synchronizing first).  Outputs under STAGED_MIN_BYTES are copied
-    directly."""
-    flat = out.reshape(-1).view(np.uint8)
-    if flat.nbytes < STAGED_MIN_BYTES:
-        buf.copy_to_host(flat, offset=offset)
-        return out
-
-    def run(lane, lo, hi):
-        _driver.staged_copy(buf, offset, flat, lo, hi, False, *lane.chunks, lane.stream, *lane.done)
-
-    _staged(buf.device, flat.nbytes, run, threads)
+    host array ``out`` (pageable memory) through pinned chunks (:func:`_staged_copy`, each thread
+    copying one chunk out while the next comes in); order it after the producing stream's work by
+    synchronizing first."""
+    _staged_copy(buf, out.reshape(-1).view(np.uint8), offset, False, threads)
     return out
 
 
 def copy_from_pageable(buf, array, offset=0):
     """Copy the contiguous host array ``array`` (pageable memory) into the device buffer ``buf`` at
-    byte ``offset``, synchronously, through pinned chunks (:func:`_staged`, each thread filling one
-    chunk while the other crosses): the driver's own staging of a pageable upload runs at a few
-    GB/s.  Arrays under STAGED_MIN_BYTES go directly."""
-    flat = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
-    if flat.nbytes < STAGED_MIN_BYTES:
-        buf.copy_from_host(flat, offset=offset)
-        return buf
-
-    def run(lane, lo, hi):
-        _driver.staged_copy(buf, offset, flat, lo, hi, True, *lane.chunks, lane.stream, *lane.done)
-
-    _staged(buf.device, flat.nbytes, run)
+    byte ``offset`` through pinned chunks (:func:`_staged_copy`, each thread filling one chunk while
+    the other crosses): the driver's own staging of a pageable upload runs at a few GB/s."""
+    _staged_copy(buf, np.ascontiguousarray(array).reshape(-1).view(np.uint8), offset, True)
     return buf
 
 

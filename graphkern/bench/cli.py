@@ -16,43 +16,30 @@ import platform
 import sys
 import time
 import traceback
+from collections import Counter
 
+import numpy as np
+import scipy
+
+from graphkern import _progress
 from graphkern.bench import report
 from graphkern.bench import suites as suites_pkg
 from graphkern.bench.report import WIDTH, print_table  # noqa: F401  (suites import it from here)
 
 
 class Progress:
-    """A minimal progress bar on stderr (only when stderr is a terminal or forced)."""
+    """Yields the items a suite walks, with graphkern's progress bar on stderr when ``enabled``."""
 
     def __init__(self, enabled):
         self.enabled = enabled
 
     def __call__(self, iterable, desc="", total=None):
-        if total is None:
-            try:
-                total = len(iterable)
-            except TypeError:
-                total = None
-        if not self.enabled:
-            yield from iterable
-            return
-        t0 = time.perf_counter()
-        for k, item in enumerate(iterable):
-            self._draw(desc, k, total, t0)
-            yield item
-        self._draw(desc, total if total is not None else k + 1, total, t0, end="\n")
-
-    @staticmethod
-    def _draw(desc, k, total, t0, end=""):
-        el = time.perf_counter() - t0
-        if total:
-            n = int(30 * k / total)
-            bar = "#" * n + "." * (30 - n)
-            sys.stderr.write(f"\r{desc:<28} [{bar}] {k}/{total} {el:6.1f}s{end}")
-        else:
-            sys.stderr.write(f"\r{desc:<28} {k} {el:6.1f}s{end}")
-        sys.stderr.flush()
+        if total is None and hasattr(iterable, "__len__"):
+            total = len(iterable)
+        with _progress.Progress(total, self.enabled, unit="items", desc=desc) as bar:
+            for item in iterable:
+                yield item
+                bar.update()
 
 
 class Context:
@@ -97,7 +84,7 @@ def system_info():
                     break
     except OSError:
         pass
-    info = {
+    return {
         "cpu": cpu,
         "cores": os.cpu_count(),
         "threads": resolve_threads(None),
@@ -106,12 +93,9 @@ def system_info():
         "gpus": runtime.devices_info(),
         "driver_version": runtime.driver_version(),
         "gpu_unavailable_reason": runtime.unavailable_reason(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
     }
-    import numpy
-    import scipy
-    info["numpy"] = numpy.__version__
-    info["scipy"] = scipy.__version__
-    return info
 
 
 def print_header(info):
@@ -238,13 +222,11 @@ def _figures_from(paths, directory):
 
 def print_summary(results, total, crashed):
     """One line per suite (headline ratio against its best peer, verdict counts), then the totals."""
-    lines, counts = [], {"PASS": 0, "MISS": 0, "info": 0}
+    lines, counts = [], Counter()
     for name, res in results["suites"].items():
         rows = res["rows"]
-        verdicts = [r.get("verdict") for r in rows if r.get("kind") == "target"]
-        for v in verdicts:
-            if v in counts:
-                counts[v] += 1
+        verdicts = Counter(r.get("verdict") for r in rows if r.get("kind") == "target")
+        counts += verdicts
         head = next((r for r in rows if r.get("kind") == "headline"), None)
         crash = next((r for r in rows if r.get("kind") == "crashed"), None)
         if crash is not None:
@@ -255,8 +237,7 @@ def print_summary(results, total, crashed):
             headline = (f"{head['what']}: {'est ' if head.get('estimated') else ''}{head['ratio']:.3g}x "
                         f"{head['peer']}" if head.get("ratio") else f"{head['what']}: {head.get('note', '-')}")
         lines.append({"suite": name, "seconds": res["seconds"], "headline": headline,
-                      "verdicts": " ".join(f"{v.count(k)} {k}" for k in ("PASS", "MISS", "info")
-                                           for v in [verdicts] if v.count(k)) or "-"})
+                      "verdicts": " ".join(f"{verdicts[k]} {k}" for k in ("PASS", "MISS", "info") if verdicts[k]) or "-"})
     print_table(lines, [("suite", "suite"), ("seconds", "time s", "{:.1f}"), ("verdicts", "verdicts"),
                         ("headline", "graphkern against its best peer (ratio = peer time / graphkern time)")],
                 title="summary")
@@ -266,7 +247,6 @@ def print_summary(results, total, crashed):
 
 
 def _jsonable(obj):
-    import numpy as np
     if isinstance(obj, np.generic):
         return obj.item()
     if isinstance(obj, np.ndarray):

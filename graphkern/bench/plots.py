@@ -35,11 +35,8 @@ def write_plots(results, directory):
                 for p in pts:
                     ax.plot(p["size"], p["seconds"], "o", color=line.get_color(),
                             fillstyle="none" if p.get("estimated") else "full")
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel(points[0].get("size_label", "problem size"))
-            ax.set_ylabel("time per call (s)")
-            ax.set_title(f"{suite}: time against problem size (hollow: estimated)")
+            ax.set(xscale="log", yscale="log", xlabel=points[0].get("size_label", "problem size"),
+                   ylabel="time per call (s)", title=f"{suite}: time against problem size (hollow: estimated)")
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7)
             paths.append(_save(fig, directory, f"{suite}_time.png"))
@@ -50,10 +47,9 @@ def write_plots(results, directory):
             items = speedups or [(f"{b['what']}\nvs {b['peer']}", b["ratio"], b.get("estimated")) for b in bars]
             ax.barh([i[0] for i in items], [i[1] for i in items],
                     color=["#bbbbbb" if i[2] else "#3070b0" for i in items])
-            ax.set_xscale("log")
+            ax.set(xscale="log", xlabel="speed-up: peer time / graphkern time (grey: estimated)",
+                   title=f"{suite}: graphkern against its peers")
             ax.axvline(1.0, color="k", lw=0.8)
-            ax.set_xlabel("speed-up: peer time / graphkern time (grey: estimated)")
-            ax.set_title(f"{suite}: graphkern against its peers")
             ax.tick_params(axis="y", labelsize=7)
             paths.append(_save(fig, directory, f"{suite}_speedup.png"))
         bw = [r for r in rows if r.get("kind") == "bandwidth"]
@@ -66,11 +62,9 @@ def write_plots(results, directory):
                                ("host_copy_bandwidth", "host memcpy (measured)")):
                 if system.get(key):
                     ax.axhline(system[key] / 1e9, ls="--", color="k" if "device" in key else "grey", label=label)
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("stored entries")
-            ax.set_ylabel("GB/s (bytes of one pass over the CSR and vectors)")
-            ax.set_title(f"{suite}: achieved bandwidth against the copy bandwidth")
+            ax.set(xscale="log", yscale="log", xlabel="stored entries",
+                   ylabel="GB/s (bytes of one pass over the CSR and vectors)",
+                   title=f"{suite}: achieved bandwidth against the copy bandwidth")
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7)
             paths.append(_save(fig, directory, f"{suite}_bandwidth.png"))

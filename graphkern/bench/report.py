@@ -46,9 +46,7 @@ def reset():
 
 def check_answer(what, error, tolerance):
     """Record ``what`` as a wrong answer when ``error`` (vs an independent reference) exceeds ``tolerance``."""
-    if error is None or (isinstance(error, float) and math.isnan(error)):
-        return True
-    if error > tolerance:
+    if error is not None and error > tolerance:  # NaN (no error measured) is never over
         _state["wrong"].append(f"{what}: error {error:.3g} over {tolerance:.1g}")
         print(f"  WRONG ANSWER: {what}: error {error:.3g} over the tolerance {tolerance:.1g}", flush=True)
         return False
@@ -146,12 +144,6 @@ class Target:
     sizes: str = "the full run"
     quick_ok: bool = False
     gpus: int = 1
-
-    def setting(self):
-        parts = [f"{self.gpus}x {self.gpu}" if self.gpus > 1 else self.gpu] if self.gpu else []
-        parts.append(f">= {self.cores} cores")
-        parts.append(self.sizes)
-        return ", ".join(p for p in parts if p)
 
     def goal_text(self):
         return f"{ {'>=': '≥', '<=': '≤'}.get(self.op, self.op)} {self.goal:g}{self.unit}"
@@ -254,12 +246,8 @@ def print_table(rows, columns, *, title=None, legend=None, wide=None, wrap=("not
                             for i, (parts, w) in enumerate(zip(row, widths))).rstrip())
         if k == 0:
             print("  ".join("-" * w for w in widths))
-    notes = []
-    if hidden:
-        notes.append(f"not shown (--wide shows them): {', '.join(reversed(hidden))}")
-    if legend:
-        notes.append(legend)
-    for note in notes:
+    notes = [f"not shown (--wide shows them): {', '.join(reversed(hidden))}" if hidden else None, legend]
+    for note in filter(None, notes):
         for line in textwrap.wrap(note, WIDTH - 2, initial_indent="  ", subsequent_indent="  "):
             print(line)
     sys.stdout.flush()
@@ -288,6 +276,6 @@ def in_ms(row, *keys):
     out = dict(row)
     for key in keys:
         v = row.get(f"{key}_s")
-        if isinstance(v, (int, float)) and v is not None:
+        if isinstance(v, (int, float)):
             out[f"{key}_ms"] = v * 1e3
     return out

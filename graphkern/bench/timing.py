@@ -7,6 +7,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 @dataclass
 class Timing:
@@ -22,6 +24,11 @@ class Timing:
     @property
     def min(self):
         return min(self.times) if self.times else float("nan")
+
+    def record(self, seconds, max_seconds):
+        """Add one repeat's ``seconds``; True once the repeats add up to ``max_seconds`` (None: no limit)."""
+        self.times.append(seconds)
+        return max_seconds is not None and sum(self.times) >= max_seconds
 
     def as_dict(self):
         return {"median_s": self.median, "min_s": self.min, "repeats": len(self.times), "estimated": self.estimated}
@@ -51,14 +58,10 @@ def time_cpu(fn, *, repeat=5, warmup=1, max_seconds=None):
     for _ in range(warmup):
         fn()
     t = Timing()
-    spent = 0.0
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
-        dt = time.perf_counter() - t0
-        t.times.append(dt)
-        spent += dt
-        if max_seconds is not None and spent >= max_seconds:
+        if t.record(time.perf_counter() - t0, max_seconds):
             break
     return t
 
@@ -95,7 +98,6 @@ def time_gpu(fn, stream, *, repeat=10, warmup=2, max_seconds=None):
     stream.synchronize()
     hold = 4 * enqueue + 100e-6
     t = Timing()
-    spent = 0.0
     while len(t.times) < repeat:
         if not waits_for_device:
             rt.hold_stream(stream, hold)
@@ -106,10 +108,7 @@ def time_gpu(fn, stream, *, repeat=10, warmup=2, max_seconds=None):
             stream.synchronize()
             hold *= 2
             continue
-        dt = start.elapsed_ms(end) / 1e3
-        t.times.append(dt)
-        spent += dt
-        if max_seconds is not None and spent >= max_seconds:
+        if t.record(start.elapsed_ms(end) / 1e3, max_seconds):
             break
     return t
 
@@ -121,8 +120,6 @@ def scaled_estimate(timing, factor):
 
 def device_copy_bandwidth(device=0):
     """Device-to-device copy bandwidth of ``device`` (bytes read + written per second)."""
-    import numpy as np
-
     from graphkern._cuda import runtime as rt
 
     dev = rt.get_device(device)
@@ -136,8 +133,6 @@ def device_copy_bandwidth(device=0):
 
 def host_copy_bandwidth(nbytes=1 << 27):
     """Host memcpy bandwidth of one ``nbytes`` copy (bytes read + written per second)."""
-    import numpy as np
-
     src = np.ones(nbytes, dtype=np.uint8)
     dst = np.empty_like(src)
     timing = time_cpu(lambda: np.copyto(dst, src), repeat=5, warmup=1)

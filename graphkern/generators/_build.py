@@ -22,8 +22,7 @@ def symmetric_csr(u, v, n):
     Self-loops are dropped and repeated edges (in either orientation) kept once; rows
     come out sorted.
     """
-    u = np.asarray(u)
-    v = np.asarray(v)
+    u, v = np.asarray(u), np.asarray(v)
     keep = u != v
     dtype = index_dtype(n)
     lo = np.minimum(u[keep], v[keep]).astype(dtype, copy=False)

@@ -17,7 +17,7 @@ import zlib
 
 import numpy as np
 
-__all__ = ["FileFormatError", "open_text", "read_bytes", "read_numeric_table", "data_line_number"]
+__all__ = ["FileFormatError", "open_text", "read_bytes", "read_numeric_table", "data_line_number", "load_table"]
 
 
 class FileFormatError(ValueError):
@@ -108,6 +108,13 @@ def data_line_number(path, row):
     return None
 
 
+def load_table(f, **options):
+    """``numpy.loadtxt(f, ndmin=2, **options)``, without its warning on a file of no rows (a valid table)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
+        return np.loadtxt(f, ndmin=2, **options)
+
+
 def _locate_table_error(path, *, integer, n_columns):
     """Walk the lines of a table that numpy refused; raise the first problem found."""
     kind = "an integer" if integer else "a number"
@@ -140,10 +147,8 @@ def read_numeric_table(path, *, integer=None, n_columns=None):
     table = None
     for dtype in dtypes:
         try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
-                with open_text(path) as f:
-                    table = np.loadtxt(f, dtype=dtype, delimiter=",", comments=None, ndmin=2)
+            with open_text(path) as f:
+                table = load_table(f, dtype=dtype, delimiter=",", comments=None)
             break
         except ValueError as err:
             failure = err

@@ -13,7 +13,6 @@ import contextlib
 import io
 import itertools
 import os
-import warnings
 
 import numpy as np
 import scipy.io
@@ -21,7 +20,7 @@ import scipy.sparse as sp
 
 from .._cpu import validate as _compiled
 from ..graph import Graph, as_csr_matrix, require_memory
-from ._text import FileFormatError, open_text, read_bytes, source_name
+from ._text import FileFormatError, load_table, open_text, read_bytes, source_name
 
 __all__ = ["read_matrix_market", "write_matrix_market"]
 
@@ -55,32 +54,29 @@ class _Header:
         if self.symmetry not in _SYMMETRIES:
             raise FileFormatError(path, 1, f"symmetry {self.symmetry!r} is not supported "
                                   "(expected general or symmetric)")
-        self.lineno = 1
-        line = f.readline()
+        line, lineno = f.readline(), 2
         while line and not _is_entry(line):
-            self.lineno += 1
-            line = f.readline()
-        self.lineno += 1
+            line, lineno = f.readline(), lineno + 1
         if not line:
-            raise FileFormatError(path, self.lineno - 1, "file ends before the size line 'rows columns entries'")
-        self.size_line = self.lineno
+            raise FileFormatError(path, lineno - 1, "file ends before the size line 'rows columns entries'")
+        self.size_line = lineno
         fields = line.split()
         try:
             n_rows, n_cols, self.nnz = (int(x) for x in fields)
         except ValueError:
-            raise FileFormatError(path, self.lineno, f"expected the size line 'rows columns entries' "
+            raise FileFormatError(path, lineno, f"expected the size line 'rows columns entries' "
                                   f"(three integers), found {line.strip()!r}") from None
         if min(n_rows, n_cols, self.nnz) < 0:
-            raise FileFormatError(path, self.lineno, f"negative count on the size line {line.strip()!r}")
+            raise FileFormatError(path, lineno, f"negative count on the size line {line.strip()!r}")
         if n_rows != n_cols:
-            raise FileFormatError(path, self.lineno,
+            raise FileFormatError(path, lineno,
                                   f"the matrix is {n_rows} x {n_cols}; an adjacency matrix is square")
         if n_rows > np.iinfo(np.int32).max:
-            raise FileFormatError(path, self.lineno, f"the matrix has {n_rows} rows; at most 2**31 - 1 are supported")
+            raise FileFormatError(path, lineno, f"the matrix has {n_rows} rows; at most 2**31 - 1 are supported")
         try:  # row pointers, and each entry and its mirror as coordinates and a value
             require_memory(8 * (n_rows + 1) + 2 * 24 * self.nnz, "the matrix this size line announces")
         except MemoryError as err:
-            raise FileFormatError(path, self.lineno, str(err)) from None
+            raise FileFormatError(path, lineno, str(err)) from None
         self.n = n_rows
         self.n_columns = 2 if self.field == "pattern" else 3
         try:
@@ -160,9 +156,7 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
     path = source_name(source)
     with open_text(source) as f:
         header = _Header(f, path)
-        A = None
-        if isinstance(source, (str, os.PathLike)):
-            A = _read_clean(path, header, weighted)
+        A = _read_clean(path, header, weighted) if isinstance(source, (str, os.PathLike)) else None
         if A is None:
             A = _read_locating_errors(source, f, path, header, weighted)
     if weighted is None:
@@ -213,9 +207,7 @@ def _read_clean(path, header, weighted):
 def _read_locating_errors(source, f, path, header, weighted):
     """Parse the entries with this module's own pass; raise naming the line of any problem."""
     try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="loadtxt: input contained no data")
-            table = np.loadtxt(f, dtype=np.float64, comments="%", ndmin=2)
+        table = load_table(f, dtype=np.float64, comments="%")
     except ValueError:
         table = None
     if table is None or not _entries_ok(table, header):

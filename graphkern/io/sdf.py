@@ -27,8 +27,7 @@ import numpy as np
 
 from .._backend import resolve_threads
 from .._cpu import sdf_parse
-from ..graph import Graph
-from ._molecule import ATOMIC_NUMBER
+from ..graph import ATOMIC_NUMBER, Graph
 from ._text import FileFormatError, _named_errors, read_bytes, source_name
 
 __all__ = ["iter_sdf", "read_sdf"]

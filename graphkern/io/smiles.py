@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._molecule import AROMATIC, DOUBLE, SINGLE, TRIPLE, molecule_graph
+from ..graph import Graph
 from ._text import FileFormatError, open_text, source_name
 
 __all__ = ["from_smiles", "from_rdkit", "iter_smiles", "read_smiles"]
@@ -27,8 +27,9 @@ def _rdkit_chem():
 
 
 def _bond_order(Chem):
+    """RDKit's bond types as the MDL bond-type codes of the SDF reader (1, 2, 3, 4 = aromatic)."""
     kinds = Chem.BondType
-    return {kinds.SINGLE: SINGLE, kinds.DOUBLE: DOUBLE, kinds.TRIPLE: TRIPLE, kinds.AROMATIC: AROMATIC}
+    return {kinds.SINGLE: 1, kinds.DOUBLE: 2, kinds.TRIPLE: 3, kinds.AROMATIC: 4}
 
 
 def from_rdkit(mol, *, name=None):
@@ -47,7 +48,7 @@ def from_rdkit(mol, *, name=None):
     bonds = mol.GetBonds()
     edges = np.array([(b.GetBeginAtomIdx(), b.GetEndAtomIdx()) for b in bonds], dtype=np.int64).reshape(-1, 2)
     orders = np.array([order_of.get(b.GetBondType(), 0) for b in bonds], dtype=np.int64)
-    return molecule_graph(edges, orders, node_labels, name=name)
+    return Graph.from_edges(edges, len(atoms), node_labels=node_labels, edge_labels={"bond_order": orders}, name=name)
 
 
 def _parse(Chem, smiles, hydrogens):

@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..graph import Graph
+from ..graph import Graph, _indptr_of
 from ._text import FileFormatError, data_line_number, read_numeric_table
 
 __all__ = ["TUDataset", "read_tudataset", "write_tudataset"]
@@ -158,7 +158,7 @@ def _split_graphs(graph_of, n_graphs, entries, node_columns, edge_columns, adjac
     node_order = np.argsort(graph_of, kind="stable")
     rank = np.empty(len(graph_of), dtype=np.int64)
     rank[node_order] = np.arange(len(graph_of))
-    node_start = np.concatenate([[0], np.cumsum(np.bincount(graph_of - 1, minlength=n_graphs))])
+    node_start = _indptr_of(graph_of - 1, n_graphs)
 
     rows, cols = rank[entries[:, 0]], rank[entries[:, 1]]
     key = rows * max(len(graph_of), 1) + cols
@@ -178,9 +178,7 @@ def _split_graphs(graph_of, n_graphs, entries, node_columns, edge_columns, adjac
     for g in range(n_graphs):
         first, last = node_start[g], node_start[g + 1]
         lo, hi = entry_start[g], entry_start[g + 1]
-        local_rows = rows[lo:hi] - first
-        indptr = np.concatenate([[0], np.cumsum(np.bincount(local_rows, minlength=last - first))])
-        graphs.append(Graph(indptr, cols[lo:hi] - first, None,
+        graphs.append(Graph(_indptr_of(rows[lo:hi] - first, last - first), cols[lo:hi] - first, None,
                             node_labels={k: v[first:last] for k, v in node_columns.items()},
                             edge_labels={k: v[lo:hi] for k, v in edge_columns.items()},
                             symmetrize=True, name=f"{name}/{g + 1}"))
