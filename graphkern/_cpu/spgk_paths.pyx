@@ -154,10 +154,14 @@ cdef class Searches:
     cdef uint64_t[:, ::1] adjacent
     cdef int64_t[::1] built  # the graph whose rows thread t's ``adjacent`` holds (at t * SPREAD)
     cdef vector[vector[HeapItem]] heaps
+    cdef int64_t n_max  # the most vertices of a graph of the batch
 
-    def __cinit__(self, node_offsets, int n_threads):
-        n_max = int(np.diff(node_offsets).max()) if len(node_offsets) > 1 else 0
-        width = -(-max(n_max, 1) // ROW_ALIGN) * ROW_ALIGN
+    def __cinit__(self, const int64_t[::1] node_offsets, int n_threads):
+        cdef Py_ssize_t g
+        self.n_max = 0
+        for g in range(node_offsets.shape[0] - 1):
+            self.n_max = max(self.n_max, node_offsets[g + 1] - node_offsets[g])
+        width = (max(self.n_max, 1) + ROW_ALIGN - 1) // ROW_ALIGN * ROW_ALIGN
         self.dist = np.empty((n_threads, width))
         self.queue = np.empty((n_threads, width), np.int32)
         self.adjacent = np.empty((n_threads, 64), np.uint64)
@@ -219,6 +223,9 @@ cdef enum:
 # for: about a millisecond of copying, well above what starting a team costs
 cdef enum:
     PACK_PER_THREAD = 1 << 18
+# triplets a thread of triplet_counts' copy into the output arrays is started for
+cdef enum:
+    COPY_PER_THREAD = 1 << 12
 
 
 ctypedef const int64_t* Column
@@ -448,12 +455,15 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     # hop counts (below the graph's size) of a graph with few distinct labels: its histogram in a
     # per-thread table over (its labels ranked, its labels ranked, hop count), counted in both
     # directions and read back in order, instead of a sort of its paths
-    cdef int64_t n_max = int(np.diff(node_offsets).max()) if G else 0
+    cdef int64_t n_max = s.n_max
     cdef bint hops = weights is None
     cdef int64_t m = min(n_labels, n_max) if hops else 0
-    cdef int64_t[:, ::1] cells = np.zeros((n_threads, min(<int64_t>TABLE_CELLS, m * m * n_max)), np.int64)
-    cdef int64_t[:, ::1] present = np.empty((n_threads, max(1, n_max)), np.int64)  # a graph's labels
-    cdef int64_t[:, ::1] local = np.empty((n_threads, max(1, n_max)), np.int64)  # their ranks
+    # the most cells a graph counted through the table can use (see the test in the loop below)
+    cdef int64_t[:, ::1] cells = np.zeros((n_threads, min(<int64_t>TABLE_CELLS, m * m * n_max, 4 * n_max * n_max + 256)),
+                                          np.int64)
+    width = (max(n_max, 1) + ROW_ALIGN - 1) // ROW_ALIGN * ROW_ALIGN
+    cdef int64_t[:, ::1] present = np.empty((n_threads, width), np.int64)  # a graph's labels
+    cdef int64_t[:, ::1] local = np.empty((n_threads, width), np.int64)  # their ranks
     # thread t's vectors at t * SPREAD; out: its graphs' triplets, graph after graph
     cdef vector[vector[Key]] keys = vector[vector[Key]](n_threads * SPREAD)
     cdef vector[vector[Item]] runs = vector[vector[Item]](n_threads * SPREAD)
@@ -510,13 +520,15 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
                                 top = max(top, d)
                                 cells[t, (x + local[t, b]) * n + d] += 1
                                 cells[t, (local[t, b] * L + local[t, a]) * n + d] += 1
-                for code in range(L * L):
-                    for d in range(top + 1):
-                        c = cells[t, code * n + d]
-                        if c:
-                            cells[t, code * n + d] = 0
-                            out[v].push_back(Item(Key(present[t, code // L] * n_labels + present[t, code % L],
-                                                      length_bits(<double>d)), c))
+                for x in range(L):
+                    for y in range(L):
+                        code = x * L + y
+                        for d in range(top + 1):
+                            c = cells[t, code * n + d]
+                            if c:
+                                cells[t, code * n + d] = 0
+                                out[v].push_back(Item(Key(present[t, x] * n_labels + present[t, y],
+                                                          length_bits(<double>d)), c))
             else:
                 keys[v].clear()
                 runs[v].clear()  # each (unordered label pair, length) of the graph and its number of paths
@@ -562,13 +574,14 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef int64_t[::1] co = counts_out
     cdef double[::1] sd = self_dot
     cdef const Item* item
-    # a thread per PACK_PER_THREAD triplets: a team costs more than copying a few thousand
-    cdef int out_threads = <int>max(1, min(<int64_t>n_threads, F // PACK_PER_THREAD))
+    # the team of the counting pass is still awake: a thread per COPY_PER_THREAD triplets
+    cdef int out_threads = <int>max(1, min(<int64_t>n_threads, F // COPY_PER_THREAD))
     for g in prange(G, nogil=True, schedule="static", num_threads=out_threads, use_threads_if=out_threads > 1):
         for i in range(found[g]):
             item = &out[owner[g]][begin[g] + i]
-            ao[ro[g] + i] = item.first.first // n_labels
-            bo[ro[g] + i] = item.first.first % n_labels
+            x = item.first.first // n_labels
+            ao[ro[g] + i] = x
+            bo[ro[g] + i] = item.first.first - x * n_labels
             lo[ro[g] + i] = item.first.second
             co[ro[g] + i] = item.second
             sd[g] += <double>item.second * <double>item.second
