@@ -176,6 +176,19 @@ def test_length_numbering_by_table_and_by_sort(rng):
         np.testing.assert_array_equal(ids, inverse.reshape(-1))
 
 
+def test_label_numbering_by_table_and_by_sort(rng):
+    """One label column, numbered through a table (a narrow span) or a sort (a wide one, up to the
+    int64 extremes): the distinct values in order and each vertex's index in them."""
+    info = np.iinfo(np.int64)
+    labels = rng.integers(0, 40, 500)
+    for values in (labels, labels - 7, labels * (1 << 30), np.append(labels, [info.min, info.max]), labels[:1]):
+        distinct, ids = features._label_ids(values.reshape(-1, 1))
+        want, inverse = np.unique(values, return_inverse=True)
+        np.testing.assert_array_equal(distinct, want.reshape(-1, 1))
+        np.testing.assert_array_equal(ids, inverse.reshape(-1))
+        assert ids.dtype == np.int64
+
+
 def test_gram_on_molecules_equals_the_pairwise_walk():
     """Molecules as read from the packaged SD file, raw and normalised, the Gram matrix and a
     transform: the feature map's numbers bit for bit."""

@@ -636,6 +636,38 @@ def number_lengths(const double[::1] lengths, int64_t span):
     return distinct_out, ids_out
 
 
+def number_labels(const int64_t[::1] labels, int64_t span):
+    """``(distinct, ids)``: the sorted distinct values of ``labels`` (int64, ``(L, 1)``) and each
+    one's index in them (int64), through a table, when they span fewer than ``span`` values; else
+    None."""
+    cdef int64_t N = labels.shape[0], i, lo = 0, hi = -1, found
+    with nogil:
+        if N:
+            lo = hi = labels[0]
+        for i in range(N):
+            lo = min(lo, labels[i])
+            hi = max(hi, labels[i])
+    if N == 0 or <uint64_t>hi - <uint64_t>lo >= <uint64_t>span:  # unsigned: no overflow at the int64 extremes
+        return None
+    table_out = np.zeros(hi - lo + 1, np.int64)
+    cdef int64_t[::1] table = table_out
+    with nogil:
+        for i in range(N):
+            table[labels[i] - lo] = 1
+        found = number_marked(table)
+    distinct_out = np.empty((found, 1), np.int64)
+    ids_out = np.empty(N, np.int64)
+    cdef int64_t[:, ::1] distinct = distinct_out
+    cdef int64_t[::1] ids = ids_out
+    with nogil:
+        for i in range(hi - lo + 1):
+            if table[i] >= 0:
+                distinct[table[i], 0] = lo + i
+        for i in range(N):
+            ids[i] = table[labels[i] - lo]
+    return distinct_out, ids_out
+
+
 def number_columns(const int64_t[::1] la, const int64_t[::1] lb, const int64_t[::1] lid, int64_t n_labels,
                    int64_t n_lengths, int id_bits):
     """``(keys, col)``: the distinct triplets ``(la, lb, lid)`` (ids below ``n_labels``,

@@ -105,13 +105,11 @@ def _label_ids(discrete):
     if discrete.shape[1] == 0:
         return np.zeros((min(1, len(discrete)), 0), np.int64), np.zeros(len(discrete), np.int64)
     if discrete.shape[1] == 1 and len(discrete):
-        col = discrete[:, 0]
-        lo, hi = int(col.min()), int(col.max())
-        if hi - lo < _TABLE_SPAN:  # atomic numbers, residue codes: a table beats a sort
-            present = np.zeros(hi - lo + 1, bool)
-            present[col - lo] = True
-            number = np.cumsum(present) - 1
-            return (np.flatnonzero(present) + lo).reshape(-1, 1), number[col - lo]
+        from graphkern._cpu import spgk_paths
+
+        got = spgk_paths.number_labels(discrete[:, 0], _TABLE_SPAN)  # atomic numbers, residue codes
+        if got is not None:
+            return got
     uniq, ids = np.unique(_rows_as_keys(discrete), return_inverse=True)
     rows = uniq.view(np.int64).reshape(len(uniq), discrete.shape[1])
     order = np.lexsort(rows.T[::-1])  # the byte order of the keys is not the values' order
