@@ -19,7 +19,7 @@ from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove
 from libcpp.algorithm cimport sort
 from libcpp.utility cimport pair
@@ -238,7 +238,6 @@ cdef struct Source:
     int64_t n
     int64_t nnz
     bint wide
-    bint check               # not known valid: check the structure while copying it
 
 
 cdef inline object _get(object mapping, object key):
@@ -264,9 +263,10 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
     label columns.  Returns ``(node_offsets, edge_offsets, indptr, indices, weights, labels,
     problems)``: int64 offsets, ``indptr`` int64 (each graph's ``n + 1`` local row pointers),
     ``indices`` int32, ``weights`` float64 (ones for an unweighted graph among weighted ones) or
-    None when no graph is weighted, ``labels`` int64 ``(N, len(columns))``.  The row pointers and
-    column indices of a graph not yet known valid are checked on the way, every weight is checked
-    to be finite and non-negative.  ``problems`` (int64, 4): the first item that is not a
+    None when no graph is weighted, ``labels`` int64 ``(N, len(columns))``.  Every graph's row
+    pointers and column indices are checked on the way, also those of graphs known valid: the
+    check costs less than reading each graph's cache of what is known of it.  Every weight is
+    checked to be finite and non-negative.  ``problems`` (int64, 4): the first item that is not a
     ``graph_type`` (then nothing else is filled in), the first graph whose row pointers or column
     indices are invalid, the first stored entry of the batch with a negative or non-finite weight,
     the first graph lacking a column or holding one that is not 1-D integer; -1 where there is
@@ -278,7 +278,7 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
     problems_out = np.full(4, -1, np.int64)
     cdef int64_t[::1] problems = problems_out
     cdef list keep = []
-    cdef object graph, arr, cache, node_labels
+    cdef object graph, arr, node_labels
     cdef bint weighted = False
     cdef Source* s
     for g in range(G):
@@ -287,8 +287,6 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
             problems[NOT_GRAPH] = g
             return None, None, None, None, None, None, problems_out
         s = &src[g]
-        cache = graph._cache
-        s.check = not (_get(cache, "valid") or _get(cache, "indices_valid"))
         arr = graph._indptr
         if not (cnp.PyArray_Check(arr) and cnp.PyArray_TYPE(arr) == cnp.NPY_INT32):
             arr = _as_c(arr, cnp.NPY_INT64, keep)
@@ -338,6 +336,7 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
     cdef int64_t[::1] bad_weight = np.full(G, -1, np.int64)
     cdef int threads = <int>max(1, min(<int64_t>n_threads, (no[G] * (k + 1) + eo[G]) // PACK_PER_THREAD))
     cdef int64_t i, e, n, m
+    cdef bint bad
     cdef int64_t* ip
     cdef const int32_t* ix
     cdef const int64_t* col
@@ -356,14 +355,12 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
             ix = src[g].indices
             if m:
                 memcpy(&ix_all[eo[g]], ix, m * sizeof(int32_t))
-            if src[g].check:
-                bad_structure[g] = ip[0] != 0 or ip[n] != m
-                for i in range(n):
-                    if ip[i + 1] < ip[i]:
-                        bad_structure[g] = 1
-                for e in range(m):
-                    if ix[e] < 0 or ix[e] >= n:
-                        bad_structure[g] = 1
+            bad = ip[0] != 0 or ip[n] != m
+            for i in range(n):
+                bad = bad | (ip[i + 1] < ip[i])
+            for e in range(m):
+                bad = bad | (<uint64_t><uint32_t>ix[e] >= <uint64_t>n)  # negative ones too
+            bad_structure[g] = bad
             if weighted:
                 if src[g].weights == NULL:
                     for e in range(m):
