@@ -176,6 +176,29 @@ def test_length_numbering_by_table_and_by_sort(rng):
         np.testing.assert_array_equal(ids, inverse.reshape(-1))
 
 
+def test_column_numbering_through_the_table_equals_unique(rng):
+    """Triplets numbered through the compiled table, from hop counts (float64) and from length ids
+    (int64): the sorted distinct lengths and keys and each triplet's column, as numpy.unique gives
+    them; None for lengths that are not whole or a table wider than the span."""
+    from graphkern._cpu import spgk_paths
+
+    la, lb = rng.integers(0, 5, 800), rng.integers(0, 5, 800)
+    hops = rng.choice([0.0, 1.0, 3.0, 4.0, 9.0], 800)
+    for lengths in (hops, np.unique(hops, return_inverse=True)[1].reshape(-1).astype(np.int64), hops[:0]):
+        n = len(lengths)
+        distinct, keys, col = spgk_paths.number_columns(la[:n], lb[:n], lengths, 5, 1 << 20, 21)
+        want, lid = np.unique(lengths, return_inverse=True)
+        want_keys, want_col = np.unique((la[:n] << 42) | (lb[:n] << 21) | lid.reshape(-1), return_inverse=True)
+        np.testing.assert_array_equal(distinct, want.astype(np.float64))
+        np.testing.assert_array_equal(keys, want_keys)
+        np.testing.assert_array_equal(col, want_col.reshape(-1))
+        assert distinct.dtype == np.float64 and keys.dtype == np.int64 and col.dtype == np.int32
+    assert spgk_paths.number_columns(la, lb, hops + 0.5, 5, 1 << 20, 21) is None
+    assert spgk_paths.number_columns(la, lb, np.where(hops > 4, np.nan, hops), 5, 1 << 20, 21) is None
+    assert spgk_paths.number_columns(la, lb, hops, 5, 5 * 5 * 10 - 1, 21) is None
+    assert spgk_paths.number_columns(la, lb, hops, 5, 5 * 5 * 10, 21) is not None
+
+
 def test_label_numbering_by_table_and_by_sort(rng):
     """One label column, numbered through a table (a narrow span) or a sort (a wide one, up to the
     int64 extremes): the distinct values in order and each vertex's index in them."""

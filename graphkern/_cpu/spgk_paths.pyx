@@ -18,7 +18,7 @@ cimport numpy as cnp
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from cython.parallel cimport parallel, prange, threadid
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, floor
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove
 from libcpp.algorithm cimport sort
@@ -665,31 +665,68 @@ def number_labels(const int64_t[::1] labels, int64_t span):
     return distinct_out, ids_out
 
 
-def number_columns(const int64_t[::1] la, const int64_t[::1] lb, const int64_t[::1] lid, int64_t n_labels,
-                   int64_t n_lengths, int id_bits):
-    """``(keys, col)``: the distinct triplets ``(la, lb, lid)`` (ids below ``n_labels``,
-    ``n_labels``, ``n_lengths``) as sorted keys ``la << 2 id_bits | lb << id_bits | lid``, and each
-    triplet's index among them (int32), through a table of ``n_labels**2 n_lengths`` entries: one
-    pass to mark, one to number, one to look up."""
-    cdef int64_t F = la.shape[0], size = n_labels * n_labels * n_lengths, i, code, found = 0
-    table_out = np.zeros(size, np.int64)
-    cdef int64_t[::1] table = table_out
+ctypedef fused length_t:
+    double
+    int64_t
+
+
+def number_columns(const int64_t[::1] la, const int64_t[::1] lb, const length_t[::1] lengths, int64_t n_labels,
+                   int64_t span, int id_bits):
+    """``(distinct, keys, col)``: the sorted distinct ``lengths`` (float64), the distinct triplets
+    ``(la, lb, length)`` (label ids below ``n_labels``) as sorted keys ``la << 2 id_bits | lb <<
+    id_bits | the length's index in distinct``, and each triplet's index among them (int32),
+    through a table over ``(la, lb, length)``: one pass to check the lengths, one to mark, one to
+    look up.  None unless every length is a whole number and the table has at most ``span``
+    cells.  ``lengths``: float64 path lengths, or int64 ids of lengths numbered elsewhere."""
+    cdef int64_t F = la.shape[0], i, x, y, d, code, width, n_lengths, found
+    cdef double top = 0.0
+    cdef bint whole = True
+    with nogil:
+        for i in range(F):
+            if length_t is double:
+                whole &= (lengths[i] >= 0.0) & (lengths[i] < <double>span) & (lengths[i] == floor(lengths[i]))
+            else:
+                whole &= (lengths[i] >= 0) & (lengths[i] < span)
+            top = max(top, <double>lengths[i])
+    if not whole:
+        return None
+    width = <int64_t>top + 1
+    if n_labels * n_labels > span // width:
+        return None
+    table_out = np.zeros(n_labels * n_labels * width, np.int64)
+    lid_out = np.zeros(width, np.int64)
     col_out = np.empty(F, np.int32)  # the index dtype scipy keeps for fewer than 2**31 columns
+    cdef int64_t[::1] table = table_out
+    cdef int64_t[::1] lid = lid_out
     cdef int32_t[::1] col = col_out
     with nogil:
         for i in range(F):
-            table[(la[i] * n_labels + lb[i]) * n_lengths + lid[i]] = 1
+            code = (la[i] * n_labels + lb[i]) * width + <int64_t>lengths[i]
+            table[code] = 1
+            col[i] = <int32_t>code
+        for code in range(n_labels * n_labels):
+            for d in range(width):
+                lid[d] |= table[code * width + d]
+        n_lengths = number_marked(lid)
         found = number_marked(table)
+    distinct_out = np.empty(n_lengths, np.float64)
     keys_out = np.empty(found, np.int64)
+    cdef double[::1] distinct = distinct_out
     cdef int64_t[::1] keys = keys_out
     with nogil:
-        for code in range(size):
-            if table[code] >= 0:
-                keys[table[code]] = ((code // (n_labels * n_lengths)) << (2 * id_bits)
-                                     | ((code // n_lengths) % n_labels) << id_bits | code % n_lengths)
+        for d in range(width):
+            if lid[d] >= 0:
+                distinct[lid[d]] = <double>d
+        code = 0
+        for x in range(n_labels):
+            for y in range(n_labels):
+                for d in range(width):
+                    if table[code] >= 0:
+                        keys[table[code]] = x << (2 * id_bits) | y << id_bits | lid[d]
+                    code += 1
         for i in range(F):
-            col[i] = <int32_t>table[(la[i] * n_labels + lb[i]) * n_lengths + lid[i]]
-    return keys_out, col_out
+            col[i] = <int32_t>table[col[i]]
+    return distinct_out, keys_out, col_out
 
 
 def gram_sparse(a_indptr, a_indices, a_data, bt_indptr, bt_rows, bt_data, double[:, ::1] out, int64_t row0,

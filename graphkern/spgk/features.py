@@ -172,20 +172,27 @@ class Vocabulary:
         if len(counts.labels) > MAX_IDS:
             raise ValueError(f"the feature map supports up to {MAX_IDS} distinct label tuples; the graphs have "
                              f"{len(counts.labels)}: use the pairwise methods (method='openmp_out' or a GPU method)")
+        from graphkern._cpu import spgk_paths
+
         self.columns = tuple(columns)
         self.labels = counts.labels
-        self.lengths, lid = _length_ids(counts.lengths)
-        if len(self.lengths) > MAX_IDS:
-            raise ValueError(f"the feature map supports up to {MAX_IDS} distinct path lengths; the graphs have "
-                             f"{len(self.lengths)}: use the pairwise methods (method='openmp_out' or a GPU method)")
-        nl, nd = max(1, len(self.labels)), max(1, len(self.lengths))
-        if nl * nl * nd <= _TABLE_SPAN:  # the few label pairs and lengths of real sets: a table, no sort
-            from graphkern._cpu import spgk_paths
-
-            self.keys, col = spgk_paths.number_columns(counts.la, counts.lb, lid, nl, nd, ID_BITS)
+        nl = max(1, len(self.labels))
+        # the few label pairs and hop counts of real sets: one table, lengths and columns at once
+        got = spgk_paths.number_columns(counts.la, counts.lb, counts.lengths, nl, _TABLE_SPAN, ID_BITS)
+        if got is not None:
+            self.lengths, self.keys, col = got
         else:
-            self.keys, col = np.unique((counts.la << (2 * ID_BITS)) | (counts.lb << ID_BITS) | lid,
-                                       return_inverse=True)
+            self.lengths, lid = _length_ids(counts.lengths)
+            if len(self.lengths) > MAX_IDS:
+                raise ValueError(f"the feature map supports up to {MAX_IDS} distinct path lengths; the graphs have "
+                                 f"{len(self.lengths)}: use the pairwise methods (method='openmp_out' or a GPU "
+                                 "method)")
+            got = spgk_paths.number_columns(counts.la, counts.lb, lid, nl, _TABLE_SPAN, ID_BITS)
+            if got is not None:  # few label pairs and distinct lengths
+                _, self.keys, col = got
+            else:
+                self.keys, col = np.unique((counts.la << (2 * ID_BITS)) | (counts.lb << ID_BITS) | lid,
+                                           return_inverse=True)
         # the graphs it was learned from hold only its columns: their matrix needs no matching
         self._cached(counts, self._phi(counts, col.reshape(-1), counts.row_offsets))
 
