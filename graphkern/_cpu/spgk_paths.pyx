@@ -456,8 +456,8 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef bint hops = weights is None
     cdef int64_t m = min(n_labels, n_max) if hops else 0
     # the most cells a graph counted through the table can use (see the test in the loop below)
-    cdef int64_t[:, ::1] cells = np.zeros((n_threads, min(<int64_t>TABLE_CELLS, m * m * n_max, 4 * n_max * n_max + 256)),
-                                          np.int64)
+    cdef int64_t used = min(<int64_t>TABLE_CELLS, m * m * n_max, 4 * n_max * n_max + 256)
+    cdef int64_t[:, ::1] cells = np.zeros((n_threads, used), np.int64)
     width = (max(n_max, 1) + ROW_ALIGN - 1) // ROW_ALIGN * ROW_ALIGN
     cdef int64_t[:, ::1] present = np.empty((n_threads, width), np.int64)  # a graph's labels
     cdef int64_t[:, ::1] local = np.empty((n_threads, width), np.int64)  # their ranks
