@@ -107,7 +107,8 @@ def _label_ids(discrete):
     if discrete.shape[1] == 1 and len(discrete):
         from graphkern._cpu import spgk_paths
 
-        got = spgk_paths.number_labels(discrete[:, 0], _TABLE_SPAN)  # atomic numbers, residue codes
+        # atomic numbers, residue codes: a table beats a sort
+        got = spgk_paths.number_labels(np.ascontiguousarray(discrete[:, 0]), _TABLE_SPAN)
         if got is not None:
             return got
     uniq, ids = np.unique(_rows_as_keys(discrete), return_inverse=True)
