@@ -20,7 +20,7 @@ from cpython.object cimport PyObject
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY, floor
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memmove
+from libc.string cimport memcpy, memmove, memset
 from libcpp.algorithm cimport sort
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
@@ -456,8 +456,9 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef bint hops = weights is None
     cdef int64_t m = min(n_labels, n_max) if hops else 0
     # the most cells a graph counted through the table can use (see the test in the loop below)
+    # (zeroed by each thread, its own row: in one thread a memset of every row costs more than a count)
     cdef int64_t used = min(<int64_t>TABLE_CELLS, m * m * n_max, 4 * n_max * n_max + 256)
-    cdef int64_t[:, ::1] cells = np.zeros((n_threads, used), np.int64)
+    cdef int64_t[:, ::1] cells = np.empty((n_threads, max(used, 1)), np.int64)
     width = (max(n_max, 1) + ROW_ALIGN - 1) // ROW_ALIGN * ROW_ALIGN
     cdef int64_t[:, ::1] present = np.empty((n_threads, width), np.int64)  # a graph's labels
     cdef int64_t[:, ::1] local = np.empty((n_threads, width), np.int64)  # their ranks
@@ -476,6 +477,7 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     with nogil, parallel(num_threads=n_threads):
         t = threadid()
         v = t * SPREAD
+        memset(&cells[t, 0], 0, used * sizeof(int64_t))
         for g in prange(G, schedule="dynamic", chunksize=16):
             n = p.node_offsets[g + 1] - p.node_offsets[g]
             base = p.node_offsets[g]
