@@ -31,7 +31,6 @@ class CpuLanczos(HostSolver):
         self.vector_chunks = even_chunks(mat.n, parts)
         self.breakdown = float(breakdown)
         self.store_basis = store_basis
-        self.cap = max_krylov
         self.alpha = np.zeros(max_krylov)
         self.beta = np.zeros(max_krylov)
         self.rscale = np.zeros(max_krylov + 1)

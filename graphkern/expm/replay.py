@@ -298,7 +298,6 @@ class ReorthogonalLanczos(HostSolver):
         self.A = sp.csr_matrix((values, mat.indices, mat.indptr), shape=(mat.n, mat.n))
         self.absolute = abs(self.A)
         self.slack = _slack(mat)
-        self.cap = max_krylov
         self.alpha, self.beta = np.zeros(max_krylov), np.zeros(max_krylov)
         self.rscale = np.zeros(max_krylov + 1)
         self.basis, self.stopped, self.n_spmv = [], False, 0
