@@ -440,9 +440,8 @@ class ShortestPathKernel:
             ix, iy = np.arange(len(X), dtype=np.int64), np.arange(len(Y), dtype=np.int64)
             dx = self._execute(cfg, A, A, ix, ix)
             dy = self._execute(cfg, B, B, iy, iy)
-        scale = np.sqrt(np.outer(dx, dy))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(scale > 0, K / np.where(scale > 0, scale, 1.0), 0.0)
+        features.scale_tile(K, dx, dy)
+        return K
 
     def _gram_features(self, cfg, X, Y, out, fitted):
         """``K(X, Y)`` (``Y`` None: ``K(X, X)``) as a product of feature matrices; ``fitted``: ``Y``

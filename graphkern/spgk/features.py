@@ -16,6 +16,8 @@ float64, exact while every entry of ``K`` stays below 2**53.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -307,24 +309,18 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
 _CONTROLLER = []  # threadpoolctl's view of the loaded BLAS, made once (it reads every loaded library)
 
 
-class _blas_threads:
+@contextlib.contextmanager
+def _blas_threads(n):
     """Limit the BLAS threads to ``n`` inside the block (threadpoolctl when installed)."""
-
-    def __init__(self, n):
-        self.n, self.limit = n, None
-
-    def __enter__(self):
-        if not _CONTROLLER:
-            try:
-                from threadpoolctl import ThreadpoolController
-            except ImportError:
-                _CONTROLLER.append(None)
-            else:
-                _CONTROLLER.append(ThreadpoolController())
-        if _CONTROLLER[0] is not None:
-            self.limit = _CONTROLLER[0].limit(limits=self.n, user_api="blas")
-        return self
-
-    def __exit__(self, *exc):
-        if self.limit is not None:
-            self.limit.restore_original_limits()
+    if not _CONTROLLER:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _CONTROLLER.append(None)
+        else:
+            _CONTROLLER.append(ThreadpoolController())
+    if _CONTROLLER[0] is None:
+        yield
+    else:
+        with _CONTROLLER[0].limit(limits=n, user_api="blas"):
+            yield
