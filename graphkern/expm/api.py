@@ -86,27 +86,24 @@ the answer holds to about ``|beta| max|theta| eps`` (eps of dtype).  When that e
 ``max(tol, RESOLVE_ULPS * eps)`` -- e.g. diag(2, 0, 4e300) with beta = -1, whose exp(-2) merges with
 exp(0) -- A is split into its connected components: single vertices get the exact f(beta a_ii) x_i,
 the components small enough for one space are solved together, each of the others in a space of its
-own (``info.parts`` counts the pieces).  A component that is itself beyond that resolution is returned
-with ``converged=False``, a RuntimeWarning and its vertices in ``info.unresolved``; it does not set
-the scale of the others' values.  Ordinary matrices never pay for the split: the
-check reads the Ritz values the solve already has.  A run that broke down before n steps can also
-have dropped, inside one component, a part of x below rounding level next to the rest (entries
-under BREAKDOWN_ULPS * eps of max|x|) that f makes the whole answer (sinh where the rest gives
-sinh(0) = 0): then x is split by magnitude and f(beta A) x_big + f(beta A) x_small solved apart,
-each in a Krylov space of its own scale (linearity: the sum is the answer).  And a residual below the
+own (``info.parts`` counts the pieces).  A component that is itself beyond that resolution is
+returned with ``converged=False``, a RuntimeWarning and its vertices in ``info.unresolved``; it does
+not set the scale of the others' values.  Ordinary matrices never pay for the split: the check reads
+the Ritz values the solve already has.  A run that broke down before n steps can also have dropped,
+inside one component, a part of x below rounding level next to the rest (entries under
+BREAKDOWN_ULPS * eps of max|x|) that f makes the whole answer (sinh where the rest gives
+sinh(0) = 0): then x is split by magnitude and f(beta A) x_big + f(beta A) x_small solved apart, each in a
+Krylov space of its own scale (linearity: the sum is the answer).  And a residual below the
 breakdown threshold may be a real coupling far below ||A|| (1e-24 of it, say) that f lifts into the
 answer: on small problems the run is replayed on the host in float64 and, where the residual stands
-above its own entry-by-entry rounding bound, solved again going on through it, and once more by a
-float64 recurrence reorthogonalised to rounding (a coupling below the rounding of its step can make
-the plain one take that rounding for a vector): differing beyond 100 times the resolution, the answer
-is flagged.  Below about sqrt(tiny) of the largest entry (1.5e-154; float32 vectors: 1.2e-38) a
-coupling cannot be gone through: the solvers' sums of squares underflow, whatever A's scale, in
-any run: one that broke down at it, and one that went on past it (|beta| ||A|| lowers the breakdown
-threshold) with its share of the Lanczos vectors lost.  A matrix with a coupling whose share the
-solvers cannot keep to the tolerance (below sqrt(smallest subnormal / tol) of the largest entry;
-found in one compiled pass over its values, once per matrix) has what such couplings can add to the
-answer bounded; where the bound exceeds the tolerance, the answer comes with ``converged=False``, a
-RuntimeWarning and its vertices in ``info.unresolved`` (graphkern.expm.replay).
+above its own rounding, solved again going on through it and once more by a float64 recurrence
+reorthogonalised to rounding; where the two differ beyond 100 times the resolution, the answer is
+flagged.  A coupling below about sqrt(tiny) of the largest entry (1.5e-154; float32 vectors:
+1.2e-38) cannot be gone through in any run, whatever A's scale (the solvers' sums of squares
+underflow); what couplings below sqrt(smallest subnormal / tol) of it can add to the answer is
+bounded (they are found in one compiled pass over A's values, once per matrix), and where the bound
+exceeds the tolerance the answer comes with ``converged=False``, a RuntimeWarning and its vertices
+in ``info.unresolved`` (graphkern.expm.replay).
 
 sinh where beta times entries of A falls below float64's normal range (graphkern.expm.tiny): a
 single vertex's sinh(beta a_ii) x_i is taken in logarithms, and where |beta| ||A||_inf <= 2^-60 the
@@ -175,10 +172,11 @@ class ExpmInfo:
         validating A, and on the GPU uploading it, building the SpMV plan and allocating the work
         vectors; near zero when ``cached``), of which validate (the content check of A and, when not
         cached, its validation) and on the GPU upload (A's upload and device check, reordering, the
-        work vectors, and the SpMV plans built while A crosses) and plan (the others); spmv (the fused SpMV kernels), vector (updates, basis
-        combination), host (tridiagonal eigenproblems and checks), output (combining the basis,
-        scaling y and copying it back), reorder (building the vertex order and the reordered operator
-        in this call, part of setup; 0 when they were cached or not used), total.
+        work vectors, and the SpMV plans built while A crosses) and plan (the others); spmv (the fused
+        SpMV kernels), vector (updates, basis combination), host (tridiagonal eigenproblems and
+        checks), output (combining the basis, scaling y and copying it back), reorder (building the
+        vertex order and the reordered operator in this call, part of setup; 0 when they were cached
+        or not used), total.
     spmv: SpMV variant used ("cpu" on the CPU).  backend: "cpu" or "gpu".  devices: GPU ordinals.
     basis: basis storage mode used.  n_spmv: SpMVs run (speculative steps and a second pass included).
     reorder: vertex order the solve ran in ("degree" or "none"; see the module documentation).

@@ -156,12 +156,9 @@ class ShortestPathKernel:
         Precision of the vertex-kernel matrix and its products; sums are float64.  The feature
         map is exact in float64 whatever ``dtype`` says.
     cpu_walk : "auto", "edges" or "dense"
-        How ``fcsp`` and ``openmp_out`` (and the hybrid's CPU side) walk a pair: ``"edges"``, the
-        paper's loop over both graphs' path arrays; ``"dense"``, one graph's lengths as a dense
-        matrix whose rows run 8 doubles wide with AVX-512, 4 with AVX2 (twice the length-kernel
-        evaluations but no gathers; Dirac and Brownian bridge length kernels, graphs of up to 256
-        vertices); ``"auto"``, the dense walk for the pairs where it costs less, on AVX2 and
-        AVX-512 CPUs.  Same values to rounding.
+        How ``fcsp`` and ``openmp_out`` (and the hybrid's CPU side) walk a pair (module docstring):
+        over both graphs' path arrays, or over one graph's lengths as a dense matrix (no gathers).
+        Same values to rounding.
     verbose : bool or callable
         Progress of long Gram matrices (:class:`graphkern._progress.Progress`): a bar of pairs
         (entries with the feature map) done, their rate and the ETA; a callable gets
