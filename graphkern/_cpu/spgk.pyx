@@ -77,9 +77,8 @@ def dense_isa():
 
 
 def dense_auto():
-    """Whether walk mode auto may take the dense walk here: with AVX2 or AVX-512.  The baseline copy
-    is correct but slower than the edge walk, so without AVX2 auto keeps the edge walk; "dense"
-    runs any copy."""
+    """Whether walk mode auto may take the dense walk here, on an AVX2 or AVX-512 CPU (module doc);
+    "dense" runs any copy."""
     return gk_dense_level() >= 1
 
 
