@@ -1,5 +1,5 @@
 # cython: language_level=3
-"""OpenMP facts for the thread-count helper in graphkern._backend."""
+"""The OpenMP runtime the Cython kernels are built against: this module imports only when it links."""
 
 cimport openmp
 
@@ -7,7 +7,3 @@ cimport openmp
 def max_threads():
     """omp_get_max_threads(): honours OMP_NUM_THREADS."""
     return openmp.omp_get_max_threads()
-
-
-def openmp_enabled():
-    return True

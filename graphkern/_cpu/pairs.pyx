@@ -1,12 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
-"""Per-pair host work of the marginalized kernel's GPU solvers in O(pairs) compiled passes.
-
-:func:`launch_order` is NumPy's stable argsort of the 16-bit keys ``65535 - cost * 65535 / max``
-(the longest pairs first) as one counting sort; :func:`take` and :func:`scatter` are the gathers
-``a[order]`` and scatters ``out[order] = a`` over threads; :func:`upper_pairs` lists the pairs
-``i <= j`` row by row (``np.triu_indices`` order) and :func:`symmetric_fill` writes a Gram matrix
-from their values.
-"""
+"""Per-pair host work of the marginalized kernel's GPU solvers in O(pairs) compiled passes over
+threads: the launch order (a counting sort), gathers and scatters by it, a Gram matrix's pairs."""
 
 import numpy as np
 

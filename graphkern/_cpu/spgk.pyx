@@ -77,9 +77,8 @@ def dense_isa():
 
 
 def dense_auto():
-    """Whether walk mode auto may take the dense walk here: with AVX2 or AVX-512.  The baseline copy
-    is correct but slower than the edge walk, so without AVX2 auto keeps the edge walk; "dense"
-    runs any copy."""
+    """Whether walk mode auto may take the dense walk here, on an AVX2 or AVX-512 CPU (module doc);
+    "dense" runs any copy."""
     return gk_dense_level() >= 1
 
 
@@ -208,9 +207,9 @@ def _path_rowptr(node_offsets, path_offsets, path_ends):
         raise ValueError("path endpoints must satisfy 0 <= a < b < n_nodes")
     cum = np.concatenate([[0], np.cumsum(np.bincount(start, minlength=int(node_offsets[n_graphs])))])
     gid = np.repeat(np.arange(n_graphs), n_nodes + 1)
-    first = node_offsets[gid]
-    local = np.arange(len(gid)) - (first + gid)
-    return np.ascontiguousarray(cum[first + local] - cum[first], dtype=np.int64)
+    # graph g's pointer of local vertex a sits at node_offsets[g] + g + a
+    vertex = np.arange(len(gid)) - gid
+    return cum[vertex] - cum[node_offsets[gid]]
 
 
 # --------------------------------------------------------------------------- base kernels
@@ -492,16 +491,17 @@ def kernel_pairs(str method, GraphBatch A, GraphBatch B, const int64_t[::1] pair
     vk.weights = &weights[0] if weights.shape[0] else NULL
     vk.n_discrete = A.view.n_discrete
     vk.n_continuous = A.view.n_continuous
+    cdef floating* V = &scratch[0] if scratch.shape[0] else NULL
     with nogil:
         if edge_kind == EDGE_DIRAC:
             run_pairs(&dirac, schedule, va, vb, &pair_a[0], &pair_b[0], n_pairs, &out[0], &vk, edge_param,
-                      &scratch[0] if scratch.shape[0] else NULL, scratch_stride, n_threads, dense_fn, rows_fn, walk_mode)
+                      V, scratch_stride, n_threads, dense_fn, rows_fn, walk_mode)
         elif edge_kind == EDGE_GAUSSIAN:
             run_pairs(&gaussian, schedule, va, vb, &pair_a[0], &pair_b[0], n_pairs, &out[0], &vk, edge_param,
-                      &scratch[0] if scratch.shape[0] else NULL, scratch_stride, n_threads, dense_fn, rows_fn, walk_mode)
+                      V, scratch_stride, n_threads, dense_fn, rows_fn, walk_mode)
         else:
             run_pairs(&brownian, schedule, va, vb, &pair_a[0], &pair_b[0], n_pairs, &out[0], &vk, edge_param,
-                      &scratch[0] if scratch.shape[0] else NULL, scratch_stride, n_threads, dense_fn, rows_fn, walk_mode)
+                      V, scratch_stride, n_threads, dense_fn, rows_fn, walk_mode)
 
 
 cdef int64_t _largest_vertex_matrix(GraphBatch A, GraphBatch B, const int64_t[::1] pair_a,

@@ -27,9 +27,6 @@ typedef void (*gk_vertex_rows_fn)(const int64_t*, const double*, int64_t, const 
 #define GK_WIDE_REGISTERS 1
 #define GK_VECTOR4 0
 #include "spgk_dense_impl.h"
-#undef GK_VECTOR4
-#undef GK_WIDE_REGISTERS
-#undef GK_NS
 #pragma GCC pop_options
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
@@ -37,18 +34,12 @@ typedef void (*gk_vertex_rows_fn)(const int64_t*, const double*, int64_t, const 
 #define GK_WIDE_REGISTERS 0
 #define GK_VECTOR4 1
 #include "spgk_dense_impl.h"
-#undef GK_VECTOR4
-#undef GK_WIDE_REGISTERS
-#undef GK_NS
 #pragma GCC pop_options
 #endif
 #define GK_NS gk_dense_base
 #define GK_WIDE_REGISTERS 0
 #define GK_VECTOR4 0
 #include "spgk_dense_impl.h"
-#undef GK_VECTOR4
-#undef GK_WIDE_REGISTERS
-#undef GK_NS
 
 // The widest instruction set this CPU runs the dense walk with: 2 AVX-512, 1 AVX2 + FMA, 0 baseline;
 // GRAPHKERN_DENSE_ISA ("baseline", "avx2") lowers it, so that the tests run every copy anywhere.

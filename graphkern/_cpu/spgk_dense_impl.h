@@ -1,5 +1,6 @@
 // One instruction set's copy of the dense walk (included by spgk_dense.h once per target, inside
-// #pragma GCC target, with GK_NS naming its namespace; no include guard on purpose).
+// #pragma GCC target, with GK_NS naming its namespace, GK_WIDE_REGISTERS and GK_VECTOR4 its code
+// paths; it undefines the three at its end, ready for the next copy; no include guard on purpose).
 //
 // For one pair, with the outer graph's paths (a, b, w) and the inner graph's lengths as a dense
 // n2 x ld matrix L (+inf on the diagonal, where no path exists and in the padding columns), and V
@@ -215,3 +216,7 @@ GK_DEFINE_DENSE_WALK(walk_brownian_f32, float, GK_KE_BROWNIAN, GK_VKE_BROWNIAN)
 #undef GK_KE_BROWNIAN
 
 }  // namespace GK_NS
+
+#undef GK_VECTOR4
+#undef GK_WIDE_REGISTERS
+#undef GK_NS

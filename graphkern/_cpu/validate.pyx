@@ -7,12 +7,6 @@ mirror ``(j, i)`` is not stored, or is stored with another value, and a value ot
 unweighted graph has none).  The mirror of ``(i, j)`` is
 found by a binary search for ``i`` in row ``j``, so the symmetry answer holds only when every
 row is sorted (the caller sorts and scans again otherwise).  No transpose is built.
-
-:func:`mirror_sums` answers "symmetric?" for a sorted CSR in one streaming pass, without searches,
-by comparing keyed sums of entry hashes taken both ways; :func:`is_symmetric` answers it exactly
-with a cursor per mirror row.
-
-:func:`content_hash_blocks` hashes an array's bytes in parallel blocks for cache keys.
 """
 
 import numpy as np
