@@ -19,8 +19,11 @@
 #include <cstdint>
 
 #include "common/reductions.cuh"
+#include "common/scan.cuh"
 
 namespace {
+
+using gk::block_exclusive_scan;
 
 // Rows per chunk of the scans: kBlock threads, kScanItems consecutive rows each.
 constexpr int kScanItems = 16;
@@ -39,35 +42,6 @@ __device__ __forceinline__ void place_row(int64_t q, int64_t row, int64_t degree
     order[p] = (int32_t)row;
     inverse[row] = (int32_t)p;
     new_degree[p] = (int32_t)degree;
-}
-
-// The exclusive prefix sum of v over the block of kBlock threads; `total` gets the block's sum.
-// scratch holds kBlock / kWarp values; a barrier at the end lets consecutive calls share it.
-__device__ __forceinline__ int64_t block_exclusive_scan(int64_t v, int64_t* scratch, int64_t& total) {
-    constexpr int kWarps = kBlock / kWarp;
-    const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-    int64_t x = v;
-#pragma unroll
-    for (int o = 1; o < kWarp; o <<= 1) {
-        const int64_t y = __shfl_up_sync(kFullMask, x, o);
-        if (lane >= o) x += y;
-    }
-    if (lane == kWarp - 1) scratch[warp] = x;
-    __syncthreads();
-    if (warp == 0) {
-        int64_t s = lane < kWarps ? scratch[lane] : 0;
-#pragma unroll
-        for (int o = 1; o < kWarp; o <<= 1) {
-            const int64_t y = __shfl_up_sync(kFullMask, s, o);
-            if (lane >= o) s += y;
-        }
-        if (lane < kWarps) scratch[lane] = s;
-    }
-    __syncthreads();
-    const int64_t before = warp ? scratch[warp - 1] : 0;
-    total = scratch[kWarps - 1];
-    __syncthreads();
-    return before + x - v;
 }
 
 }  // namespace
@@ -121,14 +95,13 @@ extern "C" __global__ void __launch_bounds__(kBlock) degree_order_tiles(int32_t*
 extern "C" __global__ void __launch_bounds__(kBlock) degree_order_starts(const int32_t* totals, int32_t buckets,
                                                                          const unsigned long long* n_big,
                                                                          int32_t* starts) {
-    __shared__ int64_t scratch[kBlock / kWarp];
     int64_t carry = (int64_t)*n_big;
     for (int32_t base = 0; base < buckets; base += kBlock) {
         const int32_t k = base + (int32_t)threadIdx.x;  // k-th degree from the largest
         const int32_t d = buckets - 1 - k;
         const int64_t v = k < buckets ? totals[d] : 0;
         int64_t total;
-        const int64_t before = block_exclusive_scan(v, scratch, total);
+        const int64_t before = block_exclusive_scan(v, &total);
         if (k < buckets) starts[d] = (int32_t)(carry + before);
         carry += total;
     }
@@ -189,24 +162,22 @@ extern "C" __global__ void __launch_bounds__(kBlock) degree_order_big(
 // sums[c] = the degrees of chunk c (kScanChunk places).
 extern "C" __global__ void __launch_bounds__(kBlock) degree_order_chunk_sums(const int32_t* __restrict__ degree,
                                                                              int64_t n, int64_t* sums) {
-    __shared__ int64_t scratch[kBlock / kWarp];
     const int64_t i0 = (int64_t)blockIdx.x * kScanChunk + (int64_t)threadIdx.x * kScanItems;
     int64_t local = 0;
     for (int k = 0; k < kScanItems; ++k) local += i0 + k < n ? degree[i0 + k] : 0;
     int64_t total;
-    block_exclusive_scan(local, scratch, total);
+    block_exclusive_scan(local, &total);
     if (threadIdx.x == 0) sums[blockIdx.x] = total;
 }
 
 // One block: sums[0, chunks) become their exclusive prefix and sums[chunks] their total.
 extern "C" __global__ void __launch_bounds__(kBlock) scan_chunk_sums(int64_t* sums, int64_t chunks) {
-    __shared__ int64_t scratch[kBlock / kWarp];
     int64_t carry = 0;
     for (int64_t base = 0; base < chunks; base += kBlock) {
         const int64_t c = base + threadIdx.x;
         const int64_t v = c < chunks ? sums[c] : 0;
         int64_t total;
-        const int64_t before = block_exclusive_scan(v, scratch, total);
+        const int64_t before = block_exclusive_scan(v, &total);
         if (c < chunks) sums[c] = carry + before;
         carry += total;
     }
@@ -217,7 +188,6 @@ extern "C" __global__ void __launch_bounds__(kBlock) scan_chunk_sums(int64_t* su
 extern "C" __global__ void __launch_bounds__(kBlock) degree_order_pointers(const int32_t* __restrict__ degree,
                                                                            int64_t n, const int64_t* __restrict__ sums,
                                                                            int64_t* __restrict__ new_indptr) {
-    __shared__ int64_t scratch[kBlock / kWarp];
     const int64_t i0 = (int64_t)blockIdx.x * kScanChunk + (int64_t)threadIdx.x * kScanItems;
     int32_t d[kScanItems];
     int64_t local = 0;
@@ -227,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(kBlock) degree_order_pointers(const
         local += d[k];
     }
     int64_t total;
-    int64_t running = sums[blockIdx.x] + block_exclusive_scan(local, scratch, total);
+    int64_t running = sums[blockIdx.x] + block_exclusive_scan(local, &total);
     if (blockIdx.x == 0 && threadIdx.x == 0) new_indptr[0] = 0;
 #pragma unroll
     for (int k = 0; k < kScanItems; ++k) {
@@ -279,7 +249,6 @@ struct RowblockRule {
 
 template <typename P>
 __device__ void rowblock_count(const P* __restrict__ ip, RowblockRule rule, int64_t chunks, int64_t* sums) {
-    __shared__ int64_t scratch[kBlock / kWarp];
     const int64_t r0 = (int64_t)blockIdx.x * kScanChunk + (int64_t)threadIdx.x * kScanItems;
     int64_t local[3] = {0, 0, 0}, v[3];
     for (int k = 0; k < kScanItems; ++k) {
@@ -288,7 +257,7 @@ __device__ void rowblock_count(const P* __restrict__ ip, RowblockRule rule, int6
     }
     for (int j = 0; j < 3; ++j) {
         int64_t total;
-        block_exclusive_scan(local[j], scratch, total);
+        block_exclusive_scan(local[j], &total);
         if (threadIdx.x == 0) sums[j * (chunks + 1) + blockIdx.x] = total;
     }
 }
@@ -296,7 +265,6 @@ __device__ void rowblock_count(const P* __restrict__ ip, RowblockRule rule, int6
 template <typename P>
 __device__ void rowblock_write(const P* __restrict__ ip, RowblockRule rule, int64_t chunks,
                                const int64_t* __restrict__ sums, int64_t* __restrict__ tasks) {
-    __shared__ int64_t scratch[kBlock / kWarp];
     const int64_t r0 = (int64_t)blockIdx.x * kScanChunk + (int64_t)threadIdx.x * kScanItems;
     int64_t local[3] = {0, 0, 0}, at[3], v[3];
     for (int k = 0; k < kScanItems; ++k) {
@@ -305,7 +273,7 @@ __device__ void rowblock_write(const P* __restrict__ ip, RowblockRule rule, int6
     }
     for (int j = 0; j < 3; ++j) {
         int64_t total;
-        at[j] = sums[j * (chunks + 1) + blockIdx.x] + block_exclusive_scan(local[j], scratch, total);
+        at[j] = sums[j * (chunks + 1) + blockIdx.x] + block_exclusive_scan(local[j], &total);
     }
     const int64_t n_tasks = sums[chunks];
     for (int k = 0; k < kScanItems; ++k) {
