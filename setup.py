@@ -74,7 +74,8 @@ def _extensions():
     if CUDA_ROOT is not None:
         exts.append(Extension("graphkern._cuda._driver", ["graphkern/_cuda/_driver.pyx"],
                               include_dirs=[os.path.join(CUDA_ROOT, "include")], language="c++",
-                              extra_compile_args=["-O2", "-std=c++17"]))
+                              extra_compile_args=["-std=c++17"] + OPENMP_COMPILE,
+                              extra_link_args=OPENMP_LINK))
     from Cython.Build import cythonize
     return cythonize(exts, compiler_directives={"language_level": 3}, nthreads=os.cpu_count() or 1)
 

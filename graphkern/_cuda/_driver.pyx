@@ -12,6 +12,8 @@ cimport cython
 from cuda.bindings cimport cydriver
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
+from libcpp.vector cimport vector
+from cython.parallel cimport prange
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 
 import numpy as np
@@ -337,8 +339,9 @@ cdef class DeviceBuffer:
 
     def __dealloc__(self):
         if self._parent is None and self.ptr != 0:
-            cydriver.cuCtxSetCurrent(self.ctx)
-            cydriver.cuMemFree(self.ptr)
+            with nogil:  # a free can wait for the device: other threads go on meanwhile
+                cydriver.cuCtxSetCurrent(self.ctx)
+                cydriver.cuMemFree(self.ptr)
             if self.ordinal < _MAX_ORDINALS:
                 _allocated[self.ordinal] -= self.nbytes
 
@@ -502,7 +505,8 @@ cdef class PinnedBuffer:
 
     def __dealloc__(self):
         if self.ptr != NULL:
-            cydriver.cuMemFreeHost(self.ptr)
+            with nogil:
+                cydriver.cuMemFreeHost(self.ptr)
 
     def __getbuffer__(self, Py_buffer* view, int flags):
         PyBuffer_FillInfo(view, self, self.ptr, self.nbytes, 0, flags)
@@ -538,7 +542,8 @@ cdef class Stream:
 
     def __dealloc__(self):
         if self.s != NULL:
-            cydriver.cuStreamDestroy(self.s)
+            with nogil:
+                cydriver.cuStreamDestroy(self.s)
 
     def synchronize(self):
         cdef cydriver.CUresult st
@@ -695,51 +700,84 @@ cdef int _dims(object v, unsigned int* out, str what) except -1:
 
 # --------------------------------------------------------------------------- staged copies
 
-def staged_copy(DeviceBuffer buf not None, size_t offset, host, size_t lo, size_t hi, bint upload,
-                PinnedBuffer chunk0 not None, PinnedBuffer chunk1 not None, Stream stream not None,
-                Event done0 not None, Event done1 not None):
-    """Bytes ``[lo, hi)`` of the contiguous host buffer ``host`` to (``upload``) or from the device
-    buffer ``buf`` at ``offset + lo``, through the two pinned chunks on ``stream``: the memcpy of
-    one chunk runs while the other's DMA is in flight (``done0``/``done1`` mark them).  One loop
-    without the GIL, so that several host threads, one per chunk pair, copy side by side; returns
-    when the last memcpy is done (an upload's last DMA may still be in flight on ``stream``)."""
-    cdef Py_buffer view
-    cdef size_t size = min(chunk0.nbytes, chunk1.nbytes), a = lo, b, pa = 0, pb = 0
-    cdef void* chunks[2]
-    cdef cydriver.CUevent done[2]
-    cdef unsigned char* data
+cdef cydriver.CUresult _lane_copy(cydriver.CUdeviceptr dst, unsigned char* data, size_t lo, size_t hi,
+                                   size_t size, void** chunks, cydriver.CUevent* done, cydriver.CUstream stream,
+                                   bint upload) noexcept nogil:
+    """One lane's bytes ``[lo, hi)``: the memcpy of one pinned chunk runs while the other's DMA is
+    in flight (``done[0]``/``done[1]`` mark them); returns when its last memcpy is done (an upload's
+    last DMA may still be in flight on ``stream``)."""
     cdef cydriver.CUresult st = cydriver.CUDA_SUCCESS
+    cdef size_t a = lo, b, pa = 0, pb = 0
     cdef int slot, i = 0
-    chunks[0], chunks[1], done[0], done[1] = chunk0.ptr, chunk1.ptr, done0.e, done1.e
+    while a < hi and st == cydriver.CUDA_SUCCESS:
+        b, slot = min(a + size, hi), i % 2
+        if upload:
+            if i >= 2:  # the chunk's previous DMA has finished
+                st = cydriver.cuEventSynchronize(done[slot])
+            if st == cydriver.CUDA_SUCCESS:
+                memcpy(chunks[slot], data + a, b - a)
+                st = cydriver.cuMemcpyHtoDAsync(dst + a, chunks[slot], b - a, stream)
+        else:
+            st = cydriver.cuMemcpyDtoHAsync(chunks[slot], dst + a, b - a, stream)
+        if st == cydriver.CUDA_SUCCESS:
+            st = cydriver.cuEventRecord(done[slot], stream)
+        if not upload and i >= 1 and st == cydriver.CUDA_SUCCESS:  # the chunk before this one is in
+            st = cydriver.cuEventSynchronize(done[1 - slot])
+            if st == cydriver.CUDA_SUCCESS:
+                memcpy(data + pa, chunks[1 - slot], pb - pa)
+        pa, pb, a, i = a, b, b, i + 1
+    if not upload and i >= 1 and st == cydriver.CUDA_SUCCESS:
+        st = cydriver.cuEventSynchronize(done[(i - 1) % 2])
+        if st == cydriver.CUDA_SUCCESS:
+            memcpy(data + pa, chunks[(i - 1) % 2], pb - pa)
+    return st
+
+
+def staged_copy(DeviceBuffer buf not None, size_t offset, host, list bounds, list lanes, bint upload):
+    """The contiguous host buffer ``host`` to (``upload``) or from the device buffer ``buf`` at
+    ``offset``, lane ``k`` of ``lanes`` moving bytes ``[bounds[k], bounds[k + 1])`` through its two
+    pinned chunks on its stream (``lane.chunks``, ``lane.stream``, ``lane.done``).  The lanes run on
+    a team of native threads, one each, in one call without the GIL: no lane waits for the
+    interpreter to start.  Returns when every lane's last memcpy is done; raises the first error."""
+    cdef Py_buffer view
+    cdef int n = len(lanes), k, j
+    cdef vector[void*] chunks
+    cdef vector[cydriver.CUevent] done
+    cdef vector[cydriver.CUstream] streams
+    cdef vector[size_t] edges
+    cdef vector[cydriver.CUresult] status
+    cdef size_t size = <size_t>-1  # the smallest chunk of any lane
+    if len(bounds) != n + 1:
+        raise ValueError(f"staged copy: {n} lanes need {n + 1} bounds, got {len(bounds)}")
+    chunks.resize(2 * n)
+    done.resize(2 * n)
+    streams.resize(n)
+    edges.resize(n + 1)
+    status.resize(n, cydriver.CUDA_SUCCESS)
+    for k in range(n):
+        lane = lanes[k]
+        for j in range(2):
+            chunks[2 * k + j] = (<PinnedBuffer>lane.chunks[j]).ptr
+            done[2 * k + j] = (<Event>lane.done[j]).e
+            size = min(size, (<PinnedBuffer>lane.chunks[j]).nbytes)
+        streams[k] = (<Stream>lane.stream).s
+    for k in range(n + 1):
+        edges[k] = bounds[k]
     cdef cydriver.CUdeviceptr dst = buf.ptr + offset
+    cdef cydriver.CUcontext ctx = buf.ctx
+    cdef unsigned char* data
     PyObject_GetBuffer(host, &view, PyBUF_WRITABLE if not upload else PyBUF_SIMPLE)
     try:
-        if hi > <size_t>view.len or offset + hi > buf.nbytes:
-            raise ValueError(f"staged copy of bytes [{lo}, {hi}) overflows its buffers")
+        if n and (edges[n] > <size_t>view.len or offset + edges[n] > buf.nbytes):
+            raise ValueError(f"staged copy of {edges[n]} bytes overflows its buffers")
         data = <unsigned char*>view.buf
-        buf.device.activate()
         with nogil:
-            while a < hi and st == cydriver.CUDA_SUCCESS:
-                b, slot = min(a + size, hi), i % 2
-                if upload:
-                    if i >= 2:  # the chunk's previous DMA has finished
-                        st = cydriver.cuEventSynchronize(done[slot])
-                    if st == cydriver.CUDA_SUCCESS:
-                        memcpy(chunks[slot], data + a, b - a)
-                        st = cydriver.cuMemcpyHtoDAsync(dst + a, chunks[slot], b - a, stream.s)
-                else:
-                    st = cydriver.cuMemcpyDtoHAsync(chunks[slot], dst + a, b - a, stream.s)
-                if st == cydriver.CUDA_SUCCESS:
-                    st = cydriver.cuEventRecord(done[slot], stream.s)
-                if not upload and i >= 1 and st == cydriver.CUDA_SUCCESS:  # the chunk before this one is in
-                    st = cydriver.cuEventSynchronize(done[1 - slot])
-                    if st == cydriver.CUDA_SUCCESS:
-                        memcpy(data + pa, chunks[1 - slot], pb - pa)
-                pa, pb, a, i = a, b, b, i + 1
-            if not upload and i >= 1 and st == cydriver.CUDA_SUCCESS:
-                st = cydriver.cuEventSynchronize(done[(i - 1) % 2])
-                if st == cydriver.CUDA_SUCCESS:
-                    memcpy(data + pa, chunks[(i - 1) % 2], pb - pa)
+            for k in prange(n, num_threads=max(n, 1), schedule="static", chunksize=1, use_threads_if=n > 1):
+                status[k] = cydriver.cuCtxSetCurrent(ctx)
+                if status[k] == cydriver.CUDA_SUCCESS:
+                    status[k] = _lane_copy(dst, data, edges[k], edges[k + 1], size, &chunks[2 * k], &done[2 * k],
+                                           streams[k], upload)
     finally:
         PyBuffer_Release(&view)
-    _check(st, "cuMemcpyHtoDAsync" if upload else "cuMemcpyDtoHAsync")
+    for k in range(n):
+        _check(status[k], "cuMemcpyHtoDAsync" if upload else "cuMemcpyDtoHAsync")

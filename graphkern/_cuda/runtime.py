@@ -203,10 +203,12 @@ def PinnedBuffer(nbytes, mapped=False):
 # host thread's memcpy and the first touch of the destination's pages, and both spread over threads:
 # one per core, up to STAGING_THREADS_MAX (docs/performance.md has the rates).  Each thread is a
 # lane: two pinned chunks, a stream and two events, so its memcpy of one chunk runs while the DMA of
-# the other is in flight, in one compiled loop without the GIL (_driver.staged_copy).  Small chunks
-# keep the link busy; page-locking memory costs far more per byte than copying it, so the lanes are
-# made once, in the background when the device is opened, and shared: at most STAGING_LANES_MAX per
-# device (a copy beside one that holds them all waits for them, on the same link anyway).
+# the other is in flight; the lanes run on a team of native threads in one compiled call without the
+# GIL (_driver.staged_copy), so a copy started beside busy Python threads does not wait for them.
+# Small chunks keep the link busy; page-locking memory costs far more per byte than copying it, so
+# the lanes are made once, in the background when the device is opened, and shared: at most
+# STAGING_LANES_MAX per device (a copy beside one that holds them all waits for them, on the same
+# link anyway).
 STAGING_CHUNK = 1 << 20
 STAGED_MIN_BYTES = 8 << 20  # smaller copies go directly: a few lanes' start costs as much as the copy
 STAGING_THREADS_MAX = 16
@@ -228,7 +230,7 @@ class _Lane:
 def _staging_pool():
     with _lock:
         if _staging["pool"] is None:
-            _staging["pool"] = ThreadPoolExecutor(max_workers=2 * STAGING_LANES_MAX,
+            _staging["pool"] = ThreadPoolExecutor(max_workers=4,
                                                   thread_name_prefix="graphkern-staging")
         return _staging["pool"]
 
@@ -281,14 +283,17 @@ def _take_lanes(device, want, wait_warm=True):
     return lanes
 
 
-def _staged_copy(buf, flat, offset, upload, threads=STAGING_THREADS):
+def _staged_copy(buf, flat, offset, upload, threads=STAGING_THREADS, started=None):
     """Copy the bytes ``flat`` of a contiguous host array into (``upload``) or out of the device
     buffer ``buf`` from byte ``offset``, synchronously; under STAGED_MIN_BYTES directly, else split
-    into one contiguous part per lane (whole chunks), on up to ``threads`` host threads.  Each lane's
+    into one contiguous part per lane (whole chunks), on up to ``threads`` native threads
+    (:func:`_driver.staged_copy`; ``started``, a threading.Event, is set as they start).  Each lane's
     stream first waits for the work queued on the legacy stream (a copy is ordered after it, as the
     driver's synchronous copies are), and the lanes go back to the pool when every part has
     finished; the first error is raised."""
     if flat.nbytes < STAGED_MIN_BYTES:
+        if started is not None:
+            started.set()
         (buf.copy_from_host if upload else buf.copy_to_host)(flat, offset=offset)
         return
     device, nbytes = buf.device, flat.nbytes
@@ -298,29 +303,23 @@ def _staged_copy(buf, flat, offset, upload, threads=STAGING_THREADS):
     lanes = _take_lanes(device, min(threads, chunks))
     per_lane = -(-chunks // len(lanes)) * STAGING_CHUNK
     bounds = list(range(0, nbytes, per_lane)) + [nbytes]
-    legacy = _driver.Event(device, False)
-    legacy.record()
-    for lane in lanes:
-        lane.stream.wait_event(legacy)
-
-    def part(lane, lo, hi):
-        device.activate()
-        _driver.staged_copy(buf, offset, flat, lo, hi, upload, *lane.chunks, lane.stream, *lane.done)
-
-    jobs, errors = [], []
+    errors = []
     try:
-        for lane, lo, hi in zip(lanes, bounds[:-1], bounds[1:]):
-            jobs.append(_staging_pool().submit(part, lane, lo, hi))
+        legacy = _driver.Event(device, False)
+        legacy.record()
+        used = lanes[:len(bounds) - 1]
+        for lane in used:
+            lane.stream.wait_event(legacy)
+        if started is not None:
+            started.set()
+        _driver.staged_copy(buf, offset, flat, bounds, used, upload)
     finally:
-        wait(jobs)
         for lane in lanes:  # every lane goes back, its copies finished (or its stream failed)
             try:
                 lane.stream.synchronize()
             except CudaError as exc:
                 errors.append(exc)
             _staging["free"][device.ordinal].put(lane)
-    for job in jobs:
-        job.result()
     if errors:
         raise errors[0]
 
@@ -334,11 +333,11 @@ def copy_to_pageable(buf, out, offset=0, threads=STAGING_THREADS):
     return out
 
 
-def copy_from_pageable(buf, array, offset=0):
+def copy_from_pageable(buf, array, offset=0, started=None):
     """Copy the contiguous host array ``array`` (pageable memory) into the device buffer ``buf`` at
     byte ``offset`` through pinned chunks (:func:`_staged_copy`, each thread filling one chunk while
     the other crosses): the driver's own staging of a pageable upload runs at a few GB/s."""
-    _staged_copy(buf, np.ascontiguousarray(array).reshape(-1).view(np.uint8), offset, True)
+    _staged_copy(buf, np.ascontiguousarray(array).reshape(-1).view(np.uint8), offset, True, started=started)
     return buf
 
 
