@@ -47,6 +47,7 @@
 
 #include "common/csr_check.cuh"
 #include "common/reductions.cuh"
+#include "common/search.cuh"
 
 namespace {
 
@@ -703,13 +704,18 @@ DEFINE_VECTOR_KERNELS(double, f64)
 namespace {
 
 // New local row i (of nrows) receives old row order[i]: dst[new_indptr[i] + t] = src[old_indptr[old] + t],
-// mapped through `inverse` when it is given (column indices).  A warp per row keeps reads and writes
-// coalesced; the order of entries within a row is kept, though the mapped column ids are no longer
-// sorted (no SpMV variant needs them sorted: a row's products are only summed).
+// mapped through `inverse` when it is given (column indices).  Each warp moves runs of kMoveRun
+// entries of dst, whichever rows they fall in: rows come sorted by decreasing degree, and a warp per
+// row would leave a hub of 10^5 entries to one warp long after the others end.  A lane finds its
+// entries' rows by walking forward from the run's first row.  The order of entries within a row is
+// kept, though the mapped column ids are no longer sorted (no SpMV variant needs them sorted: a
+// row's products are only summed).
 //
 // Mapping column ids also checks them: an id outside [0, n_cols) is written as 0 and the smallest
 // such entry (its place in A as given) is left in *bad (the host's ULLONG_MAX when none), which the
 // host reads before any kernel gathers through the moved ids.
+constexpr int64_t kMoveRun = 1024;
+
 template <typename V, typename P>
 __device__ void permute_rows(const int64_t* __restrict__ old_indptr, const int32_t* __restrict__ order,
                              const P* __restrict__ new_indptr, int64_t nrows, const V* __restrict__ src,
@@ -718,24 +724,25 @@ __device__ void permute_rows(const int64_t* __restrict__ old_indptr, const int32
     const int lane = threadIdx.x % kWarp;
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / kWarp;
     const int64_t n_warps = (int64_t)gridDim.x * blockDim.x / kWarp;
-    for (int64_t i = warp; i < nrows; i += n_warps) {
-        const int64_t old = order[i];
-        const int64_t s0 = old_indptr[old];
-        const int64_t d0 = new_indptr[i];
-        const int64_t len = (int64_t)new_indptr[i + 1] - d0;
-        for (int64_t t = lane; t < len; t += kWarp) {
-            const V v = src[s0 + t];
+    const int64_t nnz = (int64_t)new_indptr[nrows] - (int64_t)new_indptr[0];
+    for (int64_t p0 = warp * kMoveRun; p0 < nnz; p0 += n_warps * kMoveRun) {
+        const int64_t p1 = p0 + kMoveRun < nnz ? p0 + kMoveRun : nnz;
+        int64_t row = gk::last_not_above(new_indptr, 0, nrows, p0);
+        for (int64_t p = p0 + lane; p < p1; p += kWarp) {
+            while ((int64_t)new_indptr[row + 1] <= p) ++row;
+            const int64_t s = old_indptr[order[row]] + (p - (int64_t)new_indptr[row]);
+            const V v = src[s];
             if constexpr (std::is_integral_v<V>) {
                 if (inverse == nullptr) {
-                    dst[d0 + t] = v;
+                    dst[p] = v;
                 } else if (v >= 0 && v < n_cols) {
-                    dst[d0 + t] = static_cast<V>(inverse[v]);
+                    dst[p] = static_cast<V>(inverse[v]);
                 } else {
-                    dst[d0 + t] = 0;
-                    atomicMin(bad, (unsigned long long)(s0 + t));
+                    dst[p] = 0;
+                    atomicMin(bad, (unsigned long long)s);
                 }
             } else {
-                dst[d0 + t] = v;
+                dst[p] = v;
             }
         }
     }

@@ -97,7 +97,8 @@ if timeline == "1" and backend == "gpu":
                               nbytes))
         setattr(owner, name, wrapper)
 
-    for owner, name in (("_SourceUpload", "__init__"), ("DeviceOrder", "__init__"),
+    for owner, name in (("_SourceUpload", "__init__"), ("_SourceUpload", "wait"), ("_SourceUpload", "release"),
+                        ("DeviceOrder", "release"), ("DeviceOrder", "__init__"),
                         ("DeviceOrder", "rowblock_plan"), ("DeviceRows", "__init__"), ("DeviceRows", "plan_for"),
                         ("DeviceRows", "_permuted"), ("DeviceRows", "finish"), ("Residency", "settle"),
                         (None, "_to_device"), (None, "_check_indices"), (None, "ensure_free"),

@@ -150,10 +150,12 @@ class DevicePlan:
 
 class _SourceUpload:
     """A as given on one device, for the reordering (:meth:`DeviceRows._permuted`): its row pointers
-    (int64, ``old_indptr``) and one array of its entries, ``source`` (``whole``).  The entries (most
-    of the bytes) start first, with ``background`` on a worker thread through the staging lanes
-    (:meth:`wait` waits for them); the row pointers cross beside them on the calling thread by the
-    driver's own copy, so they are on the device when the constructor returns."""
+    (int64, ``old_indptr``) and one array of its entries, ``source`` (``whole``).  The row pointers
+    cross first, through the staging lanes (int32 ones widened on the device), so they are there
+    when the constructor returns; the entries (most of the bytes) follow, with ``background`` on a
+    worker thread (:meth:`wait` waits for them) while the calling thread drives the device's setup.
+    A copy beside the lanes' one, on the calling thread, would share the link with them and end
+    long after it."""
 
     def __init__(self, dev, residency, mat, source, background):
         ensure_free(dev, DeviceRows._permute_scratch(mat, source.dtype.itemsize), residency,
@@ -163,27 +165,30 @@ class _SourceUpload:
         self.whole = rt.alloc(dev, max(len(source), 1), source.dtype)
         indptr = np.ascontiguousarray(mat.indptr)
         _count_upload(indptr.nbytes + source.nbytes)
-        self._pending = copy_pool().submit(rt.copy_from_pageable, self.whole, source) if background else None
-        try:
-            if indptr.dtype == np.int64:
-                self.old_indptr.copy_from_host(indptr)
-            else:  # int32 crosses (half the bytes) and is widened on the device
-                self._narrow = rt.alloc(dev, len(indptr), np.int32)  # freed with this upload: a free waits for copies
-                self._narrow.copy_from_host(indptr)
-                stream = rt.Stream(dev)
-                rt.launch(rt.kernel(dev, "expm", "widen_pointers"), -(-len(indptr) // BLOCK), BLOCK,
-                          (self._narrow, np.int64(len(indptr)), self.old_indptr), stream=stream)
-                stream.synchronize()
-            if not background:
-                rt.copy_from_pageable(self.whole, source)
-        except BaseException:
-            if self._pending is not None:
-                wait([self._pending])  # no copy may still write into buffers freed with this object
-            raise
+        self._pending = self._narrow = None
+        if indptr.dtype == np.int64:
+            rt.copy_from_pageable(self.old_indptr, indptr)
+        else:  # int32 crosses (half the bytes) and is widened on the device
+            self._narrow = rt.copy_from_pageable(rt.alloc(dev, len(indptr), np.int32), indptr)
+            stream = rt.Stream(dev)
+            rt.launch(rt.kernel(dev, "expm", "widen_pointers"), -(-len(indptr) // BLOCK), BLOCK,
+                      (self._narrow, np.int64(len(indptr)), self.old_indptr), stream=stream)
+            stream.synchronize()
+        if background:  # the worker's copy runs without the GIL once started: wait for that
+            started = threading.Event()
+            self._pending = copy_pool().submit(rt.copy_from_pageable, self.whole, source, started=started)
+            while not started.wait(0.001) and not self._pending.done():
+                pass
+        else:
+            rt.copy_from_pageable(self.whole, source)
 
     def wait(self):
         if self._pending is not None:
             self._pending.result()  # the worker's copies finished (synchronously) before the move's launch
+
+    def release(self):
+        """Free A as given on the device (once the move has read it)."""
+        self.whole = self.old_indptr = self._narrow = None
 
 
 class DeviceRows:
@@ -283,6 +288,7 @@ class DeviceRows:
                         mat.require_checked()  # the host's check raises, naming the entry
                         raise ValueError(f"A has a column index out of range (stored entry {first} of the rows "
                                          f"on device {self.ordinal})")
+                upload.release()
                 if self.order is not None:
                     self.order.release()
                 if background:  # run later, by finish(); else inside the time counted below
