@@ -1,5 +1,5 @@
 """The GPU variants of Jaccard against the CPU and the set reference, and the host plan that
-chooses them (variant, launch shapes, bitmaps, hash tables, work line) against NumPy."""
+chooses them (variant, launch shapes, bitmaps, hash tables) against NumPy; the work line on the device."""
 
 import numpy as np
 import pytest
@@ -12,7 +12,7 @@ from graphkern.similarity.gpu import PIECE_MIN_BYTES, PIECE_VARIANTS, DeviceSimi
 from graphkern.similarity.plan import (HASH_MIN_DEGREE, SCAN_TILE, DegreeFigures, DeviceOptions, auto_variant,
                                        hash_table_rows, hub_vertices, pair_rows_per_block, plan_similarity, row_locality,
                                        shortrow_group_size, staged_rows_per_block, window_locality,
-                                       window_rows_per_block, work_line_length)
+                                       window_rows_per_block)
 from jaccard_graphs import (CONVENTIONS, GPU_VARIANTS, METRICS, assert_hash_tables, assert_matches_cpu,
                             assert_same_pattern, band_graph, bounded_degree_graph, device_values, expected_hash_rows,
                             gpu_test_graph, hash_test_graph, high_hub_graph, hub_graph, owner_entries, random_graph,
@@ -295,7 +295,7 @@ def test_gpu_work_line_buffers(rng, gpu_device, variant, chunk):
     np.testing.assert_array_equal(run.rows.to_host(), rows)
     work = np.where(owner_entries(p, variant, run.hubs), np.minimum(d[rows], d[p.indices]), 0)
     offsets = np.r_[0, np.cumsum(work)]
-    assert offsets[-1] == work_line_length(p)
+    assert offsets[-1] == run.work_items
     np.testing.assert_array_equal(run.offsets.to_host(), offsets)
     np.testing.assert_array_equal(run.tile_sums.to_host(), offsets[np.arange(run.n_tiles) * SCAN_TILE])
     starts = np.arange(-(-offsets[-1] // run.group_items)) * run.group_items
@@ -545,13 +545,17 @@ def test_device_options_are_checked_before_the_device_is_used():
             DeviceSimilarity(None, pattern, metric=0, self_loops=False, dtype=np.float32, variant="pair", **options)
 
 
-def test_work_line_length_is_the_sum_of_shorter_degrees(rng):
+@pytest.mark.gpu
+def test_gpu_work_line_is_the_sum_of_shorter_degrees_and_sizes_the_groups(rng, gpu_device):
     A = random_graph(rng, 200, 0.05, loops=0.3, isolated=0.1)
-    pattern = symmetric_pattern(A)
+    values, run = device_values(gpu_device, A, "jaccard", variant="balanced", balanced_chunk=1)
+    assert_matches_cpu(values, A)
+    pattern = run.pattern
     d = pattern.degrees
     expected = sum(min(d[i], d[j]) for i in range(pattern.n)
                    for j in pattern.indices[pattern.indptr[i]:pattern.indptr[i + 1]] if i < j)
-    assert work_line_length(pattern) == expected
+    assert run.work_items == expected
+    assert run.group_entry.shape[0] == max(1, -(-expected // run.group_items))
 
 
 def test_shortrow_group_size_and_limit():
@@ -664,7 +668,7 @@ def test_graph_too_large_for_the_device_names_the_size(gpu_device):
 
 def numpy_plan(pattern, variant, *, weighted, free_bytes, hash_min_degree=HASH_MIN_DEGREE):
     """The plan by independent NumPy passes over the entries: variant, launch shapes, bitmap and
-    table rows, work line."""
+    table rows."""
     d = pattern.degrees
     n, nnz = pattern.n, pattern.nnz
     rows = np.repeat(np.arange(n, dtype=np.int64), d)
@@ -695,9 +699,8 @@ def numpy_plan(pattern, variant, *, weighted, free_bytes, hash_min_degree=HASH_M
         hubs = order[d[order] >= 64][:cap].astype(np.int32)
     hash_rows = expected_hash_rows(d, hubs, hash_min_degree) if tables else np.zeros(0, dtype=np.int64)
     sizes = np.array([max(4, 1 << int(2 * k - 1).bit_length()) for k in d[hash_rows]], dtype=np.int64)
-    work = int(np.minimum(d[rows], d[cols])[rows < cols].sum())
     return dict(variant=variant, hubs=hubs, hash_rows=hash_rows, hash_slots=np.r_[0, np.cumsum(sizes)],
-                hash_items=np.r_[0, np.cumsum(d[hash_rows])], work=work,
+                hash_items=np.r_[0, np.cumsum(d[hash_rows])],
                 group=int(min(32, max(4, 1 << int(np.ceil(np.log2(max(positive.mean() / 2, 1)))))))
                 if positive.size else 4)
 
@@ -730,12 +733,7 @@ def test_plan_matches_numpy(rng, weighted):
             assert plan.group == expected["group"]
             for name in ("hubs", "hash_rows", "hash_slots", "hash_items"):
                 np.testing.assert_array_equal(getattr(plan, name), expected[name], err_msg=f"{variant} {name}")
-            if plan.variant in ("balanced", "hub", "longrow"):
-                assert plan.work_items == expected["work"]
-                assert plan.n_groups == max(1, -(-expected["work"] // plan.group_items))
-                assert plan.sizes["group_entry"] == 8 * plan.n_groups
-            else:
-                assert plan.work_items == 0 and "group_entry" not in plan.sizes
+            assert "group_entry" not in plan.sizes  # the device sizes it from the work line it sums
 
 
 def test_plan_variety_of_choices(rng):
@@ -759,4 +757,4 @@ def test_plan_counts_reject_out_of_range_indices():
     pattern = symmetric_pattern(A)
     pattern.indices[0] = 7
     with pytest.raises(ValueError, match="G has 1 column indices outside"):
-        work_line_length(pattern)
+        row_locality(pattern, 8)

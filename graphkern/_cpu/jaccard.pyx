@@ -179,28 +179,23 @@ def similarity(const int64_t[::1] indptr, const int32_t[::1] indices, const floa
         r0 = r1
 
 
-def plan_counts(const int64_t[::1] indptr, const int32_t[::1] indices, const int32_t[::1] degrees,
-                bint work_line, int64_t block_rows, bint window, int64_t window_half, int64_t window_far,
-                int n_threads):
-    """The counts the GPU plan needs, in one parallel pass over the stored entries (two with
-    ``window``: each row's far entries first).
+def plan_counts(const int64_t[::1] indptr, const int32_t[::1] indices, int64_t block_rows, bint window,
+                int64_t window_half, int64_t window_far, int n_threads):
+    """The counts the GPU plan's choice of variant needs, in one parallel pass over the stored
+    entries (two with ``window``: each row's far entries first).
 
-    ``degrees`` holds the row lengths as int32 (half the bytes of ``indptr`` for the random
-    reads of the work line).  Returns ``(bad, work, off, in_block, near)``: ``bad`` the entries whose column lies outside
-    [0, n) (the other counts leave them out, and mean nothing unless ``bad`` is 0); with
-    ``work_line``, ``work`` = Σ min(d_i, d_j) over the upper entries (i < j); ``off`` the off-diagonal entries (counted only with ``block_rows`` or ``window``); with ``block_rows`` > 0, ``in_block``
-    the off-diagonal entries whose row and column fall in one block of ``block_rows`` rows; with
-    ``window``, ``near`` the off-diagonal entries with |i - j| < ``window_half`` whose two rows
-    each have at most ``window_far`` entries ``window_half`` or more away from their own index.
+    Returns ``(bad, off, in_block, near)``: ``bad`` the entries whose column lies outside [0, n)
+    (the other counts leave them out, and mean nothing unless ``bad`` is 0); ``off`` the
+    off-diagonal entries; with ``block_rows`` > 0, ``in_block`` the off-diagonal entries whose row
+    and column fall in one block of ``block_rows`` rows; with ``window``, ``near`` the off-diagonal
+    entries with |i - j| < ``window_half`` whose two rows each have at most ``window_far`` entries
+    ``window_half`` or more away from their own index.
     """
     cdef int64_t n = indptr.shape[0] - 1
-    cdef int64_t i, j, k, a0, a1, di, dj, gap
-    if degrees.shape[0] != n:
-        raise ValueError("degrees must have one value per row")
-    cdef int64_t bad = 0, work = 0, off = 0, in_block = 0, near = 0
+    cdef int64_t i, j, k, gap
+    cdef int64_t bad = 0, off = 0, in_block = 0, near = 0
     cdef const int64_t* ip = &indptr[0]
     cdef const int32_t* idx = &indices[0] if indices.shape[0] else NULL
-    cdef const int32_t* deg = &degrees[0] if n else NULL
     cdef int32_t[::1] far_counts = np.zeros(n if window else 0, dtype=np.int32)
     cdef int32_t* far = &far_counts[0] if (window and n) else NULL
     cdef int32_t count
@@ -214,19 +209,7 @@ def plan_counts(const int64_t[::1] indptr, const int32_t[::1] indices, const int
                         count = count + 1
                 far[i] = count
         for i in prange(n, schedule="guided", num_threads=n_threads):
-            a0 = ip[i]
-            a1 = ip[i + 1]
-            di = a1 - a0
-            if not (window or block_rows > 0):  # the range check and the work line alone: a tight loop
-                for k in range(a0, a1):
-                    j = idx[k]
-                    if j < 0 or j >= n:
-                        bad += 1
-                    elif work_line and j > i:
-                        dj = deg[j]
-                        work += di if di < dj else dj
-                continue
-            for k in range(a0, a1):
+            for k in range(ip[i], ip[i + 1]):
                 j = idx[k]
                 if j < 0 or j >= n:
                     bad += 1
@@ -234,16 +217,13 @@ def plan_counts(const int64_t[::1] indptr, const int32_t[::1] indices, const int
                 if j == i:
                     continue
                 off += 1
-                if work_line and i < j:
-                    dj = deg[j]
-                    work += di if di < dj else dj
                 if block_rows > 0 and i // block_rows == j // block_rows:
                     in_block += 1
                 if window:
                     gap = j - i if j > i else i - j
                     if gap < window_half and far[i] <= window_far and far[j] <= window_far:
                         near += 1
-    return bad, work, off, in_block, near
+    return bad, off, in_block, near
 
 
 def parallel_copy(src, int n_threads):
@@ -292,6 +272,32 @@ def _row_figures(const sorted_index_t[::1] indptr, int64_t[::1] out, int64_t[:, 
                 out[i] = indptr[i]
             figures[b, 0] = max(figures[b, 0], d)
             figures[b, 1] += d > 0
+
+
+def long_rows(const int64_t[::1] indptr, int64_t floor, int n_threads):
+    """``(rows, degrees)``: the rows with at least ``floor`` entries, in increasing order (int64),
+    and their lengths (int64), in one parallel pass over the row pointers: each block of rows
+    counts its long rows, then writes them from its offset."""
+    cdef int64_t n = indptr.shape[0] - 1, parts = max(1, min(n, 64 * n_threads)), b, i, k
+    cdef int64_t[::1] found = np.zeros(parts + 1, dtype=np.int64)
+    for b in prange(parts if n > 0 else 0, nogil=True, num_threads=n_threads, use_threads_if=n > 1 << 16):
+        for i in range(b * n // parts, (b + 1) * n // parts):
+            if indptr[i + 1] - indptr[i] >= floor:
+                found[b + 1] += 1
+    offsets = np.cumsum(found)
+    cdef int64_t[::1] start = offsets
+    rows = np.empty(start[parts], dtype=np.int64)
+    lengths = np.empty(start[parts], dtype=np.int64)
+    cdef int64_t[::1] r = rows
+    cdef int64_t[::1] d = lengths
+    for b in prange(parts if n > 0 else 0, nogil=True, num_threads=n_threads, use_threads_if=n > 1 << 16):
+        k = start[b]
+        for i in range(b * n // parts, (b + 1) * n // parts):
+            if indptr[i + 1] - indptr[i] >= floor:
+                r[k] = i
+                d[k] = indptr[i + 1] - indptr[i]
+                k = k + 1
+    return rows, lengths
 
 
 def _uniform(const bits_t[::1] v, int n_threads):

@@ -169,7 +169,7 @@ class SymmetricPattern:
     None; ``owns_indices`` says whether ``indices`` is a private array (else the caller's);
     ``figures``: the row lengths' DegreeFigures where the caller has them."""
 
-    __slots__ = ("n", "indptr", "indices", "weights", "owns_indices", "_degrees", "_degrees32", "_figures")
+    __slots__ = ("n", "indptr", "indices", "weights", "owns_indices", "_degrees", "_figures")
 
     def __init__(self, n, indptr, indices, weights, owns_indices=False, figures=None):
         self.n = n
@@ -177,7 +177,7 @@ class SymmetricPattern:
         self.indices = indices
         self.weights = weights
         self.owns_indices = owns_indices
-        self._degrees = self._degrees32 = None
+        self._degrees = None
         self._figures = figures
 
     @property
@@ -197,13 +197,6 @@ class SymmetricPattern:
         if self._degrees is None:
             self._degrees = np.diff(self.indptr)
         return self._degrees
-
-    @property
-    def degrees32(self):
-        """Row lengths as int32 (every row has fewer than 2^31 entries: n <= 2^31 - 1), computed once."""
-        if self._degrees32 is None:
-            self._degrees32 = self.degrees.astype(np.int32)
-        return self._degrees32
 
 
 def symmetric_pattern(G, *, weighted=False, n_threads=1):

@@ -111,7 +111,7 @@ def gpu_values(pattern, metric, self_loops, dtype, device, options, *, scale=0, 
         times["download"] = time.perf_counter() - t3
         bar.update()
     plan = run.plan
-    figures = dict(hubs=int(plan.hubs.size), hash_rows=int(plan.hash_rows.size), work_items=int(plan.work_items),
+    figures = dict(hubs=int(plan.hubs.size), hash_rows=int(plan.hash_rows.size), work_items=run.work_items,
                    device_bytes=int(plan.nbytes), rows_per_block=run.rows_per_block, group=plan.group)
     return out, run.variant, figures
 
@@ -180,7 +180,9 @@ class DeviceSimilarity:
         self.rows = alloc("rows", nnz, np.int32)
         self.offsets = alloc("offsets", nnz + 1, np.int64)
         self.tile_sums = alloc("tile_sums", self.n_tiles, np.int64)
-        self.group_entry = alloc("group_entry", plan.n_groups, np.int64)
+        self.group_entry = None  # sized by compute, once the device has the work line's length
+        self.work_items = 0
+        self._work_host = rt.PinnedBuffer(8).array(np.int64, (1,))
         self.inter = alloc("inter", nnz, self.dtype if self.weighted else np.int32)
         self.mirror_off = alloc("mirror_off", nnz, np.int32)
         self.hub_list = alloc("hub_list", self.hubs.size, np.int32)
@@ -320,6 +322,7 @@ class DeviceSimilarity:
                        self.tile_sums), stream=st)
             total = self.offsets.view(8 * nnz, 8, dtype=np.int64, shape=(1,))
             rt.launch(self._fn_scan_sums, 1, 1024, (self.tile_sums, np.int64(self.n_tiles), total), stream=st)
+            self._size_groups(total)
             rt.launch(self._fn_scan_tiles, self.n_tiles, BLOCK,
                       (self.offsets, nnz64, self.tile_sums, np.int64(self.group_items), self.group_entry), stream=st)
             rt.launch(self._fn["balanced"], self._balanced_grid, BLOCK,
@@ -329,6 +332,19 @@ class DeviceSimilarity:
                       stream=st)
             rt.launch(self._fn["finalize"], entry_grid, BLOCK,
                       common + (self.rows, self.hub_slot, long_owner, self.inter, self.mirror_off), stream=st)
+
+    def _size_groups(self, total):
+        """Read the work line's length (``total``, on the stream) and make ``group_entry`` hold its
+        groups: the device sums it in a fraction of the time a host pass over the entries takes."""
+        st = self.stream
+        total.copy_to_host(self._work_host, st)
+        st.synchronize()
+        self.work_items = int(self._work_host[0])
+        n_groups = max(1, -(-self.work_items // self.group_items))
+        if self.group_entry is None or self.group_entry.shape[0] < n_groups:
+            self.rt.check_fits(self.dev, 8 * n_groups, f"the work line's {n_groups} groups of the {self.variant} "
+                                                        "similarity variant")
+            self.group_entry = self.rt.alloc(self.dev, (n_groups,), np.int64)
 
     def _launch_pair(self, common):
         rows = self.rows_per_block

@@ -1,14 +1,15 @@
 """The host plan of a GPU similarity run: the variant, its launch shapes, the rows that get a
-bitmap or a hash table, the length of the work line and the device buffers' sizes.
+bitmap or a hash table and the device buffers' sizes.
 
 :func:`plan_similarity` is a function of the CSR arrays, the options and the free device memory
 only, so it is computed and tested without a device.  The variant and launch shapes come from
 the pattern's :class:`DegreeFigures` (a few numbers from its pass over the row pointers); the
 degrees themselves are read only for bitmaps and hash tables, and one parallel pass over the
-stored entries (``plan_counts`` of graphkern/_cpu/jaccard.pyx) runs only for the variants that
-need the work line or, for graphs of short rows under ``variant="auto"``, the localities.
+stored entries (``plan_counts`` of graphkern/_cpu/jaccard.pyx) runs only for graphs of short rows
+under ``variant="auto"``, for their localities.  The work line of the balanced, hub and longrow
+variants (the sum of min(d_i, d_j) over the upper entries, a gather per entry) is summed by the
+device, which sizes its table of groups from it.
 """
-
 from __future__ import annotations
 
 import os
@@ -145,9 +146,9 @@ class SimilarityPlan:
     of ``"shortrow"``; ``rows_per_block`` of the row-block variants (None for ``"window"`` until
     the device's block slots are known); ``pair_width``; ``hubs`` the rows with a bitmap, highest
     degree first; ``hash_rows`` the rows with a hash table and ``hash_slots``/``hash_items``
-    where their tables and entries lie; ``work_items`` the work line's length (0 outside the
-    work-line variants) and ``n_groups`` its groups of ``group_items``; ``sizes`` the device
-    buffers in bytes by name.
+    where their tables and entries lie; ``sizes`` the device buffers in bytes by name (the
+    work-line variants' table of groups of ``group_items`` work items aside: the device sums the
+    work line and the run sizes that table then).
     """
 
     variant: str
@@ -162,8 +163,6 @@ class SimilarityPlan:
     hash_rows: np.ndarray
     hash_slots: np.ndarray
     hash_items: np.ndarray
-    work_items: int
-    n_groups: int
     sizes: dict
 
     @property
@@ -190,31 +189,33 @@ def plan_similarity(pattern, options, *, weighted, dtype, free_bytes, n_threads=
         raise ValueError(f"G has {nnz} stored entries, too many for one launch of the {variant!r} variant")
 
     hubs = np.zeros(0, dtype=np.int32)
+    bitmaps = variant in BITMAP_VARIANTS and not weighted
     tables = variant == "longrow" and not weighted and options.hash_min_degree > 0
-    if variant in BITMAP_VARIANTS and not weighted:
+    hash_rows, hash_slots = np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
+    hash_items = np.zeros(1, dtype=np.int64)
+    if bitmaps:
+        from graphkern._cpu.jaccard import long_rows
+
+        # the rows long enough for a bitmap or a table, in one pass over the row pointers
+        floor = min(options.hub_min_degree, options.hash_min_degree if tables else options.hub_min_degree)
+        rows, lengths = long_rows(pattern.indptr, max(1, floor), max(1, int(n_threads)))
         hub_max_bytes = options.hub_max_bytes
         if hub_max_bytes is None:
             hub_max_bytes = min(HASH_HUB_MAX_BYTES if tables else HUB_MAX_BYTES, int(HUB_FREE_FRACTION * free_bytes))
-        hubs = hub_vertices(pattern.degrees, min_degree=options.hub_min_degree, max_bytes=hub_max_bytes)
-    hash_rows, hash_slots = np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
-    if tables:
-        hash_rows, hash_slots = hash_table_rows(pattern.degrees, hubs, min_degree=options.hash_min_degree)
-    # listed row w's entries are items [hash_items[w], hash_items[w + 1]) of row_hashes' line
-    hash_items = np.zeros(hash_rows.size + 1, dtype=np.int64)
-    if hash_rows.size:
-        np.cumsum(pattern.degrees[hash_rows], out=hash_items[1:])
+        hubs = hub_vertices(lengths, min_degree=options.hub_min_degree, max_bytes=hub_max_bytes, rows=rows, n=n)
+        if tables:
+            hash_rows, hash_slots = hash_table_rows(lengths, hubs, min_degree=options.hash_min_degree, rows=rows)
+            # listed row w's entries are items [hash_items[w], hash_items[w + 1]) of row_hashes' line
+            hash_items = np.zeros(hash_rows.size + 1, dtype=np.int64)
+            np.cumsum(lengths[np.searchsorted(rows, hash_rows)], out=hash_items[1:])
 
     padded_nnz = nnz + (-nnz) % INDEX_PADDING
     group_items = 32 * int(options.balanced_chunk)  # work items of one warp's 32 chunks
     n_tiles = -(-nnz // SCAN_TILE)
-    work_items = n_groups = 0
     sizes = {"indptr": 8 * (n + 1), "indices": 4 * padded_nnz, "out": s * nnz}
     sizes.update(dict(weights=s * nnz, wsum=s * n, selfw=s * n) if weighted else dict(deg=4 * n, adj=4 * n))
     if variant in WORK_LINE_VARIANTS:
-        work_items = work_line_length(pattern, n_threads=n_threads)
-        n_groups = max(1, -(-work_items // group_items))
-        sizes.update(rows=4 * nnz, offsets=8 * (nnz + 1), tile_sums=8 * n_tiles,
-                     inter=(s if weighted else 4) * nnz, group_entry=8 * n_groups)
+        sizes.update(rows=4 * nnz, offsets=8 * (nnz + 1), tile_sums=8 * n_tiles, inter=(s if weighted else 4) * nnz)
     if variant == "longrow":
         sizes.update(mirror_off=4 * nnz)  # the balanced pass notes where the finalize pass writes the mirror
     if hubs.size:
@@ -234,7 +235,7 @@ def plan_similarity(pattern, options, *, weighted, dtype, free_bytes, n_threads=
                           rows_per_block=None if rows_per_block is None else int(rows_per_block),
                           pair_width=pair_width, balanced_chunk=int(options.balanced_chunk), group_items=group_items,
                           n_tiles=n_tiles, hubs=hubs, hash_rows=hash_rows, hash_slots=hash_slots,
-                          hash_items=hash_items, work_items=work_items, n_groups=n_groups, sizes=sizes)
+                          hash_items=hash_items, sizes=sizes)
 
 
 # --------------------------------------------------------------------------- the variant
@@ -276,26 +277,19 @@ def auto_variant(pattern, *, n_threads=1):
     if not 0 < f.top <= 32:
         return choose_variant(f)
     rows = staged_rows_per_block(f)
-    _, _, off, in_block, near = _counts(pattern, block_rows=rows, window=True, n_threads=n_threads)
+    _, off, in_block, near = _counts(pattern, block_rows=rows, window=True, n_threads=n_threads)
     window = near / off if off else 0.0
     return choose_variant(f, in_block / off if off else 0.0, window)
 
 
-def _counts(pattern, *, work_line=False, block_rows=0, window=False, n_threads=1):
+def _counts(pattern, *, block_rows=0, window=False, n_threads=1):
     from graphkern._cpu.jaccard import plan_counts
 
     threads = max(1, min(int(n_threads), os.cpu_count() or 1))  # a pass over memory gains nothing past the cores
-    counts = plan_counts(pattern.indptr, pattern.indices, pattern.degrees32, work_line, block_rows, window,
-                         WINDOW_HALF, WINDOW_FAR, threads)
+    counts = plan_counts(pattern.indptr, pattern.indices, block_rows, window, WINDOW_HALF, WINDOW_FAR, threads)
     if counts[0]:
         raise ValueError(f"G has {counts[0]} column indices outside [0, {pattern.n})")
     return counts
-
-
-def work_line_length(pattern, *, n_threads=1):
-    """Work items of the balanced, hub and longrow variants: ``min(d_i, d_j)`` summed over the
-    undirected off-diagonal pairs (each pair's work is carried by one of its two entries)."""
-    return int(_counts(pattern, work_line=True, n_threads=n_threads)[1])
 
 
 def row_locality(pattern, rows_per_block, *, n_threads=1):
@@ -303,7 +297,7 @@ def row_locality(pattern, rows_per_block, *, n_threads=1):
     ``rows_per_block`` rows when the ``"staged"`` variant stages it: the merges it serves from
     shared memory.  A ring lattice or a mesh in a banded order is close to 1, the same graph with
     its vertices shuffled close to 0."""
-    _, _, off, in_block, _ = _counts(pattern, block_rows=rows_per_block, n_threads=n_threads)
+    _, off, in_block, _ = _counts(pattern, block_rows=rows_per_block, n_threads=n_threads)
     return in_block / off if off else 0.0
 
 
@@ -312,7 +306,7 @@ def window_locality(pattern, *, n_threads=1):
     its row masks: |i - j| < 32, and rows i and j each with at most 4 entries 32 or more away
     from their own index.  Close to 1 for a ring lattice with few shortcuts or a narrow band,
     close to 0 for a shuffled or wide-band order (those pairs are merged, as in ``"pair"``)."""
-    _, _, off, _, near = _counts(pattern, window=True, n_threads=n_threads)
+    _, off, _, near = _counts(pattern, window=True, n_threads=n_threads)
     return near / off if off else 0.0
 
 
@@ -377,14 +371,17 @@ def window_rows_per_block(n, slots):
 # --------------------------------------------------------------------------- bitmaps and tables
 
 
-def hub_vertices(degrees, *, min_degree, max_bytes):
+def hub_vertices(degrees, *, min_degree, max_bytes, rows=None, n=None):
     """The vertices that get a bitmap in the ``"hub"`` and ``"longrow"`` variants, highest degree first.
 
     Vertices of degree >= ``min_degree``, as many of the highest-degree ones as fit in
-    ``max_bytes`` at ``4 * ceil(n / 32)`` bytes per bitmap.  Returns an int32 array.
+    ``max_bytes`` at ``4 * ceil(n / 32)`` bytes per bitmap.  ``degrees``: every row's length, or
+    with ``rows`` (increasing, every candidate among them) and ``n`` those rows' lengths.  Returns
+    an int32 array.
     """
     d = np.asarray(degrees)
-    words = -(-d.size // 32)
+    rows = np.arange(d.size) if rows is None else np.asarray(rows)
+    words = -(-(d.size if n is None else n) // 32)
     limit = int(max_bytes) // (4 * words) if words else 0
     if limit <= 0:
         return np.zeros(0, dtype=np.int32)
@@ -392,10 +389,10 @@ def hub_vertices(degrees, *, min_degree, max_bytes):
     if candidates.size > limit:
         candidates = candidates[np.argpartition(-d[candidates], limit - 1)[:limit]]
     order = np.lexsort((candidates, -d[candidates]))  # by degree, then index: the same hubs every run
-    return candidates[order].astype(np.int32)
+    return rows[candidates[order]].astype(np.int32)
 
 
-def hash_table_rows(degrees, hubs, *, min_degree):
+def hash_table_rows(degrees, hubs, *, min_degree, rows=None):
     """The rows that get a hash table of their columns in the ``"longrow"`` variant, and where.
 
     The rows of degree >= ``min_degree`` (0: none) outside ``hubs`` (a hub's row tests its
@@ -404,16 +401,16 @@ def hash_table_rows(degrees, hubs, *, min_degree):
     factor of at most 1/2, at least one bucket of 4 slots, and the size that ``hash_shift`` of
     cuda_src/jaccard_search.cuh derives from d (so every table starts at a multiple of 4 slots,
     as its vector loads need).  Returns ``rows`` (int32) and ``slots`` (int64, one longer;
-    ``slots[-1]`` is the size of all the tables).
+    ``slots[-1]`` is the size of all the tables).  ``degrees``: every row's length, or with
+    ``rows`` (increasing, every chosen row among them) those rows' lengths.
     """
     d = np.asarray(degrees)
     if min_degree <= 0:
         return np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64)
-    chosen = d >= max(1, int(min_degree))
-    chosen[np.asarray(hubs, dtype=np.int64)] = False
-    rows = np.flatnonzero(chosen)
+    rows = np.arange(d.size) if rows is None else np.asarray(rows)
+    chosen = np.flatnonzero((d >= max(1, int(min_degree))) & ~np.isin(rows, np.asarray(hubs, dtype=np.int64)))
     # 2d - 1 has ceil(log2(2d)) significant bits, which frexp gives exactly below 2^53
-    _, bits = np.frexp((2 * d[rows].astype(np.int64) - 1).astype(np.float64))
-    slots = np.zeros(rows.size + 1, dtype=np.int64)
+    _, bits = np.frexp((2 * d[chosen].astype(np.int64) - 1).astype(np.float64))
+    slots = np.zeros(chosen.size + 1, dtype=np.int64)
     np.cumsum(np.left_shift(np.int64(1), np.maximum(bits, 2).astype(np.int64)), out=slots[1:])
-    return rows.astype(np.int32), slots
+    return rows[chosen].astype(np.int32), slots
