@@ -13,6 +13,7 @@ import scipy.sparse.linalg
 import graphkern.expm.api as expm_module
 from graphkern.expm import cache_info, clear_cache, expm_multiply, total_communicability
 from test_expm import TOL, _sym, dense_funm, grid_graph, random_graph, rel, skewed_graph
+from test_expm_reliability import _degree_order_reference
 from conftest import SANITIZER
 
 # ----------------------------------------------------------------------------- GPU: SpMV variants, devices
@@ -92,13 +93,40 @@ def test_hot_columns_start_every_devices_block_in_degree_order():
     assert hot_columns("degree", np.float64, [0, 25, 50, 75]) == (6144, 25)
 
 
-def test_degree_order_deals_the_hubs_to_the_start_of_every_block(rng):
-    from graphkern.expm.lanczos import DegreeOrder
+# the degree order of reorder="degree" by the NumPy reference, and as the devices build it
+ORDER_SOURCES = ["reference", pytest.param("device", marks=pytest.mark.gpu)]
+
+
+def _dealt_order(indptr, parts, source):
+    """``(order, inverse, row pointers of P A P^T, block bounds)`` of the rows by decreasing degree
+    dealt to ``parts`` devices: by the NumPy reference with graphkern's block bounds (dealt_bounds),
+    or built on device 0 by graphkern.expm.order.DeviceOrder, every block's row pointers joined."""
+    from graphkern.expm.lanczos import dealt_bounds
+    indptr = np.asarray(indptr, dtype=np.int64)
+    if source == "reference":
+        return (*_degree_order_reference(indptr, parts), dealt_bounds(len(indptr) - 1, parts))
+    import graphkern.expm.device as device
+    from graphkern._cuda import runtime as rt
+    from graphkern.expm.lanczos import CsrMatrix
+    from graphkern.expm.order import DeviceOrder
+    dev = rt.get_device(0)
+    mat = CsrMatrix(indptr, np.zeros(int(indptr[-1]), np.int32), None)
+    upload = device._SourceUpload(dev, None, mat, mat.indices, False)
+    blocks = [DeviceOrder(upload, mat, parts, p, device.reserver(dev, None)) for p in range(parts)]
+    pointers, base = [np.zeros(1, np.int64)], 0
+    for block in blocks:
+        assert np.array_equal(block.order, blocks[0].order) and np.array_equal(block.bounds, blocks[0].bounds)
+        pointers.append(block.local_indptr()[1:].astype(np.int64) + base)
+        base += block.nnz
+    return blocks[0].order, blocks[0].inverse, np.concatenate(pointers), blocks[0].bounds
+
+
+@pytest.mark.parametrize("source", ORDER_SOURCES)
+def test_degree_order_deals_the_hubs_to_the_start_of_every_block(source, rng):
     A = skewed_graph(rng, 3000, [900, 500, 110, 70], weighted=False)
     indptr = A.indptr.astype(np.int64)
-    order = DegreeOrder(indptr, 2)
-    deg = np.diff(indptr)[order.order]
-    b = order.bounds
+    order, _, _, b = _dealt_order(indptr, 2, source)
+    deg = np.diff(indptr)[order]
     top = np.sort(np.diff(indptr))[::-1]
     # the four largest degrees: the first two columns of each block
     assert sorted([deg[b[0]], deg[b[0] + 1], deg[b[1]], deg[b[1] + 1]], reverse=True) == list(top[:4])
@@ -260,33 +288,29 @@ def test_mirrored_halves_graph_has_local_remote_and_empty_rows(rng):
     assert np.any(deg == 0)                                # empty rows
 
 
+@pytest.mark.parametrize("source", ORDER_SOURCES)
 @pytest.mark.parametrize("parts", [1, 2, 3])
-def test_degree_order_is_dealt_round_robin_across_devices(parts, rng):
-    from graphkern.expm.lanczos import CsrMatrix, DegreeOrder
+def test_degree_order_is_dealt_round_robin_across_devices(parts, source, rng):
     A = skewed_graph(rng, 3001, [900, 400, 400, 60])
     deg = np.diff(A.indptr)
-    by_degree = DegreeOrder(A.indptr).order
+    by_degree = np.argsort(-deg, kind="stable")
     assert np.all(np.diff(deg[by_degree]) <= 0)
-    o = DegreeOrder(A.indptr, parts)
-    assert np.array_equal(np.sort(o.order), np.arange(3001))
-    assert np.array_equal(o.inverse[o.order], np.arange(3001))
-    assert np.array_equal(o.indptr, np.concatenate([[0], np.cumsum(deg[o.order])]))
-    assert o.bounds[0] == 0 and o.bounds[-1] == 3001 and len(o.bounds) == parts + 1
-    assert np.all(np.abs(np.diff(o.bounds) - 3001 / parts) < 1)
-    block_nnz = np.diff(o.indptr[o.bounds])
+    order, inverse, indptr, bounds = _dealt_order(A.indptr, parts, source)
+    assert np.array_equal(np.sort(order), np.arange(3001))
+    assert np.array_equal(inverse[order], np.arange(3001))
+    assert np.array_equal(indptr, np.concatenate([[0], np.cumsum(deg[order])]))
+    assert bounds[0] == 0 and bounds[-1] == 3001 and len(bounds) == parts + 1
+    assert np.all(np.abs(np.diff(bounds) - 3001 / parts) < 1)
+    block_nnz = np.diff(indptr[bounds])
     assert block_nnz.max() - block_nnz.min() <= deg.max()  # each block gets every parts-th row by degree
     for p in range(parts):
-        block = o.order[o.bounds[p]:o.bounds[p + 1]]
+        block = order[bounds[p]:bounds[p + 1]]
         assert np.array_equal(block, by_degree[p::parts])  # its hubs first, degrees decreasing
-    # the device reorder of each block is that block of P A P^T, and exp is invariant
-    B = _reference_reordered(A, o.order)
+    # the device reorder of each block is that block of P A P^T
+    B = _reference_reordered(A, order)
     for p in range(parts):
-        part = _emulated_device_reorder(A, o, int(o.bounds[p]), int(o.bounds[p + 1]))
-        assert (part != B[o.bounds[p]:o.bounds[p + 1]]).nnz == 0
-    mat = CsrMatrix(A.indptr, A.indices.astype(np.int32), None)
-    assert mat.degree_order(parts) is mat.degree_order(parts)  # computed once per device count
-    if parts == 1:
-        assert np.array_equal(mat.degree_order(1).order, by_degree)
+        part = _emulated_device_reorder(A, order, inverse, indptr, int(bounds[p]), int(bounds[p + 1]))
+        assert (part != B[bounds[p]:bounds[p + 1]]).nnz == 0
 
 
 def _devices_available():
@@ -566,44 +590,44 @@ def _reference_reordered(A, order):
     return A[order][:, order].tocsr()
 
 
-def _emulated_device_reorder(A, deg_order, row0=0, row1=None):
+def _emulated_device_reorder(A, order, inverse, new_indptr, row0=0, row1=None):
     """What lanczos_permute_rows does, in NumPy: new row i (of [row0, row1)) takes old row order[i]
-    with its columns mapped through inverse, entries kept in their old order."""
+    with its columns mapped through inverse, entries kept in their old order (``new_indptr``: the
+    row pointers of P A P^T)."""
     row1 = A.shape[0] if row1 is None else row1
-    indptr = deg_order.indptr[row0:row1 + 1] - deg_order.indptr[row0]
+    indptr = new_indptr[row0:row1 + 1] - new_indptr[row0]
     indices = np.empty(int(indptr[-1]), dtype=np.int32)
     data = np.empty(int(indptr[-1]))
     for i in range(row1 - row0):
-        old = deg_order.order[row0 + i]
+        old = order[row0 + i]
         s0, s1 = A.indptr[old], A.indptr[old + 1]
-        indices[indptr[i]:indptr[i + 1]] = deg_order.inverse[A.indices[s0:s1]]
+        indices[indptr[i]:indptr[i + 1]] = inverse[A.indices[s0:s1]]
         data[indptr[i]:indptr[i + 1]] = A.data[s0:s1]
     return sp.csr_matrix((data, indices, indptr), shape=(row1 - row0, A.shape[0]))
 
 
 @pytest.mark.parametrize("weighted", [False, True])
 def test_degree_order_relabels_by_decreasing_degree_and_gives_p_a_pt(weighted, rng):
-    from graphkern.expm.lanczos import DegreeOrder
     A = skewed_graph(rng, 3000, [900, 400, 400, 60], weighted)
     deg = np.diff(A.indptr)
-    o = DegreeOrder(A.indptr)
-    assert o.order.dtype == np.int32 and o.inverse.dtype == np.int32
-    assert np.array_equal(np.sort(o.order), np.arange(3000))
-    assert np.array_equal(o.inverse[o.order], np.arange(3000))
-    new_deg = deg[o.order]
+    order, inverse, indptr = _degree_order_reference(A.indptr, 1)
+    assert order.dtype == np.int32 and inverse.dtype == np.int32
+    assert np.array_equal(np.sort(order), np.arange(3000))
+    assert np.array_equal(inverse[order], np.arange(3000))
+    new_deg = deg[order]
     assert np.all(np.diff(new_deg) <= 0)
     ties = np.flatnonzero(np.diff(new_deg) == 0)
-    assert np.all(o.order[ties] < o.order[ties + 1])  # stable: equal degrees keep their order
-    assert np.array_equal(o.indptr, np.concatenate([[0], np.cumsum(new_deg)]))
-    B = _reference_reordered(A, o.order)
+    assert np.all(order[ties] < order[ties + 1])  # stable: equal degrees keep their order
+    assert np.array_equal(indptr, np.concatenate([[0], np.cumsum(new_deg)]))
+    B = _reference_reordered(A, order)
     for row0, row1 in ((0, 3000), (0, 7), (7, 3000), (1200, 2990)):
-        part = _emulated_device_reorder(A, o, row0, row1)
+        part = _emulated_device_reorder(A, order, inverse, indptr, row0, row1)
         assert (part != B[row0:row1]).nnz == 0
     # exp is invariant: exp(P A P^T) P x = P exp(A) x, so y = y'[inverse]
     x = rng.standard_normal(3000)
     y, _ = expm_multiply(A, x, beta=0.05, backend="cpu")
-    y_new, _ = expm_multiply(B, x[o.order], beta=0.05, backend="cpu")
-    assert rel(y_new[o.inverse], y) <= 1e-12
+    y_new, _ = expm_multiply(B, x[order], beta=0.05, backend="cpu")
+    assert rel(y_new[inverse], y) <= 1e-12
 
 
 def test_auto_reorder_from_size_and_skew():

@@ -16,14 +16,13 @@ and added in chunk order, so every reduction is deterministic for a given chunki
 float32 or float64; dot products accumulate in float64.
 
 Around the solve: :func:`hash_words` (the matrix cache's content key), and the host passes of the
-GPU's setup: :func:`degree_order` (its vertex order), :func:`rowblock_tasks` (its SpMV plan) and
-:func:`rebased_indptr` (a device's row pointers), each a few parallel passes at memory speed.
+GPU's setup: :func:`rowblock_tasks` (its SpMV plan) and :func:`rebased_indptr` (a device's row
+pointers), each a few parallel passes at memory speed.
 """
 
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libc.math cimport INFINITY, fabs
-from libc.stdlib cimport qsort
 
 import numpy as np
 
@@ -38,9 +37,6 @@ ctypedef fused index_t:
 cdef enum:
     HASH_BLOCK = 65536  # words per parallel block of the hash
     ROWS_PER_BLOCK = 16384  # fewest rows per parallel block of the GPU setup's passes
-    DEGREE_BUCKETS = 4096  # degree_order counts degrees below this; longer rows are sorted apart
-
-COUNTED_DEGREES = DEGREE_BUCKETS
 
 
 def lanczos_spmv(const index_t[::1] indptr, const int32_t[::1] indices, const real[::1] values,
@@ -240,147 +236,8 @@ def hash_words(const uint64_t[::1] words, int n_threads):
 
 # ----------------------------------------------------------------------------- host passes of the GPU setup
 
-cdef struct RowDegree:
-    int64_t degree
-    int64_t row
-
-
-cdef int _by_decreasing_degree(const void* a, const void* b) noexcept nogil:
-    cdef const RowDegree* x = <const RowDegree*>a
-    cdef const RowDegree* y = <const RowDegree*>b
-    if x.degree != y.degree:
-        return -1 if x.degree > y.degree else 1
-    return -1 if x.row < y.row else (1 if x.row > y.row else 0)
-
-
-cdef inline int64_t _dealt(int64_t q, int64_t parts, int64_t per, int64_t extra) noexcept nogil:
-    """Where the q-th row by degree lands when the rows are dealt round robin to ``parts`` blocks
-    (block p lists rows p, p + parts, ... in order; the first ``extra`` blocks hold one row more)."""
-    cdef int64_t p = q % parts
-    return p * per + (p if p < extra else extra) + q // parts
-
-
 cdef Py_ssize_t _row_blocks(int64_t n, int n_threads) noexcept:
     return max(1, min(4 * n_threads, n // ROWS_PER_BLOCK))
-
-
-def degree_order(const index_t[::1] indptr, int64_t parts, int n_threads):
-    """The rows by decreasing degree, ties in row order, dealt round robin to ``parts`` blocks:
-    ``order`` (int32; ``order[i]`` is the old id of new row i), ``inverse`` (int32) and the row
-    pointers of the reordered matrix (int64).
-
-    A parallel stable counting sort: each block of rows counts its degrees below DEGREE_BUCKETS, the
-    counts give every (block, degree) its first position, and each block scatters its rows in row
-    order, so ties keep row order as in a sequential sort.  The few longer rows (at most
-    nnz / DEGREE_BUCKETS) are sorted apart and go first."""
-    cdef int64_t n = max(indptr.shape[0] - 1, 0)
-    cdef Py_ssize_t blocks = _row_blocks(n, n_threads), t, t2, c
-    cdef int64_t i, d, k, p, q, local, running, buckets, nbig
-    cdef int64_t per, extra
-    parts = max(parts, 1)
-    per, extra = n // parts, n % parts
-    order_arr = np.empty(n, dtype=np.int32)
-    inverse_arr = np.empty(n, dtype=np.int32)
-    new_indptr_arr = np.zeros(n + 1, dtype=np.int64)
-    sums_arr = np.zeros(blocks + 1, dtype=np.int64)
-    cdef int32_t[::1] order = order_arr
-    cdef int32_t[::1] inverse = inverse_arr
-    cdef int64_t[::1] new_indptr = new_indptr_arr
-    cdef int64_t[::1] sums = sums_arr
-    if n == 0:
-        return order_arr, inverse_arr, new_indptr_arr
-    buckets = min(degree_moments(indptr, n_threads)[2] + 1, DEGREE_BUCKETS)
-    counts_arr = np.zeros(blocks * buckets, dtype=np.int64)
-    totals_arr = np.zeros(buckets, dtype=np.int64)
-    cdef int64_t[::1] counts = counts_arr
-    cdef int64_t[::1] totals = totals_arr
-    # the degrees of each block of rows, and how many of its rows are longer
-    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
-        local = 0
-        for i in range(n * t // blocks, n * (t + 1) // blocks):
-            d = indptr[i + 1] - indptr[i]
-            if d < buckets:
-                counts[t * buckets + d] += 1
-            else:
-                local = local + 1
-        sums[t + 1] = local
-    sums[0] = 0
-    for t in range(blocks):
-        sums[t + 1] += sums[t]
-    nbig = sums[blocks]
-    # the first position of each (block, degree): degrees decreasing, then blocks in row order
-    cdef Py_ssize_t spans = max(1, min(4 * n_threads, buckets // 256))
-    for c in prange(spans, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=spans > 1):
-        for t2 in range(blocks):  # each block's counts are read along the degrees, in cache order
-            for d in range(buckets * c // spans, buckets * (c + 1) // spans):
-                k = counts[t2 * buckets + d]
-                counts[t2 * buckets + d] = totals[d]
-                totals[d] += k
-    # bucket d's first position (degrees decreasing) and, in one order, the entries before it
-    base_arr = np.zeros(buckets, dtype=np.int64)
-    cdef int64_t[::1] base = base_arr
-    cdef int64_t entries = <int64_t>indptr[n] - <int64_t>indptr[0]
-    for d in range(buckets):
-        entries -= totals[d] * d  # leaves the long rows' entries
-    running = nbig
-    for d in range(buckets - 1, -1, -1):
-        k = totals[d]
-        totals[d] = running
-        base[d] = entries
-        running += k
-        entries += k * d
-    for c in prange(spans, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=spans > 1):
-        for t2 in range(blocks):
-            for d in range(buckets * c // spans, buckets * (c + 1) // spans):
-                counts[t2 * buckets + d] += totals[d]
-    big_arr = np.zeros((max(nbig, 1), 2), dtype=np.int64)
-    cdef int64_t[:, ::1] big = big_arr
-    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
-        q = sums[t]
-        for i in range(n * t // blocks, n * (t + 1) // blocks):
-            d = indptr[i + 1] - indptr[i]
-            if d < buckets:
-                p = counts[t * buckets + d]
-                counts[t * buckets + d] = p + 1
-                if parts > 1:
-                    p = _dealt(p, parts, per, extra)
-                    new_indptr[p + 1] = d
-                order[p] = <int32_t>i
-                inverse[i] = <int32_t>p
-            else:
-                big[q, 0] = d
-                big[q, 1] = i
-                q = q + 1
-    with nogil:
-        if nbig:
-            qsort(&big[0, 0], nbig, sizeof(RowDegree), _by_decreasing_degree)
-        for q in range(nbig):
-            p = _dealt(q, parts, per, extra)
-            order[p] = <int32_t>big[q, 1]
-            inverse[big[q, 1]] = <int32_t>p
-            new_indptr[p + 1] = big[q, 0] + (new_indptr[p] if parts == 1 else 0)
-    if parts == 1:  # the row pointers of each run of one degree, an arithmetic sequence
-        for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
-            d = buckets - 1
-            for i in range(nbig + (n - nbig) * t // blocks, nbig + (n - nbig) * (t + 1) // blocks):
-                while d > 0 and totals[d - 1] <= i:
-                    d = d - 1
-                new_indptr[i + 1] = base[d] + (i - totals[d] + 1) * d
-        return order_arr, inverse_arr, new_indptr_arr
-    # dealt: a parallel prefix sum of the degrees in their new places
-    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
-        local = 0
-        for i in range(n * t // blocks + 1, n * (t + 1) // blocks + 1):
-            local = local + new_indptr[i]
-        sums[t + 1] = local
-    for t in range(blocks):
-        sums[t + 1] += sums[t]
-    for t in prange(blocks, nogil=True, schedule="static", num_threads=n_threads, use_threads_if=blocks > 1):
-        local = sums[t]
-        for i in range(n * t // blocks + 1, n * (t + 1) // blocks + 1):
-            local = local + new_indptr[i]
-            new_indptr[i] = local
-    return order_arr, inverse_arr, new_indptr_arr
 
 
 cdef inline int64_t _next_target(const index_t* indptr, int64_t r, int64_t cost) noexcept nogil:

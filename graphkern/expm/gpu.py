@@ -155,7 +155,7 @@ class GpuLanczos:
         self.task_grid = task_grid
         t0 = time.perf_counter()
         self.res, self.reused = residency(mat, self.devices, reorder, variant)
-        self.order = self.res.order  # a DegreeOrder, or None
+        self.order = self.res.order  # a DeviceOrder, or None
         self.res.active = (self.dtype, variant)
         self.shares = [_Share(self.res, r, mat, self.dtype, variant, self.cap, self.ring_size, task_grid)
                        for r in self.res.rows]

@@ -70,7 +70,7 @@ class CsrMatrix:
     with ``beta / scale``, so that no norm overflows or underflows."""
 
     __slots__ = ("indptr", "indices", "weights", "n", "scale", "magnitudes", "_anorm", "_degree_stats", "_values",
-                 "_chunks", "_degree_order", "gpu", "pending_check", "__weakref__")
+                 "_chunks", "gpu", "pending_check", "__weakref__")
 
     def __init__(self, indptr, indices, weights, magnitudes=None, pending_check=None):
         """``magnitudes``: ``(smallest nonzero |w|, largest |w|)`` of ``weights`` where the caller
@@ -97,7 +97,6 @@ class CsrMatrix:
         self._degree_stats = None
         self._values = {}
         self._chunks = {}
-        self._degree_order = {}
         self.gpu = {}
 
     def require_checked(self):
@@ -149,13 +148,6 @@ class CsrMatrix:
             bounds = self._chunks[parts] = row_chunks(self.indptr, parts)
         return bounds
 
-    def degree_order(self, parts=1):
-        """:class:`DegreeOrder` of this matrix for ``parts`` devices, computed once per ``parts``."""
-        order = self._degree_order.get(parts)
-        if order is None:
-            order = self._degree_order[parts] = DegreeOrder(self.indptr, parts)
-        return order
-
     def inf_norm(self, n_threads):
         """``||scale A||_inf`` (max absolute row sum), an upper bound of its spectral radius."""
         if self._anorm is None:
@@ -168,40 +160,6 @@ class CsrMatrix:
                 self._anorm = cpu.max_abs_row_sum(self.indptr, self.weights, self.scale, self.chunks(n_threads),
                                                   n_threads)
         return self._anorm
-
-
-class DegreeOrder:
-    """Vertices relabelled by decreasing degree (ties in the original order), on the host: the
-    permutation of the GPU solver's reordered operator ``A' = P A P^T``, which the devices build
-    themselves (graphkern.expm.order); the benchmark reorders its CuPy peer with this one.
-
-    ``order[i]`` is the old id of new vertex i, ``inverse[j]`` the new id of old vertex j (both
-    int32), ``indptr`` A''s row pointers (int64).  ``seconds``: host time spent building them.
-    Since exp(beta P A P^T) P x = P exp(beta A) x, a solve on A' with x' = x[order] gives
-    y = y'[inverse]; Lanczos on A' and x' makes the same coefficients up to rounding.
-
-    ``parts`` > 1 (several devices, each taking one contiguous block of rows, ``bounds``): the
-    vertices in decreasing degree are dealt round robin to the parts, and each part's block lists
-    its share in decreasing degree.  Cutting the plain degree order into blocks of equal nonzeros
-    would give the first device every hub (few long rows) and the last the millions of short rows:
-    different kernels' costs, most of the update and most of the vector exchange on one device.
-    Dealt, every block has the same mix of row lengths -- about n/parts rows and nnz/parts
-    nonzeros -- so equal blocks take equal time whatever the SpMV variant, and each block's hubs
-    still sit together at its start, where their entries of x share a few cache lines.
-    """
-
-    __slots__ = ("order", "inverse", "indptr", "bounds", "seconds")
-
-    def __init__(self, indptr, parts=1):
-        from graphkern._cpu import expm as cpu
-        t0 = time.perf_counter()
-        n = len(indptr) - 1
-        parts = max(1, int(parts))
-        # stable: equal degrees keep their relative order, so the permutation is deterministic
-        self.order, self.inverse, self.indptr = cpu.degree_order(np.ascontiguousarray(indptr), parts,
-                                                                 resolve_threads(None))
-        self.bounds = dealt_bounds(n, parts)
-        self.seconds = time.perf_counter() - t0
 
 
 def dealt_bounds(n, parts):

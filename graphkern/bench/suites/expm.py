@@ -325,7 +325,7 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
     cupy_row = None
     if on_gpu and cupy is not None:
         cupy_row = _peer(record, "cupy lanczos (cuSPARSE)", _cupy_peer, cupy, G, beta, args.tol, reps, record,
-                         _matrix(G).degree_order())
+                         _by_decreasing_degree(G.indptr))
     elif on_gpu:
         rows.append(dict(base, method="cupy lanczos (cuSPARSE)", note=f"skipped: {cupy_reason}"))
 
@@ -563,8 +563,9 @@ def _scipy_krylov(A, x, beta, tol, budget, record):
 def _cupy_peer(cupy, G, beta, tol, repeat, record, order=None):
     """The same Lanczos (recurrence, check points, stopping rule, host coefficients) with CuPy
     vectors and cuSPARSE SpMV (cupyx csr @ vector); timed warm (A on the device) and as a first
-    call (building the cuSPARSE matrix from the host arrays, then one solve).  With ``order`` (a
-    DegreeOrder) cuSPARSE's SpMV is also timed on P A P^T, built on the device from that order."""
+    call (building the cuSPARSE matrix from the host arrays, then one solve).  With ``order`` (of
+    :func:`_by_decreasing_degree`) cuSPARSE's SpMV is also timed on P A P^T, built on the device
+    from that order."""
     import cupyx.scipy.sparse as csp
 
     from graphkern._cuda import runtime as rt
@@ -631,7 +632,7 @@ def _cupy_peer(cupy, G, beta, tol, repeat, record, order=None):
     reordered_us = None
     if order is not None:
         q = cupy.asarray(np.random.default_rng(0).standard_normal(n))
-        ref = cupy.asarray(order.order)
+        ref = cupy.asarray(order[0])
         expected = (A @ q)[ref]
         A = _reordered_on_device(cupy, A, order)
         q_new = q[ref]
@@ -645,20 +646,34 @@ def _cupy_peer(cupy, G, beta, tol, repeat, record, order=None):
                   spmv_alone_us=1e6 * alone.median, spmv_alone_reordered_us=reordered_us, note=note)
 
 
+def _by_decreasing_degree(indptr):
+    """The vertex order of graphkern's degree-ordered SpMV on one device (graphkern.expm.order.
+    DeviceOrder), by NumPy: ``order[i]``, the old id of new vertex i, the vertices sorted stably by
+    decreasing degree (ties in vertex order); ``inverse[j]``, the new id of old vertex j (both
+    int32); and the row pointers of P A P^T (int64)."""
+    degree = np.diff(np.asarray(indptr, dtype=np.int64))
+    order = np.argsort(-degree, kind="stable").astype(np.int32)
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order), dtype=np.int32)
+    return order, inverse, np.concatenate([[0], np.cumsum(degree[order])]).astype(np.int64)
+
+
 def _reordered_on_device(cupy, A, order):
-    """P A P^T of a CuPy CSR matrix for a DegreeOrder: new row i is old row order[i], old column j
-    becomes inverse[j]; columns sorted per row (cuSPARSE's best case)."""
+    """P A P^T of a CuPy CSR matrix for :func:`_by_decreasing_degree`'s ``(order, inverse, indptr)``:
+    new row i is old row order[i], old column j becomes inverse[j]; columns sorted per row
+    (cuSPARSE's best case)."""
     import cupyx.scipy.sparse as csp
 
+    old_of_new, new_of_old, reordered_indptr = order
     n = A.shape[0]
-    new_indptr = cupy.asarray(order.indptr)
-    nnz = int(order.indptr[-1])
+    new_indptr = cupy.asarray(reordered_indptr)
+    nnz = int(reordered_indptr[-1])
     entry = cupy.arange(nnz, dtype=cupy.int64)
     row = cupy.searchsorted(new_indptr, entry, side="right") - 1
-    old_start = A.indptr.astype(cupy.int64)[cupy.asarray(order.order)]
+    old_start = A.indptr.astype(cupy.int64)[cupy.asarray(old_of_new)]
     src = old_start[row] + (entry - new_indptr[row])
     del entry, row, old_start
-    indices = cupy.asarray(order.inverse)[A.indices[src]]
+    indices = cupy.asarray(new_of_old)[A.indices[src]]
     B = csp.csr_matrix((A.data[src], indices, new_indptr.astype(cupy.int32)), shape=(n, n))
     del src, indices
     B.sort_indices()
