@@ -1,5 +1,5 @@
 // Lanczos for f(beta A) x on the GPU: fused SpMV variants, the vector update, device reductions,
-// the final basis combination and the output scaling (driven by graphkern/_expm_gpu.py).
+// the final basis combination and the output scaling (driven by graphkern/expm/gpu.py).
 //
 // Conventions shared with the CPU kernels (graphkern/_cpu/expm.pyx):
 // * Lanczos vectors are stored unnormalised, w_k = beta_{k-1} q_k, with q_k = rscale_k * w_k, so that
@@ -694,10 +694,10 @@ DEFINE_VECTOR_KERNELS(float, f32)
 DEFINE_VECTOR_KERNELS(double, f64)
 
 // ------------------------------------------------------------------------------- locality reordering
-// The operator of a skewed graph may be relabelled by decreasing degree (graphkern/_expm_gpu.py:
-// DegreeOrder): A' = P A P^T with new row i = old row order[i] and old column j = new column
-// inverse[j].  The host computes order, inverse and A''s row pointers (O(n)); these kernels move the
-// nonzeros, so the host never passes over them.
+// The operator of a skewed graph may be relabelled by decreasing degree (graphkern.expm.order.
+// DeviceOrder): A' = P A P^T with new row i = old row order[i] and old column j = new column
+// inverse[j].  The device builds order, inverse and A''s row pointers (expm_order.cuh); these
+// kernels move the nonzeros, so the host never passes over them.
 
 #include "expm_order.cuh"
 

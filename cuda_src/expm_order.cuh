@@ -1,7 +1,6 @@
 // The degree order of A, built on the device from A's row pointers as uploaded (int64): the rows by
-// decreasing degree, ties in row order, dealt round robin to `parts` blocks (graphkern.expm.lanczos.
-// DegreeOrder is the host's version of the same permutation; graphkern.expm.device.DeviceOrder
-// launches these kernels).  A stable counting sort:
+// decreasing degree, ties in row order, dealt round robin to `parts` blocks (graphkern.expm.order.
+// DeviceOrder launches these kernels).  A stable counting sort:
 //   degree_order_count     each tile of rows counts its degrees below `buckets`; longer ("big") rows
 //                          leave a key (degree, row) in a list instead;
 //   degree_order_tiles     per degree, the tiles' counts become each tile's first place within it;

@@ -27,8 +27,8 @@ SCAN_CHUNK = BLOCK * 16
 
 
 class DeviceOrder:
-    """A's degree order (the permutation of :class:`~graphkern.expm.lanczos.DegreeOrder`) on the
-    device of ``upload`` (a graphkern.expm.device._SourceUpload: its row pointers are there, its
+    """A's degree order (the rows by decreasing degree, ties in row order, dealt round robin to
+    ``parts`` blocks) on the device of ``upload`` (a graphkern.expm.device._SourceUpload: its row pointers are there, its
     entries may still be crossing), and
     block ``index`` of ``parts``: its ``nnz``, pointer type and row pointers from 0 (``indptr_dev``).
 
