@@ -22,7 +22,7 @@ the seed only, not on the thread count.
 
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint64_t
-from libc.stdlib cimport free, malloc, qsort
+from libc.stdlib cimport calloc, free, qsort
 
 from graphkern._cpu.pbr_bisect cimport (INPUT_SLACK_PERCENT, MAX_REFINE_PASSES, N_RESTARTS, NET_WEIGHT, PBR_PART,
                                         REFINE_STOP, RESTART_BUDGET, Work, bfs_farthest, identity_order,
@@ -74,13 +74,6 @@ cdef void reverse_cuthill_mckee(Work* w) noexcept nogil:
 
 
 # ---------------------------------------------------------------- K-way refinement on octiles
-
-cdef void assign_parts(Work* w) noexcept nogil:
-    cdef int64_t i
-    for i in range(w.n):
-        w.pos[w.order[i]] = <int32_t>i
-        w.part[w.order[i]] = <int32_t>(i // PBR_PART)
-
 
 cdef int32_t load_row(Work* w, int32_t p, int32_t* row, int32_t* touched) noexcept nogil:
     """Edge counts from part ``p`` to every part into ``row``; returns how many parts it touches."""
@@ -283,10 +276,13 @@ cdef void refine_kway(Work* w) noexcept nogil:
 
 
 cdef int64_t joined_pairs(Work* w) noexcept nogil:
-    """Unordered pairs of distinct parts joined by an edge (= off-diagonal octiles / 2)."""
-    cdef int32_t a, i, n_touched
-    cdef int64_t total = 0
-    assign_parts(w)
+    """Unordered pairs of distinct parts joined by an edge (= off-diagonal octiles / 2), once
+    ``part`` and ``pos`` are set from ``order``."""
+    cdef int32_t a, n_touched
+    cdef int64_t i, total = 0
+    for i in range(w.n):
+        w.pos[w.order[i]] = <int32_t>i
+        w.part[w.order[i]] = <int32_t>(i // PBR_PART)
     for a in range(w.n_parts):
         n_touched = load_row(w, a, w.row_a, w.touched_row_a)
         for i in range(n_touched):
@@ -343,7 +339,7 @@ cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* i
     nbytes = ((2 * (n_parts + 2) + maxdeg + 1) * sizeof(int64_t)
               + (13 * <int64_t>n + 9 * n_parts + 2 * w.bucket_span + critical_span) * sizeof(int32_t)
               + 2 * <int64_t>n + 2 * n_parts)
-    block = <char*>malloc(nbytes)
+    block = <char*>calloc(nbytes, 1)  # zero: the pin counts, marks, rows, masks and tallies start empty
     if block == NULL:
         return NULL
     w.stack = <int64_t*>block
@@ -379,15 +375,7 @@ cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* i
     w.active_next = w.active_now + n_parts
     for i in range(n):
         w.where[i] = -1
-        w.cnt0[i] = 0
-        w.cnt1[i] = 0
-        w.mark[i] = 0
-        w.inb[i] = 0
     for i in range(n_parts):
-        w.row_a[i] = 0
-        w.row_b[i] = 0
-        w.member_mask[i] = 0
-        w.tally[i] = 0
         w.part_size[i] = PBR_PART
     w.part_size[n_parts - 1] = <int32_t>(n - (n_parts - 1) * PBR_PART)
     for i in range(2 * w.bucket_span):
