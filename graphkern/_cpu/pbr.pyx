@@ -40,7 +40,7 @@ cdef void reverse_cuthill_mckee(Work* w) noexcept nogil:
     component, neighbours by ascending degree, then reversed.  Narrow bands tile grids
     well, where bisection's ragged parts do not."""
     cdef int64_t head = 0, tail = 0, k, m, i
-    cdef int32_t v, x, start, t
+    cdef int32_t v, x, start
     for i in range(w.n):
         w.where[i] = 0  # bfs_farthest walks vertices with where >= 0
         w.part[i] = -1  # not yet placed
@@ -66,9 +66,7 @@ cdef void reverse_cuthill_mckee(Work* w) noexcept nogil:
                 w.order[tail] = <int32_t>(w.sort_keys[k] & <int64_t>0x7FFFFFFF)
                 tail += 1
     for i in range(w.n // 2):
-        t = w.order[i]
-        w.order[i] = w.order[w.n - 1 - i]
-        w.order[w.n - 1 - i] = t
+        w.order[i], w.order[w.n - 1 - i] = w.order[w.n - 1 - i], w.order[i]
     for i in range(w.n):
         w.where[i] = -1
 
@@ -237,7 +235,6 @@ cdef void refine_kway(Work* w) noexcept nogil:
     cdef int32_t a, b, idx, n_nbr, rounds
     cdef int passes = 0
     cdef int64_t pairs = joined_pairs(w), removed, pass_removed = pairs
-    cdef char* swap_tmp
     for a in range(n_parts):
         w.active_now[a] = 1
         w.active_next[a] = 0
@@ -268,9 +265,7 @@ cdef void refine_kway(Work* w) noexcept nogil:
                     clear_row(w.row_a, w.touched_row_a, w.n_touched_row_a)
                     w.n_touched_row_a = load_row(w, a, w.row_a, w.touched_row_a)
             clear_row(w.row_a, w.touched_row_a, w.n_touched_row_a)
-        swap_tmp = w.active_now
-        w.active_now = w.active_next
-        w.active_next = swap_tmp
+        w.active_now, w.active_next = w.active_next, w.active_now
         for a in range(n_parts):
             w.active_next[a] = 0
 
@@ -413,14 +408,12 @@ cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint6
     for k in range(n_restarts + 2):
         if k < n_restarts:
             recursive_bisection(&w)
-            refine_kway(&w)
+        elif k == n_restarts:
+            identity_order(&w)
         else:
-            if k == n_restarts:
-                identity_order(&w)
-            else:
-                reverse_cuthill_mckee(&w)
-            if joined_pairs(&w) * 100 <= best_pairs * INPUT_SLACK_PERCENT:
-                refine_kway(&w)
+            reverse_cuthill_mckee(&w)
+        if k < n_restarts or joined_pairs(&w) * 100 <= best_pairs * INPUT_SLACK_PERCENT:
+            refine_kway(&w)
         pairs = joined_pairs(&w)
         cut = joined_cut(&w)
         if best_pairs < 0 or pairs < best_pairs or (pairs == best_pairs and cut < best_cut):
