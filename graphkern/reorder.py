@@ -61,11 +61,6 @@ def _as_graph(G, name):
     return Graph(A.indptr, A.indices, validate=False)
 
 
-def _graph_seeds(seed, n_graphs):
-    """One independent 64-bit stream per graph, so results do not depend on the thread count."""
-    return np.random.SeedSequence(seed).generate_state(max(n_graphs, 1), dtype=np.uint64)[:n_graphs]
-
-
 def _pbr_batch(graphs, seed, n_threads, *, return_pairs=False):
     """PBR orders of ``graphs`` (and the joined part pairs each reached)."""
     from graphkern._cpu import pbr
@@ -74,9 +69,10 @@ def _pbr_batch(graphs, seed, n_threads, *, return_pairs=False):
     offsets = packed.node_offsets.astype(np.int64)
     perms = np.empty(int(offsets[-1]), dtype=np.int64)
     pairs = np.empty(len(graphs), dtype=np.int64)
+    # one independent 64-bit stream per graph, so results do not depend on the thread count
+    seeds = np.random.SeedSequence(seed).generate_state(max(len(graphs), 1), dtype=np.uint64)[:len(graphs)]
     pbr.pbr_many(offsets, packed.indptr.astype(np.int64, copy=False), packed.entry_offsets.astype(np.int64),
-                 packed.indices.astype(np.int32, copy=False), _graph_seeds(seed, len(graphs)), perms, pairs,
-                 n_threads=n_threads)
+                 packed.indices.astype(np.int32, copy=False), seeds, perms, pairs, n_threads=n_threads)
     out = [perms[offsets[g]:offsets[g + 1]] for g in range(len(graphs))]
     return (out, pairs) if return_pairs else out
 

@@ -22,7 +22,7 @@ the seed only, not on the thread count.
 
 from cython.parallel cimport prange
 from libc.stdint cimport int32_t, int64_t, uint64_t
-from libc.stdlib cimport free, malloc, qsort
+from libc.stdlib cimport calloc, free, qsort
 
 from graphkern._cpu.pbr_bisect cimport (INPUT_SLACK_PERCENT, MAX_REFINE_PASSES, N_RESTARTS, NET_WEIGHT, PBR_PART,
                                         REFINE_STOP, RESTART_BUDGET, Work, bfs_farthest, identity_order,
@@ -40,7 +40,7 @@ cdef void reverse_cuthill_mckee(Work* w) noexcept nogil:
     component, neighbours by ascending degree, then reversed.  Narrow bands tile grids
     well, where bisection's ragged parts do not."""
     cdef int64_t head = 0, tail = 0, k, m, i
-    cdef int32_t v, x, start, t
+    cdef int32_t v, x, start
     for i in range(w.n):
         w.where[i] = 0  # bfs_farthest walks vertices with where >= 0
         w.part[i] = -1  # not yet placed
@@ -66,21 +66,12 @@ cdef void reverse_cuthill_mckee(Work* w) noexcept nogil:
                 w.order[tail] = <int32_t>(w.sort_keys[k] & <int64_t>0x7FFFFFFF)
                 tail += 1
     for i in range(w.n // 2):
-        t = w.order[i]
-        w.order[i] = w.order[w.n - 1 - i]
-        w.order[w.n - 1 - i] = t
+        w.order[i], w.order[w.n - 1 - i] = w.order[w.n - 1 - i], w.order[i]
     for i in range(w.n):
         w.where[i] = -1
 
 
 # ---------------------------------------------------------------- K-way refinement on octiles
-
-cdef void assign_parts(Work* w) noexcept nogil:
-    cdef int64_t i
-    for i in range(w.n):
-        w.pos[w.order[i]] = <int32_t>i
-        w.part[w.order[i]] = <int32_t>(i // PBR_PART)
-
 
 cdef int32_t load_row(Work* w, int32_t p, int32_t* row, int32_t* touched) noexcept nogil:
     """Edge counts from part ``p`` to every part into ``row``; returns how many parts it touches."""
@@ -244,7 +235,6 @@ cdef void refine_kway(Work* w) noexcept nogil:
     cdef int32_t a, b, idx, n_nbr, rounds
     cdef int passes = 0
     cdef int64_t pairs = joined_pairs(w), removed, pass_removed = pairs
-    cdef char* swap_tmp
     for a in range(n_parts):
         w.active_now[a] = 1
         w.active_next[a] = 0
@@ -275,18 +265,19 @@ cdef void refine_kway(Work* w) noexcept nogil:
                     clear_row(w.row_a, w.touched_row_a, w.n_touched_row_a)
                     w.n_touched_row_a = load_row(w, a, w.row_a, w.touched_row_a)
             clear_row(w.row_a, w.touched_row_a, w.n_touched_row_a)
-        swap_tmp = w.active_now
-        w.active_now = w.active_next
-        w.active_next = swap_tmp
+        w.active_now, w.active_next = w.active_next, w.active_now
         for a in range(n_parts):
             w.active_next[a] = 0
 
 
 cdef int64_t joined_pairs(Work* w) noexcept nogil:
-    """Unordered pairs of distinct parts joined by an edge (= off-diagonal octiles / 2)."""
-    cdef int32_t a, i, n_touched
-    cdef int64_t total = 0
-    assign_parts(w)
+    """Unordered pairs of distinct parts joined by an edge (= off-diagonal octiles / 2), once
+    ``part`` and ``pos`` are set from ``order``."""
+    cdef int32_t a, n_touched
+    cdef int64_t i, total = 0
+    for i in range(w.n):
+        w.pos[w.order[i]] = <int32_t>i
+        w.part[w.order[i]] = <int32_t>(i // PBR_PART)
     for a in range(w.n_parts):
         n_touched = load_row(w, a, w.row_a, w.touched_row_a)
         for i in range(n_touched):
@@ -343,7 +334,7 @@ cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* i
     nbytes = ((2 * (n_parts + 2) + maxdeg + 1) * sizeof(int64_t)
               + (13 * <int64_t>n + 9 * n_parts + 2 * w.bucket_span + critical_span) * sizeof(int32_t)
               + 2 * <int64_t>n + 2 * n_parts)
-    block = <char*>malloc(nbytes)
+    block = <char*>calloc(nbytes, 1)  # zero: the pin counts, marks, rows, masks and tallies start empty
     if block == NULL:
         return NULL
     w.stack = <int64_t*>block
@@ -379,15 +370,7 @@ cdef char* work_init(Work* w, int32_t n, const int64_t* indptr, const int32_t* i
     w.active_next = w.active_now + n_parts
     for i in range(n):
         w.where[i] = -1
-        w.cnt0[i] = 0
-        w.cnt1[i] = 0
-        w.mark[i] = 0
-        w.inb[i] = 0
     for i in range(n_parts):
-        w.row_a[i] = 0
-        w.row_b[i] = 0
-        w.member_mask[i] = 0
-        w.tally[i] = 0
         w.part_size[i] = PBR_PART
     w.part_size[n_parts - 1] = <int32_t>(n - (n_parts - 1) * PBR_PART)
     for i in range(2 * w.bucket_span):
@@ -425,14 +408,12 @@ cdef int pbr_one(int32_t n, const int64_t* indptr, const int32_t* indices, uint6
     for k in range(n_restarts + 2):
         if k < n_restarts:
             recursive_bisection(&w)
-            refine_kway(&w)
+        elif k == n_restarts:
+            identity_order(&w)
         else:
-            if k == n_restarts:
-                identity_order(&w)
-            else:
-                reverse_cuthill_mckee(&w)
-            if joined_pairs(&w) * 100 <= best_pairs * INPUT_SLACK_PERCENT:
-                refine_kway(&w)
+            reverse_cuthill_mckee(&w)
+        if k < n_restarts or joined_pairs(&w) * 100 <= best_pairs * INPUT_SLACK_PERCENT:
+            refine_kway(&w)
         pairs = joined_pairs(&w)
         cut = joined_cut(&w)
         if best_pairs < 0 or pairs < best_pairs or (pairs == best_pairs and cut < best_cut):

@@ -301,11 +301,9 @@ cdef double walk(edge_tag* tag, const BatchView* A, int64_t ga, const BatchView*
 
 cdef inline void order_pair(const BatchView** A, int64_t* ga, const BatchView** B, int64_t* gb) noexcept nogil:
     """Make A[ga] the graph with more paths: it is the outer (parallel) loop of the walk."""
-    cdef const BatchView* t
-    cdef int64_t g
     if n_paths(B[0], gb[0]) > n_paths(A[0], ga[0]):
-        t = A[0]; A[0] = B[0]; B[0] = t
-        g = ga[0]; ga[0] = gb[0]; gb[0] = g
+        A[0], B[0] = B[0], A[0]
+        ga[0], gb[0] = gb[0], ga[0]
 
 
 cdef double pair_value(edge_tag* tag, const BatchView* A, int64_t ga, const BatchView* B, int64_t gb,

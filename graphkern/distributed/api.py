@@ -193,7 +193,7 @@ class _Run:
             raise
 
     def raw_tiles(self, plan, remote_sink, sink, X, Y, weights):
-        tiles = plan.by_cost([t for t in plan.tiles() if sink.state(t) == MISSING], *weights)
+        tiles = plan.by_cost([t for t in plan.tiles() if sink.states[t.ti, t.tj] == MISSING], *weights)
         Xf, Yf = self.graphs("X", X), self.graphs("Y", Y)
         t0 = time.perf_counter()
 
@@ -241,7 +241,7 @@ class _Run:
             else:
                 dx, dy = self.diagonal(plan, X, "X"), self.diagonal(plan, Y, "Y")
             sink.save_diagonals(dx, dy)
-        tiles = [t for t in plan.tiles() if sink.state(t) == RAW]
+        tiles = [t for t in plan.tiles() if sink.states[t.ti, t.tj] == RAW]
         if not remote:
             for t in tiles:
                 sink.write(t, normalized(sink.read(t), dx[t.i0:t.i1], dy[t.j0:t.j1], dtype), NORMALIZED)
@@ -262,9 +262,6 @@ class _NumpySink:
         self.K = np.empty(plan.shape, dtype=dtype)
         self.states = np.zeros(plan.grid, dtype=np.uint8)
         self._diag = (None, None)
-
-    def state(self, t):
-        return self.states[t.ti, t.tj]
 
     def read(self, t):
         return self.K[t.i0:t.i1, t.j0:t.j1]
@@ -291,9 +288,6 @@ class _ZarrResult(ZarrSink):
     def __init__(self, store, states):
         super().__init__(store)
         self.states = states
-
-    def state(self, t):
-        return self.states[t.ti, t.tj]
 
     def write(self, t, K, state):
         super().write(t, K, state)

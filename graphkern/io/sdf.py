@@ -41,8 +41,6 @@ _KEYS = np.array([k for k, _ in _SYMBOL_KEYS], dtype=np.int64)
 _NUMBERS = np.array([z for _, z in _SYMBOL_KEYS], dtype=np.int64)
 # a file is cut into pieces of at least this many bytes for the threads
 _PIECE_BYTES = 1 << 22
-_PIECE_ARRAYS = ("n_atoms", "nnz", "spans", "element", "charge", "coords", "indptr", "indices", "bond_order",
-                 "weights")
 _V3000 = "V3000 molfiles are not supported; convert the file to V2000 (RDKit and Open Babel can)"
 
 
@@ -128,8 +126,9 @@ def _parse(data, hydrogens, distance_weights, threads):
     bad = next((k for k, (_, problem) in enumerate(pieces) if problem is not None), len(pieces) - 1)
     if bad < len(pieces) - 1:
         pieces[bad:] = [parse(bad, len(data))]
-    arrays = {key: None if pieces[0][0][key] is None else np.concatenate([a[key] for a, _ in pieces])
-              for key in _PIECE_ARRAYS}
+    # every array the parser returns, the line count aside
+    arrays = {key: None if first is None else np.concatenate([a[key] for a, _ in pieces])
+              for key, first in pieces[0][0].items() if key != "lines"}
     arrays["spans"] += np.repeat(cuts[:len(pieces)], [len(a["spans"]) for a, _ in pieces])[:, None]
     for value in arrays.values():
         if value is not None:

@@ -26,18 +26,13 @@ def _rdkit_chem():
     return Chem
 
 
-def _bond_order(Chem):
-    """RDKit's bond types as the MDL bond-type codes of the SDF reader (1, 2, 3, 4 = aromatic)."""
-    kinds = Chem.BondType
-    return {kinds.SINGLE: 1, kinds.DOUBLE: 2, kinds.TRIPLE: 3, kinds.AROMATIC: 4}
-
-
 def from_rdkit(mol, *, name=None):
     """An RDKit ``Mol`` as a graph, with the atoms and bonds it holds (hydrogens as it has them)."""
     Chem = _rdkit_chem()
     if not isinstance(mol, Chem.Mol):
         raise TypeError(f"mol must be an RDKit Mol, got {type(mol).__name__}")
-    order_of = _bond_order(Chem)
+    kinds = Chem.BondType  # as the MDL bond-type codes of the SDF reader
+    order_of = {kinds.SINGLE: 1, kinds.DOUBLE: 2, kinds.TRIPLE: 3, kinds.AROMATIC: 4}
     atoms = mol.GetAtoms()
     node_labels = {
         "element": np.array([a.GetAtomicNum() for a in atoms], dtype=np.int64),

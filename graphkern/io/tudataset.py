@@ -229,7 +229,6 @@ def _write_label_files(folder, name, what, graphs):
 
 
 def _write_rows(path, table):
-    table = np.asarray(table)
     table = table.reshape(len(table), -1)
     fmt = "%d" if np.issubdtype(table.dtype, np.integer) else "%.17g"
     np.savetxt(path, table, fmt=fmt, delimiter=", ")
