@@ -128,7 +128,7 @@ import scipy.sparse as sp
 
 from graphkern._backend import finite_real, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._progress import Progress
-from graphkern.expm.cache import MatrixCache
+from graphkern.expm.cache import MatrixCache, already_checked
 from graphkern.expm.lanczos import (BREAKDOWN_ULPS, CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold,
                                     finish_on_host, run_lanczos)
 from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_variant
@@ -292,15 +292,13 @@ def clear_cache(A=None):
     from graphkern.expm.device import release_all
     with _gpu_lock:
         if A is None:
-            for mat in _matrices.values():
+            for mat in _matrices.clear():
                 mat.gpu.clear()
-            _matrices.clear()
             release_all()
         else:
-            mat = _matrices.peek(A)
+            mat = _matrices.discard(A)
             if mat is not None:
                 mat.gpu.clear()
-            _matrices.discard(A)
 
 
 def cache_info():
@@ -344,7 +342,7 @@ def _validate(A, n_threads, device_check=False):
         if not math.isfinite(magnitudes[1]):
             bad = int(np.flatnonzero(~np.isfinite(weights))[0])
             raise ValueError(f"A has a non-finite value ({weights[bad]}) at stored entry {bad}")
-    check = None if pending is None else (lambda: (pending() or _no_check)())
+    check = None if pending is None else (lambda: (pending() or already_checked)())
     return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights, magnitudes, check)
 
 
@@ -353,10 +351,6 @@ def _lookup(A, n_threads=1):
     mat, cached = _matrices.get(A, lambda A: _validate(A, n_threads), n_threads)
     mat.require_checked()
     return mat, cached
-
-
-def _no_check():
-    return True
 
 
 def _matrix(A):
@@ -429,7 +423,7 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     if backend == "gpu":  # a cached A's content is hashed on the host while the device solves
         mat, cached, unchanged = _matrices.get_speculative(A, lambda A: _validate(A, n_threads, True), n_threads)
     else:
-        (mat, cached), unchanged = _lookup(A, n_threads), _no_check
+        (mat, cached), unchanged = _lookup(A, n_threads), already_checked
     validate_seconds = time.perf_counter() - t_start
     n = mat.n
     x_unit, peak, unit_norm = _start_vector(x, n)
