@@ -1,18 +1,12 @@
-"""The matrix cache of graphkern.expm: a validated CSR per user matrix, reused while its content is unchanged.
+"""The matrix cache of graphkern.expm: a validated CSR per user matrix, reused while its content is
+unchanged (why, and what a caller sees: graphkern.expm.api, Caching).
 
-Validating a scipy.sparse input (symmetry, finiteness) and converting it costs several passes over
-its nonzeros, and the GPU solver hangs A's device copy and SpMV plans on the validated matrix
-(graphkern.expm.device); both are worth keeping across calls on the same matrix.
-
-An entry belongs to the user's object (a :class:`graphkern.Graph` or a scipy.sparse matrix) and
-holds only a weak reference to it: when the object is collected, the entry and everything hanging
-on it (device memory included) go with it.  A lookup hits only when the object, the identity of
-each backing array, the layout (format, shape, dtypes) and the content are those the entry was
-built from.  The content is a 64-bit hash of every byte of the backing arrays, computed in
-compiled code in parallel at memory speed on every lookup (so any in-place edit is seen); a Graph,
-whose arrays are read-only and its own, is keyed by its identity and its arrays' alone and costs
-nothing (not even a first hash of its entries).  Formats without flat backing arrays
-(lil, dok) are validated on every call and not cached.
+An entry holds only a weak reference to the user's object: when the object is collected, the entry
+and everything hanging on it (device memory included) go with it.  A lookup hits only when the
+object, the identity of each backing array, the layout (format, shape, dtypes) and the content (a
+64-bit hash of every byte of the backing arrays; nothing for a Graph, whose arrays are read-only
+and its own) are those the entry was built from.  Formats without flat backing arrays (lil, dok)
+are validated on every call and not cached.
 
 :meth:`MatrixCache.get_speculative` serves callers whose work runs off the host (the GPU solve): on
 an entry for the same object and arrays it hands out the cached value at once and hashes the
