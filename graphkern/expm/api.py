@@ -128,10 +128,10 @@ import scipy.sparse as sp
 
 from graphkern._backend import finite_real, resolve_backend, resolve_devices, resolve_dtype, resolve_threads
 from graphkern._progress import Progress
-from graphkern.expm.cache import MatrixCache
+from graphkern.expm.cache import MatrixCache, already_checked
 from graphkern.expm.lanczos import (BREAKDOWN_ULPS, CsrMatrix, MatrixFunction, OutputScaling, breakdown_threshold,
                                     finish_on_host, run_lanczos)
-from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, choose_reorder, choose_variant
+from graphkern.expm.plans import EXCHANGES, TASK_GRIDS, VARIANTS, choose_reorder, choose_variant
 from graphkern.expm.replay import (COUPLING, NOISE, UNDERFLOW, ReorthogonalLanczos, breakdown_residual,
                                    norm_floor, small_entries_share)
 from graphkern.expm.tiny import linear_sinh, sinh_of_products
@@ -140,14 +140,11 @@ from graphkern.graph import Graph, as_csr_matrix
 
 __all__ = ["expm_multiply", "funm_multiply", "total_communicability", "ExpmInfo", "clear_cache", "cache_info"]
 
-SPMV_VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
 REORDERS = ("auto", "degree", "none")
 BASIS_MODES = ("auto", "device", "host", "none")
 DEFAULT_MAX_KRYLOV = 1000
 NORMALIZE = (None, "n", "lambda_max")
-# The Ritz values of one Krylov space resolve each other to about eps * max|theta| only, so the answer
-# is good to about |beta| max|theta| eps; beyond max(tol, RESOLVE_ULPS * eps) it is not trusted.
-RESOLVE_ULPS = 4096
+RESOLVE_ULPS = 4096  # an answer resolved worse than max(tol, RESOLVE_ULPS * eps) is not trusted (see Scales)
 DISAGREEMENT = 100.0  # how far (times the resolution) plain and reorthogonalised runs may differ
 # Components beyond one Krylov space's resolution are solved one by one, up to this many solves.
 MAX_SEPARATE_COMPONENTS = 64
@@ -292,15 +289,13 @@ def clear_cache(A=None):
     from graphkern.expm.device import release_all
     with _gpu_lock:
         if A is None:
-            for mat in _matrices.values():
+            for mat in _matrices.clear():
                 mat.gpu.clear()
-            _matrices.clear()
             release_all()
         else:
-            mat = _matrices.peek(A)
+            mat = _matrices.discard(A)
             if mat is not None:
                 mat.gpu.clear()
-            _matrices.discard(A)
 
 
 def cache_info():
@@ -344,7 +339,7 @@ def _validate(A, n_threads, device_check=False):
         if not math.isfinite(magnitudes[1]):
             bad = int(np.flatnonzero(~np.isfinite(weights))[0])
             raise ValueError(f"A has a non-finite value ({weights[bad]}) at stored entry {bad}")
-    check = None if pending is None else (lambda: (pending() or _no_check)())
+    check = None if pending is None else (lambda: (pending() or already_checked)())
     return CsrMatrix(indptr, np.ascontiguousarray(indices, dtype=np.int32), weights, magnitudes, check)
 
 
@@ -353,10 +348,6 @@ def _lookup(A, n_threads=1):
     mat, cached = _matrices.get(A, lambda A: _validate(A, n_threads), n_threads)
     mat.require_checked()
     return mat, cached
-
-
-def _no_check():
-    return True
 
 
 def _matrix(A):
@@ -413,8 +404,8 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     if max_krylov is not None:
         max_krylov = _positive_int(max_krylov, "max_krylov")
     check_every = _positive_int(check_every, "check_every")
-    if spmv != "auto" and spmv not in SPMV_VARIANTS:
-        raise ValueError(f"spmv must be 'auto' or one of {', '.join(map(repr, SPMV_VARIANTS))}; got {spmv!r}")
+    if spmv != "auto" and spmv not in VARIANTS:
+        raise ValueError(f"spmv must be 'auto' or one of {', '.join(map(repr, VARIANTS))}; got {spmv!r}")
     for name, value, allowed in (("basis", basis, BASIS_MODES), ("reorder", reorder, REORDERS),
                                  ("exchange", exchange, EXCHANGES), ("task_grid", task_grid, TASK_GRIDS)):
         if not isinstance(value, str) or value not in allowed:
@@ -429,7 +420,7 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     if backend == "gpu":  # a cached A's content is hashed on the host while the device solves
         mat, cached, unchanged = _matrices.get_speculative(A, lambda A: _validate(A, n_threads, True), n_threads)
     else:
-        (mat, cached), unchanged = _lookup(A, n_threads), _no_check
+        (mat, cached), unchanged = _lookup(A, n_threads), already_checked
     validate_seconds = time.perf_counter() - t_start
     n = mat.n
     x_unit, peak, unit_norm = _start_vector(x, n)
@@ -437,12 +428,10 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     # dimension is not yet the exact answer: the steps may go on past n until the estimate converges
     k_max = min(2 * n + 8, max_krylov if max_krylov is not None else DEFAULT_MAX_KRYLOV)
     if backend == "cpu":
-        variant, exchange, task_grid = "cpu", None, None
+        variant, reorder, exchange, task_grid = "cpu", "none", None, None
     else:
         variant = choose_variant(mat) if spmv == "auto" else spmv
         reorder = choose_reorder(mat) if reorder == "auto" else reorder
-    if backend == "cpu" or reorder == "auto":
-        reorder = "none"
     linear = None
     if fn.name == "sinh" and normalize is None:
         mat.require_checked()  # the host may read A's indices (graphkern.expm.tiny)
@@ -520,7 +509,7 @@ def _run(A, x, f, *, beta, tol, max_krylov, dtype, backend, device, n_threads, b
     # among them)
     resolved = info.converged and floor <= limit
     small = small_entries_share(mat, x_unit, beta, fn, dtype, limit) if resolved else None
-    rest = math.log(n) if normalize == "n" else beta * info.lambda_max if normalize == "lambda_max" else 0.0
+    rest = _log_normalization(normalize, n, beta * info.lambda_max)
     lifted = small is not None and _dropped_matters(options, [small + math.log(peak)], y, info.log_scale + rest)
     if residual == UNDERFLOW and dropped is not None:
         dropped.append(share[0] + math.log(peak * unit_norm))
@@ -600,6 +589,12 @@ def _solve_by_magnitude(small, options, first, scaling, n, t_start):
                           parts=max(i.parts for i in infos),
                           unresolved=np.unique(np.concatenate(bad)).astype(np.int64) if bad else None)
     return y, _flag_underflow(info, scaling.caller, scaling.dtype, n) if flag else info
+
+
+def _log_normalization(normalize, n, beta_theta):
+    """The log of what ``normalize`` divides the answer by (see :func:`total_communicability`), with
+    ``beta_theta`` beta times the largest Ritz value."""
+    return math.log(n) if normalize == "n" else beta_theta if normalize == "lambda_max" else 0.0
 
 
 def _dropped_matters(options, bounds, y, top):
@@ -711,7 +706,7 @@ def _solve_pieces(mat, pieces, fn, beta, options, first, scaling, t_start):
     bad = [idx for idx, _, _, _, ok in parts if not ok]
     unresolved = np.sort(np.concatenate(bad)).astype(np.int64) if bad else None
     lambda_max = float(np.nanmax([lam for _, _, _, lam, _ in parts]))
-    rest = -math.log(mat.n) if normalize == "n" else -beta * lambda_max if normalize == "lambda_max" else 0.0
+    rest = -_log_normalization(normalize, mat.n, beta * lambda_max)
     flag = _dropped_matters(options, bounds, y, top)
     y, log_scale = finish_on_host(y, OutputScaling(top, rest, scaling.dtype, scaling.scalable, scaling.caller))
     info = _combined_info(first, infos, t_start, log_scale=log_scale, lambda_max=lambda_max,
@@ -759,11 +754,7 @@ class _Call:
             out = run_lanczos(solver, self.fn, self.beta, tol=self.tol, max_krylov=self.k_max,
                               check_every=self.check_every, progress=progress)
         t_out = time.perf_counter()
-        rest = math.log(peak * unit_norm)
-        if self.normalize == "n":
-            rest -= math.log(mat.n)
-        elif self.normalize == "lambda_max":
-            rest -= self.beta * out.theta_max
+        rest = math.log(peak * unit_norm) - _log_normalization(self.normalize, mat.n, self.beta * out.theta_max)
         scaling = OutputScaling(out.shift, rest, dtype, self.fn.scalable, self.caller)
         y, log_scale = solver.result(out.krylov_dim, out.g, scaling)
         times = solver.timings()

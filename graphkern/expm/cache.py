@@ -1,18 +1,12 @@
-"""The matrix cache of graphkern.expm: a validated CSR per user matrix, reused while its content is unchanged.
+"""The matrix cache of graphkern.expm: a validated CSR per user matrix, reused while its content is
+unchanged (why, and what a caller sees: graphkern.expm.api, Caching).
 
-Validating a scipy.sparse input (symmetry, finiteness) and converting it costs several passes over
-its nonzeros, and the GPU solver hangs A's device copy and SpMV plans on the validated matrix
-(graphkern.expm.device); both are worth keeping across calls on the same matrix.
-
-An entry belongs to the user's object (a :class:`graphkern.Graph` or a scipy.sparse matrix) and
-holds only a weak reference to it: when the object is collected, the entry and everything hanging
-on it (device memory included) go with it.  A lookup hits only when the object, the identity of
-each backing array, the layout (format, shape, dtypes) and the content are those the entry was
-built from.  The content is a 64-bit hash of every byte of the backing arrays, computed in
-compiled code in parallel at memory speed on every lookup (so any in-place edit is seen); a Graph,
-whose arrays are read-only and its own, is keyed by its identity and its arrays' alone and costs
-nothing (not even a first hash of its entries).  Formats without flat backing arrays
-(lil, dok) are validated on every call and not cached.
+An entry holds only a weak reference to the user's object: when the object is collected, the entry
+and everything hanging on it (device memory included) go with it.  A lookup hits only when the
+object, the identity of each backing array, the layout (format, shape, dtypes) and the content (a
+64-bit hash of every byte of the backing arrays; nothing for a Graph, whose arrays are read-only
+and its own) are those the entry was built from.  Formats without flat backing arrays (lil, dok)
+are validated on every call and not cached.
 
 :meth:`MatrixCache.get_speculative` serves callers whose work runs off the host (the GPU solve): on
 an entry for the same object and arrays it hands out the cached value at once and hashes the
@@ -89,24 +83,25 @@ def _hashing_thread():
         return _hasher
 
 
-def _unchanged():
+def already_checked():
+    """The ``confirm`` of a lookup that hashed A's content itself (and of a check with nothing left to do)."""
     return True
 
 
 class _Entry:
     __slots__ = ("ref", "array_refs", "layout", "digest", "value")
 
-    def matches(self, arrays, layout, digest):
-        return digest == self.digest and self.same_arrays(arrays, layout)
+    def __init__(self, ref, arrays, layout, digest, value):
+        self.ref = ref
+        self.array_refs = tuple(None if a is None else weakref.ref(a) for a in arrays)
+        self.layout, self.digest, self.value = layout, digest, value
 
-    def same_arrays(self, arrays, layout):
-        """The same layout and the very same backing arrays (their content aside)."""
-        if layout != self.layout or len(arrays) != len(self.array_refs):
+    def built_from(self, A, arrays, layout):
+        """Whether this is A's entry, of the same layout and the very same backing arrays (their content aside)."""
+        if self.ref() is not A or layout != self.layout or len(arrays) != len(self.array_refs):
             return False
-        for a, ref in zip(arrays, self.array_refs):
-            if (a is None) != (ref is None) or (ref is not None and ref() is not a):
-                return False
-        return True
+        return all((a is None) == (ref is None) and (ref is None or ref() is a)
+                   for a, ref in zip(arrays, self.array_refs))
 
 
 class MatrixCache:
@@ -135,21 +130,16 @@ class MatrixCache:
         key = id(A)
         with self._lock:
             entry = self._entries.get(key)
-            if entry is not None and entry.ref() is A and entry.matches(arrays, layout, digest):
+            if entry is not None and entry.built_from(A, arrays, layout) and entry.digest == digest:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 return entry.value, True
             self.misses += 1
         value = build(A)  # outside the lock: validation is the slow part
         try:
-            entry = _Entry()
-            entry.ref = weakref.ref(A, self._forget_callback(key))
-            entry.array_refs = tuple(None if a is None else weakref.ref(a) for a in arrays)
+            entry = _Entry(weakref.ref(A, self._forget_callback(key)), arrays, layout, digest, value)
         except TypeError:  # an object or array that takes no weak reference: not cached
             return value, False
-        entry.layout = layout
-        entry.digest = digest
-        entry.value = value
         dropped = []  # released outside the lock: dropping a value may free device memory
         with self._lock:
             dropped.append(self._entries.pop(key, None))
@@ -174,11 +164,11 @@ class MatrixCache:
             key = id(A)
             with self._lock:
                 entry = self._entries.get(key)
-                if entry is not None and not (entry.ref() is A and entry.same_arrays(arrays, layout)):
+                if entry is not None and not entry.built_from(A, arrays, layout):
                     entry = None
         if entry is None:
             value, hit = self.get(A, build, n_threads)
-            return value, hit, _unchanged
+            return value, hit, already_checked
         pending = _hashing_thread().submit(content_digest, A, arrays, max(1, n_threads - 1))
         answer = []
 
@@ -208,31 +198,24 @@ class MatrixCache:
         return forget
 
     def _pop(self, key, belongs):
+        """Forget the entry at ``key`` where ``belongs(entry)``; its value (released by the caller,
+        outside the lock), or None."""
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or not belongs(entry):
-                return
+                return None
             del self._entries[key]
-        del entry  # outside the lock
-
-    def peek(self, A):
-        """A's cached value without a content check, or None."""
-        with self._lock:
-            entry = self._entries.get(id(A))
-            return entry.value if entry is not None and entry.ref() is A else None
+        return entry.value
 
     def discard(self, A):
-        """Forget A's entry (if any)."""
-        self._pop(id(A), lambda entry: entry.ref() is A)
+        """Forget A's entry; its value, or None when there was none."""
+        return self._pop(id(A), lambda entry: entry.ref() is A)
 
     def clear(self):
+        """Forget every entry; their values."""
         with self._lock:
             entries, self._entries = self._entries, OrderedDict()
-        del entries
-
-    def values(self):
-        with self._lock:
-            return [e.value for e in self._entries.values()]
+        return [e.value for e in entries.values()]
 
     def __len__(self):
         return len(self._entries)

@@ -17,7 +17,7 @@ CHUNKS_PER_THREAD = 4
 class CpuLanczos(HostSolver):
     """The Lanczos recurrence with the OpenMP kernels of ``graphkern/_cpu/expm.pyx``.
 
-    ``store_basis=False`` keeps three vectors and reruns the recurrence in :meth:`combine` (the
+    ``store_basis=False`` keeps three vectors and reruns the recurrence in :meth:`result` (the
     "none" basis mode); otherwise every Lanczos vector is kept in host memory.
     """
 
@@ -75,16 +75,15 @@ class CpuLanczos(HostSolver):
             sub = self.beta[k - 1] * self.rscale[k - 1] if rs != 0.0 else 0.0
         m = self.mat
         t0 = time.perf_counter()
-        alpha = cpu.lanczos_spmv(m.indptr, m.indices, self.values, cur, prev, out, rs, sub,
-                                       self.spmv_chunks, self.n_threads)
+        alpha = cpu.lanczos_spmv(m.indptr, m.indices, self.values, cur, prev, out, rs, sub, self.spmv_chunks,
+                                 self.n_threads)
         t1 = time.perf_counter()
         if second_pass:
             alpha = self.alpha[k]
         else:
             self.alpha[k] = alpha
         norm2 = cpu.lanczos_update(cur, out, alpha * rs, y if second_pass else self._no_y,
-                                         float(g[k + 1]) if second_pass else 0.0, self.vector_chunks,
-                                         self.n_threads)
+                                   float(g[k + 1]) if second_pass else 0.0, self.vector_chunks, self.n_threads)
         if not second_pass:
             self.beta[k] = math.sqrt(norm2)
         self._t["spmv"] += t1 - t0
@@ -95,7 +94,7 @@ class CpuLanczos(HostSolver):
         for k in range(k0, k1):
             self._step(k)
 
-    def combine(self, m, g):
+    def result(self, m, g, scaling):
         t0 = time.perf_counter()
         y = np.zeros(self.mat.n)
         g = np.concatenate([g, [0.0]])
@@ -109,7 +108,4 @@ class CpuLanczos(HostSolver):
         # columns that were not kept are regenerated, bit for bit, from the last two kept ones
         for k in range(stored - 1, m - 1):
             self._step(k, y=y, g=g)
-        return y
-
-    def result(self, m, g, scaling):
-        return finish_on_host(self.combine(m, g), scaling)
+        return finish_on_host(y, scaling)

@@ -1,20 +1,16 @@
 """The device-resident operator of the GPU Lanczos solver: A's rows on a tuple of devices, their
-SpMV plans and the work memory, kept between calls.
+SpMV plans and the work memory, kept between calls (why: graphkern.expm.api, Caching).
 
-Uploading A and building an SpMV plan cost more than a whole Lanczos run on a warm device, and
-allocating work vectors is not free either.  A :class:`Residency` -- A's rows on each device
-(:class:`DeviceRows`: row pointers, padded column indices, values per dtype, SpMV plans per variant)
-and the work vectors, scratch, streams, events and pinned staging per dtype (:class:`Workspace`) --
-hangs on the validated :class:`~graphkern.expm.lanczos.CsrMatrix` (``mat.gpu[(devices, reorder)]``),
-which graphkern.expm caches per matrix content, and is reused by every later call.  A
-degree-ordered operator (``reorder="degree"``: A' = P A P^T with the vertices by decreasing degree)
-is its own residency: each device sorts A's rows by degree itself (:class:`DeviceOrder`) while A's
-entries cross the link, then moves the nonzeros (:meth:`DeviceRows._permuted`), and x and y are
-permuted on the devices on entry and exit.  A residency is released with its CsrMatrix (the cache entry dropped or ``clear_cache()``),
-when more than MAX_RESIDENT residencies exist (least recently used first), and when an allocation
-made here would not fit (other residencies on that device first, least recently used first; then
-this one's other dtypes and plans).  Callers serialise GPU solves (graphkern.expm holds a lock),
-since a residency's work vectors serve one solve at a time.
+A :class:`Residency` (per device its :class:`DeviceRows` and per dtype its :class:`Workspace`) hangs
+on the validated :class:`~graphkern.expm.lanczos.CsrMatrix` (``mat.gpu[(devices, reorder)]``), which
+graphkern.expm caches per matrix content, and is reused by every later call.  A degree-ordered
+operator (``reorder="degree"``) is its own residency: each device sorts A's rows by degree itself
+(:class:`DeviceOrder`) while A's entries cross the link, then moves the nonzeros
+(:meth:`DeviceRows._permuted`).  A residency is released with its CsrMatrix (the cache entry dropped
+or ``clear_cache()``), when more than MAX_RESIDENT residencies exist (least recently used first), and
+when an allocation made here would not fit (other residencies on that device first, least recently
+used first; then this one's other dtypes and plans).  Callers serialise GPU solves (graphkern.expm
+holds a lock), since a residency's work vectors serve one solve at a time.
 
 Several devices: the rows of A are split into one contiguous block per device -- with the degree
 order, the vertices dealt round robin by decreasing degree (DeviceOrder with parts = devices), so
@@ -26,6 +22,7 @@ the update kernel stores each new row only where it is read (see graphkern.expm.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import weakref
@@ -471,7 +468,7 @@ class Residency:
         self.uploaded = False
         self.work = {}
         self.reorder_seconds = 0.0
-        orders = uploads = None
+        orders = uploads = (None,) * len(self.devices)
         if reorder == "degree":
             # A as given starts up to every device; each sorts its rows by degree once the row
             # pointers have landed, beside the entries' copy
@@ -482,21 +479,15 @@ class Residency:
             bounds = orders[0].bounds
         else:
             bounds = mat.chunks(len(self.devices))
-        self.order = orders[0] if orders else None
-        self.bounds = bounds
-        self.rows = []
-        for i, d in enumerate(self.devices):
-            self.rows.append(DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], orders[i] if orders else None,
-                                        uploads[i] if uploads else None, variant))
+        self.order, self.bounds = orders[0], bounds
+        self.rows = [DeviceRows(self, d, i, mat, bounds[i], bounds[i + 1], orders[i], uploads[i], variant)
+                     for i, d in enumerate(self.devices)]
         self.peer_access = True  # between every pair of devices
-        for a in self.rows:
-            for b in self.rows:
-                if a is b:
-                    continue
-                if a.dev.can_access_peer(b.dev):
-                    a.dev.enable_peer_access(b.dev)
-                else:
-                    self.peer_access = False
+        for a, b in itertools.permutations(self.rows, 2):
+            if a.dev.can_access_peer(b.dev):
+                a.dev.enable_peer_access(b.dev)
+            else:
+                self.peer_access = False
         if 1 < len(self.rows) <= MAX_ROW_PEERS + 1 and self.peer_access:
             self._build_peer_masks()
 

@@ -1,12 +1,8 @@
 """SpMV plans of the GPU Lanczos solver: which kernel runs one device's rows, and how those rows are
-cut into tasks (kernels in ``cuda_src/expm.cu``).
-
-The variants (``spmv=``): "scalar" (a thread per row), "vector" (a sub-warp per row sized from the
-mean degree), "rowblock" (row blocks of equal nonzeros staged in shared memory, rows longer than
-LONG_ROW split over several thread blocks) and "hybrid" (rows split by degree: short ones a thread
-each, medium ones a warp each, long ones whole blocks).  :func:`choose_variant` and
-:func:`choose_reorder` make the "auto" choices from the degree statistics; the measurements behind
-their thresholds are in ``docs/expm-tuning.md``.
+cut into tasks (kernels in ``cuda_src/expm.cu``; the variants, ``spmv=``, are described in
+graphkern.expm.api, Backends).  :func:`choose_variant` and :func:`choose_reorder` make the "auto"
+choices from the degree statistics; the measurements behind their thresholds are in
+``docs/expm-tuning.md``.
 """
 
 from __future__ import annotations
@@ -17,10 +13,8 @@ from graphkern._backend import resolve_threads
 
 VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
 REORDERS = ("degree", "none")
-# How the devices of a multi-GPU solve exchange their shares of alpha, beta and their rows of each new
-# vector: "store" (the kernels store into the other devices' memory; needs peer access between every
-# pair and at most MAX_ROW_PEERS + 1 devices), "copy" (the host queues copies after each kernel),
-# "auto" ("store" where possible).
+# How several GPUs exchange their shares of each step (expm_multiply's ``exchange``): "store" needs
+# peer access between every pair of at most MAX_ROW_PEERS + 1 devices.
 EXCHANGES = ("auto", "store", "copy")
 # How the task kernels' grids are sized: "tasks" (a block per task; the hardware hands the next task
 # to whichever SM frees a slot) or "resident" (at most the resident blocks, each walking the task
@@ -197,10 +191,9 @@ def hot_columns(reorder, dtype, bounds=None):
     one device).  Dealt round robin, each block starts with its share of the hubs, so on two devices
     the hot columns are the first HOT/2 of each block; with more, the kernel's two ranges cover the
     first two blocks (HOT/2 each) and the other blocks' hubs go through L2."""
-    parts = 1 if bounds is None else len(bounds) - 1
     if reorder != "degree":
         return np.int32(_ALL_COLUMNS), _NO_SECOND_RANGE
     hot = HOT_X_BYTES // np.dtype(dtype).itemsize
-    if parts < 2:
+    if bounds is None or len(bounds) < 3:  # one device
         return np.int32(hot), _NO_SECOND_RANGE
     return np.int32(hot // 2), np.uint32(bounds[1])
