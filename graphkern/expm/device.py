@@ -583,6 +583,7 @@ def residency(mat, devices, reorder="none", variant=None):
     mat.gpu[layout] = res
     with _registry_lock:
         _registry[key] = (weakref.ref(mat), layout)
+        _registry.move_to_end(key)  # the newest, also where a dead matrix with this id left an entry
         _sweep()
         while len(_registry) > MAX_RESIDENT:
             _evict(next(iter(_registry)))
