@@ -339,26 +339,19 @@ JACCARD_PAIR_VECTOR_ENTRY_POINTS(2, double, f64)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, float, f32)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, double, f64)
 
-// The staged variant, unweighted only (graphkern/similarity.py runs weighted "staged" as "pair").
-#define JACCARD_STAGED_ENTRY_POINT(T, sfx)                                                                        \
-    extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
-        jaccard_staged_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
-        staged_similarity<T>(indptr, idx, n, metric, self_loops, out, rows_per_block);                          \
+// The staged and window variants, unweighted only (graphkern/similarity.py runs their weighted
+// forms as "pair"); the trailing arguments are the launch bounds.  Window asks for four blocks per
+// SM: with fewer registers a WindowRow spills to local memory.
+#define JACCARD_STAGED_ENTRY_POINT(VARIANT, T, sfx, ...)                                                           \
+    extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                                      \
+        jaccard_##VARIANT##_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) { \
+        VARIANT##_similarity<T>(indptr, idx, n, metric, self_loops, out, rows_per_block);                         \
     }
 
-JACCARD_STAGED_ENTRY_POINT(float, f32)
-JACCARD_STAGED_ENTRY_POINT(double, f64)
-
-// The window variant, unweighted only (graphkern/similarity.py runs weighted "window" as "pair").  Four
-// blocks per SM: with fewer registers a WindowRow spills to local memory.
-#define JACCARD_WINDOW_ENTRY_POINT(T, sfx)                                                                        \
-    extern "C" __global__ void __launch_bounds__(kBlock, 4)                                                         \
-        jaccard_window_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
-        window_similarity<T>(indptr, idx, n, metric, self_loops, out, rows_per_block);                          \
-    }
-
-JACCARD_WINDOW_ENTRY_POINT(float, f32)
-JACCARD_WINDOW_ENTRY_POINT(double, f64)
+JACCARD_STAGED_ENTRY_POINT(staged, float, f32, kBlock)
+JACCARD_STAGED_ENTRY_POINT(staged, double, f64, kBlock)
+JACCARD_STAGED_ENTRY_POINT(window, float, f32, kBlock, 4)
+JACCARD_STAGED_ENTRY_POINT(window, double, f64, kBlock, 4)
 
 #define JACCARD_WEIGHT_ENTRY_POINTS(T, sfx)                                                                        \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                           \

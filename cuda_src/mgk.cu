@@ -221,13 +221,7 @@ struct WarpOperator {
         return pAp;
     }
     __device__ __forceinline__ void update(CGSystem<T>& cg, T a, double& rr, double& rz) const {
-        for (int64_t i = lane; i < N; i += kWarp) {
-            cg.x[i] = cg.x[i] + a * cg.p[i];
-            const T ri = cg.r[i] - a * cg.Ap[i];
-            cg.r[i] = ri;
-            rr += (double)ri * ri;
-            rz += (double)ri * (ri / diag[i]);
-        }
+        cg_update(cg.x, cg.r, cg.p, cg.Ap, diag, a, (int64_t)lane, (int64_t)kWarp, N, rr, rz);
     }
     __device__ __forceinline__ void direction(CGSystem<T>& cg, T beta) const {
         for (int64_t i = lane; i < N; i += kWarp) cg.p[i] = cg.r[i] / diag[i] + beta * cg.p[i];

@@ -463,19 +463,6 @@ struct CGSide : CGState {
     int side;
 };
 
-// x += alpha p, r -= alpha Ap for this thread's outputs; adds its share of r^T r and r^T z.
-template <typename T, int S>
-__device__ __forceinline__ void cg_step(CGSide<T>& cg, T alpha, const T* __restrict__ p, const T* __restrict__ diag,
-                                        int N, double& rr, double& rz) {
-    for (int L = threadIdx.x; L < N; L += kThreads) {
-        cg.x[L] = cg.x[L] + alpha * p[S * L + cg.side];
-        const T ri = cg.r[L] - alpha * cg.Ap[L];
-        cg.r[L] = ri;
-        rr += (double)ri * ri;
-        rz += (double)ri * (ri / diag[L]);
-    }
-}
-
 // The sequential gradient's adjoint start (S = 1, after the forward solve): y0 = alpha x, r0 =
 // 1 - alpha (b - r_x), z0 = r0 / diag into p; returns whether the adjoint still has to run.  Its
 // first reduction also tells every thread that the forward solve's last reads of p are done.
@@ -553,7 +540,8 @@ struct CsrLockstepOperator {
         }
     }
     __device__ __forceinline__ void step(int side, T alpha, double& rr, double& rz) {
-        cg_step<T, S>(side == 0 ? cx : cy, alpha, p, diag, N, rr, rz);
+        CGSide<T>& cg = side == 0 ? cx : cy;
+        cg_update<S>(cg.x, cg.r, p + cg.side, cg.Ap, diag, alpha, (int)threadIdx.x, kThreads, N, rr, rz);
     }
     __device__ __forceinline__ void new_directions(bool run_x, bool run_y, T beta_x, T beta_y) {
         if (run_x || run_y) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/kernel_program.cuh"
 
@@ -42,6 +43,10 @@ struct GemmSet {
     int n_nfeat;
 };
 
+// Two values of T in one vector load or store.
+template <typename T>
+using Vec2 = std::conditional_t<sizeof(T) == 4, float2, double2>;
+
 // R consecutive values (16 R-aligned row base plus a multiple of R): the widest loads the
 // alignment allows.
 template <typename T, int R>
@@ -55,17 +60,10 @@ __device__ __forceinline__ void load_row(const T* __restrict__ src, T (&v)[R]) {
             v[4 * i + 2] = f.z;
             v[4 * i + 3] = f.w;
         }
-    } else if constexpr (sizeof(T) == 4 && R % 2 == 0) {
+    } else if constexpr (R % 2 == 0) {
 #pragma unroll
         for (int i = 0; i < R / 2; ++i) {
-            const float2 f = reinterpret_cast<const float2*>(src)[i];
-            v[2 * i] = f.x;
-            v[2 * i + 1] = f.y;
-        }
-    } else if constexpr (sizeof(T) == 8 && R % 2 == 0) {
-#pragma unroll
-        for (int i = 0; i < R / 2; ++i) {
-            const double2 f = reinterpret_cast<const double2*>(src)[i];
+            const Vec2<T> f = reinterpret_cast<const Vec2<T>*>(src)[i];
             v[2 * i] = f.x;
             v[2 * i + 1] = f.y;
         }
@@ -81,12 +79,9 @@ __device__ __forceinline__ void store_row(T* __restrict__ dst, const T (&v)[R]) 
 #pragma unroll
         for (int i = 0; i < R / 4; ++i)
             reinterpret_cast<float4*>(dst)[i] = make_float4(v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]);
-    } else if constexpr (sizeof(T) == 4 && R % 2 == 0) {
+    } else if constexpr (R % 2 == 0) {
 #pragma unroll
-        for (int i = 0; i < R / 2; ++i) reinterpret_cast<float2*>(dst)[i] = make_float2(v[2 * i], v[2 * i + 1]);
-    } else if constexpr (sizeof(T) == 8 && R % 2 == 0) {
-#pragma unroll
-        for (int i = 0; i < R / 2; ++i) reinterpret_cast<double2*>(dst)[i] = make_double2(v[2 * i], v[2 * i + 1]);
+        for (int i = 0; i < R / 2; ++i) reinterpret_cast<Vec2<T>*>(dst)[i] = Vec2<T>{v[2 * i], v[2 * i + 1]};
     } else {
 #pragma unroll
         for (int i = 0; i < R; ++i) dst[i] = v[i];

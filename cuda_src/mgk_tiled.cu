@@ -219,13 +219,7 @@ struct TiledOperator {
                                             pb.ss_max, pb.ds_max);
     }
     __device__ __forceinline__ void step(T a, double& rr, double& rz) {
-        for (int64_t i = team.tid; i < N; i += team.size) {
-            x[i] = x[i] + a * p[i];
-            const T ri = r[i] - a * Ap[i];
-            r[i] = ri;
-            rr += (double)ri * ri;
-            rz += (double)ri * (ri / diag[i]);
-        }
+        cg_update(x, r, p, Ap, diag, a, (int64_t)team.tid, (int64_t)team.size, N, rr, rz);
     }
     __device__ __forceinline__ void new_direction(T beta) {
         for (int64_t i = team.tid; i < N; i += team.size) p[i] = r[i] / diag[i] + beta * p[i];

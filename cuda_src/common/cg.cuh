@@ -30,6 +30,21 @@ __device__ __forceinline__ T cg_finish(CGState& cg, double rr, double rzn, doubl
     return beta;
 }
 
+// x += alpha p, r -= alpha Ap at this thread's elements i = first, first + step, ... < n (p read at
+// i * PS: PS = 2 where two systems' directions are interleaved); adds its shares of r^T r and r^T z
+// (z = r / diag).  The vector loop of every solver's CG step.
+template <int PS = 1, typename T, typename I>
+__device__ __forceinline__ void cg_update(T* x, T* r, const T* p, const T* Ap, const T* diag, T alpha, I first, I step,
+                                          I n, double& rr, double& rz) {
+    for (I i = first; i < n; i += step) {
+        x[i] = x[i] + alpha * p[PS * i];
+        const T ri = r[i] - alpha * Ap[i];
+        r[i] = ri;
+        rr += (double)ri * ri;
+        rz += (double)ri * (ri / diag[i]);
+    }
+}
+
 // CG on M x = b from the state the caller set up (x0, r0, p0 = z0 = r0 / diag, cg.rz = r0^T z0,
 // cg.bnorm = cg.rnorm = ||b||).  The operator:
 //   double product()                          Ap = M p; this thread's share of p^T Ap
