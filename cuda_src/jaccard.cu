@@ -1,5 +1,5 @@
 // Jaccard, Sorensen and overlap similarity on every stored entry (i, j) of a symmetric CSR
-// (graphkern/similarity.py launches these; graphkern/_cpu/jaccard.pyx is the CPU twin).
+// (graphkern/similarity/gpu.py launches these; graphkern/_cpu/jaccard.pyx is the CPU twin).
 //
 // How the pieces fit:
 //  * Kernels intersect the raw stored rows i and j, self-loops included.  The per-vertex terms
@@ -339,7 +339,7 @@ JACCARD_PAIR_VECTOR_ENTRY_POINTS(2, double, f64)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, float, f32)
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, double, f64)
 
-// The staged and window variants, unweighted only (graphkern/similarity.py runs their weighted
+// The staged and window variants, unweighted only (graphkern/similarity/plan.py runs their weighted
 // forms as "pair"); the trailing arguments are the launch bounds.  Window asks for four blocks per
 // SM: with fewer registers a WindowRow spills to local memory.
 #define JACCARD_STAGED_ENTRY_POINT(VARIANT, T, sfx, ...)                                                           \

@@ -314,7 +314,7 @@ __device__ __forceinline__ void hub_bitmaps(const int64_t* __restrict__ indptr, 
 // ------------------------------------------------------------------ row hash tables
 
 // The tables of the rows listed in table_rows (longrow, unweighted: the rows the host chose, see
-// graphkern/similarity.py hash_table_rows), in hash_keys, which the host clears to kHashEmpty on
+// graphkern/similarity/plan.py hash_table_rows), in hash_keys, which the host clears to kHashEmpty on
 // the stream first.  Listed row w's entries are items [row_items[w], row_items[w + 1]) of one
 // line and its table starts at slot row_tables[w]; a thread per item inserts one column, so a
 // long row is spread over many threads, as on the work line, where a warp or a block per row

@@ -40,7 +40,7 @@ using gk::kFullMask;
 using gk::kWarp;
 using gk::warp_sum;
 
-constexpr int kWarpsPerBlock = 4;  // graphkern/_mgk_gpu.py launches 128 threads and sizes shared memory for 4 warps
+constexpr int kWarpsPerBlock = 4;  // graphkern/mgk/core.py launches 128 threads and sizes shared memory for 4 warps
 // 3 resident blocks (12 warps) per SM: the XMV fits the 168 registers this leaves without
 // spilling; 4 or more blocks would spill inside it.
 constexpr int kMinBlocksPerSM = 3;
@@ -51,7 +51,7 @@ constexpr int gradient_min_blocks() {
     return sizeof(T) == 8 ? 2 : kMinBlocksPerSM;
 }
 constexpr int kMaxParams = 96;     // params per program (graphkern.basekernels.MAX_TERMS = 24 terms fit)
-// The adjoint's y, r, p, Ap: gradient launches only (graphkern/_mgk_gpu.py: N_GRADIENT_VECTORS)
+// The adjoint's y, r, p, Ap: gradient launches only (graphkern/mgk/core.py: N_GRADIENT_VECTORS)
 enum : int { VEC_X = 0, VEC_R = 1, VEC_P = 2, VEC_AP = 3, VEC_DIAG = 4, N_VECTORS = 5 };
 enum : int { VEC_Y = 5, VEC_RY = 6, VEC_PY = 7, VEC_APY = 8, N_GRADIENT_VECTORS = 9 };
 
@@ -534,7 +534,7 @@ __device__ void mgk_gradient(const GraphSet<T> s1, const GraphSet<T> s2, const i
     }
 
 // Gradient entry points: the same head (no nodal output), then the derivative programs, the edge
-// contractions and the gradient outputs (graphkern/_mgk_gpu.py: GPUEngine.solve_gradient).
+// contractions and the gradient outputs (graphkern/mgk/core.py: GPUEngine.solve_gradient).
 #define MGK_GRADIENT_ENTRY(NAME, T, FORM)                                                                   \
     extern "C" __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, gradient_min_blocks<T>())         \
         NAME(MGK_SET_ARGS(T, 1), MGK_SET_ARGS(T, 2), MGK_PAIR_ARGS(T), MGK_GRADIENT_PARAMS(T)) {              \

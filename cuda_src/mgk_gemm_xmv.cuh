@@ -14,7 +14,7 @@ using mgk::EDGE_CONSTANT;
 using mgk::EDGE_KRONECKER;
 
 constexpr int kTileThreads = 16;                       // the block is a kTileThreads^2 grid of threads
-constexpr int kThreads = kTileThreads * kTileThreads;  // graphkern/_mgk_gemm.py: THREADS_PER_BLOCK
+constexpr int kThreads = kTileThreads * kTileThreads;  // graphkern/mgk/gemm.py: THREADS_PER_BLOCK
 constexpr int kMaxCategories = 16;                     // graphkern/_mgk_gemm.py: MAX_CATEGORIES
 
 enum : int { FORM_CONSTANT = 0, FORM_KRONECKER = 1 };  // graphkern/_mgk_gemm.py: FORM_CODES

@@ -1,6 +1,6 @@
 // The tiled marginalized-graph-kernel solver: the core solver's preconditioned CG (mgk.cu) with
 // sparsity, reordering, tile sharing, clusters and dynamic scheduling, each switchable
-// (graphkern/_mgk_tiled.py picks the entry point and the run-time parameters):
+// (graphkern/mgk/tiled.py picks the entry point and the run-time parameters):
 //
 //   inter-tile sparsity  the host streams only non-empty octiles, or every octile ("dense" mode);
 //   reordering           the host renumbers the vertices (PBR / RCM) before cutting octiles;
@@ -71,7 +71,7 @@ __device__ __forceinline__ void for_each_2d(int tid, int size, int rows, int col
     }
 }
 
-// A team's shared working space (the layout is mirrored by graphkern/_mgk_tiled.py: shared_bytes).
+// A team's shared working space (the layout is mirrored by graphkern/mgk/tiled.py: shared_bytes).
 template <typename T>
 struct TeamSpace {
     unsigned char* slots1;  // row_slots octiles of G1

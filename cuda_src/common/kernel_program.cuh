@@ -133,7 +133,7 @@ struct GradientTerms {
     ENTRY(PREFIX##_kronecker_f64, double, EDGE_KRONECKER)      \
     ENTRY(PREFIX##_sqexp_f64, double, EDGE_SQEXP)
 
-// The parameters of every gradient entry point after its solver's own (graphkern/_mgk_gpu.py:
+// The parameters of every gradient entry point after its solver's own (graphkern/mgk/core.py:
 // gradient_terms): the derivative programs, the edge contractions and their programs' lengths, the
 // raw gradient's width, and the outputs.  MGK_GRADIENT_TERMS(T) is their GradientTerms.
 #define MGK_GRADIENT_PARAMS(T)                                                                            \
