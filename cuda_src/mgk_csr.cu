@@ -4,7 +4,7 @@
 // The system M = D / V - A1 (x) A2 (.) E, b = D q^2, x0 = 0, and its CG (common/cg.cuh) are the
 // core solver's (cuda_src/mgk.cu); K = p^2 sum(x).
 //
-// Data (graphkern/_mgk_csr.py builds it): every graph's vertices renumbered by decreasing
+// Data (graphkern/mgk/csr.py builds it): every graph's vertices renumbered by decreasing
 // degree (so that the 32 outputs of a warp, which differ in their G2 vertex, have rows of
 // similar length and the warp rarely waits on one long row), its CSR in that numbering (global
 // row pointers, local column indices, weights, edge features), the degree and vertex features
@@ -28,7 +28,7 @@
 // and select for the Kronecker shortcut) and an FMA, ~7-8 instructions.
 //
 // Pairs whose records and p do not fit the device's shared memory per block are never launched
-// here (graphkern/_mgk_csr.py routes them to the fallback solver).
+// here (graphkern/mgk/csr.py routes them to the fallback solver).
 //
 // Gradients (mgk_csr_gradient_*, graphkern/_mgk_gradient.py has the math): the block also solves
 // the adjoint M y = 1, after M x = b from a warm start (mgk_csr_gradient_seq_*, the default; see
@@ -52,10 +52,10 @@ namespace {
 using namespace mgk;
 using gk::kWarp;
 
-constexpr int kThreads = 256;               // graphkern/_mgk_csr.py: THREADS_PER_BLOCK
+constexpr int kThreads = 256;               // graphkern/mgk/csr.py: THREADS_PER_BLOCK
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kMaxReduce = 4;               // values summed by one block reduction at most
-constexpr int kReduceBytes = kWarps * kMaxReduce * 8;  // graphkern/_mgk_csr.py: REDUCE_BYTES
+constexpr int kReduceBytes = kWarps * kMaxReduce * 8;  // graphkern/mgk/csr.py: REDUCE_BYTES
 // Blocks per SM (sm_90 register counts): at 3 (80 registers) the float entry points do not spill and a
 // 96-vertex pair's ~75 KB of shared memory lets 3 blocks share an SM; the double ones spill there
 // (their 32-byte records), so they ask for 2 (128 registers).
@@ -104,7 +104,7 @@ __device__ __forceinline__ CsrEntry<double> load_entry(const EntrySlot<double>* 
     return CsrEntry<double>{a.x, a.y, b.x, (int)__double_as_longlong(b.y)};
 }
 
-// One graph set of a launch (graphkern/_mgk_csr.py: CSRData, in the renumbered vertices).
+// One graph set of a launch (graphkern/mgk/csr.py: CSRData, in the renumbered vertices).
 template <typename T>
 struct CsrSet {
     const int64_t* __restrict__ node_off;  // graph -> first vertex (n_graphs + 1)
@@ -222,7 +222,7 @@ __device__ __forceinline__ void system_product(const PairShared<T>& ps, const Ed
 }
 
 // Bytes of the block's fixed part: the reduction slots, then the programs' parameters and code
-// (graphkern/_mgk_csr.py: header_bytes).
+// (graphkern/mgk/csr.py: header_bytes).
 template <typename T>
 __device__ __forceinline__ int header_bytes(int param_len, int code_len) {
     return kReduceBytes + align16(param_len * (int)sizeof(T)) + align16(code_len * 4);
@@ -265,7 +265,7 @@ __device__ __forceinline__ PairDims pair_dims(const CsrSet<T>& s1, const CsrSet<
     return pd;
 }
 
-// The pair's layout in shared memory (graphkern/_mgk_csr.py: pair_shared_bytes), S directions
+// The pair's layout in shared memory (graphkern/mgk/csr.py: pair_shared_bytes), S directions
 // interleaved in p.  Cheap to recompute: callers form it where they need it, which keeps the
 // pointers out of registers across the set-up loops.
 template <typename T, int S>
@@ -585,7 +585,7 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
     const T* npar = s_par;
     const EdgeKernel<T> ek{ek_scale, ek_theta, ek_aux, ek_slot, s_code + ncode_len, s_par + nparam_len};
     // x, r, Ap of the forward solve, then y, r, Ap of the adjoint, then the diagonal
-    // (graphkern/_mgk_csr.py: N_GRADIENT_VECTORS)
+    // (graphkern/mgk/csr.py: N_GRADIENT_VECTORS)
     T* const work = scratch + (int64_t)blockIdx.x * 7 * stride;
     T* __restrict__ diag = work + 6 * stride;
     const int nf = FORM == EDGE_GENERAL ? s1.n_efeat : 0;
@@ -696,7 +696,7 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
     CSR_SET(T, 1), CSR_SET(T, 2), pair_g1, pair_g2, n_pairs, code, params, ncode_len, nparam_len, ecode_len, \
         eparam_len, ek_scale, ek_theta, ek_aux, ek_slot, q, p2, tol, max_iter, scratch, stride
 
-// Entry points mgk_csr_<form>_<f32|f64> (graphkern/_mgk_csr.py: CSRGPUEngine).
+// Entry points mgk_csr_<form>_<f32|f64> (graphkern/mgk/csr.py: CSRGPUEngine).
 #define CSR_ENTRY(NAME, T, FORM)                                                                           \
     extern "C" __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<T>())                        \
         NAME(CSR_HEAD(T), double* k_out, int32_t* it_out, double* res_out, T* nodal, const int64_t* nodal_off) { \
@@ -706,7 +706,7 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
 MGK_EVERY_FORM(CSR_ENTRY, mgk_csr)
 
 // Gradient entry points mgk_csr_gradient_<form>_<f32|f64>: the same head (no nodal output), then
-// the derivative programs, the edge contractions and the outputs (graphkern/_mgk_csr.py:
+// the derivative programs, the edge contractions and the outputs (graphkern/mgk/csr.py:
 // CSRGPUEngine.solve_gradient).  At 3 blocks per SM (80 registers, sm_90) the float
 // ones spill (two accumulators per output, the paired gather); at 2 (128 registers) the constant
 // and Kronecker forms do not, general f32 and sqexp f64 spill ~24 bytes; a 96-vertex pair's
@@ -720,7 +720,7 @@ constexpr int kGradientMinBlocksPerSM = 2;
 
 // Lockstep (S = 2) entry points mgk_csr_gradient_<form>_<f32|f64>, and the sequential ones
 // (S = 1) mgk_csr_gradient_seq_<form>_<f32|f64> with K's footprint: one direction in shared memory
-// and K's blocks per SM (graphkern/_mgk_csr.py: GRADIENT_SOLVES picks).
+// and K's blocks per SM (graphkern/mgk/csr.py: GRADIENT_SOLVES picks).
 #define CSR_GRADIENT_ENTRIES(FORM_NAME, FORM)                                                                 \
     CSR_GRADIENT_ENTRY(mgk_csr_gradient_##FORM_NAME##_f32, float, FORM, 2, kGradientMinBlocksPerSM)           \
     CSR_GRADIENT_ENTRY(mgk_csr_gradient_##FORM_NAME##_f64, double, FORM, 2, kGradientMinBlocksPerSM)          \

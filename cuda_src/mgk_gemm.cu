@@ -17,7 +17,7 @@
 //
 // (c = -1 matches nothing: lam W).  pair_terms picks, per pair, the fewest terms: the constant
 // form 1; the Kronecker form min(1 + common categories, categories of G1, categories of G2)
-// (h = 0: the common categories).  graphkern/_mgk_gemm.py has the same rule (pair_terms) for its
+// (h = 0: the common categories).  graphkern/mgk/gemm.py has the same rule (pair_terms) for its
 // cost model and flop counts.
 //
 // One thread block of 16 x 16 threads solves a pair (grid-stride over the pairs of one tile
@@ -38,7 +38,7 @@
 //   Zt[j][a]  GEMM1's output, transposed
 //   op[k][.]  the operand being multiplied: L_t^T for GEMM1 (op[i][a] = L_t[a][i]), then R_t^T for
 //             GEMM2 (op[j][b] = R_t[b][j]); staged from global memory before each GEMM
-// Global (graphkern/_mgk_gemm.py: GemmData): per graph the transposed dense weights
+// Global (graphkern/mgk/gemm.py: GemmData): per graph the transposed dense weights
 // wt[k n4 + a] = W[a][k] and local edge categories cat[k n4 + a] (uint8) with rows of n4 =
 // n rounded up to 4 (16-byte vector loads), its sorted category codes (at most kMaxCategories);
 // the CG vectors x, r, D / V and the XMV's running sum Y of the thread's own tile in a scratch slot
@@ -63,13 +63,13 @@ using gk::kWarp;
 
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kMaxReduce = 2;                          // values summed by one reduction of the K solver
-constexpr int kReduceBytes = kWarps * kMaxReduce * 8;  // graphkern/_mgk_gemm.py: REDUCE_BYTES
+constexpr int kReduceBytes = kWarps * kMaxReduce * 8;  // graphkern/mgk/gemm.py: REDUCE_BYTES
 constexpr int kGradientReduce = 4;                     // ... and of the gradient solver
-constexpr int kGradientReduceBytes = kWarps * kGradientReduce * 8;  // graphkern/_mgk_gemm.py: GRADIENT_REDUCE_BYTES
+constexpr int kGradientReduceBytes = kWarps * kGradientReduce * 8;  // graphkern/mgk/gemm.py: GRADIENT_REDUCE_BYTES
 constexpr int kMaxTerms = kMaxCategories;              // pair_terms never needs more
 constexpr int kMaxGradientTerms = kMaxCategories + 1;  // contraction_terms: 1 + the common categories
-constexpr int kVectors = 4;                            // x, r, D / V, the XMV (graphkern/_mgk_gemm.py: N_VECTORS)
-// x, r, the XMV of the forward solve, the same of the adjoint one, D / V (graphkern/_mgk_gemm.py:
+constexpr int kVectors = 4;                            // x, r, D / V, the XMV (graphkern/mgk/gemm.py: N_VECTORS)
+// x, r, the XMV of the forward solve, the same of the adjoint one, D / V (graphkern/mgk/gemm.py:
 // N_GRADIENT_VECTORS)
 constexpr int kGradientVectors = 7;
 
@@ -96,7 +96,7 @@ __host__ __device__ constexpr int min_blocks_per_sm() {
 }
 
 // ... and each tile class of the gradient solver, whose five LD x LD arrays allow one block per SM
-// from float R = 5 and double R = 4 (graphkern/_mgk_gemm.py: gradient_shared_bytes), and whose
+// from float R = 5 and double R = 4 (graphkern/mgk/gemm.py: gradient_shared_bytes), and whose
 // paired GEMMs keep two R x R accumulators live.
 template <typename T, int R>
 __host__ __device__ constexpr int gradient_min_blocks_per_sm() {
@@ -635,7 +635,7 @@ __device__ void gemm_gradient(const GemmSet<T> s1, const GemmSet<T> s2, const in
 #define GEMM_R4(X, ...) X(1, __VA_ARGS__) X(2, __VA_ARGS__) X(3, __VA_ARGS__) X(4, __VA_ARGS__)
 #define GEMM_R6(X, ...) GEMM_R4(X, __VA_ARGS__) X(5, __VA_ARGS__) X(6, __VA_ARGS__)
 
-// Entry points mgk_gemm_r<R>_<f32|f64> (graphkern/_mgk_gemm.py: GEMMGPUEngine): pairs with
+// Entry points mgk_gemm_r<R>_<f32|f64> (graphkern/mgk/gemm.py: GEMMGPUEngine): pairs with
 // max(n1, n2) <= 16 R.  Double stops at R = 6: three 112 x 112 arrays of doubles pass 227 KB.
 #define GEMM_ENTRY(R, T, SUFFIX)                                                                               \
     extern "C" __global__ void __launch_bounds__(kThreads, (min_blocks_per_sm<T, R>()))                      \
@@ -649,7 +649,7 @@ GEMM_ENTRY(7, float, f32)
 GEMM_ENTRY(8, float, f32)
 GEMM_R6(GEMM_ENTRY, double, f64)
 
-// Gradient entry points mgk_gemm_gradient_r<R>_<f32|f64> (graphkern/_mgk_gemm.py:
+// Gradient entry points mgk_gemm_gradient_r<R>_<f32|f64> (graphkern/mgk/gemm.py:
 // GEMMGPUEngine.solve_gradient): the head, then MGK_GRADIENT_PARAMS (the contractions' programs
 // and aux unused here).  Five LD x LD arrays: float stops at R = 6, double at R = 4.
 #define GEMM_GRADIENT_ENTRY_OF(KIND, R, T, SUFFIX, S, MINB)                                                   \

@@ -15,9 +15,9 @@ using mgk::EDGE_KRONECKER;
 
 constexpr int kTileThreads = 16;                       // the block is a kTileThreads^2 grid of threads
 constexpr int kThreads = kTileThreads * kTileThreads;  // graphkern/mgk/gemm.py: THREADS_PER_BLOCK
-constexpr int kMaxCategories = 16;                     // graphkern/_mgk_gemm.py: MAX_CATEGORIES
+constexpr int kMaxCategories = 16;                     // graphkern/mgk/gemm.py: MAX_CATEGORIES
 
-enum : int { FORM_CONSTANT = 0, FORM_KRONECKER = 1 };  // graphkern/_mgk_gemm.py: FORM_CODES
+enum : int { FORM_CONSTANT = 0, FORM_KRONECKER = 1 };  // graphkern/mgk/gemm.py: FORM_CODES
 
 // alpha_t L_t X R_t^T with L_t = W1 (cat1 == c1 ? 1 : lam1), R_t = W2 (cat2 == c2 ? 1 : lam2).
 template <typename T>
@@ -29,7 +29,7 @@ struct Term {
     T alpha;
 };
 
-// One graph set of a launch (graphkern/_mgk_gemm.py: GemmData, in the caller's vertex numbering).
+// One graph set of a launch (graphkern/mgk/gemm.py: GemmData, in the caller's vertex numbering).
 template <typename T>
 struct GemmSet {
     const int64_t* __restrict__ node_off;   // graph -> first vertex (n_graphs + 1)
@@ -198,7 +198,7 @@ __device__ __forceinline__ void over_tile_rows(T* Xs, F f) {
     }
 }
 
-// The pair's terms (module comment; graphkern/_mgk_gemm.py: pair_terms is the same rule).  One
+// The pair's terms (module comment; graphkern/mgk/gemm.py: pair_terms is the same rule).  One
 // thread.  cats1/cats2: the graphs' category codes (nc1, nc2 <= kMaxCategories, distinct).
 template <typename T>
 __device__ __noinline__ int pair_terms(const int32_t* __restrict__ cats1, int nc1, const int32_t* __restrict__ cats2,

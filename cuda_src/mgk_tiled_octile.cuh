@@ -1,5 +1,5 @@
 // Octiles of the tiled marginalized-graph-kernel solver (cuda_src/mgk_tiled.cu): the dataset
-// layout the host builds (graphkern/_mgk_tiled.py), the shared-memory slot an octile is staged
+// layout the host builds (graphkern/mgk/tiled.py), the shared-memory slot an octile is staged
 // into, and the three octile-pair products.
 //
 // An octile pair (t1 of G1 at tile (R1, C1), t2 of G2 at (R2, C2)) adds to the output block
@@ -38,7 +38,7 @@ using gk::kFullMask;
 using gk::kWarp;
 
 
-// One list of graphs, as graphkern/_mgk_tiled.py (TiledData.descriptor) lays it out in device
+// One list of graphs, as graphkern/mgk/tiled.py (TiledData.descriptor) lays it out in device
 // memory: 13 eight-byte fields.  Tiles of a graph are consecutive, sorted by tile row then tile
 // column; tile_rowptr holds the global index of each tile row's first tile (n_tile_rows + 1 per
 // graph, from rowptr_off[g]).  An octile stores `channels` values per element: the weight, then
@@ -66,7 +66,7 @@ __host__ __device__ constexpr size_t align16(size_t n) { return (n + 15) & ~size
 
 constexpr int kSlotMetaInts = 8;  // nnz, tile row, tile column, unused, the bitmap (two words), unused
 
-// Bytes of one octile slot with `planes` values per element (graphkern/_mgk_tiled.py: slot_bytes).
+// Bytes of one octile slot with `planes` values per element (graphkern/mgk/tiled.py: slot_bytes).
 template <typename T>
 __host__ __device__ constexpr size_t slot_bytes(int planes) {
     return align16(2 * (size_t)planes * kOctileSize * sizeof(T) + kSlotMetaInts * sizeof(int) + kOctileSize);
