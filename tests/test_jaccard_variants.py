@@ -670,7 +670,7 @@ def numpy_plan(pattern, variant, *, weighted, free_bytes, hash_min_degree=HASH_M
     """The plan by independent NumPy passes over the entries: variant, launch shapes, bitmap and
     table rows."""
     d = pattern.degrees
-    n, nnz = pattern.n, pattern.nnz
+    n = pattern.n
     rows = np.repeat(np.arange(n, dtype=np.int64), d)
     cols = pattern.indices.astype(np.int64)
     off = rows != cols
