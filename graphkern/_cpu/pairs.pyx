@@ -33,12 +33,37 @@ cdef inline double _pair_cost(const int64_t[:, ::1] pair_arr, Py_ssize_t i, cons
     return <double>(w1[a] * w2[b] + n1[a] * n2[b])
 
 
+cdef enum:
+    SMALL_SORT = 8192  # below this many pairs the launch order is a stable sort of the keys, not a counting sort
+    TEAM_ITEMS = 8192  # items per thread of a gather, scatter or fill: a parallel region costs more on fewer
+
+
 cdef int _chunks(Py_ssize_t m) noexcept nogil:
     """Threads for a pass over m pairs: one per 2^16 pairs, at most omp_get_max_threads()."""
     cdef int nt = openmp.omp_get_max_threads()
     if m // 65536 < nt:
         nt = <int>(m // 65536)
     return nt if nt > 1 else 1
+
+
+cdef int _team(Py_ssize_t m) noexcept nogil:
+    """Threads for an elementwise pass over m items: one per TEAM_ITEMS, at most omp_get_max_threads()."""
+    cdef int nt = openmp.omp_get_max_threads()
+    if m // TEAM_ITEMS < nt:
+        nt = <int>(m // TEAM_ITEMS)
+    return nt if nt > 1 else 1
+
+
+cdef inline void _place(Py_ssize_t i, Py_ssize_t pos, int64_t[::1] order, const int64_t[:, ::1] pair_arr,
+                        int64_t[::1] g1, int64_t[::1] g2, bint gather, int64_t[::1] positions,
+                        bint place) noexcept nogil:
+    """Pair i goes to slot ``pos`` of the launch order (and its graphs and place with it)."""
+    order[pos] = i
+    if place:
+        positions[i] = pos
+    if gather:
+        g1[pos] = pair_arr[i, 0]
+        g2[pos] = pair_arr[i, 1]
 
 
 cdef int _stable_place(const uint16_t[::1] key, int nt, int64_t[::1] order, const int64_t[:, ::1] pair_arr,
@@ -51,7 +76,15 @@ cdef int _stable_place(const uint16_t[::1] key, int nt, int64_t[::1] order, cons
     cdef Py_ssize_t m = key.shape[0], i, lo, hi, pos
     cdef int t, k
     cdef int64_t run = 0
-    cdef int64_t *counts = <int64_t *> calloc(<size_t>nt * 65536, sizeof(int64_t))
+    cdef int64_t[::1] sorted_order
+    cdef int64_t *counts
+    if m < SMALL_SORT:  # a stable sort of a few keys costs less than 65536 buckets
+        with gil:
+            sorted_order = np.argsort(np.asarray(key), kind="stable").astype(np.int64, copy=False)
+        for pos in range(m):
+            _place(sorted_order[pos], pos, order, pair_arr, g1, g2, gather, positions, place)
+        return 0
+    counts = <int64_t *> calloc(<size_t>nt * 65536, sizeof(int64_t))
     if counts == NULL:
         with gil:
             raise MemoryError()
@@ -72,12 +105,7 @@ cdef int _stable_place(const uint16_t[::1] key, int nt, int64_t[::1] order, cons
             for i in range(lo, hi):
                 pos = counts[<Py_ssize_t>t * 65536 + key[i]]
                 counts[<Py_ssize_t>t * 65536 + key[i]] = pos + 1
-                order[pos] = i
-                if place:
-                    positions[i] = pos
-                if gather:
-                    g1[pos] = pair_arr[i, 0]
-                    g2[pos] = pair_arr[i, 1]
+                _place(i, pos, order, pair_arr, g1, g2, gather, positions, place)
     finally:
         free(counts)
     return 0
@@ -184,7 +212,7 @@ def pair_costs(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int6
     cdef Py_ssize_t m = pair_arr.shape[0], i
     out = np.empty(m)
     cdef double[::1] o = out
-    for i in prange(m, nogil=True, schedule="static"):
+    for i in prange(m, nogil=True, num_threads=_team(m), schedule="static"):
         o[i] = _pair_cost(pair_arr, i, n1, n2, w1, w2)
     return out
 
@@ -194,7 +222,7 @@ def take(const item_t[::1] values, const int64_t[::1] order):
     cdef Py_ssize_t m = order.shape[0], i
     out = np.empty(m, dtype=np.asarray(values).dtype)
     cdef item_t[::1] o = out
-    for i in prange(m, nogil=True, schedule="static"):
+    for i in prange(m, nogil=True, num_threads=_team(m), schedule="static"):
         o[i] = values[order[i]]
     return out
 
@@ -204,7 +232,7 @@ def scatter(item_t[::1] out, const int64_t[::1] order, const item_t[::1] values)
     cdef Py_ssize_t m = order.shape[0], i
     if values.shape[0] != m or out.shape[0] < m:
         raise ValueError(f"scatter of {values.shape[0]} values by {m} indices into {out.shape[0]}")
-    for i in prange(m, nogil=True, schedule="static"):
+    for i in prange(m, nogil=True, num_threads=_team(m), schedule="static"):
         out[order[i]] = values[i]
     return np.asarray(out)
 
@@ -214,7 +242,7 @@ def upper_pairs(Py_ssize_t n):
     pairs = np.empty((n * (n + 1) // 2, 2), dtype=np.int64)
     cdef int64_t[:, ::1] p = pairs
     cdef Py_ssize_t i, j, start
-    for i in prange(n, nogil=True, schedule="dynamic", chunksize=16):
+    for i in prange(n, nogil=True, num_threads=_team(n * (n + 1) // 2), schedule="dynamic", chunksize=16):
         start = i * n - i * (i - 1) // 2
         for j in range(i, n):
             p[start + j - i, 0] = i
@@ -227,7 +255,7 @@ def symmetric_fill(const double[::1] K, out_t[:, ::1] out):
     cdef Py_ssize_t n = out.shape[0], i, j, start
     if out.shape[1] != n or K.shape[0] != n * (n + 1) // 2:
         raise ValueError(f"{K.shape[0]} values do not fill the upper triangle of a {n} x {out.shape[1]} matrix")
-    for i in prange(n, nogil=True, schedule="dynamic", chunksize=16):
+    for i in prange(n, nogil=True, num_threads=_team(K.shape[0]), schedule="dynamic", chunksize=16):
         start = i * n - i * (i - 1) // 2
         for j in range(i, n):
             out[i, j] = <out_t>K[start + j - i]
