@@ -37,7 +37,7 @@ from graphkern._arrays import (_INT32_MAX, _INT64_MAX, ATOMIC_NUMBER, DIFFERS, D
                                require_memory, scan, scan_threads)
 from graphkern._cpu import validate as _compiled
 
-__all__ = ["Graph", "PackedGraphs", "pack_graphs", "as_csr_matrix",
+__all__ = ["Graph", "PackedGraphs", "pack_graphs", "content_digest", "as_csr_matrix",
            "category_code", "require_memory", "ATOMIC_NUMBER"]
 
 class Graph:
@@ -611,6 +611,26 @@ def _packed_weights(graphs, entry_offsets):
         if g.weights is not None:
             out[entry_offsets[k]:entry_offsets[k + 1]] = g.weights
     return out
+
+
+def content_digest(graphs, node_label_columns=(), edge_label_columns=()):
+    """A digest of what :func:`pack_graphs` reads from ``graphs`` with these label columns (every
+    graph's structure, weights and those columns; a missing column counts as absent), in one
+    compiled pass over all their arrays: a cache key, not cryptographic.  Graphs are validated
+    first, so the digest is of the arrays packing sees."""
+    graphs = list(graphs)
+    for k, g in enumerate(graphs):
+        if not isinstance(g, Graph):
+            raise TypeError(f"item {k} is a {type(g).__name__}, expected graphkern.Graph")
+    require_valid_all(graphs)
+    node_cols, edge_cols = tuple(map(str, node_label_columns)), tuple(map(str, edge_label_columns))
+    parts = []
+    for g in graphs:
+        node, edge = g._node_labels, g._edge_labels
+        parts += [g._indptr, g._indices, g._weights]
+        parts += [node.get(col) for col in node_cols]
+        parts += [edge.get(col) for col in edge_cols]
+    return _compiled.fingerprint(repr((len(graphs), node_cols, edge_cols)).encode(), parts)
 
 
 def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=()):

@@ -160,6 +160,24 @@ def test_category_codes_agree_across_datasets(rng):
     assert fa.max() < 8 and fb.max() < 8
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int32, np.int64, np.uint64])
+@pytest.mark.parametrize("spread", [1, 40, 10_000, 2 ** 40])
+def test_unique_inverse_is_numpys(dtype, spread, rng):
+    """Category codes come from np.unique's values and inverse, by a table where the range is small."""
+    from graphkern.basekernels.marginalized import _unique_inverse
+
+    info = np.iinfo(dtype)
+    span = min(spread, int(info.max) - int(info.min))
+    for size in (0, 1, 5, 3000):
+        lo = int(info.min) + int(rng.integers(0, 2 ** 62)) % (int(info.max) - int(info.min) - span + 1)
+        arr = np.array([lo + int(v) for v in rng.integers(0, span + 1, size)], dtype=object).astype(dtype)
+        values, inverse = _unique_inverse(arr)
+        want_values, want_inverse = np.unique(arr, return_inverse=True)
+        assert values.dtype == want_values.dtype
+        np.testing.assert_array_equal(values, want_values)
+        np.testing.assert_array_equal(inverse, want_inverse.reshape(-1))
+
+
 @pytest.mark.parametrize("kernel, form", [
     (Constant(0.5), ("constant", 0.5)),
     (TensorProduct(a=Constant(0.5), b=Constant(0.5)), ("constant", 0.25)),

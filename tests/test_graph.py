@@ -397,3 +397,31 @@ def test_frozen_keeps_only_what_no_caller_can_write():
         assert np.array_equal(out, np.asarray(src, dtype=np.int64))
     writable_owner[3] = -1  # the caller's write reaches no frozen array
     assert frozen(owner[2:6], np.int64)[1] == 3
+
+
+def test_content_digest_reads_what_packing_reads():
+    """The digest changes with structure, weights, the named columns and how the arrays split into
+    graphs, and not with a column packing does not read."""
+    from graphkern.graph import content_digest
+
+    def path(n, label):
+        edges = [(i, i + 1) for i in range(n - 1)]
+        return Graph.from_edges(edges, n, node_labels={"a": np.full(n, label), "b": np.arange(n)},
+                                edge_labels={"o": np.ones(n - 1, dtype=np.int64)})
+
+    graphs = [path(3, 1), path(4, 2)]
+    key = content_digest(graphs, ["a"], ["o"])
+    assert content_digest([path(3, 1), path(4, 2)], ["a"], ["o"]) == key  # equal copies
+    other = [path(3, 1), path(4, 2)]
+    other[1].node_labels["b"] = np.zeros(4, dtype=np.int64)  # a column not read
+    assert content_digest(other, ["a"], ["o"]) == key
+    other[1].node_labels["a"] = np.full(4, 3)
+    assert content_digest(other, ["a"], ["o"]) != key
+    assert content_digest(graphs, ["a", "b"], ["o"]) != key
+    assert content_digest(graphs[::-1], ["a"], ["o"]) != key
+    assert content_digest([path(4, 1), path(3, 2)], ["a"], ["o"]) != key
+    weighted = [Graph.from_edges([(0, 1), (1, 2)], 3, weights=[1.0, 2.0], node_labels={"a": np.ones(3)},
+                                 edge_labels={"o": np.ones(2, dtype=np.int64)}), graphs[1]]
+    assert content_digest(weighted, ["a"], ["o"]) != key
+    with pytest.raises(TypeError, match="item 1"):
+        content_digest([graphs[0], "C"], ["a"], ["o"])

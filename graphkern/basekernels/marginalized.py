@@ -595,10 +595,25 @@ class KernelProgram:
         return f"KernelProgram(groups={self.groups!r})"
 
 
+def _unique_inverse(arr):
+    """``np.unique(arr, return_inverse=True)`` of a 1-D array; integers of a range at most a few
+    times their count (atom and bond types, small categories) by a table of the range instead of a
+    sort, in linear time."""
+    if arr.dtype.kind in "iu" and len(arr):
+        lo, hi = int(arr.min()), int(arr.max())
+        if hi - lo <= 4 * len(arr) + 1024 and hi < 2**63:
+            offset = arr.astype(np.int64) - lo
+            present = np.zeros(hi - lo + 1, dtype=bool)
+            present[offset] = True
+            rank = np.cumsum(present) - 1
+            return (np.flatnonzero(present) + lo).astype(arr.dtype), rank[offset]
+    return np.unique(arr, return_inverse=True)
+
+
 def _category_codes(arr, table, what, col):
     """Small integer codes for the labels in ``arr``, extending ``table`` with unseen ones."""
     if arr.ndim == 1:
-        uniq, inverse = np.unique(arr, return_inverse=True)
+        uniq, inverse = _unique_inverse(arr)
         keys = uniq.tolist()
     else:
         uniq, inverse = np.unique(arr, axis=0, return_inverse=True)

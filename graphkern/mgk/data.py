@@ -17,14 +17,13 @@ once and reused by every call that changes only hyperparameters.
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from types import SimpleNamespace
 
 import numpy as np
 
-from graphkern.graph import Graph, pack_graphs
+from graphkern.graph import content_digest, pack_graphs
 
 __all__ = ["MGKDataset", "Octiles", "build_octiles", "renumbered", "DatasetCache", "OCTILE"]
 
@@ -233,8 +232,8 @@ class DatasetCache:
     """Packed datasets keyed by the content of a list's graphs and what the packing depends on.
 
     The key is a hash of every array the packing reads (structure, weights, the label columns
-    the programs use), so a graph edited in place, or replaced by an equal copy, is looked up by
-    what it holds.  The least recently used dataset is dropped beyond ``capacity``.
+    the programs use), taken on every lookup, so a graph edited in place, or replaced by an equal
+    copy, is looked up by what it holds.  The least recently used dataset is dropped beyond ``capacity``.
     """
 
     def __init__(self, capacity=8):
@@ -243,15 +242,8 @@ class DatasetCache:
 
     @staticmethod
     def content_key(graphs, node_cols, edge_cols):
-        """A digest of the graphs' content (each Graph's fingerprint, computed once per Graph over its
-        read-only arrays) and of the label columns the packing reads."""
-        h = hashlib.blake2b(digest_size=16)
-        h.update(repr((tuple(node_cols), tuple(edge_cols))).encode())
-        for k, g in enumerate(graphs):
-            if not isinstance(g, Graph):
-                raise TypeError(f"graph {k} is a {type(g).__name__}, expected graphkern.Graph")
-            h.update(g.fingerprint.encode())
-        return h.digest()
+        """A digest of what the packing reads from the graphs (graphkern.graph.content_digest)."""
+        return content_digest(graphs, node_cols, edge_cols)
 
     def get(self, graphs, node_program, edge_program, tables, dtype):
         graphs = list(graphs)
