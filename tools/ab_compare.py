@@ -47,8 +47,8 @@ def workloads():
     nk = TensorProduct(element=KroneckerDelta(0.5))
     ek = TensorProduct(bond_order=KroneckerDelta(0.5))
 
-    def mgk(graphs, **kw):
-        kern = gk.MarginalizedGraphKernel(nk, ek, q=0.05, backend="gpu", **kw)
+    def mgk(graphs, node=nk, edge=ek, **kw):
+        kern = gk.MarginalizedGraphKernel(node, edge, q=0.05, backend="gpu", **kw)
         return lambda: kern(graphs)
 
     def mgk_gradient(graphs):
@@ -68,12 +68,31 @@ def workloads():
         R, beta=0.01, dtype=np.float32, backend="gpu")[0]
     for variant in ("auto", "warp", "pair", "longrow", "balanced"):
         yield f"jaccard {variant}, Chung-Lu 200k", lambda v=variant: gk.jaccard(A, backend="gpu", variant=v).data
+    for set_name in ("nws-labeled", "dense-labeled", "molecules"):  # the quick benchmark's small sets
+        small, snk, sek, _ = _quick_set(set_name)
+        for tech in ("tiled", "csr", "gemm"):
+            yield f"mgk K float32, quick {set_name} ({tech})", mgk(small, techniques=tech, node=snk, edge=sek)
+    dirac = dict(node_kernel=DiracNode("element"), edge_kernel=DiracEdge())
+    for method in ("openmp_out_dense", "fcsp_dense"):
+        spc = gk.ShortestPathKernel(**dirac, backend="cpu", method=method)
+        yield f"spgk {method} Dirac, 24 molecules", lambda k=spc: k(mols[:24])
     spk = gk.ShortestPathKernel(node_kernel=DiracNode("element"), edge_kernel=DiracEdge(), backend="gpu",
                                 method="gpu_batched")
     yield "spgk gpu_batched Dirac, 257 molecules", lambda: spk(mols[:257])
     spg = gk.ShortestPathKernel(node_kernel=GaussianNode("element", sigma=1.0), edge_kernel=DiracEdge(),
                                 backend="gpu", method="gpu_batched")
     yield "spgk gpu_batched Gaussian, 257 molecules", lambda: spg(mols[:257])
+
+
+def _quick_set(name):
+    """A set of the MGK suite's quick run (graphs, node kernel, edge kernel, description), from either
+    layout of the benchmark package."""
+    import types
+    try:
+        from graphkern.bench.suites._mgk_sets import build_set
+    except ImportError:
+        from graphkern.bench.suites.mgk import build_set
+    return build_set(name, types.SimpleNamespace(graphs=None, vertices=None, sdf=None), True)
 
 
 def run(tree, out):
