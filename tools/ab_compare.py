@@ -72,10 +72,6 @@ def workloads():
         small, snk, sek, _ = _quick_set(set_name)
         for tech in ("tiled", "csr", "gemm"):
             yield f"mgk K float32, quick {set_name} ({tech})", mgk(small, techniques=tech, node=snk, edge=sek)
-    dirac = dict(node_kernel=DiracNode("element"), edge_kernel=DiracEdge())
-    for method in ("openmp_out_dense", "fcsp_dense"):
-        spc = gk.ShortestPathKernel(**dirac, backend="cpu", method=method)
-        yield f"spgk {method} Dirac, 24 molecules", lambda k=spc: k(mols[:24])
     spk = gk.ShortestPathKernel(node_kernel=DiracNode("element"), edge_kernel=DiracEdge(), backend="gpu",
                                 method="gpu_batched")
     yield "spgk gpu_batched Dirac, 257 molecules", lambda: spk(mols[:257])
