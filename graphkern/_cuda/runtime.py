@@ -15,6 +15,7 @@ A machine without a driver, without a device, or a build without CUDA makes
 
 from __future__ import annotations
 
+import math
 import os
 import queue
 import threading
@@ -154,7 +155,7 @@ def alloc(device, shape, dtype):
     """An uninitialised device array of ``shape`` and ``dtype``."""
     dtype = np.dtype(dtype)
     shape = tuple(np.atleast_1d(shape).tolist()) if not isinstance(shape, tuple) else shape
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(map(int, shape)) * dtype.itemsize  # exact: a NumPy product could wrap
     return _driver.DeviceBuffer(device, nbytes, dtype=dtype, shape=shape)
 
 
@@ -163,7 +164,7 @@ def to_device(device, array, stream=None, dtype=None):
     stream, a large array goes through pinned staging: :func:`copy_from_pageable`)."""
     array = np.ascontiguousarray(array, dtype=dtype)
     buf = alloc(device, array.shape, array.dtype)
-    if stream is None:
+    if stream is None and array.nbytes >= STAGED_MIN_BYTES:
         copy_from_pageable(buf, array)
     else:
         buf.copy_from_host(array, stream)
