@@ -157,6 +157,15 @@ def element_numbers(symbols, label):
     return out
 
 
+#: what a graph keeps about its content (graphkern.graph): dropped whenever a label column changes
+CONTENT_KEYS = ("fingerprint", "content_token")
+
+
+def _content_changed(cache):
+    for key in CONTENT_KEYS:
+        cache.pop(key, None)
+
+
 class LabelColumns(dict):
     """The named label columns of one graph; a column set here is validated (length, dtype) and frozen
     (``validated``: columns the graph has checked already, stored as they are)."""
@@ -172,7 +181,7 @@ class LabelColumns(dict):
 
     def __setitem__(self, key, values):
         col = frozen(label_column(values, self._length, what=self._what, name=key), None)
-        self._owner_cache.pop("fingerprint", None)
+        _content_changed(self._owner_cache)
         super().__setitem__(str(key), col)
 
     def _put(self, key, col):
@@ -180,7 +189,7 @@ class LabelColumns(dict):
         super().__setitem__(key, frozen(col, None))
 
     def __delitem__(self, key):
-        self._owner_cache.pop("fingerprint", None)
+        _content_changed(self._owner_cache)
         super().__delitem__(key)
 
     def update(self, *args, **kwargs):
@@ -193,15 +202,15 @@ class LabelColumns(dict):
         return self[key]
 
     def pop(self, *args):
-        self._owner_cache.pop("fingerprint", None)
+        _content_changed(self._owner_cache)
         return super().pop(*args)
 
     def popitem(self):
-        self._owner_cache.pop("fingerprint", None)
+        _content_changed(self._owner_cache)
         return super().popitem()
 
     def clear(self):
-        self._owner_cache.pop("fingerprint", None)
+        _content_changed(self._owner_cache)
         super().clear()
 
     def __reduce__(self):

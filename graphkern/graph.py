@@ -37,7 +37,7 @@ from graphkern._arrays import (_INT32_MAX, _INT64_MAX, ATOMIC_NUMBER, DIFFERS, D
                                require_memory, scan, scan_threads)
 from graphkern._cpu import validate as _compiled
 
-__all__ = ["Graph", "PackedGraphs", "pack_graphs", "content_digest", "as_csr_matrix",
+__all__ = ["Graph", "PackedGraphs", "pack_graphs", "content_digest", "content_tokens", "as_csr_matrix",
            "category_code", "require_memory", "ATOMIC_NUMBER"]
 
 class Graph:
@@ -611,6 +611,18 @@ def _packed_weights(graphs, entry_offsets):
         if g.weights is not None:
             out[entry_offsets[k]:entry_offsets[k + 1]] = g.weights
     return out
+
+
+def content_tokens(graphs):
+    """One token per graph of ``graphs`` (validated first), the same object for as long as the
+    graph's content stays as it is (a label column set, replaced or removed drops it): two equal
+    tuples of tokens are graphs of the same content, at a few dictionary reads per graph."""
+    graphs = list(graphs)
+    for k, g in enumerate(graphs):
+        if not isinstance(g, Graph):
+            raise TypeError(f"item {k} is a {type(g).__name__}, expected graphkern.Graph")
+    require_valid_all(graphs)
+    return tuple([g._cache.get("content_token") or g._cache.setdefault("content_token", object()) for g in graphs])
 
 
 def content_digest(graphs, node_label_columns=(), edge_label_columns=()):

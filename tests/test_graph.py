@@ -425,3 +425,26 @@ def test_content_digest_reads_what_packing_reads():
     assert content_digest(weighted, ["a"], ["o"]) != key
     with pytest.raises(TypeError, match="item 1"):
         content_digest([graphs[0], "C"], ["a"], ["o"])
+
+
+def test_content_tokens_change_with_every_label_edit():
+    """A graph's token stays while its content does and goes with any change of a label column."""
+    from graphkern.graph import content_tokens
+
+    g = Graph.from_edges([(0, 1), (1, 2)], 3, node_labels={"a": [1, 2, 3]}, edge_labels={"o": [1, 1]})
+    (first,) = content_tokens([g])
+    assert content_tokens([g]) == (first,) and content_tokens([g, g]) == (first, first)
+    edits = [lambda: g.node_labels.__setitem__("b", [0, 0, 0]), lambda: g.node_labels.pop("b"),
+             lambda: g.edge_labels.update({"w": [2, 3, 3, 2]}), lambda: g.edge_labels.__delitem__("w"),
+             lambda: g.node_labels.setdefault("c", [4, 5, 6]), lambda: g.node_labels.popitem(),
+             lambda: g.edge_labels.clear()]
+    seen = [first]  # kept alive, so that no later token can take an earlier one's place
+    for edit in edits:
+        edit()
+        (after,) = content_tokens([g])
+        assert all(after is not token for token in seen)
+        seen.append(after)
+    other = Graph.from_edges([(0, 1), (1, 2)], 3)
+    assert content_tokens([other]) != content_tokens([g])  # another graph, another token
+    with pytest.raises(TypeError, match="item 0"):
+        content_tokens(["C"])

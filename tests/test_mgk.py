@@ -262,6 +262,25 @@ def test_dataset_is_packed_once_and_reused(rng):
     assert len(kern._datasets._entries) == n_entries
 
 
+def test_an_unchanged_graph_list_is_not_hashed_again(rng, monkeypatch):
+    from graphkern.graph import content_digest
+    from graphkern.mgk import data
+
+    X = [random_graph(rng, n) for n in (5, 9)]
+    nk, ek = KERNELS["kronecker"]
+    kern = MarginalizedGraphKernel(nk, ek, dtype=np.float64, tol=1e-13, backend="cpu")
+    digests = []
+    monkeypatch.setattr(data, "content_digest", lambda *a: digests.append(a) or content_digest(*a))
+    kern(X)
+    kern(X)
+    kern(list(X))  # another list of the same graphs
+    assert len(digests) == 1
+    X[1].node_labels["element"] = X[1].node_labels["element"] + 100  # new content: hashed and re-packed
+    changed = kern(X)
+    assert len(digests) == 2 and len(kern._datasets._entries) == 2
+    assert rel_err(changed, dense_mgk(X, None, *programs("kronecker"), q=kern.q)) < 1e-10
+
+
 def test_changed_labels_and_weights_are_seen(rng):
     """The dataset cache keys on content: new label columns or a rebuilt graph give fresh values."""
     X = [random_graph(rng, n) for n in (5, 9, 7)]

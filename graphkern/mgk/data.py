@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from graphkern.graph import content_digest, pack_graphs
+from graphkern.graph import content_digest, content_tokens, pack_graphs
 
 __all__ = ["MGKDataset", "Octiles", "build_octiles", "renumbered", "DatasetCache", "OCTILE"]
 
@@ -239,11 +239,19 @@ class DatasetCache:
     def __init__(self, capacity=8):
         self.capacity = capacity
         self._entries = OrderedDict()
+        self._last_digest = None  # (graph tokens, label columns, digest) of the last lookup
 
-    @staticmethod
-    def content_key(graphs, node_cols, edge_cols):
-        """A digest of what the packing reads from the graphs (graphkern.graph.content_digest)."""
-        return content_digest(graphs, node_cols, edge_cols)
+    def content_key(self, graphs, node_cols, edge_cols):
+        """A digest of what the packing reads from the graphs (graphkern.graph.content_digest); the
+        last one again while the same graphs hold the same content (graphkern.graph.content_tokens:
+        an unchanged list is not hashed again)."""
+        tokens, cols = content_tokens(graphs), (tuple(node_cols), tuple(edge_cols))
+        last = self._last_digest
+        if last is not None and last[0] == tokens and last[1] == cols:
+            return last[2]
+        digest = content_digest(graphs, *cols)
+        self._last_digest = (tokens, cols, digest)
+        return digest
 
     def get(self, graphs, node_program, edge_program, tables, dtype):
         graphs = list(graphs)
