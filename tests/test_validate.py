@@ -321,3 +321,47 @@ def test_device_csr_check_flags_what_numpy_finds(pointer, rng, gpu_device):
         no_values = check_csr("expm", rt.to_device(gpu_device, ptr), rt.to_device(gpu_device, idx), n_cols=n,
                               nnz=A.nnz)
         assert no_values[0] & ~0b111 == 0  # without values only the structure is read
+
+
+def _first_bad_line_reference(text, n_fields):
+    """The rule of validate.first_bad_coordinate_line, line by line in Python."""
+    import re
+
+    lines = text.split(b"\n")
+    if text.endswith(b"\n"):
+        lines.pop()
+    size_line = True
+    for k, line in enumerate(lines, start=1):
+        body = line.lstrip(b" \t")
+        if not body or body[:1] in (b"\r", b"%"):
+            continue
+        fields = [f for f in re.split(rb"[ \t]+", body.split(b"\r")[0]) if f]
+        want = 3 if size_line else n_fields
+        for i, f in enumerate(fields):
+            digits = f.isdigit()
+            number = all(c in b"0123456789+-.eEnNaAiIfFtTyY" for c in f)
+            if not number or ((i < 2 or size_line) and not digits):
+                return k
+        if len(fields) != want:
+            return k
+        size_line = False
+    return 0
+
+
+@pytest.mark.parametrize("n_fields", [2, 3])
+def test_first_bad_coordinate_line_over_threads_is_the_rule(n_fields, rng):
+    """The entries checked in runs of whole lines on several threads name the same first bad line
+    as the rule read line by line, wherever the runs start."""
+    good = [b"12 7", b"3 4 1.5e-3", b"  8\t9  -2 ", b"%c 1 2", b"", b"\t", b"5 6 7\r", b"1 2 nan", b"4 4 +.5"]
+    bad = [b"1 x 2", b"1.5 2 3", b"1 2 3 4", b"1V 2", b"7", b"2 2 1V", b"a", b"1 2\r 3"]
+    for _ in range(300):
+        lines = [b"%%MatrixMarket matrix coordinate real general", b"% comment"] * int(rng.integers(0, 2))
+        lines.append(b"9 9 9" if rng.random() < 0.9 else b"9 9.0 9")
+        for _ in range(int(rng.integers(0, 60))):
+            pool = bad if rng.random() < 0.03 else good
+            lines.append(pool[int(rng.integers(len(pool)))])
+        text = b"\n".join(lines) + (b"\n" if rng.random() < 0.7 else b"")
+        want = _first_bad_line_reference(text, n_fields)
+        data = np.frombuffer(text, dtype=np.uint8)
+        for threads, chunk in ((1, 1 << 20), (3, 1), (4, 7), (16, 16)):
+            assert validate.first_bad_coordinate_line(data, n_fields, threads, chunk) == want, (text, threads, chunk)

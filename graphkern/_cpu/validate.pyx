@@ -285,49 +285,103 @@ cdef inline bint _number_char(unsigned char c) noexcept nogil:
     return c in b"+-.eEnNaAiIfFtTyY"
 
 
-def first_bad_coordinate_line(const unsigned char[::1] text, int n_fields):
+cdef Py_ssize_t _check_line(const unsigned char[::1] text, Py_ssize_t pos, Py_ssize_t size, int n_fields,
+                            bint *size_line, bint *ok) noexcept nogil:
+    """Check the line that starts at ``pos`` (``ok``; ``size_line``: it is the size line if it is
+    not blank or a comment, and no longer after one) and return where the next line starts."""
+    cdef int field, want
+    cdef unsigned char c
+    cdef bint digits, number
+    ok[0] = True
+    while pos < size and (text[pos] == 32 or text[pos] == 9):
+        pos += 1
+    if pos < size and text[pos] != 10 and text[pos] != 13 and text[pos] != 37:  # not blank, not %
+        want = 3 if size_line[0] else n_fields
+        field = 0
+        while pos < size and text[pos] != 10 and text[pos] != 13:
+            digits = True
+            number = True
+            while pos < size:
+                c = text[pos]
+                if c == 32 or c == 9 or c == 10 or c == 13:
+                    break
+                if c < 48 or c > 57:
+                    digits = False
+                    number = number and _number_char(c)
+                pos += 1
+            # a value such as "1V" is no number (the parser reads 1, or crashes at the end of a file)
+            if not number or ((field < 2 or size_line[0]) and not digits):
+                ok[0] = False
+            field += 1
+            while pos < size and (text[pos] == 32 or text[pos] == 9):
+                pos += 1
+        if field != want:
+            ok[0] = False
+        size_line[0] = False
+    while pos < size and text[pos] != 10:
+        pos += 1
+    return pos + 1
+
+
+cdef int64_t _first_bad_in(const unsigned char[::1] text, Py_ssize_t pos, Py_ssize_t end, int n_fields,
+                           int64_t *lines) noexcept nogil:
+    """The 1-based number, counted from ``pos``, of the first bad entry line of the whole lines in
+    ``[pos, end)``, or 0 (``lines``: how many lines were read)."""
+    cdef Py_ssize_t size = text.shape[0]
+    cdef bint size_line = False, ok = True
+    cdef int64_t line = 0
+    while pos < end:
+        line += 1
+        pos = _check_line(text, pos, size, n_fields, &size_line, &ok)
+        if not ok:
+            lines[0] = line
+            return line
+    lines[0] = line
+    return 0
+
+
+def first_bad_coordinate_line(const unsigned char[::1] text, int n_fields, int n_threads=1,
+                              Py_ssize_t chunk_bytes=1 << 20):
     """The 1-based number of the first line of a Matrix Market coordinate text that is not
     ``n_fields`` whitespace-separated fields with the first two made of digits and the others
     numbers (the size line, the first non-comment line, must be three digit fields), or 0 if
-    every line is.
-    Comment (``%``) and blank lines are skipped."""
-    cdef Py_ssize_t size = text.shape[0], pos = 0
-    cdef int64_t line = 0, bad = 0
-    cdef int field, want, size_line = 1
-    cdef unsigned char c
-    cdef bint digits, number
+    every line is.  Comment (``%``) and blank lines are skipped.
+
+    The lines up to the size line are read in order; the entries after it in runs of whole lines
+    of at least ``chunk_bytes``, on up to ``n_threads`` threads, each run's first bad line and
+    line count then combined in order."""
+    cdef Py_ssize_t size = text.shape[0], pos = 0, cut
+    cdef int64_t line = 0, before
+    cdef bint size_line = True, ok = True
+    cdef int t, nt
     with nogil:
-        while pos < size and bad == 0:
+        while pos < size and size_line and ok:
             line += 1
-            while pos < size and (text[pos] == 32 or text[pos] == 9):
-                pos += 1
-            if pos < size and text[pos] != 10 and text[pos] != 13 and text[pos] != 37:  # not blank, not %
-                want = 3 if size_line else n_fields
-                field = 0
-                while pos < size and text[pos] != 10 and text[pos] != 13:
-                    digits = True
-                    number = True
-                    while pos < size:
-                        c = text[pos]
-                        if c == 32 or c == 9 or c == 10 or c == 13:
-                            break
-                        if c < 48 or c > 57:
-                            digits = False
-                            number = number and _number_char(c)
-                        pos += 1
-                    # a value such as "1V" is no number (the parser reads 1, or crashes at the end of a file)
-                    if not number or ((field < 2 or size_line) and not digits):
-                        bad = line
-                    field += 1
-                    while pos < size and (text[pos] == 32 or text[pos] == 9):
-                        pos += 1
-                if field != want:
-                    bad = line
-                size_line = 0
-            while pos < size and text[pos] != 10:
-                pos += 1
-            pos += 1
-    return bad
+            pos = _check_line(text, pos, size, n_fields, &size_line, &ok)
+    if not ok:
+        return line
+    if pos >= size:
+        return 0
+    nt = <int>max(1, min(<Py_ssize_t>max(n_threads, 1), (size - pos) // max(chunk_bytes, 1)))
+    cdef int64_t[::1] bounds = np.empty(nt + 1, dtype=np.int64)
+    cdef int64_t[::1] bad = np.zeros(nt, dtype=np.int64)
+    cdef int64_t[::1] lines = np.zeros(nt, dtype=np.int64)
+    bounds[0] = pos
+    bounds[nt] = size
+    with nogil:
+        for t in range(1, nt):  # each run starts where a line does
+            cut = max(<Py_ssize_t>bounds[t - 1], pos + (size - pos) * t // nt)
+            while cut < size and text[cut - 1] != 10:
+                cut += 1
+            bounds[t] = cut
+        for t in prange(nt, num_threads=nt, schedule="static", chunksize=1, use_threads_if=nt > 1):
+            bad[t] = _first_bad_in(text, bounds[t], bounds[t + 1], n_fields, &lines[t])
+    before = line
+    for t in range(nt):
+        if bad[t]:
+            return before + bad[t]
+        before += lines[t]
+    return 0
 
 
 cdef inline uint64_t _mix(uint64_t z) noexcept nogil:

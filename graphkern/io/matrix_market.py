@@ -18,6 +18,7 @@ import numpy as np
 import scipy.io
 import scipy.sparse as sp
 
+from .._backend import resolve_threads
 from .._cpu import validate as _compiled
 from ..graph import Graph, as_csr_matrix, require_memory
 from ._text import FileFormatError, load_table, open_text, read_bytes, source_name
@@ -129,7 +130,7 @@ def _line_of_entry(source, header, k):
     return next(itertools.islice((lineno for lineno, _ in _entry_lines(source, header)), k, None), None)
 
 
-def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False, name=None):
+def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False, name=None, n_threads=None):
     """Read a Matrix Market coordinate file as an undirected graph.
 
     Parameters
@@ -145,6 +146,8 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
     as_csr : bool
         Return the symmetric adjacency as a ``scipy.sparse.csr_matrix`` (ones if
         unweighted) instead of a :class:`~graphkern.Graph`.
+    n_threads : int or None
+        Threads checking the entry lines before the library parses them; None means all cores.
 
     Raises
     ------
@@ -156,7 +159,8 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
     path = source_name(source)
     with open_text(source) as f:
         header = _Header(f, path)
-        A = _read_clean(path, header, weighted) if isinstance(source, (str, os.PathLike)) else None
+        clean = isinstance(source, (str, os.PathLike))
+        A = _read_clean(path, header, weighted, resolve_threads(n_threads)) if clean else None
         if A is None:
             A = _read_locating_errors(source, f, path, header, weighted)
     if weighted is None:
@@ -177,18 +181,17 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
     return Graph(A.indptr, A.indices, A.data if weighted else None, name=name, validate=False)
 
 
-def _read_clean(path, header, weighted):
+def _read_clean(path, header, weighted, n_threads):
     """The CSR matrix of a well-formed file through scipy.io.mmread, or None if anything is off
     (the caller then reads the lines itself to name the one at fault)."""
-    raw = read_bytes(path)
-    if not raw.endswith(b"\n"):
-        raw += b"\n"  # the library can crash on a last line without its newline
-    data = np.frombuffer(raw, dtype=np.uint8)
+    data, source = _file_bytes(path)
     # the library reads "3 1.5 1" as (3, 1, 0.5) and ignores extra fields: refuse such lines first
-    if _compiled.first_bad_coordinate_line(data, header.n_columns):
+    bad = _compiled.first_bad_coordinate_line(data, header.n_columns, n_threads)
+    del data
+    if bad:
         return None
     try:
-        M = scipy.io.mmread(io.BytesIO(raw), spmatrix=True)
+        M = scipy.io.mmread(source, spmatrix=True)
     except (ValueError, OSError, OverflowError):
         return None
     if M.shape != (header.n, header.n) or not np.all(np.isfinite(M.data)):
@@ -202,6 +205,22 @@ def _read_clean(path, header, weighted):
         return None
     A.sort_indices()
     return A
+
+
+def _file_bytes(path):
+    """The bytes of the file ``path`` as an array, and what scipy.io.mmread should read: an
+    uncompressed file ending in a newline is mapped (no copy) and read again by the library from
+    its path; otherwise its bytes (``.gz`` decompressed) with a final newline added, the library
+    reading those (it can crash on a last line without its newline)."""
+    if not os.fspath(path).endswith(".gz") and os.path.getsize(path):
+        mapped = np.memmap(path, dtype=np.uint8, mode="r")
+        if mapped[-1] == 10:
+            return mapped, os.fspath(path)
+        del mapped
+    raw = read_bytes(path)
+    if not raw.endswith(b"\n"):
+        raw += b"\n"
+    return np.frombuffer(raw, dtype=np.uint8), io.BytesIO(raw)
 
 
 def _read_locating_errors(source, f, path, header, weighted):
