@@ -613,15 +613,21 @@ def _packed_weights(graphs, entry_offsets):
     return out
 
 
-def content_tokens(graphs):
-    """One token per graph of ``graphs`` (validated first), the same object for as long as the
-    graph's content stays as it is (a label column set, replaced or removed drops it): two equal
-    tuples of tokens are graphs of the same content, at a few dictionary reads per graph."""
+def _valid_graphs(graphs):
+    """``graphs`` as a list, every item a validated Graph (another type raises TypeError naming it)."""
     graphs = list(graphs)
     for k, g in enumerate(graphs):
         if not isinstance(g, Graph):
             raise TypeError(f"item {k} is a {type(g).__name__}, expected graphkern.Graph")
     require_valid_all(graphs)
+    return graphs
+
+
+def content_tokens(graphs):
+    """One token per graph of ``graphs`` (validated first), the same object for as long as the
+    graph's content stays as it is (a label column set, replaced or removed drops it): two equal
+    tuples of tokens are graphs of the same content, at a few dictionary reads per graph."""
+    graphs = _valid_graphs(graphs)
     return tuple([g._cache.get("content_token") or g._cache.setdefault("content_token", object()) for g in graphs])
 
 
@@ -630,11 +636,7 @@ def content_digest(graphs, node_label_columns=(), edge_label_columns=()):
     graph's structure, weights and those columns; a missing column counts as absent), in one
     compiled pass over all their arrays: a cache key, not cryptographic.  Graphs are validated
     first, so the digest is of the arrays packing sees."""
-    graphs = list(graphs)
-    for k, g in enumerate(graphs):
-        if not isinstance(g, Graph):
-            raise TypeError(f"item {k} is a {type(g).__name__}, expected graphkern.Graph")
-    require_valid_all(graphs)
+    graphs = _valid_graphs(graphs)
     node_cols, edge_cols = tuple(map(str, node_label_columns)), tuple(map(str, edge_label_columns))
     parts = []
     for g in graphs:
@@ -650,11 +652,7 @@ def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=()):
 
     Missing label columns raise a KeyError naming the graph and the column.
     """
-    graphs = list(graphs)
-    for k, g in enumerate(graphs):
-        if not isinstance(g, Graph):
-            raise TypeError(f"item {k} is a {type(g).__name__}, expected graphkern.Graph")
-    require_valid_all(graphs)
+    graphs = _valid_graphs(graphs)
     n = np.array([g.n_nodes for g in graphs], dtype=np.int64)
     m = np.array([g.nnz for g in graphs], dtype=np.int64)
     node_offsets = np.concatenate([[0], np.cumsum(n)])
