@@ -173,11 +173,12 @@ class LabelColumns(dict):
     __slots__ = ("_what", "_length", "_owner_cache")
 
     def __init__(self, what, length, owner_cache, columns=(), *, validated=()):
-        super().__init__()
+        # validated columns go straight in, frozen (a reader's graphs: thousands of them per file)
+        super().__init__((key, frozen(col, None)) for key, col in
+                         (validated.items() if isinstance(validated, dict) else validated))
         self._what, self._length, self._owner_cache = what, length, owner_cache
-        self.update(columns)
-        for key, col in dict(validated).items():
-            self._put(key, col)
+        if columns:
+            self.update(columns)
 
     def __setitem__(self, key, values):
         col = frozen(label_column(values, self._length, what=self._what, name=key), None)
