@@ -353,7 +353,7 @@ def test_first_bad_coordinate_line_over_threads_is_the_rule(n_fields, rng):
     """The entries checked in runs of whole lines on several threads name the same first bad line
     as the rule read line by line, wherever the runs start."""
     good = [b"12 7", b"3 4 1.5e-3", b"  8\t9  -2 ", b"%c 1 2", b"", b"\t", b"5 6 7\r", b"1 2 nan", b"4 4 +.5"]
-    bad = [b"1 x 2", b"1.5 2 3", b"1 2 3 4", b"1V 2", b"7", b"2 2 1V", b"a", b"1 2\r 3"]
+    bad = [b"1 x 2", b"1.5 2 3", b"1 2 3 4", b"1V 2", b"7", b"2 2 1V", b"a", b"1 2\r 3", b"1 \x00 2", b"\xff1 2 3"]
     for _ in range(300):
         lines = [b"%%MatrixMarket matrix coordinate real general", b"% comment"] * int(rng.integers(0, 2))
         lines.append(b"9 9 9" if rng.random() < 0.9 else b"9 9.0 9")

@@ -280,9 +280,28 @@ def fingerprint(bytes head, list arrays):
     return f"{_mix(lanes[0]):016x}{_mix(lanes[1] ^ lanes[0]):016x}"
 
 
-cdef inline bint _number_char(unsigned char c) noexcept nogil:
-    """A character of a decimal number, or of nan / inf / infinity (refused later, by name)."""
-    return c in b"+-.eEnNaAiIfFtTyY"
+cdef enum:
+    DIGIT = 1    # 0-9
+    NUMERIC = 2  # a character of a decimal number, or of nan / inf / infinity (refused later, by name)
+    BLANK = 4    # space, tab
+    LINE_END = 8  # newline, carriage return
+
+cdef unsigned char _CLASS[256]  # each byte's classes, read once per byte of a line
+
+
+cdef void _fill_classes() noexcept:
+    cdef int c
+    for c in range(256):
+        _CLASS[c] = 0
+    for c in range(48, 58):
+        _CLASS[c] = DIGIT | NUMERIC
+    for c in b"+-.eEnNaAiIfFtTyY":
+        _CLASS[c] = NUMERIC
+    _CLASS[32] = _CLASS[9] = BLANK
+    _CLASS[10] = _CLASS[13] = LINE_END
+
+
+_fill_classes()
 
 
 cdef Py_ssize_t _check_line(const unsigned char[::1] text, Py_ssize_t pos, Py_ssize_t size, int n_fields,
@@ -290,8 +309,7 @@ cdef Py_ssize_t _check_line(const unsigned char[::1] text, Py_ssize_t pos, Py_ss
     """Check the line that starts at ``pos`` (``ok``; ``size_line``: it is the size line if it is
     not blank or a comment, and no longer after one) and return where the next line starts."""
     cdef int field, want
-    cdef unsigned char c
-    cdef bint digits, number
+    cdef unsigned char seen, k
     ok[0] = True
     while pos < size and (text[pos] == 32 or text[pos] == 9):
         pos += 1
@@ -299,18 +317,15 @@ cdef Py_ssize_t _check_line(const unsigned char[::1] text, Py_ssize_t pos, Py_ss
         want = 3 if size_line[0] else n_fields
         field = 0
         while pos < size and text[pos] != 10 and text[pos] != 13:
-            digits = True
-            number = True
+            seen = DIGIT | NUMERIC  # the classes every byte of the field has
             while pos < size:
-                c = text[pos]
-                if c == 32 or c == 9 or c == 10 or c == 13:
+                k = _CLASS[text[pos]]
+                if k & (BLANK | LINE_END):
                     break
-                if c < 48 or c > 57:
-                    digits = False
-                    number = number and _number_char(c)
+                seen &= k
                 pos += 1
             # a value such as "1V" is no number (the parser reads 1, or crashes at the end of a file)
-            if not number or ((field < 2 or size_line[0]) and not digits):
+            if not (seen & NUMERIC) or ((field < 2 or size_line[0]) and not (seen & DIGIT)):
                 ok[0] = False
             field += 1
             while pos < size and (text[pos] == 32 or text[pos] == 9):
