@@ -35,22 +35,15 @@ cdef inline double _pair_cost(const int64_t[:, ::1] pair_arr, Py_ssize_t i, cons
 
 cdef enum:
     SMALL_SORT = 8192  # below this many pairs the launch order is a stable sort of the keys, not a counting sort
+    SORT_ITEMS = 65536  # pairs per thread of a counting sort: each thread's histogram has 65536 buckets
     TEAM_ITEMS = 8192  # items per thread of a gather, scatter or fill: a parallel region costs more on fewer
 
 
-cdef int _chunks(Py_ssize_t m) noexcept nogil:
-    """Threads for a pass over m pairs: one per 2^16 pairs, at most omp_get_max_threads()."""
+cdef int _threads(Py_ssize_t m, Py_ssize_t per_thread) noexcept nogil:
+    """Threads for a pass over m items: one per ``per_thread``, at most omp_get_max_threads()."""
     cdef int nt = openmp.omp_get_max_threads()
-    if m // 65536 < nt:
-        nt = <int>(m // 65536)
-    return nt if nt > 1 else 1
-
-
-cdef int _team(Py_ssize_t m) noexcept nogil:
-    """Threads for an elementwise pass over m items: one per TEAM_ITEMS, at most omp_get_max_threads()."""
-    cdef int nt = openmp.omp_get_max_threads()
-    if m // TEAM_ITEMS < nt:
-        nt = <int>(m // TEAM_ITEMS)
+    if m // per_thread < nt:
+        nt = <int>(m // per_thread)
     return nt if nt > 1 else 1
 
 
@@ -115,7 +108,7 @@ def launch_order(const double[::1] cost):
     """``np.argsort(key.astype(np.uint16), kind="stable")`` for ``key = cost * (-65535 / max) + 65535``
     (all keys 65535 when the largest cost is 0), by counting: O(m), the same permutation."""
     cdef Py_ssize_t m = cost.shape[0], i
-    cdef int nt = _chunks(m), t
+    cdef int nt = _threads(m, SORT_ITEMS), t
     cdef double top = 0.0, scale, local
     cdef double[::1] tops = np.zeros(nt)
     cdef uint16_t[::1] key = np.empty(m, dtype=np.uint16)
@@ -149,7 +142,7 @@ def pair_plan(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int64
     entry per graph of the first (second) set; costs must stay below 2^53.  ``positions``: each pair's place."""
     cdef Py_ssize_t m = pair_arr.shape[0], i
     cdef Py_ssize_t n_first = n1.shape[0], n_second = n2.shape[0]
-    cdef int nt = _chunks(m), t
+    cdef int nt = _threads(m, SORT_ITEMS), t
     cdef int64_t a, b, size, big, total, foot, bad
     cdef double top = 0.0, scale, local
     # per run: largest cost; largest size, total size, largest footprint, first pair out of range
@@ -212,7 +205,7 @@ def pair_costs(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int6
     cdef Py_ssize_t m = pair_arr.shape[0], i
     out = np.empty(m)
     cdef double[::1] o = out
-    for i in prange(m, nogil=True, num_threads=_team(m), schedule="static"):
+    for i in prange(m, nogil=True, num_threads=_threads(m, TEAM_ITEMS), schedule="static"):
         o[i] = _pair_cost(pair_arr, i, n1, n2, w1, w2)
     return out
 
@@ -222,7 +215,7 @@ def take(const item_t[::1] values, const int64_t[::1] order):
     cdef Py_ssize_t m = order.shape[0], i
     out = np.empty(m, dtype=np.asarray(values).dtype)
     cdef item_t[::1] o = out
-    for i in prange(m, nogil=True, num_threads=_team(m), schedule="static"):
+    for i in prange(m, nogil=True, num_threads=_threads(m, TEAM_ITEMS), schedule="static"):
         o[i] = values[order[i]]
     return out
 
@@ -232,7 +225,7 @@ def scatter(item_t[::1] out, const int64_t[::1] order, const item_t[::1] values)
     cdef Py_ssize_t m = order.shape[0], i
     if values.shape[0] != m or out.shape[0] < m:
         raise ValueError(f"scatter of {values.shape[0]} values by {m} indices into {out.shape[0]}")
-    for i in prange(m, nogil=True, num_threads=_team(m), schedule="static"):
+    for i in prange(m, nogil=True, num_threads=_threads(m, TEAM_ITEMS), schedule="static"):
         out[order[i]] = values[i]
     return np.asarray(out)
 
@@ -242,7 +235,7 @@ def upper_pairs(Py_ssize_t n):
     pairs = np.empty((n * (n + 1) // 2, 2), dtype=np.int64)
     cdef int64_t[:, ::1] p = pairs
     cdef Py_ssize_t i, j, start
-    for i in prange(n, nogil=True, num_threads=_team(n * (n + 1) // 2), schedule="dynamic", chunksize=16):
+    for i in prange(n, nogil=True, num_threads=_threads(n * (n + 1) // 2, TEAM_ITEMS), schedule="dynamic", chunksize=16):
         start = i * n - i * (i - 1) // 2
         for j in range(i, n):
             p[start + j - i, 0] = i
@@ -255,7 +248,7 @@ def symmetric_fill(const double[::1] K, out_t[:, ::1] out):
     cdef Py_ssize_t n = out.shape[0], i, j, start
     if out.shape[1] != n or K.shape[0] != n * (n + 1) // 2:
         raise ValueError(f"{K.shape[0]} values do not fill the upper triangle of a {n} x {out.shape[1]} matrix")
-    for i in prange(n, nogil=True, num_threads=_team(K.shape[0]), schedule="dynamic", chunksize=16):
+    for i in prange(n, nogil=True, num_threads=_threads(K.shape[0], TEAM_ITEMS), schedule="dynamic", chunksize=16):
         start = i * n - i * (i - 1) // 2
         for j in range(i, n):
             out[i, j] = <out_t>K[start + j - i]
