@@ -4,12 +4,13 @@ A restructuring must not change results or lose speed.  This script runs a fixed
 calls of every capability (public API only, so it works across layouts) from one tree, saves the
 outputs and the medians, and compares two such runs::
 
-    python3 tools/ab_compare.py run TREE OUT.npz      # once per tree (each built in place)
+    python3 tools/ab_compare.py run TREE OUT.npz [TEXT]   # once per tree (each built in place)
     python3 tools/ab_compare.py compare BEFORE.npz AFTER.npz
 
 ``compare`` prints, per workload, the median seconds of both trees, their ratio, the run-to-run
 spread (max/min of the repeats of the slower tree, the noise to judge the ratio by) and whether
-the outputs are bit-identical (otherwise the largest relative difference).
+the outputs are bit-identical (otherwise the largest relative difference).  ``TEXT`` runs only the
+workloads whose names contain it.
 """
 
 from __future__ import annotations
@@ -91,12 +92,15 @@ def _quick_set(name):
     return build_set(name, types.SimpleNamespace(graphs=None, vertices=None, sdf=None), True)
 
 
-def run(tree, out):
+def run(tree, out, only=""):
     sys.path.insert(0, tree)
     import graphkern
     assert graphkern.__file__.startswith(tree), graphkern.__file__
     arrays, times = {}, {}
-    for k, (name, fn) in enumerate(workloads()):
+    for name, fn in workloads():
+        if only not in name:
+            continue
+        k = len(times)  # the workload's place in the saved list
         try:
             value, t = _timed(fn)
         except Exception as exc:  # one workload's failure is reported, the others still run
@@ -133,6 +137,6 @@ def compare(before, after):
 
 if __name__ == "__main__":
     if sys.argv[1] == "run":
-        run(sys.argv[2], sys.argv[3])
+        run(*sys.argv[2:5])
     else:
         compare(sys.argv[2], sys.argv[3])
