@@ -8,13 +8,18 @@ Capabilities (each with ``backend="auto" | "cpu" | "gpu"``):
   exp(beta A) x by Lanczos;
 * :class:`ShortestPathKernel` -- the shortest-path graph kernel (FCSP);
 * :class:`MarginalizedGraphKernel` -- the marginalized graph kernel.
+
+Device memory that a call frees stays with the process for the next call's allocations (up to a
+quarter of each GPU's memory); :func:`release_gpu_memory` gives it back to the driver, for another
+library in the same process.
 """
 
 from importlib import import_module
 
 from graphkern.errors import CudaError, GPUUnavailableError, GraphTooLargeError, NotConvergedError
 from graphkern.graph import Graph, pack_graphs
-from graphkern._cuda.runtime import gpu_available, unavailable_reason as gpu_unavailable_reason
+from graphkern._cuda.runtime import gpu_available, release_cached as release_gpu_memory
+from graphkern._cuda.runtime import unavailable_reason as gpu_unavailable_reason
 
 __version__ = "0.1.0"
 
@@ -40,7 +45,8 @@ _LAZY = {
 }
 
 __all__ = ["Graph", "pack_graphs", "CudaError", "GPUUnavailableError", "GraphTooLargeError",
-           "NotConvergedError", "gpu_available", "gpu_unavailable_reason", "devices", *_LAZY]
+           "NotConvergedError", "gpu_available", "gpu_unavailable_reason", "release_gpu_memory", "devices",
+           *_LAZY]
 
 
 def __getattr__(name):

@@ -404,6 +404,59 @@ def test_allocated_bytes_count_this_process_buffers(gpu_device):
 
 
 @pytest.mark.gpu
+def test_a_freed_block_is_reused_only_after_the_work_queued_before_its_free(gpu_device):
+    """A freed buffer's memory serves the next allocation of its size, once the device has finished
+    what was queued before the free: a kernel still to write the old buffer cannot write the new."""
+    rt.release_cached(gpu_device.ordinal)
+    n = 1 << 18
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_iota_i32")
+    s = rt.Stream(gpu_device)
+    old = rt.alloc(gpu_device, n, np.int32)
+    ptr = old.ptr
+    rt.hold_stream(s, 0.2)
+    rt.launch(fn, n // 256, 256, (old, np.int32(1), np.int32(n)), stream=s)
+    del old
+    t0 = time.perf_counter()
+    new = rt.alloc(gpu_device, n, np.int32)
+    waited = time.perf_counter() - t0
+    assert new.ptr == ptr  # the only cached block of this size
+    assert waited >= 0.1  # it waited for the held stream's kernel
+    new.zero()
+    gpu_device.synchronize()
+    assert not new.to_host().any()
+
+
+@pytest.mark.gpu
+def test_cached_memory_counts_as_free_and_is_given_back(gpu_device):
+    from graphkern._cuda import _driver
+
+    rt.release_cached(gpu_device.ordinal)
+    assert _driver.cached_bytes(gpu_device) == 0
+    buf = rt.alloc(gpu_device, 64 << 20, np.uint8)
+    del buf
+    assert _driver.cached_bytes(gpu_device) == 64 << 20
+    free_cached, _ = gpu_device.memory_info()
+    assert graphkern.release_gpu_memory() >= 64 << 20
+    assert _driver.cached_bytes(gpu_device) == 0
+    free_after, _ = gpu_device.memory_info()
+    assert abs(free_after - free_cached) <= 16 << 20
+
+
+@pytest.mark.gpu
+def test_an_allocation_that_needs_the_cached_memory_gets_it_back(gpu_device):
+    rt.release_cached(gpu_device.ordinal)
+    free, _ = gpu_device.memory_info()
+    held = rt.alloc(gpu_device, free // 5, np.uint8)
+    del held  # cached: under a quarter of the device
+    free_reported, _ = gpu_device.memory_info()
+    assert free_reported >= free - (64 << 20)
+    big = rt.alloc(gpu_device, free_reported - (512 << 20), np.uint8)  # more than the driver has free
+    big.view(0, 1 << 20).zero()
+    del big
+    rt.release_cached(gpu_device.ordinal)
+
+
+@pytest.mark.gpu
 def test_staging_lanes_are_made_once_when_the_device_opens(gpu_device):
     """The device's staging lanes are made in the background when it is opened; a large copy then
     uses them (every byte arrives) and makes none, and no device holds more than STAGING_LANES_MAX."""

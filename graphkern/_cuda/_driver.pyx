@@ -12,6 +12,7 @@ cimport cython
 from cuda.bindings cimport cydriver
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy
+from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 from cython.parallel cimport prange
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
@@ -79,6 +80,88 @@ def device_count():
 cdef enum:
     _MAX_ORDINALS = 256
 cdef size_t _allocated[_MAX_ORDINALS]
+
+# Freed buffers keep their memory for the next allocation of about their size.  cuMemAlloc and
+# cuMemFree each cost from tens of microseconds to a millisecond (the driver maps or unmaps pages
+# and a free waits for the device), and a call that allocates a dozen buffers would pay that every
+# time.  A freed block may still be read by work queued on any stream, so it waits in ``pending``
+# until an allocation that needs it synchronizes the context (what cuMemFree waited for): only the
+# blocks freed before that synchronization move to ``cached``.  Both lists are touched only with
+# the GIL held.  The cache holds at most a quarter of a device's memory; an allocation the driver
+# refuses returns every cached block and tries once more; memory_info counts cached bytes as free.
+ctypedef pair[size_t, cydriver.CUdeviceptr] Block
+cdef vector[vector[Block]] _cached = vector[vector[Block]](_MAX_ORDINALS)
+cdef vector[vector[Block]] _pending = vector[vector[Block]](_MAX_ORDINALS)
+cdef size_t _cached_bytes[_MAX_ORDINALS]  # of both lists
+cdef size_t _cache_limit[_MAX_ORDINALS]
+cdef enum:
+    _SMALL_BLOCK = 1 << 20  # below: sizes rounded to 512 bytes, above to the driver's 2 MiB pages
+
+
+cdef inline size_t _block_size(size_t n) noexcept nogil:
+    if n < _SMALL_BLOCK:
+        return (n + 511) & ~(<size_t>511)
+    return (n + (<size_t>2 << 20) - 1) & ~((<size_t>2 << 20) - 1)
+
+
+cdef cydriver.CUdeviceptr _take(vector[Block]& blocks, size_t want, size_t* got) noexcept nogil:
+    """The smallest block of ``blocks`` from ``want`` to 1.25 ``want`` bytes, removed; 0 if none."""
+    cdef Py_ssize_t i, best = -1
+    cdef size_t size
+    cdef cydriver.CUdeviceptr ptr
+    for i in range(<Py_ssize_t>blocks.size()):
+        size = blocks[i].first
+        if want <= size <= want + want // 4 and (best < 0 or size < blocks[best].first):
+            best = i
+    if best < 0:
+        return 0
+    ptr, got[0] = blocks[best].second, blocks[best].first
+    blocks[best] = blocks.back()
+    blocks.pop_back()
+    return ptr
+
+
+cdef bint _has_fit(vector[Block]& blocks, size_t want) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(<Py_ssize_t>blocks.size()):
+        if want <= blocks[i].first <= want + want // 4:
+            return True
+    return False
+
+
+cdef int _settle(Device device) except -1:
+    """Synchronize ``device`` and make the blocks freed before it reusable."""
+    cdef int o = device.ordinal
+    cdef size_t i, k = _pending[o].size()
+    cdef cydriver.CUresult st
+    device.activate()
+    with nogil:
+        st = cydriver.cuCtxSynchronize()
+    _check(st, "cuCtxSynchronize")
+    for i in range(k):
+        _cached[o].push_back(_pending[o][i])
+    _pending[o].erase(_pending[o].begin(), _pending[o].begin() + k)
+    return 0
+
+
+def release_cached(Device device):
+    """Give the device's cached blocks back to the driver, after its queued work has finished."""
+    cdef int o = device.ordinal
+    cdef Block b
+    if o >= _MAX_ORDINALS:
+        return
+    _settle(device)
+    while _cached[o].size():
+        b = _cached[o].back()
+        _cached[o].pop_back()
+        _cached_bytes[o] -= b.first
+        with nogil:
+            cydriver.cuMemFree(b.second)
+
+
+def cached_bytes(Device device):
+    """Bytes of freed blocks this process keeps on the device for its next allocations."""
+    return int(_cached_bytes[device.ordinal]) if device.ordinal < _MAX_ORDINALS else 0
 
 
 cdef class Device:
@@ -154,11 +237,12 @@ cdef class Device:
         return int(_allocated[self.ordinal]) if self.ordinal < _MAX_ORDINALS else 0
 
     def memory_info(self):
-        """``(free, total)`` bytes on the device now."""
+        """``(free, total)`` bytes on the device now; free counts the blocks this process keeps
+        cached for its next allocations."""
         cdef size_t free = 0, total = 0
         self.activate()
         _check(cydriver.cuMemGetInfo(&free, &total), "cuMemGetInfo")
-        return int(free), int(total)
+        return int(free) + cached_bytes(self), int(total)
 
     def synchronize(self):
         cdef cydriver.CUresult st
@@ -301,7 +385,8 @@ cdef class DeviceBuffer:
 
     cdef cydriver.CUdeviceptr ptr
     cdef cydriver.CUcontext ctx  # kept as a C field: __dealloc__ must not touch Python attributes
-    cdef int ordinal  # likewise, for the count of allocated bytes
+    cdef int ordinal  # likewise, for the count of allocated bytes and the block cache
+    cdef size_t block  # the bytes of the block behind ptr (nbytes rounded up)
     cdef readonly size_t nbytes
     cdef readonly Device device
     cdef object _parent
@@ -324,26 +409,57 @@ cdef class DeviceBuffer:
         self._parent = None
         if nbytes == 0:
             return
+        self.ordinal = device.ordinal
+        self.block = _block_size(nbytes)
         device.activate()
+        if self.ordinal < _MAX_ORDINALS:
+            self.ptr = self._from_cache(device)
+            if self.ptr != 0:
+                _allocated[self.ordinal] += nbytes
+                return
         with nogil:
-            st = cydriver.cuMemAlloc(&self.ptr, nbytes)
+            st = cydriver.cuMemAlloc(&self.ptr, self.block)
+        if st == cydriver.CUDA_ERROR_OUT_OF_MEMORY and self.ordinal < _MAX_ORDINALS and _cached_bytes[self.ordinal]:
+            release_cached(device)
+            device.activate()
+            with nogil:
+                st = cydriver.cuMemAlloc(&self.ptr, self.block)
         if st == cydriver.CUDA_ERROR_OUT_OF_MEMORY:
             free, total = device.memory_info()
             raise CudaError("CUDA_ERROR_OUT_OF_MEMORY",
                             f"out of memory allocating {nbytes:,} bytes on device {device.ordinal} "
                             f"({free:,} of {total:,} bytes free)", <int>st, "cuMemAlloc")
         _check(st, "cuMemAlloc")
-        self.ordinal = device.ordinal
         if self.ordinal < _MAX_ORDINALS:
             _allocated[self.ordinal] += nbytes
+            if _cache_limit[self.ordinal] == 0:
+                _cache_limit[self.ordinal] = <size_t>device.properties["total_memory"] // 4
+
+    cdef cydriver.CUdeviceptr _from_cache(self, Device device) except? 0:
+        """A cached block for this buffer (settling the pending ones when one of them fits), or 0."""
+        cdef int o = self.ordinal
+        cdef size_t got = 0
+        cdef cydriver.CUdeviceptr ptr = _take(_cached[o], self.block, &got)
+        if ptr == 0 and _has_fit(_pending[o], self.block):
+            _settle(device)
+            ptr = _take(_cached[o], self.block, &got)
+        if ptr != 0:
+            _cached_bytes[o] -= got
+            self.block = got
+        return ptr
 
     def __dealloc__(self):
+        cdef int o = self.ordinal
         if self._parent is None and self.ptr != 0:
+            if o < _MAX_ORDINALS:
+                _allocated[o] -= self.nbytes
+                if _cached_bytes[o] + self.block <= _cache_limit[o]:
+                    _pending[o].push_back(Block(self.block, self.ptr))
+                    _cached_bytes[o] += self.block
+                    return
             with nogil:  # a free can wait for the device: other threads go on meanwhile
                 cydriver.cuCtxSetCurrent(self.ctx)
                 cydriver.cuMemFree(self.ptr)
-            if self.ordinal < _MAX_ORDINALS:
-                _allocated[self.ordinal] -= self.nbytes
 
     @property
     def ptr(self):

@@ -159,6 +159,20 @@ def alloc(device, shape, dtype):
     return _driver.DeviceBuffer(device, nbytes, dtype=dtype, shape=shape)
 
 
+def release_cached(device=None):
+    """Give the device memory of freed buffers, which this process keeps for its next allocations
+    (graphkern._cuda._driver), back to the driver: on ``device`` (an ordinal), or on every device
+    opened when None.  Returns the bytes given back."""
+    with _lock:
+        devices = list(_devices.values()) if device is None else [_devices.get(int(device))]
+    given = 0
+    for dev in devices:
+        if dev is not None:
+            given += _driver.cached_bytes(dev)
+            _driver.release_cached(dev)
+    return given
+
+
 def to_device(device, array, stream=None, dtype=None):
     """Copy a host array to a new device buffer annotated with its dtype and shape (without a
     stream, a large array goes through pinned staging: :func:`copy_from_pageable`)."""
