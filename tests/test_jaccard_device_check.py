@@ -216,3 +216,29 @@ def test_non_canonical_inputs_are_canonicalized_as_before(rng, weighted):
         assert device[1] == host_checked[1], name
         cpu = jaccard(B.copy(), weighted=weighted, backend="cpu")
         np.testing.assert_allclose(np.frombuffer(device[1], dtype=np.float32), cpu.data, rtol=1e-5, err_msg=name)
+
+
+@pytest.mark.gpu
+def test_unweighted_values_are_checked_after_the_kernels_only_when_unequal(rng, monkeypatch):
+    """An unweighted call scans the stored values while the kernels run; values that are not all
+    the same go to the device for their check afterwards, and a problem there raises the host
+    path's error instead of returning the result."""
+    from graphkern.similarity.gpu import DeviceCSR
+
+    calls = []
+    original = DeviceCSR.check_values
+
+    def counted(self, values, **kw):
+        calls.append(values.size)
+        return original(self, values, **kw)
+
+    monkeypatch.setattr(DeviceCSR, "check_values", counted)
+    A = sym(rng, n=300, density=0.03)
+    ones = sp.csr_matrix((np.ones(A.nnz), A.indices, A.indptr), shape=A.shape)
+    assert outcome(ones, backend="gpu") == outcome(ones, backend="cpu")
+    assert calls == []
+    assert outcome(A, backend="gpu") == outcome(A, backend="cpu")  # symmetric, unequal values
+    assert calls == [A.nnz]
+    for name, B, weighted, _ in bad_inputs(rng):
+        if not weighted:
+            assert outcome(B, backend="gpu") == outcome(B, backend="cpu"), name

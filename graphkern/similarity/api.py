@@ -243,7 +243,7 @@ def _row_pointers(indptr, n_threads):
     return wide, DegreeFigures(wide.size - 1, int(wide[-1] - wide[0]), top, nonempty)
 
 
-def unchecked_pattern(G, *, weighted=False, n_threads=1):
+def unchecked_pattern(G, *, weighted=False, n_threads=1, scan=True):
     """``(pattern, values)`` of a scipy CSR ``G`` taken as it is, with O(n) host work and one
     pass over its values, for a check on the device: the SymmetricPattern holds ``G``'s own
     arrays (int64 row pointers by conversion) and ``values`` its stored values for that check,
@@ -251,7 +251,8 @@ def unchecked_pattern(G, *, weighted=False, n_threads=1):
     non-negative when ``weighted``): such values are symmetric wherever the pattern is, and
     need not cross to the device.  None where the host path must run: not a CSR, not square, no
     entries, int64 columns (their int32 conversion needs a range check), a value type the device
-    check does not read, or arrays SciPy would refuse.
+    check does not read, or arrays SciPy would refuse.  ``scan=False`` leaves the values unscanned
+    (always returned) for a caller that runs :func:`values_need_check` later itself.
     """
     if not isinstance(G, (sp.csr_matrix, sp.csr_array)) or G.ndim != 2 or G.shape[0] != G.shape[1]:
         return None
@@ -260,17 +261,24 @@ def unchecked_pattern(G, *, weighted=False, n_threads=1):
             or indices.dtype != np.int32 or indptr.dtype.kind != "i" or indptr.shape != (n + 1,)
             or indices.ndim != 1 or data.shape != indices.shape or indices.size == 0):
         return None
-    from graphkern._cpu.jaccard import uniform_values
-
     values = np.ascontiguousarray(data)
     weights = np.asarray(values, dtype=np.float64) if weighted else None
     wide, figures = _row_pointers(indptr, n_threads)
     pattern = SymmetricPattern(n, wide, np.ascontiguousarray(indices), weights, owns_indices=False, figures=figures)
-    first = values[0]
-    if ((values.dtype.kind != "f" or np.isfinite(first)) and not (weighted and first < 0)
-            and uniform_values(values, n_threads)):
+    if scan and not values_need_check(values, weighted, n_threads):
         values = None
     return pattern, values
+
+
+def values_need_check(values, weighted, n_threads):
+    """False when every one of the stored ``values`` has the bits of the first and that value is
+    finite (and non-negative when ``weighted``): then they are symmetric wherever the pattern is,
+    and only the pattern needs a check.  One parallel pass."""
+    from graphkern._cpu.jaccard import uniform_values
+
+    first = values[0]
+    return not ((values.dtype.kind != "f" or np.isfinite(first)) and not (weighted and first < 0)
+                and uniform_values(values, n_threads))
 
 
 def _check_csr_indices(indptr, indices, n):
@@ -333,12 +341,18 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
         raise TypeError(f"weighted must be True or False, got {weighted!r}")
     times = {}
     csr = pattern = None
-    unchecked = unchecked_pattern(G, weighted=weighted, n_threads=n_threads) if backend == "gpu" else None
+    # an unweighted result does not read the stored values: they are scanned while the kernels run,
+    # and only values that are not all the same go to the device for their check, after them
+    deferred = None
+    unchecked = (unchecked_pattern(G, weighted=weighted, n_threads=n_threads, scan=bool(weighted))
+                 if backend == "gpu" else None)
     if unchecked is not None:  # checked on the device after the upload; the host path names any problem
         from graphkern._cuda import runtime as rt
         from graphkern.similarity.gpu import DeviceCSR
 
         pattern, values = unchecked
+        if not weighted:
+            deferred, values = values, None
         try:
             csr = DeviceCSR(rt.get_device(devices[0]), pattern)
         except GraphTooLargeError:  # the host path checks first, then refuses it with the plan's size
@@ -346,6 +360,7 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
         if csr is not None and csr.check(values, check_negative=weighted, times=times):
             csr = pattern = None
     if pattern is None:
+        deferred = None
         pattern = symmetric_pattern(G, weighted=weighted, n_threads=n_threads)
     compute_dtype, scale = weight_scaling(pattern, dtype, backend, bool(self_loops))
     times["validate"] = time.perf_counter() - t0 - times.get("upload", 0.0) - times.get("validate_device", 0.0)
@@ -367,9 +382,18 @@ def _similarity(metric, G, weighted, self_loops, backend, device, n_threads, dty
         from graphkern.similarity.gpu import gpu_values
 
         recorded["device"] = devices[0]
+        unsure = []  # whether the deferred values need their check on the device
+
+        def while_computing():
+            result_arrays()
+            if deferred is not None:
+                unsure.append(values_need_check(deferred, False, n_threads))
+
         values, ran, plan = gpu_values(pattern, METRICS[metric], bool(self_loops), compute_dtype, devices[0],
                                        options, scale=scale, n_threads=n_threads, verbose=verbose, times=times,
-                                       while_computing=result_arrays, csr=csr)
+                                       while_computing=while_computing, csr=csr)
+        if unsure and unsure[0] and csr.check_values(deferred, times=times):
+            symmetric_pattern(G, weighted=weighted, n_threads=n_threads)  # raises, naming the problem
     else:
         from graphkern.similarity.cpu import cpu_values
 
