@@ -405,7 +405,7 @@ def test_allocated_bytes_count_this_process_buffers(gpu_device):
 
 @pytest.mark.gpu
 def test_a_freed_block_is_reused_only_after_the_work_queued_before_its_free(gpu_device):
-    """A freed buffer's memory serves the next allocation of its size, once the device has finished
+    """A freed buffer's memory serves the next allocation of its size once the device has finished
     what was queued before the free: a kernel still to write the old buffer cannot write the new."""
     rt.release_cached(gpu_device.ordinal)
     n = 1 << 18
@@ -415,12 +415,12 @@ def test_a_freed_block_is_reused_only_after_the_work_queued_before_its_free(gpu_
     ptr = old.ptr
     rt.hold_stream(s, 0.2)
     rt.launch(fn, n // 256, 256, (old, np.int32(1), np.int32(n)), stream=s)
-    del old
     t0 = time.perf_counter()
+    del old
     new = rt.alloc(gpu_device, n, np.int32)
     waited = time.perf_counter() - t0
     assert new.ptr == ptr  # the only cached block of this size
-    assert waited >= 0.1  # it waited for the held stream's kernel
+    assert waited >= 0.1  # the free waited for the held stream's kernel
     new.zero()
     gpu_device.synchronize()
     assert not new.to_host().any()

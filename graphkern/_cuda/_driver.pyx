@@ -82,20 +82,21 @@ cdef enum:
 cdef size_t _allocated[_MAX_ORDINALS]
 
 # Freed buffers keep their memory for the next allocation of about their size.  cuMemAlloc and
-# cuMemFree each cost from tens of microseconds to a millisecond (the driver maps or unmaps pages
-# and a free waits for the device), and a call that allocates a dozen buffers would pay that every
-# time.  A freed block may still be read by work queued on any stream, so it waits in ``pending``
-# until an allocation that needs it synchronizes the context (what cuMemFree waited for): only the
-# blocks freed before that synchronization move to ``cached``.  Both lists are touched only with
-# the GIL held.  The cache holds at most a quarter of a device's memory; an allocation the driver
-# refuses returns every cached block and tries once more; memory_info counts cached bytes as free.
+# cuMemFree each cost from tens of microseconds to a millisecond (the driver maps or unmaps pages),
+# and a call that allocates a dozen buffers would pay that every time.  A freed block may still be
+# read by work queued on any stream, so the free waits for the device as cuMemFree does (one context
+# synchronization, microseconds when the device is idle) before the block joins ``cached``: an
+# allocation then takes a block without waiting.  The list is touched only with the GIL held.  It
+# holds at most a quarter of a device's memory in at most _MAX_BLOCKS blocks; an allocation the
+# driver refuses returns every cached block and tries once more; memory_info counts cached bytes
+# as free.
 ctypedef pair[size_t, cydriver.CUdeviceptr] Block
 cdef vector[vector[Block]] _cached = vector[vector[Block]](_MAX_ORDINALS)
-cdef vector[vector[Block]] _pending = vector[vector[Block]](_MAX_ORDINALS)
-cdef size_t _cached_bytes[_MAX_ORDINALS]  # of both lists
+cdef size_t _cached_bytes[_MAX_ORDINALS]
 cdef size_t _cache_limit[_MAX_ORDINALS]
 cdef enum:
     _SMALL_BLOCK = 1 << 20  # below: sizes rounded to 512 bytes, above to the driver's 2 MiB pages
+    _MAX_BLOCKS = 256
 
 
 cdef inline size_t _block_size(size_t n) noexcept nogil:
@@ -121,36 +122,13 @@ cdef cydriver.CUdeviceptr _take(vector[Block]& blocks, size_t want, size_t* got)
     return ptr
 
 
-cdef bint _has_fit(vector[Block]& blocks, size_t want) noexcept nogil:
-    cdef Py_ssize_t i
-    for i in range(<Py_ssize_t>blocks.size()):
-        if want <= blocks[i].first <= want + want // 4:
-            return True
-    return False
-
-
-cdef int _settle(Device device) except -1:
-    """Synchronize ``device`` and make the blocks freed before it reusable."""
-    cdef int o = device.ordinal
-    cdef size_t i, k = _pending[o].size()
-    cdef cydriver.CUresult st
-    device.activate()
-    with nogil:
-        st = cydriver.cuCtxSynchronize()
-    _check(st, "cuCtxSynchronize")
-    for i in range(k):
-        _cached[o].push_back(_pending[o][i])
-    _pending[o].erase(_pending[o].begin(), _pending[o].begin() + k)
-    return 0
-
-
 def release_cached(Device device):
-    """Give the device's cached blocks back to the driver, after its queued work has finished."""
+    """Give the device's cached blocks back to the driver."""
     cdef int o = device.ordinal
     cdef Block b
     if o >= _MAX_ORDINALS:
         return
-    _settle(device)
+    device.activate()
     while _cached[o].size():
         b = _cached[o].back()
         _cached[o].pop_back()
@@ -436,13 +414,10 @@ cdef class DeviceBuffer:
                 _cache_limit[self.ordinal] = <size_t>device.properties["total_memory"] // 4
 
     cdef cydriver.CUdeviceptr _from_cache(self, Device device) except? 0:
-        """A cached block for this buffer (settling the pending ones when one of them fits), or 0."""
+        """A cached block for this buffer, or 0."""
         cdef int o = self.ordinal
         cdef size_t got = 0
         cdef cydriver.CUdeviceptr ptr = _take(_cached[o], self.block, &got)
-        if ptr == 0 and _has_fit(_pending[o], self.block):
-            _settle(device)
-            ptr = _take(_cached[o], self.block, &got)
         if ptr != 0:
             _cached_bytes[o] -= got
             self.block = got
@@ -450,16 +425,22 @@ cdef class DeviceBuffer:
 
     def __dealloc__(self):
         cdef int o = self.ordinal
+        cdef cydriver.CUresult st = cydriver.CUDA_ERROR_UNKNOWN
+        cdef bint keep
         if self._parent is None and self.ptr != 0:
+            keep = (o < _MAX_ORDINALS and _cached_bytes[o] + self.block <= _cache_limit[o]
+                    and _cached[o].size() < _MAX_BLOCKS)
+            with nogil:  # a free waits for the device: other threads go on meanwhile
+                cydriver.cuCtxSetCurrent(self.ctx)
+                if keep:
+                    st = cydriver.cuCtxSynchronize()
+                if st != cydriver.CUDA_SUCCESS:
+                    cydriver.cuMemFree(self.ptr)
             if o < _MAX_ORDINALS:
                 _allocated[o] -= self.nbytes
-                if _cached_bytes[o] + self.block <= _cache_limit[o]:
-                    _pending[o].push_back(Block(self.block, self.ptr))
+                if st == cydriver.CUDA_SUCCESS:
+                    _cached[o].push_back(Block(self.block, self.ptr))
                     _cached_bytes[o] += self.block
-                    return
-            with nogil:  # a free can wait for the device: other threads go on meanwhile
-                cydriver.cuCtxSetCurrent(self.ctx)
-                cydriver.cuMemFree(self.ptr)
 
     @property
     def ptr(self):
