@@ -431,3 +431,136 @@ def mirror_sums(const int64_t[::1] indptr, const index_t[::1] indices, const val
             fwd += _entry_hash(<uint64_t>i, <uint64_t>indices[k], v, key)
             bwd += _entry_hash(<uint64_t>indices[k], <uint64_t>i, v, key)
     return int(fwd), int(bwd)
+
+
+cdef extern from *:
+    """
+    #include <stdlib.h>
+    #include <stdint.h>
+    typedef struct { int32_t col; double val; } graphkern_entry;
+    static int graphkern_by_col(const void* a, const void* b) {
+        int32_t x = ((const graphkern_entry*)a)->col, y = ((const graphkern_entry*)b)->col;
+        return (x > y) - (x < y);
+    }
+    /* one row's entries by column, values carried; 1 when two share a column (-1: no memory) */
+    static int graphkern_sort_row(int32_t* cols, double* vals, int64_t m) {
+        int64_t i, j;
+        if (m <= 32) {
+            for (i = 1; i < m; i++) {
+                int32_t c = cols[i]; double v = vals[i];
+                for (j = i; j > 0 && cols[j - 1] > c; j--) { cols[j] = cols[j - 1]; vals[j] = vals[j - 1]; }
+                cols[j] = c; vals[j] = v;
+            }
+        } else {
+            graphkern_entry* t = (graphkern_entry*)malloc(m * sizeof(graphkern_entry));
+            if (t == NULL) return -1;
+            for (i = 0; i < m; i++) { t[i].col = cols[i]; t[i].val = vals[i]; }
+            qsort(t, m, sizeof(graphkern_entry), graphkern_by_col);
+            for (i = 0; i < m; i++) { cols[i] = t[i].col; vals[i] = t[i].val; }
+            free(t);
+        }
+        for (i = 1; i < m; i++) if (cols[i] == cols[i - 1]) return 1;
+        return 0;
+    }
+    """
+    int sort_row "graphkern_sort_row"(int32_t* cols, double* vals, int64_t m) noexcept nogil
+
+ctypedef fused coordinate_value_t:
+    double
+    int64_t
+
+# what coordinates_to_csr counts, per thread
+cdef enum:
+    C_OUTSIDE, C_DIAGONAL, C_NONFINITE, C_NEGATIVE, C_NOT_ONE, C_DUPLICATE, C_KINDS
+
+
+cdef void _count_own(const int32_t* rows, const int32_t* cols, const coordinate_value_t* values, int64_t nnz,
+                     int64_t n, int64_t lo, int64_t hi, bint first, int64_t* counts, int64_t* figures) noexcept nogil:
+    """One thread's count of the entries in its rows ``[lo, hi)`` (``first``: it also counts the
+    rows outside ``[0, n)``)."""
+    cdef int64_t k, r, c, outside = 0, diagonal = 0, nonfinite = 0, negative = 0, not_one = 0
+    cdef double v
+    for k in range(nnz):
+        r = rows[k]
+        if r < lo or r >= hi:
+            outside += first and (r < 0 or r >= n)
+            continue
+        c = cols[k]
+        if c < 0 or c >= n:
+            outside += 1
+            continue
+        counts[r + 1] += 1
+        diagonal += r == c
+        v = <double>values[k]
+        if coordinate_value_t is double:
+            nonfinite += not isfinite(v)
+        negative += v < 0
+        not_one += v != 1.0
+    figures[C_OUTSIDE] = outside
+    figures[C_DIAGONAL] = diagonal
+    figures[C_NONFINITE] = nonfinite
+    figures[C_NEGATIVE] = negative
+    figures[C_NOT_ONE] = not_one
+
+
+cdef void _place_own(const int32_t* rows, const int32_t* cols, const coordinate_value_t* values, int64_t nnz,
+                     int64_t lo, int64_t hi, const int64_t* indptr, int64_t* cursor, int32_t* indices,
+                     double* data, int64_t* figures) noexcept nogil:
+    """One thread's placing of the entries in its rows ``[lo, hi)``, then the sort of each row."""
+    cdef int64_t k, r, p, i
+    for k in range(nnz):
+        r = rows[k]
+        if r >= lo and r < hi:
+            p = cursor[r]
+            cursor[r] = p + 1
+            indices[p] = cols[k]
+            data[p] = <double>values[k]
+    for i in range(lo, hi):
+        if indptr[i + 1] - indptr[i] > 1 and sort_row(indices + indptr[i], data + indptr[i],
+                                                      indptr[i + 1] - indptr[i]) != 0:
+            figures[C_DUPLICATE] = 1
+
+
+def coordinates_to_csr(const int32_t[::1] rows, const int32_t[::1] cols, const coordinate_value_t[::1] values,
+                       int64_t n, int n_threads):
+    """The CSR of the ``n x n`` matrix with the entries ``(rows[k], cols[k], values[k])``, every row
+    sorted by column, the values as float64, and what the entries hold.
+
+    Each thread owns a range of rows and reads every entry's row, counting and then placing only
+    its own: no atomic updates, whose ordering would keep the scattered writes from overlapping,
+    and the entries of a row stay in file order until the sort of each row.  Returns ``(indptr,
+    indices, data, figures)`` with ``figures`` a dict: ``diagonal`` (entries with ``i == j``),
+    ``duplicate`` (two entries share a place), ``nonfinite``, ``negative`` and ``not_one`` (counts
+    of such values); or None when an index lies outside ``[0, n)``.  The result does not depend on
+    the thread count.
+    """
+    cdef int64_t nnz = rows.shape[0]
+    cdef int t, nt = <int>max(1, min(<int64_t>max(n_threads, 1), n // 64))
+    counts_out = np.zeros(n + 1, np.int64)
+    indices_out = np.empty(nnz, np.int32)
+    data_out = np.empty(max(nnz, 1), np.float64)[:nnz]
+    cdef int64_t[::1] counts = counts_out
+    cdef int64_t[:, ::1] figures = np.zeros((nt, C_KINDS), np.int64)
+    cdef int64_t[::1] cursor
+    cdef int32_t[::1] indices = indices_out
+    cdef double[::1] data = np.empty(1, np.float64) if nnz == 0 else data_out
+    if nnz == 0:
+        return counts_out, indices_out, data_out, dict(diagonal=0, duplicate=False, nonfinite=0, negative=0,
+                                                       not_one=0)
+    with nogil:
+        for t in prange(nt, num_threads=nt, schedule="static", chunksize=1, use_threads_if=nt > 1):
+            _count_own(&rows[0], &cols[0], &values[0], nnz, n, n * t // nt, n * (t + 1) // nt, t == 0,
+                       &counts[0], &figures[t, 0])
+    total = np.asarray(figures).sum(axis=0)
+    if total[C_OUTSIDE]:
+        return None
+    indptr_out = np.cumsum(counts_out, out=counts_out)
+    cursor = indptr_out[:n].copy()
+    with nogil:
+        for t in prange(nt, num_threads=nt, schedule="static", chunksize=1, use_threads_if=nt > 1):
+            _place_own(&rows[0], &cols[0], &values[0], nnz, n * t // nt, n * (t + 1) // nt, &counts[0], &cursor[0],
+                       &indices[0], &data[0], &figures[t, 0])
+    total = np.asarray(figures).sum(axis=0)
+    return indptr_out, indices_out, data_out, dict(
+        diagonal=int(total[C_DIAGONAL]), duplicate=bool(total[C_DUPLICATE]), nonfinite=int(total[C_NONFINITE]),
+        negative=int(total[C_NEGATIVE]), not_one=int(total[C_NOT_ONE]))

@@ -160,12 +160,13 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
     with open_text(source) as f:
         header = _Header(f, path)
         clean = isinstance(source, (str, os.PathLike))
-        A = _read_clean(path, header, weighted, resolve_threads(n_threads)) if clean else None
+        A, all_ones = _read_clean(path, header, weighted, resolve_threads(n_threads)) if clean else (None, None)
         if A is None:
             A = _read_locating_errors(source, f, path, header, weighted)
+            all_ones = bool(np.all(A.data == 1))
     if weighted is None:
-        weighted = header.field != "pattern" and not np.all(A.data == 1)
-    if not weighted:
+        weighted = header.field != "pattern" and not all_ones
+    if not weighted and not all_ones:
         A.data[:] = 1.0
     if header.symmetry != "symmetric":
         try:
@@ -182,29 +183,39 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
 
 
 def _read_clean(path, header, weighted, n_threads):
-    """The CSR matrix of a well-formed file through scipy.io.mmread, or None if anything is off
-    (the caller then reads the lines itself to name the one at fault)."""
+    """``(A, all_ones)``: the CSR matrix of a well-formed file through scipy.io.mmread and whether
+    every value is 1; ``(None, None)`` if anything is off (the caller then reads the lines itself
+    to name the one at fault).  The library's coordinates become a CSR in one compiled parallel
+    pass, which also counts the diagonal and finds non-finite, negative and repeated entries
+    (SciPy's conversion runs on one thread and sums repeats)."""
     data, source = _file_bytes(path)
     # the library reads "3 1.5 1" as (3, 1, 0.5) and ignores extra fields: refuse such lines first
     bad = _compiled.first_bad_coordinate_line(data, header.n_columns, n_threads)
     del data
     if bad:
-        return None
+        return None, None
     try:
         M = scipy.io.mmread(source, spmatrix=True)
     except (ValueError, OSError, OverflowError):
-        return None
-    if M.shape != (header.n, header.n) or not np.all(np.isfinite(M.data)):
-        return None
-    if weighted is not False and M.nnz and M.data.min() < 0:
-        return None
-    A = sp.csr_matrix((np.asarray(M.data, dtype=np.float64), (M.row, M.col)), shape=M.shape)
-    expected = 2 * header.nnz - int(np.count_nonzero(M.row == M.col)) if header.symmetry == "symmetric" \
-        else header.nnz
-    if A.nnz != expected or M.nnz != expected:  # repeated entries were summed, or entries are missing
-        return None
-    A.sort_indices()
-    return A
+        return None, None
+    if M.shape != (header.n, header.n) or header.n >= 2**31:  # the compiled pass reads int32 coordinates
+        return None, None
+    values = M.data if M.data.dtype in (np.float64, np.int64) else np.asarray(M.data, dtype=np.float64)
+    got = _compiled.coordinates_to_csr(np.asarray(M.row, np.int32), np.asarray(M.col, np.int32), values,
+                                       header.n, n_threads)
+    if got is None:
+        return None, None
+    indptr, indices, data, figures = got
+    if figures["duplicate"] or figures["nonfinite"] or (weighted is not False and figures["negative"]):
+        return None, None
+    expected = 2 * header.nnz - figures["diagonal"] if header.symmetry == "symmetric" else header.nnz
+    if M.nnz != expected:  # entries are missing
+        return None, None
+    # int32 row pointers where they fit, as SciPy chooses them
+    A = sp.csr_matrix((data, indices, indptr.astype(np.int32) if len(data) < 2**31 else indptr),
+                      shape=(header.n, header.n))
+    A.has_sorted_indices = True
+    return A, figures["not_one"] == 0
 
 
 def _file_bytes(path):
