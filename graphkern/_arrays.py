@@ -180,6 +180,15 @@ class LabelColumns(dict):
         if columns:
             self.update(columns)
 
+    @classmethod
+    def _views(cls, what, length, owner_cache, columns):
+        """Columns that are read-only views of read-only arrays, validated by their maker (a
+        reader's graphs, cut from its arrays), stored as they are: what :func:`frozen` keeps."""
+        self = cls.__new__(cls)
+        dict.__init__(self, columns)
+        self._what, self._length, self._owner_cache = what, length, owner_cache
+        return self
+
     def __setitem__(self, key, values):
         col = frozen(label_column(values, self._length, what=self._what, name=key), None)
         _content_changed(self._owner_cache)

@@ -89,12 +89,19 @@ class Graph:
             self._check(symmetrize)
 
     @classmethod
-    def _trusted(cls, indptr, indices, weights, node_labels, edge_labels):
+    def _trusted(cls, indptr, indices, weights, node_labels, edge_labels, *, views=False):
         """A Graph of arrays that a reader built valid (rows sorted, symmetric, indices in range,
-        labels aligned): stored read-only in the constructor's dtypes, without its checks."""
+        labels aligned): stored read-only in the constructor's dtypes, without its checks.
+        ``views``: every array is already a read-only view of a read-only array in those dtypes
+        (what :func:`frozen` would keep as it is), so they are stored without a look."""
         G = cls.__new__(cls)
-        G._store(indptr, indices, weights)
         G.name, G._cache = None, {"valid": True}
+        if views:
+            G._n, G._indptr, G._indices, G._weights = len(indptr) - 1, indptr, indices, weights
+            G._node_labels = LabelColumns._views("node", G._n, G._cache, node_labels)
+            G._edge_labels = LabelColumns._views("edge", len(indices), G._cache, edge_labels)
+            return G
+        G._store(indptr, indices, weights)
         G._node_labels = LabelColumns("node", G._n, G._cache, validated=node_labels)
         G._edge_labels = LabelColumns("edge", G.nnz, G._cache, validated=edge_labels)
         return G

@@ -294,3 +294,45 @@ def test_pieces_on_threads_give_the_same_molecules_and_errors(tmp_path, monkeypa
             read.extend(iter_sdf(path, n_threads=threads))
         assert len(read) == data[:bad].count(b"$$$$")
         assert f"but molecule {len(read) + 1} has" in str(info.value)
+
+
+def test_read_sdf_restores_the_collector(tmp_path):
+    """read_sdf pauses the garbage collector while it makes the graphs, and leaves it as it found it
+    (also when the file is refused)."""
+    import gc
+
+    from graphkern.bench.data import molecules_path
+
+    assert gc.isenabled()
+    assert len(read_sdf(molecules_path())) == 1000 and gc.isenabled()
+    bad = tmp_path / "bad.sdf"
+    bad.write_text("not a molecule\n")
+    with pytest.raises(FileFormatError):
+        read_sdf(bad)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        read_sdf(molecules_path())
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_read_sdf_graphs_equal_those_of_the_checked_constructor():
+    """The reader stores its read-only views as they are: the same arrays, dtypes, flags and label
+    columns as Graph(...) makes of them, with and without distance weights."""
+    from graphkern import Graph
+    from graphkern.bench.data import molecules_path
+
+    for options in ({}, {"hydrogens": False, "distance_weights": True}):
+        for g in read_sdf(molecules_path(), **options)[:200]:
+            h = Graph(g.indptr, g.indices, g.weights, node_labels=dict(g.node_labels),
+                      edge_labels=dict(g.edge_labels))
+            for a, b in [(g.indptr, h.indptr), (g.indices, h.indices), (g.weights, h.weights),
+                         *[(g.node_labels[k], h.node_labels[k]) for k in h.node_labels],
+                         *[(g.edge_labels[k], h.edge_labels[k]) for k in h.edge_labels]]:
+                assert (a is None) == (b is None)
+                if a is not None:
+                    assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+                    assert not a.flags.writeable and a.flags.c_contiguous
+            assert list(g.node_labels) == list(h.node_labels) and list(g.edge_labels) == list(h.edge_labels)

@@ -17,6 +17,7 @@ is read again here only to word the message.
 
 from __future__ import annotations
 
+import gc
 import io
 import itertools
 import os
@@ -80,8 +81,19 @@ def iter_sdf(source, *, hydrogens=True, distance_weights=False, properties=False
 
 
 def read_sdf(source, **options):
-    """All molecules of an SD file as a list; the options are those of :func:`iter_sdf`."""
-    return list(iter_sdf(source, **options))
+    """All molecules of an SD file as a list; the options are those of :func:`iter_sdf`.
+
+    The garbage collector is paused while the graphs are made: they hold no reference cycles,
+    and tens of thousands of new objects would set off collections that each walk every object
+    the process holds (the graphs of earlier reads among them), several times the cost of the
+    reading itself."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return list(iter_sdf(source, **options))
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _read(source, path):
@@ -144,6 +156,7 @@ def _parse(data, hydrogens, distance_weights, threads):
 
 def _graphs(arrays):
     """The Graphs of the parsed molecules: read-only views into the parser's arrays, valid by construction."""
+    arrays = {key: _read_only(value) for key, value in arrays.items()}
     n_atoms, nnz = arrays["n_atoms"].astype(np.int64), arrays["nnz"]
     atom_end, ptr_end, entry_end = np.cumsum(n_atoms), np.cumsum(n_atoms + 1), np.cumsum(nnz)
     element, charge, coords = arrays["element"], arrays["charge"], arrays["coords"]
@@ -157,10 +170,23 @@ def _graphs(arrays):
         # the columns have the dtypes and lengths of a validated graph's: stored as they are
         nodes = [("element", element[a0:a1]), ("charge", charge[a0:a1])] + ([("coords", coords[a0:a1])] if ok else [])
         graph = Graph._trusted(indptr[p0:p1], indices[e0:e1], None if weights is None else weights[e0:e1], nodes,
-                               [("bond_order", order[e0:e1])])
+                               [("bond_order", order[e0:e1])], views=True)
         if not ok:
             graph.node_labels["coords"] = coords[a0:a1]
         yield graph
+
+
+def _read_only(arr):
+    """``arr`` as a read-only C-contiguous array that owns its memory (or views one such): the
+    molecules' arrays are views of it, which a Graph stores as they are."""
+    if arr is None or not isinstance(arr, np.ndarray):
+        return arr
+    if arr.base is not None and not (isinstance(arr.base, np.ndarray) and not arr.base.flags.writeable):
+        arr = arr.copy()
+    elif not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    arr.flags.writeable = False
+    return arr
 
 
 def _data_items(text):
