@@ -73,6 +73,7 @@ def _extensions():
                               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]))
     if CUDA_ROOT is not None:
         exts.append(Extension("graphkern._cuda._driver", ["graphkern/_cuda/_driver.pyx"],
+                              depends=["graphkern/_cuda/_driver_launch.pxi"],
                               include_dirs=[os.path.join(CUDA_ROOT, "include")], language="c++",
                               extra_compile_args=["-std=c++17"] + OPENMP_COMPILE,
                               extra_link_args=OPENMP_LINK))
@@ -179,4 +180,4 @@ setup(ext_modules=_extensions(), cmdclass={"build_ext": BuildExt}, install_requi
       extras_require=_extras(), zip_safe=False,
       package_data={"graphkern": ["py.typed"], "graphkern.bench.data": ["*.sdf.gz", "README.md"]},
       # the wheel carries the compiled modules, not their sources or Cython's generated C/C++
-      exclude_package_data={"graphkern._cpu": ["*.c", "*.cpp", "*.pyx", "*.pxd", "*.h"], "graphkern._cuda": ["*.cpp", "*.pyx"]})
+      exclude_package_data={"graphkern._cpu": ["*.c", "*.cpp", "*.pyx", "*.pxd", "*.h"], "graphkern._cuda": ["*.cpp", "*.pyx", "*.pxi"]})
