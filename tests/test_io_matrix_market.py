@@ -158,3 +158,65 @@ def test_a_last_line_without_its_newline_is_read(tmp_path, last):
     path.write_text("%%MatrixMarket matrix coordinate real symmetric\n4 4 3\n2 1 1.0\n3 2 2.5\n" + last)
     A = read_matrix_market(path, as_csr=True)
     assert A.nnz == 5 and A[3, 3] == 1.0 and A[0, 1] == 1.0 and A[2, 1] == 2.5
+
+
+def _mm_text(n, entries, field, symmetry):
+    lines = [f"%%MatrixMarket matrix coordinate {field} {symmetry}", "% made by the property test",
+             f"{n} {n} {len(entries)}"]
+    for i, j, v in entries:
+        value = "" if field == "pattern" else f" {v:.17g}" if field == "real" else f" {int(v)}"
+        lines.append(f"{i + 1} {j + 1}{value}")
+    return "\n".join(lines) + "\n"
+
+
+def test_read_matrix_market_matches_a_reference_on_random_files(tmp_path):
+    """Random coordinate files (every field, symmetric and general, entries in any order, explicit
+    zeros and self-loops, one or more threads) read as the CSR built from their entries with NumPy;
+    a repeated or out-of-range entry is refused, naming its line."""
+    pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(st.data())
+    def check(data):
+        n = data.draw(st.integers(1, 12))
+        field = data.draw(st.sampled_from(["real", "integer", "pattern"]))
+        symmetry = data.draw(st.sampled_from(["symmetric", "general"]))
+        cells = [(i, j) for i in range(n) for j in range(n) if symmetry == "general" or i >= j]
+        chosen = data.draw(st.lists(st.sampled_from(cells), unique=True, max_size=len(cells)))
+        if symmetry == "general":  # a general file of a graph stores both triangles alike
+            chosen = sorted({c for i, j in chosen for c in ((i, j), (j, i))})
+        values = {}
+        for i, j in chosen:
+            v = values.get((j, i))
+            if v is None:
+                v = data.draw(st.sampled_from([0.0, 1.0, 2.0, 3.5])) if field == "real" else \
+                    float(data.draw(st.integers(0, 3))) if field == "integer" else 1.0
+            values[(i, j)] = v
+        order = data.draw(st.permutations(range(len(chosen))))
+        entries = [(*chosen[k], values[chosen[k]]) for k in order]
+        path = tmp_path / "m.mtx"
+        path.write_text(_mm_text(n, entries, field, symmetry))
+        dense = np.zeros((n, n))
+        stored = np.zeros((n, n), dtype=bool)
+        for i, j, v in entries:
+            dense[i, j] = dense[j, i] = v
+            stored[i, j] = stored[j, i] = True
+        weighted = field != "pattern" and not all(v == 1 for _, _, v in entries)
+        rows, cols = np.nonzero(stored)
+        want = sp.csr_matrix((dense[rows, cols] if weighted else np.ones(len(rows)), (rows, cols)), shape=(n, n))
+        for threads in (1, 3):
+            got = read_matrix_market(path, as_csr=True, n_threads=threads)
+            assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+            assert np.array_equal(got.data, want.data)
+        if entries:  # the first entry again at the end: a repeat, named on its line
+            path.write_text(_mm_text(n, entries + [entries[0]], field, symmetry).replace(
+                f"{n} {n} {len(entries)}\n", f"{n} {n} {len(entries) + 1}\n"))
+            with pytest.raises(FileFormatError, match="given twice"):
+                read_matrix_market(path)
+            bad = [(n, 0, 1.0)] + entries[1:]
+            path.write_text(_mm_text(n, bad, field, symmetry))
+            with pytest.raises(FileFormatError, match="line 4"):
+                read_matrix_market(path)
+
+    check()
