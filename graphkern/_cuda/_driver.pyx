@@ -81,9 +81,9 @@ cdef enum:
     _MAX_ORDINALS = 256
 cdef size_t _allocated[_MAX_ORDINALS]
 
-# Freed buffers keep their memory for the next allocation of about their size.  cuMemAlloc and
-# cuMemFree each cost from tens of microseconds to a millisecond (the driver maps or unmaps pages),
-# and a call that allocates a dozen buffers would pay that every time.  A freed block may still be
+# Freed buffers keep their memory for the next allocation of about their size: cuMemAlloc and
+# cuMemFree map and unmap pages, and a call that allocates a dozen buffers would pay that every time
+# (docs/performance.md, "Device memory between calls", has the costs).  A freed block may still be
 # read by work queued on any stream, so the free waits for the device as cuMemFree does (one context
 # synchronization, microseconds when the device is idle) before the block joins ``cached``: an
 # allocation then takes a block without waiting.  The list is touched only with the GIL held.  It

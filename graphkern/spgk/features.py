@@ -30,9 +30,9 @@ MAX_IDS = 1 << ID_BITS
 # the CPU product: a dense tile of the Gram matrix at most this many bytes
 _TILE_BYTES = 256 << 20
 # work a thread is started for: graphs in a counting pass, entries of K in a product (a team's start
-# and join cost about what this much work does).  Molecules take about 2 us each to count: past 8
-# threads on 1000 of them, a larger team's start and its threads' memory cost more than they save
-# (docs/performance.md, shortest-path kernel)
+# and join cost about what this much work does).  Counting a molecule is cheap: on a thousand of
+# them a team larger than eight costs more to start than it saves (the counts by team size are in
+# bench/results)
 GRAPHS_PER_THREAD = 128
 ENTRIES_PER_THREAD = 1 << 16
 # a scattered sparse multiply-add costs about this many dense (BLAS) ones: the CPU product sends
