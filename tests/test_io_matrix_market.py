@@ -70,6 +70,36 @@ def test_reads_what_scipy_writes(tmp_path):
     np.testing.assert_allclose(read_matrix_market(tmp_path / "general.mtx", as_csr=True).toarray(), A.toarray())
 
 
+@pytest.mark.parametrize("symmetry", ["symmetric", "general"])
+def test_public_reader_gives_the_same_matrix(tmp_path, monkeypatch, symmetry):
+    """Where SciPy's fast_matrix_market module lacks the cursor the reader uses, scipy.io.mmread
+    (which mirrors a symmetric file itself) gives the same CSR matrix, and the same errors."""
+    from graphkern.io import matrix_market
+
+    rng = np.random.default_rng(11)
+    A = sp.random(300, 300, density=0.05, random_state=rng, format="csr")
+    A = A + A.T + sp.eye(300)
+    path = tmp_path / "m.mtx"
+    scipy.io.mmwrite(path, A, symmetry=symmetry)
+    repeat = tmp_path / "repeat.mtx"
+    lines = path.read_text().splitlines()
+    head = 1 + next(i for i, line in enumerate(lines[1:]) if not line.startswith("%"))
+    n, _, nnz = lines[head].split()
+    repeat.write_text("\n".join(lines[:head] + [f"{n} {n} {int(nnz) + 1}"] + lines[head + 1:] + [lines[-1]]) + "\n")
+    fast = read_matrix_market(path, as_csr=True)
+    with pytest.raises(FileFormatError, match="given twice") as fast_error:
+        read_matrix_market(repeat)
+    monkeypatch.setattr(matrix_market, "_library_reader", lambda: None)
+    public = read_matrix_market(path, as_csr=True)
+    for x, y in ((fast, public), (fast, A.tocsr())):
+        y.sort_indices()
+        assert np.array_equal(x.indptr, y.indptr) and np.array_equal(x.indices, y.indices)
+        assert np.array_equal(x.data, y.data)
+    with pytest.raises(FileFormatError, match="given twice") as public_error:
+        read_matrix_market(repeat)
+    assert str(public_error.value) == str(fast_error.value)
+
+
 def test_asymmetric_general_matrix(tmp_path):
     path = tmp_path / "directed.mtx"
     path.write_text("%%MatrixMarket matrix coordinate pattern general\n3 3 2\n1 2\n2 3\n")

@@ -399,3 +399,34 @@ def test_coordinates_to_csr_matches_scipy(n_threads):
             d2 = d.copy()
             d2[k] = np.nan
             assert V.coordinates_to_csr(r, c, d2, n, n_threads)[3]["nonfinite"] == 1
+
+
+@pytest.mark.parametrize("n_threads", [1, 3, 16])
+def test_coordinates_to_csr_mirrors_a_stored_triangle(n_threads):
+    """With ``mirror`` the stored lower triangle of a symmetric matrix gives the CSR of the whole
+    matrix, as SciPy's conversion of both triangles does, in file order (rows already sorted) and
+    shuffled; a pair stored in both triangles is a repeat; the figures count the given entries."""
+    from graphkern._cpu import validate as V
+
+    rng = np.random.default_rng(10 + n_threads)
+    for n, m in ((1, 1), (6, 10), (200, 3000), (2000, 100000)):
+        A = sp.random(n, n, density=min(1, m / (n * n)), random_state=rng, format="csr")
+        A.data = np.round(A.data * 5) - 1
+        L = sp.tril(A + A.T).tocoo()  # row by row, columns in order: a written file's order
+        full = sp.csr_matrix(L + sp.triu(L.T, 1))
+        full.sort_indices()
+        for perm in (np.arange(L.nnz), rng.permutation(L.nnz)):
+            r, c, d = L.row[perm].astype(np.int32), L.col[perm].astype(np.int32), L.data[perm]
+            indptr, indices, data, f = V.coordinates_to_csr(r, c, d, n, n_threads, True)
+            assert np.array_equal(indptr, full.indptr) and np.array_equal(indices, full.indices)
+            assert np.array_equal(data, full.data)
+            assert f == dict(diagonal=np.count_nonzero(r == c), duplicate=False, nonfinite=0,
+                             negative=np.count_nonzero(d < 0), not_one=np.count_nonzero(d != 1))
+            off = np.flatnonzero(r != c)
+            if len(off):
+                k = off[len(off) // 2]  # its mirror given as well
+                both = V.coordinates_to_csr(np.append(r, c[k]), np.append(c, r[k]), np.append(d, d[k]), n,
+                                            n_threads, True)
+                assert both[3]["duplicate"]
+                assert V.coordinates_to_csr(r, np.where(np.arange(len(c)) == k, n, c).astype(np.int32), d, n,
+                                            n_threads, True) is None

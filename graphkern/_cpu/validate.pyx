@@ -442,9 +442,13 @@ cdef extern from *:
         int32_t x = ((const graphkern_entry*)a)->col, y = ((const graphkern_entry*)b)->col;
         return (x > y) - (x < y);
     }
-    /* one row's entries by column, values carried; 1 when two share a column (-1: no memory) */
+    /* one row's entries by column, values carried; 1 when two share a column (-1: no memory).
+       A row already in order (the rows of a file written row by row) is only scanned. */
     static int graphkern_sort_row(int32_t* cols, double* vals, int64_t m) {
         int64_t i, j;
+        for (i = 1; i < m && cols[i] > cols[i - 1]; i++) {}
+        if (i == m) return 0;
+        if (cols[i] == cols[i - 1]) return 1;
         if (m <= 32) {
             for (i = 1; i < m; i++) {
                 int32_t c = cols[i]; double v = vals[i];
@@ -475,17 +479,21 @@ cdef enum:
 
 
 cdef void _count_own(const int32_t* rows, const int32_t* cols, const coordinate_value_t* values, int64_t nnz,
-                     int64_t n, int64_t lo, int64_t hi, bint first, int64_t* counts, int64_t* figures) noexcept nogil:
+                     int64_t n, int64_t lo, int64_t hi, bint first, bint mirror, int64_t* counts,
+                     int64_t* figures) noexcept nogil:
     """One thread's count of the entries in its rows ``[lo, hi)`` (``first``: it also counts the
-    rows outside ``[0, n)``)."""
+    rows outside ``[0, n)``; ``mirror``: an entry ``(r, c)`` off the diagonal is also one of row
+    ``c``).  The figures count each given entry once, by the thread of its row."""
     cdef int64_t k, r, c, outside = 0, diagonal = 0, nonfinite = 0, negative = 0, not_one = 0
     cdef double v
     for k in range(nnz):
         r = rows[k]
+        c = cols[k]
+        if mirror and c != r and c >= lo and c < hi:
+            counts[c + 1] += 1
         if r < lo or r >= hi:
             outside += first and (r < 0 or r >= n)
             continue
-        c = cols[k]
         if c < 0 or c >= n:
             outside += 1
             continue
@@ -504,16 +512,23 @@ cdef void _count_own(const int32_t* rows, const int32_t* cols, const coordinate_
 
 
 cdef void _place_own(const int32_t* rows, const int32_t* cols, const coordinate_value_t* values, int64_t nnz,
-                     int64_t lo, int64_t hi, const int64_t* indptr, int64_t* cursor, int32_t* indices,
+                     int64_t lo, int64_t hi, bint mirror, const int64_t* indptr, int64_t* cursor, int32_t* indices,
                      double* data, int64_t* figures) noexcept nogil:
-    """One thread's placing of the entries in its rows ``[lo, hi)``, then the sort of each row."""
-    cdef int64_t k, r, p, i
+    """One thread's placing of the entries in its rows ``[lo, hi)`` (with ``mirror``, ``(c, r)``
+    for each ``(r, c)`` off the diagonal too), then the sort of each row."""
+    cdef int64_t k, r, c, p, i
     for k in range(nnz):
         r = rows[k]
+        c = cols[k]
         if r >= lo and r < hi:
             p = cursor[r]
             cursor[r] = p + 1
-            indices[p] = cols[k]
+            indices[p] = <int32_t>c
+            data[p] = <double>values[k]
+        if mirror and c != r and c >= lo and c < hi:
+            p = cursor[c]
+            cursor[c] = p + 1
+            indices[p] = <int32_t>r
             data[p] = <double>values[k]
     for i in range(lo, hi):
         if indptr[i + 1] - indptr[i] > 1 and sort_row(indices + indptr[i], data + indptr[i],
@@ -522,44 +537,49 @@ cdef void _place_own(const int32_t* rows, const int32_t* cols, const coordinate_
 
 
 def coordinates_to_csr(const int32_t[::1] rows, const int32_t[::1] cols, const coordinate_value_t[::1] values,
-                       int64_t n, int n_threads):
-    """The CSR of the ``n x n`` matrix with the entries ``(rows[k], cols[k], values[k])``, every row
-    sorted by column, the values as float64, and what the entries hold.
+                       int64_t n, int n_threads, bint mirror=False):
+    """The CSR of the ``n x n`` matrix with the entries ``(rows[k], cols[k], values[k])`` -- and,
+    with ``mirror``, ``(cols[k], rows[k], values[k])`` for each off the diagonal (the stored triangle
+    of a symmetric file) -- every row sorted by column, the values as float64, and what the given
+    entries hold.
 
-    Each thread owns a range of rows and reads every entry's row, counting and then placing only
-    its own: no atomic updates, whose ordering would keep the scattered writes from overlapping,
-    and the entries of a row stay in file order until the sort of each row.  Returns ``(indptr,
-    indices, data, figures)`` with ``figures`` a dict: ``diagonal`` (entries with ``i == j``),
-    ``duplicate`` (two entries share a place), ``nonfinite``, ``negative`` and ``not_one`` (counts
-    of such values); or None when an index lies outside ``[0, n)``.  The result does not depend on
-    the thread count.
+    Each thread owns a range of rows and reads every entry's row (and column), counting and then
+    placing only its own: no atomic updates, whose ordering would keep the scattered writes from
+    overlapping, and the entries of a row stay in file order until the sort of each row.  Returns
+    ``(indptr, indices, data, figures)`` with ``figures`` a dict over the given entries:
+    ``diagonal`` (entries with ``i == j``), ``duplicate`` (two entries of the result share a place),
+    ``nonfinite``, ``negative`` and ``not_one`` (counts of such values); or None when an index lies
+    outside ``[0, n)``.  The result does not depend on the thread count.
     """
     cdef int64_t nnz = rows.shape[0]
     cdef int t, nt = <int>max(1, min(<int64_t>max(n_threads, 1), n // 64))
     counts_out = np.zeros(n + 1, np.int64)
-    indices_out = np.empty(nnz, np.int32)
-    data_out = np.empty(max(nnz, 1), np.float64)[:nnz]
     cdef int64_t[::1] counts = counts_out
     cdef int64_t[:, ::1] figures = np.zeros((nt, C_KINDS), np.int64)
     cdef int64_t[::1] cursor
-    cdef int32_t[::1] indices = indices_out
-    cdef double[::1] data = np.empty(1, np.float64) if nnz == 0 else data_out
+    cdef int32_t[::1] indices
+    cdef double[::1] data
     if nnz == 0:
-        return counts_out, indices_out, data_out, dict(diagonal=0, duplicate=False, nonfinite=0, negative=0,
-                                                       not_one=0)
+        return counts_out, np.empty(0, np.int32), np.empty(0, np.float64), dict(
+            diagonal=0, duplicate=False, nonfinite=0, negative=0, not_one=0)
     with nogil:
         for t in prange(nt, num_threads=nt, schedule="static", chunksize=1, use_threads_if=nt > 1):
-            _count_own(&rows[0], &cols[0], &values[0], nnz, n, n * t // nt, n * (t + 1) // nt, t == 0,
+            _count_own(&rows[0], &cols[0], &values[0], nnz, n, n * t // nt, n * (t + 1) // nt, t == 0, mirror,
                        &counts[0], &figures[t, 0])
     total = np.asarray(figures).sum(axis=0)
     if total[C_OUTSIDE]:
         return None
     indptr_out = np.cumsum(counts_out, out=counts_out)
+    stored = int(indptr_out[n])
+    indices_out = np.empty(stored, np.int32)
+    data_out = np.empty(max(stored, 1), np.float64)[:stored]
+    indices = indices_out
+    data = data_out if stored else np.empty(1, np.float64)
     cursor = indptr_out[:n].copy()
     with nogil:
         for t in prange(nt, num_threads=nt, schedule="static", chunksize=1, use_threads_if=nt > 1):
-            _place_own(&rows[0], &cols[0], &values[0], nnz, n * t // nt, n * (t + 1) // nt, &counts[0], &cursor[0],
-                       &indices[0], &data[0], &figures[t, 0])
+            _place_own(&rows[0], &cols[0], &values[0], nnz, n * t // nt, n * (t + 1) // nt, mirror, &counts[0],
+                       &cursor[0], &indices[0], &data[0], &figures[t, 0])
     total = np.asarray(figures).sum(axis=0)
     return indptr_out, indices_out, data_out, dict(
         diagonal=int(total[C_DIAGONAL]), duplicate=bool(total[C_DUPLICATE]), nonfinite=int(total[C_NONFINITE]),

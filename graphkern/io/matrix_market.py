@@ -1,6 +1,6 @@
 """Matrix Market coordinate files (real, integer or pattern; symmetric or general) as graphs.
 
-Files are parsed by ``scipy.io.mmread`` (fast_matrix_market, parallel); only when something
+Files are parsed by fast_matrix_market (SciPy's, parallel); only when something
 is wrong -- or the source is a stream that cannot be handed over -- are the lines read by
 this module, to name the one at fault.  The size line is checked before anything is
 allocated.  Explicit zeros are kept as stored entries (edges of weight 0) and diagonal
@@ -147,7 +147,7 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
         Return the symmetric adjacency as a ``scipy.sparse.csr_matrix`` (ones if
         unweighted) instead of a :class:`~graphkern.Graph`.
     n_threads : int or None
-        Threads checking the entry lines before the library parses them; None means all cores.
+        Threads checking, parsing and converting the entry lines; None means all cores.
 
     Raises
     ------
@@ -183,11 +183,12 @@ def read_matrix_market(source, *, weighted=None, symmetrize=False, as_csr=False,
 
 
 def _read_clean(path, header, weighted, n_threads):
-    """``(A, all_ones)``: the CSR matrix of a well-formed file through scipy.io.mmread and whether
-    every value is 1; ``(None, None)`` if anything is off (the caller then reads the lines itself
-    to name the one at fault).  The library's coordinates become a CSR in one compiled parallel
-    pass, which also counts the diagonal and finds non-finite, negative and repeated entries
-    (SciPy's conversion runs on one thread and sums repeats)."""
+    """``(A, all_ones)``: the CSR matrix of a well-formed file through the library's parser and
+    whether every value is 1; ``(None, None)`` if anything is off (the caller then reads the lines
+    itself to name the one at fault).  The library's coordinates become a CSR in one compiled
+    parallel pass, which mirrors a symmetric file's entries while placing them and counts the
+    diagonal and finds non-finite, negative and repeated entries (SciPy mirrors them in NumPy and
+    converts on one thread, summing repeats)."""
     data, source = _file_bytes(path)
     # the library reads "3 1.5 1" as (3, 1, 0.5) and ignores extra fields: refuse such lines first
     bad = _compiled.first_bad_coordinate_line(data, header.n_columns, n_threads)
@@ -195,27 +196,59 @@ def _read_clean(path, header, weighted, n_threads):
     if bad:
         return None, None
     try:
-        M = scipy.io.mmread(source, spmatrix=True)
+        rows, cols, values, shape, mirrored = _parse_coordinates(source, n_threads)
     except (ValueError, OSError, OverflowError):
         return None, None
-    if M.shape != (header.n, header.n) or header.n >= 2**31:  # the compiled pass reads int32 coordinates
+    if shape != (header.n, header.n) or header.n >= 2**31:  # the compiled pass reads int32 coordinates
         return None, None
-    values = M.data if M.data.dtype in (np.float64, np.int64) else np.asarray(M.data, dtype=np.float64)
-    got = _compiled.coordinates_to_csr(np.asarray(M.row, np.int32), np.asarray(M.col, np.int32), values,
-                                       header.n, n_threads)
+    symmetric = header.symmetry == "symmetric"
+    if values.dtype not in (np.float64, np.int64):
+        values = np.asarray(values, dtype=np.float64)
+    got = _compiled.coordinates_to_csr(np.asarray(rows, np.int32), np.asarray(cols, np.int32), values, header.n,
+                                       n_threads, symmetric and not mirrored)
     if got is None:
         return None, None
     indptr, indices, data, figures = got
     if figures["duplicate"] or figures["nonfinite"] or (weighted is not False and figures["negative"]):
         return None, None
-    expected = 2 * header.nnz - figures["diagonal"] if header.symmetry == "symmetric" else header.nnz
-    if M.nnz != expected:  # entries are missing
+    given = (len(rows) + figures["diagonal"]) // 2 if symmetric and mirrored else len(rows)
+    if given != header.nnz:  # entries are missing
         return None, None
     # int32 row pointers where they fit, as SciPy chooses them
     A = sp.csr_matrix((data, indices, indptr.astype(np.int32) if len(data) < 2**31 else indptr),
                       shape=(header.n, header.n))
     A.has_sorted_indices = True
     return A, figures["not_one"] == 0
+
+
+def _parse_coordinates(source, n_threads):
+    """``(rows, cols, values, shape, mirrored)``: the entries of a coordinate file as
+    fast_matrix_market parses them on ``n_threads`` threads, zero-based.  Through its SciPy module's
+    cursor the stored entries come as they are; ``scipy.io.mmread``, used where that module's
+    layout differs, adds the mirror of each off-diagonal entry of a symmetric file (``mirrored``)."""
+    library = _library_reader()
+    if library is None:
+        M = scipy.io.mmread(source, spmatrix=True)
+        return M.row, M.col, M.data, M.shape, True
+    _get_read_cursor, _read_body_coo = library
+    cursor, stream = _get_read_cursor(source, n_threads)
+    try:
+        if cursor.header.format != "coordinate":
+            raise ValueError("not a coordinate file")
+        (values, (rows, cols)), shape = _read_body_coo(cursor, generalize_symmetry=False)
+    finally:
+        if stream is not None:
+            stream.close()
+    return rows, cols, values, tuple(shape), False
+
+
+def _library_reader():
+    """fast_matrix_market's cursor and coordinate reader in SciPy, or None where its module differs."""
+    try:
+        from scipy.io._fast_matrix_market import _get_read_cursor, _read_body_coo
+    except ImportError:
+        return None
+    return _get_read_cursor, _read_body_coo
 
 
 def _file_bytes(path):
