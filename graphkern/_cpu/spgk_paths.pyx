@@ -226,6 +226,10 @@ cdef enum:
 # triplets a thread of triplet_counts' copy into the output arrays is started for
 cdef enum:
     COPY_PER_THREAD = 1 << 12
+# a triplet's two label ids in one key: ``la << LABEL_BITS | lb`` orders as ``(la, lb)`` does
+cdef enum:
+    LABEL_BITS = 32
+cdef int64_t LABEL_MASK = (<int64_t>1 << LABEL_BITS) - 1
 
 
 ctypedef const int64_t* Column
@@ -445,6 +449,8 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     their labels in increasing order (one sort of half the ordered pairs), then written out in both
     orders.
     """
+    if n_labels >= LABEL_MASK >> 1:
+        raise ValueError(f"{n_labels} distinct label tuples: the triplet keys hold fewer than 2**31")
     cdef Packed p = _packed(node_offsets, edge_offsets, indptr, indices, weights)
     cdef const int64_t[::1] lab = labels
     cdef int64_t G = len(node_offsets) - 1
@@ -469,15 +475,23 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     cdef int64_t[::1] owner = np.empty(G, np.int64)
     cdef int64_t[::1] begin = np.empty(G, np.int64)
     cdef int64_t[::1] found = np.empty(G, np.int64)
-    cdef int64_t g, n, base, i, j, la, lb, x, y, run, code, L, d, top, c
+    cdef int64_t g, n, base, i, j, la, lb, x, y, run, code, L, d, top, c, ra, rb
+    cdef int64_t* my_cells
+    cdef int64_t* my_local
+    cdef int64_t* my_present
     cdef int32_t a, b
     cdef int t, v
+    cdef int64_t reserve_items = 4 * p.node_offsets[G] // n_threads + 64
     cdef const uint64_t* adjacent
     cdef uint64_t seen, level, rest
     with nogil, parallel(num_threads=n_threads):
         t = threadid()
         v = t * SPREAD
-        memset(&cells[t, 0], 0, used * sizeof(int64_t))
+        my_cells = &cells[t, 0]
+        my_local = &local[t, 0]
+        my_present = &present[t, 0]
+        memset(my_cells, 0, used * sizeof(int64_t))
+        out[v].reserve(reserve_items)
         for g in prange(G, schedule="dynamic", chunksize=16):
             n = p.node_offsets[g + 1] - p.node_offsets[g]
             base = p.node_offsets[g]
@@ -485,16 +499,17 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
             begin[g] = out[v].size()
             L = 0
             if hops:  # the graph's distinct labels, in order, and each vertex's rank among them
-                memcpy(&present[t, 0], &lab[base], n * sizeof(int64_t))
-                sort(&present[t, 0], &present[t, 0] + n)
-                L = unique(&present[t, 0], &present[t, 0] + n) - &present[t, 0]
+                memcpy(my_present, &lab[base], n * sizeof(int64_t))
+                sort(my_present, my_present + n)
+                L = unique(my_present, my_present + n) - my_present
                 for i in range(n):
-                    local[t, i] = lower_bound(&present[t, 0], &present[t, 0] + L, lab[base + i]) - &present[t, 0]
+                    my_local[i] = lower_bound(my_present, my_present + L, lab[base + i]) - my_present
             # the table's scan costs about a sort when it has a few cells per vertex pair
             if hops and L * L * n <= min(<int64_t>TABLE_CELLS, 4 * n * n + 256):
                 top = 0
+                # each path once, in the cell of its labels' ranks in increasing order
                 for a in range(n - 1):
-                    x = local[t, a] * L
+                    ra = my_local[a]
                     if n <= 64:  # level by level as bit sets, each level's vertices above a counted
                         adjacent = s.rows(&p, g, t)
                         seen = (<uint64_t>1) << a
@@ -508,8 +523,8 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
                             while rest:
                                 b = count_trailing_zeros(rest)
                                 rest = rest & (rest - 1)
-                                cells[t, (x + local[t, b]) * n + d] += 1
-                                cells[t, (local[t, b] * L + local[t, a]) * n + d] += 1
+                                rb = my_local[b]
+                                my_cells[(min(ra, rb) * L + max(ra, rb)) * n + d] += 1
                         top = max(top, d - 1)
                     else:
                         s.run(&p, g, a, t)
@@ -517,17 +532,20 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
                             if s.dist[t, b] < INFINITY:
                                 d = <int64_t>s.dist[t, b]
                                 top = max(top, d)
-                                cells[t, (x + local[t, b]) * n + d] += 1
-                                cells[t, (local[t, b] * L + local[t, a]) * n + d] += 1
+                                rb = my_local[b]
+                                my_cells[(min(ra, rb) * L + max(ra, rb)) * n + d] += 1
+                # read in (la, lb, length) order, both directions of a path: a cell of two ranks
+                # twice (emptied the second time), a cell of one rank once, doubled
                 for x in range(L):
                     for y in range(L):
-                        code = x * L + y
+                        code = (min(x, y) * L + max(x, y)) * n
                         for d in range(top + 1):
-                            c = cells[t, code * n + d]
+                            c = my_cells[code + d]
                             if c:
-                                cells[t, code * n + d] = 0
-                                out[v].push_back(Item(Key(present[t, x] * n_labels + present[t, y],
-                                                          length_bits(<double>d)), c))
+                                if x >= y:
+                                    my_cells[code + d] = 0
+                                out[v].push_back(Item(Key((my_present[x] << LABEL_BITS) | my_present[y],
+                                                          length_bits(<double>d)), 2 * c if x == y else c))
             else:
                 keys[v].clear()
                 runs[v].clear()  # each (unordered label pair, length) of the graph and its number of paths
@@ -537,7 +555,8 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
                     for b in range(a + 1, n):
                         if s.dist[t, b] < INFINITY:
                             lb = lab[base + b]
-                            keys[v].push_back(Key(min(la, lb) * n_labels + max(la, lb), length_bits(s.dist[t, b])))
+                            keys[v].push_back(Key((min(la, lb) << LABEL_BITS) | max(la, lb),
+                                                  length_bits(s.dist[t, b])))
                 sort(keys[v].begin(), keys[v].end())
                 i = 0
                 while i < <int64_t>keys[v].size():
@@ -548,13 +567,13 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
                     i = j
                 for i in range(<int64_t>runs[v].size()):
                     run = runs[v][i].second
-                    x = runs[v][i].first.first // n_labels
-                    y = runs[v][i].first.first % n_labels
+                    x = runs[v][i].first.first >> LABEL_BITS
+                    y = runs[v][i].first.first & LABEL_MASK
                     if x == y:
                         out[v].push_back(Item(runs[v][i].first, 2 * run))
                     else:
                         out[v].push_back(runs[v][i])
-                        out[v].push_back(Item(Key(y * n_labels + x, runs[v][i].first.second), run))
+                        out[v].push_back(Item(Key((y << LABEL_BITS) | x, runs[v][i].first.second), run))
                 # in (la, lb, length) order: the columns of a feature matrix come out sorted in each row
                 sort(out[v].begin() + begin[g], out[v].end())
             found[g] = <int64_t>out[v].size() - begin[g]
@@ -578,9 +597,8 @@ def triplet_counts(node_offsets, edge_offsets, indptr, indices, weights, labels,
     for g in prange(G, nogil=True, schedule="static", num_threads=out_threads, use_threads_if=out_threads > 1):
         for i in range(found[g]):
             item = &out[owner[g]][begin[g] + i]
-            x = item.first.first // n_labels
-            ao[ro[g] + i] = x
-            bo[ro[g] + i] = item.first.first - x * n_labels
+            ao[ro[g] + i] = item.first.first >> LABEL_BITS
+            bo[ro[g] + i] = item.first.first & LABEL_MASK
             lo[ro[g] + i] = item.first.second
             co[ro[g] + i] = item.second
             sd[g] += <double>item.second * <double>item.second
