@@ -424,13 +424,13 @@ def test_gpu_equals_cpu_on_molecules(normalize, resident, monkeypatch):
 
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
 def test_compiled_mirror_copies_the_upper_triangle(rng, n_threads):
-    from graphkern._cpu import spgk_paths
+    from graphkern._cpu import spgk_gram
 
     for n in (0, 1, 63, 64, 65, 200):
         K = rng.normal(size=(n, n))
         want = np.triu(K) + np.triu(K, 1).T
-        assert np.array_equal(spgk_paths.mirror_upper(K, n_threads), want)
+        assert np.array_equal(spgk_gram.mirror_upper(K, n_threads), want)
     with pytest.raises(ValueError, match="square"):
-        spgk_paths.mirror_upper(np.zeros((2, 3)), 1)
+        spgk_gram.mirror_upper(np.zeros((2, 3)), 1)
 
 

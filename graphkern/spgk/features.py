@@ -265,7 +265,7 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
     ``c_a c_b`` scattered multiply-adds in a sparse product but ``na nb`` in a dense one, so the
     frequent triplets go through dense BLAS tiles and the rare ones through a compiled sparse
     product (parallel over rows, added straight into ``out``)."""
-    from graphkern._cpu import spgk_paths
+    from graphkern._cpu import spgk_gram
 
     na, nb, F = A.shape[0], B.shape[0], A.shape[1]
     # a symmetric C-ordered output gets its lower triangle in one compiled pass at the end
@@ -293,7 +293,7 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
                 # the copy) than the product itself, whose depth is only the frequent columns
                 np.matmul(Ad[i0:i1].toarray().astype(np.float64), Bd[:, j0:], out=rows[:, j0:])
             a = As[i0:i1]
-            spgk_paths.gram_sparse(a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data.astype(np.int64),
+            spgk_gram.gram_sparse(a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data.astype(np.int64),
                                    *columns, rows, i0, symmetric, n_threads, not mirror_at_end)
             if not np.shares_memory(rows, out):
                 out[i0:i1, j0:] = rows[:, j0:]
@@ -304,7 +304,7 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
             if progress is not None:
                 progress.update((i1 - i0) * (nb - j0))
     if mirror_at_end:
-        spgk_paths.mirror_upper(out, mirror_threads)
+        spgk_gram.mirror_upper(out, mirror_threads)
     return out
 
 
