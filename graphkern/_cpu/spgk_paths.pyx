@@ -17,8 +17,9 @@ parallel region, one slice per thread.
 cimport numpy as cnp
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from cython.parallel cimport parallel, prange, threadid
-from libc.math cimport INFINITY, floor
+from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memmove, memset
 from libcpp.algorithm cimport sort
@@ -233,6 +234,7 @@ cdef int64_t LABEL_MASK = (<int64_t>1 << LABEL_BITS) - 1
 
 
 ctypedef const int64_t* Column
+ctypedef PyObject* Borrowed
 
 
 cdef struct Source:
@@ -248,6 +250,20 @@ cdef inline object _get(object mapping, object key):
     """``mapping.get(key)`` for a dict (or a subclass that keeps dict's lookup), without a method call."""
     cdef PyObject* found = PyDict_GetItem(mapping, key)
     return None if found == NULL else <object>found
+
+
+cdef extern from *:
+    void prefetch "__builtin_prefetch"(const void* address) nogil
+
+
+cdef inline PyObject* _hold(object obj):
+    """A new reference to ``obj`` as a pointer (the caller gives it back), its first two cache lines
+    (an array's header) asked for from memory."""
+    cdef PyObject* p = <PyObject*>obj
+    Py_INCREF(obj)
+    prefetch(p)
+    prefetch(<char*>p + 64)
+    return p
 
 
 cdef object _as_c(object arr, int typenum, list keep):
@@ -285,33 +301,54 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
     cdef object graph, arr, node_labels
     cdef bint weighted = False
     cdef Source* s
-    for g in range(G):
-        graph = graphs[g]
-        if not isinstance(graph, graph_type):
-            problems[NOT_GRAPH] = g
-            return None, None, None, None, None, None, problems_out
-        s = &src[g]
-        arr = graph._indptr
-        if not (cnp.PyArray_Check(arr) and cnp.PyArray_TYPE(arr) == cnp.NPY_INT32):
-            arr = _as_c(arr, cnp.NPY_INT64, keep)
-        elif not cnp.PyArray_IS_C_CONTIGUOUS(arr):
-            arr = _as_c(arr, cnp.NPY_INT32, keep)
-        s.wide = cnp.PyArray_TYPE(arr) == cnp.NPY_INT64
-        s.indptr = cnp.PyArray_DATA(arr)
-        s.n = cnp.PyArray_DIM(arr, 0) - 1
-        arr = _as_c(graph._indices, cnp.NPY_INT32, keep)
-        s.indices = <const int32_t*>cnp.PyArray_DATA(arr)
-        s.nnz = cnp.PyArray_DIM(arr, 0)
-        s.weights = NULL
-        arr = graph._weights
-        if arr is not None:
-            arr = _as_c(arr, cnp.NPY_FLOAT64, keep)
-            s.weights = <const double*>cnp.PyArray_DATA(arr)
-            weighted = True
-        if k:
-            node_labels = graph._node_labels
+    # first each graph's arrays (held: a conversion below may run Python code), their headers asked
+    # for on the way (a fresh graph's arrays are scattered over memory: read one by one, each header
+    # would be a wait of its own)
+    cdef Py_ssize_t per = 3 + k, acquired = 0
+    cdef vector[Borrowed] held = vector[Borrowed](G * per)
+    try:
+        for g in range(G):
+            graph = graphs[g]
+            if not isinstance(graph, graph_type):
+                problems[NOT_GRAPH] = g
+                return None, None, None, None, None, None, problems_out
+            held[acquired] = _hold(graph._indptr)
+            acquired += 1
+            held[acquired] = _hold(graph._indices)
+            acquired += 1
+            held[acquired] = _hold(graph._weights)
+            acquired += 1
+            if k:
+                node_labels = graph._node_labels
+                for c in range(k):
+                    held[acquired] = _hold(_get(node_labels, columns[c]))
+                    acquired += 1
+        for g in range(G * per):  # then their shapes and first entries
+            if cnp.PyArray_Check(<object>held[g]):
+                prefetch(cnp.PyArray_DIMS(<cnp.ndarray>held[g]))
+                prefetch(cnp.PyArray_DATA(<cnp.ndarray>held[g]))
+                prefetch(<char*>cnp.PyArray_DATA(<cnp.ndarray>held[g]) + 64)
+        for g in range(G):
+            s = &src[g]
+            arr = <object>held[g * per]
+            if not (cnp.PyArray_Check(arr) and cnp.PyArray_TYPE(arr) == cnp.NPY_INT32):
+                arr = _as_c(arr, cnp.NPY_INT64, keep)
+            elif not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+                arr = _as_c(arr, cnp.NPY_INT32, keep)
+            s.wide = cnp.PyArray_TYPE(arr) == cnp.NPY_INT64
+            s.indptr = cnp.PyArray_DATA(arr)
+            s.n = cnp.PyArray_DIM(arr, 0) - 1
+            arr = _as_c(<object>held[g * per + 1], cnp.NPY_INT32, keep)
+            s.indices = <const int32_t*>cnp.PyArray_DATA(arr)
+            s.nnz = cnp.PyArray_DIM(arr, 0)
+            s.weights = NULL
+            arr = <object>held[g * per + 2]
+            if arr is not None:
+                arr = _as_c(arr, cnp.NPY_FLOAT64, keep)
+                s.weights = <const double*>cnp.PyArray_DATA(arr)
+                weighted = True
             for c in range(k):
-                arr = _get(node_labels, columns[c])
+                arr = <object>held[g * per + 3 + c]
                 lab[g * k + c] = NULL
                 if (arr is None or not cnp.PyArray_Check(arr) or cnp.PyArray_NDIM(arr) != 1
                         or not cnp.PyArray_ISINTEGER(arr) or cnp.PyArray_DIM(arr, 0) != s.n):
@@ -320,6 +357,9 @@ def pack(list graphs, graph_type, tuple columns, int n_threads):
                     continue
                 arr = _as_c(arr, cnp.NPY_INT64, keep)
                 lab[g * k + c] = <const int64_t*>cnp.PyArray_DATA(arr)
+    finally:
+        for g in range(acquired):
+            Py_DECREF(<object>held[g])
     node_offsets = np.empty(G + 1, np.int64)
     edge_offsets = np.empty(G + 1, np.int64)
     cdef int64_t[::1] no = node_offsets
@@ -699,15 +739,15 @@ def number_columns(const int64_t[::1] la, const int64_t[::1] lb, const length_t[
     look up.  None unless every length is a whole number and the table has at most ``span``
     cells.  ``lengths``: float64 path lengths, or int64 ids of lengths numbered elsewhere."""
     cdef int64_t F = la.shape[0], i, x, y, d, code, width, n_lengths, found
-    cdef double top = 0.0
+    cdef double top = 0.0, v
     cdef bint whole = True
     with nogil:
         for i in range(F):
-            if length_t is double:
-                whole &= (lengths[i] >= 0.0) & (lengths[i] < <double>span) & (lengths[i] == floor(lengths[i]))
-            else:
-                whole &= (lengths[i] >= 0) & (lengths[i] < span)
-            top = max(top, <double>lengths[i])
+            v = <double>lengths[i]
+            if not (v >= 0.0 and v < <double>span and (length_t is int64_t or v == <double>(<int64_t>v))):
+                whole = False
+                break
+            top = max(top, v)
     if not whole:
         return None
     width = <int64_t>top + 1
