@@ -75,6 +75,27 @@ def test_compiled_pack_equals_numpy(rng, monkeypatch, columns, weighted, n_threa
     assert_packed_equal(features.pack(tuple(graphs), str, NODE[columns], n_threads), numpy_pack(graphs, columns))
 
 
+def test_pack_gives_back_every_reference_it_takes(rng):
+    """The pack holds a reference to each array while it reads them: all are given back, also when
+    it stops at an item that is not a graph, when a label column is missing, and when an array is
+    converted (int64 labels of another width, int64 row pointers)."""
+    import sys
+
+    from graphkern._cpu import spgk_paths
+
+    graphs = random_graphs(rng, 20, weighted=True)
+    g = graphs[2]
+    object.__setattr__(g, "_indptr", g.indptr.astype(np.int64))
+    graphs[5] = Graph(graphs[5].indptr, graphs[5].indices, node_labels={"a": graphs[5].node_labels["a"]})
+    arrays = [a for h in graphs for a in (h._indptr, h._indices, h._weights, *h._node_labels.values())]
+    before = [sys.getrefcount(a) for a in arrays]
+    for items, columns in ((graphs, ("a", "b")), (graphs[:7] + ["not a graph"] + graphs[7:], ("a",)),
+                           (graphs, ())):
+        for _ in range(50):
+            spgk_paths.pack(items, Graph, columns, 2)
+    assert [sys.getrefcount(a) for a in arrays] == before
+
+
 @pytest.mark.parametrize("method", ["features", "openmp_out", "fcsp"])
 def test_kernel_refuses_broken_structure_at_every_entry(rng, method):
     """The kernel checks structure only in the compiled pack (as_graphs leaves it out): every entry

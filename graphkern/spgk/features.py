@@ -294,7 +294,7 @@ def gram_cpu(A, B, out, *, symmetric, n_threads, scale=None, progress=None):
                 np.matmul(Ad[i0:i1].toarray().astype(np.float64), Bd[:, j0:], out=rows[:, j0:])
             a = As[i0:i1]
             spgk_gram.gram_sparse(a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data.astype(np.int64),
-                                   *columns, rows, i0, symmetric, n_threads, not mirror_at_end)
+                                  *columns, rows, i0, symmetric, n_threads, not mirror_at_end)
             if not np.shares_memory(rows, out):
                 out[i0:i1, j0:] = rows[:, j0:]
             if scale is not None:
