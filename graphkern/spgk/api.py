@@ -262,7 +262,7 @@ class ShortestPathKernel:
         cfg = self._config()
         if cfg["method"] == FEATURES:
             counts = self._triplets(self.X_fit_, "X", cfg)
-            self._fitted = (counts, features.Vocabulary(counts, features.label_columns(cfg["node_kernel"])))
+            self._fitted = (counts, _vocabulary(counts, cfg))
         else:
             require_valid_all(self.X_fit_)
         return self
@@ -397,7 +397,8 @@ class ShortestPathKernel:
         """The :class:`features.TripletCounts` of ``graphs``: the last calls' when unchanged."""
         def build():
             return features.TripletCounts(graphs, cfg["node_kernel"], cfg["n_threads"],
-                                          lambda k: _graph_name(graphs, name, k))
+                                          lambda k: _graph_name(graphs, name, k),
+                                          device=cfg["device"] if cfg["backend"] == "gpu" else None)
 
         return self._counts.get(graphs, cfg["node_kernel"], build)
 
@@ -447,21 +448,20 @@ class ShortestPathKernel:
             cy, vocab = self._fitted
         else:
             cy = self._triplets(X if Y is None else Y, "X" if Y is None else "Y", cfg)
-            vocab = cy.cache.get("vocabulary")
-            if vocab is None:
-                vocab = cy.cache["vocabulary"] = features.Vocabulary(cy, features.label_columns(cfg["node_kernel"]))
+            vocab = _vocabulary(cy, cfg)
         if fitted:  # transform: the rows are the new graphs, the columns the fitted ones
             cx = self._triplets(X, "Y", cfg)
         else:
             cx, cy = (cy, cy) if Y is None else (self._triplets(X, "X", cfg), cy)
-        A, B = vocab.matrix(cx), vocab.matrix(cy)
+        on_device = cfg["backend"] == "gpu"
+        A, B = (_count_matrix(vocab, c, cfg["device"] if on_device else None) for c in (cx, cy))
         shape = (A.shape[0], B.shape[0])
         out = np.empty(shape) if out is None else out
         scale = (cx.self_dot, cy.self_dot) if self.normalize else None
         symmetric = Y is None and not fitted
         self.method_, self.backend_ = FEATURES, cfg["backend"]
         with Progress(shape[0] * shape[1], self.verbose, "entries", "ShortestPathKernel") as bar:
-            if cfg["backend"] == "gpu":
+            if on_device:
                 from graphkern.spgk.features_gpu import features_gram
 
                 return features_gram(cfg["device"], A, B, out, symmetric=symmetric, scale=scale, progress=bar,
@@ -515,6 +515,24 @@ def _graphs(X, name):
     the graphs' row pointers and column indices only after :func:`features.pack`'s compiled pass
     has checked them, and a second pass, in NumPy, would cost more than the packing."""
     return as_graphs(X, name, validate=False)
+
+
+def _vocabulary(counts, cfg):
+    """The vocabulary learned from ``counts`` (made once; the device's counting numbers it on the way)."""
+    vocab = counts.cache.get("vocabulary")
+    if vocab is None:
+        vocab = counts.cache["vocabulary"] = features.Vocabulary(counts, features.label_columns(cfg["node_kernel"]))
+    return vocab
+
+
+def _count_matrix(vocab, counts, device):
+    """``counts`` over the columns of ``vocab``: the rows the device counted, where they are on
+    ``device`` and ``vocab`` is the one it numbered with them; else a CSR matrix on the host."""
+    rows = counts.device_rows
+    if rows is not None and device is not None and rows.device.ordinal == device and \
+            counts.cache.get("vocabulary") is vocab:
+        return rows
+    return vocab.matrix(counts)
 
 
 def _graph_name(graphs, name, k):

@@ -7,7 +7,9 @@ triplets ``(labels of a, labels of b, length of the shortest a-b path)`` over th
 the pairwise methods use).  This is GraKeL's ``ShortestPath(with_labels=True)`` map.
 
 Counting runs in compiled code (graphkern/_cpu/spgk_paths.pyx), one OpenMP pass over the graphs
-with the shortest paths inside it.  A :class:`Vocabulary` learned from one list of graphs names
+with the shortest paths inside it; on the GPU backend, for unweighted graphs of at most 64 vertices
+(molecules), a warp a graph on the device (graphkern.spgk.features_gpu), which numbers the columns
+too and leaves the counts there for the Gram product.  A :class:`Vocabulary` learned from one list of graphs names
 the columns; a triplet of another list that the vocabulary lacks (an unseen label or length)
 scores 0 against every vocabulary graph but still counts in that graph's own ``K(G, G)``, which
 :class:`TripletCounts` keeps apart.  Counts are integers and the products are accumulated in
@@ -150,16 +152,74 @@ class TripletCounts:
     """Each graph's triplet histogram in batch-local ids: ``row_offsets`` (graph g's triplets are
     ``[row_offsets[g], row_offsets[g+1])``, sorted by ``(la, lb, length)``), ``labels`` (the
     distinct label tuples, ``(L, k)`` int64, sorted), ``la``, ``lb`` (label-tuple ids), ``lengths``
-    (float64), ``counts`` (int64), and ``self_dot`` (``K(G, G)``, float64, over every triplet)."""
+    (float64), ``counts`` (int64), and ``self_dot`` (``K(G, G)``, float64, over every triplet).
 
-    def __init__(self, graphs, node_kernel, n_threads, names):
+    ``device``: count on that GPU where its kernel applies (graphkern.spgk.features_gpu), which
+    also numbers the batch's own vocabulary (kept in ``cache["vocabulary"]``) and leaves the
+    counts on the device as ``device_rows`` for the Gram product there; the host's copies of the
+    triplets are read back when first asked for.
+    """
+
+    def __init__(self, graphs, node_kernel, n_threads, names, device=None):
         from graphkern._cpu import spgk_paths
 
         structure, discrete = pack(graphs, names, node_kernel, n_threads)
         self.labels, ids = _label_ids(discrete)
-        self.row_offsets, self.la, self.lb, self.lengths, self.counts, self.self_dot = spgk_paths.triplet_counts(
-            *structure, ids, max(1, len(self.labels)), threads_for(len(graphs), GRAPHS_PER_THREAD, n_threads))
         self.cache = {}  # what a vocabulary made of these counts (keyed by the vocabulary's id)
+        self.device_rows = self._triplets = self._columns = None
+        n_labels = max(1, len(self.labels))
+        got = None
+        if device is not None and n_labels <= MAX_IDS:
+            from graphkern.spgk import features_gpu
+
+            got = features_gpu.triplet_counts(device, structure, ids, n_labels, ID_BITS)
+        if got is None:
+            self.row_offsets, la, lb, lengths, self._counts, self.self_dot = spgk_paths.triplet_counts(
+                *structure, ids, n_labels, threads_for(len(graphs), GRAPHS_PER_THREAD, n_threads))
+            self._triplets = (la, lb, lengths)
+        else:
+            self.row_offsets, self.self_dot, keys, lengths, self.device_rows = got
+            self._counts = None
+            self.cache["vocabulary"] = Vocabulary.numbered(self, label_columns(node_kernel), keys, lengths)
+
+    @property
+    def counts(self):
+        if self._counts is None:
+            self._columns, self._counts = self.device_rows.to_host()
+        return self._counts
+
+    def columns(self):
+        """Each triplet's column in the vocabulary the device numbered (int32)."""
+        self.counts  # noqa: B018 (read back with the counts)
+        return self._columns
+
+    @property
+    def la(self):
+        return self._expanded()[0]
+
+    @property
+    def lb(self):
+        return self._expanded()[1]
+
+    @property
+    def lengths(self):
+        return self._expanded()[2]
+
+    def _expanded(self):
+        """``(la, lb, lengths)`` of every triplet: from the vocabulary the device numbered."""
+        if self._triplets is None:
+            vocab = self.cache["vocabulary"]
+            la, rest = np.divmod(vocab.keys, 1 << (2 * ID_BITS))
+            lb, lid = np.divmod(rest, 1 << ID_BITS)
+            col = self.columns()
+            self._triplets = (la[col], lb[col], vocab.lengths[lid[col]])
+        return self._triplets
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if self.device_rows is not None:  # the host's copies travel, not the device's
+            state["_counts"], state["_columns"], state["device_rows"] = self.counts, self._columns, None
+        return state
 
     def __len__(self):
         return len(self.row_offsets) - 1
@@ -201,6 +261,16 @@ class Vocabulary:
         # the graphs it was learned from hold only its columns: their matrix needs no matching
         self._cached(counts, self._phi(counts, col.reshape(-1), counts.row_offsets))
 
+    @classmethod
+    def numbered(cls, counts, columns, keys, lengths):
+        """The vocabulary of ``counts`` as numbered elsewhere (on the device): its sorted ``keys``
+        and the ``lengths`` their ids index; ``counts.columns()`` gives each triplet's column."""
+        self = cls.__new__(cls)
+        self.columns = tuple(columns)
+        self.labels = counts.labels
+        self.lengths, self.keys = lengths, keys
+        return self
+
     def __len__(self):
         return len(self.keys)
 
@@ -218,6 +288,8 @@ class Vocabulary:
         got = counts.cache.get(id(self))
         if got is not None and got[0] is self:
             return got[1]
+        if counts.cache.get("vocabulary") is self and counts._triplets is None:  # numbered on the device
+            return self._cached(counts, self._phi(counts, counts.columns(), counts.row_offsets))
         label_id = _match_rows(self.labels, counts.labels)
         la, lb = label_id[counts.la], label_id[counts.lb]
         pos = np.minimum(np.searchsorted(self.lengths, counts.lengths), max(len(self.lengths) - 1, 0))

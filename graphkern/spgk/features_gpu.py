@@ -1,4 +1,10 @@
-"""The feature map's Gram matrix on the GPU (cuda_src/spgk_features.cu), streamed in row tiles.
+"""The feature map on the GPU (cuda_src/spgk_features.cu): each graph's triplet counts, and the Gram
+matrix, streamed in row tiles.
+
+The counting covers the common case of molecules: unweighted graphs of at most 64 vertices whose
+tables fit the kernel's (:func:`triplet_counts` says None otherwise, and the host counts).  It gives
+the host's arrays bit for bit, and the columns of the batch's own vocabulary with them, so that the
+host neither counts nor numbers.
 
 Both count matrices go to the device as dense float64 rows (scattered there from CSR).  The Gram
 matrix is made a tile of rows at a time and each tile is copied into ``out`` (host memory or a memory
@@ -25,6 +31,12 @@ _MAX_GRID_Y = 65535  # a tile's blocks of rows (the grid's second dimension)
 _TILE_BYTES = 64 << 20
 # a symmetric Gram matrix is kept whole on the device when it takes at most this share of the free memory
 _RESIDENT_SHARE = 0.5
+# the counting kernel: a warp a graph, two a block; a graph of at most _MAX_VERTICES vertices (a
+# 64-bit row each); the batch's table over (label, label, hops) of at most _TABLE_CELLS cells
+_COUNT_WARPS = 2
+_MAX_VERTICES = 64
+_TABLE_CELLS = 1 << 24
+_COUNT_HEADER = 4  # the counting's output starts with its sizes (cuda_src/spgk_features.cu)
 
 
 def _pad(n):
@@ -41,9 +53,12 @@ def _dense(rt, dev, M, rank, depth, stream):
     flags = rt.alloc(dev, (rows // _TILE_ROWS, depth // _DEPTH), np.uint8)
     flags.zero(stream=stream)
     if M.nnz:
-        indptr = rt.to_device(dev, M.indptr.astype(np.int64, copy=False), stream=stream)
-        cols = rt.to_device(dev, M.indices.astype(np.int32, copy=False), stream=stream)
-        counts = rt.to_device(dev, M.data.astype(np.int64, copy=False), stream=stream)
+        if isinstance(M, DeviceRows):
+            indptr, cols, counts = M.indptr, M.indices, M.data
+        else:
+            indptr = rt.to_device(dev, M.indptr.astype(np.int64, copy=False), stream=stream)
+            cols = rt.to_device(dev, M.indices.astype(np.int32, copy=False), stream=stream)
+            counts = rt.to_device(dev, M.data.astype(np.int64, copy=False), stream=stream)
         grid = max(1, min(-(-M.shape[0] // (_THREADS // 32)), 65535))
         rt.launch(rt.kernel(dev, "spgk_features", "spgk_features_scatter"), grid, _THREADS,
                   (indptr, cols, counts, rank, np.int64(M.shape[0]), dense, np.int64(depth), flags), stream=stream)
@@ -51,8 +66,89 @@ def _dense(rt, dev, M, rank, depth, stream):
     return dense, flags
 
 
+def triplet_counts(device, structure, ids, n_labels, id_bits):
+    """The triplet counts of the packed graphs ``structure`` (:func:`graphkern.spgk.features.pack`)
+    with vertex label ids ``ids`` (int64, below ``n_labels``) counted on ``device``, or None where
+    the kernel does not apply (weighted graphs, more than 64 vertices, a graph's table too large).
+
+    Returns ``(row_offsets, self_dot, keys, lengths, rows)``: per graph the offsets of its triplets
+    and ``K(G, G)`` (as :func:`graphkern._cpu.spgk_paths.triplet_counts` gives them), the batch's
+    distinct triplets as sorted ``keys`` ``la << 2 id_bits | lb << id_bits | length id``, the
+    distinct ``lengths`` (float64) the ids index, and the triplets themselves as :class:`DeviceRows`
+    over those columns (each graph's in ``(la, lb, length)`` order), left on the device.
+    """
+    from graphkern._cuda import runtime as rt
+
+    node_offsets, edge_offsets, indptr, indices, weights = structure
+    G = len(node_offsets) - 1
+    if weights is not None or G == 0:
+        return None
+    sizes = np.diff(node_offsets)
+    width = max(1, int(sizes.max()))
+    cells = n_labels * n_labels * width
+    if width > _MAX_VERTICES or cells > _TABLE_CELLS:
+        return None
+    bound = int(np.dot(sizes, sizes - 1))  # a graph has at most its ordered pairs' triplets
+    dev = rt.get_device(device)
+    stream = rt.Stream(dev)
+    # the graphs in one copy (the int32 indices last, so every int64 array stays aligned)
+    inputs = (node_offsets, edge_offsets, indptr, ids, indices)
+    block = rt.to_device(dev, np.concatenate([a.view(np.uint8) for a in inputs]), stream=stream)
+    ends = np.cumsum([a.nbytes for a in inputs]).tolist()
+    node_offsets, edge_offsets, indptr, ids, indices = (block.view(e - a.nbytes, a.nbytes) for a, e in zip(inputs, ends))
+    # scratch: the columns of the cells (int64); the marks of the cells and hop counts, zeroed; the
+    # graphs' triplets (int32)
+    scratch = rt.alloc(dev, 8 * (cells + 1) + 4 * (cells + _MAX_VERTICES + G), np.uint8)
+    columns = scratch.view(0, 8 * (cells + 1))
+    marks = scratch.view(8 * (cells + 1), 4 * (cells + _MAX_VERTICES))
+    used, hops = marks.view(0, 4 * cells), marks.view(4 * cells, 4 * _MAX_VERTICES)
+    found = scratch.view(8 * (cells + 1) + 4 * (cells + _MAX_VERTICES), 4 * G)
+    marks.zero(stream=stream)
+    head = _COUNT_HEADER + 2 * G + 1 + _MAX_VERTICES
+    out = rt.alloc(dev, head + 2 * min(cells, bound) + bound + -(-bound // 2) + 1, np.int64)
+    out.view(0, 8 * _COUNT_HEADER).zero(stream=stream)
+    count = rt.kernel(dev, "spgk_features", "spgk_count_graphs")
+    grid = min(-(-G // _COUNT_WARPS), 1 << 20)
+    args = (node_offsets, edge_offsets, indptr, indices, ids, np.int64(G), np.int64(n_labels), np.int64(width))
+    rt.launch(count, grid, 32 * _COUNT_WARPS, (*args, np.int32(0), used, hops, found, columns, out), stream=stream)
+    rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_offsets"), 1, 1024, (found, np.int64(G), out),
+              stream=stream)
+    rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_columns"), 1, 1024,
+              (used, hops, np.int64(cells), np.int64(n_labels), np.int64(width), np.int32(id_bits), np.int64(G),
+               columns, out), stream=stream)
+    rt.launch(count, grid, 32 * _COUNT_WARPS, (*args, np.int32(1), used, hops, found, columns, out), stream=stream)
+    header = out.copy_to_host(np.empty(_COUNT_HEADER, np.int64), stream)
+    stream.synchronize()
+    nnz, F, n_lengths, too_large = header.tolist()
+    if too_large:
+        return None
+    host = out.copy_to_host(np.empty(head + 2 * F, np.int64), stream)
+    stream.synchronize()
+    at = _COUNT_HEADER + G + 1
+    rows = DeviceRows((G, F), nnz, out.view(8 * _COUNT_HEADER, 8 * (G + 1)), out.view(8 * (head + 2 * F + nnz), 4 * nnz),
+                      out.view(8 * (head + 2 * F), 8 * nnz), host[head + F:])
+    return (host[_COUNT_HEADER:at], host[at:at + G].view(np.float64), host[head:head + F],
+            host[at + G:head].view(np.float64)[:n_lengths], rows)
+
+
+class DeviceRows:
+    """A count matrix ``shape`` with ``nnz`` entries as CSR arrays on a device: ``indptr`` (int64),
+    ``indices`` (int32), ``data`` (int64); ``holding``: how many rows hold each column (host)."""
+
+    def __init__(self, shape, nnz, indptr, indices, data, holding):
+        self.shape, self.nnz = shape, nnz
+        self.indptr, self.indices, self.data, self.holding = indptr, indices, data, holding
+        self.device = indptr.device
+
+    def to_host(self):
+        """``(indices, data)`` copied into host memory."""
+        return (self.indices.copy_to_host(np.empty(self.nnz, np.int32)),
+                self.data.copy_to_host(np.empty(self.nnz, np.int64)))
+
+
 def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_threads=1):
-    """``out = A B^T`` for CSR count matrices ``A`` ``(na, F)`` and ``B`` ``(nb, F)``; ``scale``:
+    """``out = A B^T`` for count matrices ``A`` ``(na, F)`` and ``B`` ``(nb, F)`` (CSR, or
+    :class:`DeviceRows` on ``device``); ``scale``:
     ``(dx, dy)`` to normalise as the host does.  ``symmetric`` (``B`` is ``A``) uploads one copy
     and, when the whole matrix fits on the device, computes each off-diagonal block once;
     ``n_threads`` host threads copy the tiles into ``out``."""
@@ -75,7 +171,8 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_
     stream = rt.Stream(dev)
     # the columns by decreasing frequency, so that the rare ones gather in steps most tiles skip
     rank = np.empty(A.shape[1], np.int32)
-    rank[np.argsort(-np.bincount(B.indices, minlength=A.shape[1]), kind="stable")] = np.arange(A.shape[1])
+    holding = B.holding if isinstance(B, DeviceRows) else np.bincount(B.indices, minlength=A.shape[1])
+    rank[np.argsort(-holding, kind="stable")] = np.arange(A.shape[1])
     rank = rt.to_device(dev, rank, stream=stream)
     dB, fB = _dense(rt, dev, B, rank, depth, stream)
     dA, fA = (dB, fB) if symmetric else _dense(rt, dev, A, rank, depth, stream)
