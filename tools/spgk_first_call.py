@@ -68,6 +68,7 @@ def main():
     timed(features, "pack", "pack")
     timed(features, "_label_ids", "label ids")
     timed(spgk_paths, "triplet_counts", "counting")
+    timed(features_gpu, "triplet_counts", "counting")  # with the numbering of the vocabulary
     timed(features, "_length_ids", "vocabulary")
     timed(spgk_paths, "number_columns", "vocabulary")
     timed(features.Vocabulary, "_phi", "vocabulary")
