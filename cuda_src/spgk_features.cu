@@ -45,9 +45,10 @@ constexpr int SCAN_THREADS = 1024;
 
 // The counting's output, in 64-bit words: a header (triplets, columns, distinct lengths, overflow),
 // then row_offsets (G + 1), self_dot (G, double), the distinct lengths (MAX_VERTICES slots, double),
-// the columns' keys and the graphs holding each column (what the host reads back in one copy once
-// it knows the sizes from the header), then the CSR rows the Gram product reads on the device: each
-// triplet's count, and each triplet's column (int32).
+// the columns' keys and the graphs holding each column: what the host reads back in one copy once
+// it knows the sizes from the header.  Pass 1 writes the CSR rows the Gram product reads on the
+// device into `rows`, sized by then: after G + 1 words (for the offsets) each triplet's count, then
+// each triplet's column (int32).
 constexpr int64_t HEADER = 4;
 
 __device__ __forceinline__ int64_t* column_keys(int64_t* out, int64_t n_graphs) {
@@ -59,7 +60,7 @@ spgk_count_graphs(const int64_t* __restrict__ node_offsets, const int64_t* __res
                   const int64_t* __restrict__ indptr, const int32_t* __restrict__ indices,
                   const int64_t* __restrict__ labels, int64_t n_graphs, int64_t n_labels, int64_t width, int pass,
                   int32_t* __restrict__ used, int32_t* __restrict__ hops, int32_t* __restrict__ found,
-                  const int64_t* __restrict__ columns, int64_t* __restrict__ out) {
+                  const int64_t* __restrict__ columns, int64_t* __restrict__ out, int64_t* __restrict__ rows_out) {
     __shared__ uint64_t rows_s[COUNT_WARPS][MAX_VERTICES];
     __shared__ int64_t label_s[COUNT_WARPS][MAX_VERTICES];  // the graph's distinct labels, in order
     __shared__ int32_t rank_s[COUNT_WARPS][MAX_VERTICES];  // each vertex's label's place among them
@@ -73,8 +74,8 @@ spgk_count_graphs(const int64_t* __restrict__ node_offsets, const int64_t* __res
     const int64_t* row_offsets = out + HEADER;
     double* self_dot = reinterpret_cast<double*>(out + HEADER + n_graphs + 1);
     unsigned long long* holding = reinterpret_cast<unsigned long long*>(column_keys(out, n_graphs) + (pass ? out[1] : 0));
-    int64_t* counts = column_keys(out, n_graphs) + (pass ? 2 * out[1] : 0);
-    int32_t* col = reinterpret_cast<int32_t*>(counts + (pass ? out[0] : 0));
+    int64_t* counts = pass ? rows_out + n_graphs + 1 : nullptr;
+    int32_t* col = pass ? reinterpret_cast<int32_t*>(counts + out[0]) : nullptr;
     for (int64_t g = (int64_t)blockIdx.x * COUNT_WARPS + w; g < n_graphs; g += (int64_t)gridDim.x * COUNT_WARPS) {
         const int64_t base = node_offsets[g];
         const int n = (int)(node_offsets[g + 1] - base);  // at most MAX_VERTICES (the caller's check)

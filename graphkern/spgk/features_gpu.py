@@ -105,30 +105,35 @@ def triplet_counts(device, structure, ids, n_labels, id_bits):
     found = scratch.view(8 * (cells + 1) + 4 * (cells + _MAX_VERTICES), 4 * G)
     marks.zero(stream=stream)
     head = _COUNT_HEADER + 2 * G + 1 + _MAX_VERTICES
-    out = rt.alloc(dev, head + 2 * min(cells, bound) + bound + -(-bound // 2) + 1, np.int64)
+    out = rt.alloc(dev, head + 2 * min(cells, bound) + 1, np.int64)
     out.view(0, 8 * _COUNT_HEADER).zero(stream=stream)
     count = rt.kernel(dev, "spgk_features", "spgk_count_graphs")
     grid = min(-(-G // _COUNT_WARPS), 1 << 20)
     args = (node_offsets, edge_offsets, indptr, indices, ids, np.int64(G), np.int64(n_labels), np.int64(width))
-    rt.launch(count, grid, 32 * _COUNT_WARPS, (*args, np.int32(0), used, hops, found, columns, out), stream=stream)
+    rt.launch(count, grid, 32 * _COUNT_WARPS, (*args, np.int32(0), used, hops, found, columns, out, None),
+              stream=stream)
     rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_offsets"), 1, 1024, (found, np.int64(G), out),
               stream=stream)
     rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_columns"), 1, 1024,
               (used, hops, np.int64(cells), np.int64(n_labels), np.int64(width), np.int32(id_bits), np.int64(G),
                columns, out), stream=stream)
-    rt.launch(count, grid, 32 * _COUNT_WARPS, (*args, np.int32(1), used, hops, found, columns, out), stream=stream)
     header = out.copy_to_host(np.empty(_COUNT_HEADER, np.int64), stream)
     stream.synchronize()
     nnz, F, n_lengths, too_large = header.tolist()
     if too_large:
         return None
+    # the rows the product reads, kept with the counts: sized now, their offsets copied in
+    rows = rt.alloc(dev, G + 1 + nnz + -(-nnz // 2), np.int64)
+    rows.copy_from_device(out, 8 * (G + 1), stream, 0, 8 * _COUNT_HEADER)
+    rt.launch(count, grid, 32 * _COUNT_WARPS, (*args, np.int32(1), used, hops, found, columns, out, rows),
+              stream=stream)
     host = out.copy_to_host(np.empty(head + 2 * F, np.int64), stream)
     stream.synchronize()
     at = _COUNT_HEADER + G + 1
-    rows = DeviceRows((G, F), nnz, out.view(8 * _COUNT_HEADER, 8 * (G + 1)), out.view(8 * (head + 2 * F + nnz), 4 * nnz),
-                      out.view(8 * (head + 2 * F), 8 * nnz), host[head + F:])
+    device_rows = DeviceRows((G, F), nnz, rows.view(0, 8 * (G + 1)), rows.view(8 * (G + 1 + nnz), 4 * nnz),
+                             rows.view(8 * (G + 1), 8 * nnz), host[head + F:])
     return (host[_COUNT_HEADER:at], host[at:at + G].view(np.float64), host[head:head + F],
-            host[at + G:head].view(np.float64)[:n_lengths], rows)
+            host[at + G:head].view(np.float64)[:n_lengths], device_rows)
 
 
 class DeviceRows:
