@@ -129,6 +129,8 @@ ERRORS = {
     "too-many-bonds": (edited("  7  6  0", "  7  5  0"), 17,
                        "found a bond line after the bond block: the counts line, line 4, says 5 bonds"),
     "unknown-element": (edited(" O   0", " Xx  0"), 7, "atom 3: unknown element 'Xx'"),
+    "lower-case-element": (edited(" O   0", " o   0"), 7, "atom 3: unknown element 'o'"),
+    "three-letter-element": (edited(" O   0", " Uuo 0"), 7, "atom 3: unknown element 'Uuo'"),
     "non-numeric-coordinate": (edited("    1.5000    0.0000", "    1.5z00    0.0000"), 6,
                                "atom 2: the x coordinate is not a number: '1.5z00'"),
     "non-numeric-count": (edited("  7  6  0", "  a  6  0"), 4,
@@ -137,6 +139,9 @@ ERRORS = {
     "bond-to-itself": (edited("  1  5  1  0", "  1  1  1  0"), 15, "bond 4 joins atom 1 to itself"),
     "repeated-bond": (edited("  1  5  1  0", "  2  1  1  0"), 15,
                       "bond 4 repeats the bond between atoms 2 and 1 of line 12"),
+    # atom 1 has three bonds before: the one repeated is the last of them
+    "repeated-later-bond": (edited("  1  7  1  0", "  6  1  1  0"), 17,
+                            "bond 6 repeats the bond between atoms 6 and 1 of line 16"),
     "bond-type": (edited("  1  5  1  0", "  1  5  9  0"), 15, "bond 4: unknown bond type 9"),
     "charge-code": (edited(" C   0  3", " C   0  9"), 5, "atom 1: unknown charge code 9"),
     "charge-count": (edited("M  CHG  1   4  -1", "M  CHG  2   4  -1"), 18,
@@ -336,3 +341,52 @@ def test_read_sdf_graphs_equal_those_of_the_checked_constructor():
                     assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
                     assert not a.flags.writeable and a.flags.c_contiguous
             assert list(g.node_labels) == list(h.node_labels) and list(g.edge_labels) == list(h.edge_labels)
+
+
+def test_read_sdf_graphs_hold_the_fields_of_the_trusted_constructor():
+    """The compiled maker sets what Graph._trusted(views=True) sets: the same arrays, cache and
+    label columns (their class, owner and length), on every graph."""
+    from graphkern.bench.data import molecules_path
+    from graphkern.graph import Graph
+
+    for options in ({}, {"hydrogens": False, "distance_weights": True}):
+        for g in read_sdf(molecules_path(), **options):
+            h = Graph._trusted(g.indptr, g.indices, g.weights, list(g.node_labels.items()),
+                               list(g.edge_labels.items()), views=True)
+            assert (g._n, g._indptr, g._indices, g._weights) == (h._n, h._indptr, h._indices, h._weights)
+            assert g._cache == h._cache == {"valid": True}
+            for mine, theirs in ((g._node_labels, h._node_labels), (g._edge_labels, h._edge_labels)):
+                assert type(mine) is type(theirs) and list(mine.items()) == list(theirs.items())
+                assert (mine._what, mine._length) == (theirs._what, theirs._length)
+                assert mine._owner_cache is g._cache
+            assert g.name and g.name == g.name.strip()
+
+
+def test_a_coordinate_that_is_not_finite_is_refused_after_the_molecules_before_it(monkeypatch):
+    from graphkern.io import sdf
+
+    monkeypatch.setattr(sdf, "_BATCH", 2)  # acetate and ammonium are made together
+    for spelled, kind in (("nan", "NaN"), ("-inf", "infinite")):
+        text = MOLECULES.read_text().replace("   -0.6000   -0.6000    0.6000 H", f"   -0.6000{spelled:>10}    0.6000 H")
+        read = []
+        with pytest.raises(ValueError, match=f"node label 'coords' has a {kind} value at node 2"):
+            read.extend(iter_sdf(io.StringIO(text)))
+        assert [g.name for g in read] == ["acetate"]
+        # the hydrogen goes, and its coordinates with it
+        assert [g.name for g in read_sdf(io.StringIO(text), hydrogens=False)] == ["acetate", "ammonium", "benzene"]
+
+
+def test_names_are_stripped_header_lines():
+    names = ["  caf\u00e9\u00a0", "\x1c\x1d x y \x0b", "\u2003name\u2003", " \t ", "plain"]
+    text = "".join(molfile([("C", 0.0)], [], name=name) for name in names)
+    assert [g.name for g in read_sdf(io.StringIO(text))] == ["caf\u00e9", "x y", "name", None, "plain"]
+
+
+@pytest.mark.parametrize("ending", [b"\r\n", b"\r"])
+def test_line_endings_give_the_same_molecules(ending):
+    with gzip.open(str(NCI), "rb") as f:
+        data = f.read()[:300_000]
+    data = data[:data.rindex(b"$$$$\n") + 5]
+    expected = [(g.name, g, items) for g, items in read_sdf(io.BytesIO(data), properties=True)]
+    got = [(g.name, g, items) for g, items in read_sdf(io.BytesIO(data.replace(b"\n", ending)), properties=True)]
+    assert got == expected and len(got) > 50

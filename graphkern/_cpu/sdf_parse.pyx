@@ -2,14 +2,20 @@
 """V2000 SD files parsed in one compiled pass over the file's bytes into flat per-molecule arrays
 (``graphkern.io.sdf`` documents the checks).  Lines end in ``\\n``, ``\\r\\n`` or ``\\r``, as
 Python's universal newlines do; the first problem stops the parse, the molecules before it complete.
+``make_graphs`` turns the parsed molecules into Graphs whose arrays are read-only views of the parser's.
 """
 
 import numpy as np
 
-from libc.math cimport sqrt
+cimport numpy as cnp
+from cpython.dict cimport PyDict_SetItem
+from cpython.object cimport Py_TYPE, PyObject, PyTypeObject, newfunc
+from cpython.ref cimport Py_INCREF
+from cpython.unicode cimport PyUnicode_DecodeASCII, PyUnicode_DecodeUTF8
+from libc.math cimport isfinite, sqrt
 from libc.stdint cimport int32_t, int64_t
 from libc.stdlib cimport strtod
-from libc.string cimport memcmp
+from libc.string cimport memchr, memcmp
 
 # the kinds of problem the parser reports
 cdef enum:
@@ -35,17 +41,31 @@ cdef inline bint is_space(unsigned char c) noexcept nogil:
 cdef struct Reader:
     const unsigned char *buf
     Py_ssize_t n, pos, start, end  # the current line is buf[start:end]
+    Py_ssize_t lf, cr  # where the next line feed and carriage return at or after pos are (n: none; < pos: unknown)
     int64_t lineno
 
 
+cdef inline Py_ssize_t next_byte(Reader *r, Py_ssize_t p, int byte) noexcept nogil:
+    """The position of the first ``byte`` at or after p, or n."""
+    cdef const unsigned char *hit = <const unsigned char *>memchr(r.buf + p, byte, r.n - p)
+    return r.n if hit == NULL else hit - r.buf
+
+
 cdef inline bint next_line(Reader *r) noexcept nogil:
-    """Advance to the next line; False at the end of the buffer."""
+    """Advance to the next line; False at the end of the buffer.
+
+    The line ends at the nearer of the next ``\\n`` and ``\\r``, each found by memchr and kept
+    until the reader passes it: a file of one line ending is searched for the other once.
+    """
     cdef Py_ssize_t p = r.pos
     if p >= r.n:
         return False
     r.start = p
-    while p < r.n and r.buf[p] != 10 and r.buf[p] != 13:
-        p += 1
+    if r.lf < p:
+        r.lf = next_byte(r, p, 10)
+    if r.cr < p:
+        r.cr = next_byte(r, p, 13)
+    p = min(r.lf, r.cr)
     r.end = p
     if p < r.n:
         p += 2 if r.buf[p] == 13 and p + 1 < r.n and r.buf[p + 1] == 10 else 1
@@ -125,13 +145,15 @@ cdef bint parse_float(Reader *r, Py_ssize_t a, Py_ssize_t b, double *out) noexce
     cdef Py_ssize_t s, e, p, digits = 0, fraction = 0
     cdef int64_t mantissa = 0
     cdef bint plain = True
+    cdef double value
     cdef char text[32]
     field(r, a, b, &s, &e)
     if e - s == 0 or e - s > 30:
         return False
     p = s + (1 if r.buf[s] == 43 or r.buf[s] == 45 else 0)
-    if is_word(r.buf + p, e - p, b"inf") or is_word(r.buf + p, e - p, b"infinity") or \
-            is_word(r.buf + p, e - p, b"nan"):
+    if p < e and ((r.buf[p] | 32) == 105 or (r.buf[p] | 32) == 110) and (
+            is_word(r.buf + p, e - p, b"inf") or is_word(r.buf + p, e - p, b"infinity") or
+            is_word(r.buf + p, e - p, b"nan")):
         plain = False
     else:
         while p < e and 48 <= r.buf[p] <= 57:
@@ -159,7 +181,8 @@ cdef bint parse_float(Reader *r, Py_ssize_t a, Py_ssize_t b, double *out) noexce
         if p != e:
             return False
     if plain and digits <= 15:
-        out[0] = (-1.0 if r.buf[s] == 45 else 1.0) * (<double>mantissa / POWERS_OF_TEN[fraction])
+        value = <double>mantissa / POWERS_OF_TEN[fraction]
+        out[0] = -value if r.buf[s] == 45 else value  # -0.0 for '-0.0', as float() reads it
         return True
     for p in range(s, e):
         text[p - s] = <char>r.buf[p]
@@ -198,21 +221,23 @@ cdef bint is_bond_line(Reader *r) noexcept nogil:
             return False
 
 
-cdef int element_of(Reader *r, const int64_t *keys, const int64_t *values, int n_keys) noexcept nogil:
-    """The atomic number of the symbol in columns 32-34, or -1."""
+cdef int element_of(Reader *r, const int64_t *keys, const int64_t *values, const int32_t *first) noexcept nogil:
+    """The atomic number of the symbol in columns 32-34, or -1.
+
+    A symbol is a key of three bytes (zeros after a shorter one), looked up in the sorted ``keys``
+    among those of its first byte, ``keys[first[byte]:first[byte + 1]]``: a dozen at most, the
+    symbol of one letter first.
+    """
     cdef Py_ssize_t s, e, p
     cdef int64_t key = 0
-    cdef int lo = 0, hi = n_keys, mid
+    cdef int k
     field(r, 31, 34, &s, &e)
     for p in range(s, s + 3):
         key = key * 256 + (r.buf[p] if p < e else 0)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if keys[mid] < key:
-            lo = mid + 1
-        else:
-            hi = mid
-    return <int>values[lo] if lo < n_keys and keys[lo] == key else -1
+    for k in range(first[key >> 16], first[(key >> 16) + 1]):
+        if keys[k] >= key:
+            return <int>values[k] if keys[k] == key else -1
+    return -1
 
 
 cdef int charge_of_code(int64_t code) noexcept nogil:
@@ -231,10 +256,15 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
     read.  The problem tuple is ``(kind, line, molecule, k, counts_line, first_bond_line)``, ``kind`` a name from ``PROBLEMS``.
     """
     cdef Py_ssize_t n = buf.shape[0], lines = 1
-    cdef Py_ssize_t p
-    for p in range(n):
-        if buf[p] == 10 or buf[p] == 13:
-            lines += 1
+    cdef Py_ssize_t p, end_
+    cdef const unsigned char *bytes_ = &buf[0] if n else NULL
+    cdef unsigned char ends
+    # line ends counted in bytes, 255 at a time, without a branch: the compiler vectorises it
+    for p in range(0, n, 255):
+        ends = 0
+        for end_ in range(p, min(p + 255, n)):
+            ends += (bytes_[end_] == 10) | (bytes_[end_] == 13)
+        lines += ends
     # every atom and bond takes a line of its own: the line count bounds the arrays
     n_atoms_a = np.zeros(lines // 4 + 1, dtype=np.int32)
     nnz_a = np.zeros(lines // 4 + 1, dtype=np.int64)
@@ -256,11 +286,22 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
     cdef int32_t bond_b[1000]
     cdef int32_t bond_o[1000]
     cdef int32_t new_index[1000]
+    # the bonds read so far, listed by their lower atom: first[a], then after[k] (-1 ends a list)
+    cdef int32_t first[1000]
+    cdef int32_t after[1000]
+    # where the keys of each first byte begin among the sorted keys
+    cdef int32_t first_key[257]
+    cdef int n_keys = symbol_keys.shape[0], byte
+    p = 0
+    for byte in range(257):
+        while p < n_keys and symbol_keys[p] >> 16 < byte:
+            p += 1
+        first_key[byte] = <int32_t>p
     cdef int32_t fill[1001]
     cdef Reader r
     r.buf = &buf[0] if n else NULL
-    r.n, r.pos, r.lineno = n, 0, 0
-    cdef int kind = OK, n_keys = symbol_keys.shape[0], k, j, i, q, nonblank
+    r.n, r.pos, r.lineno, r.lf, r.cr = n, 0, 0, -1, -1
+    cdef int kind = OK, k, j, i, q, nonblank
     cdef Py_ssize_t mol = 0, atom0 = 0, ptr0 = 0, ent0 = 0, kept, s, e, name_s = 0, name_e = 0
     cdef int64_t counts_line = 0, first_bond_line = 0, n_at = 0, n_bo = 0, v, v2, v3, count, atom
     cdef bint charged, got = True
@@ -319,7 +360,7 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
                         break
                 if kind != OK:
                     break
-                i = element_of(&r, &symbol_keys[0], &symbol_values[0], n_keys)
+                i = element_of(&r, &symbol_keys[0], &symbol_values[0], first_key)
                 if i < 0:
                     kind = ELEMENT
                     break
@@ -337,6 +378,8 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
                 break
             # ---- bond block
             first_bond_line = r.lineno + 1
+            for k in range(n_at):
+                first[k] = -1
             for k in range(n_bo):
                 if not next_line(&r):
                     kind = BOND_EOF
@@ -357,12 +400,13 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
                     kind = BOND_TYPE
                     break
                 bond_a[k], bond_b[k], bond_o[k] = <int32_t>min(v, v2) - 1, <int32_t>max(v, v2) - 1, <int32_t>v3
-                for j in range(k):
-                    if bond_a[j] == bond_a[k] and bond_b[j] == bond_b[k]:
-                        kind = BOND_REPEAT
-                        break
-                if kind != OK:
+                j = first[bond_a[k]]
+                while j >= 0 and bond_b[j] != bond_b[k]:
+                    j = after[j]
+                if j >= 0:
+                    kind = BOND_REPEAT
                     break
+                after[k], first[bond_a[k]] = first[bond_a[k]], k
             if kind != OK:
                 break
             # ---- properties block, up to 'M  END'
@@ -504,3 +548,117 @@ def parse_sdf(const unsigned char[::1] buf, const int64_t[::1] symbol_keys, cons
               "weights": weights_a[:ent0] if distance_weights else None, "lines": r.lineno}
     problem = None if kind == OK else (PROBLEMS[kind], r.lineno, mol + 1, k, counts_line, first_bond_line)
     return arrays, problem
+
+
+# ---------------------------------------------------------------- the Graphs of the parsed molecules
+
+cnp.import_array()
+
+cdef extern from "numpy/arrayobject.h":
+    # the reference to ``descr`` is stolen
+    object PyArray_NewFromDescr(PyTypeObject *subtype, void *descr, int nd, cnp.npy_intp *dims,
+                                cnp.npy_intp *strides, void *data, int flags, PyObject *obj)
+
+cdef tuple NO_ARGS = ()
+
+
+cdef object cut(cnp.ndarray whole, Py_ssize_t start, Py_ssize_t rows):
+    """``whole[start:start + rows]`` as slicing makes it: a view with ``whole``'s strides and
+    read-only flag, whose base is the array that owns the memory."""
+    cdef cnp.npy_intp dims[2]
+    cdef void *descr = <void *>cnp.PyArray_DESCR(whole)
+    dims[0] = rows
+    if cnp.PyArray_NDIM(whole) == 2:
+        dims[1] = cnp.PyArray_DIMS(whole)[1]
+    Py_INCREF(<object>descr)
+    cdef cnp.ndarray view = PyArray_NewFromDescr(Py_TYPE(whole), descr, cnp.PyArray_NDIM(whole), dims,
+                                                 cnp.PyArray_STRIDES(whole),
+                                                 cnp.PyArray_BYTES(whole) + start * cnp.PyArray_STRIDES(whole)[0],
+                                                 cnp.PyArray_FLAGS(whole) & cnp.NPY_ARRAY_WRITEABLE, NULL)
+    cnp.set_array_base(view, whole)  # numpy stores the owner of whole's memory
+    return view
+
+
+cdef object name_of(const unsigned char *text, Py_ssize_t s, Py_ssize_t e):
+    """``text[s:e].decode().strip() or None``: ASCII stripped of the white space of ``str.strip``
+    (that of ``is_space``) before it is decoded, other text decoded first."""
+    cdef Py_ssize_t p
+    for p in range(s, e):
+        if text[p] >= 128:
+            return PyUnicode_DecodeUTF8(<const char *>text + s, e - s, NULL).strip() or None
+    while s < e and is_space(text[s]):
+        s += 1
+    while e > s and is_space(text[e - 1]):
+        e -= 1
+    return PyUnicode_DecodeASCII(<const char *>text + s, e - s, NULL) if e > s else None
+
+
+cdef cnp.ndarray read_only(arrays, key):
+    """The parser's array ``key``: C-contiguous and read-only, as every array it returns."""
+    cdef cnp.ndarray arr = arrays[key]
+    if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or cnp.PyArray_FLAGS(arr) & cnp.NPY_ARRAY_WRITEABLE:
+        raise ValueError(f"the parser's array {key!r} is not a read-only C-contiguous array")
+    return arr
+
+
+def make_graphs(type graph_type, type columns_type, const unsigned char[::1] text, Py_ssize_t text_start, arrays,
+                Py_ssize_t start, Py_ssize_t stop, Py_ssize_t atom0, Py_ssize_t entry0, list out):
+    """Append to ``out`` the Graphs of molecules ``start`` to ``stop`` of the arrays ``parse_sdf``
+    returned for ``text[text_start:]``, whose atoms and entries begin at ``atom0`` and ``entry0``;
+    returns the molecule it stopped at: ``stop``, or the first of them with a coordinate that is
+    not finite (for the caller's label check to refuse).
+
+    Each is what ``graph_type._trusted(..., views=True)`` makes of the molecule's slices of the
+    arrays (node labels ``element``, ``charge``, ``coords``; edge label ``bond_order``), read-only
+    views with the arrays' dtypes, in one loop here rather than a Python call per molecule: the
+    same fields, a cache marking it valid, label columns of ``columns_type`` holding the views as
+    they are.  Its name is the header line, stripped; None if blank.
+    """
+    cdef const int32_t[::1] n_atoms = arrays["n_atoms"]
+    cdef const int64_t[::1] nnz = arrays["nnz"]
+    cdef const int64_t[:, ::1] spans = arrays["spans"]
+    cdef const double[:, ::1] xyz = arrays["coords"]
+    cdef cnp.ndarray element = read_only(arrays, "element"), charge = read_only(arrays, "charge")
+    cdef cnp.ndarray coords = read_only(arrays, "coords"), indptr = read_only(arrays, "indptr")
+    cdef cnp.ndarray indices = read_only(arrays, "indices"), order = read_only(arrays, "bond_order")
+    cdef cnp.ndarray weights = None if arrays["weights"] is None else read_only(arrays, "weights")
+    cdef newfunc new_graph = (<PyTypeObject *>graph_type).tp_new
+    cdef newfunc new_columns = (<PyTypeObject *>columns_type).tp_new
+    cdef Py_ssize_t m, k, n, entries, atoms = element.shape[0], stored = indices.shape[0]
+    cdef const unsigned char *chars = &text[0] if text.shape[0] else NULL
+    # the views are cut without numpy's bounds checks: the arrays must hold every molecule asked for
+    if not (0 <= start <= stop <= n_atoms.shape[0] == nnz.shape[0] == spans.shape[0] and spans.shape[1] == 4
+            and charge.shape[0] == coords.shape[0] == xyz.shape[0] == atoms and indptr.shape[0] == atoms + nnz.shape[0]
+            and order.shape[0] == stored and (weights is None or weights.shape[0] == stored)
+            and xyz.shape[1] == 3 and 0 <= atom0 and 0 <= entry0 and 0 <= text_start):
+        raise ValueError(f"molecules {start} to {stop} do not fit the parser's arrays")
+    for m in range(start, stop):
+        n, entries = n_atoms[m], nnz[m]
+        if not (0 <= n and 0 <= entries and atom0 + n <= atoms and entry0 + entries <= stored
+                and 0 <= spans[m, 0] <= spans[m, 1] <= text.shape[0] - text_start):
+            raise ValueError(f"molecule {m} does not fit the parser's arrays")
+        for k in range(atom0, atom0 + n):
+            if not (isfinite(xyz[k, 0]) and isfinite(xyz[k, 1]) and isfinite(xyz[k, 2])):
+                return m
+        cache = {"valid": True}
+        graph = new_graph(graph_type, <PyObject *>NO_ARGS, NULL)
+        graph.name = name_of(chars, text_start + spans[m, 0], text_start + spans[m, 1])
+        graph._cache = cache
+        graph._n = n
+        graph._indptr = cut(indptr, atom0 + m, n + 1)  # each molecule has n_atoms + 1 pointers
+        graph._indices = cut(indices, entry0, entries)
+        graph._weights = None if weights is None else cut(weights, entry0, entries)
+        nodes = new_columns(columns_type, <PyObject *>NO_ARGS, NULL)
+        # stored as dict items: the columns need none of the checks of LabelColumns.__setitem__
+        PyDict_SetItem(nodes, "element", cut(element, atom0, n))
+        PyDict_SetItem(nodes, "charge", cut(charge, atom0, n))
+        PyDict_SetItem(nodes, "coords", cut(coords, atom0, n))
+        nodes._what, nodes._length, nodes._owner_cache = "node", n, cache
+        edges = new_columns(columns_type, <PyObject *>NO_ARGS, NULL)
+        PyDict_SetItem(edges, "bond_order", cut(order, entry0, entries))
+        edges._what, edges._length, edges._owner_cache = "edge", entries, cache
+        graph._node_labels, graph._edge_labels = nodes, edges
+        out.append(graph)
+        atom0 += n
+        entry0 += entries
+    return stop

@@ -8,11 +8,11 @@ molecule has any, replace the atom block's charges of every atom, as the format
 prescribes.  V3000 molfiles are refused with a message saying so.
 
 The file's bytes are parsed in one pass by ``graphkern._cpu.sdf_parse`` into flat arrays (the
-graphs' CSR already sorted and checked), and the Graphs are read-only views into them; the whole
-file is held in memory while it is parsed.  Numeric fields are ASCII decimals (a sign, digits, a
-point, an exponent; ``nan``/``inf`` for coordinates), as the format prescribes: Python's other
-spellings (``1_000``, non-ASCII digits) are refused.  A problem stops the parse; the line it names
-is read again here only to word the message.
+graphs' CSR already sorted and checked), and the Graphs, made there too, are read-only views into
+them; the whole file is held in memory while it is parsed.  Numeric fields are ASCII decimals (a
+sign, digits, a point, an exponent; ``nan``/``inf`` for coordinates), as the format prescribes:
+Python's other spellings (``1_000``, non-ASCII digits) are refused.  A problem stops the parse;
+the line it names is read again here only to word the message.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .._arrays import LabelColumns
 from .._backend import resolve_threads
 from .._cpu import sdf_parse
 from ..graph import ATOMIC_NUMBER, Graph
@@ -40,8 +41,12 @@ _INTEGER = re.compile(f"{_SPACE}([+-]?[0-9]+){_SPACE}")
 _SYMBOL_KEYS = sorted((int.from_bytes(sym.encode().ljust(3, b"\0"), "big"), z) for sym, z in ATOMIC_NUMBER.items())
 _KEYS = np.array([k for k, _ in _SYMBOL_KEYS], dtype=np.int64)
 _NUMBERS = np.array([z for _, z in _SYMBOL_KEYS], dtype=np.int64)
-# a file is cut into pieces of at least this many bytes for the threads
+# a file is cut into pieces of at least this many bytes for the threads, about this many a thread
+# where it is large enough: the graphs of the first pieces are made while the threads parse the rest
 _PIECE_BYTES = 1 << 22
+_PIECES_PER_THREAD = 4
+# iter_sdf makes the graphs of this many molecules at a time
+_BATCH = 4096
 _V3000 = "V3000 molfiles are not supported; convert the file to V2000 (RDKit and Open Babel can)"
 
 
@@ -72,10 +77,17 @@ def iter_sdf(source, *, hydrogens=True, distance_weights=False, properties=False
     """
     path = source_name(source)
     data = _read(source, path)
-    arrays, problem = _parse(data, bool(hydrogens), bool(distance_weights), resolve_threads(n_threads))
-    for graph, span in zip(_graphs(arrays), arrays["spans"].tolist()):
-        graph.name = data[span[0]:span[1]].decode().strip() or None
-        yield (graph, _data_items(data[span[2]:span[3]].decode())) if properties else graph
+    pieces, problem = _pieces(data, bool(hydrogens), bool(distance_weights), resolve_threads(n_threads)), None
+    for offset, arrays, problem in pieces:
+        spans = arrays["spans"].tolist() if properties else None
+        done = 0
+        for graphs in _graphs(data, offset, arrays):
+            if properties:
+                for k, graph in enumerate(graphs, done):
+                    yield graph, _data_items(data[offset + spans[k][2]:offset + spans[k][3]].decode())
+                done += len(graphs)
+            else:
+                yield from graphs
     if problem is not None:
         raise _error(path, data, *problem)
 
@@ -112,14 +124,19 @@ def _read(source, path):
     return data
 
 
-def _parse(data, hydrogens, distance_weights, threads):
-    """Parse ``data`` in pieces cut after ``$$$$`` lines, one thread each (the parser runs without the GIL).
+def _pieces(data, hydrogens, distance_weights, threads):
+    """Parse ``data`` in pieces cut after ``$$$$`` lines on ``threads`` threads (the parser runs
+    without the GIL), yielding ``(offset, arrays, problem)`` for each piece in turn as soon as it
+    is parsed: where in ``data`` it starts (its byte spans count from there), its arrays, and None
+    or, for the last piece yielded, the problem that stopped the parse, its line and molecule
+    counted in the whole file.  The caller makes a piece's graphs while the threads parse the
+    pieces after it.
 
     A piece parsed without a problem ended on a molecule's last line, so the next one starts a
     molecule; from the first piece with a problem (maybe cut inside a molecule) on, one thread parses.
     """
     view, cuts = memoryview(data), [0]
-    step = max(_PIECE_BYTES, len(data) // threads + 1)
+    step = max(_PIECE_BYTES, len(data) // (_PIECES_PER_THREAD * threads) + 1)
     while threads > 1 and cuts[-1] + step < len(data):
         at = data.find(b"\n$$$$", cuts[-1] + step)
         end = data.find(b"\n", at + 1) if at >= 0 else -1
@@ -132,61 +149,63 @@ def _parse(data, hydrogens, distance_weights, threads):
         return sdf_parse.parse_sdf(view[cuts[k]:stop], _KEYS, _NUMBERS, hydrogens, distance_weights)
 
     if len(cuts) == 2:
-        return parse(0, len(data))
-    with ThreadPoolExecutor(len(cuts) - 1) as pool:
-        pieces = list(pool.map(parse, range(len(cuts) - 1), cuts[1:]))
-    bad = next((k for k, (_, problem) in enumerate(pieces) if problem is not None), len(pieces) - 1)
-    if bad < len(pieces) - 1:
-        pieces[bad:] = [parse(bad, len(data))]
-    # every array the parser returns, the line count aside
-    arrays = {key: None if first is None else np.concatenate([a[key] for a, _ in pieces])
-              for key, first in pieces[0][0].items() if key != "lines"}
-    arrays["spans"] += np.repeat(cuts[:len(pieces)], [len(a["spans"]) for a, _ in pieces])[:, None]
-    for value in arrays.values():
-        if value is not None:
-            value.flags.writeable = False
-    problem = pieces[-1][1]
-    if problem is not None:
-        lines = sum(a["lines"] for a, _ in pieces[:-1])
-        molecules = sum(len(a["n_atoms"]) for a, _ in pieces[:-1])
-        kind, lineno, index, k, counts_line, first_bond_line = problem
-        problem = kind, lineno + lines, index + molecules, k, counts_line + lines, first_bond_line + lines
-    return arrays, problem
+        yield (0, *parse(0, len(data)))
+        return
+    lines = molecules = 0  # in the pieces yielded
+    pool = ThreadPoolExecutor(min(threads, len(cuts) - 1))
+    try:
+        parsing = [pool.submit(parse, k, cuts[k + 1]) for k in range(len(cuts) - 1)]
+        for k, piece in enumerate(parsing):
+            arrays, problem = piece.result()
+            if problem is not None and k < len(parsing) - 1:
+                pool.shutdown(wait=False, cancel_futures=True)
+                arrays, problem = parse(k, len(data))
+            if problem is not None:
+                kind, lineno, index, at, counts_line, first_bond_line = problem
+                problem = kind, lineno + lines, index + molecules, at, counts_line + lines, first_bond_line + lines
+            yield cuts[k], arrays, problem
+            if problem is not None:
+                return
+            lines += arrays["lines"]
+            molecules += len(arrays["n_atoms"])
+    finally:  # also when the caller stops early: the pieces not begun are dropped
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _graphs(arrays):
-    """The Graphs of the parsed molecules: read-only views into the parser's arrays, valid by construction."""
-    arrays = {key: _read_only(value) for key, value in arrays.items()}
-    n_atoms, nnz = arrays["n_atoms"].astype(np.int64), arrays["nnz"]
-    atom_end, ptr_end, entry_end = np.cumsum(n_atoms), np.cumsum(n_atoms + 1), np.cumsum(nnz)
-    element, charge, coords = arrays["element"], arrays["charge"], arrays["coords"]
-    # a molecule with a coordinate that is not finite goes through the label check, which names it
-    bad = np.concatenate([[0], np.cumsum(~np.isfinite(coords).all(axis=1))])
-    finite = bad[atom_end] == bad[atom_end - n_atoms]
-    indptr, indices, order, weights = arrays["indptr"], arrays["indices"], arrays["bond_order"], arrays["weights"]
-    for a1, p1, e1, n, m, ok in zip(atom_end.tolist(), ptr_end.tolist(), entry_end.tolist(), n_atoms.tolist(),
-                                    nnz.tolist(), finite.tolist()):
-        a0, p0, e0 = a1 - n, p1 - n - 1, e1 - m
-        # the columns have the dtypes and lengths of a validated graph's: stored as they are
-        nodes = [("element", element[a0:a1]), ("charge", charge[a0:a1])] + ([("coords", coords[a0:a1])] if ok else [])
-        graph = Graph._trusted(indptr[p0:p1], indices[e0:e1], None if weights is None else weights[e0:e1], nodes,
-                               [("bond_order", order[e0:e1])], views=True)
-        if not ok:
-            graph.node_labels["coords"] = coords[a0:a1]
-        yield graph
+def _graphs(data, offset, arrays):
+    """The Graphs of one piece's molecules (parsed from ``data[offset:]``), in lists of up to
+    ``_BATCH``: read-only views into the parser's arrays, valid by construction, named after their
+    header lines, made in compiled code (``sdf_parse.make_graphs``).  A molecule with a coordinate
+    that is not finite goes through the label check, which names it."""
+    count = len(arrays["n_atoms"])
+    # where each molecule's atoms and stored entries begin
+    atoms = np.concatenate([[0], np.cumsum(arrays["n_atoms"], dtype=np.int64)]).tolist()
+    entries = np.concatenate([[0], np.cumsum(arrays["nnz"], dtype=np.int64)]).tolist()
+    start = 0
+    while start < count:
+        graphs, stop = [], min(start + _BATCH, count)
+        start = sdf_parse.make_graphs(Graph, LabelColumns, data, offset, arrays, start, stop, atoms[start],
+                                      entries[start], graphs)
+        if graphs:
+            yield graphs
+        if start < stop:
+            yield [_checked_graph(data, offset, arrays, start, atoms[start:start + 2], entries[start:start + 2])]
+            start += 1
 
 
-def _read_only(arr):
-    """``arr`` as a read-only C-contiguous array that owns its memory (or views one such): the
-    molecules' arrays are views of it, which a Graph stores as they are."""
-    if arr is None or not isinstance(arr, np.ndarray):
-        return arr
-    if arr.base is not None and not (isinstance(arr.base, np.ndarray) and not arr.base.flags.writeable):
-        arr = arr.copy()
-    elif not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr)
-    arr.flags.writeable = False
-    return arr
+def _checked_graph(data, offset, arrays, m, atoms, entries):
+    """Molecule ``m``'s Graph (atoms ``atoms[0]`` to ``atoms[1]``, stored entries ``entries[0]`` to
+    ``entries[1]``) as ``make_graphs`` makes it, its coordinates set through the label check (which
+    refuses a value that is not finite)."""
+    (a0, a1), (e0, e1), weights = atoms, entries, arrays["weights"]
+    graph = Graph._trusted(arrays["indptr"][a0 + m:a1 + m + 1], arrays["indices"][e0:e1],
+                           None if weights is None else weights[e0:e1],
+                           [("element", arrays["element"][a0:a1]), ("charge", arrays["charge"][a0:a1])],
+                           [("bond_order", arrays["bond_order"][e0:e1])], views=True)
+    graph.node_labels["coords"] = arrays["coords"][a0:a1]
+    span = arrays["spans"][m].tolist()
+    graph.name = data[offset + span[0]:offset + span[1]].decode().strip() or None
+    return graph
 
 
 def _data_items(text):
