@@ -159,3 +159,39 @@ def test_gpu_kernel_with_device_counts_equals_reference(rng, normalize):
     cpu = ShortestPathKernel(node_kernel=node, backend="cpu", normalize=normalize).fit(X)
     np.testing.assert_array_equal(fitted.features(Y).toarray(), cpu.features(Y).toarray())
     assert fitted.feature_names_ == cpu.feature_names_
+
+
+@pytest.mark.gpu
+def test_device_counts_equal_host_counts_on_drawn_batches():
+    """Hypothesis draws batches of graphs up to the kernel's 64 vertices (dense and sparse, one or
+    two label columns, few or many labels): the device gives the host's counts, or declines only
+    where a graph's table exceeds a warp's."""
+    pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    @st.composite
+    def graph(draw):
+        n = draw(st.integers(0, 64))
+        pairs = [(i, j) for i in range(n) for j in range(i, n)]
+        density = draw(st.sampled_from([0.0, 0.05, 0.2, 0.6]))
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        edges = [p for p in pairs if rng.random() < density]
+        spread = draw(st.sampled_from([1, 3, 7, 64]))
+        labels = {"a": rng.integers(-spread, spread, n), "b": rng.integers(0, 2, n)}
+        return Graph.from_edges(edges, n, node_labels=labels)
+
+    @settings(max_examples=40, deadline=None, database=None)
+    @given(st.lists(graph(), min_size=1, max_size=6), st.sampled_from(list(NODE_KERNELS)))
+    def check(graphs, columns):
+        node = NODE_KERNELS[columns]
+        device = features.TripletCounts(graphs, node, 2, str, device=0)
+        host = features.TripletCounts(graphs, node, 2, str)
+        assert_same_counts(device, host)
+        if device.device_rows is not None:
+            assert_same_vocabulary(device.cache["vocabulary"], features.Vocabulary(host, columns), device, host)
+        else:  # declined: some graph's table (its labels ranked, squared, times its vertices) is too large
+            ids = [list(zip(*(g.node_labels[c].tolist() for c in columns))) if columns else [()] * g.n_nodes
+                   for g in graphs]
+            assert max(len(set(i)) ** 2 * g.n_nodes for i, g in zip(ids, graphs)) > 8192
+
+    check()
