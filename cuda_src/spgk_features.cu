@@ -73,7 +73,8 @@ spgk_count_graphs(const int64_t* __restrict__ node_offsets, const int64_t* __res
     const uint64_t below = (1ull << lane) - 1;
     const int64_t* row_offsets = out + HEADER;
     double* self_dot = reinterpret_cast<double*>(out + HEADER + n_graphs + 1);
-    unsigned long long* holding = reinterpret_cast<unsigned long long*>(column_keys(out, n_graphs) + (pass ? out[1] : 0));
+    int64_t* keys = column_keys(out, n_graphs);
+    unsigned long long* holding = reinterpret_cast<unsigned long long*>(keys + (pass ? out[1] : 0));
     int64_t* counts = pass ? rows_out + n_graphs + 1 : nullptr;
     int32_t* col = pass ? reinterpret_cast<int32_t*>(counts + out[0]) : nullptr;
     for (int64_t g = (int64_t)blockIdx.x * COUNT_WARPS + w; g < n_graphs; g += (int64_t)gridDim.x * COUNT_WARPS) {

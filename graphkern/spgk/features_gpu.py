@@ -4,7 +4,7 @@ matrix, streamed in row tiles.
 The counting covers the common case of molecules: unweighted graphs of at most 64 vertices whose
 tables fit the kernel's (:func:`triplet_counts` says None otherwise, and the host counts).  It gives
 the host's arrays bit for bit, and the columns of the batch's own vocabulary with them, so that the
-host neither counts nor numbers.
+host neither counts nor numbers; the counts stay on the device for the product (:class:`DeviceRows`).
 
 Both count matrices go to the device as dense float64 rows (scattered there from CSR).  The Gram
 matrix is made a tile of rows at a time and each tile is copied into ``out`` (host memory or a memory
@@ -95,9 +95,10 @@ def triplet_counts(device, structure, ids, n_labels, id_bits):
     inputs = (node_offsets, edge_offsets, indptr, ids, indices)
     block = rt.to_device(dev, np.concatenate([a.view(np.uint8) for a in inputs]), stream=stream)
     ends = np.cumsum([a.nbytes for a in inputs]).tolist()
-    node_offsets, edge_offsets, indptr, ids, indices = (block.view(e - a.nbytes, a.nbytes) for a, e in zip(inputs, ends))
-    # scratch: the columns of the cells (int64); the marks of the cells and hop counts, zeroed; the
-    # graphs' triplets (int32)
+    node_offsets, edge_offsets, indptr, ids, indices = (block.view(end - a.nbytes, a.nbytes)
+                                                        for a, end in zip(inputs, ends))
+    # scratch: the columns of the cells (int64); the marks of the cells and hop counts, zeroed; each
+    # graph's number of triplets (int32)
     scratch = rt.alloc(dev, 8 * (cells + 1) + 4 * (cells + _MAX_VERTICES + G), np.uint8)
     columns = scratch.view(0, 8 * (cells + 1))
     marks = scratch.view(8 * (cells + 1), 4 * (cells + _MAX_VERTICES))
