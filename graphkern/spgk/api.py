@@ -454,7 +454,7 @@ class ShortestPathKernel:
         else:
             cx, cy = (cy, cy) if Y is None else (self._triplets(X, "X", cfg), cy)
         on_device = cfg["backend"] == "gpu"
-        A, B = (_count_matrix(vocab, c, cfg["device"] if on_device else None) for c in (cx, cy))
+        A, B = (vocab.matrix(c, cfg["device"] if on_device else None) for c in (cx, cy))
         shape = (A.shape[0], B.shape[0])
         out = np.empty(shape) if out is None else out
         scale = (cx.self_dot, cy.self_dot) if self.normalize else None
@@ -523,16 +523,6 @@ def _vocabulary(counts, cfg):
     if vocab is None:
         vocab = counts.cache["vocabulary"] = features.Vocabulary(counts, features.label_columns(cfg["node_kernel"]))
     return vocab
-
-
-def _count_matrix(vocab, counts, device):
-    """``counts`` over the columns of ``vocab``: the rows the device counted, where they are on
-    ``device`` and ``vocab`` is the one it numbered with them; else a CSR matrix on the host."""
-    rows = counts.device_rows
-    if rows is not None and device is not None and rows.device.ordinal == device and \
-            counts.cache.get("vocabulary") is vocab:
-        return rows
-    return vocab.matrix(counts)
 
 
 def _graph_name(graphs, name, k):

@@ -185,13 +185,17 @@ class TripletCounts:
     @property
     def counts(self):
         if self._counts is None:
-            self._columns, self._counts = self.device_rows.to_host()
+            self._read_back()
         return self._counts
 
     def columns(self):
         """Each triplet's column in the vocabulary the device numbered (int32)."""
-        self.counts  # noqa: B018 (read back with the counts)
+        if self._columns is None:
+            self._read_back()
         return self._columns
+
+    def _read_back(self):
+        self._columns, self._counts = self.device_rows.to_host()
 
     @property
     def la(self):
@@ -282,9 +286,15 @@ class Vocabulary:
         lab = [tuple(int(v) for v in row) for row in self.labels]
         return [(lab[a], lab[b], float(self.lengths[d])) for a, b, d in zip(la, lb, lid)]
 
-    def matrix(self, counts):
+    def matrix(self, counts, device=None):
         """``counts`` over these columns: a CSR matrix (int64), one row per graph; triplets not in
-        the vocabulary are left out."""
+        the vocabulary are left out.  ``device`` (an ordinal): the rows the device counted instead
+        (graphkern.spgk.features_gpu.DeviceRows), where they are there and numbered with this
+        vocabulary."""
+        rows = counts.device_rows
+        if rows is not None and device is not None and rows.device.ordinal == device and \
+                counts.cache.get("vocabulary") is self:
+            return rows
         got = counts.cache.get(id(self))
         if got is not None and got[0] is self:
             return got[1]
