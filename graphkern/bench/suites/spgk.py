@@ -255,13 +255,13 @@ def _grakel_runner(peer, dataset):
 
         make = lambda: grakel.ShortestPath(with_labels=True)
         work = _work
-    converted = {}
+    converted = {}  # id -> (graph, its GraKeL form): holding the graph keeps its id from being reused
 
     def gram(graphs):
         for g in graphs:  # GraKeL's input format, built outside the timed runs after the first
             if id(g) not in converted:
-                converted[id(g)] = convert(g)
-        return make().fit_transform([converted[id(g)] for g in graphs])
+                converted[id(g)] = (g, convert(g))
+        return make().fit_transform([converted[id(g)][1] for g in graphs])
 
     rate = None
     if peer == "ShortestPathAttr":
