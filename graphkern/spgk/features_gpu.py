@@ -8,8 +8,9 @@ host neither counts nor numbers; the counts stay on the device for the product (
 
 Both count matrices go to the device as dense float64 rows (scattered there from CSR).  The Gram
 matrix is made a tile of rows at a time and each tile is copied into ``out`` (host memory or a memory
-map) while the next one is computed: a tile is small enough (_TILE_BYTES) that a dozen or more
-overlap at 10^4 graphs.  A symmetric Gram matrix that fits on the device is kept there whole
+map) while the next one is computed: a tile (_TILE_BYTES) is large enough that each copy's fixed costs
+(the staging lanes taken and started, the slowest lane's tail) stay small beside its bytes, and small
+enough that three or more overlap at 10^4 graphs.  A symmetric Gram matrix that fits on the device is kept there whole
 (_RESIDENT_SHARE): each off-diagonal 64 x 64 block is computed once and written to both sides, so
 the product costs half; otherwise each tile is computed in full into one of two buffers.
 
@@ -28,7 +29,7 @@ _DEPTH = 16  # its step through the feature columns
 _THREADS = 256
 _MAX_GRID_Y = 65535  # a tile's blocks of rows (the grid's second dimension)
 # a tile of rows holds at most this many bytes of output: one is copied out while the next computes
-_TILE_BYTES = 64 << 20
+_TILE_BYTES = 256 << 20
 # a symmetric Gram matrix is kept whole on the device when it takes at most this share of the free memory
 _RESIDENT_SHARE = 0.5
 # the counting kernel: a warp a graph, two a block; a graph of at most _MAX_VERTICES vertices (a
