@@ -178,7 +178,7 @@ def to_device(device, array, stream=None, dtype=None):
     stream, a large array goes through pinned staging: :func:`copy_from_pageable`)."""
     array = np.ascontiguousarray(array, dtype=dtype)
     buf = alloc(device, array.shape, array.dtype)
-    if stream is None and array.nbytes >= STAGED_MIN_BYTES:
+    if stream is None and array.nbytes >= STAGED_MIN_UPLOAD_BYTES:
         copy_from_pageable(buf, array)
     else:
         buf.copy_from_host(array, stream)
@@ -225,7 +225,10 @@ def PinnedBuffer(nbytes, mapped=False):
 # STAGING_LANES_MAX per device (a copy beside one that holds them all waits for them, on the same
 # link anyway).
 STAGING_CHUNK = 1 << 20
-STAGED_MIN_BYTES = 8 << 20  # smaller copies go directly: a few lanes' start costs as much as the copy
+# smaller copies go directly: below these sizes the lanes cost as much as the driver's own copy (about
+# 2 MB out of the device, 4 MB into it; docs/performance.md)
+STAGED_MIN_BYTES = 2 << 20
+STAGED_MIN_UPLOAD_BYTES = 4 << 20
 STAGING_THREADS_MAX = 16
 STAGING_THREADS = max(1, min(STAGING_THREADS_MAX, os.cpu_count() or 1))
 STAGING_LANES_MAX = STAGING_THREADS_MAX
@@ -300,13 +303,14 @@ def _take_lanes(device, want, wait_warm=True):
 
 def _staged_copy(buf, flat, offset, upload, threads=STAGING_THREADS, started=None):
     """Copy the bytes ``flat`` of a contiguous host array into (``upload``) or out of the device
-    buffer ``buf`` from byte ``offset``, synchronously; under STAGED_MIN_BYTES directly, else split
+    buffer ``buf`` from byte ``offset``, synchronously; under STAGED_MIN_BYTES (STAGED_MIN_UPLOAD_BYTES
+    for an upload) directly, else split
     into one contiguous part per lane (whole chunks), on up to ``threads`` native threads
     (:func:`_driver.staged_copy`; ``started``, a threading.Event, is set as they start).  Each lane's
     stream first waits for the work queued on the legacy stream (a copy is ordered after it, as the
     driver's synchronous copies are), and the lanes go back to the pool when every part has
     finished; the first error is raised."""
-    if flat.nbytes < STAGED_MIN_BYTES:
+    if flat.nbytes < (STAGED_MIN_UPLOAD_BYTES if upload else STAGED_MIN_BYTES):
         if started is not None:
             started.set()
         (buf.copy_from_host if upload else buf.copy_to_host)(flat, offset=offset)
