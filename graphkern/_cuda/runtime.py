@@ -304,12 +304,11 @@ def _take_lanes(device, want, wait_warm=True):
 def _staged_copy(buf, flat, offset, upload, threads=STAGING_THREADS, started=None):
     """Copy the bytes ``flat`` of a contiguous host array into (``upload``) or out of the device
     buffer ``buf`` from byte ``offset``, synchronously; under STAGED_MIN_BYTES (STAGED_MIN_UPLOAD_BYTES
-    for an upload) directly, else split
-    into one contiguous part per lane (whole chunks), on up to ``threads`` native threads
-    (:func:`_driver.staged_copy`; ``started``, a threading.Event, is set as they start).  Each lane's
-    stream first waits for the work queued on the legacy stream (a copy is ordered after it, as the
-    driver's synchronous copies are), and the lanes go back to the pool when every part has
-    finished; the first error is raised."""
+    for an upload) directly, else split into one contiguous part per lane (whole chunks), on up to
+    ``threads`` native threads (:func:`_driver.staged_copy`; ``started``, a threading.Event, is set as
+    they start).  Each lane's stream first waits for the work queued on the legacy stream (a copy is
+    ordered after it, as the driver's synchronous copies are), and the lanes go back to the pool when
+    every part has finished; the first error is raised."""
     if flat.nbytes < (STAGED_MIN_UPLOAD_BYTES if upload else STAGED_MIN_BYTES):
         if started is not None:
             started.set()

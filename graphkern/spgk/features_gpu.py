@@ -8,11 +8,12 @@ host neither counts nor numbers; the counts stay on the device for the product (
 
 Both count matrices go to the device as dense float64 rows (scattered there from CSR).  The Gram
 matrix is made a tile of rows at a time and each tile is copied into ``out`` (host memory or a memory
-map) while the next one is computed: a tile (_TILE_BYTES) is large enough that each copy's fixed costs
-(the staging lanes taken and started, the slowest lane's tail) stay small beside its bytes, and small
-enough that three or more overlap at 10^4 graphs.  A symmetric Gram matrix that fits on the device is kept there whole
-(_RESIDENT_SHARE): each off-diagonal 64 x 64 block is computed once and written to both sides, so
-the product costs half; otherwise each tile is computed in full into one of two buffers.
+map) while the next one is computed: a tile (_TILE_BYTES) is large enough that each copy's fixed
+costs (the staging lanes taken and started, the slowest lane's tail) stay small beside its bytes, and
+small enough that three or more overlap at 10^4 graphs.  A symmetric Gram matrix that fits on the
+device is kept there whole (_RESIDENT_SHARE): each off-diagonal 64 x 64 block is computed once and
+written to both sides, so the product costs half; otherwise each tile is computed in full into one
+of two buffers.
 
 A finished tile comes back through the runtime's staged copy (graphkern._cuda.runtime.copy_to_pageable):
 pinned chunks on several host threads, each copying one chunk into ``out`` while the next crosses
