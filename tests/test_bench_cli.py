@@ -129,3 +129,33 @@ def test_scaling_suite_tables_on_two_devices_stood_in_by_the_cpu(monkeypatch, ca
     one = scaling.run(argparse.Namespace(graphs=None, devices=None, proteins=None, molecules=None),
                       cli.Context(quick=True, progress=cli.Progress(False), system={"gpus": [{}]}, repeat=None))
     assert one == [{"skipped": "1 GPU"}]
+
+
+def test_grakel_conversions_follow_their_graphs_when_ids_are_reused():
+    """The spgk suite converts each graph to GraKeL's format once; graphs freed and replaced by new
+    ones (which may take the freed ones' ids) get their own conversions: the suite's GraKeL Gram
+    matrix of the new graphs equals GraKeL's on them converted afresh."""
+    grakel = pytest.importorskip("grakel", reason="GraKeL is not installed (pip install grakel)")
+    import numpy as np
+
+    from graphkern import Graph
+    from graphkern.bench.suites.spgk import _grakel_runner
+
+    gram = _grakel_runner("ShortestPath", {})[0][0]
+    rng = np.random.default_rng(5)
+
+    def graphs(n_labels):
+        out = []
+        for _ in range(40):
+            n = int(rng.integers(3, 9))
+            edges = [(i, int(rng.integers(0, i))) for i in range(1, n)]
+            out.append(Graph.from_edges(edges, n, node_labels={"element": rng.integers(0, n_labels, n)}))
+        return out
+
+    for n_labels in (2, 5, 9):  # each round's graphs freed before the next round's are made
+        batch = graphs(n_labels)
+        theirs = grakel.ShortestPath(with_labels=True).fit_transform(
+            [grakel.Graph(g.to_scipy().toarray(), {i: int(v) for i, v in enumerate(g.node_labels["element"])})
+             for g in batch])
+        np.testing.assert_array_equal(np.asarray(gram(batch), dtype=np.float64), np.asarray(theirs, np.float64))
+        del batch

@@ -474,10 +474,11 @@ def test_staging_lanes_are_made_once_when_the_device_opens(gpu_device):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("nbytes", [1000, 2 * (8 << 20) + 12345, 5 * (8 << 20) + 8])
+@pytest.mark.parametrize("nbytes", [1000, (3 << 20) + 24, 2 * (8 << 20) + 12345, 5 * (8 << 20) + 8])
 def test_copies_to_and_from_pageable_memory_through_staging(nbytes):
     """Device to pageable memory and back through pinned chunks on several threads: every byte, at
-    an offset, small copies direct; the staging chunks are reused by the next copy."""
+    an offset, small copies direct (3 MB: staged out of the device, direct into it); the staging
+    chunks are reused by the next copy."""
     from graphkern._cuda import runtime as rt
 
     rng = np.random.default_rng(nbytes)
