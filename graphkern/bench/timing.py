@@ -34,19 +34,40 @@ class Timing:
         return {"median_s": self.median, "min_s": self.min, "repeats": len(self.times), "estimated": self.estimated}
 
 
+def settle(max_seconds=2.0, window=0.02, busy=0.1):
+    """Wait until this process's threads are idle: until, over ``window`` seconds, they use less than
+    ``busy`` of one core; at most ``max_seconds`` (then False).
+
+    After a parallel region the worker threads of OpenMP (libgomp: 300,000 spins) and of OpenBLAS
+    (2^28 cycles) keep spinning, 10-100 ms on 16 cores, waiting for more work.  A call timed in that
+    window shares the cores with them (a GPU call's staging threads, its packing), which a user's
+    call made after reading its data does not; so every first call starts on an idle process."""
+    end = time.perf_counter() + max_seconds
+    while True:
+        used, t0 = time.process_time(), time.perf_counter()
+        time.sleep(window)
+        now = time.perf_counter()
+        if time.process_time() - used < busy * (now - t0):
+            return True
+        if now >= end:
+            return False
+
+
 def first_calls(prepare, call, repeat):
     """``(seconds, args, result)`` of ``call(*args)`` for ``repeat`` fresh ``args = prepare()``, each
     timed on the host clock (the last ``args`` and ``result`` returned).  The garbage of preparing
     them (a list of fresh graphs is thousands of objects) is collected before each timed call, so a
     collection that preparing set off does not land in the call; collections the call sets off
-    itself stay in its time.  (``timeit`` keeps the collector out of its timings altogether.)  The
-    last call's inputs and result are released before the next are made, as between warm calls, so
-    that first and warm calls find the same memory."""
+    itself stay in its time.  (``timeit`` keeps the collector out of its timings altogether.)  Each
+    call starts on an idle process (:func:`settle`).  The last call's inputs and result are released
+    before the next are made, as between warm calls, so that first and warm calls find the same
+    memory."""
     seconds, args, out = [], None, None
     for _ in range(repeat):
         args = out = None
         args = prepare()
         gc.collect()
+        settle()
         t0 = time.perf_counter()
         out = call(*args)
         seconds.append(time.perf_counter() - t0)
