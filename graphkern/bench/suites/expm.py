@@ -72,7 +72,7 @@ import numpy as np
 
 from graphkern.bench.report import (Target, check_answer, failure_text, print_table, print_targets, say,
                                     user_call_figures)
-from graphkern.bench.timing import Timing, device_copy_bandwidth, scaled_estimate, time_cpu, time_gpu
+from graphkern.bench.timing import Timing, device_copy_bandwidth, scaled_estimate, settle, time_cpu, time_gpu
 
 NAME = "expm"
 HELP = "exp(beta A) 1 by Lanczos: CPU, GPU SpMV variants, 2 GPUs vs SciPy and CuPy/cuSPARSE"
@@ -263,6 +263,7 @@ def _one_graph(name, G, args, ctx, dtype, repeat, budget, copy_bw, n_gpus, cupy,
     def run_graphkern(**kw):
         """The first call after clear_cache() (validation, upload, plan, work vectors), then warm calls."""
         clear_cache()
+        settle()
         t0 = time.perf_counter()
         _, first_info = expm_multiply(G, beta=beta, tol=args.tol, dtype=dtype, **kw)
         first = time.perf_counter() - t0
@@ -398,6 +399,7 @@ def _two_gpus(name, G, best, beta, args, dtype, repeat, record):
 
     def warm(device, exchange="auto"):
         out = []
+        settle()
         t0 = time.perf_counter()
         expm_multiply(G, device=device, exchange=exchange, **kw)  # the first call on these devices: upload, plans
         first = time.perf_counter() - t0
@@ -461,6 +463,7 @@ def _first_call_target(name, G, beta, ctx, h2d):
     for _ in range(FIRST_CALLS):
         clear_cache()
         before = cache_info()["upload_bytes"]
+        settle()
         t0 = time.perf_counter()
         _, info = expm_multiply(G, beta=beta, backend="gpu")
         firsts.append(time.perf_counter() - t0)
@@ -617,6 +620,7 @@ def _cupy_peer(cupy, G, beta, tol, repeat, record, order=None):
     small = csp.identity(8, format="csr") @ cupy.ones(8)
     cupy.cuda.get_current_stream().synchronize()
     del small
+    settle()
     t0 = time.perf_counter()
     A = upload()
     lanczos(A)

@@ -97,7 +97,7 @@ import numpy as np
 from graphkern.bench.suites._mgk_sets import SETS, _molecules, build_set
 from graphkern.bench.report import (USER_CALL_COLUMNS, USER_CALL_LEGEND, Target, check_answer, failure_text, guarded,
                                     in_ms, print_table, print_targets, user_call_figures)
-from graphkern.bench.timing import first_calls, time_cpu
+from graphkern.bench.timing import first_calls, settle, time_cpu
 
 NAME = "mgk"
 HELP = "marginalized graph kernel: Gram matrices on NWS, BA, dense and molecular sets vs dense NumPy and GraKeL"
@@ -150,6 +150,7 @@ def _n_pairs(n):
 
 def _measure(kernel, graphs, repeat, **call):
     """Cold call (packing, octiles, upload) then timed warm calls: (cold_s, Timing, info, result)."""
+    settle()
     t0 = time.perf_counter()
     K = kernel(graphs, **call)
     cold = time.perf_counter() - t0

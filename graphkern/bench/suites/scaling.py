@@ -31,7 +31,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from graphkern.bench.report import Target, failure_text, print_table, print_targets, say
-from graphkern.bench.timing import time_cpu
+from graphkern.bench.timing import settle, time_cpu
 
 NAME = "scaling"
 HELP = "exp(beta A)1 and the marginalized kernel on 1, 2, 4, ... GPUs of one host (per-device timelines)"
@@ -122,6 +122,7 @@ def _expm(name, G, ctx, counts, targets):
         device = 0 if k == 1 else list(range(k))
         kw = dict(backend="gpu", device=device, dtype=np.float64, tol=1e-10)
         clear_cache()
+        settle()
         t0 = time.perf_counter()
         try:
             _, probe = expm_multiply(G, beta=beta, **kw)
@@ -133,6 +134,7 @@ def _expm(name, G, ctx, counts, targets):
         if abs(beta) * probe.lambda_max > 300 and k == counts[0]:
             beta = float(f"{150 / probe.lambda_max:.3g}")  # keep exp(beta lambda_1) finite in float64
             clear_cache()
+            settle()
             t0 = time.perf_counter()
             expm_multiply(G, beta=beta, **kw)
             first = time.perf_counter() - t0
@@ -223,6 +225,7 @@ def _mgk(args, ctx, counts, targets):
             device = 0 if k == 1 else list(range(k))
             kern = MarginalizedGraphKernel(nk, ek, q=0.05, dtype=np.float32, backend="gpu", device=device)
             try:
+                settle()
                 t0 = time.perf_counter()
                 K = kern(graphs)
                 first = time.perf_counter() - t0
