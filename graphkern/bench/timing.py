@@ -59,15 +59,15 @@ def first_calls(prepare, call, repeat):
     them (a list of fresh graphs is thousands of objects) is collected before each timed call, so a
     collection that preparing set off does not land in the call; collections the call sets off
     itself stay in its time.  (``timeit`` keeps the collector out of its timings altogether.)  Each
-    call starts on an idle process (:func:`settle`).  The last call's inputs and result are released
-    before the next are made, as between warm calls, so that first and warm calls find the same
-    memory."""
+    call starts on an otherwise idle process (:func:`settle`, before that collection).  The last
+    call's inputs and result are released before the next are made, as between warm calls, so that
+    first and warm calls find the same memory."""
     seconds, args, out = [], None, None
     for _ in range(repeat):
         args = out = None
         args = prepare()
-        gc.collect()
         settle()
+        gc.collect()  # after the wait: the calling thread busy just before the call, as a user's is
         t0 = time.perf_counter()
         out = call(*args)
         seconds.append(time.perf_counter() - t0)
