@@ -8,9 +8,9 @@ molecules.  Kernel: ``DiracNode("element")`` with ``DiracEdge`` (bond counts), w
 
 Every time is a first call: a fresh kernel object, graphs on the host, the Gram matrix in host
 memory (the GPU streams it there in row tiles), started on an idle process (the worker threads of
-the side before asleep, :func:`graphkern.bench.timing.settle`).  GraKeL runs in this process (one core) where its
-time, predicted from the size before (N^2 growth), fits ``--scaling-budget``; graphkern's CPU and
-GPU likewise.  Gram matrices are compared exactly: whole where two fit in memory, else on 256
+the side before asleep, :func:`graphkern.bench.timing.settle`).  GraKeL runs in this process (one
+core) where its time, predicted from the size before (N^2 growth), fits ``--scaling-budget``;
+graphkern's CPU and GPU likewise.  Gram matrices are compared exactly: whole where two fit in memory, else on 256
 random rows recomputed on the CPU.
 """
 
