@@ -251,3 +251,71 @@ def test_every_pair_is_launched_once_on_its_solver(rng, stub_device, techniques,
     assert launched == sorted(zip(i.tolist(), j.tolist()))
     assert set(kern.info_.solvers) == (gradient_solvers if gradient else solvers)
     assert sum(kern.info_.solvers.values()) == len(i)
+
+
+class _Device:
+    def activate(self):
+        pass
+
+
+@pytest.mark.parametrize("gradient", [False, True])
+@pytest.mark.parametrize("everyone", [True, False])
+def test_device_router_shares_and_merge(rng, monkeypatch, gradient, everyone):
+    """Two stand-in devices: each chain's share is solved once and the merge is the single engine's
+    answer; when every pair goes to the devices each gets a contiguous run of the caller's array itself."""
+    from graphkern.mgk import router as routing
+
+    monkeypatch.setattr(routing.rt, "get_device", lambda ordinal: _Device())
+    kern, s, ds, args, pairs = setup(rng, 14)
+    small = True if everyone else (lambda p: ds.n_nodes[p[:, 0]] * ds.n_nodes[p[:, 1]] < 40)
+    chains = [[("first", Picky(s, "first", accept=small)), ("last", Picky(s, "last"))] for _ in range(2)]
+    seen = [[] for _ in chains]
+    for k, chain in enumerate(chains):
+        solve = chain[0][1].solve
+        chain[0][1].solve = (lambda ds1, ds2, p, a, *, nodal, k=k, solve=solve:
+                             seen[k].append(p) or solve(ds1, ds2, p, a, nodal=nodal))
+    tiled = Picky(s, "tiled")
+    router = routing.DeviceRouter([0, 1], [routing.Router(c, lambda c=c: c) for c in chains], tiled)
+    plan = kern._gradient_plan(s, ds, args) if gradient else None
+    got = router.solve(ds, ds, pairs, args, nodal=not gradient, plan=plan)
+    ref = CPUEngine(1, s)
+    want = (ref.solve_gradient(ds, ds, pairs, args, plan) if gradient
+            else ref.solve(ds, ds, pairs, args, nodal=True))
+    np.testing.assert_array_equal(got.K, want.K)
+    np.testing.assert_array_equal(got.iterations, want.iterations)
+    if gradient:
+        np.testing.assert_array_equal(got.gradient, want.gradient)
+    else:
+        for a, b in zip(got.nodal, want.nodal):
+            np.testing.assert_array_equal(a, b)
+    assert sum(r[1] for r in router.device_runs) + router.last_run.get("tiled", 0) == len(pairs)
+    if everyone or gradient:  # gradients: every pair to the devices' own chains
+        assert not tiled.seen
+        runs = [p for views in seen for p in views] if not gradient else []
+        if runs:
+            assert all(np.shares_memory(p, pairs) for p in runs)
+            np.testing.assert_array_equal(np.concatenate(runs), pairs)
+
+
+def test_merge_parts_by_slices_equals_by_index_arrays(rng):
+    from graphkern.mgk.results import Solved, merge_parts
+
+    m = 50
+    K, it = rng.random(m), rng.integers(1, 9, m).astype(np.int32)
+
+    def part(lo, hi):
+        return Solved(K=K[lo:hi].copy(), iterations=it[lo:hi].copy(), residuals=K[lo:hi] / 10, nodal=None,
+                      octile_pairs=None, seconds=1.0)
+
+    cuts = [(0, 17), (17, 40), (40, m)]
+    by_slice = merge_parts([("d", slice(lo, hi), part(lo, hi)) for lo, hi in cuts], m, False, None)
+    by_index = merge_parts([("d", np.arange(lo, hi), part(lo, hi)) for lo, hi in cuts], m, False, None)
+    for a, b in ((by_slice.K, by_index.K), (by_slice.iterations, by_index.iterations),
+                 (by_slice.residuals, by_index.residuals)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(by_slice.K, K)
+    assert by_slice.seconds == 3.0
+    # runs that leave pairs out: those stay NaN / -1
+    gap = merge_parts([("d", slice(0, 17), part(0, 17)), ("d", slice(40, m), part(40, m))], m, False, None)
+    assert np.isnan(gap.K[17:40]).all() and (gap.iterations[17:40] == -1).all()
+    np.testing.assert_array_equal(gap.K[:17], K[:17])

@@ -113,23 +113,32 @@ def solver_arguments(ds1, ds2, s):
 
 def merge_parts(parts, m, nodal, plan):
     """One answer for ``m`` pairs from the parts ``[(name, pair indices, Solved), ...]`` (``plan``: of a
-    gradient solve, else None), pairs no part ran NaN / -1;
-    a single part that ran every pair (its indices None or all of them) is returned as it is (with
+    gradient solve, else None), pairs no part ran NaN / -1; a part's indices are an index array or a
+    slice (a contiguous run of the pairs, copied without a gather), and no two parts share a pair.
+    A single part that ran every pair (its indices None or all of them) is returned as it is (with
     its octile statistics)."""
-    if len(parts) == 1 and (parts[0][1] is None or len(parts[0][1]) == m):
+    counts = [len(range(m)[idx]) if isinstance(idx, slice) else (m if idx is None else len(idx))
+              for _, idx, _ in parts]
+    if len(parts) == 1 and counts[0] == m:
         return parts[0][2]
-    K = np.full(m, np.nan)
-    iters = np.full(m, -1, dtype=np.int32)
-    resid = np.full(m, np.nan)
+    # contiguous runs that cover every pair leave nothing to mark as not run
+    full = all(isinstance(idx, slice) for _, idx, _ in parts) and sum(counts) == m
+
+    def make(shape, dtype, fill):
+        return np.empty(shape, dtype) if full else np.full(shape, fill, dtype)
+
+    K = make(m, np.float64, np.nan)
+    iters = make(m, np.int32, -1)
+    resid = make(m, np.float64, np.nan)
     blocks = [None] * m if nodal else None
-    raw = None if plan is None else np.full((m, plan.n_raw), np.nan)
-    adjoint = None if plan is None else np.full(m, -1, dtype=np.int32)
+    raw = None if plan is None else make((m, plan.n_raw), np.float64, np.nan)
+    adjoint = None if plan is None else make(m, np.int32, -1)
     seconds = 0.0
     for _, idx, sol in parts:
         K[idx], iters[idx], resid[idx] = sol.K, sol.iterations, sol.residuals
         seconds += sol.seconds
         if nodal:
-            for j, block in zip(idx.tolist(), sol.nodal):
+            for j, block in zip(range(m)[idx] if isinstance(idx, slice) else idx.tolist(), sol.nodal):
                 blocks[j] = block
         if plan is not None:
             raw[idx], adjoint[idx] = sol.gradient, sol.adjoint_iterations

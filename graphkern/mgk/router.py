@@ -155,22 +155,28 @@ class DeviceRouter:
         parts, runs, totals = [], [], {}
         idx = np.flatnonzero(small)
         if len(idx):
-            shares = _balanced_shares(_pair_cost(ds1, ds2, pair_arr[idx]), len(self.routers))
+            # every pair to the devices (the common case): each takes a contiguous run of pair_arr
+            # itself, a view, and its answers go back by slice; a gather of tens of millions of pairs
+            # per device, and their scatter back, would cost seconds beside the solves
+            whole = len(idx) == m
+            shares = _balanced_shares(_pair_cost(ds1, ds2, pair_arr if whole else pair_arr[idx]),
+                                      len(self.routers))
 
             def run(k):
                 rt.get_device(self.ordinals[k]).activate()
-                mine = idx[shares[k]:shares[k + 1]]
+                lo, hi = int(shares[k]), int(shares[k + 1])
+                mine = slice(lo, hi) if whole else idx[lo:hi]
                 t0 = time.perf_counter()
                 sol = self.routers[k].solve(ds1, ds2, pair_arr[mine], args, nodal=nodal, plan=plan, progress=progress)
-                return mine, sol, time.perf_counter() - t0, dict(self.routers[k].last_run)
+                return mine, hi - lo, sol, time.perf_counter() - t0, dict(self.routers[k].last_run)
 
             with ThreadPoolExecutor(max_workers=len(self.routers)) as pool:
-                for k, (mine, sol, wall, last) in enumerate(pool.map(run, range(len(self.routers)))):
-                    if len(mine):
+                for k, (mine, count, sol, wall, last) in enumerate(pool.map(run, range(len(self.routers)))):
+                    if count:
                         parts.append(("devices", mine, sol))
-                    runs.append((self.ordinals[k], len(mine), sol.seconds, wall))
-                    for name, count in last.items():
-                        totals[name] = totals.get(name, 0) + count
+                    runs.append((self.ordinals[k], count, sol.seconds, wall))
+                    for name, ran in last.items():
+                        totals[name] = totals.get(name, 0) + ran
         rest = np.flatnonzero(~small)
         seconds = max((r[2] for r in runs), default=0.0)
         if len(rest):
