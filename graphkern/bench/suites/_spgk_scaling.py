@@ -8,22 +8,19 @@ molecules.  Kernel: ``DiracNode("element")`` with ``DiracEdge`` (bond counts), w
 
 Every time is a first call: a fresh kernel object, graphs on the host, the Gram matrix in host
 memory (the GPU streams it there in row tiles), started on an idle process (the worker threads of
-the side before asleep, :func:`graphkern.bench.timing.settle`).  GraKeL runs in this process (one
-core) where its time, predicted from the size before (N^2 growth), fits ``--scaling-budget``;
-graphkern's CPU and GPU likewise.  Gram matrices are compared exactly: whole where two fit in memory, else on 256
-random rows recomputed on the CPU.
+the side before asleep, :func:`graphkern.bench.timing.first_calls`).  GraKeL runs in this process
+(one core) where its time, predicted from the size before (N^2 growth), fits ``--scaling-budget``;
+graphkern's CPU and GPU likewise.  Gram matrices are compared exactly: whole where two fit in memory,
+else on 256 random rows recomputed on the CPU.
 """
 
 from __future__ import annotations
-
-import gc
-import time
 
 import numpy as np
 
 from graphkern.bench.cli import print_table
 from graphkern.bench.report import Target, print_targets
-from graphkern.bench.timing import settle
+from graphkern.bench.timing import first_calls
 
 _SAMPLE_ROWS = 256
 _SEED = 20
@@ -47,16 +44,12 @@ def augmented_molecules(base, n, seed=_SEED):
     return out
 
 
-def _first_call(make, graphs):
+def _kernel(make):
     from graphkern.spgk import DiracNode
 
     kernel = make()
     kernel.set_params(node_kernel=DiracNode("element"))
-    settle()
-    gc.collect()  # the last side's garbage; the calling thread busy just before the call, as a user's is
-    t0 = time.perf_counter()
-    K = kernel(graphs)
-    return time.perf_counter() - t0, K
+    return kernel
 
 
 def _predicted(history, n):
@@ -110,14 +103,11 @@ def scaling_table(args, ctx, grakel_runner):
             if predicted > budget:
                 rows.append(dict(row, skipped=f"predicted {predicted:.0f} s > budget {budget:.0f} s"))
                 continue
+            # a first call on an idle process: a fresh kernel (GraKeL's input converted before)
             if make is None:
-                settle()
-                gc.collect()
-                t0 = time.perf_counter()
-                K = np.asarray(gram_peer(graphs), dtype=np.float64)
-                seconds = time.perf_counter() - t0
+                (seconds,), _, K = first_calls(lambda: (), lambda: np.asarray(gram_peer(graphs), dtype=np.float64), 1)
             else:
-                seconds, K = _first_call(make, graphs)
+                (seconds,), _, K = first_calls(lambda: (_kernel(make),), lambda kernel: kernel(graphs), 1)
             history[name].append((n, seconds))
             if reference is None:
                 reference = K if whole else ShortestPathKernel(node_kernel=DiracNode("element"), backend="cpu",
