@@ -319,3 +319,37 @@ def test_merge_parts_by_slices_equals_by_index_arrays(rng):
     gap = merge_parts([("d", slice(0, 17), part(0, 17)), ("d", slice(40, m), part(40, m))], m, False, None)
     assert np.isnan(gap.K[17:40]).all() and (gap.iterations[17:40] == -1).all()
     np.testing.assert_array_equal(gap.K[:17], K[:17])
+
+
+def test_parts_placed_from_threads_at_once(rng):
+    """Each device's thread places its part as it finishes (graphkern.mgk.results.Merged): eight
+    threads placing runs and scattered indices of one answer at once, with nodal blocks and
+    gradients, give what merge_parts gives from the same parts in one thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from graphkern.mgk.results import Merged, Solved, merge_parts
+
+    m, n_raw = 200_003, 3
+    K, it = rng.random(m), rng.integers(1, 9, m).astype(np.int32)
+    raw, adj = rng.random((m, n_raw)), rng.integers(1, 5, m).astype(np.int32)
+    blocks = [np.full((1, 2), float(j)) for j in range(m)]
+    runs = np.linspace(0, m, 9).astype(int)
+    parts = []
+    for k, (lo, hi) in enumerate(zip(runs[:-1], runs[1:])):
+        idx = slice(lo, hi) if k % 2 else np.arange(lo, hi)[rng.permutation(hi - lo)]
+        take = np.arange(m)[idx]
+        parts.append(("d", idx, Solved(K=K[take], iterations=it[take], residuals=K[take] / 7,
+                                       nodal=[blocks[j] for j in take], octile_pairs=None, seconds=0.5,
+                                       gradient=raw[take], adjoint_iterations=adj[take])))
+
+    class Plan:  # the one attribute of a graphkern.mgk.gradient.GradientPlan that a merge reads
+        n_raw = 3
+
+    merged = Merged(m, True, Plan(), covered=False)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(lambda part: merged.place(part[1], part[2]), parts))
+    got, want = merged.solved(), merge_parts(parts, m, True, Plan())
+    for a, b in ((got.K, K), (got.iterations, it), (got.residuals, K / 7), (got.gradient, raw),
+                 (got.adjoint_iterations, adj), (want.K, K), (want.gradient, raw)):
+        np.testing.assert_array_equal(a, b)
+    assert all(a is b for a, b in zip(got.nodal, blocks)) and got.seconds == want.seconds == 4.0

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["MGKInfo", "Solved", "gradient_result", "empty_result", "merge_parts", "solver_arguments",
+__all__ = ["MGKInfo", "Solved", "gradient_result", "empty_result", "merge_parts", "Merged", "solver_arguments",
            "EDGE_FORM_CODES"]
 
 #: the edge-kernel forms the device solvers specialize on (their entry points' ``_<form>`` suffix)
@@ -122,25 +122,40 @@ def merge_parts(parts, m, nodal, plan):
     if len(parts) == 1 and counts[0] == m:
         return parts[0][2]
     # contiguous runs that cover every pair leave nothing to mark as not run
-    full = all(isinstance(idx, slice) for _, idx, _ in parts) and sum(counts) == m
-
-    def make(shape, dtype, fill):
-        return np.empty(shape, dtype) if full else np.full(shape, fill, dtype)
-
-    K = make(m, np.float64, np.nan)
-    iters = make(m, np.int32, -1)
-    resid = make(m, np.float64, np.nan)
-    blocks = [None] * m if nodal else None
-    raw = None if plan is None else make((m, plan.n_raw), np.float64, np.nan)
-    adjoint = None if plan is None else make(m, np.int32, -1)
-    seconds = 0.0
+    merged = Merged(m, nodal, plan, covered=all(isinstance(idx, slice) for _, idx, _ in parts) and sum(counts) == m)
     for _, idx, sol in parts:
-        K[idx], iters[idx], resid[idx] = sol.K, sol.iterations, sol.residuals
-        seconds += sol.seconds
-        if nodal:
-            for j, block in zip(range(m)[idx] if isinstance(idx, slice) else idx.tolist(), sol.nodal):
-                blocks[j] = block
-        if plan is not None:
-            raw[idx], adjoint[idx] = sol.gradient, sol.adjoint_iterations
-    return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=None, seconds=seconds,
-                  gradient=raw, adjoint_iterations=adjoint)
+        merged.place(idx, sol)
+    return merged.solved()
+
+
+class Merged:
+    """The arrays of one answer for ``m`` pairs, filled part by part (:meth:`place`, from any thread:
+    parts share no pair) and then taken as a :class:`Solved` (:meth:`solved`).  ``covered``: the
+    parts will cover every pair, so the arrays start uninitialised instead of NaN / -1."""
+
+    def __init__(self, m, nodal, plan, covered=False):
+        def make(shape, dtype, fill):
+            return np.empty(shape, dtype) if covered else np.full(shape, fill, dtype)
+
+        self.m = m
+        self.K, self.iterations, self.residuals = make(m, np.float64, np.nan), make(m, np.int32, -1), \
+            make(m, np.float64, np.nan)
+        self.nodal = [None] * m if nodal else None
+        self.gradient = None if plan is None else make((m, plan.n_raw), np.float64, np.nan)
+        self.adjoint_iterations = None if plan is None else make(m, np.int32, -1)
+        self._seconds = []  # appended to: atomic where threads place parts at once
+
+    def place(self, idx, sol):
+        """The answer ``sol`` of the pairs ``idx`` (an index array or a slice) at their places."""
+        self.K[idx], self.iterations[idx], self.residuals[idx] = sol.K, sol.iterations, sol.residuals
+        self._seconds.append(sol.seconds)
+        if self.nodal is not None:
+            for j, block in zip(range(self.m)[idx] if isinstance(idx, slice) else idx.tolist(), sol.nodal):
+                self.nodal[j] = block
+        if self.gradient is not None:
+            self.gradient[idx], self.adjoint_iterations[idx] = sol.gradient, sol.adjoint_iterations
+
+    def solved(self):
+        return Solved(K=self.K, iterations=self.iterations, residuals=self.residuals, nodal=self.nodal,
+                      octile_pairs=None, seconds=sum(self._seconds), gradient=self.gradient,
+                      adjoint_iterations=self.adjoint_iterations)

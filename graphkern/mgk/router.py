@@ -12,8 +12,9 @@ go to the next engine of the chain that accepts them, in the same call.
 
 On several GPUs (:class:`DeviceRouter`) every device has that chain: the pairs one device's chain
 would give its GEMM and CSR solvers are split into one share per device of equal predicted cost,
-each solved by its device's chain in its own thread, and the pairs left (large graphs) go to the
-tiled solver, whose devices claim them from one shared work queue.
+each solved by its device's chain in its own thread, which puts the answers at their places in the
+call's arrays as soon as it has them, and the pairs left (large graphs) go to the tiled solver, whose
+devices claim them from one shared work queue.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from graphkern._cuda import runtime as rt
 from graphkern.errors import CudaError, GraphTooLargeError
 from graphkern.mgk.csr import CSR_TECHNIQUE, CSRGPUEngine, csr_data
 from graphkern.mgk.gemm import GEMM_TECHNIQUE, GEMMGPUEngine
-from graphkern.mgk.results import Solved, merge_parts
+from graphkern.mgk.results import Merged, Solved, merge_parts
 from graphkern.mgk.tiled import TiledGPUEngine, resolve_techniques
 
 __all__ = ["Router", "DeviceRouter", "make_router"]
@@ -152,13 +153,15 @@ class DeviceRouter:
                 small |= engine.accepts(ds1, ds2, pair_arr, args, gradient=plan)
         else:  # gradients: every pair to the devices' own chains (their last solver runs on one GPU)
             small = np.ones(m, dtype=bool)
-        parts, runs, totals = [], [], {}
+        runs, totals = [], {}
         idx = np.flatnonzero(small)
+        # every pair to the devices (the common case): each takes a contiguous run of pair_arr itself,
+        # a view, and puts its answers at their places in the call's arrays from its own thread, while
+        # the other devices still solve; a gather of tens of millions of pairs per device, and their
+        # scatter back, would cost seconds beside the solves
+        whole = len(idx) == m
+        merged = Merged(m, nodal, plan, covered=whole)
         if len(idx):
-            # every pair to the devices (the common case): each takes a contiguous run of pair_arr
-            # itself, a view, and its answers go back by slice; a gather of tens of millions of pairs
-            # per device, and their scatter back, would cost seconds beside the solves
-            whole = len(idx) == m
             shares = _balanced_shares(_pair_cost(ds1, ds2, pair_arr if whole else pair_arr[idx]),
                                       len(self.routers))
 
@@ -168,25 +171,25 @@ class DeviceRouter:
                 mine = slice(lo, hi) if whole else idx[lo:hi]
                 t0 = time.perf_counter()
                 sol = self.routers[k].solve(ds1, ds2, pair_arr[mine], args, nodal=nodal, plan=plan, progress=progress)
-                return mine, hi - lo, sol, time.perf_counter() - t0, dict(self.routers[k].last_run)
+                wall = time.perf_counter() - t0
+                if hi > lo:
+                    merged.place(mine, sol)
+                return hi - lo, sol.seconds, wall, dict(self.routers[k].last_run)
 
             with ThreadPoolExecutor(max_workers=len(self.routers)) as pool:
-                for k, (mine, count, sol, wall, last) in enumerate(pool.map(run, range(len(self.routers)))):
-                    if count:
-                        parts.append(("devices", mine, sol))
-                    runs.append((self.ordinals[k], count, sol.seconds, wall))
+                for k, (count, solve_seconds, wall, last) in enumerate(pool.map(run, range(len(self.routers)))):
+                    runs.append((self.ordinals[k], count, solve_seconds, wall))
                     for name, ran in last.items():
                         totals[name] = totals.get(name, 0) + ran
         rest = np.flatnonzero(~small)
         seconds = max((r[2] for r in runs), default=0.0)
         if len(rest):
             sol = _run(self.tiled, ds1, ds2, pair_arr[rest], args, nodal, plan, progress)
-            parts.append(("tiled", rest, sol))
+            merged.place(rest, sol)
             totals["tiled"] = totals.get("tiled", 0) + len(rest)
             seconds += sol.seconds
         self.last_run, self.device_runs = totals, runs
-        merged = merge_parts(parts, m, nodal, plan)
-        return dataclasses.replace(merged, seconds=seconds)
+        return dataclasses.replace(merged.solved(), seconds=seconds)
 
 
 def _pair_cost(ds1, ds2, pair_arr):
