@@ -86,6 +86,29 @@ def test_pair_plan_is_the_numpy_launch(m, same, rng):
     np.testing.assert_array_equal(pairs.pair_costs(pair_arr, n1, n2, w1, w2), w1[a].astype(np.float64) * w2[b] + sizes)
 
 
+@pytest.mark.parametrize("m", [0, 1, 7, 65_536, 65_537, 300_001])
+def test_balanced_cuts_equal_a_numpy_prefix_sum(rng, m):
+    """The cuts of the pairs into runs of equal cost, computed block by block over threads, are the
+    ones NumPy's prefix sum and search give (whole-number costs: exact sums), for 1 to 9 runs; with
+    no cost at all, runs of equal length."""
+    n, w = rng.integers(0, 60, 50), rng.integers(0, 3, 50) * rng.integers(0, 400, 50)
+    pair_arr = rng.integers(0, 50, (m, 2)).astype(np.int64)
+    costs = pairs.pair_costs(pair_arr, n, n, w, w)
+    total = np.cumsum(costs)
+    for parts in range(1, 10):
+        got = pairs.balanced_cuts(pair_arr, n, n, w, w, parts)
+        if m and total[-1] > 0:
+            want = np.searchsorted(total, total[-1] * np.arange(1, parts) / parts, side="left")
+            want = np.concatenate([[0], want, [m]])
+        else:
+            want = np.linspace(0, m, parts + 1).astype(np.int64)
+        assert got.dtype == np.int64
+        np.testing.assert_array_equal(got, want)
+    zero = np.zeros(50, np.int64)
+    np.testing.assert_array_equal(pairs.balanced_cuts(pair_arr, zero, zero, zero, zero, 4),
+                                  np.linspace(0, m, 5).astype(np.int64))
+
+
 def test_pair_plan_rejects_graphs_out_of_range(rng):
     n = np.ones(5, dtype=np.int64)
     with pytest.raises(ValueError, match=r"pair_arr\[2\] = \(1, 5\) names a graph out of range"):

@@ -37,6 +37,7 @@ cdef enum:
     SMALL_SORT = 8192  # below this many pairs the launch order is a stable sort of the keys, not a counting sort
     SORT_ITEMS = 65536  # pairs per thread of a counting sort: each thread's histogram has 65536 buckets
     TEAM_ITEMS = 8192  # items per thread of a gather, scatter or fill: a parallel region costs more on fewer
+    CUT_BLOCK = 1 << 16  # pairs a thread sums at a time in balanced_cuts (the scan for a cut reads one block)
 
 
 cdef int _threads(Py_ssize_t m, Py_ssize_t per_thread) noexcept nogil:
@@ -208,6 +209,48 @@ def pair_costs(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int6
     for i in prange(m, nogil=True, num_threads=_threads(m, TEAM_ITEMS), schedule="static"):
         o[i] = _pair_cost(pair_arr, i, n1, n2, w1, w2)
     return out
+
+
+def balanced_cuts(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const int64_t[::1] n2,
+                  const int64_t[::1] w1, const int64_t[::1] w2, int parts):
+    """Boundaries ``b`` (int64, ``parts + 1`` of them) cutting the pairs, in their order, into
+    ``parts`` contiguous runs of about equal :func:`pair_costs` sums: run ``k`` is pairs
+    ``b[k]:b[k + 1]``, and the pair at which the running sum first reaches ``k / parts`` of the total
+    starts run ``k`` (NumPy's ``searchsorted(cumsum(costs), total * k / parts)``; the costs are whole
+    numbers, so their sums agree exactly below 2^53).  Two passes computing each cost where it is
+    needed, no array of them: the sums of blocks of pairs over threads, then a scan inside the block
+    each cut falls in."""
+    cdef Py_ssize_t m = pair_arr.shape[0], n_blocks = (m + CUT_BLOCK - 1) // CUT_BLOCK, blk, i, lo, hi
+    cuts_out = np.zeros(parts + 1, np.int64)
+    cdef int64_t[::1] cuts = cuts_out
+    cuts[parts] = m
+    sums_out = np.zeros(n_blocks + 1, np.float64)
+    cdef double[::1] before = sums_out  # before[blk]: the costs of the pairs before block blk
+    cdef double acc, target
+    cdef int k
+    for blk in prange(n_blocks, nogil=True, num_threads=_threads(m, TEAM_ITEMS), schedule="static"):
+        acc = 0.0
+        for i in range(blk * CUT_BLOCK, min(m, (blk + 1) * CUT_BLOCK)):
+            acc = acc + _pair_cost(pair_arr, i, n1, n2, w1, w2)
+        before[blk + 1] = acc
+    for blk in range(n_blocks):
+        before[blk + 1] += before[blk]
+    if m == 0 or before[n_blocks] <= 0:
+        return np.linspace(0, m, parts + 1).astype(np.int64)
+    blk = 0
+    for k in range(1, parts):
+        target = before[n_blocks] * k / parts
+        while blk < n_blocks - 1 and before[blk + 1] < target:
+            blk += 1
+        acc, i = before[blk], blk * CUT_BLOCK
+        hi = min(m, (blk + 1) * CUT_BLOCK)
+        while i < hi:
+            acc += _pair_cost(pair_arr, i, n1, n2, w1, w2)
+            if acc >= target:
+                break
+            i += 1
+        cuts[k] = i
+    return cuts_out
 
 
 def take(const item_t[::1] values, const int64_t[::1] order):

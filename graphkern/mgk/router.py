@@ -154,16 +154,15 @@ class DeviceRouter:
         else:  # gradients: every pair to the devices' own chains (their last solver runs on one GPU)
             small = np.ones(m, dtype=bool)
         runs, totals = [], {}
-        idx = np.flatnonzero(small)
         # every pair to the devices (the common case): each takes a contiguous run of pair_arr itself,
         # a view, and puts its answers at their places in the call's arrays from its own thread, while
         # the other devices still solve; a gather of tens of millions of pairs per device, and their
         # scatter back, would cost seconds beside the solves
-        whole = len(idx) == m
+        whole = bool(small.all())
+        idx = None if whole else np.flatnonzero(small)
         merged = Merged(m, nodal, plan, covered=whole)
-        if len(idx):
-            shares = _balanced_shares(_pair_cost(ds1, ds2, pair_arr if whole else pair_arr[idx]),
-                                      len(self.routers))
+        if m if whole else len(idx):  # pairs for the devices
+            shares = _balanced_shares(ds1, ds2, pair_arr if whole else pair_arr[idx], len(self.routers))
 
             def run(k):
                 rt.get_device(self.ordinals[k]).activate()
@@ -181,7 +180,7 @@ class DeviceRouter:
                     runs.append((self.ordinals[k], count, solve_seconds, wall))
                     for name, ran in last.items():
                         totals[name] = totals.get(name, 0) + ran
-        rest = np.flatnonzero(~small)
+        rest = () if whole else np.flatnonzero(~small)
         seconds = max((r[2] for r in runs), default=0.0)
         if len(rest):
             sol = _run(self.tiled, ds1, ds2, pair_arr[rest], args, nodal, plan, progress)
@@ -192,22 +191,15 @@ class DeviceRouter:
         return dataclasses.replace(merged.solved(), seconds=seconds)
 
 
-def _pair_cost(ds1, ds2, pair_arr):
-    """A pair's predicted solve cost: the entry pairs of one product-graph XMV and its vertex pairs."""
+def _balanced_shares(ds1, ds2, pair_arr, parts):
+    """Boundaries ``b`` (``parts + 1`` of them) cutting ``pair_arr`` (in its order) into ``parts``
+    contiguous runs of about equal predicted solve cost (a pair's: the entry pairs of one
+    product-graph XMV and its vertex pairs): run ``k`` is ``pair_arr[b[k]:b[k + 1]]``."""
     c1 = csr_data(ds1)
     c2 = c1 if ds2 is ds1 else csr_data(ds2)
     i64 = (lambda a: np.ascontiguousarray(a, dtype=np.int64))
-    return pairs.pair_costs(i64(pair_arr), i64(c1.n_nodes), i64(c2.n_nodes), i64(c1.n_entries), i64(c2.n_entries))
-
-
-def _balanced_shares(cost, parts):
-    """Boundaries ``b`` (``parts + 1`` of them) cutting ``cost`` (in its order) into ``parts``
-    contiguous runs of about equal sums: run ``k`` is ``cost[b[k]:b[k + 1]]``."""
-    total = np.cumsum(cost)
-    if len(total) == 0 or total[-1] <= 0:
-        return np.linspace(0, len(cost), parts + 1).astype(np.int64)
-    cuts = np.searchsorted(total, total[-1] * np.arange(1, parts) / parts, side="left")
-    return np.concatenate([[0], cuts, [len(cost)]]).astype(np.int64)
+    return pairs.balanced_cuts(i64(pair_arr), i64(c1.n_nodes), i64(c2.n_nodes), i64(c1.n_entries),
+                               i64(c2.n_entries), parts)
 
 
 def _collapsed(mask):
