@@ -107,6 +107,8 @@ def test_balanced_cuts_equal_a_numpy_prefix_sum(rng, m):
     zero = np.zeros(50, np.int64)
     np.testing.assert_array_equal(pairs.balanced_cuts(pair_arr, zero, zero, zero, zero, 4),
                                   np.linspace(0, m, 5).astype(np.int64))
+    with pytest.raises(ValueError, match="at least one run"):
+        pairs.balanced_cuts(pair_arr, n, n, w, w, 0)
 
 
 def test_pair_plan_rejects_graphs_out_of_range(rng):

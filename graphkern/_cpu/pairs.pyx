@@ -220,7 +220,9 @@ def balanced_cuts(const int64_t[:, ::1] pair_arr, const int64_t[::1] n1, const i
     numbers, so their sums agree exactly below 2^53).  Two passes computing each cost where it is
     needed, no array of them: the sums of blocks of pairs over threads, then a scan inside the block
     each cut falls in."""
-    cdef Py_ssize_t m = pair_arr.shape[0], n_blocks = (m + CUT_BLOCK - 1) // CUT_BLOCK, blk, i, lo, hi
+    if parts < 1:
+        raise ValueError(f"balanced_cuts needs at least one run, got parts={parts}")
+    cdef Py_ssize_t m = pair_arr.shape[0], n_blocks = (m + CUT_BLOCK - 1) // CUT_BLOCK, blk, i, hi
     cuts_out = np.zeros(parts + 1, np.int64)
     cdef int64_t[::1] cuts = cuts_out
     cuts[parts] = m
