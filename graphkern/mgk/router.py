@@ -147,21 +147,23 @@ class DeviceRouter:
     def solve(self, ds1, ds2, pair_arr, args, *, nodal=False, plan=None, progress=None):
         m = len(pair_arr)
         lead = self.chain if plan is None else self.gradient_chain()
+        # gradients: every pair to the devices' own chains (their last solver runs on one GPU)
+        whole, idx, rest = True, None, ()
         if plan is None:  # the pairs no solver but the last (tiled) takes go to the shared-queue tiled engine
             small = np.zeros(m, dtype=bool)
             for _, engine in lead[:-1]:
                 small |= engine.accepts(ds1, ds2, pair_arr, args, gradient=plan)
-        else:  # gradients: every pair to the devices' own chains (their last solver runs on one GPU)
-            small = np.ones(m, dtype=bool)
+            whole = bool(small.all())
+            if not whole:
+                idx, rest = np.flatnonzero(small), np.flatnonzero(~small)
         runs, totals = [], {}
         # every pair to the devices (the common case): each takes a contiguous run of pair_arr itself,
         # a view, and puts its answers at their places in the call's arrays from its own thread, while
         # the other devices still solve; a gather of tens of millions of pairs per device, and their
         # scatter back, would cost seconds beside the solves
-        whole = bool(small.all())
-        idx = None if whole else np.flatnonzero(small)
         merged = Merged(m, nodal, plan, covered=whole)
-        if m if whole else len(idx):  # pairs for the devices
+        to_devices = m if whole else len(idx)
+        if to_devices:
             shares = _balanced_shares(ds1, ds2, pair_arr if whole else pair_arr[idx], len(self.routers))
 
             def run(k):
@@ -180,7 +182,6 @@ class DeviceRouter:
                     runs.append((self.ordinals[k], count, solve_seconds, wall))
                     for name, ran in last.items():
                         totals[name] = totals.get(name, 0) + ran
-        rest = () if whole else np.flatnonzero(~small)
         seconds = max((r[2] for r in runs), default=0.0)
         if len(rest):
             sol = _run(self.tiled, ds1, ds2, pair_arr[rest], args, nodal, plan, progress)
