@@ -185,6 +185,41 @@ def test_launch_packaged_kernel(rng, gpu_device):
     assert fn.attributes["num_regs"] > 0
 
 
+class _ExportingImage:
+    """A loaded module that holds only an export table (rows of name, value)."""
+
+    def __init__(self, rows):
+        self.raw = np.array(rows, dtype=rt._EXPORT_ROW).tobytes()
+
+    def global_bytes(self, name):
+        assert name == "graphkern_exports"
+        return self.raw
+
+
+class _ExportingDevice:
+    def __init__(self, rows):
+        self.image, self.loads = _ExportingImage(rows), 0
+
+    def load_module(self, key, image):
+        self.loads += 1
+        return self.image
+
+
+def test_exports_are_read_once_and_checked_against_what_planning_holds(monkeypatch):
+    monkeypatch.setattr(rt, "_module_image", lambda name: b"")
+    monkeypatch.setattr(rt, "_exports", {})
+    monkeypatch.setattr(rt, "_agreed", {})
+    dev = _ExportingDevice([(b"threads", 256), (b"reduce_bytes", 256)])
+    lim = rt.exports(dev, "mgk_csr")
+    assert (lim.threads, lim.reduce_bytes) == (256, 256)
+    assert rt.exports(dev, "mgk_csr") is lim and dev.loads == 1
+    assert rt.exports(dev, "mgk_csr", agree={"threads": 256}) is lim
+    wrong = {"threads": 256, "reduce_bytes": 128, "entry_bytes": 16}
+    with pytest.raises(RuntimeError, match=r"cuda_src/mgk_csr\.cu .*: they export reduce_bytes = 256 \(graphkern plans "
+                                           r"with 128\), entry_bytes = nothing \(graphkern plans with 16\); rebuild"):
+        rt.exports(dev, "mgk_csr", agree=wrong)
+
+
 @pytest.mark.gpu
 def test_function_queries_from_a_thread_with_no_current_context(gpu_device):
     """A Dask worker runs tasks on threads that never touched the device: a cached function's

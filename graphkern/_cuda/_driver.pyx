@@ -302,6 +302,29 @@ cdef class Module:
             self._functions[name] = fn
         return fn
 
+    def global_bytes(self, str name):
+        """The bytes of this module's global variable ``name`` (``__device__`` or ``__constant__``,
+        declared ``extern "C"``), copied to the host."""
+        cdef cydriver.CUdeviceptr ptr = 0
+        cdef size_t size = 0
+        cdef bytes bname = name.encode()
+        cdef const char* cname = bname
+        cdef cydriver.CUresult st
+        self.device.activate()
+        with nogil:
+            st = cydriver.cuModuleGetGlobal(&ptr, &size, self.mod, cname)
+        if st == cydriver.CUDA_ERROR_NOT_FOUND:
+            raise CudaError("CUDA_ERROR_NOT_FOUND", f"global {name!r} is not in module {self.key!r}",
+                            <int>st, "cuModuleGetGlobal")
+        _check(st, "cuModuleGetGlobal")
+        out = bytearray(size)
+        cdef unsigned char[::1] dst = out
+        if size:
+            with nogil:
+                st = cydriver.cuMemcpyDtoH(&dst[0], ptr, size)
+            _check(st, "cuMemcpyDtoH")
+        return bytes(out)
+
 
 cdef class Function:
     cdef cydriver.CUfunction f

@@ -19,6 +19,7 @@ import math
 import os
 import queue
 import threading
+import types
 from concurrent.futures import ThreadPoolExecutor, wait
 from importlib import resources
 
@@ -145,6 +146,35 @@ def kernel(device, module, name):
     """The kernel ``name`` from the packaged ``cuda_src/<module>.cu``, loaded once per device."""
     mod = device.load_module(module, _module_image(module))
     return mod.function(name)
+
+
+# a row of a module's export table (cuda_src/common/exports.cuh: gk::ExportRow)
+_EXPORT_ROW = np.dtype([("name", "S40"), ("value", "<i8")])
+_exports: dict[str, types.SimpleNamespace] = {}
+# the ``agree`` mappings found in agreement, by (module, id): held, so that no other takes their ids
+_agreed: dict[tuple[str, int], dict] = {}
+
+
+def exports(device, module, agree=None):
+    """The sizes and limits ``cuda_src/<module>.cu`` exports to its callers (its ``graphkern_exports``
+    table) as attributes, ``rt.exports(dev, "mgk_csr").threads``: read from the image loaded on
+    ``device`` once per process (every device loads the same image), so launch code never restates
+    them.  ``agree``: what planning done without a device holds (name -> value), checked against the
+    table once per mapping; a RuntimeError names any value that differs (a build whose kernels and
+    Python disagree would otherwise size its launches wrongly)."""
+    table = _exports.get(module)
+    if table is None:
+        raw = device.load_module(module, _module_image(module)).global_bytes("graphkern_exports")
+        rows = np.frombuffer(raw, _EXPORT_ROW)
+        table = _exports[module] = types.SimpleNamespace(**{r["name"].decode(): int(r["value"]) for r in rows})
+    if agree is not None and (module, id(agree)) not in _agreed:
+        wrong = [f"{name} = {getattr(table, name, 'nothing')} (graphkern plans with {value})"
+                 for name, value in agree.items() if getattr(table, name, None) != value]
+        if wrong:
+            raise RuntimeError(f"the kernels of cuda_src/{module}.cu do not match graphkern's Python: they export "
+                               + ", ".join(wrong) + "; rebuild graphkern from one source tree")
+        _agreed[module, id(agree)] = agree
+    return table
 
 
 def launch(fn, grid, block, args, shared_mem=0, stream=None):
