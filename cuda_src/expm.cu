@@ -46,6 +46,7 @@
 #include <type_traits>
 
 #include "common/csr_check.cuh"
+#include "common/exports.cuh"
 #include "common/reductions.cuh"
 #include "common/search.cuh"
 
@@ -835,3 +836,19 @@ extern "C" __global__ void lanczos_gate(const volatile int64_t *stop_at, int64_t
     *skip = s;
     if (!s) *ran = k + 1;
 }
+
+// The launch shapes, row-block limits, task table and peer slots graphkern/expm/plans.py,
+// order.py and device.py plan with
+GRAPHKERN_EXPORTS = {
+    {"block", kBlock},
+    {"warp", gk::kWarp},
+    {"stream_capacity", kStreamCapacity},
+    {"stream_rows", kStreamRows},
+    {"task_width", kTaskWidth},
+    {"task_stream", kTaskStream},
+    {"task_thread_list", kTaskThreadList},
+    {"task_warp_list", kTaskWarpList},
+    {"task_long", kTaskLongSegment},
+    {"max_row_peers", kMaxRowPeers},
+    {"scan_chunk", kScanChunk},
+};

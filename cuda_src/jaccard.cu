@@ -51,6 +51,7 @@
 #include "jaccard_core.cuh"
 #include "jaccard_pair.cuh"
 #include "common/csr_check.cuh"
+#include "common/exports.cuh"
 namespace jaccard {
 
 // ------------------------------------------------------------------ fused variants
@@ -363,3 +364,14 @@ JACCARD_STAGED_ENTRY_POINT(window, double, f64, kBlock, 4)
 
 JACCARD_WEIGHT_ENTRY_POINTS(float, f32)
 JACCARD_WEIGHT_ENTRY_POINTS(double, f64)
+
+// The launch shapes, shared-memory capacities and index padding graphkern/similarity/plan.py plans with
+GRAPHKERN_EXPORTS = {
+    {"block", kBlock},
+    {"scan_tile", kScanTile},
+    {"stage_cap", kStageCap},
+    {"window_half", kWinHalf},
+    {"window_far", kWinFar},
+    {"pad_after_b", kAfterB},
+    {"hash_bucket", kHashBucket},
+};

@@ -250,7 +250,7 @@ __device__ __forceinline__ void pair_similarity(const int64_t* __restrict__ indp
 
 // ---- the staged variant: the pair variant with the block's own rows in shared memory
 
-constexpr int32_t kStageCap = 2048;  // column indices a block stages (graphkern/similarity/plan.py: STAGE_CAP)
+constexpr int32_t kStageCap = 2048;  // column indices a block stages
 
 // The pair variant (unweighted) for graphs stored in an order that keeps neighbours close
 // (meshes, small-world rings, road networks, RCM or space-filling-curve orders).  Block b takes

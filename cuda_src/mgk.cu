@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "common/cg.cuh"
+#include "common/exports.cuh"
 #include "common/kernel_program.cuh"
 #include "common/octile_product.cuh"
 #include "common/reductions.cuh"
@@ -40,7 +41,7 @@ using gk::kFullMask;
 using gk::kWarp;
 using gk::warp_sum;
 
-constexpr int kWarpsPerBlock = 4;  // graphkern/mgk/core.py launches 128 threads and sizes shared memory for 4 warps
+constexpr int kWarpsPerBlock = 4;
 // 3 resident blocks (12 warps) per SM: the XMV fits the 168 registers this leaves without
 // spilling; 4 or more blocks would spill inside it.
 constexpr int kMinBlocksPerSM = 3;
@@ -51,7 +52,7 @@ constexpr int gradient_min_blocks() {
     return sizeof(T) == 8 ? 2 : kMinBlocksPerSM;
 }
 constexpr int kMaxParams = 96;     // params per program (graphkern.basekernels.MAX_TERMS = 24 terms fit)
-// The adjoint's y, r, p, Ap: gradient launches only (graphkern/mgk/core.py: N_GRADIENT_VECTORS)
+// The adjoint's y, r, p, Ap: gradient launches only
 enum : int { VEC_X = 0, VEC_R = 1, VEC_P = 2, VEC_AP = 3, VEC_DIAG = 4, N_VECTORS = 5 };
 enum : int { VEC_Y = 5, VEC_RY = 6, VEC_PY = 7, VEC_APY = 8, N_GRADIENT_VECTORS = 9 };
 
@@ -544,3 +545,16 @@ __device__ void mgk_gradient(const GraphSet<T> s1, const GraphSet<T> s2, const i
 
 MGK_EVERY_FORM(MGK_ENTRY, mgk_solve)
 MGK_EVERY_FORM(MGK_GRADIENT_ENTRY, mgk_gradient)
+
+// share_block's layout and the scratch vectors, for graphkern/mgk/core.py
+GRAPHKERN_EXPORTS = {
+    {"warps_per_block", kWarpsPerBlock},
+    {"max_params", kMaxParams},
+    {"octile_size", kOctileSize},
+    {"vectors", N_VECTORS},
+    {"gradient_vectors", N_GRADIENT_VECTORS},
+    {"staged_channels_general", fixed_staged_channels<EDGE_GENERAL>()},
+    {"staged_channels_constant", fixed_staged_channels<EDGE_CONSTANT>()},
+    {"staged_channels_kronecker", fixed_staged_channels<EDGE_KRONECKER>()},
+    {"staged_channels_sqexp", fixed_staged_channels<EDGE_SQEXP>()},
+};

@@ -30,7 +30,7 @@
 // Pairs whose records and p do not fit the device's shared memory per block are never launched
 // here (graphkern/mgk/csr.py routes them to the fallback solver).
 //
-// Gradients (mgk_csr_gradient_*, graphkern/_mgk_gradient.py has the math): the block also solves
+// Gradients (mgk_csr_gradient_*, graphkern/mgk/gradient.py has the math): the block also solves
 // the adjoint M y = 1, after M x = b from a warm start (mgk_csr_gradient_seq_*, the default; see
 // csr_gradient) or in lockstep with it (mgk_csr_gradient_*).  In lockstep the two search
 // directions are interleaved in shared memory (p[2 L] forward, p[2 L + 1] adjoint; G1's records
@@ -44,6 +44,7 @@
 #include <cstdint>
 
 #include "common/cg.cuh"
+#include "common/exports.cuh"
 #include "common/kernel_program.cuh"
 #include "common/reductions.cuh"
 
@@ -52,10 +53,12 @@ namespace {
 using namespace mgk;
 using gk::kWarp;
 
-constexpr int kThreads = 256;               // graphkern/mgk/csr.py: THREADS_PER_BLOCK
+constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kMaxReduce = 4;               // values summed by one block reduction at most
-constexpr int kReduceBytes = kWarps * kMaxReduce * 8;  // graphkern/mgk/csr.py: REDUCE_BYTES
+constexpr int kReduceBytes = kWarps * kMaxReduce * 8;
+constexpr int kVectors = 4;          // a block's scratch vectors: x, r, Ap, the diagonal (p is in shared memory)
+constexpr int kGradientVectors = 7;  // x, r, Ap of both solves and the diagonal
 // Blocks per SM (sm_90 register counts): at 3 (80 registers) the float entry points do not spill and a
 // 96-vertex pair's ~75 KB of shared memory lets 3 blocks share an SM; the double ones spill there
 // (their 32-byte records), so they ask for 2 (128 registers).
@@ -397,9 +400,8 @@ __device__ void csr_solve(const CsrSet<T> s1, const CsrSet<T> s2, const int64_t*
     const int* ncode = s_code;
     const T* npar = s_par;
     const EdgeKernel<T> ek{ek_scale, ek_theta, ek_aux, ek_slot, s_code + ncode_len, s_par + nparam_len};
-    const Scratch<T> sc{scratch + (int64_t)blockIdx.x * 4 * stride, scratch + ((int64_t)blockIdx.x * 4 + 1) * stride,
-                        scratch + ((int64_t)blockIdx.x * 4 + 2) * stride,
-                        scratch + ((int64_t)blockIdx.x * 4 + 3) * stride};
+    T* const work = scratch + (int64_t)blockIdx.x * kVectors * stride;
+    const Scratch<T> sc{work, work + stride, work + 2 * stride, work + 3 * stride};
     const int nf = FORM == EDGE_GENERAL ? s1.n_efeat : 0;  // both sets have the same widths
 
     for (int64_t k = blockIdx.x; k < n_pairs; k += gridDim.x) {
@@ -586,7 +588,7 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
     const EdgeKernel<T> ek{ek_scale, ek_theta, ek_aux, ek_slot, s_code + ncode_len, s_par + nparam_len};
     // x, r, Ap of the forward solve, then y, r, Ap of the adjoint, then the diagonal
     // (graphkern/mgk/csr.py: N_GRADIENT_VECTORS)
-    T* const work = scratch + (int64_t)blockIdx.x * 7 * stride;
+    T* const work = scratch + (int64_t)blockIdx.x * kGradientVectors * stride;
     T* __restrict__ diag = work + 6 * stride;
     const int nf = FORM == EDGE_GENERAL ? s1.n_efeat : 0;
     bool any_xmv = false;  // a contraction that gathers x (not free)
@@ -731,3 +733,13 @@ CSR_GRADIENT_ENTRIES(general, EDGE_GENERAL)
 CSR_GRADIENT_ENTRIES(constant, EDGE_CONSTANT)
 CSR_GRADIENT_ENTRIES(kronecker, EDGE_KRONECKER)
 CSR_GRADIENT_ENTRIES(sqexp, EDGE_SQEXP)
+
+// header_bytes, pair_layout's records and the scratch vectors, for graphkern/mgk/csr.py
+GRAPHKERN_EXPORTS = {
+    {"threads", kThreads},
+    {"reduce_bytes", kReduceBytes},
+    {"entry_bytes_f32", sizeof(EntrySlot<float>)},
+    {"entry_bytes_f64", sizeof(EntrySlot<double>)},
+    {"vectors", kVectors},
+    {"gradient_vectors", kGradientVectors},
+};

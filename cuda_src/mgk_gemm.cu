@@ -51,6 +51,7 @@
 #include <cstdint>
 
 #include "common/cg.cuh"
+#include "common/exports.cuh"
 #include "common/kernel_program.cuh"
 #include "common/reductions.cuh"
 #include "mgk_gemm_xmv.cuh"
@@ -63,14 +64,13 @@ using gk::kWarp;
 
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kMaxReduce = 2;                          // values summed by one reduction of the K solver
-constexpr int kReduceBytes = kWarps * kMaxReduce * 8;  // graphkern/mgk/gemm.py: REDUCE_BYTES
+constexpr int kReduceBytes = kWarps * kMaxReduce * 8;
 constexpr int kGradientReduce = 4;                     // ... and of the gradient solver
-constexpr int kGradientReduceBytes = kWarps * kGradientReduce * 8;  // graphkern/mgk/gemm.py: GRADIENT_REDUCE_BYTES
+constexpr int kGradientReduceBytes = kWarps * kGradientReduce * 8;
 constexpr int kMaxTerms = kMaxCategories;              // pair_terms never needs more
 constexpr int kMaxGradientTerms = kMaxCategories + 1;  // contraction_terms: 1 + the common categories
-constexpr int kVectors = 4;                            // x, r, D / V, the XMV (graphkern/mgk/gemm.py: N_VECTORS)
-// x, r, the XMV of the forward solve, the same of the adjoint one, D / V (graphkern/mgk/gemm.py:
-// N_GRADIENT_VECTORS)
+constexpr int kVectors = 4;                            // x, r, D / V, the XMV
+// x, r, the XMV of the forward solve, the same of the adjoint one, D / V
 constexpr int kGradientVectors = 7;
 
 
@@ -668,3 +668,24 @@ GEMM_R6(GEMM_GRADIENT_ENTRY, float, f32)
 GEMM_R4(GEMM_GRADIENT_ENTRY, double, f64)
 GEMM_R6(GEMM_SEQ_GRADIENT_ENTRY, float, f32)
 GEMM_R4(GEMM_SEQ_GRADIENT_ENTRY, double, f64)
+
+// The tiles and shared memory graphkern/mgk/gemm.py plans with (terms_end, the node program, the
+// arrays of a block) and the largest tile R of each family of entry points above
+GRAPHKERN_EXPORTS = {
+    {"tile_threads", kTileThreads},
+    {"max_categories", kMaxCategories},
+    {"max_terms", kMaxTerms},
+    {"max_gradient_terms", kMaxGradientTerms},
+    {"reduce_bytes", kReduceBytes},
+    {"gradient_reduce_bytes", kGradientReduceBytes},
+    {"term_bytes_f32", sizeof(Term<float>)},
+    {"term_bytes_f64", sizeof(Term<double>)},
+    {"max_tile_f32", 8},
+    {"max_tile_f64", 6},
+    {"max_gradient_tile_f32", 6},
+    {"max_gradient_tile_f64", 4},
+    {"vectors", kVectors},
+    {"gradient_vectors", kGradientVectors},
+    {"form_constant", FORM_CONSTANT},
+    {"form_kronecker", FORM_KRONECKER},
+};

@@ -14,10 +14,10 @@ using mgk::EDGE_CONSTANT;
 using mgk::EDGE_KRONECKER;
 
 constexpr int kTileThreads = 16;                       // the block is a kTileThreads^2 grid of threads
-constexpr int kThreads = kTileThreads * kTileThreads;  // graphkern/mgk/gemm.py: THREADS_PER_BLOCK
-constexpr int kMaxCategories = 16;                     // graphkern/mgk/gemm.py: MAX_CATEGORIES
+constexpr int kThreads = kTileThreads * kTileThreads;
+constexpr int kMaxCategories = 16;                     // edge categories per graph
 
-enum : int { FORM_CONSTANT = 0, FORM_KRONECKER = 1 };  // graphkern/mgk/gemm.py: FORM_CODES
+enum : int { FORM_CONSTANT = 0, FORM_KRONECKER = 1 };
 
 // alpha_t L_t X R_t^T with L_t = W1 (cat1 == c1 ? 1 : lam1), R_t = W2 (cat2 == c2 ? 1 : lam2).
 template <typename T>

@@ -34,6 +34,7 @@
 #include <cstdint>
 
 #include "common/cg.cuh"
+#include "common/exports.cuh"
 #include "common/kernel_program.cuh"
 #include "common/teams.cuh"
 #include "mgk_tiled_octile.cuh"
@@ -42,8 +43,8 @@ namespace mgk_tiled {
 
 using namespace gk;  // the teams and their cluster helpers
 
-constexpr int kMaxParams = 96;   // params per program (graphkern._mgk_tiled.MAX_PARAMS)
-constexpr int kMaxCode = 256;    // code of both programs (graphkern._mgk_tiled.MAX_CODE)
+constexpr int kMaxParams = 96;   // params per program
+constexpr int kMaxCode = 256;    // code of both programs
 constexpr int kWarpTeamsPerBlock = 4;
 // Launch bounds: warp teams run blocks of 4 warps, block teams up to 16 warps (the host checks).
 constexpr int kWarpTeamThreads = kWarpTeamsPerBlock * kWarp;
@@ -51,7 +52,7 @@ constexpr int kMaxBlockTeamThreads = 16 * kWarp;
 // The warp teams need 160-170 registers (sm_90, f32) not to spill; their shared
 // memory allows about 3 blocks of 4 teams per SM anyway.
 constexpr int kWarpTeamMinBlocks = 3;
-constexpr int kClusterBlocks = 8;  // graphkern._mgk_tiled.CLUSTER_BLOCKS (the portable cluster size)
+constexpr int kClusterBlocks = 8;  // the portable cluster size
 
 enum : int { VEC_X = 0, VEC_R = 1, VEC_P = 2, VEC_AP = 3, VEC_DIAG = 4, N_VECTORS = 5 };
 
@@ -439,3 +440,17 @@ using namespace mgk_tiled;
 MGK_TILED_FORMS(float, f32)
 MGK_TILED_FORMS(double, f64)
 #endif
+
+// The block layout above (header, slots, teams) and the launch bounds that graphkern/mgk/tiled.py
+// plans with, and the scratch vectors of a team
+GRAPHKERN_EXPORTS = {
+    {"max_params", mgk_tiled::kMaxParams},
+    {"max_code", mgk_tiled::kMaxCode},
+    {"max_warps", gk::kMaxWarps},
+    {"cluster_blocks", mgk_tiled::kClusterBlocks},
+    {"max_block_warps", mgk_tiled::kMaxBlockTeamThreads / gk::kWarp},
+    {"warp_teams_per_block", mgk_tiled::kWarpTeamsPerBlock},
+    {"slot_meta_ints", mgk_tiled::kSlotMetaInts},
+    {"octile_size", mgk::kOctileSize},
+    {"vectors", mgk_tiled::N_VECTORS},
+};

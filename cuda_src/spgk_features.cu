@@ -29,6 +29,7 @@
 // the loads need no bounds checks; the stores check the true sizes.
 #include <cstdint>
 
+#include "common/exports.cuh"
 #include "common/scan.cuh"
 
 namespace {
@@ -310,3 +311,14 @@ spgk_features_gram(const double* __restrict__ A, int64_t rows, const double* __r
         }
     }
 }
+
+// The tiles of the product and the counting's limits and output layout, for
+// graphkern/spgk/features_gpu.py
+GRAPHKERN_EXPORTS = {
+    {"tile", TILE},
+    {"depth", DEPTH},
+    {"threads", THREADS},
+    {"count_warps", COUNT_WARPS},
+    {"max_vertices", MAX_VERTICES},
+    {"header", HEADER},
+};

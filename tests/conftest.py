@@ -58,6 +58,23 @@ def sanitized(normal, small, race=_AS_SMALL):
     return small if SANITIZER else normal
 
 
+# What the MGK kernel modules export beyond the values their Python plans with (cuda_src/*.cu:
+# GRAPHKERN_EXPORTS), for the tests whose driver is simulated
+_LAUNCH_EXPORTS = {"mgk": dict(warps_per_block=4, max_params=96, octile_size=64, vectors=5, gradient_vectors=9,
+                               staged_channels_general=0, staged_channels_constant=1, staged_channels_kronecker=2,
+                               staged_channels_sqexp=2),
+                   "mgk_csr": dict(threads=256, vectors=4, gradient_vectors=7),
+                   "mgk_gemm": dict(vectors=4, gradient_vectors=7), "mgk_tiled": dict(vectors=5)}
+
+
+def simulated_exports(module):
+    """The export table of MGK kernel module ``module`` as a simulated driver gives it (name -> value)."""
+    from graphkern.mgk import csr, gemm, tiled
+
+    planned = {"mgk_csr": csr._PLANNED, "mgk_gemm": gemm._PLANNED, "mgk_tiled": tiled._PLANNED}.get(module, {})
+    return {**planned, **_LAUNCH_EXPORTS[module]}
+
+
 def run_python(code, *, env=None, timeout=120):
     """Run ``code`` in a fresh interpreter that imports the same graphkern as this test run.
 

@@ -221,6 +221,28 @@ def test_exports_are_read_once_and_checked_against_what_planning_holds(monkeypat
 
 
 @pytest.mark.gpu
+def test_kernel_modules_export_what_their_python_plans_with(gpu_device):
+    from graphkern.expm import plans as expm_plans
+    from graphkern.mgk import csr, gemm, tiled
+    from graphkern.similarity import plan as similarity_plan
+    for module, planned in (("mgk_csr", csr._PLANNED), ("mgk_gemm", gemm._PLANNED), ("mgk_tiled", tiled._PLANNED),
+                            ("expm", expm_plans._PLANNED), ("jaccard", similarity_plan._PLANNED)):
+        assert set(planned) <= set(vars(rt.exports(gpu_device, module, agree=planned)))
+    # what only the launches read: the scratch vectors of a gradient hold those of a solve and more
+    for module in ("mgk", "mgk_csr", "mgk_gemm"):
+        lim = rt.exports(gpu_device, module)
+        assert 0 < lim.vectors < lim.gradient_vectors
+    assert rt.exports(gpu_device, "mgk_tiled").vectors > 0
+    features = rt.exports(gpu_device, "spgk_features")
+    assert features.tile % features.depth == 0 and features.threads % 32 == 0 and features.max_vertices == 64
+    image = gpu_device.load_module("mgk", rt._module_image("mgk"))
+    with pytest.raises(CudaError, match="CUDA_ERROR_NOT_FOUND") as err:
+        image.global_bytes("no_such_global")
+    assert "no_such_global" in str(err.value)
+    assert len(image.global_bytes("graphkern_exports")) % rt._EXPORT_ROW.itemsize == 0
+
+
+@pytest.mark.gpu
 def test_function_queries_from_a_thread_with_no_current_context(gpu_device):
     """A Dask worker runs tasks on threads that never touched the device: a cached function's
     occupancy and attribute queries must still work there (they make the context current)."""

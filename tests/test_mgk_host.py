@@ -22,6 +22,8 @@ import pytest
 
 from graphkern._cuda import runtime as rt
 
+from conftest import simulated_exports
+
 
 class _Function:
     def __init__(self, name):
@@ -35,8 +37,15 @@ class _Function:
 
 
 class _Module:
+    def __init__(self, key):
+        self.key = key
+
     def function(self, name):
         return _Function(name)
+
+    def global_bytes(self, name):
+        assert name == "graphkern_exports"
+        return np.array([(k.encode(), v) for k, v in simulated_exports(self.key).items()], rt._EXPORT_ROW).tobytes()
 
 
 class _Device:
@@ -55,7 +64,7 @@ class _Device:
         return 70 << 30, 80 << 30
 
     def load_module(self, key, image):
-        return _Module()
+        return _Module(key)
 
     def can_access_peer(self, other):
         return False

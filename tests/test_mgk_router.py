@@ -1,6 +1,8 @@
 """The router of the marginalized graph kernel: the pairs partitioned once between a solver chain,
 declined pairs handed on, results merged in the caller's order (CPU engines stand in for GPU ones)."""
 
+import types
+
 import numpy as np
 import pytest
 
@@ -12,6 +14,7 @@ from graphkern.mgk.gemm import _cost_candidates, route_pairs
 from graphkern.mgk.results import solver_arguments
 from graphkern.mgk.router import Router
 
+from conftest import simulated_exports
 from test_mgk import KERNELS, random_graph
 from test_mgk_gemm import H100_SHARED, kernel as gemm_kernel, labeled_graph
 
@@ -200,6 +203,10 @@ class _Dev:
     activate = synchronize
 
 
+def _stub_exports(dev, module, agree=None):
+    return types.SimpleNamespace(**simulated_exports(module))
+
+
 @pytest.fixture
 def stub_device(monkeypatch):
     """The driver layer replaced by host arrays: a launch records its entry point and pairs and
@@ -225,6 +232,7 @@ def stub_device(monkeypatch):
                          "set_max_dynamic_shared_memory": lambda self, n: None,
                          "max_active_blocks_per_sm": lambda self, threads, shared: 2})
     for name, value in dict(get_device=lambda ordinal: _Dev(), kernel=lambda dev, module, name: fn(name),
+                            exports=_stub_exports,
                             check_fits=lambda *a: None, alloc=lambda dev, shape, dtype: _Buf(np.empty(shape, dtype)),
                             to_device=lambda dev, a, stream=None: _Buf(np.array(a)), launch=launch, Event=event,
                             Stream=stream).items():

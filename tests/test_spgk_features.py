@@ -282,6 +282,10 @@ class FakeFeatureRuntime:
         assert module == "spgk_features"
         return name
 
+    def exports(self, dev, module, agree=None):
+        assert module == "spgk_features"
+        return types.SimpleNamespace(tile=64, depth=16, threads=256)  # the shapes emulated below
+
     def alloc(self, dev, shape, dtype):
         return FakeBuffer(int(np.prod(shape)) * np.dtype(dtype).itemsize)
 
@@ -356,8 +360,8 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize, free):
     from graphkern._cuda import runtime
 
     fake = FakeFeatureRuntime(free)
-    for name in ("get_device", "kernel", "alloc", "to_device", "check_fits", "Stream", "Event", "copy_to_pageable",
-                 "launch"):
+    for name in ("get_device", "kernel", "exports", "alloc", "to_device", "check_fits", "Stream", "Event",
+                 "copy_to_pageable", "launch"):
         monkeypatch.setattr(runtime, name, getattr(fake, name))
     monkeypatch.setattr(runtime, "require_gpu", lambda: None)
     monkeypatch.setattr(runtime, "resolve_devices", lambda d: [0], raising=False)

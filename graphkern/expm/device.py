@@ -37,12 +37,10 @@ from graphkern._cuda import runtime as rt
 from graphkern._cuda.csr_check import INDPTR, RANGE, check_csr
 from graphkern.expm.lanczos import COLUMN_CHUNK
 from graphkern.expm.order import DeviceOrder
-from graphkern.expm.plans import BLOCK, INT32_POINTER_LIMIT, QUAD, WARP, SpmvPlan
+from graphkern.expm.plans import BLOCK, INT32_POINTER_LIMIT, MAX_ROW_PEERS, QUAD, WARP, SpmvPlan, kernel
 
 # Residencies (matrix x device tuple) kept at most; the least recently used goes first.
 MAX_RESIDENT = 4
-# Must match kMaxRowPeers in cuda_src/expm.cu: the update kernel's peer row pointers.
-MAX_ROW_PEERS = 7
 # the gate's two mapped words sit on cache lines of their own (the host writes one, the device the other)
 GATE_LINE = 128
 
@@ -131,7 +129,7 @@ class DevicePlan:
         config = self._launch.get(key)
         if config is None:
             pn = "i32" if rows.ptr_type == np.int32 else "i64"
-            fn = rt.kernel(rows.dev, "expm", f"lanczos_spmv_{self.kernel}_{type_name(dtype)}_{'w' if weighted else 'u'}_{pn}")
+            fn = kernel(rows.dev, f"lanczos_spmv_{self.kernel}_{type_name(dtype)}_{'w' if weighted else 'u'}_{pn}")
             resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * rows.dev.properties["multiprocessor_count"]
             if self.tasks is not None:
                 grid = self.n_tasks if task_grid == "tasks" else min(self.n_tasks, resident)
@@ -168,7 +166,7 @@ class _SourceUpload:
         else:  # int32 crosses (half the bytes) and is widened on the device
             self._narrow = rt.copy_from_pageable(rt.alloc(dev, len(indptr), np.int32), indptr)
             stream = rt.Stream(dev)
-            rt.launch(rt.kernel(dev, "expm", "widen_pointers"), -(-len(indptr) // BLOCK), BLOCK,
+            rt.launch(kernel(dev, "widen_pointers"), -(-len(indptr) // BLOCK), BLOCK,
                       (self._narrow, np.int64(len(indptr)), self.old_indptr), stream=stream)
             stream.synchronize()
         if background:  # the worker's copy runs without the GIL once started: wait for that
@@ -267,7 +265,7 @@ class DeviceRows:
                 t1 = time.perf_counter()
                 upload.wait()
                 pn = "i32" if self.ptr_type == np.int32 else "i64"
-                fn = rt.kernel(self.dev, "expm", f"lanczos_permute_rows_{type_name}_{pn}")
+                fn = kernel(self.dev, f"lanczos_permute_rows_{type_name}_{pn}")
                 resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * self.dev.properties["multiprocessor_count"]
                 grid = int(min(-(-self.nrows * WARP // BLOCK), resident))
                 rows_order = self.order_dev.view(4 * self.row0, 4 * self.nrows, dtype=np.int32, shape=(self.nrows,))
@@ -505,7 +503,7 @@ class Residency:
             marks = rt.alloc(r.dev, max(self.n, 1), np.uint8)
             marks.zero()
             if r.nnz:
-                fn = rt.kernel(r.dev, "expm", "lanczos_mark_columns")
+                fn = kernel(r.dev, "lanczos_mark_columns")
                 grid = int(min(-(-r.nnz // BLOCK), 4 * r.dev.properties["multiprocessor_count"]))
                 rt.launch(fn, grid, BLOCK, (r.indices, np.int64(r.nnz), marks))
             reads.append(marks.to_host())  # the legacy stream: after the marks

@@ -45,9 +45,9 @@ import numpy as np
 
 from graphkern._cuda import runtime as rt
 from graphkern._cpu import expm as cpu
-from graphkern.expm.device import GATE_LINE, MAX_ROW_PEERS, copy_pool, ensure_free, make_room, residency, type_name
+from graphkern.expm.device import GATE_LINE, copy_pool, ensure_free, make_room, residency, type_name
 from graphkern.expm.lanczos import COLUMN_CHUNK, even_chunks, finish_on_host
-from graphkern.expm.plans import BLOCK, EXCHANGES, REORDERS, TASK_GRIDS, hot_columns
+from graphkern.expm.plans import BLOCK, EXCHANGES, MAX_ROW_PEERS, REORDERS, TASK_GRIDS, hot_columns, kernel
 
 # Free memory left untouched by the "auto" basis so that other work on the device keeps room.
 AUTO_RESERVE_FRACTION = 0.10
@@ -74,18 +74,18 @@ class _Share:
         self.spmv_fn, self.spmv_grid = self.plan.launch_config(rows, dtype, mat.weighted, task_grid)
         self.hot_cols = hot_columns(res.reorder, dtype, res.bounds)
         tn = type_name(dtype)
-        self.update_fn = rt.kernel(self.dev, "expm", f"lanczos_update_{tn}")
-        self.combine_fn = rt.kernel(self.dev, "expm", f"lanczos_combine_{tn}")
-        self.fill_fn = rt.kernel(self.dev, "expm", f"lanczos_fill_ones_{tn}")
-        self.scale_fn = rt.kernel(self.dev, "expm", f"lanczos_scale_out_{tn}")
-        self.gather_fn = rt.kernel(self.dev, "expm", f"lanczos_gather_{tn}")
-        self.peak_fn = rt.kernel(self.dev, "expm", "lanczos_peak")
-        self.gate_fn = rt.kernel(self.dev, "expm", "lanczos_gate")
+        self.update_fn = kernel(self.dev, f"lanczos_update_{tn}")
+        self.combine_fn = kernel(self.dev, f"lanczos_combine_{tn}")
+        self.fill_fn = kernel(self.dev, f"lanczos_fill_ones_{tn}")
+        self.scale_fn = kernel(self.dev, f"lanczos_scale_out_{tn}")
+        self.gather_fn = kernel(self.dev, f"lanczos_gather_{tn}")
+        self.peak_fn = kernel(self.dev, "lanczos_peak")
+        self.gate_fn = kernel(self.dev, "lanczos_gate")
         sm = self.dev.properties["multiprocessor_count"]
         # alpha's block partials: summed by the SpMV's last block (atomic ticket) on grids of up to
         # SPLIT_SUM_BLOCKS_PER_SM * SMs blocks, by a launch of their own beyond (a block per task)
         self.split_alpha = self.spmv_grid > SPLIT_SUM_BLOCKS_PER_SM * sm
-        self.sum_fn = rt.kernel(self.dev, "expm", "lanczos_sum_partials") if self.split_alpha else None
+        self.sum_fn = kernel(self.dev, "lanczos_sum_partials") if self.split_alpha else None
         self.vector_grid = int(min(-(-max(1, self.nrows) // BLOCK), 4 * sm))
         self.full_grid = int(min(-(-max(1, mat.n) // BLOCK), 4 * sm))
         self.ws = res.workspaces(dtype)[rows.index].ensure(res, cap, max(self.spmv_grid, self.vector_grid), ring_size)

@@ -14,16 +14,14 @@ import numpy as np
 
 from graphkern._cuda import runtime as rt
 from graphkern.expm.lanczos import dealt_bounds
-from graphkern.expm.plans import (BLOCK, INT32_POINTER_LIMIT, LONG_ROW, LONG_SEGMENT, ROWBLOCK_COST, TASK_LONG,
-                                  TASK_STREAM, TASK_WIDTH, WARP)
+from graphkern.expm.plans import (BLOCK, INT32_POINTER_LIMIT, LONG_ROW, LONG_SEGMENT, ROWBLOCK_COST, SCAN_CHUNK,
+                                  TASK_LONG, TASK_STREAM, TASK_WIDTH, WARP, kernel)
 
 # Degrees below ORDER_BUCKETS are counted, a tile's counts in 16 KiB of shared memory, and longer rows
-# ranked apart; at most ORDER_MAX_TILES tiles of at least ORDER_TILE_ROWS rows.  SCAN_CHUNK: rows per
-# block of the scans (kScanChunk).
+# ranked apart; at most ORDER_MAX_TILES tiles of at least ORDER_TILE_ROWS rows.
 ORDER_BUCKETS = 4096
 ORDER_TILE_ROWS = 4096
 ORDER_MAX_TILES = 1024
-SCAN_CHUNK = BLOCK * 16
 
 
 class DeviceOrder:
@@ -90,7 +88,7 @@ class DeviceOrder:
         self._host = {}
 
     def _launch(self, name, grid, block, args, shared_mem=0):
-        rt.launch(rt.kernel(self.dev, "expm", name), int(grid), block, args, shared_mem, self.stream)
+        rt.launch(kernel(self.dev, name), int(grid), block, args, shared_mem, self.stream)
 
     def rowblock_plan(self, reserve):
         """This block's rowblock plan (graphkern.expm.plans.SpmvPlan's fields, the task table on the

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphkern._backend import resolve_threads
+from graphkern._cuda import runtime as rt
 
 VARIANTS = ("scalar", "vector", "rowblock", "hybrid")
 REORDERS = ("degree", "none")
@@ -20,13 +21,18 @@ EXCHANGES = ("auto", "store", "copy")
 # to whichever SM frees a slot) or "resident" (at most the resident blocks, each walking the task
 # table with a stride).
 TASK_GRIDS = ("tasks", "resident")
+# The kernels' shapes and limits that planning holds (it runs, and is tested, without a device);
+# cuda_src/expm.cu exports the same values, checked when it loads (:func:`kernel`).
 BLOCK = 256
 WARP = 32
-# Must match cuda_src/expm.cu.
 STREAM_CAPACITY = 2048
 STREAM_ROWS = 1023
 TASK_WIDTH = 8
 TASK_STREAM, TASK_THREAD_LIST, TASK_WARP_LIST, TASK_LONG = range(4)
+# the update kernel's parameters for the other devices' rows (peer stores)
+MAX_ROW_PEERS = 7
+# rows per block of the degree order's scans
+SCAN_CHUNK = BLOCK * 16
 # Column indices and values are read as aligned quads: their device arrays are padded to a multiple of 4.
 QUAD = 4
 # Row-block construction: blocks target ROWBLOCK_COST nonzeros + rows; rows longer than LONG_ROW
@@ -52,6 +58,19 @@ HOT_X_BYTES = 96 << 10
 _ALL_COLUMNS = np.iinfo(np.int32).max
 # hot_columns' second range when there is none (see gather_x)
 _NO_SECOND_RANGE = np.uint32(1 << 31)
+
+
+_PLANNED = {"block": BLOCK, "warp": WARP, "stream_capacity": STREAM_CAPACITY, "stream_rows": STREAM_ROWS,
+            "task_width": TASK_WIDTH, "task_stream": TASK_STREAM, "task_thread_list": TASK_THREAD_LIST,
+            "task_warp_list": TASK_WARP_LIST, "task_long": TASK_LONG, "max_row_peers": MAX_ROW_PEERS,
+            "scan_chunk": SCAN_CHUNK}
+
+
+def kernel(dev, name):
+    """The kernel ``name`` of cuda_src/expm.cu on ``dev`` (the module's first load checks its exports
+    against what the planning here holds)."""
+    rt.exports(dev, "expm", agree=_PLANNED)
+    return rt.kernel(dev, "expm", name)
 
 
 def choose_variant(mat):

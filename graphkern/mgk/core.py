@@ -20,16 +20,8 @@ from graphkern.mgk.data import _nonempty
 from graphkern.mgk.gradient import EDGE_FORMS
 from graphkern.mgk.results import Solved, empty_result, gradient_result
 
-WARPS_PER_BLOCK = 4           # cuda_src/mgk.cu: kWarpsPerBlock
-THREADS_PER_BLOCK = 32 * WARPS_PER_BLOCK
-MAX_PARAMS = 96               # cuda_src/mgk.cu: kMaxParams (per program)
-N_VECTORS = 5                 # x, r, p, Ap, diagonal
-N_GRADIENT_VECTORS = 9        # ... and the adjoint's y, r, p, Ap (cuda_src/mgk.cu: N_GRADIENT_VECTORS)
-OCTILE_SIZE = 64
 # Leave room for other users of the device: the scratch takes at most this share of free memory.
 SCRATCH_SHARE = 0.6
-
-_STAGED_CHANNELS = {"constant": 1, "kronecker": 2, "sqexp": 2}
 
 
 def align16(n):
@@ -60,8 +52,9 @@ class _Launch:
     """What both entry points of a call share: the pairs in launch order, the kernel, shared memory,
     the grid, the scratch vectors and the device copies of the pairs and programs."""
 
-    def __init__(self, engine, ds1, ds2, pair_arr, args, entry, *, n_vectors, slices, extra_shared,
+    def __init__(self, engine, ds1, ds2, pair_arr, args, entry, *, vectors, slices, extra_shared,
                  out_bytes_per_pair, out_values_per_vertex_pair=0):
+        """``vectors``: the name of the scratch vectors' count in the module's exports."""
         s = engine.s
         dt = s["dtype"]
         dev = engine.dev
@@ -73,8 +66,9 @@ class _Launch:
         self.tile_pairs = tile_pairs = ds1.octiles.tiles_per_graph()[g1] * ds2.octiles.tiles_per_graph()[g2]
         if m == 0:
             return
-        if len(args["nparam"]) > MAX_PARAMS or len(args["eparam"]) > MAX_PARAMS:
-            raise ValueError(f"a kernel program has more than {MAX_PARAMS} parameters")
+        lim = rt.exports(dev, "mgk")
+        if len(args["nparam"]) > lim.max_params or len(args["eparam"]) > lim.max_params:
+            raise ValueError(f"a kernel program has more than {lim.max_params} parameters")
         self.set1 = device_dataset(dev, ds1)
         self.set2 = self.set1 if ds2 is ds1 else device_dataset(dev, ds2)
 
@@ -82,11 +76,13 @@ class _Launch:
         self.order = order = launch_order(tile_pairs.astype(np.float64) * 64 + sizes)
         form = args["form_name"]
         self.fn = fn = rt.kernel(dev, "mgk", f"{entry}_{form}_{'f32' if dt == np.float32 else 'f64'}")
-        staged = _STAGED_CHANNELS.get(form, ds1.octiles.channels)
+        staged = getattr(lim, f"staged_channels_{form}") or ds1.octiles.channels
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
         # cuda_src/mgk.cu share_block: programs, then per warp two octiles and `slices` vector slices
-        self.shared = shared = ((2 * MAX_PARAMS + WARPS_PER_BLOCK * (2 * staged + slices) * OCTILE_SIZE) * dt.itemsize
+        warps = lim.warps_per_block
+        self.threads = 32 * warps
+        self.shared = shared = ((2 * lim.max_params + warps * (2 * staged + slices) * lim.octile_size) * dt.itemsize
                                 + code.nbytes + extra_shared)
         limit = dev.properties.get("max_shared_memory_per_block_optin", 48 * 1024)
         if shared > limit:
@@ -97,13 +93,13 @@ class _Launch:
         self.stride = stride = int(-(-int(sizes.max()) // 32) * 32)
 
         out_bytes = m * out_bytes_per_pair + int(sizes.sum()) * out_values_per_vertex_pair * dt.itemsize
+        n_vectors = getattr(lim, vectors)
         per_warp = n_vectors * stride * dt.itemsize
         sms = dev.properties["multiprocessor_count"]
-        resident = sms * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK, shared))
-        self.blocks = blocks = scratch_units(dev, min(-(-m // WARPS_PER_BLOCK), resident), per_warp * WARPS_PER_BLOCK,
-                                             out_bytes, sizes)
+        resident = sms * max(1, fn.max_active_blocks_per_sm(self.threads, shared))
+        self.blocks = blocks = scratch_units(dev, min(-(-m // warps), resident), per_warp * warps, out_bytes, sizes)
 
-        self.scratch = rt.alloc(dev, blocks * WARPS_PER_BLOCK * n_vectors * stride, dt)
+        self.scratch = rt.alloc(dev, blocks * warps * n_vectors * stride, dt)
         self.d_g1 = rt.to_device(dev, in_launch_order(g1, order))
         self.d_g2 = rt.to_device(dev, in_launch_order(g2, order))
         self.d_code = rt.to_device(dev, code)
@@ -118,7 +114,7 @@ class _Launch:
             np.float64(s["tol"]), np.int32(s["max_iter"]), self.scratch, np.int64(stride))
 
     def run(self, dev, tail):  # the kernel's seconds
-        return timed_launch(dev, self.fn, self.blocks, THREADS_PER_BLOCK, self.head + tail, self.shared)
+        return timed_launch(dev, self.fn, self.blocks, self.threads, self.head + tail, self.shared)
 
 
 def launch_order(cost):
@@ -285,7 +281,7 @@ class GPUEngine:
     def solve(self, ds1, ds2, pair_arr, args, *, nodal):
         dt = self.s["dtype"]
         dev = self.dev
-        launch = _Launch(self, ds1, ds2, pair_arr, args, "mgk_solve", n_vectors=N_VECTORS, slices=1, extra_shared=0,
+        launch = _Launch(self, ds1, ds2, pair_arr, args, "mgk_solve", vectors="vectors", slices=1, extra_shared=0,
                          out_bytes_per_pair=8 + 4 + 8, out_values_per_vertex_pair=1 if nodal else 0)
         if launch.m == 0:
             return empty_result(nodal, launch.tile_pairs)
@@ -300,7 +296,7 @@ class GPUEngine:
         dt = self.s["dtype"]
         dev = self.dev
         ct = plan.contraction_programs
-        launch = _Launch(self, ds1, ds2, pair_arr, args, "mgk_gradient", n_vectors=N_GRADIENT_VECTORS, slices=2,
+        launch = _Launch(self, ds1, ds2, pair_arr, args, "mgk_gradient", vectors="gradient_vectors", slices=2,
                          extra_shared=len(ct.params) * dt.itemsize + ct.code.nbytes,
                          out_bytes_per_pair=2 * (8 + 4 + 8) + 8 * plan.n_raw)
         if launch.m == 0:

@@ -52,11 +52,11 @@ __all__ = ["CSR_TECHNIQUE", "CSRData", "csr_data", "CSRGPUEngine", "gradient_ent
 
 #: the ``techniques=`` name of this solver
 CSR_TECHNIQUE = "csr"
-THREADS_PER_BLOCK = 256     # cuda_src/mgk_csr.cu: kThreads
-REDUCE_BYTES = 8 * 4 * 8    # kReduceBytes: kWarps x kMaxReduce doubles
-N_VECTORS = 4               # x, r, Ap, diagonal (p is in shared memory)
-N_GRADIENT_VECTORS = 7      # x, r, Ap of both solves and the diagonal (mgk_csr.cu: csr_gradient)
-_ENTRY_BYTES = {4: 16, 8: 32}  # EntrySlot<float> / EntrySlot<double>
+# The shared memory layout routing plans with (it runs, and is tested, without a device); the kernel
+# module exports the same values, checked when the engine loads it (graphkern._cuda.runtime.exports).
+REDUCE_BYTES = 8 * 4 * 8       # the reduction slots: 8 warps x 4 doubles
+ENTRY_BYTES = {4: 16, 8: 32}   # a staged entry record, by itemsize
+_PLANNED = {"reduce_bytes": REDUCE_BYTES, "entry_bytes_f32": ENTRY_BYTES[4], "entry_bytes_f64": ENTRY_BYTES[8]}
 _KEPT = threading.local()   # CSRData.launch_plan's last kept plan, per thread
 
 
@@ -141,7 +141,7 @@ def pair_shared_bytes(itemsize, form, n1, n2, nnz1, nnz2, n_edge_features, direc
     the general form's edge features, both row-pointer arrays (mgk_csr.cu: pair_layout)."""
     n1, n2, nnz1, nnz2 = (np.asarray(v, dtype=np.int64) for v in (n1, n2, nnz1, nnz2))
     features = n_edge_features if form == "general" else 0
-    return ((nnz1 + nnz2) * _ENTRY_BYTES[itemsize] + directions * n1 * n2 * itemsize
+    return ((nnz1 + nnz2) * ENTRY_BYTES[itemsize] + directions * n1 * n2 * itemsize
             + (nnz1 + nnz2) * features * itemsize + (n1 + n2 + 2) * 4)
 
 
@@ -175,6 +175,11 @@ class CSRGPUEngine:
         self.dev = rt.get_device(ordinal)
         self.s = s
 
+    def exports(self):
+        """The kernel module's threads and scratch vectors (and its layout checked against the one
+        planned here), loading it on first use."""
+        return rt.exports(self.dev, "mgk_csr", agree=_PLANNED)
+
     def _parts(self, ds1, ds2, args, plan=None):
         """The shared bytes of a block as ``fixed + f1[g1] + f2[g2] + cross n1[g1] n2[g2]`` (the sum
         of :func:`header_bytes` and :func:`pair_shared_bytes`, split per graph): (c1, c2, code,
@@ -190,8 +195,8 @@ class CSRGPUEngine:
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
         fixed = header_bytes(dt.itemsize, len(params) + extra_params, len(code) + extra_code) + 8
-        per_entry = _ENTRY_BYTES[dt.itemsize] + (ds1.edge_features.shape[1] * dt.itemsize
-                                                 if args["form_name"] == "general" else 0)
+        per_entry = ENTRY_BYTES[dt.itemsize] + (ds1.edge_features.shape[1] * dt.itemsize
+                                                if args["form_name"] == "general" else 0)
         f1 = c1.n_entries * per_entry + 4 * c1.n_nodes
         f2 = f1 if c2 is c1 else c2.n_entries * per_entry + 4 * c2.n_nodes
         return c1, c2, code, params, fixed, f1, f2, directions * dt.itemsize
@@ -237,10 +242,13 @@ class CSRGPUEngine:
             c1, c2, launch, args, code, params, need, plan, entry)
         return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, seconds)
 
-    def _prepare(self, c1, c2, launch, args, code, params, shared, entry, n_vectors, out_bytes):
+    def _prepare(self, c1, c2, launch, args, code, params, shared, entry, vectors, out_bytes):
         """The launch of ``entry`` over the pairs of ``launch`` (:meth:`_need`): its kernel, grid and
-        the arguments every entry point begins with (sets, pairs, programs, hyperparameters, scratch)."""
+        the arguments every entry point begins with (sets, pairs, programs, hyperparameters, scratch);
+        ``vectors``: the name of the scratch vectors' count in the module's exports."""
         s = self.s
+        lim = self.exports()
+        n_vectors = getattr(lim, vectors)
         dt = s["dtype"]
         T = dt.type
         dev = self.dev
@@ -251,8 +259,7 @@ class CSRGPUEngine:
             fn.set_max_dynamic_shared_memory(shared)
         stride = int(-(-largest // 32) * 32)
         per_block = n_vectors * stride * dt.itemsize
-        resident = dev.properties["multiprocessor_count"] * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK,
-                                                                                               shared))
+        resident = dev.properties["multiprocessor_count"] * max(1, fn.max_active_blocks_per_sm(lim.threads, shared))
         n_blocks = scratch_units(dev, min(m, resident), per_block, out_bytes, largest)
 
         set1 = c1.on_device(dev)
@@ -276,10 +283,10 @@ class CSRGPUEngine:
         dt = self.s["dtype"]
         order, total = launch[0], launch[4]
         out_bytes = len(order) * (8 + 4 + 8) + (total * dt.itemsize if nodal else 0)
-        fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, "mgk_csr", N_VECTORS,
+        fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, "mgk_csr", "vectors",
                                            out_bytes)
         n1, n2 = (c1.n_nodes[pair_arr[:, 0]], c2.n_nodes[pair_arr[:, 1]]) if nodal else (None, None)
-        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, head + outputs, shared))
+        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, self.exports().threads, head + outputs, shared))
         return solve_outputs(self.dev, run, order, n1, n2, dt, nodal, launch[5]["positions"])
 
     def _launch_gradient(self, c1, c2, launch, args, code, params, shared, plan, entry="mgk_csr_gradient"):
@@ -287,8 +294,8 @@ class CSRGPUEngine:
         (K, iterations, residuals, adjoint iterations, adjoint residuals, raw (m, n_raw), seconds)."""
         dt = self.s["dtype"]
         order = launch[0]
-        fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, entry, N_GRADIENT_VECTORS,
+        fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, entry, "gradient_vectors",
                                            len(order) * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         head = head + gradient_terms(self.dev, plan, dt)
-        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, THREADS_PER_BLOCK, head + outputs, shared))
+        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, self.exports().threads, head + outputs, shared))
         return gradient_outputs(self.dev, run, order, plan, "GPU solver")

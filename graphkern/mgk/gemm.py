@@ -89,19 +89,24 @@ __all__ = ["GEMM_TECHNIQUE", "GemmData", "gemm_data", "GEMMGPUEngine", "pair_ter
 
 #: the ``techniques=`` name of this solver
 GEMM_TECHNIQUE = "gemm"
-TILE_THREADS = 16           # cuda_src/mgk_gemm.cu: kTileThreads
-THREADS_PER_BLOCK = TILE_THREADS * TILE_THREADS
-REDUCE_BYTES = 8 * 2 * 8    # kReduceBytes: kWarps x kMaxReduce doubles
-GRADIENT_REDUCE_BYTES = 8 * 4 * 8  # kGradientReduceBytes
-MAX_CATEGORIES = 16         # kMaxCategories: edge categories per graph
-MAX_TERMS = MAX_CATEGORIES  # kMaxTerms
-MAX_GRADIENT_TERMS = MAX_CATEGORIES + 1  # kMaxGradientTerms
-TERM_BYTES = {4: 20, 8: 32}  # sizeof(Term<float>) / sizeof(Term<double>)
+# What routing plans with (it runs, and is tested, without a device); the kernel module exports the
+# same values and the engine checks them when it loads the module (graphkern._cuda.runtime.exports).
+TILE_THREADS = 16           # a block is a TILE_THREADS x TILE_THREADS grid of threads
+REDUCE_BYTES = 8 * 2 * 8    # its reduction slots: 8 warps x 2 doubles (the gradient's: x 4)
+GRADIENT_REDUCE_BYTES = 8 * 4 * 8
+MAX_CATEGORIES = 16         # edge categories per graph
+MAX_TERMS = MAX_CATEGORIES
+MAX_GRADIENT_TERMS = MAX_CATEGORIES + 1
+TERM_BYTES = {4: 20, 8: 32}  # a staged term, by itemsize
 MAX_TILE = {4: 8, 8: 6}     # the largest tile R with an entry point, by itemsize
 MAX_GRADIENT_TILE = {4: 6, 8: 4}  # ... of the gradient entry points (five arrays of shared memory)
-N_VECTORS = 4               # kVectors: x, r, D / V, the XMV
-N_GRADIENT_VECTORS = 7      # kGradientVectors: x, r, the XMV of both solves, D / V
-FORM_CODES = {"constant": 0, "kronecker": 1}  # FORM_CONSTANT / FORM_KRONECKER
+FORM_CODES = {"constant": 0, "kronecker": 1}
+_PLANNED = {"tile_threads": TILE_THREADS, "reduce_bytes": REDUCE_BYTES, "gradient_reduce_bytes": GRADIENT_REDUCE_BYTES,
+            "max_categories": MAX_CATEGORIES, "max_terms": MAX_TERMS, "max_gradient_terms": MAX_GRADIENT_TERMS,
+            "term_bytes_f32": TERM_BYTES[4], "term_bytes_f64": TERM_BYTES[8], "max_tile_f32": MAX_TILE[4],
+            "max_tile_f64": MAX_TILE[8], "max_gradient_tile_f32": MAX_GRADIENT_TILE[4],
+            "max_gradient_tile_f64": MAX_GRADIENT_TILE[8], "form_constant": FORM_CODES["constant"],
+            "form_kronecker": FORM_CODES["kronecker"]}
 #: GEMM FMA-equivalents one entry pair of the CSR solver is worth (module docstring): the
 #: crossover of the two solvers' per-pair-iteration times on dense and sparse labeled sets,
 #: from graphkern-bench mgk (docs/performance.md)
@@ -521,11 +526,14 @@ class GEMMGPUEngine:
         self._record(route, done, merged.seconds)
         return dataclasses.replace(merged, declined=np.flatnonzero(~done))
 
-    def _prepare(self, ds1, ds2, args, plan, sets, idx, tile, entry, shared, n_vectors, out_bytes):
+    def _prepare(self, ds1, ds2, args, plan, sets, idx, tile, entry, shared, vectors, out_bytes):
         """What every launch of pairs ``idx`` (tile ``tile``) begins with: (kernel, blocks, launch order,
         the arguments up to the scratch slot), or None when the free device memory holds no
-        block's ``n_vectors`` CG vectors besides ``out_bytes`` of results."""
+        block's CG vectors (``vectors``: the name of their count in the module's exports) besides
+        ``out_bytes`` of results."""
         s = self.s
+        lim = rt.exports(self.dev, "mgk_gemm", agree=_PLANNED)
+        n_vectors, threads = getattr(lim, vectors), lim.tile_threads ** 2
         dt = np.dtype(s["dtype"])
         T = dt.type
         dev = self.dev
@@ -537,16 +545,15 @@ class GEMMGPUEngine:
         fn = rt.kernel(dev, "mgk_gemm", f"{entry}_r{tile}_{'f32' if dt == np.float32 else 'f64'}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
-        per_block = n_vectors * tile * tile * THREADS_PER_BLOCK * dt.itemsize
+        per_block = n_vectors * tile * tile * threads * dt.itemsize
         free, _ = dev.memory_info()
-        resident = dev.properties["multiprocessor_count"] * max(1, fn.max_active_blocks_per_sm(THREADS_PER_BLOCK,
-                                                                                               shared))
+        resident = dev.properties["multiprocessor_count"] * max(1, fn.max_active_blocks_per_sm(threads, shared))
         affordable = int((free - out_bytes) * SCRATCH_SHARE // per_block)
         if affordable < 1:
             return None
         n_blocks = min(m, resident, affordable)
         rt.check_fits(dev, n_blocks * per_block + out_bytes, "the CG work vectors and results")
-        scratch = rt.alloc(dev, n_blocks * n_vectors * tile * tile * THREADS_PER_BLOCK, dt)
+        scratch = rt.alloc(dev, n_blocks * n_vectors * tile * tile * threads, dt)
         set1, set2 = sets
         head = set1 + set2 + (
             rt.to_device(dev, in_launch_order(g1, order)), rt.to_device(dev, in_launch_order(g2, order)), np.int64(m),
@@ -567,11 +574,11 @@ class GEMMGPUEngine:
         sizes = n1.astype(np.int64) * n2
         out_bytes = m * (8 + 4 + 8) + (int(sizes.sum()) * dt.itemsize if nodal else 0)
         shared = int(shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"])))
-        prepared = self._prepare(ds1, ds2, args, plan, sets, idx, tile, "mgk_gemm", shared, N_VECTORS, out_bytes)
+        prepared = self._prepare(ds1, ds2, args, plan, sets, idx, tile, "mgk_gemm", shared, "vectors", out_bytes)
         if prepared is None:
             return None
         fn, n_blocks, order, head = prepared
-        run = (lambda outputs: timed_launch(dev, fn, n_blocks, THREADS_PER_BLOCK, head + outputs, shared))
+        run = (lambda outputs: timed_launch(dev, fn, n_blocks, TILE_THREADS ** 2, head + outputs, shared))
         return solve_outputs(dev, run, order, n1, n2, dt, nodal)
 
     def _launch_gradient(self, ds1, ds2, args, route, sets, idx, tile, plan):
@@ -585,11 +592,11 @@ class GEMMGPUEngine:
         directions = csr_solver.gradient_entry(self.s["gradient_solves"])[1]  # lockstep or sequential
         entry = "mgk_gemm_gradient" if directions == 2 else "mgk_gemm_gradient_seq"
         shared = int(gradient_shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]), directions))
-        prepared = self._prepare(ds1, ds2, args, route, sets, idx, tile, entry, shared, N_GRADIENT_VECTORS,
+        prepared = self._prepare(ds1, ds2, args, route, sets, idx, tile, entry, shared, "gradient_vectors",
                                  m * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         if prepared is None:
             return None
         fn, n_blocks, order, head = prepared
         head = head + gradient_terms(dev, plan, dt)
-        run = (lambda outputs: timed_launch(dev, fn, n_blocks, THREADS_PER_BLOCK, head + outputs, shared))
+        run = (lambda outputs: timed_launch(dev, fn, n_blocks, TILE_THREADS ** 2, head + outputs, shared))
         return gradient_outputs(dev, run, order, plan, "GEMM solver")

@@ -88,14 +88,18 @@ __all__ = ["PRESETS", "TECHNIQUE_OPTIONS", "INCREMENTAL_STEPS", "resolve_techniq
 
 OCTILE_SIZE = OCTILE * OCTILE
 WARP = 32
-MAX_PARAMS = 96            # cuda_src/mgk_tiled.cu: kMaxParams (per program)
-MAX_CODE = 256             # kMaxCode (both programs)
-MAX_WARPS = 32             # kMaxWarps (per block)
-CLUSTER_BLOCKS = 8         # kClusterBlocks: blocks per cluster team
-MAX_BLOCK_WARPS = 16       # kMaxBlockTeamThreads / 32: the block teams' launch bound
-WARP_TEAMS_PER_BLOCK = 4   # kWarpTeamsPerBlock
-N_VECTORS = 5              # x, r, p, Ap, diag
-SLOT_META_INTS = 8         # mgk_tiled_octile.cuh: kSlotMetaInts
+# What the planning of teams, slots and shared memory holds (it runs, and is tested, without a
+# device); the kernel module exports the same values, checked when it loads (graphkern._cuda.runtime.exports).
+MAX_PARAMS = 96            # parameters per program
+MAX_CODE = 256             # code words of both programs
+MAX_WARPS = 32             # per block
+CLUSTER_BLOCKS = 8         # blocks per cluster team
+MAX_BLOCK_WARPS = 16       # the block teams' launch bound
+WARP_TEAMS_PER_BLOCK = 4
+SLOT_META_INTS = 8         # an octile slot's header
+_PLANNED = {"max_params": MAX_PARAMS, "max_code": MAX_CODE, "max_warps": MAX_WARPS, "cluster_blocks": CLUSTER_BLOCKS,
+            "max_block_warps": MAX_BLOCK_WARPS, "warp_teams_per_block": WARP_TEAMS_PER_BLOCK,
+            "slot_meta_ints": SLOT_META_INTS, "octile_size": OCTILE_SIZE}
 REORDER_METHODS = ("pbr", "rcm", None)
 
 #: (ss_max, ds_max) per edge-kernel form: the largest nonzeros per octile at which the sparse
@@ -628,6 +632,7 @@ class TiledGPUEngine:
         T = dt.type
         m = len(g1)
         dev.activate()
+        n_vectors = rt.exports(dev, "mgk_tiled", agree=_PLANNED).vectors  # and the layout planned here checked
         stream = rt.Stream(dev)
         d1 = td1.on_device(dev, stream)
         d2 = d1 if td2 is td1 else td2.on_device(dev, stream)
@@ -672,7 +677,7 @@ class TiledGPUEngine:
         stride = int(-(-int(sizes.max()) // 32) * 32)
         nodal_off = np.concatenate([[0], np.cumsum(sizes[order])]).astype(np.int64) if nodal else None
         out_bytes = m * (8 + 4 + 8 + 16) + (int(nodal_off[-1]) * dt.itemsize if nodal else 0)
-        per_team = N_VECTORS * stride * dt.itemsize
+        per_team = n_vectors * stride * dt.itemsize
         resident_blocks = sms * max(1, twin.max_active_blocks_per_sm(threads, shared))
         # units: a block of warp teams, a block team, or a cluster of blocks (one team each)
         units = scratch_units(dev, min(-(-m // teams_per_block), max(1, resident_blocks // blocks_per_team)),
@@ -681,7 +686,7 @@ class TiledGPUEngine:
 
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
-        scratch = rt.alloc(dev, units * teams_per_block * N_VECTORS * stride, dt)
+        scratch = rt.alloc(dev, units * teams_per_block * n_vectors * stride, dt)
         d_g1 = rt.to_device(dev, in_launch_order(g1, order), stream)
         d_g2 = rt.to_device(dev, in_launch_order(g2, order), stream)
         d_code = rt.to_device(dev, code, stream)

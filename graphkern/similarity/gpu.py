@@ -12,7 +12,7 @@ import numpy as np
 
 from graphkern._cuda.csr_check import check_csr
 from graphkern._progress import Progress
-from graphkern.similarity.plan import (BLOCK, INDEX_PADDING, STAGED_VARIANTS, DeviceOptions, plan_similarity,
+from graphkern.similarity.plan import (BLOCK, INDEX_PADDING, STAGED_VARIANTS, DeviceOptions, kernel, plan_similarity,
                                        window_rows_per_block)
 
 # A user's call runs the entry-parallel variants in up to this many launches over consecutive
@@ -213,19 +213,19 @@ class DeviceSimilarity:
             w = np.ldexp(pattern.weights, -weight_scale) if weight_scale else pattern.weights
             self._host_weights = w.astype(self.dtype, copy=False)
         flavour = f"{'weight' if self.weighted else 'count'}_{'f32' if self.dtype == np.float32 else 'f64'}"
-        self._fn = {name: rt.kernel(dev, "jaccard", f"jaccard_{name}_{flavour}")
+        self._fn = {name: kernel(dev, f"jaccard_{name}_{flavour}")
                     for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow")}
         pair_kernel = "pair" if self.pair_width == 1 else f"pair_vec{self.pair_width}"
-        self._fn["pair"] = rt.kernel(dev, "jaccard", f"jaccard_{pair_kernel}_{flavour}")
+        self._fn["pair"] = kernel(dev, f"jaccard_{pair_kernel}_{flavour}")
         if self.variant in STAGED_VARIANTS:
-            self._fn[self.variant] = rt.kernel(dev, "jaccard", f"jaccard_{self.variant}_{flavour}")
-        self._fn_vertex = (rt.kernel(dev, "jaccard", f"jaccard_vertex_weights_{flavour[-3:]}") if self.weighted
-                           else rt.kernel(dev, "jaccard", "jaccard_vertex_counts"))
-        self._fn_work = rt.kernel(dev, "jaccard", "jaccard_balanced_work")
-        self._fn_hub_bitmaps = rt.kernel(dev, "jaccard", "jaccard_hub_bitmaps")
-        self._fn_row_hashes = rt.kernel(dev, "jaccard", "jaccard_row_hashes")
-        self._fn_scan_sums = rt.kernel(dev, "jaccard", "jaccard_scan_tile_sums")
-        self._fn_scan_tiles = rt.kernel(dev, "jaccard", "jaccard_scan_tiles")
+            self._fn[self.variant] = kernel(dev, f"jaccard_{self.variant}_{flavour}")
+        self._fn_vertex = (kernel(dev, f"jaccard_vertex_weights_{flavour[-3:]}") if self.weighted
+                           else kernel(dev, "jaccard_vertex_counts"))
+        self._fn_work = kernel(dev, "jaccard_balanced_work")
+        self._fn_hub_bitmaps = kernel(dev, "jaccard_hub_bitmaps")
+        self._fn_row_hashes = kernel(dev, "jaccard_row_hashes")
+        self._fn_scan_sums = kernel(dev, "jaccard_scan_tile_sums")
+        self._fn_scan_tiles = kernel(dev, "jaccard_scan_tiles")
         sms = dev.properties["multiprocessor_count"]
         self._balanced_grid = sms * max(1, self._fn["balanced"].max_active_blocks_per_sm(BLOCK, 0))
         if self.rows_per_block is None:  # "window": as many rows per block as fill one wave of blocks

@@ -17,31 +17,39 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphkern._cuda import runtime as rt
+
 VARIANTS = ("auto", "element", "binary", "warp", "balanced", "hub", "shortrow", "pair", "staged", "window",
             "longrow")
 
-# ---- GPU launch shapes (the constants of cuda_src/jaccard.cu)
+# ---- GPU launch shapes.  Those cuda_src/jaccard.cu also holds it exports, checked when it loads
+# (:func:`kernel`): BLOCK, SCAN_TILE, STAGE_CAP, WINDOW_HALF, WINDOW_FAR, the vector merge's pad
+# (PAIR_PAD) and the hash tables' bucket (HASH_BUCKET).
 BLOCK = 256
-SCAN_TILE = 256 * 16           # kBlock * kScanItems
+SCAN_TILE = 256 * 16           # entries per block of the work prefix sum: 16 a thread
 BALANCED_CHUNK = 8             # searches per thread in the balanced, hub and longrow variants (8 beat 16 and 32)
 PAIR_ENTRIES_PER_BLOCK = 960   # "pair": rows per block sized for about this many upper entries
-STAGE_CAP = 2048               # "staged": column indices a block copies to shared memory (kStageCap)
+STAGE_CAP = 2048               # "staged": column indices a block copies to shared memory
 STAGE_FILL = 0.8               # "staged": rows per block sized for this share of STAGE_CAP at the mean degree
 # auto: "staged" over "pair" when this share of entries stays in a block (a ring order gains a
 # few percent, a shuffled order loses more)
 STAGE_MIN_LOCALITY = 0.5
 STAGED_VARIANTS = ("staged", "window")  # unweighted kernels that stage the block's rows in shared memory
-WINDOW_HALF = 32               # "window": row r's mask covers the vertices [r - 32, r + 32) (kWinHalf)
-WINDOW_FAR = 4                 # "window": entries outside its window a row may have for the fast path (kWinFar)
+WINDOW_HALF = 32               # "window": row r's mask covers the vertices [r - 32, r + 32)
+WINDOW_FAR = 4                 # "window": entries outside its window a row may have for the fast path
 WINDOW_MIN_LOCALITY = 0.5      # auto: "window" where this share of pairs takes the fast path
 PAIR_WIDTHS = (1, 2, 4)        # "pair": column indices per load of its merge (1: element by element)
 # the vector merge's extra compares cost more than its fewer loads save on short rows
 PAIR_WIDTH = 1
 INT32_MAX = np.iinfo(np.int32).max
-# The vector merge pads rows with the indices 2^31 - 2 and 2^31 - 1, so it needs every vertex
-# index below them; the index buffer is padded to a multiple of 4 for its aligned loads.
-PAIR_VECTOR_MAX_NODES = INT32_MAX - 2
+# The vector merge pads rows with the indices PAIR_PAD = 2^31 - 2 and 2^31 - 1, so it needs every
+# vertex index below them; the index buffer is padded to a multiple of 4 for its aligned loads.
+PAIR_PAD = INT32_MAX - 1
+PAIR_VECTOR_MAX_NODES = PAIR_PAD - 1
 INDEX_PADDING = 4
+HASH_BUCKET = 4                # a hash table's slots per bucket (one aligned load)
+_PLANNED = {"block": BLOCK, "scan_tile": SCAN_TILE, "stage_cap": STAGE_CAP, "window_half": WINDOW_HALF,
+            "window_far": WINDOW_FAR, "pad_after_b": PAIR_PAD, "hash_bucket": HASH_BUCKET}
 BITMAP_VARIANTS = ("hub", "longrow")
 WORK_LINE_VARIANTS = ("balanced", "hub", "longrow")
 MAX_GRID = 2**31 - 1
@@ -64,6 +72,13 @@ HASH_MIN_DEGREE = 128
 # 10^4 entries get tables (8 to 64 KiB) instead of bitmaps (n / 8 bytes each), whose bit tests
 # are random L2 sectors.
 HASH_HUB_MAX_BYTES = 1 << 25
+
+
+def kernel(dev, name):
+    """The kernel ``name`` of cuda_src/jaccard.cu on ``dev`` (the module's first load checks its exports
+    against the shapes planned here)."""
+    rt.exports(dev, "jaccard", agree=_PLANNED)
+    return rt.kernel(dev, "jaccard", name)
 
 
 @dataclass(frozen=True)
@@ -412,5 +427,6 @@ def hash_table_rows(degrees, hubs, *, min_degree, rows=None):
     # 2d - 1 has ceil(log2(2d)) significant bits, which frexp gives exactly below 2^53
     _, bits = np.frexp((2 * d[chosen].astype(np.int64) - 1).astype(np.float64))
     slots = np.zeros(chosen.size + 1, dtype=np.int64)
-    np.cumsum(np.left_shift(np.int64(1), np.maximum(bits, 2).astype(np.int64)), out=slots[1:])
+    np.cumsum(np.left_shift(np.int64(1), np.maximum(bits, HASH_BUCKET.bit_length() - 1).astype(np.int64)),
+              out=slots[1:])
     return rows[chosen].astype(np.int32), slots

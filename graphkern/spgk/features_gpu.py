@@ -25,34 +25,33 @@ from __future__ import annotations
 
 import numpy as np
 
-_TILE_ROWS = 64  # the kernel's tile (rows and columns of output per block)
-_DEPTH = 16  # its step through the feature columns
-_THREADS = 256
+# The kernels' tiles and the counting's limits and output layout come from the module's exports
+# (graphkern._cuda.runtime.exports): ``tile`` rows and columns of output per block, ``depth`` feature
+# columns per step, ``threads`` per block; the counting runs a warp a graph, ``count_warps`` a block,
+# on graphs of at most ``max_vertices`` vertices (a 64-bit row each), and its output starts with
+# ``header`` words of sizes.
 _MAX_GRID_Y = 65535  # a tile's blocks of rows (the grid's second dimension)
 # a tile of rows holds at most this many bytes of output: one is copied out while the next computes
 _TILE_BYTES = 256 << 20
 # a symmetric Gram matrix is kept whole on the device when it takes at most this share of the free memory
 _RESIDENT_SHARE = 0.5
-# the counting kernel: a warp a graph, two a block; a graph of at most _MAX_VERTICES vertices (a
-# 64-bit row each); the batch's table over (label, label, hops) of at most _TABLE_CELLS cells
-_COUNT_WARPS = 2
-_MAX_VERTICES = 64
+# the counting's table over (label, label, hops) of a batch has at most this many cells
 _TABLE_CELLS = 1 << 24
-_COUNT_HEADER = 4  # the counting's output starts with its sizes (cuda_src/spgk_features.cu)
 
 
-def _pad(n):
-    return -(-max(n, 1) // _TILE_ROWS) * _TILE_ROWS
+def _pad(n, tile):
+    return -(-max(n, 1) // tile) * tile
 
 
 def _dense(rt, dev, M, rank, depth, stream):
     """The CSR count matrix ``M`` as dense float64 rows of ``depth`` columns on the device (column
     ``j`` at ``rank[j]``, a device int32 array), its rows padded with zeros to a multiple of the
-    tile; and the flags of its (64-row tile, 16-column step) blocks that hold a nonzero."""
-    rows = _pad(M.shape[0])
+    tile; and the flags of its (tile, depth step) blocks that hold a nonzero."""
+    lim = rt.exports(dev, "spgk_features")
+    rows = _pad(M.shape[0], lim.tile)
     dense = rt.alloc(dev, (rows, depth), np.float64)
     dense.zero(stream=stream)
-    flags = rt.alloc(dev, (rows // _TILE_ROWS, depth // _DEPTH), np.uint8)
+    flags = rt.alloc(dev, (rows // lim.tile, depth // lim.depth), np.uint8)
     flags.zero(stream=stream)
     if M.nnz:
         if isinstance(M, DeviceRows):
@@ -61,8 +60,8 @@ def _dense(rt, dev, M, rank, depth, stream):
             indptr = rt.to_device(dev, M.indptr.astype(np.int64, copy=False), stream=stream)
             cols = rt.to_device(dev, M.indices.astype(np.int32, copy=False), stream=stream)
             counts = rt.to_device(dev, M.data.astype(np.int64, copy=False), stream=stream)
-        grid = max(1, min(-(-M.shape[0] // (_THREADS // 32)), 65535))
-        rt.launch(rt.kernel(dev, "spgk_features", "spgk_features_scatter"), grid, _THREADS,
+        grid = max(1, min(-(-M.shape[0] // (lim.threads // 32)), 65535))
+        rt.launch(rt.kernel(dev, "spgk_features", "spgk_features_scatter"), grid, lim.threads,
                   (indptr, cols, counts, rank, np.int64(M.shape[0]), dense, np.int64(depth), flags), stream=stream)
         stream.synchronize()  # the host arrays of the copies above go out of scope
     return dense, flags
@@ -85,13 +84,14 @@ def triplet_counts(device, structure, ids, n_labels, id_bits):
     G = len(node_offsets) - 1
     if weights is not None or G == 0:
         return None
+    dev = rt.get_device(device)
+    lim = rt.exports(dev, "spgk_features")
     sizes = np.diff(node_offsets)
     width = max(1, int(sizes.max()))
     cells = n_labels * n_labels * width
-    if width > _MAX_VERTICES or cells > _TABLE_CELLS:
+    if width > lim.max_vertices or cells > _TABLE_CELLS:
         return None
     bound = int(np.dot(sizes, sizes - 1))  # a graph has at most its ordered pairs' triplets
-    dev = rt.get_device(device)
     stream = rt.Stream(dev)
     # the graphs in one copy (the int32 indices last, so every int64 array stays aligned)
     inputs = (node_offsets, edge_offsets, indptr, ids, indices)
@@ -101,41 +101,41 @@ def triplet_counts(device, structure, ids, n_labels, id_bits):
                                                         for a, end in zip(inputs, ends))
     # scratch: the columns of the cells (int64); the marks of the cells and hop counts, zeroed; each
     # graph's number of triplets (int32)
-    scratch = rt.alloc(dev, 8 * (cells + 1) + 4 * (cells + _MAX_VERTICES + G), np.uint8)
+    scratch = rt.alloc(dev, 8 * (cells + 1) + 4 * (cells + lim.max_vertices + G), np.uint8)
     columns = scratch.view(0, 8 * (cells + 1))
-    marks = scratch.view(8 * (cells + 1), 4 * (cells + _MAX_VERTICES))
-    used, hops = marks.view(0, 4 * cells), marks.view(4 * cells, 4 * _MAX_VERTICES)
-    found = scratch.view(8 * (cells + 1) + 4 * (cells + _MAX_VERTICES), 4 * G)
+    marks = scratch.view(8 * (cells + 1), 4 * (cells + lim.max_vertices))
+    used, hops = marks.view(0, 4 * cells), marks.view(4 * cells, 4 * lim.max_vertices)
+    found = scratch.view(8 * (cells + 1) + 4 * (cells + lim.max_vertices), 4 * G)
     marks.zero(stream=stream)
-    head = _COUNT_HEADER + 2 * G + 1 + _MAX_VERTICES
+    head = lim.header + 2 * G + 1 + lim.max_vertices
     out = rt.alloc(dev, head + 2 * min(cells, bound) + 1, np.int64)
-    out.view(0, 8 * _COUNT_HEADER).zero(stream=stream)
+    out.view(0, 8 * lim.header).zero(stream=stream)
     count = rt.kernel(dev, "spgk_features", "spgk_count_graphs")
-    grid = min(-(-G // _COUNT_WARPS), 1 << 20)
+    grid = min(-(-G // lim.count_warps), 1 << 20)
     args = (node_offsets, edge_offsets, indptr, indices, ids, np.int64(G), np.int64(n_labels), np.int64(width))
-    rt.launch(count, grid, 32 * _COUNT_WARPS, (*args, np.int32(0), used, hops, found, columns, out, None),
+    rt.launch(count, grid, 32 * lim.count_warps, (*args, np.int32(0), used, hops, found, columns, out, None),
               stream=stream)
     rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_offsets"), 1, 1024, (found, np.int64(G), out),
               stream=stream)
     rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_columns"), 1, 1024,
               (used, hops, np.int64(cells), np.int64(n_labels), np.int64(width), np.int32(id_bits), np.int64(G),
                columns, out), stream=stream)
-    header = out.copy_to_host(np.empty(_COUNT_HEADER, np.int64), stream)
+    header = out.copy_to_host(np.empty(lim.header, np.int64), stream)
     stream.synchronize()
     nnz, F, n_lengths, too_large = header.tolist()
     if too_large:
         return None
     # the rows the product reads, kept with the counts: sized now, their offsets copied in
     rows = rt.alloc(dev, G + 1 + nnz + -(-nnz // 2), np.int64)
-    rows.copy_from_device(out, 8 * (G + 1), stream, 0, 8 * _COUNT_HEADER)
-    rt.launch(count, grid, 32 * _COUNT_WARPS, (*args, np.int32(1), used, hops, found, columns, out, rows),
+    rows.copy_from_device(out, 8 * (G + 1), stream, 0, 8 * lim.header)
+    rt.launch(count, grid, 32 * lim.count_warps, (*args, np.int32(1), used, hops, found, columns, out, rows),
               stream=stream)
     host = out.copy_to_host(np.empty(head + 2 * F, np.int64), stream)
     stream.synchronize()
-    at = _COUNT_HEADER + G + 1
+    at = lim.header + G + 1
     device_rows = DeviceRows((G, F), nnz, rows.view(0, 8 * (G + 1)), rows.view(8 * (G + 1 + nnz), 4 * nnz),
                              rows.view(8 * (G + 1), 8 * nnz), host[head + F:])
-    return (host[_COUNT_HEADER:at], host[at:at + G].view(np.float64), host[head:head + F],
+    return (host[lim.header:at], host[at:at + G].view(np.float64), host[head:head + F],
             host[at + G:head].view(np.float64)[:n_lengths], device_rows)
 
 
@@ -166,14 +166,16 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_
     if na == 0 or nb == 0:
         return out
     dev = rt.get_device(device)
-    depth = max(_DEPTH, -(-A.shape[1] // _DEPTH) * _DEPTH)
-    step = max(_TILE_ROWS, min(_pad(na), _TILE_BYTES // (8 * nb) // _TILE_ROWS * _TILE_ROWS, _MAX_GRID_Y * _TILE_ROWS))
+    lim = rt.exports(dev, "spgk_features")
+    side = lim.tile
+    depth = max(lim.depth, -(-A.shape[1] // lim.depth) * lim.depth)
+    step = max(side, min(_pad(na, side), _TILE_BYTES // (8 * nb) // side * side, _MAX_GRID_Y * side))
     free, _ = dev.memory_info()
-    inputs = 8 * depth * (_pad(nb) + (0 if symmetric else _pad(na))) + (16 * (na + nb) if scale else 0)
+    inputs = 8 * depth * (_pad(nb, side) + (0 if symmetric else _pad(na, side))) + (16 * (na + nb) if scale else 0)
     resident = symmetric and inputs + 8 * na * nb <= _RESIDENT_SHARE * free
     if not resident:
-        while step > _TILE_ROWS and inputs + 2 * 8 * step * nb > 0.9 * free:
-            step = max(_TILE_ROWS, step // 2 // _TILE_ROWS * _TILE_ROWS)
+        while step > side and inputs + 2 * 8 * step * nb > 0.9 * free:
+            step = max(side, step // 2 // side * side)
     rt.check_fits(dev, inputs + (8 * na * nb if resident else 2 * 8 * step * nb),
                   f"the shortest-path features of {na} x {nb} graphs ({A.shape[1]} triplets) and the output tiles")
     stream = rt.Stream(dev)
@@ -199,12 +201,12 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_
     def launch(t):
         i0 = starts[t]
         rows = min(step, na - i0)
-        a = dA.view(8 * i0 * depth, 8 * _pad(rows) * depth)
-        steps = depth // _DEPTH
-        fa = fA.view(i0 // _TILE_ROWS * steps, _pad(rows) // _TILE_ROWS * steps)
-        grid = (-(-(nb - i0 if resident else nb) // _TILE_ROWS), -(-rows // _TILE_ROWS))
+        a = dA.view(8 * i0 * depth, 8 * _pad(rows, side) * depth)
+        steps = depth // lim.depth
+        fa = fA.view(i0 // side * steps, _pad(rows, side) // side * steps)
+        grid = (-(-(nb - i0 if resident else nb) // side), -(-rows // side))
         tile_dx = None if dx is None else dx.view(8 * i0, 8 * rows)  # the kernel counts rows from the tile's first
-        rt.launch(fn, grid, _THREADS, (a, np.int64(rows), dB, np.int64(nb), np.int64(depth), fa, fB, tile_dx, dy,
+        rt.launch(fn, grid, lim.threads, (a, np.int64(rows), dB, np.int64(nb), np.int64(depth), fa, fB, tile_dx, dy,
                                        tiles[0 if resident else t % 2], np.int64(nb), np.int64(i0),
                                        np.int32(resident)), stream=stream)
         done[t % 2].record(stream)
