@@ -304,12 +304,14 @@ cdef class Module:
 
     def global_bytes(self, str name):
         """The bytes of this module's global variable ``name`` (``__device__`` or ``__constant__``,
-        declared ``extern "C"``), copied to the host."""
+        declared ``extern "C"``), copied to the host on a stream of its own that waits for no other
+        work (a copy on the legacy stream would wait for every kernel and copy in flight)."""
         cdef cydriver.CUdeviceptr ptr = 0
         cdef size_t size = 0
         cdef bytes bname = name.encode()
         cdef const char* cname = bname
-        cdef cydriver.CUresult st
+        cdef cydriver.CUresult st, st2
+        cdef cydriver.CUstream stream = NULL
         self.device.activate()
         with nogil:
             st = cydriver.cuModuleGetGlobal(&ptr, &size, self.mod, cname)
@@ -320,9 +322,14 @@ cdef class Module:
         out = bytearray(size)
         cdef unsigned char[::1] dst = out
         if size:
+            _check(cydriver.cuStreamCreate(&stream, cydriver.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
             with nogil:
-                st = cydriver.cuMemcpyDtoH(&dst[0], ptr, size)
-            _check(st, "cuMemcpyDtoH")
+                st = cydriver.cuMemcpyDtoHAsync(&dst[0], ptr, size, stream)
+                if st == cydriver.CUDA_SUCCESS:
+                    st = cydriver.cuStreamSynchronize(stream)
+                st2 = cydriver.cuStreamDestroy(stream)
+            _check(st, "cuMemcpyDtoHAsync")
+            _check(st2, "cuStreamDestroy")
         return bytes(out)
 
 
