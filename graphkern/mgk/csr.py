@@ -243,9 +243,10 @@ class CSRGPUEngine:
         return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, None, seconds)
 
     def _prepare(self, c1, c2, launch, args, code, params, shared, entry, vectors, out_bytes):
-        """The launch of ``entry`` over the pairs of ``launch`` (:meth:`_need`): its kernel, grid and
-        the arguments every entry point begins with (sets, pairs, programs, hyperparameters, scratch);
-        ``vectors``: the name of the scratch vectors' count in the module's exports."""
+        """The launch of ``entry`` over the pairs of ``launch`` (:meth:`_need`): its kernel, grid, threads
+        per block and the arguments every entry point begins with (sets, pairs, programs,
+        hyperparameters, scratch); ``vectors``: the name of the scratch vectors' count in the module's
+        exports."""
         s = self.s
         lim = self.exports()
         n_vectors = getattr(lim, vectors)
@@ -275,7 +276,7 @@ class CSRGPUEngine:
             T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]), np.int32(args["ek_slot"]),
             T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]), np.int32(s["max_iter"]),
             scratch, np.int64(stride))
-        return fn, n_blocks, head
+        return fn, n_blocks, lim.threads, head
 
     def _launch(self, c1, c2, pair_arr, launch, args, code, params, shared, nodal):
         """Solve the pairs of ``launch`` (:meth:`_need`; ``pair_arr`` in the caller's order) that fit
@@ -283,10 +284,10 @@ class CSRGPUEngine:
         dt = self.s["dtype"]
         order, total = launch[0], launch[4]
         out_bytes = len(order) * (8 + 4 + 8) + (total * dt.itemsize if nodal else 0)
-        fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, "mgk_csr", "vectors",
-                                           out_bytes)
+        fn, n_blocks, threads, head = self._prepare(c1, c2, launch, args, code, params, shared, "mgk_csr",
+                                                    "vectors", out_bytes)
         n1, n2 = (c1.n_nodes[pair_arr[:, 0]], c2.n_nodes[pair_arr[:, 1]]) if nodal else (None, None)
-        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, self.exports().threads, head + outputs, shared))
+        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, threads, head + outputs, shared))
         return solve_outputs(self.dev, run, order, n1, n2, dt, nodal, launch[5]["positions"])
 
     def _launch_gradient(self, c1, c2, launch, args, code, params, shared, plan, entry="mgk_csr_gradient"):
@@ -294,8 +295,8 @@ class CSRGPUEngine:
         (K, iterations, residuals, adjoint iterations, adjoint residuals, raw (m, n_raw), seconds)."""
         dt = self.s["dtype"]
         order = launch[0]
-        fn, n_blocks, head = self._prepare(c1, c2, launch, args, code, params, shared, entry, "gradient_vectors",
-                                           len(order) * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
+        fn, n_blocks, threads, head = self._prepare(c1, c2, launch, args, code, params, shared, entry,
+                                                    "gradient_vectors", len(order) * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         head = head + gradient_terms(self.dev, plan, dt)
-        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, self.exports().threads, head + outputs, shared))
+        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, threads, head + outputs, shared))
         return gradient_outputs(self.dev, run, order, plan, "GPU solver")

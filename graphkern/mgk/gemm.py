@@ -527,10 +527,10 @@ class GEMMGPUEngine:
         return dataclasses.replace(merged, declined=np.flatnonzero(~done))
 
     def _prepare(self, ds1, ds2, args, plan, sets, idx, tile, entry, shared, vectors, out_bytes):
-        """What every launch of pairs ``idx`` (tile ``tile``) begins with: (kernel, blocks, launch order,
-        the arguments up to the scratch slot), or None when the free device memory holds no
-        block's CG vectors (``vectors``: the name of their count in the module's exports) besides
-        ``out_bytes`` of results."""
+        """What every launch of pairs ``idx`` (tile ``tile``) begins with: (kernel, blocks, threads per
+        block, launch order, the arguments up to the scratch slot), or None when the free device memory
+        holds no block's CG vectors (``vectors``: the name of their count in the module's exports)
+        besides ``out_bytes`` of results."""
         s = self.s
         lim = rt.exports(self.dev, "mgk_gemm", agree=_PLANNED)
         n_vectors, threads = getattr(lim, vectors), lim.tile_threads ** 2
@@ -562,7 +562,7 @@ class GEMMGPUEngine:
             np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
             np.int32(FORM_CODES[form]), T(scale), T(h), T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]),
             np.int32(s["max_iter"]), scratch)
-        return fn, n_blocks, order, head
+        return fn, n_blocks, threads, order, head
 
     def _launch(self, ds1, ds2, args, plan, sets, idx, tile, nodal):
         """Solve pairs ``idx`` of tile ``tile``: (K, iterations, residuals, nodal blocks, seconds), or
@@ -577,8 +577,8 @@ class GEMMGPUEngine:
         prepared = self._prepare(ds1, ds2, args, plan, sets, idx, tile, "mgk_gemm", shared, "vectors", out_bytes)
         if prepared is None:
             return None
-        fn, n_blocks, order, head = prepared
-        run = (lambda outputs: timed_launch(dev, fn, n_blocks, TILE_THREADS ** 2, head + outputs, shared))
+        fn, n_blocks, threads, order, head = prepared
+        run = (lambda outputs: timed_launch(dev, fn, n_blocks, threads, head + outputs, shared))
         return solve_outputs(dev, run, order, n1, n2, dt, nodal)
 
     def _launch_gradient(self, ds1, ds2, args, route, sets, idx, tile, plan):
@@ -596,7 +596,7 @@ class GEMMGPUEngine:
                                  m * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         if prepared is None:
             return None
-        fn, n_blocks, order, head = prepared
+        fn, n_blocks, threads, order, head = prepared
         head = head + gradient_terms(dev, plan, dt)
-        run = (lambda outputs: timed_launch(dev, fn, n_blocks, TILE_THREADS ** 2, head + outputs, shared))
+        run = (lambda outputs: timed_launch(dev, fn, n_blocks, threads, head + outputs, shared))
         return gradient_outputs(dev, run, order, plan, "GEMM solver")
