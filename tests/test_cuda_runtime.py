@@ -5,6 +5,8 @@ import math
 import pickle
 import time
 
+import types
+
 import numpy as np
 import pytest
 
@@ -218,6 +220,76 @@ def test_exports_are_read_once_and_checked_against_what_planning_holds(monkeypat
     with pytest.raises(RuntimeError, match=r"cuda_src/mgk_csr\.cu .*: they export reduce_bytes = 256 \(graphkern plans "
                                            r"with 128\), entry_bytes = nothing \(graphkern plans with 16\); rebuild"):
         rt.exports(dev, "mgk_csr", agree=wrong)
+
+
+def _field(offset, width, kind):  # a struct field's export row value (cuda_src/common/exports.cuh)
+    return offset | width << 32 | kind << 48
+
+
+def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatch):
+    monkeypatch.setattr(rt, "_module_image", lambda name: b"")
+    monkeypatch.setattr(rt, "_exports", {})
+    monkeypatch.setattr(rt, "_layouts", {})
+    rows = [(b"job", 40), (b"job.data", _field(0, 8, 0)), (b"job.count", _field(8, 8, 1)),
+            (b"job.width", _field(16, 4, 1)), (b"job.flags", _field(20, 4, 2)), (b"job.scale", _field(24, 4, 3)),
+            (b"job.tol", _field(32, 8, 3)), (b"jobs", 1)]
+    dev = _ExportingDevice(rows)
+    layout = rt.layout(dev, "mgk", "job")
+    assert rt.layout(dev, "mgk", "job") is layout and layout.fields == ("data", "count", "width", "flags", "scale", "tol")
+    buf = types.SimpleNamespace(ptr=0x7F0012345678)
+    packed = layout.pack(tol=1e-9, scale=np.float32(0.25), flags=3, width=np.int32(-7), count=1 << 40, data=buf)
+    assert isinstance(packed, bytes) and len(packed) == 40 and packed.fields["data"] is buf
+    got = np.frombuffer(packed, np.dtype({"names": ["data", "count", "width", "flags", "scale", "tol"],
+                                          "formats": ["<u8", "<i8", "<i4", "<u4", "<f4", "<f8"],
+                                          "offsets": [0, 8, 16, 20, 24, 32], "itemsize": 40}))[0]
+    assert got.tolist() == (0x7F0012345678, 1 << 40, -7, 3, 0.25, 1e-9)
+    assert np.frombuffer(layout.pack(data=None, count=0, width=0, flags=0, scale=0, tol=0), np.uint8).max() == 0
+
+    fields = dict(data=None, count=1, width=2, flags=3, scale=1.0, tol=0.5)
+    with pytest.raises(TypeError, match=r"mgk:job: missing tol; no field tolerance"):
+        layout.pack(**{k: v for k, v in fields.items() if k != "tol"}, tolerance=0.5)
+    with pytest.raises(TypeError, match=r"mgk:job\.width = 2\.5"):
+        layout.pack(**fields | {"width": 2.5})
+    with pytest.raises(TypeError, match=r"mgk:job\.flags = -1"):
+        layout.pack(**fields | {"flags": -1})
+    with pytest.raises(TypeError, match=r"mgk:job\.width = 4294967296"):
+        layout.pack(**fields | {"width": 1 << 32})
+    with pytest.raises(TypeError, match=r"mgk:job\.data is a device pointer: pass a device buffer or None, not ndarray"):
+        layout.pack(**fields | {"data": np.zeros(3)})
+    with pytest.raises(RuntimeError, match="exports no struct missing"):
+        rt.layout(dev, "mgk", "missing")
+    bad = _ExportingDevice([(b"pair", 12), (b"pair.a", _field(0, 8, 1)), (b"pair.b", _field(4, 8, 1))])
+    monkeypatch.setattr(rt, "_exports", {})
+    with pytest.raises(RuntimeError, match=r"mgk:pair\.b: a field of kind 1, 8 bytes at offset 4"):
+        rt.layout(bad, "mgk", "pair")
+
+
+@pytest.mark.gpu
+def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
+    """Each MGK entry point takes its sets, job, terms and outputs as structs of the sizes the module
+    exports, and a launch whose arguments do not match the kernel's parameters is refused."""
+    for module, entry, structs in (
+            ("mgk", "mgk_solve_general", ("set", "set", "job", "out")),
+            ("mgk", "mgk_gradient_sqexp", ("set", "set", "job", "terms", "gradient_out")),
+            ("mgk_csr", "mgk_csr_kronecker", ("set", "set", "job", "out")),
+            ("mgk_csr", "mgk_csr_gradient_seq_constant", ("set", "set", "job", "terms", "gradient_out")),
+            ("mgk_gemm", "mgk_gemm_r3", ("set", "set", "job", "out")),
+            ("mgk_gemm", "mgk_gemm_gradient_r2", ("set", "set", "job", "terms", "gradient_out")),
+            ("mgk_tiled", "mgk_tiled_sqexp_block_compact", (None, None, "job", "schedule", "out"))):
+        for sfx in ("f32", "f64"):
+            fn = rt.kernel(gpu_device, module, f"{entry}_{sfx}")
+            sizes = tuple(8 if name is None else rt.layout(  # None: a pointer
+                gpu_device, module, name if name in ("gradient_out", "schedule") else f"{name}_{sfx}").size
+                for name in structs)
+            assert fn.parameter_widths == sizes, (module, entry, sfx)
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_axpy_f64")
+    assert len(fn.parameter_widths) > 1
+    with pytest.raises(TypeError, match=f"kernel selftest_axpy_f64 takes {len(fn.parameter_widths)} arguments, got 1"):
+        rt.launch(fn, 1, 32, (None,))
+    args = [None] * len(fn.parameter_widths)
+    args[0] = bytes(3)
+    with pytest.raises(TypeError, match="argument 0 is 3 bytes wide where the kernel's parameter is"):
+        rt.launch(fn, 1, 32, args)
 
 
 @pytest.mark.gpu

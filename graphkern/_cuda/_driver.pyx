@@ -15,6 +15,7 @@ from libc.string cimport memcpy
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 from cython.parallel cimport prange
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 
 import numpy as np
@@ -337,6 +338,7 @@ cdef class Function:
     cdef cydriver.CUfunction f
     cdef readonly str name
     cdef readonly Device device
+    cdef tuple _widths  # the bytes of each parameter, read on first launch (None: not yet)
 
     # Each query activates the device first: a thread that never launched on it (a Dask worker's task
     # thread, a staging thread) has no current context, and the driver answers INVALID_CONTEXT.
@@ -375,6 +377,28 @@ cdef class Function:
         _check(cydriver.cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, self.f, block_size, dynamic_shared),
                "cuOccupancyMaxActiveBlocksPerMultiprocessor")
         return n
+
+    @property
+    def parameter_widths(self):
+        """The bytes of each of the kernel's parameters, in order, as the module declares them
+        (``cuFuncGetParamInfo``); ``()`` where the driver cannot say."""
+        cdef size_t i = 0, offset = 0, size = 0
+        cdef cydriver.CUresult st
+        if self._widths is None:
+            widths = []
+            self.device.activate()
+            while True:
+                st = cydriver.cuFuncGetParamInfo(self.f, i, &offset, &size)
+                if st == cydriver.CUDA_ERROR_INVALID_VALUE:  # past the last parameter
+                    break
+                if st == cydriver.CUDA_ERROR_NOT_SUPPORTED:  # a driver older than the query
+                    widths = []
+                    break
+                _check(st, f"cuFuncGetParamInfo({self.name})")
+                widths.append(size)
+                i += 1
+            self._widths = tuple(widths)
+        return self._widths
 
     def __repr__(self):
         return f"<Function {self.name} on device {self.device.ordinal}>"

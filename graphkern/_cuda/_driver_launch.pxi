@@ -18,15 +18,19 @@ def launch(Function fn, grid, block, args, unsigned int shared_mem=0, Stream str
     """Launch ``fn`` with ``grid``/``block`` (int or up to 3-tuple) on ``stream``.
 
     ``args`` is a sequence of kernel arguments, each a :class:`DeviceBuffer` (passed as
-    its device pointer), ``None`` (a null pointer) or a NumPy scalar of type int32,
-    uint32, int64, uint64, float32 or float64: plain Python numbers are refused because
-    their C type would be a guess.
+    its device pointer), ``None`` (a null pointer), a NumPy scalar of type int32, uint32,
+    int64, uint64, float32 or float64 (plain Python numbers are refused because their C
+    type would be a guess) or ``bytes``, a struct passed by value (a packed
+    ``graphkern._cuda.runtime.Layout``).  The count and widths of the arguments are checked
+    against the kernel's parameters: a caller out of step with the module gets a TypeError,
+    never a launch that reads garbage.
     """
     cdef uint64_t storage[MAX_ARGS]
     cdef void* params[MAX_ARGS]
     cdef unsigned int g[3]
     cdef unsigned int b[3]
-    cdef Py_ssize_t i, n = len(args)
+    cdef Py_ssize_t i, width, n = len(args)
+    cdef tuple widths
     cdef cydriver.CUresult st
     cdef cydriver.CUstream s = _stream_handle(stream)
     cdef int32_t v_i32
@@ -38,35 +42,49 @@ def launch(Function fn, grid, block, args, unsigned int shared_mem=0, Stream str
         raise ValueError(f"at most {MAX_ARGS} kernel arguments, got {n}")
     _dims(grid, g, "grid")
     _dims(block, b, "block")
+    widths = fn._widths if fn._widths is not None else fn.parameter_widths
+    if widths and n != len(widths):
+        raise TypeError(f"kernel {fn.name} takes {len(widths)} arguments, got {n}")
     for i in range(n):
         a = args[i]
         params[i] = &storage[i]
         if isinstance(a, DeviceBuffer):
             storage[i] = <uint64_t>(<DeviceBuffer>a).ptr
+            width = 8
         elif a is None:
             storage[i] = 0
+            width = 8
+        elif isinstance(a, bytes):
+            params[i] = PyBytes_AS_STRING(a)
+            width = PyBytes_GET_SIZE(a)
         else:
             t = type(a)
+            width = 4
             if t is _np_int32:
                 v_i32 = a
                 memcpy(&storage[i], &v_i32, 4)
             elif t is _np_uint32:
                 v_u32 = a
                 memcpy(&storage[i], &v_u32, 4)
-            elif t is _np_int64:
-                v_i64 = a
-                memcpy(&storage[i], &v_i64, 8)
-            elif t is _np_uint64:
-                storage[i] = <uint64_t>a
             elif t is _np_float32:
                 v_f32 = a
                 memcpy(&storage[i], &v_f32, 4)
-            elif t is _np_float64:
-                v_f64 = a
-                memcpy(&storage[i], &v_f64, 8)
             else:
-                raise TypeError(f"kernel {fn.name}: argument {i} has type {t.__name__}; pass a DeviceBuffer "
-                                "or a NumPy scalar (np.int32, np.int64, np.float32, ...)")
+                width = 8
+                if t is _np_int64:
+                    v_i64 = a
+                    memcpy(&storage[i], &v_i64, 8)
+                elif t is _np_uint64:
+                    storage[i] = <uint64_t>a
+                elif t is _np_float64:
+                    v_f64 = a
+                    memcpy(&storage[i], &v_f64, 8)
+                else:
+                    raise TypeError(f"kernel {fn.name}: argument {i} has type {t.__name__}; pass a DeviceBuffer, "
+                                    "a NumPy scalar (np.int32, np.int64, np.float32, ...) or a packed struct")
+        if widths and width != widths[i]:
+            raise TypeError(f"kernel {fn.name}: argument {i} is {width} bytes wide where the kernel's parameter "
+                            f"is {widths[i]}")
     fn.device.activate()
     with nogil:
         st = cydriver.cuLaunchKernel(fn.f, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, s, params, NULL)

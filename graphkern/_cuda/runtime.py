@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import os
 import queue
+import struct
 import threading
 import types
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -175,6 +176,94 @@ def exports(device, module, agree=None):
                                + ", ".join(wrong) + "; rebuild graphkern from one source tree")
         _agreed[module, id(agree)] = agree
     return table
+
+
+class Packed(bytes):
+    """A struct argument's bytes, as a launch passes them by value; ``fields`` holds the values they
+    were packed from (by field name)."""
+
+    fields: dict
+
+
+class Layout:
+    """A struct parameter of a module's kernels as the module lays it out: its export rows ``<name>``
+    (the size) and ``<name>.<field>`` (offset, width and C kind, cuda_src/common/exports.cuh).
+    ``pack(field=value, ...)`` writes every field where the kernel reads it, so the host never
+    restates a device struct; a pointer takes a DeviceBuffer or None, an integer an int, a
+    floating-point field a number."""
+
+    # (kind, width) -> struct code; kinds as cuda_src/common/exports.cuh numbers them
+    _CODES = {(0, 8): "Q", (1, 4): "i", (1, 8): "q", (2, 4): "I", (2, 8): "Q", (3, 4): "f", (3, 8): "d"}
+
+    def __init__(self, module, name, size, fields):
+        """``fields``: field name -> (offset, width, kind)."""
+        self.name, self.size = f"{module}:{name}", size
+        self.fields = tuple(sorted(fields, key=lambda f: fields[f][0]))
+        if not self.fields:
+            raise RuntimeError(f"cuda_src/{module}.cu exports no struct {name}")
+        self._pointers = frozenset(f for f in self.fields if fields[f][2] == 0)
+        fmt, pos, self._codes = ["<"], 0, {}
+        for f in self.fields:
+            offset, width, kind = fields[f]
+            code = self._CODES.get((kind, width))
+            if code is None or offset < pos:
+                raise RuntimeError(f"{self.name}.{f}: a field of kind {kind}, {width} bytes at offset {offset}, "
+                                   "is not one a launch can write")
+            fmt.append(f"{offset - pos}x{code}" if offset > pos else code)
+            pos = offset + width
+            if kind != 0:
+                self._codes[f] = code
+        fmt.append(f"{size - pos}x" if size > pos else "")
+        self._struct = struct.Struct("".join(fmt))
+        assert self._struct.size == size
+
+    def pack(self, **values):
+        if len(values) != len(self.fields) or not all(f in values for f in self.fields):
+            missing = [f for f in self.fields if f not in values]
+            unknown = [f for f in values if f not in self.fields]
+            raise TypeError(f"{self.name}: " + "; ".join(
+                part for part in (missing and f"missing {', '.join(missing)}",
+                                  unknown and f"no field {', '.join(unknown)}") if part))
+        try:
+            row = [self._address(f, values[f]) if f in self._pointers else values[f] for f in self.fields]
+            data = Packed(self._struct.pack(*row))
+        except struct.error:
+            for f, code in self._codes.items():  # name the field
+                try:
+                    struct.pack("<" + code, values[f])
+                except struct.error as e:
+                    raise TypeError(f"{self.name}.{f} = {values[f]!r}: {e}") from None
+            raise
+        data.fields = values
+        return data
+
+    def _address(self, field, value):
+        if value is None:
+            return 0
+        try:
+            return value.ptr
+        except AttributeError:
+            raise TypeError(f"{self.name}.{field} is a device pointer: pass a device buffer or None, "
+                            f"not {type(value).__name__}") from None
+
+
+_layouts: dict[tuple[str, str], Layout] = {}
+
+
+def layout(device, module, name):
+    """The :class:`Layout` of struct ``name`` that ``cuda_src/<module>.cu`` exports, read once per
+    process."""
+    key = module, name
+    found = _layouts.get(key)
+    if found is None:
+        table = vars(exports(device, module))
+        prefix = name + "."
+        fields = {k[len(prefix):]: (v & 0xFFFFFFFF, (v >> 32) & 0xFFFF, v >> 48)
+                  for k, v in table.items() if k.startswith(prefix)}
+        if name not in table:
+            raise RuntimeError(f"cuda_src/{module}.cu exports no struct {name}")
+        found = _layouts[key] = Layout(module, name, table[name], fields)
+    return found
 
 
 def launch(fn, grid, block, args, shared_mem=0, stream=None):
