@@ -68,6 +68,9 @@ struct GraphSet {
     int n_feat;
     int channels;
 };
+#define MGK_GRAPH_SET_FIELDS(X, N, S)                                                                      \
+    X(N, S, node_off) X(N, S, rowptr_off) X(N, S, tile_rowptr) X(N, S, tile_col) X(N, S, tile_val)          \
+    X(N, S, degree) X(N, S, node_feat) X(N, S, n_feat) X(N, S, channels)
 
 template <int FORM>
 __host__ __device__ constexpr int fixed_staged_channels() {
@@ -510,37 +513,23 @@ __device__ void mgk_gradient(const GraphSet<T> s1, const GraphSet<T> s2, const i
 
 }  // namespace
 
-// Argument list shared by every entry point: the two graph sets ...
-#define MGK_SET_ARGS(T, S)                                                                          \
-    const int64_t *node_off##S, const int64_t *rowptr_off##S, const int32_t *tile_rowptr##S,        \
-        const int32_t *tile_col##S, const T *tile_val##S, const T *degree##S, const T *node_feat##S, \
-        int n_feat##S, int channels##S
-#define MGK_SET(T, S) \
-    GraphSet<T> { node_off##S, rowptr_off##S, tile_rowptr##S, tile_col##S, tile_val##S, degree##S, node_feat##S, n_feat##S, channels##S }
-
-// ... then the pairs, the programs, the edge-kernel shortcut, the hyperparameters and the scratch.
-#define MGK_PAIR_ARGS(T)                                                                                    \
-    const int64_t *pair_g1, const int64_t *pair_g2, int64_t n_pairs, const int *code, const T *params,      \
-        int ncode_len, int nparam_len, int ecode_len, int eparam_len, T ek_scale, T ek_theta, T ek_aux,     \
-        int ek_channel, T q, T p2, double tol, int max_iter, T *scratch, int64_t stride
-#define MGK_PAIRS                                                                                          \
-    pair_g1, pair_g2, n_pairs, code, params, ncode_len, nparam_len, ecode_len, eparam_len, ek_scale, ek_theta, \
-        ek_aux, ek_channel, q, p2, tol, max_iter, scratch, stride
-
+// Entry points mgk_solve_<form>_<f32|f64> (graphkern/mgk/core.py: GPUEngine.solve): the two graph
+// sets, the job and the outputs, each a struct passed by value whose layout the module exports.
 #define MGK_ENTRY(NAME, T, FORM)                                                                           \
     extern "C" __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, kMinBlocksPerSM)                 \
-        NAME(MGK_SET_ARGS(T, 1), MGK_SET_ARGS(T, 2), MGK_PAIR_ARGS(T), double* k_out, int32_t* it_out,      \
-             double* res_out, T* nodal, const int64_t* nodal_off) {                                        \
-        mgk_solve<T, FORM>(MGK_SET(T, 1), MGK_SET(T, 2), MGK_PAIRS, k_out, it_out, res_out, nodal, nodal_off); \
+        NAME(__grid_constant__ const GraphSet<T> set1, __grid_constant__ const GraphSet<T> set2, __grid_constant__ const PairJob<T> job, __grid_constant__ const SolveOutputs<T> out) { \
+        mgk_solve<T, FORM>(set1, set2, MGK_JOB(job), out.k, out.iterations, out.residuals, out.nodal,          \
+                           out.nodal_off);                                                                 \
     }
 
-// Gradient entry points: the same head (no nodal output), then the derivative programs, the edge
-// contractions and the gradient outputs (graphkern/mgk/core.py: GPUEngine.solve_gradient).
+// Gradient entry points mgk_gradient_<form>_<f32|f64>: the same sets and job, the derivative
+// programs and edge contractions (GradientTerms), the gradient outputs.
 #define MGK_GRADIENT_ENTRY(NAME, T, FORM)                                                                   \
     extern "C" __global__ void __launch_bounds__(kWarpsPerBlock * kWarp, gradient_min_blocks<T>())         \
-        NAME(MGK_SET_ARGS(T, 1), MGK_SET_ARGS(T, 2), MGK_PAIR_ARGS(T), MGK_GRADIENT_PARAMS(T)) {              \
-        mgk_gradient<T, FORM>(MGK_SET(T, 1), MGK_SET(T, 2), MGK_PAIRS, MGK_GRADIENT_TERMS(T), ccode_len,      \
-                              cpar_len, n_raw, k_out, it_out, res_out, adj_it_out, adj_res_out, grad_out);  \
+        NAME(__grid_constant__ const GraphSet<T> set1, __grid_constant__ const GraphSet<T> set2, __grid_constant__ const PairJob<T> job, __grid_constant__ const GradientTerms<T> terms, \
+             __grid_constant__ const GradientOutputs out) {                                                                  \
+        mgk_gradient<T, FORM>(set1, set2, MGK_JOB(job), terms, terms.ccode_len, terms.cpar_len, terms.n_raw,   \
+                              MGK_GRADIENT_OUTPUTS(out));                                                  \
     }
 
 MGK_EVERY_FORM(MGK_ENTRY, mgk_solve)
@@ -557,4 +546,8 @@ GRAPHKERN_EXPORTS = {
     {"staged_channels_constant", fixed_staged_channels<EDGE_CONSTANT>()},
     {"staged_channels_kronecker", fixed_staged_channels<EDGE_KRONECKER>()},
     {"staged_channels_sqexp", fixed_staged_channels<EDGE_SQEXP>()},
+    GK_STRUCT("set_f32", GraphSet<float>, MGK_GRAPH_SET_FIELDS)
+    GK_STRUCT("set_f64", GraphSet<double>, MGK_GRAPH_SET_FIELDS)
+    MGK_JOB_EXPORTS
+    MGK_OUTPUT_EXPORTS
 };

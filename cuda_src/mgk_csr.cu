@@ -121,6 +121,9 @@ struct CsrSet {
     int n_efeat;
     int n_nfeat;
 };
+#define CSR_SET_FIELDS(X, N, S)                                                                            \
+    X(N, S, node_off) X(N, S, rowptr) X(N, S, indices) X(N, S, weights) X(N, S, edge_feat) X(N, S, degree)  \
+    X(N, S, node_feat) X(N, S, orig) X(N, S, n_efeat) X(N, S, n_nfeat)
 
 template <typename T>
 struct Scratch {
@@ -677,47 +680,30 @@ __device__ void csr_gradient(const CsrSet<T> s1, const CsrSet<T> s2, const int64
 
 }  // namespace
 
-#define CSR_SET_ARGS(T, S)                                                                                  \
-    const int64_t *node_off##S, const int64_t *rowptr##S, const int32_t *indices##S, const T *weights##S,     \
-        const T *edge_feat##S, const T *degree##S, const T *node_feat##S, const int32_t *orig##S, int n_efeat##S, \
-        int n_nfeat##S
-#define CSR_SET(T, S)                                                                                       \
-    CsrSet<T> {                                                                                             \
-        node_off##S, rowptr##S, indices##S, weights##S, edge_feat##S, degree##S, node_feat##S, orig##S, n_efeat##S, \
-            n_nfeat##S                                                                                      \
-    }
-
-// Every entry point's head: the two graph sets, the pairs, the programs, the edge-kernel shortcut,
-// the hyperparameters and the scratch.
-#define CSR_HEAD(T)                                                                                        \
-    CSR_SET_ARGS(T, 1), CSR_SET_ARGS(T, 2), const int64_t *pair_g1, const int64_t *pair_g2, int64_t n_pairs, \
-        const int *code, const T *params, int ncode_len, int nparam_len, int ecode_len, int eparam_len,      \
-        T ek_scale, T ek_theta, T ek_aux, int ek_slot, T q, T p2, double tol, int max_iter, T *scratch,       \
-        int64_t stride
-#define CSR_HEAD_ARGS(T)                                                                                   \
-    CSR_SET(T, 1), CSR_SET(T, 2), pair_g1, pair_g2, n_pairs, code, params, ncode_len, nparam_len, ecode_len, \
-        eparam_len, ek_scale, ek_theta, ek_aux, ek_slot, q, p2, tol, max_iter, scratch, stride
-
-// Entry points mgk_csr_<form>_<f32|f64> (graphkern/mgk/csr.py: CSRGPUEngine).
+// Entry points mgk_csr_<form>_<f32|f64> (graphkern/mgk/csr.py: CSRGPUEngine): the two graph sets,
+// the job and the outputs, each a struct passed by value whose layout the module exports.
 #define CSR_ENTRY(NAME, T, FORM)                                                                           \
     extern "C" __global__ void __launch_bounds__(kThreads, min_blocks_per_sm<T>())                        \
-        NAME(CSR_HEAD(T), double* k_out, int32_t* it_out, double* res_out, T* nodal, const int64_t* nodal_off) { \
-        csr_solve<T, FORM>(CSR_HEAD_ARGS(T), k_out, it_out, res_out, nodal, nodal_off);                    \
+        NAME(__grid_constant__ const CsrSet<T> set1, __grid_constant__ const CsrSet<T> set2, __grid_constant__ const PairJob<T> job, __grid_constant__ const SolveOutputs<T> out) { \
+        csr_solve<T, FORM>(set1, set2, MGK_JOB(job), out.k, out.iterations, out.residuals, out.nodal,          \
+                           out.nodal_off);                                                                 \
     }
 
 MGK_EVERY_FORM(CSR_ENTRY, mgk_csr)
 
-// Gradient entry points mgk_csr_gradient_<form>_<f32|f64>: the same head (no nodal output), then
-// the derivative programs, the edge contractions and the outputs (graphkern/mgk/csr.py:
+// Gradient entry points mgk_csr_gradient_<form>_<f32|f64>: the same sets and job, the derivative
+// programs and edge contractions (GradientTerms), the gradient outputs (graphkern/mgk/csr.py:
 // CSRGPUEngine.solve_gradient).  At 3 blocks per SM (80 registers, sm_90) the float
 // ones spill (two accumulators per output, the paired gather); at 2 (128 registers) the constant
 // and Kronecker forms do not, general f32 and sqexp f64 spill ~24 bytes; a 96-vertex pair's
 // ~81-110 KB of shared memory (both directions) allows only 2 blocks per SM anyway.
 constexpr int kGradientMinBlocksPerSM = 2;
 #define CSR_GRADIENT_ENTRY(NAME, T, FORM, S, MINB)                                                            \
-    extern "C" __global__ void __launch_bounds__(kThreads, MINB) NAME(CSR_HEAD(T), MGK_GRADIENT_PARAMS(T)) {  \
-        csr_gradient<T, FORM, S>(CSR_HEAD_ARGS(T), MGK_GRADIENT_TERMS(T), ccode_len, cpar_len, n_raw, k_out,   \
-                                 it_out, res_out, adj_it_out, adj_res_out, grad_out);                        \
+    extern "C" __global__ void __launch_bounds__(kThreads, MINB) NAME(                                       \
+        __grid_constant__ const CsrSet<T> set1, __grid_constant__ const CsrSet<T> set2, __grid_constant__ const PairJob<T> job, __grid_constant__ const GradientTerms<T> terms,          \
+        __grid_constant__ const GradientOutputs out) {                                                                          \
+        csr_gradient<T, FORM, S>(set1, set2, MGK_JOB(job), terms, terms.ccode_len, terms.cpar_len, terms.n_raw,  \
+                                 MGK_GRADIENT_OUTPUTS(out));                                                 \
     }
 
 // Lockstep (S = 2) entry points mgk_csr_gradient_<form>_<f32|f64>, and the sequential ones
@@ -742,4 +728,8 @@ GRAPHKERN_EXPORTS = {
     {"entry_bytes_f64", sizeof(EntrySlot<double>)},
     {"vectors", kVectors},
     {"gradient_vectors", kGradientVectors},
+    GK_STRUCT("set_f32", CsrSet<float>, CSR_SET_FIELDS)
+    GK_STRUCT("set_f64", CsrSet<double>, CSR_SET_FIELDS)
+    MGK_JOB_EXPORTS
+    MGK_OUTPUT_EXPORTS
 };

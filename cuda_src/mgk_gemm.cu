@@ -614,23 +614,30 @@ __device__ void gemm_gradient(const GemmSet<T> s1, const GemmSet<T> s2, const in
 
 }  // namespace
 
-#define GEMM_SET_ARGS(T, S)                                                                                    \
-    const int64_t *node_off##S, const T *degree##S, const T *node_feat##S, const int64_t *dense_off##S,         \
-        const T *wt##S, const uint8_t *cat##S, const int32_t *cats##S, const int32_t *n_cats##S, int n_nfeat##S
-#define GEMM_SET(T, S)                                                                                         \
-    GemmSet<T> {                                                                                               \
-        node_off##S, degree##S, node_feat##S, dense_off##S, wt##S, cat##S, cats##S, n_cats##S, n_nfeat##S      \
-    }
-
-// Every entry point's head: the two graph sets, the pairs, the node program, the edge kernel's form
-// and parameters, the hyperparameters and the scratch.
-#define GEMM_HEAD(T)                                                                                          \
-    GEMM_SET_ARGS(T, 1), GEMM_SET_ARGS(T, 2), const int64_t *pair_g1, const int64_t *pair_g2, int64_t n_pairs, \
-        const int *ncode, const T *nparam, int ncode_len, int nparam_len, int form, T scale, T h, T q, T p2,   \
-        double tol, int max_iter, T *scratch
-#define GEMM_HEAD_ARGS(T)                                                                                     \
-    GEMM_SET(T, 1), GEMM_SET(T, 2), pair_g1, pair_g2, n_pairs, ncode, nparam, ncode_len, nparam_len, form,    \
-        scale, h, q, p2, tol, max_iter, scratch
+// What a launch solves after its two graph sets (graphkern/mgk/gemm.py: GEMMGPUEngine._prepare): the
+// pairs in launch order, the node program, the edge kernel's form and parameters, the
+// hyperparameters and the scratch.
+template <typename T>
+struct GemmJob {
+    const int64_t* pair_g1;
+    const int64_t* pair_g2;
+    int64_t n_pairs;
+    const int* ncode;
+    const T* nparam;
+    int ncode_len, nparam_len;
+    int form;
+    T scale, h, q, p2;
+    double tol;
+    int max_iter;
+    T* scratch;
+};
+#define GEMM_JOB_FIELDS(X, N, S)                                                                              \
+    X(N, S, pair_g1) X(N, S, pair_g2) X(N, S, n_pairs) X(N, S, ncode) X(N, S, nparam) X(N, S, ncode_len)       \
+    X(N, S, nparam_len) X(N, S, form) X(N, S, scale) X(N, S, h) X(N, S, q) X(N, S, p2) X(N, S, tol)            \
+    X(N, S, max_iter) X(N, S, scratch)
+#define GEMM_JOB(j)                                                                                         \
+    j.pair_g1, j.pair_g2, j.n_pairs, j.ncode, j.nparam, j.ncode_len, j.nparam_len, j.form, j.scale, j.h, j.q, \
+        j.p2, j.tol, j.max_iter, j.scratch
 // X(R, ...) for the tile classes R = 1 .. 4 and 1 .. 6
 #define GEMM_R4(X, ...) X(1, __VA_ARGS__) X(2, __VA_ARGS__) X(3, __VA_ARGS__) X(4, __VA_ARGS__)
 #define GEMM_R6(X, ...) GEMM_R4(X, __VA_ARGS__) X(5, __VA_ARGS__) X(6, __VA_ARGS__)
@@ -639,9 +646,10 @@ __device__ void gemm_gradient(const GemmSet<T> s1, const GemmSet<T> s2, const in
 // max(n1, n2) <= 16 R.  Double stops at R = 6: three 112 x 112 arrays of doubles pass 227 KB.
 #define GEMM_ENTRY(R, T, SUFFIX)                                                                               \
     extern "C" __global__ void __launch_bounds__(kThreads, (min_blocks_per_sm<T, R>()))                      \
-        mgk_gemm_r##R##_##SUFFIX(GEMM_HEAD(T), double* k_out, int32_t* it_out, double* res_out, T* nodal,      \
-                                 const int64_t* nodal_off) {                                                  \
-        gemm_solve<T, R>(GEMM_HEAD_ARGS(T), k_out, it_out, res_out, nodal, nodal_off);                         \
+        mgk_gemm_r##R##_##SUFFIX(__grid_constant__ const GemmSet<T> set1, __grid_constant__ const GemmSet<T> set2, __grid_constant__ const GemmJob<T> job,           \
+                                 __grid_constant__ const SolveOutputs<T> out) {                                                 \
+        gemm_solve<T, R>(set1, set2, GEMM_JOB(job), out.k, out.iterations, out.residuals, out.nodal,           \
+                         out.nodal_off);                                                                      \
     }
 
 GEMM_R6(GEMM_ENTRY, float, f32)
@@ -650,13 +658,13 @@ GEMM_ENTRY(8, float, f32)
 GEMM_R6(GEMM_ENTRY, double, f64)
 
 // Gradient entry points mgk_gemm_gradient_r<R>_<f32|f64> (graphkern/mgk/gemm.py:
-// GEMMGPUEngine.solve_gradient): the head, then MGK_GRADIENT_PARAMS (the contractions' programs
-// and aux unused here).  Five LD x LD arrays: float stops at R = 6, double at R = 4.
+// GEMMGPUEngine.solve_gradient): the sets and job, the GradientTerms (the contractions' programs
+// and aux unused here), the gradient outputs.  Five LD x LD arrays: float stops at R = 6, double at R = 4.
 #define GEMM_GRADIENT_ENTRY_OF(KIND, R, T, SUFFIX, S, MINB)                                                   \
     extern "C" __global__ void __launch_bounds__(kThreads, MINB)                                             \
-        mgk_gemm_##KIND##_r##R##_##SUFFIX(GEMM_HEAD(T), MGK_GRADIENT_PARAMS(T)) {                            \
-        gemm_gradient<T, R, S>(GEMM_HEAD_ARGS(T), MGK_GRADIENT_TERMS(T), n_raw, k_out, it_out, res_out,        \
-                               adj_it_out, adj_res_out, grad_out);                                           \
+        mgk_gemm_##KIND##_r##R##_##SUFFIX(__grid_constant__ const GemmSet<T> set1, __grid_constant__ const GemmSet<T> set2, __grid_constant__ const GemmJob<T> job,  \
+                                          __grid_constant__ const GradientTerms<T> terms, __grid_constant__ const GradientOutputs out) {          \
+        gemm_gradient<T, R, S>(set1, set2, GEMM_JOB(job), terms, terms.n_raw, MGK_GRADIENT_OUTPUTS(out));      \
     }
 #define GEMM_GRADIENT_ENTRY(R, T, SUFFIX) \
     GEMM_GRADIENT_ENTRY_OF(gradient, R, T, SUFFIX, 2, (gradient_min_blocks_per_sm<T, R>()))
@@ -688,4 +696,9 @@ GRAPHKERN_EXPORTS = {
     {"gradient_vectors", kGradientVectors},
     {"form_constant", FORM_CONSTANT},
     {"form_kronecker", FORM_KRONECKER},
+    GK_STRUCT("set_f32", GemmSet<float>, GEMM_SET_FIELDS)
+    GK_STRUCT("set_f64", GemmSet<double>, GEMM_SET_FIELDS)
+    GK_STRUCT("job_f32", GemmJob<float>, GEMM_JOB_FIELDS)
+    GK_STRUCT("job_f64", GemmJob<double>, GEMM_JOB_FIELDS)
+    MGK_OUTPUT_EXPORTS
 };

@@ -42,6 +42,9 @@ struct GemmSet {
     const int32_t* __restrict__ n_cats;     // categories per graph
     int n_nfeat;
 };
+#define GEMM_SET_FIELDS(X, N, S)                                                                            \
+    X(N, S, node_off) X(N, S, degree) X(N, S, node_feat) X(N, S, dense_off) X(N, S, wt) X(N, S, cat)          \
+    X(N, S, cats) X(N, S, n_cats) X(N, S, n_nfeat)
 
 // Two values of T in one vector load or store.
 template <typename T>

@@ -398,18 +398,32 @@ __device__ void tiled_solve(const TiledSet<T>* __restrict__ set1, const TiledSet
 
 using namespace mgk_tiled;
 
-// Entry points mgk_tiled_<form>_<team>_<storage>_<f32|f64>; every one takes the same arguments.
-#define MGK_TILED_ENTRY(NAME, T, FORM, BLOCK, COMPACT, THREADS, MIN_BLOCKS)                                                 \
-    extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)                                                        \
-        NAME(const TiledSet<T>* set1, const TiledSet<T>* set2, const int64_t* pair_g1, const int64_t* pair_g2,    \
-             int64_t n_pairs, const int* code, const T* params, int ncode_len, int nparam_len, int ecode_len,     \
-             int eparam_len, T ek_scale, T ek_theta, T ek_aux, T q, T p2, double tol, int max_iter, int ss_max,    \
-             int ds_max, int row_slots, int slab_cap, int dynamic, unsigned long long* counter, T* scratch,        \
-             int64_t stride, double* k_out, int32_t* it_out, double* res_out, T* nodal, const int64_t* nodal_off) { \
-        tiled_solve<T, FORM, BLOCK, COMPACT>(set1, set2, pair_g1, pair_g2, n_pairs, code, params, ncode_len,       \
-                                             nparam_len, ecode_len, eparam_len, ek_scale, ek_theta, ek_aux, q, p2, \
-                                             tol, max_iter, ss_max, ds_max, row_slots, slab_cap, dynamic, counter, \
-                                             scratch, stride, k_out, it_out, res_out, nodal, nodal_off);           \
+// How a launch's teams take its pairs (graphkern/mgk/tiled.py: TiledGPUEngine._solve_on): the
+// octile-pair products' thresholds, the team space, and the schedule with its counter (dynamic 0:
+// a static stride over the pairs; 1: the first pair of each team in order, the rest claimed from
+// the counter; 2: every pair claimed, from a counter the devices of a call share).
+struct TiledSchedule {
+    int ss_max, ds_max;
+    int row_slots, slab_cap;
+    int dynamic;
+    unsigned long long* counter;
+};
+#define TILED_SCHEDULE_FIELDS(X, N, S) \
+    X(N, S, ss_max) X(N, S, ds_max) X(N, S, row_slots) X(N, S, slab_cap) X(N, S, dynamic) X(N, S, counter)
+
+// Entry points mgk_tiled_<form>_<team>_<storage>_<f32|f64>, every one with the same parameters: the
+// two sets' descriptors (device memory), the job (its edge slot unused: the tiled solver stages the
+// compared plane first), the schedule and the outputs.
+#define MGK_TILED_ENTRY(NAME, T, FORM, BLOCK, COMPACT, THREADS, MIN_BLOCKS)                                           \
+    extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)                                                  \
+        NAME(const TiledSet<T>* set1, const TiledSet<T>* set2, __grid_constant__ const mgk::PairJob<T> job, __grid_constant__ const TiledSchedule sched, \
+             __grid_constant__ const mgk::SolveOutputs<T> out) {                                                                      \
+        tiled_solve<T, FORM, BLOCK, COMPACT>(set1, set2, job.pair_g1, job.pair_g2, job.n_pairs, job.code, job.params, \
+                                             job.ncode_len, job.nparam_len, job.ecode_len, job.eparam_len,            \
+                                             job.ek_scale, job.ek_theta, job.ek_aux, job.q, job.p2, job.tol,          \
+                                             job.max_iter, sched.ss_max, sched.ds_max, sched.row_slots,               \
+                                             sched.slab_cap, sched.dynamic, sched.counter, job.scratch, job.stride,   \
+                                             out.k, out.iterations, out.residuals, out.nodal, out.nodal_off);         \
     }
 
 // Cluster teams: block teams whose kernels carry a compile-time cluster size (sm_90+), so a plain
@@ -453,4 +467,8 @@ GRAPHKERN_EXPORTS = {
     {"slot_meta_ints", mgk_tiled::kSlotMetaInts},
     {"octile_size", mgk::kOctileSize},
     {"vectors", mgk_tiled::N_VECTORS},
+    GK_STRUCT("schedule", TiledSchedule, TILED_SCHEDULE_FIELDS)
+    MGK_JOB_EXPORTS
+    GK_STRUCT("out_f32", mgk::SolveOutputs<float>, MGK_SOLVE_OUTPUT_FIELDS)
+    GK_STRUCT("out_f64", mgk::SolveOutputs<double>, MGK_SOLVE_OUTPUT_FIELDS)
 };

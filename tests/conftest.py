@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 
 import numpy as np
 import pytest
@@ -73,6 +74,32 @@ def simulated_exports(module):
 
     planned = {"mgk_csr": csr._PLANNED, "mgk_gemm": gemm._PLANNED, "mgk_tiled": tiled._PLANNED}.get(module, {})
     return {**planned, **_LAUNCH_EXPORTS[module]}
+
+
+class SimulatedLayout:
+    """A kernel's struct parameter as a simulated driver takes it: ``pack`` keeps the fields by name
+    (the layout, offsets and widths, comes from a compiled module only)."""
+
+    def __init__(self, device, module, name):
+        self.name = f"{module}:{name}"
+
+    def pack(self, **fields):
+        return types.SimpleNamespace(layout=self.name, fields=fields)
+
+
+def launch_arguments(args):
+    """A launch's arguments with every struct's fields in its place: the values in the order the
+    kernel's parameters read them."""
+    return [v for a in args for v in (a.fields.values() if hasattr(a, "fields") else (a,))]
+
+
+def launched_pairs(args):
+    """The device buffers of a launch's pairs (its job's ``pair_g1``, ``pair_g2``) and their count."""
+    job = next((a.fields for a in args if "pair_g1" in getattr(a, "fields", ())), None)
+    if job is not None:
+        return job["pair_g1"], job["pair_g2"], int(job["n_pairs"])
+    at = next(k for k, a in enumerate(args) if isinstance(a, np.int64) and k >= 2)  # a positional head
+    return args[at - 2], args[at - 1], int(args[at])
 
 
 def run_python(code, *, env=None, timeout=120):

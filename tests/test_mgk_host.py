@@ -22,7 +22,7 @@ import pytest
 
 from graphkern._cuda import runtime as rt
 
-from conftest import simulated_exports
+from conftest import SimulatedLayout, launch_arguments, launched_pairs, simulated_exports
 
 
 class _Function:
@@ -172,12 +172,9 @@ class FakeDriver:
         self.launches.append(fn.name)
         if "gradient" in fn.name:
             raise NotImplementedError("the simulated driver runs K launches only")
-        at = next(k for k, a in enumerate(args) if isinstance(a, np.int64) and k >= 2
-                  and isinstance(args[k - 1], _Buffer) and isinstance(args[k - 2], _Buffer)
-                  and args[k - 1].dtype == np.int64 and args[k - 2].dtype == np.int64)
-        m = int(args[at])
-        g1, g2 = (args[at - j].data.view(np.int64)[:m] for j in (2, 1))
-        d_k, d_it, d_res = args[-5:-2]
+        d_g1, d_g2, m = launched_pairs(args)
+        g1, g2 = (d.data.view(np.int64)[:m] for d in (d_g1, d_g2))
+        d_k, d_it, d_res = launch_arguments(args)[-5:-2]
         d_k.data.view(np.float64)[:m] = value_of(g1, g2)
         d_it.data.view(np.int32)[:m] = 3
         d_res.data.view(np.float64)[:m] = 1e-13
@@ -191,6 +188,7 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(rt, "_devices", {})
     monkeypatch.setattr(rt, "_state", {"checked": True, "reason": None})
     monkeypatch.setattr(rt, "_images", _AnyImage())
+    monkeypatch.setattr(rt, "layout", SimulatedLayout)
     monkeypatch.setattr(rt, "_staging", {"free": {}, "made": 0, "lanes": {}, "pool": None})
     return driver
 

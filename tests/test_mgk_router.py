@@ -14,7 +14,7 @@ from graphkern.mgk.gemm import _cost_candidates, route_pairs
 from graphkern.mgk.results import solver_arguments
 from graphkern.mgk.router import Router
 
-from conftest import simulated_exports
+from conftest import SimulatedLayout, launch_arguments, launched_pairs, simulated_exports
 from test_mgk import KERNELS, random_graph
 from test_mgk_gemm import H100_SHARED, kernel as gemm_kernel, labeled_graph
 
@@ -217,10 +217,10 @@ def stub_device(monkeypatch):
     launches = []
 
     def launch(fn, blocks, threads, args, shared_mem=0, stream=None):
-        m_at = next(k for k, a in enumerate(args) if isinstance(a, np.int64))
-        launches.append((fn.name, args[m_at - 2].a.copy(), args[m_at - 1].a.copy()))
+        g1, g2, _ = launched_pairs(args)
+        launches.append((fn.name, g1.a.copy(), g2.a.copy()))
         first = True
-        for a in args:
+        for a in launch_arguments(args):
             if isinstance(a, _Buf) and a.poisoned:
                 a.a[...] = (1.0 if first else 0.0) if a.a.dtype.kind == "f" else 1
                 first = first and a.a.dtype.kind != "f"
@@ -232,7 +232,7 @@ def stub_device(monkeypatch):
                          "set_max_dynamic_shared_memory": lambda self, n: None,
                          "max_active_blocks_per_sm": lambda self, threads, shared: 2})
     for name, value in dict(get_device=lambda ordinal: _Dev(), kernel=lambda dev, module, name: fn(name),
-                            exports=_stub_exports,
+                            exports=_stub_exports, layout=SimulatedLayout,
                             check_fits=lambda *a: None, alloc=lambda dev, shape, dtype: _Buf(np.empty(shape, dtype)),
                             to_device=lambda dev, a, stream=None: _Buf(np.array(a)), launch=launch, Event=event,
                             Stream=stream).items():

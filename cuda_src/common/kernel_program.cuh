@@ -120,7 +120,81 @@ struct GradientTerms {
     const T* cpar;
     const int64_t *ccode_off, *cpar_off;
     const double* cfree;
+    int ccode_len, cpar_len;  // the contractions' programs, all of them (staged in shared memory)
+    int n_raw;                // the raw gradient's width per pair
 };
+#define MGK_TERMS_FIELDS(X, N, S)                                                                          \
+    X(N, S, n_node) X(N, S, ncode) X(N, S, npar) X(N, S, ncode_off) X(N, S, npar_off) X(N, S, n_contractions) \
+    X(N, S, cform) X(N, S, ctheta) X(N, S, caux) X(N, S, ccode) X(N, S, cpar) X(N, S, ccode_off)            \
+    X(N, S, cpar_off) X(N, S, cfree) X(N, S, ccode_len) X(N, S, cpar_len) X(N, S, n_raw)
+
+// What a core, CSR or tiled launch solves after its two graph sets (graphkern/mgk/core.py:
+// pair_job): the pairs in launch order, the vertex program then the edge program, the edge
+// kernel's shortcut (EdgeKernel), the hyperparameters, and the scratch with `stride` values per
+// CG vector.
+template <typename T>
+struct PairJob {
+    const int64_t* pair_g1;
+    const int64_t* pair_g2;
+    int64_t n_pairs;
+    const int* code;
+    const T* params;
+    int ncode_len, nparam_len, ecode_len, eparam_len;
+    T ek_scale, ek_theta, ek_aux;
+    int ek_slot;
+    T q, p2;
+    double tol;
+    int max_iter;
+    T* scratch;
+    int64_t stride;
+};
+#define MGK_JOB_FIELDS(X, N, S)                                                                            \
+    X(N, S, pair_g1) X(N, S, pair_g2) X(N, S, n_pairs) X(N, S, code) X(N, S, params) X(N, S, ncode_len)     \
+    X(N, S, nparam_len) X(N, S, ecode_len) X(N, S, eparam_len) X(N, S, ek_scale) X(N, S, ek_theta)          \
+    X(N, S, ek_aux) X(N, S, ek_slot) X(N, S, q) X(N, S, p2) X(N, S, tol) X(N, S, max_iter) X(N, S, scratch) \
+    X(N, S, stride)
+// A PairJob as the solvers' functions take it, field by field
+#define MGK_JOB(j)                                                                                          \
+    j.pair_g1, j.pair_g2, j.n_pairs, j.code, j.params, j.ncode_len, j.nparam_len, j.ecode_len, j.eparam_len, \
+        j.ek_scale, j.ek_theta, j.ek_aux, j.ek_slot, j.q, j.p2, j.tol, j.max_iter, j.scratch, j.stride
+
+// Where a solve writes, per pair in launch order: K, CG iterations, final residual norm, and (when
+// nodal is not null) the pair's nodal block at nodal + nodal_off[k].
+template <typename T>
+struct SolveOutputs {
+    double* k;
+    int32_t* iterations;
+    double* residuals;
+    T* nodal;
+    const int64_t* nodal_off;
+};
+#define MGK_SOLVE_OUTPUT_FIELDS(X, N, S) \
+    X(N, S, k) X(N, S, iterations) X(N, S, residuals) X(N, S, nodal) X(N, S, nodal_off)
+
+// ... and a gradient launch: K, both solves' iterations and residuals, n_raw derivatives per pair.
+struct GradientOutputs {
+    double* k;
+    int32_t* iterations;
+    double* residuals;
+    int32_t* adjoint_iterations;
+    double* adjoint_residuals;
+    double* gradient;
+};
+#define MGK_GRADIENT_OUTPUT_FIELDS(X, N, S)                                                              \
+    X(N, S, k) X(N, S, iterations) X(N, S, residuals) X(N, S, adjoint_iterations) X(N, S, adjoint_residuals) \
+    X(N, S, gradient)
+#define MGK_GRADIENT_OUTPUTS(o) o.k, o.iterations, o.residuals, o.adjoint_iterations, o.adjoint_residuals, o.gradient
+
+// The struct layouts every MGK module's launches pack (graphkern._cuda.runtime.layout)
+#define MGK_OUTPUT_EXPORTS                                                                     \
+    GK_STRUCT("out_f32", mgk::SolveOutputs<float>, MGK_SOLVE_OUTPUT_FIELDS)                    \
+    GK_STRUCT("out_f64", mgk::SolveOutputs<double>, MGK_SOLVE_OUTPUT_FIELDS)                   \
+    GK_STRUCT("gradient_out", mgk::GradientOutputs, MGK_GRADIENT_OUTPUT_FIELDS)                \
+    GK_STRUCT("terms_f32", mgk::GradientTerms<float>, MGK_TERMS_FIELDS)                        \
+    GK_STRUCT("terms_f64", mgk::GradientTerms<double>, MGK_TERMS_FIELDS)
+#define MGK_JOB_EXPORTS                                                    \
+    GK_STRUCT("job_f32", mgk::PairJob<float>, MGK_JOB_FIELDS)              \
+    GK_STRUCT("job_f64", mgk::PairJob<double>, MGK_JOB_FIELDS)
 
 // <prefix>_<form>_<f32|f64> for every edge-kernel form and both precisions
 #define MGK_EVERY_FORM(ENTRY, PREFIX)                          \
@@ -132,21 +206,6 @@ struct GradientTerms {
     ENTRY(PREFIX##_constant_f64, double, EDGE_CONSTANT)        \
     ENTRY(PREFIX##_kronecker_f64, double, EDGE_KRONECKER)      \
     ENTRY(PREFIX##_sqexp_f64, double, EDGE_SQEXP)
-
-// The parameters of every gradient entry point after its solver's own (graphkern/mgk/core.py:
-// gradient_terms): the derivative programs, the edge contractions and their programs' lengths, the
-// raw gradient's width, and the outputs.  MGK_GRADIENT_TERMS(T) is their GradientTerms.
-#define MGK_GRADIENT_PARAMS(T)                                                                            \
-    int n_node, const int *dcode, const T *dpar, const int64_t *dcode_off, const int64_t *dpar_off,       \
-        int n_contractions, const int *cform, const T *ctheta, const T *caux, const int *ccode,           \
-        const T *cpar, const int64_t *ccode_off, const int64_t *cpar_off, const double *cfree,            \
-        int ccode_len, int cpar_len, int n_raw, double *k_out, int32_t *it_out, double *res_out,          \
-        int32_t *adj_it_out, double *adj_res_out, double *grad_out
-#define MGK_GRADIENT_TERMS(T)                                                                             \
-    GradientTerms<T> {                                                                                    \
-        n_node, dcode, dpar, dcode_off, dpar_off, n_contractions, cform, ctheta, caux, ccode, cpar,       \
-            ccode_off, cpar_off, cfree                                                                    \
-    }
 
 // Vertex-kernel values that underflow would make the diagonal D / V infinite (same floor as the CPU).
 constexpr double kVertexKernelFloor = 1e-20;

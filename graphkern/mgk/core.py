@@ -29,23 +29,51 @@ def align16(n):
     return (n + 15) & ~15
 
 
-def uploaded(copies, dev, host, what, scalars=()):
-    """The arrays ``host`` on ``dev``, then ``scalars``: uploaded on first use and kept in ``copies`` by
-    device; GraphTooLargeError naming ``what`` where they do not fit the free device memory."""
+def suffix(dt):
+    """The precision suffix of the kernels' names and struct layouts."""
+    return "f32" if dt == np.float32 else "f64"
+
+
+def uploaded(copies, dev, host, what, scalars=None):
+    """A graph set's fields: the arrays ``host`` (field name -> array) on ``dev`` and the numbers
+    ``scalars``, uploaded on first use and kept in ``copies`` by device; GraphTooLargeError naming
+    ``what`` where they do not fit the free device memory."""
     copy = copies.get(dev.ordinal)
     if copy is None:
-        rt.check_fits(dev, sum(a.nbytes for a in host), what)
-        copy = copies[dev.ordinal] = tuple(rt.to_device(dev, a) for a in host) + tuple(scalars)
+        rt.check_fits(dev, sum(a.nbytes for a in host.values()), what)
+        copy = copies[dev.ordinal] = {name: rt.to_device(dev, a) for name, a in host.items()} | dict(scalars or {})
     return copy
 
 
 def device_dataset(dev, ds):
-    """The dataset's octiles, degrees and vertex features on ``dev``, in the kernels' argument order."""
+    """The dataset's octiles, degrees and vertex features on ``dev``: the fields of a GraphSet
+    (cuda_src/mgk.cu)."""
     oc = ds.octiles
-    host = (ds.node_offsets, _nonempty(oc.rowptr_offset), oc.tile_rowptr, _nonempty(oc.tile_col),
-            _nonempty(oc.values.reshape(-1)), ds.degree, ds.node_features)
+    host = dict(node_off=ds.node_offsets, rowptr_off=_nonempty(oc.rowptr_offset), tile_rowptr=oc.tile_rowptr,
+                tile_col=_nonempty(oc.tile_col), tile_val=_nonempty(oc.values.reshape(-1)), degree=ds.degree,
+                node_feat=ds.node_features)
     return uploaded(ds.device_copies, dev, host, f"the octiles of {ds.n_graphs} graphs",
-                    (np.int32(ds.node_features.shape[1]), np.int32(oc.channels)))
+                    dict(n_feat=ds.node_features.shape[1], channels=oc.channels))
+
+
+def graph_sets(dev, module, dt, set1, set2):
+    """The two graph-set arguments of a launch of ``cuda_src/<module>.cu``, packed from their fields."""
+    layout = rt.layout(dev, module, f"set_{suffix(dt)}")
+    first = layout.pack(**set1)
+    return first, first if set2 is set1 else layout.pack(**set2)
+
+
+def pair_job(dev, module, s, args, pair_g1, pair_g2, code, params, ek_slot, scratch, stride):
+    """The PairJob argument (cuda_src/common/kernel_program.cuh) of a core, CSR or tiled launch: the pairs
+    in launch order and the programs (device buffers), the edge kernel's shortcut of the call's
+    ``args`` (``ek_slot`` where its form finds the feature), the settings' hyperparameters, the
+    scratch of ``stride`` values per vector."""
+    return rt.layout(dev, module, f"job_{suffix(s['dtype'])}").pack(
+        pair_g1=pair_g1, pair_g2=pair_g2, n_pairs=pair_g1.shape[0], code=code, params=params,
+        ncode_len=len(args["ncode"]), nparam_len=len(args["nparam"]), ecode_len=len(args["ecode"]),
+        eparam_len=len(args["eparam"]), ek_scale=args["ek_scale"], ek_theta=args["ek_theta"], ek_aux=args["ek_aux"],
+        ek_slot=ek_slot, q=s["q"], p2=s["p"] * s["p"], tol=s["tol"], max_iter=s["max_iter"], scratch=scratch,
+        stride=stride)
 
 
 class _Launch:
@@ -75,7 +103,7 @@ class _Launch:
         # Longest pairs first: with a static grid-stride order they would otherwise finish last.
         self.order = order = launch_order(tile_pairs.astype(np.float64) * 64 + sizes)
         form = args["form_name"]
-        self.fn = fn = rt.kernel(dev, "mgk", f"{entry}_{form}_{'f32' if dt == np.float32 else 'f64'}")
+        self.fn = fn = rt.kernel(dev, "mgk", f"{entry}_{form}_{suffix(dt)}")
         staged = getattr(lim, f"staged_channels_{form}") or ds1.octiles.channels
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
@@ -99,19 +127,11 @@ class _Launch:
         resident = sms * max(1, fn.max_active_blocks_per_sm(self.threads, shared))
         self.blocks = blocks = scratch_units(dev, min(-(-m // warps), resident), per_warp * warps, out_bytes, sizes)
 
-        self.scratch = rt.alloc(dev, blocks * warps * n_vectors * stride, dt)
-        self.d_g1 = rt.to_device(dev, in_launch_order(g1, order))
-        self.d_g2 = rt.to_device(dev, in_launch_order(g2, order))
-        self.d_code = rt.to_device(dev, code)
-        self.d_params = rt.to_device(dev, params)
-        T = dt.type
-        self.head = self.set1 + self.set2 + (
-            self.d_g1, self.d_g2, np.int64(m), self.d_code, self.d_params,
-            np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
-            np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
-            T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]),
-            np.int32(1 + args["ek_slot"]), T(s["q"]), T(s["p"] * s["p"]),
-            np.float64(s["tol"]), np.int32(s["max_iter"]), self.scratch, np.int64(stride))
+        scratch = rt.alloc(dev, blocks * warps * n_vectors * stride, dt)
+        job = pair_job(dev, "mgk", s, args, rt.to_device(dev, in_launch_order(g1, order)),
+                       rt.to_device(dev, in_launch_order(g2, order)), rt.to_device(dev, code),
+                       rt.to_device(dev, params), 1 + args["ek_slot"], scratch, stride)
+        self.head = graph_sets(dev, "mgk", dt, self.set1, self.set2) + (job,)
 
     def run(self, dev, tail):  # the kernel's seconds
         return timed_launch(dev, self.fn, self.blocks, self.threads, self.head + tail, self.shared)
@@ -163,19 +183,20 @@ def check_contractions(plan, args):
         raise ValueError(f"edge contractions {plan.contraction_form.tolist()} do not fit the {form!r} edge kernel")
 
 
-def gradient_terms(dev, plan, dt):
-    """The gradient entry points' arguments after the head, up to the outputs (cuda_src/mgk.cu and
-    cuda_src/mgk_csr.cu take the same): derivative programs, edge contractions, their lengths."""
+def gradient_terms(dev, module, plan, dt):
+    """The GradientTerms argument (cuda_src/common/kernel_program.cuh) of a gradient launch of
+    ``cuda_src/<module>.cu``: the derivative programs, the edge contractions and their programs."""
     nd, ct = plan.node_programs, plan.contraction_programs
-    return (np.int32(len(nd)), rt.to_device(dev, nd.code), rt.to_device(dev, nd.params.astype(dt)),
-            rt.to_device(dev, nd.code_off), rt.to_device(dev, nd.param_off),
-            np.int32(plan.n_contractions), rt.to_device(dev, _nonempty(plan.contraction_form)),
-            rt.to_device(dev, _nonempty(plan.contraction_theta.astype(dt))),
-            rt.to_device(dev, _nonempty(plan.contraction_aux.astype(dt))),
-            rt.to_device(dev, ct.code), rt.to_device(dev, ct.params.astype(dt)),
-            rt.to_device(dev, ct.code_off), rt.to_device(dev, ct.param_off),
-            rt.to_device(dev, _nonempty(plan.contraction_free)),
-            np.int32(len(ct.code)), np.int32(len(ct.params)), np.int32(plan.n_raw))
+    return rt.layout(dev, module, f"terms_{suffix(dt)}").pack(
+        n_node=len(nd), ncode=rt.to_device(dev, nd.code), npar=rt.to_device(dev, nd.params.astype(dt)),
+        ncode_off=rt.to_device(dev, nd.code_off), npar_off=rt.to_device(dev, nd.param_off),
+        n_contractions=plan.n_contractions, cform=rt.to_device(dev, _nonempty(plan.contraction_form)),
+        ctheta=rt.to_device(dev, _nonempty(plan.contraction_theta.astype(dt))),
+        caux=rt.to_device(dev, _nonempty(plan.contraction_aux.astype(dt))),
+        ccode=rt.to_device(dev, ct.code), cpar=rt.to_device(dev, ct.params.astype(dt)),
+        ccode_off=rt.to_device(dev, ct.code_off), cpar_off=rt.to_device(dev, ct.param_off),
+        cfree=rt.to_device(dev, _nonempty(plan.contraction_free)), ccode_len=len(ct.code),
+        cpar_len=len(ct.params), n_raw=plan.n_raw)
 
 
 def _check_written(K, iters, m):
@@ -220,10 +241,10 @@ def timed_launch(dev, fn, n_blocks, threads, args, shared):
     return start.elapsed_ms(end) / 1e3
 
 
-def solve_outputs(dev, launch, order, n1, n2, dt, nodal, positions=None):
-    """The per-pair outputs of a K launch of the CSR and GEMM solvers: allocated poisoned, passed to
-    ``launch(outputs)`` (which returns the kernel's seconds) as (K, iterations, residuals, nodal
-    buffer, nodal offsets), read back in pair order.  ``order`` is the launch order of the pairs,
+def solve_outputs(dev, module, launch, order, n1, n2, dt, nodal, positions=None):
+    """The per-pair outputs of a K launch of ``cuda_src/<module>.cu``: allocated poisoned, passed to
+    ``launch(outputs)`` (which returns the kernel's seconds) as its SolveOutputs argument (K,
+    iterations, residuals, nodal buffer, nodal offsets), read back in pair order.  ``order`` is the launch order of the pairs,
     ``n1``, ``n2`` their graphs' sizes (read only with ``nodal``).  Returns (K, iterations, residuals,
     nodal blocks or None, seconds); ``positions``: :func:`pair_positions` of ``order`` where known."""
     m = len(order)
@@ -237,23 +258,26 @@ def solve_outputs(dev, launch, order, n1, n2, dt, nodal, positions=None):
         d_nodal_off = rt.to_device(dev, nodal_off)
     else:
         d_nodal = d_nodal_off = None
-    seconds = launch((d_k, d_it, d_res, d_nodal, d_nodal_off))
+    seconds = launch(rt.layout(dev, module, f"out_{suffix(dt)}").pack(
+        k=d_k, iterations=d_it, residuals=d_res, nodal=d_nodal, nodal_off=d_nodal_off))
     K, iters, resid = outputs_in_pair_order((d_k, d_it, d_res), order, positions)
     _check_written(K, iters, m)
     blocks = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
     return K, iters, resid, blocks, seconds
 
 
-def gradient_outputs(dev, launch, order, plan, solver):
-    """The per-pair outputs of a gradient launch of the CSR and GEMM solvers, like
-    :func:`solve_outputs`: ``launch(outputs)`` gets (K, iterations, residuals, adjoint iterations,
-    adjoint residuals, raw derivatives (m x plan.n_raw)).  Returns those in pair order and the
+def gradient_outputs(dev, module, launch, order, plan, solver):
+    """The per-pair outputs of a gradient launch of ``cuda_src/<module>.cu``, like
+    :func:`solve_outputs`: ``launch(outputs)`` gets the GradientOutputs argument (K, iterations,
+    residuals, adjoint iterations, adjoint residuals, raw derivatives (m x plan.n_raw)).  Returns those in pair order and the
     kernel's seconds; ``solver`` names the solver in the error for unwritten derivatives."""
     m = len(order)
     d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
     d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
     d_grad = _poisoned(dev, max(m * plan.n_raw, 1), np.float64)
-    seconds = launch((d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad))
+    seconds = launch(rt.layout(dev, module, "gradient_out").pack(
+        k=d_k, iterations=d_it, residuals=d_res, adjoint_iterations=d_adj_it, adjoint_residuals=d_adj_res,
+        gradient=d_grad))
     K, iters, resid, adj_iters, adj_resid = outputs_in_pair_order((d_k, d_it, d_res, d_adj_it, d_adj_res), order)
     raw = np.empty((m, plan.n_raw))
     raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
@@ -286,7 +310,7 @@ class GPUEngine:
         if launch.m == 0:
             return empty_result(nodal, launch.tile_pairs)
         K, iters, resid, blocks, seconds = solve_outputs(
-            dev, lambda outputs: launch.run(dev, outputs), launch.order, ds1.n_nodes[launch.g1],
+            dev, "mgk", lambda outputs: launch.run(dev, (outputs,)), launch.order, ds1.n_nodes[launch.g1],
             ds2.n_nodes[launch.g2], dt, nodal)
         return Solved(K=K, iterations=iters, residuals=resid, nodal=blocks, octile_pairs=launch.tile_pairs,
                       seconds=seconds)
@@ -302,7 +326,7 @@ class GPUEngine:
         if launch.m == 0:
             return empty_result(False, launch.tile_pairs, plan.n_raw)
         check_contractions(plan, launch.args)
+        terms = gradient_terms(dev, "mgk", plan, dt)
         K, iters, resid, adj_iters, adj_resid, raw, seconds = gradient_outputs(
-            dev, lambda outputs: launch.run(dev, gradient_terms(dev, plan, dt) + outputs), launch.order, plan,
-            "GPU solver")
+            dev, "mgk", lambda outputs: launch.run(dev, (terms, outputs)), launch.order, plan, "GPU solver")
         return gradient_result(K, iters, resid, adj_iters, adj_resid, raw, launch.tile_pairs, seconds)

@@ -42,8 +42,8 @@ import numpy as np
 
 from graphkern._cpu import pairs
 from graphkern._cuda import runtime as rt
-from graphkern.mgk.core import (align16, check_contractions, gradient_outputs, gradient_terms, scratch_units,
-                                solve_outputs, timed_launch, uploaded)
+from graphkern.mgk.core import (align16, check_contractions, gradient_outputs, gradient_terms, graph_sets, pair_job,
+                                scratch_units, solve_outputs, suffix, timed_launch, uploaded)
 from graphkern.mgk.data import _nonempty, renumbered
 from graphkern.mgk.results import Solved, empty_result, gradient_result
 
@@ -114,11 +114,11 @@ class CSRData:
         return plan
 
     def on_device(self, dev):
-        """The arrays on ``dev`` and the two widths, in the kernel's argument order (uploaded once)."""
-        host = (self.node_offsets, self.rowptr, self.indices, self.weights, self.edge_features, self.degree,
-                self.node_features, self.orig)
+        """The fields of the set's CsrSet (cuda_src/mgk_csr.cu) on ``dev`` (uploaded once)."""
+        host = dict(node_off=self.node_offsets, rowptr=self.rowptr, indices=self.indices, weights=self.weights,
+                    edge_feat=self.edge_features, degree=self.degree, node_feat=self.node_features, orig=self.orig)
         return uploaded(self.device_copies, dev, host, f"the CSR of {self.n_graphs} graphs",
-                        (np.int32(self.edge_features.shape[1]), np.int32(self.node_features.shape[1])))
+                        dict(n_efeat=self.edge_features.shape[1], n_nfeat=self.node_features.shape[1]))
 
 
 def csr_data(ds):
@@ -251,11 +251,10 @@ class CSRGPUEngine:
         lim = self.exports()
         n_vectors = getattr(lim, vectors)
         dt = s["dtype"]
-        T = dt.type
         dev = self.dev
         order, g1, g2, largest, _, kept = launch
         m = len(order)
-        fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{'f32' if dt == np.float32 else 'f64'}")
+        fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{suffix(dt)}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
         stride = int(-(-largest // 32) * 32)
@@ -264,19 +263,14 @@ class CSRGPUEngine:
         n_blocks = scratch_units(dev, min(m, resident), per_block, out_bytes, largest)
 
         set1 = c1.on_device(dev)
-        set2 = set1 if c2 is c1 else c2.on_device(dev)
+        sets = graph_sets(dev, "mgk_csr", dt, set1, set1 if c2 is c1 else c2.on_device(dev))
         scratch = rt.alloc(dev, n_blocks * n_vectors * stride, dt)
         graphs = kept.get(dev.ordinal)
         if graphs is None:
             graphs = kept[dev.ordinal] = (rt.to_device(dev, g1), rt.to_device(dev, g2))
-        head = set1 + set2 + graphs + (np.int64(m),
-            rt.to_device(dev, _nonempty(code)), rt.to_device(dev, _nonempty(params)),
-            np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
-            np.int32(len(args["ecode"])), np.int32(len(args["eparam"])),
-            T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]), np.int32(args["ek_slot"]),
-            T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]), np.int32(s["max_iter"]),
-            scratch, np.int64(stride))
-        return fn, n_blocks, lim.threads, head
+        job = pair_job(dev, "mgk_csr", s, args, *graphs, rt.to_device(dev, _nonempty(code)),
+                       rt.to_device(dev, _nonempty(params)), args["ek_slot"], scratch, stride)
+        return fn, n_blocks, lim.threads, sets + (job,)
 
     def _launch(self, c1, c2, pair_arr, launch, args, code, params, shared, nodal):
         """Solve the pairs of ``launch`` (:meth:`_need`; ``pair_arr`` in the caller's order) that fit
@@ -287,8 +281,8 @@ class CSRGPUEngine:
         fn, n_blocks, threads, head = self._prepare(c1, c2, launch, args, code, params, shared, "mgk_csr",
                                                     "vectors", out_bytes)
         n1, n2 = (c1.n_nodes[pair_arr[:, 0]], c2.n_nodes[pair_arr[:, 1]]) if nodal else (None, None)
-        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, threads, head + outputs, shared))
-        return solve_outputs(self.dev, run, order, n1, n2, dt, nodal, launch[5]["positions"])
+        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, threads, head + (outputs,), shared))
+        return solve_outputs(self.dev, "mgk_csr", run, order, n1, n2, dt, nodal, launch[5]["positions"])
 
     def _launch_gradient(self, c1, c2, launch, args, code, params, shared, plan, entry="mgk_csr_gradient"):
         """K and raw derivatives of the pairs of ``launch`` (:meth:`_need`) that fit ``shared`` bytes:
@@ -297,6 +291,6 @@ class CSRGPUEngine:
         order = launch[0]
         fn, n_blocks, threads, head = self._prepare(c1, c2, launch, args, code, params, shared, entry,
                                                     "gradient_vectors", len(order) * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
-        head = head + gradient_terms(self.dev, plan, dt)
-        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, threads, head + outputs, shared))
-        return gradient_outputs(self.dev, run, order, plan, "GPU solver")
+        head = head + (gradient_terms(self.dev, "mgk_csr", plan, dt),)
+        run = (lambda outputs: timed_launch(self.dev, fn, n_blocks, threads, head + (outputs,), shared))
+        return gradient_outputs(self.dev, "mgk_csr", run, order, plan, "GPU solver")

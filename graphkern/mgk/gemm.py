@@ -77,7 +77,8 @@ import numpy as np
 from graphkern._cuda import runtime as rt
 from graphkern.errors import GraphTooLargeError
 from graphkern.mgk.core import (SCRATCH_SHARE, align16, check_contractions, gradient_outputs, gradient_terms,
-                                in_launch_order, launch_order, solve_outputs, timed_launch, uploaded)
+                                graph_sets, in_launch_order, launch_order, solve_outputs, suffix, timed_launch,
+                                uploaded)
 from graphkern.mgk import csr as csr_solver
 from graphkern.mgk.data import _nonempty
 from graphkern.mgk.gradient import EDGE_FORMS
@@ -297,12 +298,13 @@ class GemmData:
         self.device_copies = {}
 
     def on_device(self, dev):
-        """The set's kernel arguments on ``dev`` (uploaded once per layout); GraphTooLargeError if they do not fit."""
+        """The fields of the set's GemmSet (cuda_src/mgk_gemm_xmv.cuh) on ``dev`` (uploaded once per
+        layout); GraphTooLargeError if they do not fit."""
         ds = self.ds
-        host = (ds.node_offsets, ds.degree, ds.node_features, self.dense_off, self.wt, self.cat, self.codes,
-                self.n_cats)
+        host = dict(node_off=ds.node_offsets, degree=ds.degree, node_feat=ds.node_features, dense_off=self.dense_off,
+                    wt=self.wt, cat=self.cat, cats=self.codes, n_cats=self.n_cats)
         return uploaded(self.device_copies, dev, host, f"the dense layout of {int(self.included.sum())} graphs",
-                        (np.int32(ds.node_features.shape[1]),))
+                        dict(n_nfeat=ds.node_features.shape[1]))
 
 
 def gemm_data(ds, slot):
@@ -535,14 +537,13 @@ class GEMMGPUEngine:
         lim = rt.exports(self.dev, "mgk_gemm", agree=_PLANNED)
         n_vectors, threads = getattr(lim, vectors), lim.tile_threads ** 2
         dt = np.dtype(s["dtype"])
-        T = dt.type
         dev = self.dev
         form, scale, h = plan.shape
         g1, g2 = plan.g1[idx], plan.g2[idx]
         m = len(idx)
         # the longest pairs first: with a static grid-stride order they would otherwise finish last
         order = launch_order(gemm_work(plan.terms[idx], ds1.n_nodes[g1], ds2.n_nodes[g2]))
-        fn = rt.kernel(dev, "mgk_gemm", f"{entry}_r{tile}_{'f32' if dt == np.float32 else 'f64'}")
+        fn = rt.kernel(dev, "mgk_gemm", f"{entry}_r{tile}_{suffix(dt)}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
         per_block = n_vectors * tile * tile * threads * dt.itemsize
@@ -554,15 +555,13 @@ class GEMMGPUEngine:
         n_blocks = min(m, resident, affordable)
         rt.check_fits(dev, n_blocks * per_block + out_bytes, "the CG work vectors and results")
         scratch = rt.alloc(dev, n_blocks * n_vectors * tile * tile * threads, dt)
-        set1, set2 = sets
-        head = set1 + set2 + (
-            rt.to_device(dev, in_launch_order(g1, order)), rt.to_device(dev, in_launch_order(g2, order)), np.int64(m),
-            rt.to_device(dev, _nonempty(np.asarray(args["ncode"], dtype=np.int32))),
-            rt.to_device(dev, _nonempty(np.asarray(args["nparam"]).astype(dt))),
-            np.int32(len(args["ncode"])), np.int32(len(args["nparam"])),
-            np.int32(FORM_CODES[form]), T(scale), T(h), T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]),
-            np.int32(s["max_iter"]), scratch)
-        return fn, n_blocks, threads, order, head
+        job = rt.layout(dev, "mgk_gemm", f"job_{suffix(dt)}").pack(
+            pair_g1=rt.to_device(dev, in_launch_order(g1, order)), pair_g2=rt.to_device(dev, in_launch_order(g2, order)),
+            n_pairs=m, ncode=rt.to_device(dev, _nonempty(np.asarray(args["ncode"], dtype=np.int32))),
+            nparam=rt.to_device(dev, _nonempty(np.asarray(args["nparam"]).astype(dt))), ncode_len=len(args["ncode"]),
+            nparam_len=len(args["nparam"]), form=FORM_CODES[form], scale=scale, h=h, q=s["q"], p2=s["p"] * s["p"],
+            tol=s["tol"], max_iter=s["max_iter"], scratch=scratch)
+        return fn, n_blocks, threads, order, graph_sets(dev, "mgk_gemm", dt, *sets) + (job,)
 
     def _launch(self, ds1, ds2, args, plan, sets, idx, tile, nodal):
         """Solve pairs ``idx`` of tile ``tile``: (K, iterations, residuals, nodal blocks, seconds), or
@@ -578,8 +577,8 @@ class GEMMGPUEngine:
         if prepared is None:
             return None
         fn, n_blocks, threads, order, head = prepared
-        run = (lambda outputs: timed_launch(dev, fn, n_blocks, threads, head + outputs, shared))
-        return solve_outputs(dev, run, order, n1, n2, dt, nodal)
+        run = (lambda outputs: timed_launch(dev, fn, n_blocks, threads, head + (outputs,), shared))
+        return solve_outputs(dev, "mgk_gemm", run, order, n1, n2, dt, nodal)
 
     def _launch_gradient(self, ds1, ds2, args, route, sets, idx, tile, plan):
         """K and raw derivatives of pairs ``idx`` of tile ``tile``: (K, iterations, residuals,
@@ -597,6 +596,6 @@ class GEMMGPUEngine:
         if prepared is None:
             return None
         fn, n_blocks, threads, order, head = prepared
-        head = head + gradient_terms(dev, plan, dt)
-        run = (lambda outputs: timed_launch(dev, fn, n_blocks, threads, head + outputs, shared))
-        return gradient_outputs(dev, run, order, plan, "GEMM solver")
+        head = head + (gradient_terms(dev, "mgk_gemm", plan, dt),)
+        run = (lambda outputs: timed_launch(dev, fn, n_blocks, threads, head + (outputs,), shared))
+        return gradient_outputs(dev, "mgk_gemm", run, order, plan, "GEMM solver")

@@ -77,7 +77,7 @@ from graphkern._backend import resolve_threads
 from graphkern._cuda import runtime as rt
 from graphkern.graph import Graph
 from graphkern.mgk.core import (align16, in_launch_order, launch_order, nodal_blocks, outputs_in_pair_order,
-                                scratch_units)
+                                pair_job, scratch_units, suffix)
 from graphkern.mgk.data import OCTILE, _nonempty, build_octiles, renumbered
 from graphkern.mgk.results import Solved, empty_result
 from graphkern.reorder import reorder_many
@@ -629,7 +629,6 @@ class TiledGPUEngine:
         devices share the pairs (the team choice predicts this device's share)."""
         s, tech = self.s, self.tech
         dt = s["dtype"]
-        T = dt.type
         m = len(g1)
         dev.activate()
         n_vectors = rt.exports(dev, "mgk_tiled", agree=_PLANNED).vectors  # and the layout planned here checked
@@ -663,10 +662,10 @@ class TiledGPUEngine:
                              f"edge, {row_slots} octile slots, a slab of {slab} values); device {dev.ordinal} allows "
                              f"{limit}: lower techniques['row_slots'] / ['slab'] or block_warps")
         form = args["form_name"]
-        suffix = f"{tech['storage']}_{'f32' if dt == np.float32 else 'f64'}"
-        fn = rt.kernel(dev, "mgk_tiled", f"mgk_tiled_{form}_{team}_{suffix}")
+        variant = f"{tech['storage']}_{suffix(dt)}"
+        fn = rt.kernel(dev, "mgk_tiled", f"mgk_tiled_{form}_{team}_{variant}")
         # a cluster kernel's blocks are its block twin's: that one answers the occupancy query
-        twin = rt.kernel(dev, "mgk_tiled", f"mgk_tiled_{form}_block_{suffix}") if team == "cluster" else fn
+        twin = rt.kernel(dev, "mgk_tiled", f"mgk_tiled_{form}_block_{variant}") if team == "cluster" else fn
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
             twin.set_max_dynamic_shared_memory(shared)
@@ -709,15 +708,14 @@ class TiledGPUEngine:
 
         start, end = rt.Event(dev), rt.Event(dev)
         start.record(stream)
-        rt.launch(fn, blocks, threads,
-                  (d1["descriptor"], d2["descriptor"], d_g1, d_g2, np.int64(m), d_code, d_params,
-                   np.int32(len(args["ncode"])), np.int32(len(args["nparam"])), np.int32(len(args["ecode"])),
-                   np.int32(len(args["eparam"])), T(args["ek_scale"]), T(args["ek_theta"]), T(args["ek_aux"]),
-                   T(s["q"]), T(s["p"] * s["p"]), np.float64(s["tol"]), np.int32(s["max_iter"]), np.int32(ss_max),
-                   np.int32(ds_max), np.int32(row_slots), np.int32(slab),
-                   np.int32(2 if queue is not None else tech["schedule"] == "dynamic"), counter, scratch, np.int64(stride), d_k, d_it, d_res,
-                   d_nodal, d_nodal_off),
-                  shared_mem=shared, stream=stream)
+        job = pair_job(dev, "mgk_tiled", s, args, d_g1, d_g2, d_code, d_params, 0, scratch, stride)
+        schedule = rt.layout(dev, "mgk_tiled", "schedule").pack(
+            ss_max=ss_max, ds_max=ds_max, row_slots=row_slots, slab_cap=slab,
+            dynamic=2 if queue is not None else int(tech["schedule"] == "dynamic"), counter=counter)
+        out = rt.layout(dev, "mgk_tiled", f"out_{suffix(dt)}").pack(
+            k=d_k, iterations=d_it, residuals=d_res, nodal=d_nodal, nodal_off=d_nodal_off)
+        rt.launch(fn, blocks, threads, (d1["descriptor"], d2["descriptor"], job, schedule, out), shared_mem=shared,
+                  stream=stream)
         end.record(stream)
         stream.synchronize()
         seconds = start.elapsed_ms(end) / 1e3
