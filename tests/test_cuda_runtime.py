@@ -254,6 +254,8 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
         layout.pack(**fields | {"flags": -1})
     with pytest.raises(TypeError, match=r"mgk:job\.width = 4294967296"):
         layout.pack(**fields | {"width": 1 << 32})
+    with pytest.raises(ValueError, match=r"mgk:job\.scale = 1e\+40"):
+        layout.pack(**fields | {"scale": 1e40})
     with pytest.raises(TypeError, match=r"mgk:job\.data is a device pointer: pass a device buffer or None, not ndarray"):
         layout.pack(**fields | {"data": np.zeros(3)})
     with pytest.raises(RuntimeError, match="exports no struct missing"):

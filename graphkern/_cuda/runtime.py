@@ -227,12 +227,14 @@ class Layout:
         try:
             row = [self._address(f, values[f]) if f in self._pointers else values[f] for f in self.fields]
             data = Packed(self._struct.pack(*row))
-        except struct.error:
+        except (struct.error, OverflowError):
             for f, code in self._codes.items():  # name the field
                 try:
                     struct.pack("<" + code, values[f])
                 except struct.error as e:
                     raise TypeError(f"{self.name}.{f} = {values[f]!r}: {e}") from None
+                except OverflowError as e:  # a float beyond the field's precision
+                    raise ValueError(f"{self.name}.{f} = {values[f]!r}: {e}") from None
             raise
         data.fields = values
         return data
