@@ -157,7 +157,8 @@ def test_canonical_scipy_input_is_neither_copied_nor_its_flags_changed(rng):
     A.has_sorted_indices = False  # the caller's flags are left as they are
     M, _ = as_csr_matrix(A)
     assert M.has_canonical_format and not A.has_sorted_indices
-    assert np.shares_memory(M.indices, A.indices) and np.shares_memory(M.data, A.data)
+    # an empty matrix's arrays hold no memory to share (about 2% of the draws have no entries)
+    assert A.nnz == 0 or (np.shares_memory(M.indices, A.indices) and np.shares_memory(M.data, A.data))
 
 
 def test_content_hash_blocks_depend_on_every_word(rng):
