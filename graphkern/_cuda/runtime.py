@@ -189,8 +189,8 @@ class Layout:
     """A struct parameter of a module's kernels as the module lays it out: its export rows ``<name>``
     (the size) and ``<name>.<field>`` (offset, width and C kind, cuda_src/common/exports.cuh).
     ``pack(field=value, ...)`` writes every field where the kernel reads it, so the host never
-    restates a device struct; a pointer takes a DeviceBuffer or None, an integer an int, a
-    floating-point field a number."""
+    restates a device struct; a pointer takes a DeviceBuffer, None or an address as np.uint64 (as
+    :func:`launch` does), an integer an int, a floating-point field a number."""
 
     # (kind, width) -> struct code; kinds as cuda_src/common/exports.cuh numbers them
     _CODES = {(0, 8): "Q", (1, 4): "i", (1, 8): "q", (2, 4): "I", (2, 8): "Q", (3, 4): "f", (3, 8): "d"}
@@ -201,7 +201,8 @@ class Layout:
         self.fields = tuple(sorted(fields, key=lambda f: fields[f][0]))
         if not self.fields:
             raise RuntimeError(f"cuda_src/{module}.cu exports no struct {name}")
-        self._pointers = frozenset(f for f in self.fields if fields[f][2] == 0)
+        self._names = frozenset(self.fields)
+        self._pointer_slots = tuple((i, f) for i, f in enumerate(self.fields) if fields[f][2] == 0)
         fmt, pos, self._codes = ["<"], 0, {}
         for f in self.fields:
             offset, width, kind = fields[f]
@@ -218,14 +219,16 @@ class Layout:
         assert self._struct.size == size
 
     def pack(self, **values):
-        if len(values) != len(self.fields) or not all(f in values for f in self.fields):
+        if values.keys() != self._names:
             missing = [f for f in self.fields if f not in values]
-            unknown = [f for f in values if f not in self.fields]
+            unknown = [f for f in values if f not in self._names]
             raise TypeError(f"{self.name}: " + "; ".join(
                 part for part in (missing and f"missing {', '.join(missing)}",
                                   unknown and f"no field {', '.join(unknown)}") if part))
         try:
-            row = [self._address(f, values[f]) if f in self._pointers else values[f] for f in self.fields]
+            row = [values[f] for f in self.fields]
+            for i, f in self._pointer_slots:
+                row[i] = self._address(f, row[i])
             data = Packed(self._struct.pack(*row))
         except (struct.error, OverflowError):
             for f, code in self._codes.items():  # name the field
@@ -242,6 +245,8 @@ class Layout:
     def _address(self, field, value):
         if value is None:
             return 0
+        if type(value) is np.uint64:  # an address already (mapped host memory's device pointer)
+            return int(value)
         try:
             return value.ptr
         except AttributeError:
