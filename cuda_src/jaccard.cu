@@ -56,11 +56,30 @@ namespace jaccard {
 
 // ------------------------------------------------------------------ fused variants
 
-#define JACCARD_SIMILARITY_PARAMS(T)                                                                       \
-    const int64_t *__restrict__ indptr, const int32_t *__restrict__ idx, const T *__restrict__ w, int32_t n, \
-        int64_t nnz, int32_t metric, const int32_t *__restrict__ deg, const int32_t *__restrict__ adj,     \
-        const T *__restrict__ wsum, const T *__restrict__ selfw, T sign, T *__restrict__ out
-#define JACCARD_SIMILARITY_ARGS(T) indptr, idx, w, n, nnz, metric, VertexTerms<T>{deg, adj, wsum, selfw, sign}, out
+// What every similarity entry point reads (one argument, graphkern/similarity/gpu.py packs it): the
+// CSR (row pointers, columns, weights `w`), its rows, the entries the launch covers (`nnz`: their
+// end), the metric, the per-vertex terms (VertexTerms) and the output, a value per stored entry.
+template <typename T>
+struct Similarity {
+    const int64_t* indptr;
+    const int32_t* idx;
+    const T* w;
+    int32_t n;
+    int64_t nnz;
+    int32_t metric;
+    const int32_t* deg;
+    const int32_t* adj;
+    const T* wsum;
+    const T* selfw;
+    T sign;
+    T* out;
+};
+#define JACCARD_SIMILARITY_FIELDS(X, N, S)                                                                  \
+    X(N, S, indptr) X(N, S, idx) X(N, S, w) X(N, S, n) X(N, S, nnz) X(N, S, metric) X(N, S, deg) X(N, S, adj) \
+    X(N, S, wsum) X(N, S, selfw) X(N, S, sign) X(N, S, out)
+#define JACCARD_SIMILARITY_PARAMS(T) const __grid_constant__ Similarity<T> s
+#define JACCARD_SIMILARITY_TERMS(T) VertexTerms<T>{s.deg, s.adj, s.wsum, s.selfw, s.sign}
+#define JACCARD_SIMILARITY_ARGS(T) s.indptr, s.idx, s.w, s.n, s.nnz, s.metric, JACCARD_SIMILARITY_TERMS(T), s.out
 
 
 template <bool kWeighted, typename T>
@@ -309,13 +328,13 @@ GK_CSR_CHECK_ENTRY(csr_check_i64, int64_t)
                                         const int32_t* __restrict__ hub_slot, int32_t long_owner,                \
                                         const Acc<W, T>* __restrict__ inter,                                     \
                                         const int32_t* __restrict__ mirror_off) {                                \
-        balanced_finalize<W, T>(indptr, idx, w, rows, hub_slot, long_owner, nnz, metric,                         \
-                                VertexTerms<T>{deg, adj, wsum, selfw, sign}, inter, mirror_off, out);            \
+        balanced_finalize<W, T>(s.indptr, s.idx, s.w, rows, hub_slot, long_owner, s.nnz, s.metric,               \
+                                JACCARD_SIMILARITY_TERMS(T), inter, mirror_off, s.out);                          \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_pair_##kind##_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) {   \
-        pair_similarity<W, T, 1>(indptr, idx, w, n, metric, self_loops, VertexTerms<T>{deg, adj, wsum, selfw, sign}, \
-                                 out, rows_per_block);                                                           \
+        pair_similarity<W, T, 1>(s.indptr, s.idx, s.w, s.n, s.metric, self_loops, JACCARD_SIMILARITY_TERMS(T),   \
+                                 s.out, rows_per_block);                                                         \
     }                                                                                                            \
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_shortrow_##kind##_##sfx(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,     \
@@ -331,8 +350,8 @@ JACCARD_FLAVOURS(JACCARD_ENTRY_POINTS)
     extern "C" __global__ void __launch_bounds__(kBlock)                                                         \
         jaccard_pair_vec##V##_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops,                     \
                                           int32_t rows_per_block) {                                              \
-        pair_similarity<false, T, V>(indptr, idx, w, n, metric, self_loops,                                      \
-                                     VertexTerms<T>{deg, adj, wsum, selfw, sign}, out, rows_per_block);         \
+        pair_similarity<false, T, V>(s.indptr, s.idx, s.w, s.n, s.metric, self_loops, JACCARD_SIMILARITY_TERMS(T), \
+                                     s.out, rows_per_block);                                                     \
     }
 
 JACCARD_PAIR_VECTOR_ENTRY_POINTS(2, float, f32)
@@ -346,7 +365,7 @@ JACCARD_PAIR_VECTOR_ENTRY_POINTS(4, double, f64)
 #define JACCARD_STAGED_ENTRY_POINT(VARIANT, T, sfx, ...)                                                           \
     extern "C" __global__ void __launch_bounds__(__VA_ARGS__)                                                      \
         jaccard_##VARIANT##_count_##sfx(JACCARD_SIMILARITY_PARAMS(T), int32_t self_loops, int32_t rows_per_block) { \
-        VARIANT##_similarity<T>(indptr, idx, n, metric, self_loops, out, rows_per_block);                         \
+        VARIANT##_similarity<T>(s.indptr, s.idx, s.n, s.metric, self_loops, s.out, rows_per_block);               \
     }
 
 JACCARD_STAGED_ENTRY_POINT(staged, float, f32, kBlock)
@@ -374,4 +393,6 @@ GRAPHKERN_EXPORTS = {
     {"window_far", kWinFar},
     {"pad_after_b", kAfterB},
     {"hash_bucket", kHashBucket},
+    GK_STRUCT("similarity_f32", Similarity<float>, JACCARD_SIMILARITY_FIELDS)
+    GK_STRUCT("similarity_f64", Similarity<double>, JACCARD_SIMILARITY_FIELDS)
 };

@@ -29,6 +29,7 @@
 // by a switch at kernel entry, so no loop carries a branch on it.
 #include <cstdint>
 
+#include "common/exports.cuh"
 #include "common/reductions.cuh"
 
 namespace {
@@ -136,6 +137,11 @@ __device__ void walk_2d(const int2* __restrict__ ends1, const double* __restrict
     if (threadIdx.x == 0 && threadIdx.y == 0) partials[blockIdx.y * (int64_t)gridDim.x + blockIdx.x] = s;
 }
 
+}  // namespace
+
+// A batch of graphs as the device holds it (graphkern.spgk.gpu._DeviceBatch): per graph its first
+// vertex row and first path; per vertex its discrete (int64) and continuous (T) label rows; per path
+// its ends and length.
 struct BatchArrays {
     const int64_t* node_offsets;
     const int64_t* disc;
@@ -144,6 +150,42 @@ struct BatchArrays {
     const int2* ends;
     const double* lengths;
 };
+#define SPGK_BATCH_FIELDS(X, N, S) \
+    X(N, S, node_offsets) X(N, S, disc) X(N, S, cont) X(N, S, path_offsets) X(N, S, ends) X(N, S, lengths)
+
+// The rest of a spgk_batched launch: the vertex kernel (label columns, gammas), the pair list, the
+// length kernel, where V goes (shared memory up to shared_capacity values, else scratch_V, a
+// stride a block), the pair counter, the hybrid's limit and progress (null without a CPU beside),
+// and the output (one value a pair, in list order).
+template <typename T>
+struct BatchedJob {
+    int32_t n_disc, n_cont;
+    const T* __restrict__ weights;
+    const int64_t* __restrict__ pair_a;
+    const int64_t* __restrict__ pair_b;
+    int64_t n_pairs;
+    int32_t kind;
+    T param;
+    int64_t shared_capacity;
+    T* __restrict__ scratch_V;
+    int64_t scratch_stride;
+    unsigned long long* __restrict__ next_pair;
+    const volatile long long* limit;
+    volatile long long* progress;
+    double* __restrict__ out;
+};
+#define SPGK_BATCHED_FIELDS(X, N, S)                                                                       \
+    X(N, S, n_disc) X(N, S, n_cont) X(N, S, weights) X(N, S, pair_a) X(N, S, pair_b) X(N, S, n_pairs)     \
+    X(N, S, kind) X(N, S, param) X(N, S, shared_capacity) X(N, S, scratch_V) X(N, S, scratch_stride)      \
+    X(N, S, next_pair) X(N, S, limit) X(N, S, progress) X(N, S, out)
+
+GRAPHKERN_EXPORTS = {
+    GK_STRUCT("batch", BatchArrays, SPGK_BATCH_FIELDS)
+    GK_STRUCT("batched_f32", BatchedJob<float>, SPGK_BATCHED_FIELDS)
+    GK_STRUCT("batched_f64", BatchedJob<double>, SPGK_BATCHED_FIELDS)
+};
+
+namespace {
 
 template <int KIND, typename T>
 __device__ void batched(BatchArrays A, BatchArrays B, int n_disc, int n_cont, const T* __restrict__ weights,
@@ -246,18 +288,13 @@ __device__ void batched(BatchArrays A, BatchArrays B, int n_disc, int n_cont, co
         SPGK_DISPATCH(kind, (walk_2d<K, T>(ends1 + begin1, len1 + begin1, P1, ends2 + begin2, len2 + begin2, P2, V,  \
                                            n2, param, partials)))                                                       \
     }                                                                                                                  \
-    extern "C" __global__ void spgk_batched_##SUFFIX(                                                                 \
-        const int64_t* a_node_offsets, const int64_t* a_disc, const T* a_cont, const int64_t* a_path_offsets,          \
-        const int2* a_ends, const double* a_lengths, const int64_t* b_node_offsets, const int64_t* b_disc,             \
-        const T* b_cont, const int64_t* b_path_offsets, const int2* b_ends, const double* b_lengths, int n_disc,        \
-        int n_cont, const T* weights, const int64_t* pair_a, const int64_t* pair_b, int64_t n_pairs, int kind,        \
-        T param, int64_t shared_capacity, T* scratch_V, int64_t scratch_stride, unsigned long long* next_pair,         \
-        const volatile long long* limit, volatile long long* progress, double* out) {                                  \
-        BatchArrays A{a_node_offsets, a_disc, a_cont, a_path_offsets, a_ends, a_lengths};                              \
-        BatchArrays B{b_node_offsets, b_disc, b_cont, b_path_offsets, b_ends, b_lengths};                              \
-        SPGK_DISPATCH(kind, (batched<K, T>(A, B, n_disc, n_cont, weights, pair_a, pair_b, n_pairs, param,             \
-                                           shared_capacity, scratch_V, scratch_stride, next_pair, limit, progress,   \
-                                           out)))                                                                      \
+    /* by value, not __grid_constant__: a reference into the parameter space would make the pair */                 \
+    /* loop read the job's fields by indexed loads */                                                                 \
+    extern "C" __global__ void spgk_batched_##SUFFIX(const BatchArrays A, const BatchArrays B,                        \
+                                                    const BatchedJob<T> job) {                                       \
+        SPGK_DISPATCH(job.kind, (batched<K, T>(A, B, job.n_disc, job.n_cont, job.weights, job.pair_a, job.pair_b,     \
+                                               job.n_pairs, job.param, job.shared_capacity, job.scratch_V,           \
+                                               job.scratch_stride, job.next_pair, job.limit, job.progress, job.out))) \
     }
 
 SPGK_ENTRY_POINTS(f32, float)

@@ -269,8 +269,13 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
 @pytest.mark.gpu
 def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
     """Each MGK entry point takes its sets, job, terms and outputs as structs of the sizes the module
-    exports, and a launch whose arguments do not match the kernel's parameters is refused."""
+    exports, so do the batched shortest-path kernel and the similarity kernels, and a launch whose
+    arguments do not match the kernel's parameters is refused."""
     for module, entry, structs in (
+            ("spgk", "spgk_batched", ("batch!", "batch!", "batched")),
+            ("jaccard", "jaccard_element_count", ("similarity", 8)),
+            ("jaccard", "jaccard_pair_weight", ("similarity", 4, 4)),
+            ("jaccard", "jaccard_finalize_count", ("similarity", 8, 8, 4, 8, 8)),
             ("mgk", "mgk_solve_general", ("set", "set", "job", "out")),
             ("mgk", "mgk_gradient_sqexp", ("set", "set", "job", "terms", "gradient_out")),
             ("mgk_csr", "mgk_csr_kronecker", ("set", "set", "job", "out")),
@@ -280,9 +285,10 @@ def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
             ("mgk_tiled", "mgk_tiled_sqexp_block_compact", (None, None, "job", "schedule", "out"))):
         for sfx in ("f32", "f64"):
             fn = rt.kernel(gpu_device, module, f"{entry}_{sfx}")
-            sizes = tuple(8 if name is None else rt.layout(  # None: a pointer
-                gpu_device, module, name if name in ("gradient_out", "schedule") else f"{name}_{sfx}").size
-                for name in structs)
+            # None: a pointer; a number: a scalar of that width; "name!": a struct of one layout for both types
+            sizes = tuple(8 if name is None else name if isinstance(name, int) else rt.layout(
+                gpu_device, module, name.rstrip("!") if name in ("gradient_out", "schedule") or name.endswith("!")
+                else f"{name}_{sfx}").size for name in structs)
             assert fn.parameter_widths == sizes, (module, entry, sfx)
     fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_axpy_f64")
     assert len(fn.parameter_widths) > 1

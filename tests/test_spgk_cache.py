@@ -8,12 +8,13 @@ is checked too.
 """
 
 import pickle
+import types
 import weakref
 
 import numpy as np
 import pytest
 
-from conftest import rebuilt
+from conftest import SimulatedLayout, rebuilt
 from graphkern.spgk import batch as spgk_batch, gpu as spgk_gpu
 from graphkern import Graph
 from graphkern._cpu import spgk as cpu_spgk
@@ -283,25 +284,26 @@ class FakeRuntime:
         """gpu_batched by the CPU's FCSP, on what was uploaded (float32 values read as float64)."""
         assert fn.name.startswith("spgk_batched_")
         self.launches += 1
-        (*arrays, n_disc, n_cont, weights, pa, pb, n_pairs, kind, param, capacity, scratch, stride, counter,
-         limit, progress, out) = args
+        sets, job = [a.fields for a in args[:2]], types.SimpleNamespace(**args[2].fields)
+        assert [a.layout for a in args] == ["spgk:batch", "spgk:batch", f"spgk:batched_{fn.name[-3:]}"]
         views = []
-        for offsets, disc, cont, path_offsets, ends, lengths in (arrays[:6], arrays[6:]):
-            n = int(offsets.host[-1])
-            views.append(cpu_spgk.GraphBatch(offsets.host, disc.host.reshape(n, n_disc),
-                                             cont.host.reshape(n, n_cont).astype(np.float64), path_offsets.host,
-                                             ends.host.reshape(-1, 2), lengths.host))
-        self.continuous_dtype = arrays[2].host.dtype
-        m = int(n_pairs) if limit is None else min(int(n_pairs), int(limit.host[0]))
-        a, b = pa.host[:m], pb.host[:m]
-        sizes = np.diff(arrays[0].host)[a] * np.diff(arrays[6].host)[b]
+        for d in sets:
+            n = int(d["node_offsets"].host[-1])
+            views.append(cpu_spgk.GraphBatch(d["node_offsets"].host, d["disc"].host.reshape(n, job.n_disc),
+                                             d["cont"].host.reshape(n, job.n_cont).astype(np.float64),
+                                             d["path_offsets"].host, d["ends"].host.reshape(-1, 2),
+                                             d["lengths"].host))
+        self.continuous_dtype = sets[0]["cont"].host.dtype
+        m = job.n_pairs if job.limit is None else min(job.n_pairs, int(job.limit.host[0]))
+        a, b = job.pair_a.host[:m], job.pair_b.host[:m]
+        sizes = np.diff(sets[0]["node_offsets"].host)[a] * np.diff(sets[1]["node_offsets"].host)[b]
         # each block's V fits in shared memory or in its slice of the scratch
-        assert m == 0 or sizes.max() <= max(int(capacity), int(stride))
+        assert m == 0 or sizes.max() <= max(job.shared_capacity, job.scratch_stride)
         work = np.empty(int(sizes.max()) if m else 1)
         values = np.empty(m)
-        cpu_spgk.kernel_pairs("fcsp", views[0], views[1], a, b, values, weights.host.astype(np.float64), int(kind),
-                              float(param), work, len(work), 1)
-        out.host[:m] = values
+        cpu_spgk.kernel_pairs("fcsp", views[0], views[1], a, b, values, job.weights.host.astype(np.float64),
+                              job.kind, job.param, work, len(work), 1)
+        job.out.host[:m] = values
 
     @staticmethod
     def PinnedBuffer(nbytes, mapped=False):
@@ -314,6 +316,7 @@ def fake_gpu(monkeypatch):
     for name in ("get_device", "kernel", "to_device", "alloc", "check_fits", "Stream", "Event", "launch",
                  "PinnedBuffer"):
         monkeypatch.setattr(runtime, name, getattr(fake, name))
+    monkeypatch.setattr(runtime, "layout", SimulatedLayout)
     monkeypatch.setattr(runtime, "require_gpu", lambda: None)
     monkeypatch.setattr(runtime, "device_count", lambda: 2)
     monkeypatch.setattr(spgk_gpu, "_PINNED_PAIRS", [])  # no fake buffer may reach the real pool

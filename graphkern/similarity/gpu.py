@@ -226,6 +226,7 @@ class DeviceSimilarity:
         self._fn_row_hashes = kernel(dev, "jaccard_row_hashes")
         self._fn_scan_sums = kernel(dev, "jaccard_scan_tile_sums")
         self._fn_scan_tiles = kernel(dev, "jaccard_scan_tiles")
+        self._similarity = self.rt.layout(dev, "jaccard", f"similarity_{flavour[-3:]}")
         sms = dev.properties["multiprocessor_count"]
         self._balanced_grid = sms * max(1, self._fn["balanced"].max_active_blocks_per_sm(BLOCK, 0))
         if self.rows_per_block is None:  # "window": as many rows per block as fill one wave of blocks
@@ -276,15 +277,13 @@ class DeviceSimilarity:
         rt, st, p = self.rt, self.stream, self.pattern
         n, nnz = p.n, p.nnz
         n32, nnz64 = np.int32(n), np.int64(nnz)
-        scalar = self.dtype.type
         if self.variant == "shortrow":
             g = self.shortrow_group
             rt.launch(self._fn["shortrow"], -(-n // (BLOCK // g)), BLOCK,
                       (self.indptr, self.indices, self.weights, n32, np.int32(self.metric),
                        np.int32(self.self_loops), self.out, np.int32(g)), stream=st)
             return
-        common = (self.indptr, self.indices, self.weights, n32, nnz64, np.int32(self.metric), self.deg, self.adj,
-                  self.wsum, self.selfw, scalar(1 if self.self_loops else -1), self.out)
+        common = self._common(nnz)
         if self.variant in ("pair",) + STAGED_VARIANTS and not self.weighted:  # one launch: it finds the vertex terms
             self._launch_pair(common)
             return
@@ -316,7 +315,7 @@ class DeviceSimilarity:
             for end in ends.tolist():
                 if end > start:  # the launch's entries are [start, end): its `nnz` is their end
                     rt.launch(self._fn[self.variant], -(-(end - start) // per_block), BLOCK,
-                              common[:4] + (np.int64(end),) + common[5:] + group + (np.int64(start),), stream=st)
+                              self._common(end) + group + (np.int64(start),), stream=st)
                     self._mark(done, end)
                 start = end
         elif self.variant == "pair":
@@ -341,6 +340,13 @@ class DeviceSimilarity:
                       stream=st)
             rt.launch(self._fn["finalize"], entry_grid, BLOCK,
                       common + (self.rows, self.hub_slot, long_owner, self.inter, self.mirror_off), stream=st)
+
+    def _common(self, nnz):
+        """The Similarity argument every similarity kernel begins with (cuda_src/jaccard.cu), as a
+        1-tuple: the CSR, the vertex terms and the output, over the stored entries below ``nnz``."""
+        return (self._similarity.pack(indptr=self.indptr, idx=self.indices, w=self.weights, n=self.pattern.n, nnz=nnz,
+                                      metric=self.metric, deg=self.deg, adj=self.adj, wsum=self.wsum, selfw=self.selfw,
+                                      sign=1.0 if self.self_loops else -1.0, out=self.out),)
 
     def _size_groups(self, total):
         """Read the work line's length (``total``, on the stream) and make ``group_entry`` hold its

@@ -38,15 +38,16 @@ class _DeviceBatch:
         self.ends = upload(batch.ends)
         self.lengths = upload(batch.lengths)
         self.weights = upload(batch.weights, dtype)  # the vertex kernel's gamma per continuous dimension
+        # the batched kernel's BatchArrays argument (cuda_src/spgk.cu)
+        self.descriptor = rt.layout(dev, "spgk", "batch").pack(
+            node_offsets=self.node_offsets, disc=self.discrete, cont=self.continuous, path_offsets=self.path_offsets,
+            ends=self.ends, lengths=self.lengths)
 
     @staticmethod
     def nbytes(batch, dtype):
         return (batch.node_offsets.nbytes + batch.discrete.nbytes + batch.continuous.size * dtype.itemsize
                 + batch.path_offsets.nbytes + batch.ends.nbytes + batch.lengths.nbytes
                 + batch.weights.size * dtype.itemsize)
-
-    def arrays(self):
-        return (self.node_offsets, self.discrete, self.continuous, self.path_offsets, self.ends, self.lengths)
 
 
 class GpuRunner:
@@ -233,13 +234,13 @@ class GpuRunner:
             launch.share(st)
             limit, progress = launch.limit_dev, np.uint64(launch.flags.device_pointer(dev) + _PROGRESS_OFFSET)
         dA, dB = self.device_batch(A), self.device_batch(B)
+        job = rt.layout(dev, "spgk", f"batched_{'f32' if self.dtype == np.float32 else 'f64'}").pack(
+            n_disc=A.discrete.shape[1], n_cont=A.continuous.shape[1], weights=dA.weights, pair_a=launch.d_pa,
+            pair_b=launch.d_pb, n_pairs=n_pairs, kind=self.edge.code, param=float(self.edge.parameter),
+            shared_capacity=capacity, scratch_V=launch.scratch, scratch_stride=stride, next_pair=launch.counter,
+            limit=limit, progress=progress, out=launch.d_out)
         launch.started.record(st)
-        rt.launch(fn, grid, _BLOCK,
-                  (*dA.arrays(), *dB.arrays(), np.int32(A.discrete.shape[1]), np.int32(A.continuous.shape[1]),
-                   dA.weights, launch.d_pa, launch.d_pb, np.int64(n_pairs), np.int32(self.edge.code),
-                   self.scalar(self.edge.parameter), np.int64(capacity), launch.scratch, np.int64(stride),
-                   launch.counter, limit, progress, launch.d_out),
-                  shared_mem=shared, stream=st)
+        rt.launch(fn, grid, _BLOCK, (dA.descriptor, dB.descriptor, job), shared_mem=shared, stream=st)
         launch.ended.record(st)
         return launch
 
