@@ -52,6 +52,14 @@ def test_upper_pairs_and_symmetric_fill(n, rng):
             expect[i, j] = K
             expect[j, i] = K
         np.testing.assert_array_equal(pairs.symmetric_fill(K, np.zeros((n, n), dtype=dtype)), expect)
+    for width in (1, 3):  # a row per pair: a gradient's derivatives
+        G = rng.standard_normal((len(p), width))
+        expect = np.zeros((n, n, width))
+        expect[i, j] = G
+        expect[j, i] = G
+        np.testing.assert_array_equal(pairs.symmetric_fill_rows(G, np.zeros((n, n, width))), expect)
+    with pytest.raises(ValueError, match="do not fill the upper triangle"):
+        pairs.symmetric_fill_rows(np.zeros((len(p) + 1, 2)), np.zeros((n, n, 2)))
 
 
 @pytest.mark.parametrize("shape", [(0, 4), (4, 0), (1, 1), (3, 7), (301, 17)])

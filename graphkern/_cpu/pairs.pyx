@@ -299,3 +299,19 @@ def symmetric_fill(const double[::1] K, out_t[:, ::1] out):
             out[i, j] = <out_t>K[start + j - i]
             out[j, i] = <out_t>K[start + j - i]
     return np.asarray(out)
+
+
+def symmetric_fill_rows(const double[:, ::1] G, double[:, :, ::1] out):
+    """``out[i, j, :] = out[j, i, :] = G[p]`` for the p-th pair of :func:`upper_pairs`: the fill of
+    :func:`symmetric_fill` for a row per pair (a gradient's derivatives)."""
+    cdef Py_ssize_t n = out.shape[0], w = out.shape[2], i, j, k, start
+    if out.shape[1] != n or G.shape[0] != n * (n + 1) // 2 or G.shape[1] != w:
+        raise ValueError(f"{G.shape[0]} rows of {G.shape[1]} do not fill the upper triangle of a {n} x "
+                         f"{out.shape[1]} x {w} array")
+    for i in prange(n, nogil=True, num_threads=_threads(G.shape[0] * w, TEAM_ITEMS), schedule="dynamic", chunksize=16):
+        start = i * n - i * (i - 1) // 2
+        for j in range(i, n):
+            for k in range(w):
+                out[i, j, k] = G[start + j - i, k]
+                out[j, i, k] = G[start + j - i, k]
+    return np.asarray(out)

@@ -185,7 +185,16 @@ def check_contractions(plan, args):
 
 def gradient_terms(dev, module, plan, dt):
     """The GradientTerms argument (cuda_src/common/kernel_program.cuh) of a gradient launch of
-    ``cuda_src/<module>.cu``: the derivative programs, the edge contractions and their programs."""
+    ``cuda_src/<module>.cu``: the derivative programs, the edge contractions and their programs,
+    uploaded once per plan, device and type (every launch of a call reads the same)."""
+    key = dev.ordinal, module, np.dtype(dt).str
+    terms = plan.device_terms.get(key)
+    if terms is None:
+        terms = plan.device_terms[key] = _gradient_terms(dev, module, plan, dt)
+    return terms
+
+
+def _gradient_terms(dev, module, plan, dt):
     nd, ct = plan.node_programs, plan.contraction_programs
     return rt.layout(dev, module, f"terms_{suffix(dt)}").pack(
         n_node=len(nd), ncode=rt.to_device(dev, nd.code), npar=rt.to_device(dev, nd.params.astype(dt)),

@@ -466,12 +466,12 @@ class GEMMGPUEngine:
         """Both sets' kernel arguments on the device with the layouts of pairs ``here``, or None when
         they do not fit (another solver needs far less device memory for these pairs)."""
         d1, d2 = plan.data
-        try:
+        try:  # require() takes indices with repeats: no sort to make them unique
             if d2 is d1:
-                d1.require(np.union1d(plan.g1[here], plan.g2[here]))
+                d1.require(np.concatenate((plan.g1[here], plan.g2[here])))
             else:
-                d1.require(np.unique(plan.g1[here]))
-                d2.require(np.unique(plan.g2[here]))
+                d1.require(plan.g1[here])
+                d2.require(plan.g2[here])
             set1 = d1.on_device(self.dev)
             return set1, (set1 if d2 is d1 else d2.on_device(self.dev))
         except GraphTooLargeError:
@@ -486,8 +486,9 @@ class GEMMGPUEngine:
         results = []
         if sets is None:
             return results, done
-        for tile in np.unique(route.tile[here]).tolist():
-            idx = here[route.tile[here] == tile]
+        tiles = route.tile[here]
+        for tile in np.flatnonzero(np.bincount(tiles)).tolist():  # tiles are small positive integers
+            idx = here[tiles == tile]
             out = launch(sets, idx, int(tile))
             if out is not None:
                 results.append((idx, out))

@@ -116,6 +116,7 @@ class GradientPlan:
 
     def __init__(self, specs, s, args, widths):
         self.free = [spec for spec in specs if not spec.fixed]
+        self.device_terms = {}  # the GPU solvers' GradientTerms arguments, by device, module and type
         for spec in self.free:
             if not spec.value > 0:
                 raise ValueError(f"hyperparameter {spec.name} = {spec.value:g} is free, but theta is its logarithm: "

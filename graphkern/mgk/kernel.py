@@ -358,9 +358,8 @@ class MarginalizedGraphKernel(_KernelBase):
                 out = _pairs.symmetric_fill(np.ascontiguousarray(K, dtype=np.float64),  # K's upper triangle
                                             np.empty((len(X),) * 2, s["dtype"] if not self.normalize else np.float64))
                 if eval_gradient:
-                    dK = np.empty((len(X), len(X), plan.n_free))
-                    dK[pair_arr[:, 0], pair_arr[:, 1]] = grad
-                    dK[pair_arr[:, 1], pair_arr[:, 0]] = grad
+                    dK = _pairs.symmetric_fill_rows(np.ascontiguousarray(grad, dtype=np.float64),
+                                                    np.empty((len(X), len(X), plan.n_free)))
             else:
                 out = K.reshape(len(X), len(Yg))
                 if eval_gradient:
