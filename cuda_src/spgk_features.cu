@@ -56,12 +56,48 @@ __device__ __forceinline__ int64_t* column_keys(int64_t* out, int64_t n_graphs) 
     return out + HEADER + (n_graphs + 1) + n_graphs + MAX_VERTICES;
 }
 
+// The graphs a counting reads (graphkern.spgk.features.pack: each graph's first vertex and first stored
+// entry, its local row pointers, column indices, each vertex's label id) and the batch's sizes: label
+// ids below n_labels, graphs of at most `width` vertices.
+struct PackedGraphs {
+    const int64_t* __restrict__ node_offsets;
+    const int64_t* __restrict__ edge_offsets;
+    const int64_t* __restrict__ indptr;
+    const int32_t* __restrict__ indices;
+    const int64_t* __restrict__ labels;
+    int64_t n_graphs, n_labels, width;
+};
+#define SPGK_PACKED_GRAPHS_FIELDS(X, N, S)                                                                      \
+    X(N, S, node_offsets) X(N, S, edge_offsets) X(N, S, indptr) X(N, S, indices) X(N, S, labels) X(N, S, n_graphs) \
+    X(N, S, n_labels) X(N, S, width)
+
+// What both passes of a counting share: the (label, label, hops) cells used and the hop counts seen
+// (zeroed before pass 0), each graph's number of triplets, the cells' columns (pass 1 reads them)
+// and the output described above.
+struct CountTables {
+    int32_t* __restrict__ used;
+    int32_t* __restrict__ hops;
+    int32_t* __restrict__ found;
+    const int64_t* __restrict__ columns;
+    int64_t* __restrict__ out;
+};
+#define SPGK_COUNT_TABLES_FIELDS(X, N, S) X(N, S, used) X(N, S, hops) X(N, S, found) X(N, S, columns) X(N, S, out)
+
+// Taken by value: the fields are read where they are used, as parameters (no reference into the
+// parameter space).
 extern "C" __global__ void __launch_bounds__(COUNT_WARPS * 32)
-spgk_count_graphs(const int64_t* __restrict__ node_offsets, const int64_t* __restrict__ edge_offsets,
-                  const int64_t* __restrict__ indptr, const int32_t* __restrict__ indices,
-                  const int64_t* __restrict__ labels, int64_t n_graphs, int64_t n_labels, int64_t width, int pass,
-                  int32_t* __restrict__ used, int32_t* __restrict__ hops, int32_t* __restrict__ found,
-                  const int64_t* __restrict__ columns, int64_t* __restrict__ out, int64_t* __restrict__ rows_out) {
+spgk_count_graphs(const PackedGraphs graphs, const CountTables tables, int pass, int64_t* __restrict__ rows_out) {
+    const int64_t* __restrict__ node_offsets = graphs.node_offsets;
+    const int64_t* __restrict__ edge_offsets = graphs.edge_offsets;
+    const int64_t* __restrict__ indptr = graphs.indptr;
+    const int32_t* __restrict__ indices = graphs.indices;
+    const int64_t* __restrict__ labels = graphs.labels;
+    const int64_t n_graphs = graphs.n_graphs, n_labels = graphs.n_labels, width = graphs.width;
+    int32_t* __restrict__ used = tables.used;
+    int32_t* __restrict__ hops = tables.hops;
+    int32_t* __restrict__ found = tables.found;
+    const int64_t* __restrict__ columns = tables.columns;
+    int64_t* __restrict__ out = tables.out;
     __shared__ uint64_t rows_s[COUNT_WARPS][MAX_VERTICES];
     __shared__ int64_t label_s[COUNT_WARPS][MAX_VERTICES];  // the graph's distinct labels, in order
     __shared__ int32_t rank_s[COUNT_WARPS][MAX_VERTICES];  // each vertex's label's place among them
@@ -321,4 +357,6 @@ GRAPHKERN_EXPORTS = {
     {"count_warps", COUNT_WARPS},
     {"max_vertices", MAX_VERTICES},
     {"header", HEADER},
+    GK_STRUCT("graphs", PackedGraphs, SPGK_PACKED_GRAPHS_FIELDS)
+    GK_STRUCT("tables", CountTables, SPGK_COUNT_TABLES_FIELDS)
 };

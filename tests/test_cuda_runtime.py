@@ -269,13 +269,14 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
 @pytest.mark.gpu
 def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
     """Each MGK entry point takes its sets, job, terms and outputs as structs of the sizes the module
-    exports, so do the batched shortest-path kernel and the similarity kernels, and a launch whose
-    arguments do not match the kernel's parameters is refused."""
+    exports, so do the batched shortest-path kernel, the feature map's counting and the similarity
+    kernels, and a launch whose arguments do not match the kernel's parameters is refused."""
     for module, entry, structs in (
             ("spgk", "spgk_batched", ("batch!", "batch!", "batched")),
             ("jaccard", "jaccard_element_count", ("similarity", 8)),
             ("jaccard", "jaccard_pair_weight", ("similarity", 4, 4)),
             ("jaccard", "jaccard_finalize_count", ("similarity", 8, 8, 4, 8, 8)),
+            ("spgk_features", "spgk_count_graphs!", ("graphs!", "tables!", 4, 8)),
             ("mgk", "mgk_solve_general", ("set", "set", "job", "out")),
             ("mgk", "mgk_gradient_sqexp", ("set", "set", "job", "terms", "gradient_out")),
             ("mgk_csr", "mgk_csr_kronecker", ("set", "set", "job", "out")),
@@ -283,8 +284,8 @@ def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
             ("mgk_gemm", "mgk_gemm_r3", ("set", "set", "job", "out")),
             ("mgk_gemm", "mgk_gemm_gradient_r2", ("set", "set", "job", "terms", "gradient_out")),
             ("mgk_tiled", "mgk_tiled_sqexp_block_compact", (None, None, "job", "schedule", "out"))):
-        for sfx in ("f32", "f64"):
-            fn = rt.kernel(gpu_device, module, f"{entry}_{sfx}")
+        for sfx in ("f32", "f64"):  # "name!": one entry point for both types
+            fn = rt.kernel(gpu_device, module, entry.rstrip("!") if entry.endswith("!") else f"{entry}_{sfx}")
             # None: a pointer; a number: a scalar of that width; "name!": a struct of one layout for both types
             sizes = tuple(8 if name is None else name if isinstance(name, int) else rt.layout(
                 gpu_device, module, name.rstrip("!") if name in ("gradient_out", "schedule") or name.endswith("!")

@@ -112,9 +112,11 @@ def triplet_counts(device, structure, ids, n_labels, id_bits):
     out.view(0, 8 * lim.header).zero(stream=stream)
     count = rt.kernel(dev, "spgk_features", "spgk_count_graphs")
     grid = min(-(-G // lim.count_warps), 1 << 20)
-    args = (node_offsets, edge_offsets, indptr, indices, ids, np.int64(G), np.int64(n_labels), np.int64(width))
-    rt.launch(count, grid, 32 * lim.count_warps, (*args, np.int32(0), used, hops, found, columns, out, None),
-              stream=stream)
+    args = (rt.layout(dev, "spgk_features", "graphs").pack(
+                node_offsets=node_offsets, edge_offsets=edge_offsets, indptr=indptr, indices=indices, labels=ids,
+                n_graphs=G, n_labels=n_labels, width=width),
+            rt.layout(dev, "spgk_features", "tables").pack(used=used, hops=hops, found=found, columns=columns, out=out))
+    rt.launch(count, grid, 32 * lim.count_warps, (*args, np.int32(0), None), stream=stream)
     rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_offsets"), 1, 1024, (found, np.int64(G), out),
               stream=stream)
     rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_columns"), 1, 1024,
@@ -128,8 +130,7 @@ def triplet_counts(device, structure, ids, n_labels, id_bits):
     # the rows the product reads, kept with the counts: sized now, their offsets copied in
     rows = rt.alloc(dev, G + 1 + nnz + -(-nnz // 2), np.int64)
     rows.copy_from_device(out, 8 * (G + 1), stream, 0, 8 * lim.header)
-    rt.launch(count, grid, 32 * lim.count_warps, (*args, np.int32(1), used, hops, found, columns, out, rows),
-              stream=stream)
+    rt.launch(count, grid, 32 * lim.count_warps, (*args, np.int32(1), rows), stream=stream)
     host = out.copy_to_host(np.empty(head + 2 * F, np.int64), stream)
     stream.synchronize()
     at = lim.header + G + 1
