@@ -244,6 +244,9 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
                                           "offsets": [0, 8, 16, 20, 24, 32], "itemsize": 40}))[0]
     assert got.tolist() == (0x7F0012345678, 1 << 40, -7, 3, 0.25, 1e-9)
     assert np.frombuffer(layout.pack(data=None, count=0, width=0, flags=0, scale=0, tol=0), np.uint8).max() == 0
+    # an address as launch() takes it (mapped host memory's device pointer)
+    assert np.frombuffer(layout.pack(data=np.uint64(0x7F00DEADBEE8), count=0, width=0, flags=0, scale=0, tol=0),
+                         "<u8")[0] == 0x7F00DEADBEE8
 
     fields = dict(data=None, count=1, width=2, flags=3, scale=1.0, tol=0.5)
     with pytest.raises(TypeError, match=r"mgk:job: missing tol; no field tolerance"):
@@ -256,8 +259,11 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
         layout.pack(**fields | {"width": 1 << 32})
     with pytest.raises(ValueError, match=r"mgk:job\.scale = 1e\+40"):
         layout.pack(**fields | {"scale": 1e40})
-    with pytest.raises(TypeError, match=r"mgk:job\.data is a device pointer: pass a device buffer or None, not ndarray"):
+    pointer = r"mgk:job\.data is a device pointer: pass a device buffer, None or an np\.uint64 address, not "
+    with pytest.raises(TypeError, match=pointer + "ndarray"):
         layout.pack(**fields | {"data": np.zeros(3)})
+    with pytest.raises(TypeError, match=pointer + "int"):
+        layout.pack(**fields | {"data": 0x7F00DEADBEE8})  # a plain int may be a size as well as an address
     with pytest.raises(RuntimeError, match="exports no struct missing"):
         rt.layout(dev, "mgk", "missing")
     bad = _ExportingDevice([(b"pair", 12), (b"pair.a", _field(0, 8, 1)), (b"pair.b", _field(4, 8, 1))])

@@ -250,8 +250,8 @@ class Layout:
         try:
             return value.ptr
         except AttributeError:
-            raise TypeError(f"{self.name}.{field} is a device pointer: pass a device buffer or None, "
-                            f"not {type(value).__name__}") from None
+            raise TypeError(f"{self.name}.{field} is a device pointer: pass a device buffer, None or an np.uint64 "
+                            f"address, not {type(value).__name__}") from None
 
 
 _layouts: dict[tuple[str, str], Layout] = {}
