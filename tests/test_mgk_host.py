@@ -78,6 +78,12 @@ class _Buffer:
         self.data = np.empty(nbytes, dtype=np.uint8)
         self.ptr = self.data.ctypes.data
 
+    def view(self, offset, nbytes, *, dtype=None, shape=None):
+        part = _Buffer(self.device, 0, dtype=dtype, shape=shape)
+        part.nbytes, part.data = nbytes, self.data[offset:offset + nbytes]
+        part.ptr = part.data.ctypes.data
+        return part
+
     def copy_from_host(self, host, stream=None, offset=0):
         src = memoryview(host).cast("B")
         self.data[offset:offset + src.nbytes] = np.frombuffer(src, dtype=np.uint8)

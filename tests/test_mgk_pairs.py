@@ -127,20 +127,39 @@ def test_pair_plan_rejects_graphs_out_of_range(rng):
         pairs.pair_plan(np.array([[0, 0]]), n, n, n[:3], n, n, n, 1)
 
 
-def test_outputs_in_pair_order_through_one_host_buffer(monkeypatch, rng):
-    """Outputs of mixed types read back through one reused host buffer land in pair order, each
-    as ``out[order] = launched``."""
-    from types import SimpleNamespace
-
+def test_pair_outputs_share_one_poisoned_block_and_land_in_pair_order(monkeypatch, rng):
+    """A launch's outputs of mixed types in one device block (each part at an 8-byte boundary), every
+    byte poisoned before the launch, read back in one copy and gathered as ``out[order] = launched``."""
     from graphkern._cuda import runtime as rt
     from graphkern.mgk import core
 
-    monkeypatch.setattr(rt, "copy_to_pageable", lambda buf, out: np.copyto(out, buf.a) or out)
+    class Block:  # a device buffer over host bytes
+        def __init__(self, data, dtype=None, shape=None):
+            self.data, self.nbytes, self.dtype, self.shape = data, data.nbytes, dtype, shape
+
+        def memset32(self, value, stream=None):
+            self.data.view(np.uint32)[:] = value
+
+        def view(self, offset, nbytes, *, dtype, shape):
+            return Block(self.data[offset:offset + nbytes], dtype, shape)
+
+    copies = []
+    monkeypatch.setattr(rt, "alloc", lambda dev, n, dtype: Block(np.zeros(n, np.uint8)))
+    monkeypatch.setattr(rt, "copy_to_pageable", lambda buf, out: copies.append(buf) or np.copyto(out, buf.data) or out)
     m = 10_007
     order = rng.permutation(m)
     launched = [rng.standard_normal(m), rng.integers(-5, 100, m).astype(np.int32), rng.random(m)]
-    bufs = [SimpleNamespace(a=a, shape=a.shape, dtype=a.dtype) for a in launched]
-    for got, a in zip(core.outputs_in_pair_order(bufs, order), launched):
+    outputs = core.PairOutputs(None, [(m, a.dtype) for a in launched] + [(3, np.int32)])
+    assert [at % 8 for at, _, _ in outputs.parts] == [0] * 4 and outputs.nbytes == outputs.block.nbytes
+    for view, (_, count, dtype) in zip(outputs.views, outputs.parts):
+        assert view.shape == (count,) and view.dtype == dtype
+        poisoned = view.data.view(dtype)
+        assert np.isnan(poisoned).all() if dtype.kind == "f" else (poisoned == -1).all()
+    for view, a in zip(outputs.views, launched):
+        view.data.view(a.dtype)[:] = a
+    *per_pair, untouched = outputs.read()
+    assert len(copies) == 1 and (untouched == -1).all()
+    for got, a in zip(core.in_pair_order(per_pair, order), launched):
         want = np.empty_like(a)
         want[order] = a
         assert got.dtype == a.dtype

@@ -179,6 +179,11 @@ class _Buf:
     def zero(self, stream=None):
         self.a[...] = 0
 
+    def view(self, offset, nbytes, *, dtype, shape):
+        part = _Buf(self.a.reshape(-1).view(np.uint8)[offset:offset + nbytes].view(dtype).reshape(shape))
+        part.poisoned = self.poisoned
+        return part
+
     def to_host(self):
         return self.a.copy()
 

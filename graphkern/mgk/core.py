@@ -172,6 +172,30 @@ def _poisoned(dev, shape, dtype):
     return buf
 
 
+class PairOutputs:
+    """A launch's per-pair outputs in one device buffer, ``parts`` ``(count, dtype)`` in order, each at
+    an 8-byte boundary: allocated with every byte 0xFF (NaN in a float, -1 in an integer, so that an
+    output the kernel never wrote shows up), one device view a part (``views``), and read back in one
+    copy (:meth:`read`)."""
+
+    def __init__(self, dev, parts, stream=None):
+        self.parts, at = [], 0
+        for count, dtype in parts:
+            dtype = np.dtype(dtype)
+            self.parts.append((at, count, dtype))
+            at += -(-count * dtype.itemsize // 8) * 8
+        self.nbytes = max(at, 8)
+        self.block = rt.alloc(dev, self.nbytes, np.uint8)
+        self.block.memset32(0xFFFFFFFF, stream)
+        self.views = [self.block.view(at, count * dtype.itemsize, dtype=dtype, shape=(count,))
+                      for at, count, dtype in self.parts]
+
+    def read(self):
+        """Every part as a host array (in launch order), after the launch's stream has finished."""
+        host = rt.copy_to_pageable(self.block, np.empty(self.nbytes, np.uint8))
+        return [host[at:at + count * dtype.itemsize].view(dtype) for at, count, dtype in self.parts]
+
+
 def check_contractions(plan, args):
     """The plan's edge contractions must be of the launch's edge-kernel form (or its derivative) and
     read its feature: the kernels stage one form's data (the CSR one: theta * w where labels differ)."""
@@ -220,16 +244,12 @@ def pair_positions(order):
     return pairs.scatter(np.empty(m, dtype=np.int64), order, np.arange(m, dtype=np.int64))
 
 
-def outputs_in_pair_order(d_bufs, order, positions=None):
-    """The per-pair device outputs ``d_bufs`` of one launch (in launch ``order``) in the caller's pair
-    order: each read back through one host buffer (a fresh page costs a fault on first touch), then
-    gathered through the pairs' ``positions`` in the launch (:func:`pair_positions`, computed here
-    when not given: the gathers write in order, which costs less than scattered writes)."""
-    sizes = [int(np.prod(b.shape, dtype=np.int64)) * np.dtype(b.dtype).itemsize for b in d_bufs]
-    through = np.empty(max(sizes), dtype=np.uint8)
+def in_pair_order(values, order, positions=None):
+    """Per-pair host arrays of one launch (in launch ``order``) in the caller's pair order, gathered
+    through the pairs' ``positions`` in the launch (:func:`pair_positions`, computed here when not
+    given: the gathers write in order, which costs less than scattered writes)."""
     positions = pair_positions(order) if positions is None else positions
-    return [pairs.take(rt.copy_to_pageable(b, through[:n].view(b.dtype).reshape(b.shape)), positions)
-            for b, n in zip(d_bufs, sizes)]
+    return [pairs.take(v, positions) for v in values]
 
 
 def nodal_blocks(d_nodal, nodal_off, order, n1, n2):
@@ -260,8 +280,8 @@ def solve_outputs(dev, module, launch, order, n1, n2, dt, nodal, positions=None)
     nodal_off = None
     if nodal:
         nodal_off = np.concatenate([[0], np.cumsum((n1.astype(np.int64) * n2)[order])]).astype(np.int64)
-    d_k, d_res = _poisoned(dev, m, np.float64), _poisoned(dev, m, np.float64)
-    d_it = _poisoned(dev, m, np.int32)  # NaN and -1: a pair the kernel never wrote shows up
+    outputs = PairOutputs(dev, [(m, np.float64), (m, np.int32), (m, np.float64)])
+    d_k, d_it, d_res = outputs.views
     if nodal:
         d_nodal = _poisoned(dev, max(int(nodal_off[-1]), 1), dt)
         d_nodal_off = rt.to_device(dev, nodal_off)
@@ -269,7 +289,7 @@ def solve_outputs(dev, module, launch, order, n1, n2, dt, nodal, positions=None)
         d_nodal = d_nodal_off = None
     seconds = launch(rt.layout(dev, module, f"out_{suffix(dt)}").pack(
         k=d_k, iterations=d_it, residuals=d_res, nodal=d_nodal, nodal_off=d_nodal_off))
-    K, iters, resid = outputs_in_pair_order((d_k, d_it, d_res), order, positions)
+    K, iters, resid = in_pair_order(outputs.read(), order, positions)
     _check_written(K, iters, m)
     blocks = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
     return K, iters, resid, blocks, seconds
@@ -281,15 +301,16 @@ def gradient_outputs(dev, module, launch, order, plan, solver):
     residuals, adjoint iterations, adjoint residuals, raw derivatives (m x plan.n_raw)).  Returns those in pair order and the
     kernel's seconds; ``solver`` names the solver in the error for unwritten derivatives."""
     m = len(order)
-    d_k, d_res, d_adj_res = (_poisoned(dev, m, np.float64) for _ in range(3))
-    d_it, d_adj_it = (_poisoned(dev, m, np.int32) for _ in range(2))
-    d_grad = _poisoned(dev, max(m * plan.n_raw, 1), np.float64)
+    outputs = PairOutputs(dev, [(m, np.float64), (m, np.int32), (m, np.float64), (m, np.int32), (m, np.float64),
+                                (max(m * plan.n_raw, 1), np.float64)])
+    d_k, d_it, d_res, d_adj_it, d_adj_res, d_grad = outputs.views
     seconds = launch(rt.layout(dev, module, "gradient_out").pack(
         k=d_k, iterations=d_it, residuals=d_res, adjoint_iterations=d_adj_it, adjoint_residuals=d_adj_res,
         gradient=d_grad))
-    K, iters, resid, adj_iters, adj_resid = outputs_in_pair_order((d_k, d_it, d_res, d_adj_it, d_adj_res), order)
+    *per_pair, grad = outputs.read()
+    K, iters, resid, adj_iters, adj_resid = in_pair_order(per_pair, order)
     raw = np.empty((m, plan.n_raw))
-    raw[order] = d_grad.to_host()[:m * plan.n_raw].reshape(m, plan.n_raw)
+    raw[order] = grad[:m * plan.n_raw].reshape(m, plan.n_raw)
     _check_written(K, np.minimum(iters, adj_iters), m)
     if not np.all(np.isfinite(raw)):
         raise RuntimeError(f"the {solver} left {int(np.sum(~np.isfinite(raw)))} of {raw.size} derivatives "

@@ -76,7 +76,7 @@ import numpy as np
 from graphkern._backend import resolve_threads
 from graphkern._cuda import runtime as rt
 from graphkern.graph import Graph
-from graphkern.mgk.core import (align16, in_launch_order, launch_order, nodal_blocks, outputs_in_pair_order,
+from graphkern.mgk.core import (PairOutputs, align16, in_launch_order, in_pair_order, launch_order, nodal_blocks,
                                 pair_job, scratch_units, suffix)
 from graphkern.mgk.data import OCTILE, _nonempty, build_octiles, renumbered
 from graphkern.mgk.results import Solved, empty_result
@@ -690,11 +690,8 @@ class TiledGPUEngine:
         d_g2 = rt.to_device(dev, in_launch_order(g2, order), stream)
         d_code = rt.to_device(dev, code, stream)
         d_params = rt.to_device(dev, params, stream)
-        d_k = rt.alloc(dev, m, np.float64)
-        d_it = rt.alloc(dev, m, np.int32)
-        d_res = rt.alloc(dev, m, np.float64)
-        for buf in (d_k, d_res, d_it):
-            buf.memset32(0xFFFFFFFF, stream)  # NaN and -1: a pair the kernel never wrote shows up
+        outputs = PairOutputs(dev, [(m, np.float64), (m, np.int32), (m, np.float64)], stream)
+        d_k, d_it, d_res = outputs.views
         if queue is None:
             counter = rt.alloc(dev, 1, np.uint64)
             counter.zero(stream)
@@ -720,7 +717,7 @@ class TiledGPUEngine:
         stream.synchronize()
         seconds = start.elapsed_ms(end) / 1e3
 
-        K, iters, resid = outputs_in_pair_order((d_k, d_it, d_res), order)
+        K, iters, resid = in_pair_order(outputs.read(), order)
         if queue is None and not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
             raise RuntimeError(f"the tiled GPU solver left {int(np.sum(~np.isfinite(K) | (iters < 0)))} of {m} pairs "
                                f"unwritten on device {dev.ordinal}")
