@@ -165,13 +165,6 @@ def scratch_units(dev, wanted, per_unit, out_bytes, sizes):
     return units
 
 
-def _poisoned(dev, shape, dtype):
-    """A device buffer filled with NaN (int: -1): an output the kernel never wrote shows up."""
-    buf = rt.alloc(dev, shape, dtype)
-    buf.memset32(0xFFFFFFFF)
-    return buf
-
-
 class PairOutputs:
     """A launch's per-pair outputs in one device buffer, ``parts`` ``(count, dtype)`` in order, each at
     an 8-byte boundary: allocated with every byte 0xFF (NaN in a float, -1 in an integer, so that an
@@ -252,9 +245,9 @@ def in_pair_order(values, order, positions=None):
     return [pairs.take(v, positions) for v in values]
 
 
-def nodal_blocks(d_nodal, nodal_off, order, n1, n2):
-    """The nodal matrices of a launch (block k_sorted of the flat output is pair order[k_sorted]) in pair order."""
-    flat = d_nodal.to_host()
+def nodal_blocks(flat, nodal_off, order, n1, n2):
+    """The nodal matrices of a launch (block k_sorted of its flat output, read back, is pair
+    order[k_sorted]) in pair order."""
     blocks = [None] * len(order)
     for k_sorted, k in enumerate(order.tolist()):
         blocks[k] = flat[nodal_off[k_sorted]:nodal_off[k_sorted + 1]].reshape(int(n1[k]), int(n2[k])).copy()
@@ -280,18 +273,16 @@ def solve_outputs(dev, module, launch, order, n1, n2, dt, nodal, positions=None)
     nodal_off = None
     if nodal:
         nodal_off = np.concatenate([[0], np.cumsum((n1.astype(np.int64) * n2)[order])]).astype(np.int64)
-    outputs = PairOutputs(dev, [(m, np.float64), (m, np.int32), (m, np.float64)])
-    d_k, d_it, d_res = outputs.views
-    if nodal:
-        d_nodal = _poisoned(dev, max(int(nodal_off[-1]), 1), dt)
-        d_nodal_off = rt.to_device(dev, nodal_off)
-    else:
-        d_nodal = d_nodal_off = None
+    outputs = PairOutputs(dev, [(m, np.float64), (m, np.int32), (m, np.float64)]
+                          + ([(max(int(nodal_off[-1]), 1), dt)] if nodal else []))
+    d_k, d_it, d_res, *d_nodal = outputs.views
     seconds = launch(rt.layout(dev, module, f"out_{suffix(dt)}").pack(
-        k=d_k, iterations=d_it, residuals=d_res, nodal=d_nodal, nodal_off=d_nodal_off))
-    K, iters, resid = in_pair_order(outputs.read(), order, positions)
+        k=d_k, iterations=d_it, residuals=d_res, nodal=d_nodal[0] if nodal else None,
+        nodal_off=rt.to_device(dev, nodal_off) if nodal else None))
+    K, iters, resid, *flat = outputs.read()
+    K, iters, resid = in_pair_order((K, iters, resid), order, positions)
     _check_written(K, iters, m)
-    blocks = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
+    blocks = nodal_blocks(flat[0], nodal_off, order, n1, n2) if nodal else None
     return K, iters, resid, blocks, seconds
 
 

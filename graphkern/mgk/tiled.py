@@ -690,18 +690,15 @@ class TiledGPUEngine:
         d_g2 = rt.to_device(dev, in_launch_order(g2, order), stream)
         d_code = rt.to_device(dev, code, stream)
         d_params = rt.to_device(dev, params, stream)
-        outputs = PairOutputs(dev, [(m, np.float64), (m, np.int32), (m, np.float64)], stream)
-        d_k, d_it, d_res = outputs.views
+        outputs = PairOutputs(dev, [(m, np.float64), (m, np.int32), (m, np.float64)]
+                              + ([(max(int(nodal_off[-1]), 1), dt)] if nodal else []), stream)
+        d_k, d_it, d_res, *d_nodal = outputs.views
         if queue is None:
             counter = rt.alloc(dev, 1, np.uint64)
             counter.zero(stream)
         else:
             counter = queue
-        if nodal:
-            d_nodal = rt.alloc(dev, max(int(nodal_off[-1]), 1), dt)
-            d_nodal_off = rt.to_device(dev, nodal_off, stream)
-        else:
-            d_nodal = d_nodal_off = None
+        d_nodal_off = rt.to_device(dev, nodal_off, stream) if nodal else None
 
         start, end = rt.Event(dev), rt.Event(dev)
         start.record(stream)
@@ -710,16 +707,17 @@ class TiledGPUEngine:
             ss_max=ss_max, ds_max=ds_max, row_slots=row_slots, slab_cap=slab,
             dynamic=2 if queue is not None else int(tech["schedule"] == "dynamic"), counter=counter)
         out = rt.layout(dev, "mgk_tiled", f"out_{suffix(dt)}").pack(
-            k=d_k, iterations=d_it, residuals=d_res, nodal=d_nodal, nodal_off=d_nodal_off)
+            k=d_k, iterations=d_it, residuals=d_res, nodal=d_nodal[0] if nodal else None, nodal_off=d_nodal_off)
         rt.launch(fn, blocks, threads, (d1["descriptor"], d2["descriptor"], job, schedule, out), shared_mem=shared,
                   stream=stream)
         end.record(stream)
         stream.synchronize()
         seconds = start.elapsed_ms(end) / 1e3
 
-        K, iters, resid = in_pair_order(outputs.read(), order)
+        K, iters, resid, *flat = outputs.read()
+        K, iters, resid = in_pair_order((K, iters, resid), order)
         if queue is None and not (np.all(np.isfinite(K)) and np.all(iters >= 0)):
             raise RuntimeError(f"the tiled GPU solver left {int(np.sum(~np.isfinite(K) | (iters < 0)))} of {m} pairs "
                                f"unwritten on device {dev.ordinal}")
-        blocks_out = nodal_blocks(d_nodal, nodal_off, order, n1, n2) if nodal else None
+        blocks_out = nodal_blocks(flat[0], nodal_off, order, n1, n2) if nodal else None
         return K, iters, resid, blocks_out, seconds, team
