@@ -286,11 +286,39 @@ spgk_features_scatter(const int64_t* __restrict__ indptr, const int32_t* __restr
     }
 }
 
+// One operand of the product: dense rows of `ld` columns (a multiple of DEPTH, zero-padded rows to a
+// multiple of TILE), the flags of its (TILE rows, DEPTH columns) blocks that hold a nonzero, `count`
+// true rows, and for a normalised product each row's K(G, G) (null: raw).
+struct DenseRows {
+    const double* __restrict__ values;
+    const uint8_t* __restrict__ steps;
+    const double* __restrict__ self_dot;
+    int64_t count, ld;
+};
+#define SPGK_DENSE_ROWS_FIELDS(X, N, S) X(N, S, values) X(N, S, steps) X(N, S, self_dot) X(N, S, count) X(N, S, ld)
+
+// Where a tile of the product goes: C with `ldc` columns; `row0` the tile's first row of A; `mirror`
+// as described at the top of the file.
+struct GramTile {
+    double* __restrict__ C;
+    int64_t ldc, row0;
+    int32_t mirror;
+};
+#define SPGK_GRAM_TILE_FIELDS(X, N, S) X(N, S, C) X(N, S, ldc) X(N, S, row0) X(N, S, mirror)
+
+// Taken by value, the fields read at entry (no reference into the parameter space in the loops).
 extern "C" __global__ void __launch_bounds__(THREADS)
-spgk_features_gram(const double* __restrict__ A, int64_t rows, const double* __restrict__ B, int64_t cols,
-                   int64_t depth, const uint8_t* __restrict__ a_steps, const uint8_t* __restrict__ b_steps,
-                   const double* __restrict__ dx, const double* __restrict__ dy, double* __restrict__ C,
-                   int64_t ldc, int64_t row0, int mirror) {
+spgk_features_gram(const DenseRows tile_rows, const DenseRows all_rows, const GramTile out) {
+    const double* __restrict__ A = tile_rows.values;
+    const double* __restrict__ B = all_rows.values;
+    const uint8_t* __restrict__ a_steps = tile_rows.steps;
+    const uint8_t* __restrict__ b_steps = all_rows.steps;
+    const double* __restrict__ dx = tile_rows.self_dot;
+    const double* __restrict__ dy = all_rows.self_dot;
+    const int64_t rows = tile_rows.count, cols = all_rows.count, depth = tile_rows.ld;
+    double* __restrict__ C = out.C;
+    const int64_t ldc = out.ldc, row0 = out.row0;
+    const bool mirror = out.mirror != 0;
     __shared__ double As[DEPTH][TILE + 1];
     __shared__ double Bs[DEPTH][TILE + 1];
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -359,4 +387,6 @@ GRAPHKERN_EXPORTS = {
     {"header", HEADER},
     GK_STRUCT("graphs", PackedGraphs, SPGK_PACKED_GRAPHS_FIELDS)
     GK_STRUCT("tables", CountTables, SPGK_COUNT_TABLES_FIELDS)
+    GK_STRUCT("dense_rows", DenseRows, SPGK_DENSE_ROWS_FIELDS)
+    GK_STRUCT("gram_tile", GramTile, SPGK_GRAM_TILE_FIELDS)
 };

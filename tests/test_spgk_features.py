@@ -286,6 +286,10 @@ class FakeFeatureRuntime:
         assert module == "spgk_features"
         return types.SimpleNamespace(tile=64, depth=16, threads=256)  # the shapes emulated below
 
+    def layout(self, dev, module, name):
+        assert module == "spgk_features" and name in ("dense_rows", "gram_tile")
+        return types.SimpleNamespace(pack=lambda **fields: types.SimpleNamespace(**fields))
+
     def alloc(self, dev, shape, dtype):
         return FakeBuffer(int(np.prod(shape)) * np.dtype(dtype).itemsize)
 
@@ -319,8 +323,12 @@ class FakeFeatureRuntime:
             D[rows, col] = counts.as_(np.int64)[:len(rows)]
             flags.as_(np.uint8).reshape(-1, int(ld) // 16)[rows // 64, col // 16] = 1
             return
-        A, rows, B, cols, depth, fa, fb, dx, dy, C, ldc, row0, mirror = args
-        rows, cols, depth, row0, mirror = int(rows), int(cols), int(depth), int(row0), bool(mirror)
+        tile_rows, all_rows, tile = args
+        A, fa, dx, rows, depth = (tile_rows.values, tile_rows.steps, tile_rows.self_dot, int(tile_rows.count),
+                                  int(tile_rows.ld))
+        B, fb, dy, cols = all_rows.values, all_rows.steps, all_rows.self_dot, int(all_rows.count)
+        assert int(all_rows.ld) == depth
+        C, ldc, row0, mirror = tile.C, tile.ldc, int(tile.row0), bool(tile.mirror)
         self.mirrored.append(mirror)
         a = A.as_(np.float64).reshape(-1, depth)
         b = B.as_(np.float64).reshape(-1, depth)
@@ -360,8 +368,8 @@ def test_gpu_tiles_on_a_host_emulation(rng, monkeypatch, normalize, free):
     from graphkern._cuda import runtime
 
     fake = FakeFeatureRuntime(free)
-    for name in ("get_device", "kernel", "exports", "alloc", "to_device", "check_fits", "Stream", "Event",
-                 "copy_to_pageable", "launch"):
+    for name in ("get_device", "kernel", "exports", "layout", "alloc", "to_device", "check_fits", "Stream",
+                 "Event", "copy_to_pageable", "launch"):
         monkeypatch.setattr(runtime, name, getattr(fake, name))
     monkeypatch.setattr(runtime, "require_gpu", lambda: None)
     monkeypatch.setattr(runtime, "resolve_devices", lambda d: [0], raising=False)

@@ -196,20 +196,24 @@ def features_gram(device, A, B, out, *, symmetric, scale=None, progress=None, n_
     tiles = [rt.alloc(dev, (na, nb), np.float64)] if resident else [rt.alloc(dev, (step, nb), np.float64)
                                                                   for _ in range(2)]
     fn = rt.kernel(dev, "spgk_features", "spgk_features_gram")
+    dense_rows = rt.layout(dev, "spgk_features", "dense_rows")
+    all_rows = dense_rows.pack(values=dB, steps=fB, self_dot=dy, count=nb, ld=depth)
+    gram_tile = rt.layout(dev, "spgk_features", "gram_tile")
     starts = list(range(0, na, step))
     done = [rt.Event(dev, timing=False) for _ in range(2)]  # tile t's at t % 2
 
     def launch(t):
         i0 = starts[t]
         rows = min(step, na - i0)
-        a = dA.view(8 * i0 * depth, 8 * _pad(rows, side) * depth)
         steps = depth // lim.depth
-        fa = fA.view(i0 // side * steps, _pad(rows, side) // side * steps)
+        # the tile's rows of A, counted from its first (as are its flags and self dots)
+        tile_rows = dense_rows.pack(
+            values=dA.view(8 * i0 * depth, 8 * _pad(rows, side) * depth),
+            steps=fA.view(i0 // side * steps, _pad(rows, side) // side * steps),
+            self_dot=None if dx is None else dx.view(8 * i0, 8 * rows), count=rows, ld=depth)
         grid = (-(-(nb - i0 if resident else nb) // side), -(-rows // side))
-        tile_dx = None if dx is None else dx.view(8 * i0, 8 * rows)  # the kernel counts rows from the tile's first
-        rt.launch(fn, grid, lim.threads, (a, np.int64(rows), dB, np.int64(nb), np.int64(depth), fa, fB, tile_dx, dy,
-                                       tiles[0 if resident else t % 2], np.int64(nb), np.int64(i0),
-                                       np.int32(resident)), stream=stream)
+        rt.launch(fn, grid, lim.threads, (tile_rows, all_rows, gram_tile.pack(
+            C=tiles[0 if resident else t % 2], ldc=nb, row0=i0, mirror=int(resident))), stream=stream)
         done[t % 2].record(stream)
 
     host_contiguous = out.flags.c_contiguous
