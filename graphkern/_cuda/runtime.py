@@ -257,6 +257,11 @@ class Layout:
 _layouts: dict[tuple[str, str], Layout] = {}
 
 
+def precision(dtype):
+    """The suffix of the kernels and struct layouts made for values of ``dtype``: "f32" or "f64"."""
+    return "f32" if np.dtype(dtype) == np.float32 else "f64"
+
+
 def layout(device, module, name):
     """The :class:`Layout` of struct ``name`` that ``cuda_src/<module>.cu`` exports, read once per
     process."""

@@ -47,10 +47,6 @@ GATE_LINE = 128
 _stats = {"uploads": 0, "plans": 0, "upload_bytes": 0}
 
 
-def type_name(dtype):
-    return "f32" if np.dtype(dtype) == np.float32 else "f64"
-
-
 _stats_lock = threading.Lock()
 
 
@@ -129,7 +125,7 @@ class DevicePlan:
         config = self._launch.get(key)
         if config is None:
             pn = "i32" if rows.ptr_type == np.int32 else "i64"
-            fn = kernel(rows.dev, f"lanczos_spmv_{self.kernel}_{type_name(dtype)}_{'w' if weighted else 'u'}_{pn}")
+            fn = kernel(rows.dev, f"lanczos_spmv_{self.kernel}_{rt.precision(dtype)}_{'w' if weighted else 'u'}_{pn}")
             resident = max(1, fn.max_active_blocks_per_sm(BLOCK, 0)) * rows.dev.properties["multiprocessor_count"]
             if self.tasks is not None:
                 grid = self.n_tasks if task_grid == "tasks" else min(self.n_tasks, resident)
@@ -316,7 +312,7 @@ class DeviceRows:
             if self.order is None:
                 buf = _upload_padded(self.dev, mat.values_as(dtype)[self.e0:self.e0 + self.nnz], dtype)
             else:
-                buf = self._permuted(residency, mat, mat.values_as(dtype), type_name(dtype))
+                buf = self._permuted(residency, mat, mat.values_as(dtype), rt.precision(dtype))
             self.values[dtype] = buf
             residency.uploaded = True
         return buf

@@ -45,7 +45,7 @@ import numpy as np
 
 from graphkern._cuda import runtime as rt
 from graphkern._cpu import expm as cpu
-from graphkern.expm.device import GATE_LINE, copy_pool, ensure_free, make_room, residency, type_name
+from graphkern.expm.device import GATE_LINE, copy_pool, ensure_free, make_room, residency
 from graphkern.expm.lanczos import COLUMN_CHUNK, even_chunks, finish_on_host
 from graphkern.expm.plans import BLOCK, EXCHANGES, MAX_ROW_PEERS, REORDERS, TASK_GRIDS, hot_columns, kernel
 
@@ -73,7 +73,7 @@ class _Share:
         self.plan_seconds = time.perf_counter() - t0
         self.spmv_fn, self.spmv_grid = self.plan.launch_config(rows, dtype, mat.weighted, task_grid)
         self.hot_cols = hot_columns(res.reorder, dtype, res.bounds)
-        tn = type_name(dtype)
+        tn = rt.precision(dtype)
         self.update_fn = kernel(self.dev, f"lanczos_update_{tn}")
         self.combine_fn = kernel(self.dev, f"lanczos_combine_{tn}")
         self.fill_fn = kernel(self.dev, f"lanczos_fill_ones_{tn}")

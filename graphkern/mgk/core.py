@@ -29,11 +29,6 @@ def align16(n):
     return (n + 15) & ~15
 
 
-def suffix(dt):
-    """The precision suffix of the kernels' names and struct layouts."""
-    return "f32" if dt == np.float32 else "f64"
-
-
 def uploaded(copies, dev, host, what, scalars=None):
     """A graph set's fields: the arrays ``host`` (field name -> array) on ``dev`` and the numbers
     ``scalars``, uploaded on first use and kept in ``copies`` by device; GraphTooLargeError naming
@@ -58,7 +53,7 @@ def device_dataset(dev, ds):
 
 def graph_sets(dev, module, dt, set1, set2):
     """The two graph-set arguments of a launch of ``cuda_src/<module>.cu``, packed from their fields."""
-    layout = rt.layout(dev, module, f"set_{suffix(dt)}")
+    layout = rt.layout(dev, module, f"set_{rt.precision(dt)}")
     first = layout.pack(**set1)
     return first, first if set2 is set1 else layout.pack(**set2)
 
@@ -68,7 +63,7 @@ def pair_job(dev, module, s, args, pair_g1, pair_g2, code, params, ek_slot, scra
     in launch order and the programs (device buffers), the edge kernel's shortcut of the call's
     ``args`` (``ek_slot`` where its form finds the feature), the settings' hyperparameters, the
     scratch of ``stride`` values per vector."""
-    return rt.layout(dev, module, f"job_{suffix(s['dtype'])}").pack(
+    return rt.layout(dev, module, f"job_{rt.precision(s['dtype'])}").pack(
         pair_g1=pair_g1, pair_g2=pair_g2, n_pairs=pair_g1.shape[0], code=code, params=params,
         ncode_len=len(args["ncode"]), nparam_len=len(args["nparam"]), ecode_len=len(args["ecode"]),
         eparam_len=len(args["eparam"]), ek_scale=args["ek_scale"], ek_theta=args["ek_theta"], ek_aux=args["ek_aux"],
@@ -103,7 +98,7 @@ class _Launch:
         # Longest pairs first: with a static grid-stride order they would otherwise finish last.
         self.order = order = launch_order(tile_pairs.astype(np.float64) * 64 + sizes)
         form = args["form_name"]
-        self.fn = fn = rt.kernel(dev, "mgk", f"{entry}_{form}_{suffix(dt)}")
+        self.fn = fn = rt.kernel(dev, "mgk", f"{entry}_{form}_{rt.precision(dt)}")
         staged = getattr(lim, f"staged_channels_{form}") or ds1.octiles.channels
         code = np.concatenate([args["ncode"], args["ecode"]]).astype(np.int32)
         params = np.concatenate([args["nparam"], args["eparam"]]).astype(dt)
@@ -213,7 +208,7 @@ def gradient_terms(dev, module, plan, dt):
 
 def _gradient_terms(dev, module, plan, dt):
     nd, ct = plan.node_programs, plan.contraction_programs
-    return rt.layout(dev, module, f"terms_{suffix(dt)}").pack(
+    return rt.layout(dev, module, f"terms_{rt.precision(dt)}").pack(
         n_node=len(nd), ncode=rt.to_device(dev, nd.code), npar=rt.to_device(dev, nd.params.astype(dt)),
         ncode_off=rt.to_device(dev, nd.code_off), npar_off=rt.to_device(dev, nd.param_off),
         n_contractions=plan.n_contractions, cform=rt.to_device(dev, _nonempty(plan.contraction_form)),
@@ -276,7 +271,7 @@ def solve_outputs(dev, module, launch, order, n1, n2, dt, nodal, positions=None)
     outputs = PairOutputs(dev, [(m, np.float64), (m, np.int32), (m, np.float64)]
                           + ([(max(int(nodal_off[-1]), 1), dt)] if nodal else []))
     d_k, d_it, d_res, *d_nodal = outputs.views
-    seconds = launch(rt.layout(dev, module, f"out_{suffix(dt)}").pack(
+    seconds = launch(rt.layout(dev, module, f"out_{rt.precision(dt)}").pack(
         k=d_k, iterations=d_it, residuals=d_res, nodal=d_nodal[0] if nodal else None,
         nodal_off=rt.to_device(dev, nodal_off) if nodal else None))
     K, iters, resid, *flat = outputs.read()

@@ -43,7 +43,7 @@ import numpy as np
 from graphkern._cpu import pairs
 from graphkern._cuda import runtime as rt
 from graphkern.mgk.core import (align16, check_contractions, gradient_outputs, gradient_terms, graph_sets, pair_job,
-                                scratch_units, solve_outputs, suffix, timed_launch, uploaded)
+                                scratch_units, solve_outputs, timed_launch, uploaded)
 from graphkern.mgk.data import _nonempty, renumbered
 from graphkern.mgk.results import Solved, empty_result, gradient_result
 
@@ -254,7 +254,7 @@ class CSRGPUEngine:
         dev = self.dev
         order, g1, g2, largest, _, kept = launch
         m = len(order)
-        fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{suffix(dt)}")
+        fn = rt.kernel(dev, "mgk_csr", f"{entry}_{args['form_name']}_{rt.precision(dt)}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
         stride = int(-(-largest // 32) * 32)

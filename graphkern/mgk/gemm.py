@@ -77,8 +77,7 @@ import numpy as np
 from graphkern._cuda import runtime as rt
 from graphkern.errors import GraphTooLargeError
 from graphkern.mgk.core import (SCRATCH_SHARE, align16, check_contractions, gradient_outputs, gradient_terms,
-                                graph_sets, in_launch_order, launch_order, solve_outputs, suffix, timed_launch,
-                                uploaded)
+                                graph_sets, in_launch_order, launch_order, solve_outputs, timed_launch, uploaded)
 from graphkern.mgk import csr as csr_solver
 from graphkern.mgk.data import _nonempty
 from graphkern.mgk.gradient import EDGE_FORMS
@@ -544,7 +543,7 @@ class GEMMGPUEngine:
         m = len(idx)
         # the longest pairs first: with a static grid-stride order they would otherwise finish last
         order = launch_order(gemm_work(plan.terms[idx], ds1.n_nodes[g1], ds2.n_nodes[g2]))
-        fn = rt.kernel(dev, "mgk_gemm", f"{entry}_r{tile}_{suffix(dt)}")
+        fn = rt.kernel(dev, "mgk_gemm", f"{entry}_r{tile}_{rt.precision(dt)}")
         if shared > 48 * 1024:
             fn.set_max_dynamic_shared_memory(shared)
         per_block = n_vectors * tile * tile * threads * dt.itemsize
@@ -556,7 +555,7 @@ class GEMMGPUEngine:
         n_blocks = min(m, resident, affordable)
         rt.check_fits(dev, n_blocks * per_block + out_bytes, "the CG work vectors and results")
         scratch = rt.alloc(dev, n_blocks * n_vectors * tile * tile * threads, dt)
-        job = rt.layout(dev, "mgk_gemm", f"job_{suffix(dt)}").pack(
+        job = rt.layout(dev, "mgk_gemm", f"job_{rt.precision(dt)}").pack(
             pair_g1=rt.to_device(dev, in_launch_order(g1, order)), pair_g2=rt.to_device(dev, in_launch_order(g2, order)),
             n_pairs=m, ncode=rt.to_device(dev, _nonempty(np.asarray(args["ncode"], dtype=np.int32))),
             nparam=rt.to_device(dev, _nonempty(np.asarray(args["nparam"]).astype(dt))), ncode_len=len(args["ncode"]),

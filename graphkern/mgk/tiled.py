@@ -77,7 +77,7 @@ from graphkern._backend import resolve_threads
 from graphkern._cuda import runtime as rt
 from graphkern.graph import Graph
 from graphkern.mgk.core import (PairOutputs, align16, in_launch_order, in_pair_order, launch_order, nodal_blocks,
-                                pair_job, scratch_units, suffix)
+                                pair_job, scratch_units)
 from graphkern.mgk.data import OCTILE, _nonempty, build_octiles, renumbered
 from graphkern.mgk.results import Solved, empty_result
 from graphkern.reorder import reorder_many
@@ -662,7 +662,7 @@ class TiledGPUEngine:
                              f"edge, {row_slots} octile slots, a slab of {slab} values); device {dev.ordinal} allows "
                              f"{limit}: lower techniques['row_slots'] / ['slab'] or block_warps")
         form = args["form_name"]
-        variant = f"{tech['storage']}_{suffix(dt)}"
+        variant = f"{tech['storage']}_{rt.precision(dt)}"
         fn = rt.kernel(dev, "mgk_tiled", f"mgk_tiled_{form}_{team}_{variant}")
         # a cluster kernel's blocks are its block twin's: that one answers the occupancy query
         twin = rt.kernel(dev, "mgk_tiled", f"mgk_tiled_{form}_block_{variant}") if team == "cluster" else fn
@@ -706,7 +706,7 @@ class TiledGPUEngine:
         schedule = rt.layout(dev, "mgk_tiled", "schedule").pack(
             ss_max=ss_max, ds_max=ds_max, row_slots=row_slots, slab_cap=slab,
             dynamic=2 if queue is not None else int(tech["schedule"] == "dynamic"), counter=counter)
-        out = rt.layout(dev, "mgk_tiled", f"out_{suffix(dt)}").pack(
+        out = rt.layout(dev, "mgk_tiled", f"out_{rt.precision(dt)}").pack(
             k=d_k, iterations=d_it, residuals=d_res, nodal=d_nodal[0] if nodal else None, nodal_off=d_nodal_off)
         rt.launch(fn, blocks, threads, (d1["descriptor"], d2["descriptor"], job, schedule, out), shared_mem=shared,
                   stream=stream)

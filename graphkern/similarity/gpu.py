@@ -212,7 +212,7 @@ class DeviceSimilarity:
         if self.weighted:
             w = np.ldexp(pattern.weights, -weight_scale) if weight_scale else pattern.weights
             self._host_weights = w.astype(self.dtype, copy=False)
-        flavour = f"{'weight' if self.weighted else 'count'}_{'f32' if self.dtype == np.float32 else 'f64'}"
+        flavour = f"{'weight' if self.weighted else 'count'}_{rt.precision(self.dtype)}"
         self._fn = {name: kernel(dev, f"jaccard_{name}_{flavour}")
                     for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow")}
         pair_kernel = "pair" if self.pair_width == 1 else f"pair_vec{self.pair_width}"

@@ -62,10 +62,11 @@ class GpuRunner:
         self.dtype = dtype
         self.scalar = dtype.type
         self.edge = edge_kernel
-        suffix = "f32" if dtype == np.float32 else "f64"
+        suffix = rt.precision(dtype)
         self.fn = {name: rt.kernel(self.dev, "spgk", f"spgk_{name}_{suffix}")
                    for name in ("vertex_matrix", "walk_1d", "walk_2d", "batched")}
         self.fn["reduce"] = rt.kernel(self.dev, "spgk", "spgk_reduce_partials")
+        self.job_layout = rt.layout(self.dev, "spgk", f"batched_{suffix}")
         props = self.dev.properties
         self.n_sm = props["multiprocessor_count"]
         self.max_shared = props["max_shared_memory_per_block_optin"]
@@ -234,7 +235,7 @@ class GpuRunner:
             launch.share(st)
             limit, progress = launch.limit_dev, np.uint64(launch.flags.device_pointer(dev) + _PROGRESS_OFFSET)
         dA, dB = self.device_batch(A), self.device_batch(B)
-        job = rt.layout(dev, "spgk", f"batched_{'f32' if self.dtype == np.float32 else 'f64'}").pack(
+        job = self.job_layout.pack(
             n_disc=A.discrete.shape[1], n_cont=A.continuous.shape[1], weights=dA.weights, pair_a=launch.d_pa,
             pair_b=launch.d_pb, n_pairs=n_pairs, kind=self.edge.code, param=float(self.edge.parameter),
             shared_capacity=capacity, scratch_V=launch.scratch, scratch_stride=stride, next_pair=launch.counter,
