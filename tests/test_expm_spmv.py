@@ -250,6 +250,25 @@ def test_two_gpu_spmv_matches_scipy(variant, reorder, rng):
     assert np.max(np.abs(solver.spmv(x) - ref)) <= 1e-12 * np.max(np.abs(ref))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("exchange", ["store", "copy"])
+@pytest.mark.parametrize("basis", ["device", "none"])
+def test_two_shares_of_one_device_agree_with_one(exchange, basis, rng, monkeypatch):
+    """The solve over several devices (rows in shares, the exchanges, each device's slots, the
+    kernels' share and row-peer parameters) run as two shares of one GPU: the answer of one share."""
+    A = skewed_graph(rng, 9001, [7000, 2000, 300], weighted=True)
+    x = rng.standard_normal(9001)
+    y1, info1 = expm_multiply(A, x, beta=0.1, backend="gpu", device=0, basis=basis)
+    monkeypatch.setattr(expm_module, "resolve_devices", lambda device: [0, 0])
+    for variant in ("scalar", "rowblock", "hybrid"):
+        for reorder in ("none", "degree"):
+            y2, info2 = expm_multiply(A, x, beta=0.1, backend="gpu", device=[0, 0], basis=basis, spmv=variant,
+                                      reorder=reorder, exchange=exchange)
+            assert info2.devices == (0, 0) and info2.exchange == exchange
+            assert abs(info2.krylov_dim - info1.krylov_dim) <= 4
+            assert rel(y2, y1) <= 1e-11, (variant, reorder)
+
+
 def mirrored_halves_graph(rng, half, weighted=False):
     """A graph whose two halves mirror each other (vertex v and v + half have the same neighbourhood
     up to the shift), so that two devices in A's order split it exactly at ``half``: a random graph

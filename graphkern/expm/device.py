@@ -478,6 +478,8 @@ class Residency:
                      for i, d in enumerate(self.devices)]
         self.peer_access = True  # between every pair of devices
         for a, b in itertools.permutations(self.rows, 2):
+            if a.dev is b.dev:  # shares of one device reach each other's memory without peer access
+                continue
             if a.dev.can_access_peer(b.dev):
                 a.dev.enable_peer_access(b.dev)
             else:
