@@ -531,23 +531,54 @@ __device__ double rows_tasks(const SpmvArgs<T, P>& a) {
 
 // ------------------------------------------------------------------------------------ entry points
 
-// Every SpMV entry point takes the same arguments (unused ones null) so the host launches them alike.
-#define LANCZOS_SPMV_PARAMS(T, P)                                                                          \
-    const P *indptr, const int32_t *indices, const T *values, const int64_t *tasks, int64_t n_tasks,       \
-        const int32_t *rowlist, const T *w_cur, const T *w_prev, T *w_out, double *coef, int64_t cap,      \
-        int64_t k, const double *beta_slots, int32_t n_dev, double breakdown, int64_t row0, int64_t nrows, \
-        double *partials, unsigned *counter, double *alpha_out, const uint64_t *alpha_peers,               \
-        int32_t n_alpha_peers, double *seg_partials, unsigned *seg_counters, double *long_alpha, int64_t n_long, \
-        int32_t hot_len, uint32_t hot_start1, const int32_t *skip
+// One device's share of a solve, the same from its first step to its last (graphkern.expm.gpu packs it
+// once): its rows of A and the plan's task table, row list and long-row scratch, the coefficients, the
+// block partials of its reductions, and the hot columns of gather_x.  Taken by value and copied into
+// SpmvArgs at entry: a reference into the parameter space would make the loops' reads of its fields
+// indexed parameter loads.
+template <typename T, typename P>
+struct SpmvShare {
+    const P* indptr;
+    const int32_t* indices;
+    const T* values;
+    const int64_t* tasks;
+    int64_t n_tasks;
+    const int32_t* rowlist;
+    double* coef;
+    int64_t cap;
+    int32_t n_dev;
+    int64_t row0, nrows;
+    double* partials;
+    double* seg_partials;
+    unsigned* seg_counters;
+    double* long_alpha;
+    int64_t n_long;
+    int32_t hot_len;
+    uint32_t hot_start1;
+};
+#define EXPM_SPMV_SHARE_FIELDS(X, N, S)                                                                             \
+    X(N, S, indptr) X(N, S, indices) X(N, S, values) X(N, S, tasks) X(N, S, n_tasks) X(N, S, rowlist) X(N, S, coef) \
+    X(N, S, cap) X(N, S, n_dev) X(N, S, row0) X(N, S, nrows) X(N, S, partials) X(N, S, seg_partials)              \
+    X(N, S, seg_counters) X(N, S, long_alpha) X(N, S, n_long) X(N, S, hot_len) X(N, S, hot_start1)
 
-#define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                     \
-    if (skip != nullptr && *skip) return;                                                                 \
-    SpmvArgs<T, P> a{indptr, indices, values, tasks, n_tasks, rowlist, w_cur, w_prev, w_out, row0, nrows, \
-                     step_scalars(coef, cap, k, beta_slots, n_dev, breakdown), seg_partials, seg_counters, \
-                     long_alpha, stream_policy(), {hot_len, hot_start1}};                                              \
-    const double part = ROWS(a);                                                                          \
-    if (alpha_out != nullptr)                                                                             \
-        grid_sum(part, partials, counter, alpha_out, alpha_peers, n_alpha_peers, long_alpha, n_long);
+// Every SpMV entry point takes the same arguments (unused ones null) so the host launches them alike:
+// the share, then what changes from step to step.
+#define LANCZOS_SPMV_PARAMS(T, P)                                                                             \
+    const SpmvShare<T, P> share, const T *w_cur, const T *w_prev, T *w_out, int64_t k, const double *beta_slots, \
+        double breakdown, unsigned *counter, double *alpha_out, const uint64_t *alpha_peers,                 \
+        int32_t n_alpha_peers, const int32_t *skip
+
+#define LANCZOS_SPMV_BODY(T, P, ROWS)                                                                          \
+    if (skip != nullptr && *skip) return;                                                                      \
+    SpmvArgs<T, P> a{share.indptr, share.indices, share.values, share.tasks, share.n_tasks, share.rowlist,     \
+                     w_cur, w_prev, w_out, share.row0, share.nrows,                                            \
+                     step_scalars(share.coef, share.cap, k, beta_slots, share.n_dev, breakdown),               \
+                     share.seg_partials, share.seg_counters, share.long_alpha, stream_policy(),                \
+                     {share.hot_len, share.hot_start1}};                                                       \
+    const double part = ROWS(a);                                                                               \
+    if (alpha_out != nullptr)                                                                                  \
+        grid_sum(part, share.partials, counter, alpha_out, alpha_peers, n_alpha_peers, share.long_alpha,       \
+                 share.n_long);
 
 // Blocks per SM the SpMV kernels are compiled for: 5 (48 registers) keeps the unweighted kernels
 // from spilling (their local-memory traffic would go to L2 beside the gathers); the weighted ones
@@ -667,17 +698,42 @@ __device__ void scale_out(const double* __restrict__ y, int64_t nrows, double f0
 
 }  // namespace
 
+// An update's share of a solve, the same at every step (graphkern.expm.gpu packs it once): the
+// coefficients, the device count, its rows, the block partials and ticket of its reduction.
+struct UpdateShare {
+    double* coef;
+    int64_t cap;
+    int32_t n_dev;
+    int64_t row0, nrows;
+    double* partials;
+    unsigned* counter;
+};
+#define EXPM_UPDATE_SHARE_FIELDS(X, N, S) \
+    X(N, S, coef) X(N, S, cap) X(N, S, n_dev) X(N, S, row0) X(N, S, nrows) X(N, S, partials) X(N, S, counter)
+
+// The other devices' copies of w_{k+1} an update stores its rows into (n of them, mask as in update;
+// all null and n = 0 on one device or without peer access).
+template <typename T>
+struct RowPeers {
+    T *peer0, *peer1, *peer2, *peer3, *peer4, *peer5, *peer6;
+    const uint8_t* mask;
+    int32_t n;
+};
+#define EXPM_ROW_PEERS_FIELDS(X, N, S)                                                                            \
+    X(N, S, peer0) X(N, S, peer1) X(N, S, peer2) X(N, S, peer3) X(N, S, peer4) X(N, S, peer5) X(N, S, peer6) \
+    X(N, S, mask) X(N, S, n)
+
 #define DEFINE_VECTOR_KERNELS(T, TN)                                                                          \
     extern "C" __global__ void __launch_bounds__(kBlock) lanczos_update_##TN(                                 \
-        const T *w_cur, T *w_out, double *coef, int64_t cap, int64_t k, const double *alpha_slots,            \
-        int32_t n_dev, int64_t row0, int64_t nrows, double *partials, unsigned *counter, double *beta_out,    \
-        const uint64_t *beta_peers, int32_t n_beta_peers, double *y, const double *g, int32_t n_row_peers,    \
-        const uint8_t *peer_mask, T *peer0, T *peer1, T *peer2, T *peer3, T *peer4, T *peer5, T *peer6,       \
-        const int32_t *skip) {                                                                                \
+        const UpdateShare share, const T *w_cur, T *w_out, int64_t k, const double *alpha_slots,              \
+        double *beta_out, const uint64_t *beta_peers, int32_t n_beta_peers, double *y, const double *g,       \
+        const RowPeers<T> peers, const int32_t *skip) {                                                       \
         if (skip != nullptr && *skip) return;                                                                 \
-        T *const row_peers[kMaxRowPeers] = {peer0, peer1, peer2, peer3, peer4, peer5, peer6};                 \
-        update<T>(w_cur, w_out, coef, cap, k, alpha_slots, n_dev, row0, nrows, partials, counter, beta_out,   \
-                  beta_peers, n_beta_peers, y, g, n_row_peers, peer_mask, row_peers);                         \
+        T *const row_peers[kMaxRowPeers] = {peers.peer0, peers.peer1, peers.peer2, peers.peer3,               \
+                                            peers.peer4, peers.peer5, peers.peer6};                           \
+        update<T>(w_cur, w_out, share.coef, share.cap, k, alpha_slots, share.n_dev, share.row0, share.nrows,  \
+                  share.partials, share.counter, beta_out, beta_peers, n_beta_peers, y, g, peers.n, peers.mask, \
+                  row_peers);                                                                                 \
     }                                                                                                         \
     extern "C" __global__ void __launch_bounds__(kBlock) lanczos_combine_##TN(                                \
         const uint64_t *columns, const double *g, int64_t n_cols, int64_t row0, int64_t nrows, double *y) {   \
@@ -838,7 +894,13 @@ extern "C" __global__ void lanczos_gate(const volatile int64_t *stop_at, int64_t
 }
 
 // The launch shapes, row-block limits, task table and peer slots graphkern/expm/plans.py,
-// order.py and device.py plan with
+// order.py and device.py plan with, and the layouts of the struct parameters (graphkern/expm/gpu.py);
+// the SpMV share by value and index type, named once here (a template's comma cannot pass through
+// GK_STRUCT)
+using SpmvShareF32I32 = SpmvShare<float, int32_t>;
+using SpmvShareF32I64 = SpmvShare<float, int64_t>;
+using SpmvShareF64I32 = SpmvShare<double, int32_t>;
+using SpmvShareF64I64 = SpmvShare<double, int64_t>;
 GRAPHKERN_EXPORTS = {
     {"block", kBlock},
     {"warp", gk::kWarp},
@@ -851,4 +913,11 @@ GRAPHKERN_EXPORTS = {
     {"task_long", kTaskLongSegment},
     {"max_row_peers", kMaxRowPeers},
     {"scan_chunk", kScanChunk},
+    GK_STRUCT("spmv_share_f32_i32", SpmvShareF32I32, EXPM_SPMV_SHARE_FIELDS)
+    GK_STRUCT("spmv_share_f32_i64", SpmvShareF32I64, EXPM_SPMV_SHARE_FIELDS)
+    GK_STRUCT("spmv_share_f64_i32", SpmvShareF64I32, EXPM_SPMV_SHARE_FIELDS)
+    GK_STRUCT("spmv_share_f64_i64", SpmvShareF64I64, EXPM_SPMV_SHARE_FIELDS)
+    GK_STRUCT("update_share", UpdateShare, EXPM_UPDATE_SHARE_FIELDS)
+    GK_STRUCT("row_peers_f32", RowPeers<float>, EXPM_ROW_PEERS_FIELDS)
+    GK_STRUCT("row_peers_f64", RowPeers<double>, EXPM_ROW_PEERS_FIELDS)
 };

@@ -275,8 +275,9 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
 @pytest.mark.gpu
 def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
     """Each MGK entry point takes its sets, job, terms and outputs as structs of the sizes the module
-    exports, so do the batched shortest-path kernel, the feature map's counting and Gram product and
-    the similarity kernels, and a launch whose arguments do not match the kernel's parameters is refused."""
+    exports, so do the batched shortest-path kernel, the feature map's counting and Gram product,
+    the similarity kernels and exp's SpMV and update; a launch whose arguments do not match the
+    kernel's parameters is refused."""
     for module, entry, structs in (
             ("spgk", "spgk_batched", ("batch!", "batch!", "batched")),
             ("jaccard", "jaccard_element_count", ("similarity", 8)),
@@ -298,6 +299,17 @@ def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
                 gpu_device, module, name.rstrip("!") if name in ("gradient_out", "schedule") or name.endswith("!")
                 else f"{name}_{sfx}").size for name in structs)
             assert fn.parameter_widths == sizes, (module, entry, sfx)
+    # exp's SpMV variants: the share by index type, then step k's vectors and slots; its update
+    def size(name):
+        return rt.layout(gpu_device, "expm", name).size
+
+    for sfx in ("f32", "f64"):
+        for pn in ("i32", "i64"):
+            for variant in ("scalar", "vector8", "tasks"):
+                fn = rt.kernel(gpu_device, "expm", f"lanczos_spmv_{variant}_{sfx}_w_{pn}")
+                assert fn.parameter_widths == (size(f"spmv_share_{sfx}_{pn}"),) + (8,) * 9 + (4, 8), (variant, pn)
+        fn = rt.kernel(gpu_device, "expm", f"lanczos_update_{sfx}")
+        assert fn.parameter_widths == (size("update_share"),) + (8,) * 6 + (4, 8, 8, size(f"row_peers_{sfx}"), 8)
     fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_axpy_f64")
     assert len(fn.parameter_widths) > 1
     with pytest.raises(TypeError, match=f"kernel selftest_axpy_f64 takes {len(fn.parameter_widths)} arguments, got 1"):

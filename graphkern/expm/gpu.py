@@ -88,23 +88,39 @@ class _Share:
         self.sum_fn = kernel(self.dev, "lanczos_sum_partials") if self.split_alpha else None
         self.vector_grid = int(min(-(-max(1, self.nrows) // BLOCK), 4 * sm))
         self.full_grid = int(min(-(-max(1, mat.n) // BLOCK), 4 * sm))
-        self.ws = res.workspaces(dtype)[rows.index].ensure(res, cap, max(self.spmv_grid, self.vector_grid), ring_size)
-        self.stream = self.ws.stream
+        self.ws = ws = res.workspaces(dtype)[rows.index].ensure(res, cap, max(self.spmv_grid, self.vector_grid),
+                                                                   ring_size)
+        self.stream = ws.stream
+        # what the SpMV and update kernels read at every step of the solve, packed once
+        p, n_dev = self.plan, len(res.rows)
+        pn = "i32" if rows.ptr_type == np.int32 else "i64"
+        self.spmv_share = rt.layout(self.dev, "expm", f"spmv_share_{tn}_{pn}").pack(
+            indptr=rows.indptr, indices=rows.indices, values=self.values, tasks=p.tasks, n_tasks=p.n_tasks,
+            rowlist=p.rowlist, coef=ws.coef, cap=cap, n_dev=n_dev, row0=self.row0, nrows=self.nrows,
+            partials=ws.partials, seg_partials=p.seg_partials, seg_counters=p.seg_counters, long_alpha=p.long_alpha,
+            n_long=p.n_long, hot_len=int(self.hot_cols[0]), hot_start1=int(self.hot_cols[1]))
+        self.update_share = rt.layout(self.dev, "expm", "update_share").pack(
+            coef=ws.coef, cap=cap, n_dev=n_dev, row0=self.row0, nrows=self.nrows, partials=ws.partials,
+            counter=ws.counter)
+        self._peers_layout = rt.layout(self.dev, "expm", f"row_peers_{tn}")
+        self.no_row_peers = self.row_peers([])
 
-    def spmv_args(self, w_cur, w_prev, w_out, cap, k, beta_slots, n_dev, breakdown, alpha_out, store_alpha=False,
-                  skip=None):
-        """The SpMV kernel's arguments; ``store_alpha``: the reduction also stores this device's share of
-        alpha into the other devices' slots.  With ``split_alpha`` the kernel only writes its block
-        partials (no counter) and :meth:`alpha_sum_args` are those of the launch that adds them."""
-        p = self.plan
+    def row_peers(self, columns, mask=None):
+        """The update's RowPeers: the other devices' copies of the new vector (``columns``) it stores
+        its rows into, where ``mask`` says they are read."""
+        slots = list(columns) + [None] * (MAX_ROW_PEERS - len(columns))
+        return self._peers_layout.pack(**{f"peer{i}": c for i, c in enumerate(slots)}, mask=mask, n=len(columns))
+
+    def spmv_args(self, w_cur, w_prev, w_out, k, beta_slots, breakdown, alpha_out, store_alpha=False, skip=None):
+        """The SpMV kernel's arguments: the share, then step ``k``'s vectors and slots; ``store_alpha``:
+        the reduction also stores this device's share of alpha into the other devices' slots.  With
+        ``split_alpha`` the kernel only writes its block partials (no counter) and
+        :meth:`alpha_sum_args` are those of the launch that adds them."""
         fused = alpha_out is not None and not self.split_alpha
         peers = self.ws.alpha_peers if store_alpha and fused else None
-        return (self.rows.indptr, self.rows.indices, self.values, p.tasks, np.int64(p.n_tasks), p.rowlist,
-                w_cur, w_prev, w_out, self.ws.coef, np.int64(cap), np.int64(k), beta_slots, n_dev,
-                np.float64(breakdown), np.int64(self.row0), np.int64(self.nrows), self.ws.partials,
+        return (self.spmv_share, w_cur, w_prev, w_out, np.int64(k), beta_slots, np.float64(breakdown),
                 self.ws.counter if fused else None, alpha_out, peers,
-                np.int32(self.ws.n_peers if store_alpha and fused else 0), p.seg_partials, p.seg_counters,
-                p.long_alpha, np.int64(p.n_long), *self.hot_cols, skip)
+                np.int32(self.ws.n_peers if store_alpha and fused else 0), skip)
 
     def alpha_sum_args(self, alpha_out, store_alpha=False, skip=None):
         """Arguments of lanczos_sum_partials after a split SpMV: its block partials, then the long
@@ -457,7 +473,6 @@ class GpuLanczos:
         stores = self.exchange == "store"
         reductions = not second_pass
         timing = {s.index: s.ws.timing(len(self._step_events)) for s in shares}  # SpMV start, its end, update end
-        n_dev = np.int32(len(shares))
         gated = CANCEL_LOOKAHEAD and not second_pass
         self._gated = self._gated or gated
         for s in shares:
@@ -473,9 +488,9 @@ class GpuLanczos:
                 rt.launch(s.gate_fn, 1, 1, (ws.stop_at, np.int64(k), ws.skip, ws.ran), stream=s.stream)
             timing[s.index][0].record(s.stream)
             rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, s.spmv_args(
-                self._column(s, k), self._column(s, k - 1) if k > 0 else None, self._column(s, j), self.cap, k,
-                ws.beta_slots if reductions else None, n_dev, self.breakdown,
-                ws.alpha_out if reductions else None, store_alpha=stores and reductions, skip=skip), stream=s.stream)
+                self._column(s, k), self._column(s, k - 1) if k > 0 else None, self._column(s, j), k,
+                ws.beta_slots if reductions else None, self.breakdown, ws.alpha_out if reductions else None,
+                store_alpha=stores and reductions, skip=skip), stream=s.stream)
             if reductions and s.split_alpha:
                 rt.launch(s.sum_fn, 1, BLOCK, s.alpha_sum_args(ws.alpha_out, store_alpha=stores, skip=skip),
                           stream=s.stream)
@@ -493,17 +508,15 @@ class GpuLanczos:
                 for o in shares:
                     if o is not s:
                         s.stream.wait_event(o.ws.ev_alpha)
-            row_peers = [self._column(o, j) for o in shares if o is not s] if stores else []
+            row_peers = s.row_peers([self._column(o, j) for o in shares if o is not s],
+                                    s.rows.peer_mask) if stores else s.no_row_peers
             store_beta = stores and reductions
             rt.launch(s.update_fn, s.vector_grid, BLOCK, (
-                self._column(s, k), self._column(s, j), ws.coef, np.int64(self.cap), np.int64(k),
-                ws.alpha_slots if reductions else None, n_dev, np.int64(s.row0), np.int64(s.nrows),
-                ws.partials, ws.counter, ws.beta_out if reductions else None,
+                s.update_share, self._column(s, k), self._column(s, j), np.int64(k),
+                ws.alpha_slots if reductions else None, ws.beta_out if reductions else None,
                 ws.beta_peers if store_beta else None, np.int32(ws.n_peers if store_beta else 0),
-                ws.y if second_pass else None, ws.g if second_pass else None,
-                np.int32(len(row_peers)), s.rows.peer_mask if stores else None,
-                *row_peers, *([None] * (MAX_ROW_PEERS - len(row_peers))), ws.skip if gated else None),
-                stream=s.stream)
+                ws.y if second_pass else None, ws.g if second_pass else None, row_peers,
+                ws.skip if gated else None), stream=s.stream)
             timing[s.index][2].record(s.stream)
             if multi:
                 if not stores:
@@ -537,8 +550,7 @@ class GpuLanczos:
         no previous vector and no reductions."""
         for s in self.shares:
             rt.launch(s.spmv_fn, s.spmv_grid, BLOCK, s.spmv_args(
-                self._column(s, src), None, self._column(s, dst), self.cap, 0, None, np.int32(len(self.shares)),
-                0.0, None), stream=s.stream)
+                self._column(s, src), None, self._column(s, dst), 0, None, 0.0, None), stream=s.stream)
 
     def spmv_prepare(self, x):
         """Load x as column 0 so that :meth:`spmv_launch` computes ``A x`` into column 1."""
