@@ -343,6 +343,20 @@ def test_kernel_modules_export_what_their_python_plans_with(gpu_device):
 
 
 @pytest.mark.gpu
+def test_dynamic_shared_memory_limit_only_grows(gpu_device):
+    """Callers of one kernel on one device asking for different dynamic shared memory (two threads'
+    MGK calls, or two shares of one device): a smaller request after a larger one must not fail the
+    larger one's launch."""
+    fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_iota_i32")
+    big = 64 * 1024
+    out = rt.alloc(gpu_device, 32, np.int32)
+    fn.set_max_dynamic_shared_memory(big)
+    fn.set_max_dynamic_shared_memory(1024)
+    rt.launch(fn, 1, 32, (out, np.int32(5), np.int32(32)), shared_mem=big)
+    assert np.array_equal(out.to_host(), np.arange(5, 37))
+
+
+@pytest.mark.gpu
 def test_function_queries_from_a_thread_with_no_current_context(gpu_device):
     """A Dask worker runs tasks on threads that never touched the device: a cached function's
     occupancy and attribute queries must still work there (they make the context current)."""

@@ -339,6 +339,7 @@ cdef class Function:
     cdef readonly str name
     cdef readonly Device device
     cdef tuple _widths  # the bytes of each parameter, read on first launch (None: not yet)
+    cdef int _max_dynamic  # the largest dynamic shared memory allowed so far (bytes)
 
     # Each query activates the device first: a thread that never launched on it (a Dask worker's task
     # thread, a staging thread) has no current context, and the driver answers INVALID_CONTEXT.
@@ -359,9 +360,18 @@ cdef class Function:
         )
 
     def set_max_dynamic_shared_memory(self, int nbytes):
+        """Let launches of this kernel use up to ``nbytes`` of dynamic shared memory.  The limit only
+        grows: threads launching the kernel with different sizes on one device share it, and a
+        lowered limit would fail another thread's launch (CUDA_ERROR_INVALID_VALUE).  The check and
+        the update run with the GIL held and nothing between them that could release it."""
+        cdef cydriver.CUresult st
         self.device.activate()
-        _check(cydriver.cuFuncSetAttribute(self.f, cydriver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                           nbytes), "cuFuncSetAttribute")
+        if nbytes <= self._max_dynamic:
+            return
+        st = cydriver.cuFuncSetAttribute(self.f, cydriver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+        if st == cydriver.CUDA_SUCCESS:
+            self._max_dynamic = nbytes
+        _check(st, "cuFuncSetAttribute")
 
     def set_preferred_shared_carveout(self, int percent):
         """Ask for ``percent`` of the SM's L1/shared storage as shared memory (the rest is L1)."""
