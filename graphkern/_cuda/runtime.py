@@ -227,8 +227,18 @@ class Layout:
                                   unknown and f"no field {', '.join(unknown)}") if part))
         try:
             row = [values[f] for f in self.fields]
-            for i, f in self._pointer_slots:
-                row[i] = self._address(f, row[i])
+            for i, f in self._pointer_slots:  # inline: a launch packs several structs a step
+                v = row[i]
+                if v is None:
+                    row[i] = 0
+                elif type(v) is np.uint64:  # an address already (mapped host memory's device pointer)
+                    row[i] = int(v)
+                else:
+                    try:
+                        row[i] = v.ptr
+                    except AttributeError:
+                        raise TypeError(f"{self.name}.{f} is a device pointer: pass a device buffer, None or an "
+                                        f"np.uint64 address, not {type(v).__name__}") from None
             data = Packed(self._struct.pack(*row))
         except (struct.error, OverflowError):
             for f, code in self._codes.items():  # name the field
@@ -241,17 +251,6 @@ class Layout:
             raise
         data.fields = values
         return data
-
-    def _address(self, field, value):
-        if value is None:
-            return 0
-        if type(value) is np.uint64:  # an address already (mapped host memory's device pointer)
-            return int(value)
-        try:
-            return value.ptr
-        except AttributeError:
-            raise TypeError(f"{self.name}.{field} is a device pointer: pass a device buffer, None or an np.uint64 "
-                            f"address, not {type(value).__name__}") from None
 
 
 _layouts: dict[tuple[str, str], Layout] = {}
