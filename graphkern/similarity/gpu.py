@@ -212,21 +212,22 @@ class DeviceSimilarity:
         if self.weighted:
             w = np.ldexp(pattern.weights, -weight_scale) if weight_scale else pattern.weights
             self._host_weights = w.astype(self.dtype, copy=False)
-        flavour = f"{'weight' if self.weighted else 'count'}_{rt.precision(self.dtype)}"
+        precision = rt.precision(self.dtype)
+        flavour = f"{'weight' if self.weighted else 'count'}_{precision}"
         self._fn = {name: kernel(dev, f"jaccard_{name}_{flavour}")
                     for name in ("element", "binary", "warp", "balanced", "finalize", "shortrow")}
         pair_kernel = "pair" if self.pair_width == 1 else f"pair_vec{self.pair_width}"
         self._fn["pair"] = kernel(dev, f"jaccard_{pair_kernel}_{flavour}")
         if self.variant in STAGED_VARIANTS:
             self._fn[self.variant] = kernel(dev, f"jaccard_{self.variant}_{flavour}")
-        self._fn_vertex = (kernel(dev, f"jaccard_vertex_weights_{flavour[-3:]}") if self.weighted
+        self._fn_vertex = (kernel(dev, f"jaccard_vertex_weights_{precision}") if self.weighted
                            else kernel(dev, "jaccard_vertex_counts"))
         self._fn_work = kernel(dev, "jaccard_balanced_work")
         self._fn_hub_bitmaps = kernel(dev, "jaccard_hub_bitmaps")
         self._fn_row_hashes = kernel(dev, "jaccard_row_hashes")
         self._fn_scan_sums = kernel(dev, "jaccard_scan_tile_sums")
         self._fn_scan_tiles = kernel(dev, "jaccard_scan_tiles")
-        self._similarity = self.rt.layout(dev, "jaccard", f"similarity_{flavour[-3:]}")
+        self._similarity = rt.layout(dev, "jaccard", f"similarity_{precision}")
         sms = dev.properties["multiprocessor_count"]
         self._balanced_grid = sms * max(1, self._fn["balanced"].max_active_blocks_per_sm(BLOCK, 0))
         if self.rows_per_block is None:  # "window": as many rows per block as fill one wave of blocks
