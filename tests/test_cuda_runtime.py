@@ -357,6 +357,30 @@ def test_dynamic_shared_memory_limit_only_grows(gpu_device):
 
 
 @pytest.mark.gpu
+def test_module_loaded_once_by_threads_starting_together(gpu_device):
+    """Several threads making a process's first call of one module at once (the load releases the
+    GIL) all get the one module the device keeps."""
+    import threading
+
+    image = rt._module_image("runtime_selftest")
+    for attempt in range(3):
+        key = f"runtime_selftest (threads, {attempt})"
+        start, got = threading.Barrier(6), []
+
+        def load():
+            start.wait()
+            got.append(gpu_device.load_module(key, image))
+
+        threads = [threading.Thread(target=load) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(got) == 6 and all(m is got[0] for m in got)
+        assert got[0] is gpu_device.load_module(key, image)
+
+
+@pytest.mark.gpu
 def test_function_queries_from_a_thread_with_no_current_context(gpu_device):
     """A Dask worker runs tasks on threads that never touched the device: a cached function's
     occupancy and attribute queries must still work there (they make the context current)."""

@@ -18,6 +18,8 @@ from cython.parallel cimport prange
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyBuffer_Release, PyObject_GetBuffer
 
+import threading
+
 import numpy as np
 
 from graphkern.errors import CudaError
@@ -150,6 +152,7 @@ cdef class Device:
     cdef cydriver.CUdevice dev
     cdef cydriver.CUcontext ctx
     cdef dict _modules
+    cdef object _load_lock
     cdef object _props
 
     def __cinit__(self, int ordinal):
@@ -165,6 +168,7 @@ cdef class Device:
             st = cydriver.cuDevicePrimaryCtxRetain(&self.ctx, self.dev)
         _check(st, "cuDevicePrimaryCtxRetain")
         self._modules = {}
+        self._load_lock = threading.Lock()
         self._props = None
         self.activate()
 
@@ -252,12 +256,17 @@ cdef class Device:
             _check(st, "cuCtxEnablePeerAccess")
 
     def load_module(self, str key, bytes image):
-        """Load a cubin/fatbin/PTX image once per device; later calls return the cached module."""
+        """Load a cubin/fatbin/PTX image once per device; later calls return the cached module.  The
+        load releases the GIL: a lock keeps two threads' first calls from loading it twice (the copy
+        one of them kept would never be unloaded, and each copy's kernels have limits of their own)."""
         mod = self._modules.get(key)
         if mod is None:
-            self.activate()
-            mod = Module(self, key, image)
-            self._modules[key] = mod
+            with self._load_lock:
+                mod = self._modules.get(key)
+                if mod is None:
+                    self.activate()
+                    mod = Module(self, key, image)
+                    self._modules[key] = mod
         return mod
 
     def __repr__(self):
