@@ -476,19 +476,24 @@ class GEMMGPUEngine:
         except GraphTooLargeError:
             return None
 
-    def _by_tile(self, route, launch):
-        """Run ``launch(idx, tile)`` per tile over the pairs ``route`` takes; returns the results
-        and the pairs done (a launch that returns None leaves its pairs undone)."""
+    def _by_tile(self, route, args, launch):
+        """Run ``launch(sets, program, idx, tile)`` per tile over the pairs ``route`` takes, with both
+        sets and the vertex-kernel program (``ncode``, ``nparam``) on the device, uploaded once for
+        every tile; returns the results and the pairs done (a launch that returns None leaves its
+        pairs undone)."""
         here = np.flatnonzero(route.take)
         sets = self._device_sets(route, here) if len(here) else None
         done = np.zeros(len(route.take), dtype=bool)
         results = []
         if sets is None:
             return results, done
+        dt = np.dtype(self.s["dtype"])
+        program = (rt.to_device(self.dev, _nonempty(np.asarray(args["ncode"], dtype=np.int32))),
+                   rt.to_device(self.dev, _nonempty(np.asarray(args["nparam"]).astype(dt))))
         tiles = route.tile[here]
         for tile in np.flatnonzero(np.bincount(tiles)).tolist():  # tiles are small positive integers
             idx = here[tiles == tile]
-            out = launch(sets, idx, int(tile))
+            out = launch(sets, program, idx, int(tile))
             if out is not None:
                 results.append((idx, out))
                 done[idx] = True
@@ -504,8 +509,8 @@ class GEMMGPUEngine:
         if m == 0:
             return empty_result(nodal)
         route = self.route(ds1, ds2, pair_arr, args, by_cost=False)
-        results, done = self._by_tile(route, lambda sets, idx, tile: self._launch(ds1, ds2, args, route, sets, idx,
-                                                                                   tile, nodal))
+        results, done = self._by_tile(route, args, lambda sets, program, idx, tile: self._launch(
+            ds1, ds2, args, route, sets, program, idx, tile, nodal))
         merged = merge_parts([(None, idx, Solved(K=k, iterations=it, residuals=res, nodal=nod, octile_pairs=None,
                                                  seconds=sec)) for idx, (k, it, res, nod, sec) in results],
                              m, nodal, None)
@@ -521,14 +526,14 @@ class GEMMGPUEngine:
         route = self.route(ds1, ds2, pair_arr, args, gradient=True, by_cost=False)
         if route.take.any():
             check_contractions(plan, args)
-        results, done = self._by_tile(route, lambda sets, idx, tile: self._launch_gradient(
-            ds1, ds2, args, route, sets, idx, tile, plan))
+        results, done = self._by_tile(route, args, lambda sets, program, idx, tile: self._launch_gradient(
+            ds1, ds2, args, route, sets, program, idx, tile, plan))
         merged = merge_parts([(None, idx, gradient_result(*out[:6], None, out[6])) for idx, out in results], m, False,
                              plan)
         self._record(route, done, merged.seconds)
         return dataclasses.replace(merged, declined=np.flatnonzero(~done))
 
-    def _prepare(self, ds1, ds2, args, plan, sets, idx, tile, entry, shared, vectors, out_bytes):
+    def _prepare(self, ds1, ds2, args, plan, sets, program, idx, tile, entry, shared, vectors, out_bytes):
         """What every launch of pairs ``idx`` (tile ``tile``) begins with: (kernel, blocks, threads per
         block, launch order, the arguments up to the scratch slot), or None when the free device memory
         holds no block's CG vectors (``vectors``: the name of their count in the module's exports)
@@ -557,13 +562,12 @@ class GEMMGPUEngine:
         scratch = rt.alloc(dev, n_blocks * n_vectors * tile * tile * threads, dt)
         job = rt.layout(dev, "mgk_gemm", f"job_{rt.precision(dt)}").pack(
             pair_g1=rt.to_device(dev, in_launch_order(g1, order)), pair_g2=rt.to_device(dev, in_launch_order(g2, order)),
-            n_pairs=m, ncode=rt.to_device(dev, _nonempty(np.asarray(args["ncode"], dtype=np.int32))),
-            nparam=rt.to_device(dev, _nonempty(np.asarray(args["nparam"]).astype(dt))), ncode_len=len(args["ncode"]),
+            n_pairs=m, ncode=program[0], nparam=program[1], ncode_len=len(args["ncode"]),
             nparam_len=len(args["nparam"]), form=FORM_CODES[form], scale=scale, h=h, q=s["q"], p2=s["p"] * s["p"],
             tol=s["tol"], max_iter=s["max_iter"], scratch=scratch)
         return fn, n_blocks, threads, order, graph_sets(dev, "mgk_gemm", dt, *sets) + (job,)
 
-    def _launch(self, ds1, ds2, args, plan, sets, idx, tile, nodal):
+    def _launch(self, ds1, ds2, args, plan, sets, program, idx, tile, nodal):
         """Solve pairs ``idx`` of tile ``tile``: (K, iterations, residuals, nodal blocks, seconds), or
         None when the free device memory holds no block's CG vectors."""
         dt = np.dtype(self.s["dtype"])
@@ -573,14 +577,15 @@ class GEMMGPUEngine:
         sizes = n1.astype(np.int64) * n2
         out_bytes = m * (8 + 4 + 8) + (int(sizes.sum()) * dt.itemsize if nodal else 0)
         shared = int(shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"])))
-        prepared = self._prepare(ds1, ds2, args, plan, sets, idx, tile, "mgk_gemm", shared, "vectors", out_bytes)
+        prepared = self._prepare(ds1, ds2, args, plan, sets, program, idx, tile, "mgk_gemm", shared, "vectors",
+                                 out_bytes)
         if prepared is None:
             return None
         fn, n_blocks, threads, order, head = prepared
         run = (lambda outputs: timed_launch(dev, fn, n_blocks, threads, head + (outputs,), shared))
         return solve_outputs(dev, "mgk_gemm", run, order, n1, n2, dt, nodal)
 
-    def _launch_gradient(self, ds1, ds2, args, route, sets, idx, tile, plan):
+    def _launch_gradient(self, ds1, ds2, args, route, sets, program, idx, tile, plan):
         """K and raw derivatives of pairs ``idx`` of tile ``tile``: (K, iterations, residuals,
         adjoint iterations, adjoint residuals, raw (m, n_raw), seconds), or None when the free
         device memory holds no block's CG vectors."""
@@ -591,7 +596,7 @@ class GEMMGPUEngine:
         directions = csr_solver.gradient_entry(self.s["gradient_solves"])[1]  # lockstep or sequential
         entry = "mgk_gemm_gradient" if directions == 2 else "mgk_gemm_gradient_seq"
         shared = int(gradient_shared_bytes(dt.itemsize, tile, len(args["ncode"]), len(args["nparam"]), directions))
-        prepared = self._prepare(ds1, ds2, args, route, sets, idx, tile, entry, shared, "gradient_vectors",
+        prepared = self._prepare(ds1, ds2, args, route, sets, program, idx, tile, entry, shared, "gradient_vectors",
                                  m * (2 * (8 + 4 + 8) + 8 * plan.n_raw))
         if prepared is None:
             return None
