@@ -510,6 +510,34 @@ def test_gpu_second_call_reuses_the_device_operator(rng):
 
 
 @pytest.mark.gpu
+def test_gpu_share_structs_kept_until_the_workspace_changes(rng, monkeypatch):
+    """The SpMV's struct is packed once per matrix and workspace: a repeated solve (another beta
+    too) packs nothing, another Krylov limit (a longer one with new coefficient arrays) packs again,
+    and every answer is right."""
+    from graphkern._cuda import runtime as rt
+
+    packed = []
+    pack = rt.Layout.pack
+
+    def counting(self, **values):
+        if ":spmv_share_" in self.name:
+            packed.append(self.name)
+        return pack(self, **values)
+
+    monkeypatch.setattr(rt.Layout, "pack", counting)
+    clear_cache()
+    A = skewed_graph(rng, 5000, [2000, 300], weighted=True)
+    x = rng.standard_normal(5000)
+    counts = []
+    for beta, max_krylov in ((0.05, 40), (0.05, 40), (0.02, 40), (0.05, 80), (0.05, 40)):
+        y, _ = expm_multiply(A, x, beta=beta, max_krylov=max_krylov, backend="gpu", spmv="rowblock")
+        assert rel(y, scipy.sparse.linalg.expm_multiply(beta * A, x)) <= 1e-10
+        counts.append(len(packed))
+    # the struct holds the Krylov limit: back to 40 packs once more
+    assert counts == [1, 1, 1, 2, 3]
+
+
+@pytest.mark.gpu
 def test_gpu_graph_with_other_weights_is_seen(rng):
     A = random_graph(rng, 3000, 0.002, weighted=True)
     G = Graph.from_scipy(A)

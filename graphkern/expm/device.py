@@ -386,6 +386,9 @@ class Workspace:
         self.staging = []                             # lead: two pinned check-point buffers
         self.staging_done = [rt.Event(dev, timing=False), rt.Event(dev, timing=False)]
         self.combine_events = (rt.Event(dev), rt.Event(dev))
+        # (what they were packed from, the SpMV's and the update's share structs, empty row peers):
+        # graphkern.expm.gpu._Share keeps them here between solves
+        self.share_structs = None
 
     def ensure(self, residency, cap, grid, ring_size):
         """Grow what this solve needs: coefficients for ``cap`` steps, ``grid`` block partials,
@@ -547,6 +550,8 @@ class Residency:
         dtype, variant = self.active
         for other in [d for d in self.work if d != np.dtype(dtype)]:
             del self.work[other]
+        for w in self.work.get(np.dtype(dtype), ()):
+            w.share_structs = None  # they hold the plans and values dropped below
         for r in self.rows:
             for other in [d for d in r.values if d != np.dtype(dtype)]:
                 del r.values[other]

@@ -91,19 +91,25 @@ class _Share:
         self.ws = ws = res.workspaces(dtype)[rows.index].ensure(res, cap, max(self.spmv_grid, self.vector_grid),
                                                                    ring_size)
         self.stream = ws.stream
-        # what the SpMV and update kernels read at every step of the solve, packed once
-        p, n_dev = self.plan, len(res.rows)
-        pn = "i32" if rows.ptr_type == np.int32 else "i64"
-        self.spmv_share = rt.layout(self.dev, "expm", f"spmv_share_{tn}_{pn}").pack(
-            indptr=rows.indptr, indices=rows.indices, values=self.values, tasks=p.tasks, n_tasks=p.n_tasks,
-            rowlist=p.rowlist, coef=ws.coef, cap=cap, n_dev=n_dev, row0=self.row0, nrows=self.nrows,
-            partials=ws.partials, seg_partials=p.seg_partials, seg_counters=p.seg_counters, long_alpha=p.long_alpha,
-            n_long=p.n_long, hot_len=int(self.hot_cols[0]), hot_start1=int(self.hot_cols[1]))
-        self.update_share = rt.layout(self.dev, "expm", "update_share").pack(
-            coef=ws.coef, cap=cap, n_dev=n_dev, row0=self.row0, nrows=self.nrows, partials=ws.partials,
-            counter=ws.counter)
         self._peers_layout = rt.layout(self.dev, "expm", f"row_peers_{tn}")
-        self.no_row_peers = self.row_peers([])
+        # what the SpMV and update kernels read at every step of the solve, packed once and kept on
+        # the workspace while none of it changes (a solve after a warm one on the same matrix packs nothing)
+        p, n_dev = self.plan, len(res.rows)
+        key = (rows.indptr, rows.indices, self.values, p, ws.coef, ws.partials, ws.counter, cap, n_dev,
+               int(self.hot_cols[0]), int(self.hot_cols[1]))
+        kept = ws.share_structs
+        if kept is None or len(kept[0]) != len(key) or not all(a is b or a == b for a, b in zip(kept[0], key)):
+            pn = "i32" if rows.ptr_type == np.int32 else "i64"
+            spmv = rt.layout(self.dev, "expm", f"spmv_share_{tn}_{pn}").pack(
+                indptr=rows.indptr, indices=rows.indices, values=self.values, tasks=p.tasks, n_tasks=p.n_tasks,
+                rowlist=p.rowlist, coef=ws.coef, cap=cap, n_dev=n_dev, row0=self.row0, nrows=self.nrows,
+                partials=ws.partials, seg_partials=p.seg_partials, seg_counters=p.seg_counters,
+                long_alpha=p.long_alpha, n_long=p.n_long, hot_len=key[-2], hot_start1=key[-1])
+            update = rt.layout(self.dev, "expm", "update_share").pack(
+                coef=ws.coef, cap=cap, n_dev=n_dev, row0=self.row0, nrows=self.nrows, partials=ws.partials,
+                counter=ws.counter)
+            kept = ws.share_structs = (key, spmv, update, self.row_peers([]))
+        _, self.spmv_share, self.update_share, self.no_row_peers = kept
 
     def row_peers(self, columns, mask=None):
         """The update's RowPeers: the other devices' copies of the new vector (``columns``) it stores
