@@ -1,7 +1,7 @@
 """exp(beta A) x, f(beta A) x and total communicability: every backend against dense SciPy references,
 eigen-expansions and scipy.sparse.linalg.expm_multiply; breakdown, overflow, basis modes, the matrix
-cache, the answer's scale and bad input (the GPU's SpMV paths, several GPUs and the vertex order:
-test_expm_spmv.py)."""
+cache, the answer's scale and bad input (the GPU's SpMV paths and several GPUs: test_expm_spmv.py; the
+vertex order: test_expm_reorder.py; extreme scales: test_expm_reliability.py, test_expm_scales.py)."""
 
 import math
 
