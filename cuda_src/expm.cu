@@ -918,6 +918,8 @@ GRAPHKERN_EXPORTS = {
     GK_STRUCT("spmv_share_f64_i32", SpmvShareF64I32, EXPM_SPMV_SHARE_FIELDS)
     GK_STRUCT("spmv_share_f64_i64", SpmvShareF64I64, EXPM_SPMV_SHARE_FIELDS)
     GK_STRUCT("update_share", UpdateShare, EXPM_UPDATE_SHARE_FIELDS)
+    GK_STRUCT("degree_order", DegreeOrder, EXPM_DEGREE_ORDER_FIELDS)
+    GK_STRUCT("rowblock_rule", RowblockRule, EXPM_ROWBLOCK_RULE_FIELDS)
     GK_STRUCT("row_peers_f32", RowPeers<float>, EXPM_ROW_PEERS_FIELDS)
     GK_STRUCT("row_peers_f64", RowPeers<double>, EXPM_ROW_PEERS_FIELDS)
 };

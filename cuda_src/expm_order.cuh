@@ -35,12 +35,37 @@ __device__ __forceinline__ int64_t dealt(int64_t q, int64_t parts, int64_t per, 
     return p * per + (p < extra ? p : extra) + q / parts;
 }
 
-__device__ __forceinline__ void place_row(int64_t q, int64_t row, int64_t degree, int64_t parts, int64_t per,
-                                          int64_t extra, int32_t* order, int32_t* inverse, int32_t* new_degree) {
-    const int64_t p = dealt(q, parts, per, extra);
-    order[p] = (int32_t)row;
-    inverse[row] = (int32_t)p;
-    new_degree[p] = (int32_t)degree;
+}  // namespace
+
+// What the degree order's kernels share (graphkern/expm/order.py packs it once per order): A's row
+// pointers and rows; the counting's tiles of `tile_rows` rows, `buckets` degrees counted (longer
+// rows are big: their keys and count); per degree the tiles' counts, its total and first place; the
+// deal over `parts` blocks of `per` rows (the first `extra` one more); and the outputs.
+struct DegreeOrder {
+    const int64_t* indptr;
+    int64_t n;
+    int64_t tile_rows, tiles;
+    int32_t buckets;
+    int32_t* tile_counts;
+    int32_t* totals;
+    int32_t* starts;
+    uint64_t* big_keys;
+    unsigned long long* n_big;
+    int64_t parts, per, extra;
+    int32_t *order, *inverse, *new_degree;
+};
+#define EXPM_DEGREE_ORDER_FIELDS(X, N, S)                                                                        \
+    X(N, S, indptr) X(N, S, n) X(N, S, tile_rows) X(N, S, tiles) X(N, S, buckets) X(N, S, tile_counts)           \
+    X(N, S, totals) X(N, S, starts) X(N, S, big_keys) X(N, S, n_big) X(N, S, parts) X(N, S, per) X(N, S, extra) \
+    X(N, S, order) X(N, S, inverse) X(N, S, new_degree)
+
+namespace {
+
+__device__ __forceinline__ void place_row(const DegreeOrder& o, int64_t q, int64_t row, int64_t degree) {
+    const int64_t p = dealt(q, o.parts, o.per, o.extra);
+    o.order[p] = (int32_t)row;
+    o.inverse[row] = (int32_t)p;
+    o.new_degree[p] = (int32_t)degree;
 }
 
 }  // namespace
@@ -55,53 +80,50 @@ extern "C" __global__ void __launch_bounds__(kBlock) widen_pointers(const int32_
 // Block t counts the degrees of rows [t * tile_rows, (t + 1) * tile_rows) below `buckets` into
 // tile_counts[t * buckets + d] (dynamic shared memory: `buckets` ints); each longer row appends the
 // key (degree << 32 | ~row), larger for an earlier place, to big_keys (n_big counts them).
-extern "C" __global__ void __launch_bounds__(kBlock) degree_order_count(
-    const int64_t* __restrict__ indptr, int64_t n, int64_t tile_rows, int32_t buckets,
-    int32_t* __restrict__ tile_counts, uint64_t* __restrict__ big_keys, unsigned long long* n_big) {
+extern "C" __global__ void __launch_bounds__(kBlock) degree_order_count(const DegreeOrder o) {
     extern __shared__ int32_t hist[];
+    const int32_t buckets = o.buckets;
     for (int b = threadIdx.x; b < buckets; b += blockDim.x) hist[b] = 0;
     __syncthreads();
-    const int64_t r0 = (int64_t)blockIdx.x * tile_rows;
-    const int64_t r1 = min(n, r0 + tile_rows);
+    const int64_t r0 = (int64_t)blockIdx.x * o.tile_rows;
+    const int64_t r1 = min(o.n, r0 + o.tile_rows);
     for (int64_t i = r0 + threadIdx.x; i < r1; i += blockDim.x) {
-        const int64_t d = indptr[i + 1] - indptr[i];
+        const int64_t d = o.indptr[i + 1] - o.indptr[i];
         if (d < buckets) {
             atomicAdd(&hist[d], 1);
         } else {
-            big_keys[atomicAdd(n_big, 1ULL)] = ((uint64_t)d << 32) | (uint32_t)~(uint32_t)i;
+            o.big_keys[atomicAdd(o.n_big, 1ULL)] = ((uint64_t)d << 32) | (uint32_t)~(uint32_t)i;
         }
     }
     __syncthreads();
-    for (int b = threadIdx.x; b < buckets; b += blockDim.x) tile_counts[(int64_t)blockIdx.x * buckets + b] = hist[b];
+    for (int b = threadIdx.x; b < buckets; b += blockDim.x) o.tile_counts[(int64_t)blockIdx.x * buckets + b] = hist[b];
 }
 
 // For each degree d (a thread each): the tiles' counts become their exclusive prefix over the tiles
 // (each tile's first place among the rows of degree d) and totals[d] the number of such rows.
-extern "C" __global__ void __launch_bounds__(kBlock) degree_order_tiles(int32_t* tile_counts, int64_t tiles,
-                                                                        int32_t buckets, int32_t* totals) {
+extern "C" __global__ void __launch_bounds__(kBlock) degree_order_tiles(const DegreeOrder o) {
     const int d = blockIdx.x * blockDim.x + threadIdx.x;
-    if (d >= buckets) return;
+    if (d >= o.buckets) return;
     int32_t running = 0;
-    for (int64_t t = 0; t < tiles; ++t) {
-        const int32_t c = tile_counts[t * buckets + d];
-        tile_counts[t * buckets + d] = running;
+    for (int64_t t = 0; t < o.tiles; ++t) {
+        const int32_t c = o.tile_counts[t * o.buckets + d];
+        o.tile_counts[t * o.buckets + d] = running;
         running += c;
     }
-    totals[d] = running;
+    o.totals[d] = running;
 }
 
 // One block: starts[d] = the big rows, then every row of degree above d (degrees decreasing).
-extern "C" __global__ void __launch_bounds__(kBlock) degree_order_starts(const int32_t* totals, int32_t buckets,
-                                                                         const unsigned long long* n_big,
-                                                                         int32_t* starts) {
-    int64_t carry = (int64_t)*n_big;
+extern "C" __global__ void __launch_bounds__(kBlock) degree_order_starts(const DegreeOrder o) {
+    const int32_t buckets = o.buckets;
+    int64_t carry = (int64_t)*o.n_big;
     for (int32_t base = 0; base < buckets; base += kBlock) {
         const int32_t k = base + (int32_t)threadIdx.x;  // k-th degree from the largest
         const int32_t d = buckets - 1 - k;
-        const int64_t v = k < buckets ? totals[d] : 0;
+        const int64_t v = k < buckets ? o.totals[d] : 0;
         int64_t total;
         const int64_t before = block_exclusive_scan(v, &total);
-        if (k < buckets) starts[d] = (int32_t)(carry + before);
+        if (k < buckets) o.starts[d] = (int32_t)(carry + before);
         carry += total;
     }
 }
@@ -109,19 +131,17 @@ extern "C" __global__ void __launch_bounds__(kBlock) degree_order_starts(const i
 // One warp per tile: the tile's rows in order, 32 at a time; lanes of one degree take consecutive
 // places in lane order (their rank among the equal keys of __match_any_sync), then the last of them
 // advances that degree's next place.
-extern "C" __global__ void __launch_bounds__(kWarp) degree_order_scatter(
-    const int64_t* __restrict__ indptr, int64_t n, int64_t tile_rows, int32_t buckets,
-    const int32_t* __restrict__ tile_counts, const int32_t* __restrict__ starts, int64_t parts, int64_t per,
-    int64_t extra, int32_t* __restrict__ order, int32_t* __restrict__ inverse, int32_t* __restrict__ new_degree) {
+extern "C" __global__ void __launch_bounds__(kWarp) degree_order_scatter(const DegreeOrder o) {
     extern __shared__ int32_t next[];
     const int lane = threadIdx.x;
-    for (int b = lane; b < buckets; b += kWarp) next[b] = starts[b] + tile_counts[(int64_t)blockIdx.x * buckets + b];
+    const int32_t buckets = o.buckets;
+    for (int b = lane; b < buckets; b += kWarp) next[b] = o.starts[b] + o.tile_counts[(int64_t)blockIdx.x * buckets + b];
     __syncwarp();
-    const int64_t r0 = (int64_t)blockIdx.x * tile_rows;
-    const int64_t r1 = min(n, r0 + tile_rows);
+    const int64_t r0 = (int64_t)blockIdx.x * o.tile_rows;
+    const int64_t r1 = min(o.n, r0 + o.tile_rows);
     for (int64_t base = r0; base < r1; base += kWarp) {
         const int64_t i = base + lane;
-        const int64_t d = i < r1 ? indptr[i + 1] - indptr[i] : -1;
+        const int64_t d = i < r1 ? o.indptr[i + 1] - o.indptr[i] : -1;
         const bool counted = d >= 0 && d < buckets;
         const unsigned peers = __match_any_sync(kFullMask, counted ? (unsigned)d : 0xffffffffu);
         const int rank = __popc(peers & ((1u << lane) - 1));
@@ -129,17 +149,16 @@ extern "C" __global__ void __launch_bounds__(kWarp) degree_order_scatter(
         __syncwarp();
         if (counted && rank == __popc(peers) - 1) next[d] += __popc(peers);
         __syncwarp();
-        if (counted) place_row(q, i, d, parts, per, extra, order, inverse, new_degree);
+        if (counted) place_row(o, q, i, d);
     }
 }
 
 // Each big row's place: how many big keys are larger (a longer row, or as long and earlier).  The
 // keys pass through shared memory in tiles; at most nnz / buckets rows are big.
-extern "C" __global__ void __launch_bounds__(kBlock) degree_order_big(
-    const uint64_t* __restrict__ big_keys, const unsigned long long* n_big, int64_t parts, int64_t per,
-    int64_t extra, int32_t* __restrict__ order, int32_t* __restrict__ inverse, int32_t* __restrict__ new_degree) {
+extern "C" __global__ void __launch_bounds__(kBlock) degree_order_big(const DegreeOrder o) {
     __shared__ uint64_t tile[kBlock];
-    const int64_t count = (int64_t)*n_big;
+    const uint64_t* __restrict__ big_keys = o.big_keys;
+    const int64_t count = (int64_t)*o.n_big;
     for (int64_t first = (int64_t)blockIdx.x * blockDim.x; first < count; first += (int64_t)gridDim.x * blockDim.x) {
         const int64_t j = first + threadIdx.x;
         const uint64_t key = j < count ? big_keys[j] : 0;
@@ -153,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(kBlock) degree_order_big(
         }
         if (j < count) {
             const int64_t row = (uint32_t)~(uint32_t)(key & 0xffffffffu);
-            place_row(ahead, row, (int64_t)(key >> 32), parts, per, extra, order, inverse, new_degree);
+            place_row(o, ahead, row, (int64_t)(key >> 32));
         }
     }
 }
@@ -205,22 +224,10 @@ extern "C" __global__ void __launch_bounds__(kBlock) degree_order_pointers(const
     }
 }
 
-namespace {
-
-template <typename P>
-__device__ void local_pointers(const int64_t* __restrict__ new_indptr, int64_t row0, int64_t nrows,
-                               P* __restrict__ local) {
-    const int64_t e0 = new_indptr[row0];
-    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i <= nrows; i += stride) {
-        local[i] = (P)(new_indptr[row0 + i] - e0);
-    }
-}
-
 // The rowblock plan's rules (graphkern._cpu.expm.rowblock_tasks): row r starts a block when it is
 // the first, when ip[r] + r reaches a multiple of `cost` that ip[r - 1] + r - 1 did not, or when it
 // or the row before is longer than long_row; a block is one stream task, a long row's block one
-// task per segment of `segment` entries.
+// task per segment of `segment` entries.  A kernel parameter (graphkern/expm/order.py packs it).
 struct RowblockRule {
     int64_t nrows, cost, long_row, segment, stream_kind, long_kind;
 
@@ -245,6 +252,21 @@ struct RowblockRule {
         }
     }
 };
+#define EXPM_ROWBLOCK_RULE_FIELDS(X, N, S) \
+    X(N, S, nrows) X(N, S, cost) X(N, S, long_row) X(N, S, segment) X(N, S, stream_kind) X(N, S, long_kind)
+
+namespace {
+
+template <typename P>
+__device__ void local_pointers(const int64_t* __restrict__ new_indptr, int64_t row0, int64_t nrows,
+                               P* __restrict__ local) {
+    const int64_t e0 = new_indptr[row0];
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i <= nrows; i += stride) {
+        local[i] = (P)(new_indptr[row0 + i] - e0);
+    }
+}
+
 
 template <typename P>
 __device__ void rowblock_count(const P* __restrict__ ip, RowblockRule rule, int64_t chunks, int64_t* sums) {
@@ -320,14 +342,12 @@ __device__ void rowblock_write(const P* __restrict__ ip, RowblockRule rule, int6
         local_pointers<P>(new_indptr, row0, nrows, local);                                                    \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(kBlock) rowblock_count_##PN(                                 \
-        const P *ip, int64_t nrows, int64_t cost, int64_t long_row, int64_t segment, int64_t stream_kind,      \
-        int64_t long_kind, int64_t chunks, int64_t *sums) {                                                    \
-        rowblock_count<P>(ip, {nrows, cost, long_row, segment, stream_kind, long_kind}, chunks, sums);        \
+        const P *ip, const RowblockRule rule, int64_t chunks, int64_t *sums) {                                 \
+        rowblock_count<P>(ip, rule, chunks, sums);                                                             \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(kBlock) rowblock_write_##PN(                                 \
-        const P *ip, int64_t nrows, int64_t cost, int64_t long_row, int64_t segment, int64_t stream_kind,      \
-        int64_t long_kind, int64_t chunks, const int64_t *sums, int64_t *tasks) {                              \
-        rowblock_write<P>(ip, {nrows, cost, long_row, segment, stream_kind, long_kind}, chunks, sums, tasks); \
+        const P *ip, const RowblockRule rule, int64_t chunks, const int64_t *sums, int64_t *tasks) {           \
+        rowblock_write<P>(ip, rule, chunks, sums, tasks);                                                      \
     }
 
 DEFINE_DEVICE_PLAN(int32_t, i32)

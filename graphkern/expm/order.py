@@ -57,17 +57,17 @@ class DeviceOrder:
         self.stream = stream = rt.Stream(dev)
         n_big.zero(stream)
         if n:
-            per, extra = np.int64(n // parts), np.int64(n % parts)
-            old, n64, tr, nb = upload.old_indptr, np.int64(n), np.int64(tile_rows), np.int32(buckets)
-            self._launch("degree_order_count", tiles, BLOCK, (old, n64, tr, nb, counts, big_keys, n_big), 4 * buckets)
-            self._launch("degree_order_tiles", -(-buckets // BLOCK), BLOCK, (counts, np.int64(tiles), nb, totals))
-            self._launch("degree_order_starts", 1, BLOCK, (totals, nb, n_big, starts))
-            self._launch("degree_order_scatter", tiles, WARP, (old, n64, tr, nb, counts, starts, np.int64(parts), per,
-                                                               extra, self.order_dev, self.inverse_dev, new_degree),
-                         4 * buckets)
+            n64 = np.int64(n)
+            order = (rt.layout(dev, "expm", "degree_order").pack(
+                indptr=upload.old_indptr, n=n, tile_rows=tile_rows, tiles=tiles, buckets=buckets, tile_counts=counts,
+                totals=totals, starts=starts, big_keys=big_keys, n_big=n_big, parts=parts, per=n // parts,
+                extra=n % parts, order=self.order_dev, inverse=self.inverse_dev, new_degree=new_degree),)
+            self._launch("degree_order_count", tiles, BLOCK, order, 4 * buckets)
+            self._launch("degree_order_tiles", -(-buckets // BLOCK), BLOCK, order)
+            self._launch("degree_order_starts", 1, BLOCK, order)
+            self._launch("degree_order_scatter", tiles, WARP, order, 4 * buckets)
             self._launch("degree_order_big", min(-(-most_big // BLOCK), 4 * dev.properties["multiprocessor_count"]),
-                         BLOCK, (big_keys, n_big, np.int64(parts), per, extra, self.order_dev, self.inverse_dev,
-                                 new_degree))
+                         BLOCK, order)
             self._launch("degree_order_chunk_sums", chunks, BLOCK, (new_degree, n64, sums))
             self._launch("scan_chunk_sums", 1, BLOCK, (sums, np.int64(chunks)))
             self._launch("degree_order_pointers", chunks, BLOCK, (new_degree, n64, sums, new_indptr))
@@ -95,8 +95,10 @@ class DeviceOrder:
         device), built from ``indptr_dev`` by the rules of graphkern._cpu.expm.rowblock_tasks."""
         chunks = max(1, -(-self.nrows // SCAN_CHUNK))
         sums = rt.alloc(self.dev, 3 * (chunks + 1), np.int64)
-        rule = tuple(np.int64(v) for v in (self.nrows, ROWBLOCK_COST, LONG_ROW, LONG_SEGMENT, TASK_STREAM, TASK_LONG))
-        self._launch(f"rowblock_count_{self.pointer_name}", chunks, BLOCK, (self.indptr_dev, *rule, np.int64(chunks),
+        rule = rt.layout(self.dev, "expm", "rowblock_rule").pack(
+            nrows=self.nrows, cost=ROWBLOCK_COST, long_row=LONG_ROW, segment=LONG_SEGMENT, stream_kind=TASK_STREAM,
+            long_kind=TASK_LONG)
+        self._launch(f"rowblock_count_{self.pointer_name}", chunks, BLOCK, (self.indptr_dev, rule, np.int64(chunks),
                                                                             sums))
         for j in range(3):  # tasks, long rows, segments
             self._launch("scan_chunk_sums", 1, BLOCK, (sums.view(8 * j * (chunks + 1), 8 * (chunks + 1)),
@@ -108,7 +110,7 @@ class DeviceOrder:
         reserve((n_tasks + 1) * TASK_WIDTH * 8, f"exp(beta A) x: the rowblock SpMV plan on device {self.dev.ordinal}")
         plan = _DevicePlanFields(rt.alloc(self.dev, (max(n_tasks, 1), TASK_WIDTH), np.int64), n_long, n_segments)
         if n_tasks:
-            self._launch(f"rowblock_write_{self.pointer_name}", chunks, BLOCK, (self.indptr_dev, *rule,
+            self._launch(f"rowblock_write_{self.pointer_name}", chunks, BLOCK, (self.indptr_dev, rule,
                                                                                 np.int64(chunks), sums, plan.tasks))
         else:  # one empty block keeps the grid valid
             plan.tasks.zero(self.stream)
