@@ -922,4 +922,6 @@ GRAPHKERN_EXPORTS = {
     GK_STRUCT("rowblock_rule", RowblockRule, EXPM_ROWBLOCK_RULE_FIELDS)
     GK_STRUCT("row_peers_f32", RowPeers<float>, EXPM_ROW_PEERS_FIELDS)
     GK_STRUCT("row_peers_f64", RowPeers<double>, EXPM_ROW_PEERS_FIELDS)
+    GK_CSR_CHECK_STRUCT(csr_check_i32, int32_t)
+    GK_CSR_CHECK_STRUCT(csr_check_i64, int64_t)
 };

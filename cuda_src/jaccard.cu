@@ -395,4 +395,5 @@ GRAPHKERN_EXPORTS = {
     {"hash_bucket", kHashBucket},
     GK_STRUCT("similarity_f32", Similarity<float>, JACCARD_SIMILARITY_FIELDS)
     GK_STRUCT("similarity_f64", Similarity<double>, JACCARD_SIMILARITY_FIELDS)
+    GK_CSR_CHECK_STRUCT(csr_check_i64, int64_t)
 };

@@ -276,8 +276,8 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
 def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
     """Each MGK entry point takes its sets, job, terms and outputs as structs of the sizes the module
     exports, so do the batched shortest-path kernel, the feature map's counting and Gram product,
-    the similarity kernels, exp's SpMV and update and its degree order; a launch whose arguments do
-    not match the kernel's parameters is refused."""
+    the similarity kernels, exp's SpMV and update and its degree order, and the CSR check; a launch
+    whose arguments do not match the kernel's parameters is refused."""
     for module, entry, structs in (
             ("spgk", "spgk_batched", ("batch!", "batch!", "batched")),
             ("jaccard", "jaccard_element_count", ("similarity", 8)),
@@ -312,6 +312,9 @@ def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
         assert fn.parameter_widths == (size("update_share"),) + (8,) * 6 + (4, 8, 8, size(f"row_peers_{sfx}"), 8)
     for step in ("count", "tiles", "starts", "scatter", "big"):  # the degree order's kernels share one struct
         assert rt.kernel(gpu_device, "expm", f"degree_order_{step}").parameter_widths == (size("degree_order"),)
+    for module, pn in (("expm", "i32"), ("expm", "i64"), ("jaccard", "i64")):  # the CSR check after an upload
+        assert rt.kernel(gpu_device, module, f"csr_check_{pn}").parameter_widths == (
+            rt.layout(gpu_device, module, f"csr_check_{pn}").size,)
     for pn in ("i32", "i64"):  # the rowblock plan's rule, by row pointer type
         assert rt.kernel(gpu_device, "expm", f"rowblock_count_{pn}").parameter_widths == (8, size("rowblock_rule"), 8, 8)
         assert rt.kernel(gpu_device, "expm", f"rowblock_write_{pn}").parameter_widths == (

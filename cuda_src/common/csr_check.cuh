@@ -9,7 +9,8 @@
 // host's check passes (-0.0 against 0.0), never the reverse, and the host runs its own check,
 // which names the entry, wherever a flag is raised.  Any row pointers are read safely: rows and
 // search ranges are clamped, and an invalid indptr only makes the other flags meaningless.
-// A module exposes it by instantiating GK_CSR_CHECK_ENTRY(name, pointer type).
+// A module exposes it by instantiating GK_CSR_CHECK_ENTRY(name, pointer type) and exporting the
+// struct the entry point takes with GK_CSR_CHECK_STRUCT(name, pointer type).
 #pragma once
 
 #include <cstdint>
@@ -73,13 +74,27 @@ __device__ __forceinline__ void csr_check(const P* __restrict__ indptr, const in
     if (flags) csr_flag(status, flags, k);
 }
 
+// The check's parameters, one struct per pointer type P (graphkern/_cuda/csr_check.py packs it).
+template <typename P>
+struct CsrCheck {
+    const P* indptr;
+    const int32_t* idx;
+    const void* values;
+    int32_t value_size, value_kind, check_negative, check_symmetry;
+    int64_t n_rows, n_cols, nnz;
+    uint64_t* status;
+};
+
 }  // namespace gk
 
+// A module exporting the entry points exports the struct too, as "<name>": GK_CSR_CHECK_STRUCT(name, P).
+#define GK_CSR_CHECK_FIELDS(X, N, S)                                                                            \
+    X(N, S, indptr) X(N, S, idx) X(N, S, values) X(N, S, value_size) X(N, S, value_kind) X(N, S, check_negative) \
+    X(N, S, check_symmetry) X(N, S, n_rows) X(N, S, n_cols) X(N, S, nnz) X(N, S, status)
+#define GK_CSR_CHECK_STRUCT(name, P) GK_STRUCT(#name, gk::CsrCheck<P>, GK_CSR_CHECK_FIELDS)
+
 #define GK_CSR_CHECK_ENTRY(name, P)                                                                             \
-    extern "C" __global__ void __launch_bounds__(256)                                                           \
-        name(const P* __restrict__ indptr, const int32_t* __restrict__ idx, const void* __restrict__ values,    \
-             int32_t value_size, int32_t value_kind, int32_t check_negative, int32_t check_symmetry,            \
-             int64_t n_rows, int64_t n_cols, int64_t nnz, uint64_t* __restrict__ status) {                      \
-        gk::csr_check<P>(indptr, idx, values, value_size, value_kind, check_negative, check_symmetry, n_rows,   \
-                         n_cols, nnz, status);                                                                  \
+    extern "C" __global__ void __launch_bounds__(256) name(const gk::CsrCheck<P> c) {                           \
+        gk::csr_check<P>(c.indptr, c.idx, c.values, c.value_size, c.value_kind, c.check_negative,               \
+                         c.check_symmetry, c.n_rows, c.n_cols, c.nnz, c.status);                                \
     }

@@ -1,7 +1,8 @@
 """The content check of a CSR on the device after its upload (cuda_src/common/csr_check.cuh, whose
-entry points ``csr_check_i32``/``_i64`` a module instantiates): one launch instead of a host pass; it
-says which kinds of problem it found and the first entry at fault, so the caller runs its exact host
-check, with its messages, only where a bit is set."""
+entry points ``csr_check_i32``/``_i64`` a module instantiates, each taking the struct of that name
+the module exports): one launch instead of a host pass; it says which kinds of problem it found and
+the first entry at fault, so the caller runs its exact host check, with its messages, only where a
+bit is set."""
 
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ def check_csr(module, indptr, indices, *, n_cols, nnz, values=None, check_negati
     grid = max(1, -(-max(n_rows + 1, nnz) // BLOCK))
     value_size, value_kind = (0, 0) if values is None else (np.dtype(values.dtype).itemsize,
                                                             _VALUE_KINDS[np.dtype(values.dtype).kind])
-    rt.launch(fn, grid, BLOCK, (indptr, indices, values, np.int32(value_size), np.int32(value_kind),
-                                np.int32(bool(check_negative)), np.int32(bool(check_symmetry)), np.int64(n_rows),
-                                np.int64(n_cols), np.int64(nnz), status), stream=stream)
+    check = rt.layout(dev, module, f"csr_check_{pointer}").pack(
+        indptr=indptr, idx=indices, values=values, value_size=value_size, value_kind=value_kind,
+        check_negative=int(bool(check_negative)), check_symmetry=int(bool(check_symmetry)), n_rows=n_rows,
+        n_cols=n_cols, nnz=nnz, status=status)
+    rt.launch(fn, grid, BLOCK, (check,), stream=stream)
     out = np.empty(2, dtype=np.uint64)
     if stream is not None:
         stream.synchronize()
