@@ -135,7 +135,8 @@ extern "C" __global__ void __launch_bounds__(kWarp) degree_order_scatter(const D
     extern __shared__ int32_t next[];
     const int lane = threadIdx.x;
     const int32_t buckets = o.buckets;
-    for (int b = lane; b < buckets; b += kWarp) next[b] = o.starts[b] + o.tile_counts[(int64_t)blockIdx.x * buckets + b];
+    for (int b = lane; b < buckets; b += kWarp)
+        next[b] = o.starts[b] + o.tile_counts[(int64_t)blockIdx.x * buckets + b];
     __syncwarp();
     const int64_t r0 = (int64_t)blockIdx.x * o.tile_rows;
     const int64_t r1 = min(o.n, r0 + o.tile_rows);
@@ -266,7 +267,6 @@ __device__ void local_pointers(const int64_t* __restrict__ new_indptr, int64_t r
         local[i] = (P)(new_indptr[row0 + i] - e0);
     }
 }
-
 
 template <typename P>
 __device__ void rowblock_count(const P* __restrict__ ip, RowblockRule rule, int64_t chunks, int64_t* sums) {

@@ -316,7 +316,8 @@ def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
         assert rt.kernel(gpu_device, module, f"csr_check_{pn}").parameter_widths == (
             rt.layout(gpu_device, module, f"csr_check_{pn}").size,)
     for pn in ("i32", "i64"):  # the rowblock plan's rule, by row pointer type
-        assert rt.kernel(gpu_device, "expm", f"rowblock_count_{pn}").parameter_widths == (8, size("rowblock_rule"), 8, 8)
+        assert rt.kernel(gpu_device, "expm", f"rowblock_count_{pn}").parameter_widths == (
+            8, size("rowblock_rule"), 8, 8)
         assert rt.kernel(gpu_device, "expm", f"rowblock_write_{pn}").parameter_widths == (
             8, size("rowblock_rule"), 8, 8, 8)
     fn = rt.kernel(gpu_device, "runtime_selftest", "selftest_axpy_f64")
