@@ -98,7 +98,7 @@ class _Share:
         key = (rows.indptr, rows.indices, self.values, p, ws.coef, ws.partials, ws.counter, cap, n_dev,
                int(self.hot_cols[0]), int(self.hot_cols[1]))
         kept = ws.share_structs
-        if kept is None or len(kept[0]) != len(key) or not all(a is b or a == b for a, b in zip(kept[0], key)):
+        if kept is None or not all(a is b or a == b for a, b in zip(kept[0], key)):
             pn = "i32" if rows.ptr_type == np.int32 else "i64"
             spmv = rt.layout(self.dev, "expm", f"spmv_share_{tn}_{pn}").pack(
                 indptr=rows.indptr, indices=rows.indices, values=self.values, tasks=p.tasks, n_tasks=p.n_tasks,
