@@ -5,7 +5,8 @@
   cuda-bindings of the same major.minor as its headers, ``graphkern/_cuda/_driver.pyx``
   is built and every ``cuda_src/*.cu`` is compiled by nvcc into
   ``graphkern/_cuda/kernels/<name>.fatbin``: SASS for each arch in
-  ``GRAPHKERN_CUDA_ARCHS`` (default 75,80,86,89,90,100,120) plus PTX for the newest.
+  ``GRAPHKERN_CUDA_ARCHS`` (default 75,80,86,89,90,100,120), one PTX per major version
+  feeding them (``_build/cuda_toolkit.gencode``), plus PTX for the newest.
 * Without a toolkit the build succeeds CPU-only and records why.
 * ``GRAPHKERN_ONLY=jaccard,expm`` limits a development build to matching modules.
 """
@@ -104,11 +105,7 @@ class BuildExt(build_ext):
     def _build_fatbins(self, out_dir, archs):
         os.makedirs(out_dir, exist_ok=True)
         nvcc = cuda_toolkit.nvcc_path(CUDA_ROOT)
-        newest = max(archs, key=int)
-        gencode = []
-        for a in archs:
-            code = f"[sm_{a},compute_{a}]" if a == newest else f"sm_{a}"
-            gencode += ["-gencode", f"arch=compute_{a},code={code}"]
+        gencode = cuda_toolkit.gencode(archs)
         headers = glob.glob(os.path.join(ROOT, "cuda_src", "**", "*.cuh"), recursive=True)
         sources = [s for s in sorted(glob.glob(os.path.join(ROOT, "cuda_src", "*.cu"))) if _wanted(s)]
 
@@ -116,7 +113,7 @@ class BuildExt(build_ext):
             name = os.path.splitext(os.path.basename(src))[0]
             out = os.path.join(out_dir, name + ".fatbin")
             stamp = out + ".archs"
-            fresh = (os.path.exists(out) and os.path.exists(stamp) and open(stamp).read() == ",".join(archs)
+            fresh = (os.path.exists(out) and os.path.exists(stamp) and open(stamp).read() == " ".join(gencode)
                      and all(os.path.getmtime(out) >= os.path.getmtime(d) for d in [src] + headers))
             if fresh and not self.force:
                 return name
@@ -128,7 +125,7 @@ class BuildExt(build_ext):
                 raise RuntimeError(f"nvcc failed on {src}:\n{' '.join(cmd)}\n{res.stdout}\n{res.stderr}")
             os.replace(out + ".tmp", out)
             with open(stamp, "w") as fh:
-                fh.write(",".join(archs))
+                fh.write(" ".join(gencode))
             return name
 
         with ThreadPoolExecutor(max_workers=max(1, min(len(sources), os.cpu_count() or 1))) as pool:

@@ -54,6 +54,29 @@ def bindings_requirement():
     return f"cuda-bindings=={ver}.*" if ver else None
 
 
+def gencode(archs):
+    """nvcc's ``-gencode`` flags for the real architectures ``archs`` ("75", "86", ...): SASS for each,
+    compiled from the PTX of the lowest requested architecture of its major version, plus the newest
+    of those PTX for devices not yet made.
+
+    SASS runs on every device of its major version with an equal or higher minor, and the device code
+    tells architectures apart only at major versions (``__CUDA_ARCH__`` compared with multiples of 100,
+    which tests/test_build.py checks), so sm_86 and sm_89 built from compute_80 are the kernels built
+    from their own PTX, and the front end runs once per major version instead of once per
+    architecture.  Across major versions the PTX is not shared: sm_100 built from compute_90 is other
+    code than from compute_100."""
+    archs = sorted(set(archs), key=int)
+    virtual = {}
+    for a in archs:
+        virtual.setdefault(int(a) // 10, a)
+    newest = virtual[max(virtual)]
+    flags = []
+    for major, v in sorted(virtual.items()):
+        codes = [f"sm_{a}" for a in archs if int(a) // 10 == major] + ([f"compute_{v}"] if v == newest else [])
+        flags += ["-gencode", f"arch=compute_{v},code=[{','.join(codes)}]"]
+    return flags
+
+
 def archs():
     env = os.environ.get("GRAPHKERN_CUDA_ARCHS")
     if env:
