@@ -426,12 +426,18 @@ struct TiledSchedule {
                                              out.k, out.iterations, out.residuals, out.nodal, out.nodal_off);         \
     }
 
-// Cluster teams: block teams whose kernels carry a compile-time cluster size (sm_90+), so a plain
-// launch (a grid of a multiple of kClusterBlocks blocks) forms the clusters.
+// Cluster teams: block teams whose kernels carry a compile-time cluster size, so a plain launch (a
+// grid of a multiple of kClusterBlocks blocks) forms the clusters.  They exist from sm_90 on; older
+// targets leave them out (the host asks for them only on devices of compute capability 9+), which
+// also spares the build a third of this module's entry points there.
 #if GK_CLUSTERS
-#define MGK_TILED_CLUSTER_DIMS __cluster_dims__(kClusterBlocks, 1, 1)
+#define MGK_TILED_CLUSTER_TEAMS(FORM_NAME, FORM, T, TN)                                                          \
+    MGK_TILED_ENTRY(__cluster_dims__(kClusterBlocks, 1, 1) mgk_tiled_##FORM_NAME##_cluster_full_##TN, T, FORM,  \
+                    true, false, kMaxBlockTeamThreads, 1)                                                        \
+    MGK_TILED_ENTRY(__cluster_dims__(kClusterBlocks, 1, 1) mgk_tiled_##FORM_NAME##_cluster_compact_##TN, T,     \
+                    FORM, true, true, kMaxBlockTeamThreads, 1)
 #else
-#define MGK_TILED_CLUSTER_DIMS
+#define MGK_TILED_CLUSTER_TEAMS(FORM_NAME, FORM, T, TN)
 #endif
 
 #define MGK_TILED_TEAMS(FORM_NAME, FORM, T, TN)                                                                 \
@@ -439,10 +445,7 @@ struct TiledSchedule {
     MGK_TILED_ENTRY(mgk_tiled_##FORM_NAME##_warp_compact_##TN, T, FORM, false, true, kWarpTeamThreads, kWarpTeamMinBlocks)          \
     MGK_TILED_ENTRY(mgk_tiled_##FORM_NAME##_block_full_##TN, T, FORM, true, false, kMaxBlockTeamThreads, 1)        \
     MGK_TILED_ENTRY(mgk_tiled_##FORM_NAME##_block_compact_##TN, T, FORM, true, true, kMaxBlockTeamThreads, 1)      \
-    MGK_TILED_ENTRY(MGK_TILED_CLUSTER_DIMS mgk_tiled_##FORM_NAME##_cluster_full_##TN, T, FORM, true, false,        \
-                    kMaxBlockTeamThreads, 1)                                                                     \
-    MGK_TILED_ENTRY(MGK_TILED_CLUSTER_DIMS mgk_tiled_##FORM_NAME##_cluster_compact_##TN, T, FORM, true, true,      \
-                    kMaxBlockTeamThreads, 1)
+    MGK_TILED_CLUSTER_TEAMS(FORM_NAME, FORM, T, TN)
 
 #define MGK_TILED_FORMS(T, TN)                                \
     MGK_TILED_TEAMS(general, EDGE_GENERAL, T, TN)             \

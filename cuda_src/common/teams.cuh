@@ -4,8 +4,8 @@
 
 #include "common/reductions.cuh"
 
-// Thread-block clusters exist from sm_90 on.  Older targets compile the cluster entry points as
-// plain block teams of one rank; the host launches them only on devices of compute capability 9+.
+// Thread-block clusters exist from sm_90 on.  On older targets a block team is a cluster of one rank
+// (the cluster entry points are left out there: the host asks for them only on compute capability 9+).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GK_CLUSTERS 1
 #include <cooperative_groups.h>
