@@ -64,16 +64,19 @@ def gencode(archs):
     which tests/test_build.py checks), so sm_86 and sm_89 built from compute_80 are the kernels built
     from their own PTX, and the front end runs once per major version instead of once per
     architecture.  Across major versions the PTX is not shared: sm_100 built from compute_90 is other
-    code than from compute_100."""
-    archs = sorted(set(archs), key=int)
+    code than from compute_100.  An architecture-specific target ("90a") runs only on its own
+    architecture and keeps its own PTX."""
+    plain = sorted({a for a in archs if a.isdigit()}, key=int)
     virtual = {}
-    for a in archs:
+    for a in plain:
         virtual.setdefault(int(a) // 10, a)
-    newest = virtual[max(virtual)]
+    newest = virtual[max(virtual)] if virtual else None
     flags = []
     for major, v in sorted(virtual.items()):
-        codes = [f"sm_{a}" for a in archs if int(a) // 10 == major] + ([f"compute_{v}"] if v == newest else [])
+        codes = [f"sm_{a}" for a in plain if int(a) // 10 == major] + ([f"compute_{v}"] if v == newest else [])
         flags += ["-gencode", f"arch=compute_{v},code=[{','.join(codes)}]"]
+    for a in sorted(set(archs) - set(plain)):
+        flags += ["-gencode", f"arch=compute_{a},code=sm_{a}"]
     return flags
 
 

@@ -27,6 +27,9 @@ def test_the_lowest_requested_architecture_of_a_major_version_gives_the_ptx():
     assert cuda_toolkit.gencode(["90"]) == ["-gencode", "arch=compute_90,code=[sm_90,compute_90]"]
     assert cuda_toolkit.gencode(["120", "75"]) == ["-gencode", "arch=compute_75,code=[sm_75]",
                                                    "-gencode", "arch=compute_120,code=[sm_120,compute_120]"]
+    # an architecture-specific target keeps its own PTX beside the plain ones
+    assert cuda_toolkit.gencode(["90a", "80"]) == ["-gencode", "arch=compute_80,code=[sm_80,compute_80]",
+                                                   "-gencode", "arch=compute_90a,code=sm_90a"]
 
 
 def test_device_code_tells_architectures_apart_only_by_major_version():
