@@ -81,7 +81,15 @@ def gencode(archs):
 
 
 def archs():
+    """The architectures to build for: ``GRAPHKERN_CUDA_ARCHS`` ("80,sm_90,12.0,90a") or the defaults.
+    A value that names no architecture is an error here, not an nvcc failure later."""
     env = os.environ.get("GRAPHKERN_CUDA_ARCHS")
-    if env:
-        return tuple(a.strip().replace("sm_", "").replace(".", "") for a in re.split(r"[,; ]+", env) if a.strip())
-    return DEFAULT_ARCHS
+    if not env:
+        return DEFAULT_ARCHS
+    got = tuple(a.strip().replace("sm_", "").replace(".", "") for a in re.split(r"[,; ]+", env) if a.strip())
+    bad = [a for a in got if not re.fullmatch(r"\d{2,3}[af]?", a)]
+    if bad or not got:
+        raise ValueError(f"GRAPHKERN_CUDA_ARCHS={env!r}: {bad[0] if bad else 'nothing'} is not a CUDA architecture; "
+                         "expected a list such as 80,86,90 (sm_90 and 9.0 also read as 90; 90a for an "
+                         "architecture-specific target)")
+    return got

@@ -6,6 +6,8 @@ import os
 import re
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "_build"))
 import cuda_toolkit  # noqa: E402
@@ -42,3 +44,19 @@ def test_device_code_tells_architectures_apart_only_by_major_version():
                 checks.append((os.path.relpath(path, ROOT), int(m.group(1))))
     assert checks, "no architecture check found: the pattern no longer matches the sources"
     assert [c for c in checks if c[1] % 100] == []
+
+
+def test_architectures_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GRAPHKERN_CUDA_ARCHS", "sm_80; 9.0, 90a 120")
+    assert cuda_toolkit.archs() == ("80", "90", "90a", "120")
+    monkeypatch.delenv("GRAPHKERN_CUDA_ARCHS")
+    assert cuda_toolkit.archs() == cuda_toolkit.DEFAULT_ARCHS
+
+
+def test_a_value_that_names_no_architecture_is_a_clear_error(monkeypatch):
+    for value, named in [("80,ampere", "'ampere'"), ("sm80x", "'sm80x'"), (",", "nothing")]:
+        monkeypatch.setenv("GRAPHKERN_CUDA_ARCHS", value)
+        with pytest.raises(ValueError, match="GRAPHKERN_CUDA_ARCHS") as err:
+            cuda_toolkit.archs()
+        assert named.strip("'") in str(err.value)
+
