@@ -247,6 +247,13 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
     # an address as launch() takes it (mapped host memory's device pointer)
     assert np.frombuffer(layout.pack(data=np.uint64(0x7F00DEADBEE8), count=0, width=0, flags=0, scale=0, tol=0),
                          "<u8")[0] == 0x7F00DEADBEE8
+    # many at once: each the bytes pack() makes of its row's values
+    counts, tols = np.array([5, 1 << 40, -3]), np.array([0.5, 1e-9, -2.0])
+    addresses = np.array([0x7F0000001000, 0x7F0000002008, 0], np.uint64)
+    for data, want in ((buf, [buf] * 3), (None, [None] * 3), (addresses, [np.uint64(a) for a in addresses])):
+        rows = layout.pack_rows(3, data=data, count=counts, width=-7, flags=3, scale=0.25, tol=tols)
+        assert rows == [layout.pack(data=d, count=int(c), width=-7, flags=3, scale=0.25, tol=float(t))
+                        for d, c, t in zip(want, counts, tols)]
 
     fields = dict(data=None, count=1, width=2, flags=3, scale=1.0, tol=0.5)
     with pytest.raises(TypeError, match=r"mgk:job: missing tol; no field tolerance"):
@@ -264,6 +271,8 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
         layout.pack(**fields | {"data": np.zeros(3)})
     with pytest.raises(TypeError, match=pointer + "int"):
         layout.pack(**fields | {"data": 0x7F00DEADBEE8})  # a plain int may be a size as well as an address
+    with pytest.raises(TypeError, match=r"mgk:job: missing tol"):
+        layout.pack_rows(2, **{k: v for k, v in fields.items() if k != "tol"})
     with pytest.raises(RuntimeError, match="exports no struct missing"):
         rt.layout(dev, "mgk", "missing")
     bad = _ExportingDevice([(b"pair", 12), (b"pair.a", _field(0, 8, 1)), (b"pair.b", _field(4, 8, 1))])

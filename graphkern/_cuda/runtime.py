@@ -203,7 +203,7 @@ class Layout:
             raise RuntimeError(f"cuda_src/{module}.cu exports no struct {name}")
         self._names = frozenset(self.fields)
         self._pointer_slots = tuple((i, f) for i, f in enumerate(self.fields) if fields[f][2] == 0)
-        fmt, pos, self._codes = ["<"], 0, {}
+        fmt, pos, self._codes, types = ["<"], 0, {}, []
         for f in self.fields:
             offset, width, kind = fields[f]
             code = self._CODES.get((kind, width))
@@ -211,12 +211,16 @@ class Layout:
                 raise RuntimeError(f"{self.name}.{f}: a field of kind {kind}, {width} bytes at offset {offset}, "
                                    "is not one a launch can write")
             fmt.append(f"{offset - pos}x{code}" if offset > pos else code)
+            types.append("<" + np.dtype(code).str[1:])
             pos = offset + width
             if kind != 0:
                 self._codes[f] = code
         fmt.append(f"{size - pos}x" if size > pos else "")
         self._struct = struct.Struct("".join(fmt))
         assert self._struct.size == size
+        # the same layout as a NumPy record, for many structs at once (pack_rows)
+        self._record = np.dtype({"names": list(self.fields), "formats": types,
+                                 "offsets": [fields[f][0] for f in self.fields], "itemsize": size})
 
     def pack(self, **values):
         if values.keys() != self._names:
@@ -251,6 +255,22 @@ class Layout:
             raise
         data.fields = values
         return data
+
+    def pack_rows(self, count, /, **values):
+        """``count`` structs, as a list of their bytes (each one launch argument): a field's value is
+        an array of ``count`` values or one value for every struct (a field may be named ``count``);
+        a pointer field takes a device buffer, None or an array of addresses (np.uint64).  One pass
+        of NumPy for all of them, where :meth:`pack` costs microseconds a struct."""
+        if values.keys() != self._names:
+            self.pack(**values)  # raises, naming the missing and unknown fields
+        rows = np.zeros(count, self._record)
+        for i, f in self._pointer_slots:
+            v = values[f]
+            rows[f] = 0 if v is None else v if isinstance(v, np.ndarray) else v.ptr
+        for f in self._codes:
+            rows[f] = values[f]
+        blob, size = rows.tobytes(), self.size
+        return [blob[k:k + size] for k in range(0, count * size, size)]
 
 
 _layouts: dict[tuple[str, str], Layout] = {}
