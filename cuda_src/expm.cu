@@ -814,11 +814,27 @@ __device__ void gather(const T* __restrict__ src, const int32_t* __restrict__ in
 
 }  // namespace
 
+// A move of rows (permute_rows, graphkern.expm.device packs it): the old row pointers, the new rows'
+// old rows, the new row pointers (P), the rows, the inverse order with the columns' count (inverse
+// null: values, moved as they are) and where the first bad column id goes.
+struct RowMove {
+    const int64_t* __restrict__ old_indptr;
+    const int32_t* __restrict__ order;
+    const void* __restrict__ new_indptr;
+    int64_t nrows;
+    const int32_t* __restrict__ inverse;
+    int64_t n_cols;
+    unsigned long long* __restrict__ bad;
+};
+#define EXPM_ROW_MOVE_FIELDS(X, N, S)                                                                        \
+    X(N, S, old_indptr) X(N, S, order) X(N, S, new_indptr) X(N, S, nrows) X(N, S, inverse) X(N, S, n_cols) \
+    X(N, S, bad)
+
 #define DEFINE_PERMUTE(V, VN, P, PN)                                                                           \
-    extern "C" __global__ void __launch_bounds__(kBlock) lanczos_permute_rows_##VN##_##PN(                     \
-        const int64_t *old_indptr, const int32_t *order, const P *new_indptr, int64_t nrows, const V *src,     \
-        const int32_t *inverse, int64_t n_cols, unsigned long long *bad, V *dst) {                             \
-        permute_rows<V, P>(old_indptr, order, new_indptr, nrows, src, inverse, n_cols, bad, dst);             \
+    extern "C" __global__ void __launch_bounds__(kBlock)                                                       \
+        lanczos_permute_rows_##VN##_##PN(const RowMove move, const V *src, V *dst) {                           \
+        permute_rows<V, P>(move.old_indptr, move.order, static_cast<const P *>(move.new_indptr), move.nrows,   \
+                           src, move.inverse, move.n_cols, move.bad, dst);                                     \
     }
 
 DEFINE_PERMUTE(int32_t, idx, int32_t, i32)
@@ -918,6 +934,7 @@ GRAPHKERN_EXPORTS = {
     GK_STRUCT("spmv_share_f64_i32", SpmvShareF64I32, EXPM_SPMV_SHARE_FIELDS)
     GK_STRUCT("spmv_share_f64_i64", SpmvShareF64I64, EXPM_SPMV_SHARE_FIELDS)
     GK_STRUCT("update_share", UpdateShare, EXPM_UPDATE_SHARE_FIELDS)
+    GK_STRUCT("row_move", RowMove, EXPM_ROW_MOVE_FIELDS)
     GK_STRUCT("degree_order", DegreeOrder, EXPM_DEGREE_ORDER_FIELDS)
     GK_STRUCT("rowblock_rule", RowblockRule, EXPM_ROWBLOCK_RULE_FIELDS)
     GK_STRUCT("row_peers_f32", RowPeers<float>, EXPM_ROW_PEERS_FIELDS)

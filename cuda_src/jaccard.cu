@@ -260,11 +260,8 @@ extern "C" __global__ void __launch_bounds__(kBlock)
 }
 
 extern "C" __global__ void __launch_bounds__(kBlock)
-    jaccard_row_hashes(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx,
-                       const int32_t* __restrict__ table_rows, const int64_t* __restrict__ row_items,
-                       const int64_t* __restrict__ row_tables, int32_t n_rows, int64_t items,
-                       int64_t* __restrict__ hash_off, int32_t* __restrict__ hash_keys) {
-    row_hashes(indptr, idx, table_rows, row_items, row_tables, n_rows, items, hash_off, hash_keys);
+    jaccard_row_hashes(const int64_t* __restrict__ indptr, const int32_t* __restrict__ idx, const RowTables t) {
+    row_hashes(indptr, idx, t.rows, t.items, t.slots, t.n_rows, t.n_items, t.hash_off, t.hash_keys);
 }
 
 extern "C" __global__ void __launch_bounds__(1024)
@@ -281,6 +278,10 @@ extern "C" __global__ void __launch_bounds__(kBlock)
 // The content check of the uploaded CSR (cuda_src/common/csr_check.cuh), with int64 row pointers.
 GK_CSR_CHECK_ENTRY(csr_check_i64, int64_t)
 
+// The balanced kernels and balanced_work take their arrays as restrict parameters: read through the
+// fields of a struct, the loads of kernels with barriers or warp shuffles no longer take the
+// read-only path (ld.global.nc), which the gathers of the hub and longrow variants pay for (their
+// figures are in docs/performance.md).
 // The balanced kernels are bound to five blocks per SM: the bound leaves 48 registers, which the
 // weighted flavours need not to spill (with __launch_bounds__(kBlock) alone the compiler keeps
 // fewer and spills).  sm_75 holds 1024 threads per SM, so four there.
@@ -395,5 +396,6 @@ GRAPHKERN_EXPORTS = {
     {"hash_bucket", kHashBucket},
     GK_STRUCT("similarity_f32", Similarity<float>, JACCARD_SIMILARITY_FIELDS)
     GK_STRUCT("similarity_f64", Similarity<double>, JACCARD_SIMILARITY_FIELDS)
+    GK_STRUCT("row_tables", RowTables, JACCARD_ROW_TABLES_FIELDS)
     GK_CSR_CHECK_STRUCT(csr_check_i64, int64_t)
 };

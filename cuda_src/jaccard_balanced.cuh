@@ -313,6 +313,21 @@ __device__ __forceinline__ void hub_bitmaps(const int64_t* __restrict__ indptr, 
 
 // ------------------------------------------------------------------ row hash tables
 
+// The rows given a hash table (jaccard_row_hashes' argument, graphkern/similarity/gpu.py packs it):
+// the rows listed, their first items on one line and the first slots of their tables, how many rows
+// and items; where the tables go: each vertex's first slot (-1: none) and the slots.
+struct RowTables {
+    const int32_t* __restrict__ rows;
+    const int64_t* __restrict__ items;
+    const int64_t* __restrict__ slots;
+    int32_t n_rows;
+    int64_t n_items;
+    int64_t* __restrict__ hash_off;
+    int32_t* __restrict__ hash_keys;
+};
+#define JACCARD_ROW_TABLES_FIELDS(X, N, S) \
+    X(N, S, rows) X(N, S, items) X(N, S, slots) X(N, S, n_rows) X(N, S, n_items) X(N, S, hash_off) X(N, S, hash_keys)
+
 // The tables of the rows listed in table_rows (longrow, unweighted: the rows the host chose, see
 // graphkern/similarity/plan.py hash_table_rows), in hash_keys, which the host clears to kHashEmpty on
 // the stream first.  Listed row w's entries are items [row_items[w], row_items[w + 1]) of one

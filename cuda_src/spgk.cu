@@ -14,7 +14,6 @@
 // are always accumulated in double):
 //   spgk_vertex_matrix_*   V for one pair, grid-stride over n1 * n2
 //   spgk_walk_1d_*         a thread per path of graph 1, looping over graph 2's paths
-//                          (paths of graph g start at begin_g in the batch's path arrays)
 //   spgk_walk_2d_*         a thread per (path, path) pair, 2-D grid-stride
 //   spgk_reduce_partials   the walk kernels' per-block sums into one kernel value
 //   spgk_batched_*         a block per pair from a pair list (taken by an atomic
@@ -153,6 +152,21 @@ struct BatchArrays {
 #define SPGK_BATCH_FIELDS(X, N, S) \
     X(N, S, node_offsets) X(N, S, disc) X(N, S, cont) X(N, S, path_offsets) X(N, S, ends) X(N, S, lengths)
 
+// One graph of a batch as the per-pair kernels (spgk_vertex_matrix, spgk_walk_*) take it, graph 1 of
+// a pair the one with more paths: the batch's label rows (discrete int64, continuous T) with the
+// graph's first row and its n vertices, and its paths (ends and lengths from its first) and their
+// number.  graphkern.spgk.gpu packs one per graph of a batch in one pass.
+struct GraphPaths {
+    const int64_t* disc;
+    const void* cont;
+    int64_t first, n;
+    const int2* ends;
+    const double* lengths;
+    int64_t P;
+};
+#define SPGK_GRAPH_PATHS_FIELDS(X, N, S) \
+    X(N, S, disc) X(N, S, cont) X(N, S, first) X(N, S, n) X(N, S, ends) X(N, S, lengths) X(N, S, P)
+
 // The rest of a spgk_batched launch: the vertex kernel (label columns, gammas), the pair list, the
 // length kernel, where V goes (shared memory up to shared_capacity values, else scratch_V, a
 // stride a block), the pair counter, the hybrid's limit and progress (null without a CPU beside),
@@ -181,6 +195,7 @@ struct BatchedJob {
 
 GRAPHKERN_EXPORTS = {
     GK_STRUCT("batch", BatchArrays, SPGK_BATCH_FIELDS)
+    GK_STRUCT("graph_paths", GraphPaths, SPGK_GRAPH_PATHS_FIELDS)
     GK_STRUCT("batched_f32", BatchedJob<float>, SPGK_BATCHED_FIELDS)
     GK_STRUCT("batched_f64", BatchedJob<double>, SPGK_BATCHED_FIELDS)
 };
@@ -271,22 +286,20 @@ __device__ void batched(BatchArrays A, BatchArrays B, int n_disc, int n_cont, co
     }
 
 #define SPGK_ENTRY_POINTS(SUFFIX, T)                                                                                  \
-    extern "C" __global__ void spgk_vertex_matrix_##SUFFIX(                                                           \
-        const int64_t* disc1, const T* cont1, int64_t off1, int64_t n1, const int64_t* disc2, const T* cont2,          \
-        int64_t off2, int64_t n2, int n_disc, int n_cont, const T* weights, T* V) {                                    \
-        vertex_matrix<T>(disc1, cont1, off1, n1, disc2, cont2, off2, n2, n_disc, n_cont, weights, V);                 \
+    extern "C" __global__ void spgk_vertex_matrix_##SUFFIX(const GraphPaths g1, const GraphPaths g2, int n_disc,      \
+                                                         int n_cont, const T* weights, T* V) {                         \
+        vertex_matrix<T>(g1.disc, static_cast<const T*>(g1.cont), g1.first, g1.n, g2.disc,                             \
+                         static_cast<const T*>(g2.cont), g2.first, g2.n, n_disc, n_cont, weights, V);                  \
     }                                                                                                                  \
-    extern "C" __global__ void spgk_walk_1d_##SUFFIX(                                                                \
-        const int2* ends1, const double* len1, int64_t begin1, int64_t P1, const int2* ends2, const double* len2,      \
-        int64_t begin2, int64_t P2, const T* V, int64_t n2, int kind, T param, double* partials) {                     \
-        SPGK_DISPATCH(kind, (walk_1d<K, T>(ends1 + begin1, len1 + begin1, P1, ends2 + begin2, len2 + begin2, P2, V,  \
-                                           n2, param, partials)))                                                       \
+    extern "C" __global__ void spgk_walk_1d_##SUFFIX(const GraphPaths g1, const GraphPaths g2, const T* V, int kind,  \
+                                                   T param, double* partials) {                                        \
+        SPGK_DISPATCH(kind, (walk_1d<K, T>(g1.ends, g1.lengths, g1.P, g2.ends, g2.lengths, g2.P, V, g2.n, param,      \
+                                           partials)))                                                                 \
     }                                                                                                                  \
-    extern "C" __global__ void spgk_walk_2d_##SUFFIX(                                                                \
-        const int2* ends1, const double* len1, int64_t begin1, int64_t P1, const int2* ends2, const double* len2,      \
-        int64_t begin2, int64_t P2, const T* V, int64_t n2, int kind, T param, double* partials) {                     \
-        SPGK_DISPATCH(kind, (walk_2d<K, T>(ends1 + begin1, len1 + begin1, P1, ends2 + begin2, len2 + begin2, P2, V,  \
-                                           n2, param, partials)))                                                       \
+    extern "C" __global__ void spgk_walk_2d_##SUFFIX(const GraphPaths g1, const GraphPaths g2, const T* V, int kind,  \
+                                                   T param, double* partials) {                                        \
+        SPGK_DISPATCH(kind, (walk_2d<K, T>(g1.ends, g1.lengths, g1.P, g2.ends, g2.lengths, g2.P, V, g2.n, param,      \
+                                           partials)))                                                                 \
     }                                                                                                                  \
     /* by value, not __grid_constant__: a reference into the parameter space would make the pair */                 \
     /* loop read the job's fields by indexed loads */                                                                 \

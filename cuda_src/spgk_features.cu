@@ -72,13 +72,13 @@ struct PackedGraphs {
     X(N, S, n_labels) X(N, S, width)
 
 // What both passes of a counting share: the (label, label, hops) cells used and the hop counts seen
-// (zeroed before pass 0), each graph's number of triplets, the cells' columns (pass 1 reads them)
-// and the output described above.
+// (zeroed before pass 0), each graph's number of triplets, the cells' columns (spgk_count_columns
+// writes them, pass 1 reads them) and the output described above.
 struct CountTables {
     int32_t* __restrict__ used;
     int32_t* __restrict__ hops;
     int32_t* __restrict__ found;
-    const int64_t* __restrict__ columns;
+    int64_t* __restrict__ columns;
     int64_t* __restrict__ out;
 };
 #define SPGK_COUNT_TABLES_FIELDS(X, N, S) X(N, S, used) X(N, S, hops) X(N, S, found) X(N, S, columns) X(N, S, out)
@@ -243,9 +243,13 @@ spgk_count_offsets(const int32_t* __restrict__ found, int64_t n_graphs, int64_t*
 // a << 2 id_bits | b << id_bits | the hop count's place among the distinct ones, its count of graphs
 // zeroed; out[1] the columns, out[2] the distinct hop counts, listed as doubles after self_dot.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
-spgk_count_columns(const int32_t* __restrict__ used, const int32_t* __restrict__ hops, int64_t n_cells,
-                   int64_t n_labels, int64_t width, int id_bits, int64_t n_graphs, int64_t* __restrict__ columns,
-                   int64_t* __restrict__ out) {
+spgk_count_columns(const PackedGraphs graphs, const CountTables tables, int id_bits) {
+    const int32_t* __restrict__ used = tables.used;
+    const int32_t* __restrict__ hops = tables.hops;
+    int64_t* __restrict__ columns = tables.columns;
+    int64_t* __restrict__ out = tables.out;
+    const int64_t n_labels = graphs.n_labels, width = graphs.width, n_graphs = graphs.n_graphs;
+    const int64_t n_cells = n_labels * n_labels * width;
     __shared__ int64_t place[MAX_VERTICES];
     if (threadIdx.x == 0) {
         double* lengths = reinterpret_cast<double*>(out + HEADER + (n_graphs + 1) + n_graphs);

@@ -284,14 +284,18 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
 @pytest.mark.gpu
 def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
     """Each MGK entry point takes its sets, job, terms and outputs as structs of the sizes the module
-    exports, so do the batched shortest-path kernel, the feature map's counting and Gram product,
-    the similarity kernels, exp's SpMV and update and its degree order, and the CSR check; a launch
-    whose arguments do not match the kernel's parameters is refused."""
+    exports, so do the shortest-path kernels, the feature map's counting and Gram product, the
+    similarity kernels and their hash tables, exp's SpMV and update, its degree order and row move,
+    and the CSR check; a launch whose arguments do not match the kernel's parameters is refused."""
     for module, entry, structs in (
             ("spgk", "spgk_batched", ("batch!", "batch!", "batched")),
             ("jaccard", "jaccard_element_count", ("similarity", 8)),
             ("jaccard", "jaccard_pair_weight", ("similarity", 4, 4)),
             ("jaccard", "jaccard_finalize_count", ("similarity", 8, 8, 4, 8, 8)),
+            ("jaccard", "jaccard_row_hashes!", (8, 8, "row_tables!")),
+            ("spgk", "spgk_vertex_matrix", ("graph_paths!", "graph_paths!", 4, 4, 8, 8)),
+            ("spgk_features", "spgk_count_columns!", ("graphs!", "tables!", 4)),
+            ("expm", "lanczos_permute_rows_idx_i64!", ("row_move!", 8, 8)),
             ("spgk_features", "spgk_count_graphs!", ("graphs!", "tables!", 4, 8)),
             ("spgk_features", "spgk_features_gram!", ("dense_rows!", "dense_rows!", "gram_tile!")),
             ("mgk", "mgk_solve_general", ("set", "set", "job", "out")),

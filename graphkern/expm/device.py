@@ -268,9 +268,10 @@ class DeviceRows:
                 bad = None
                 if map_columns:  # the move checks the column ids it maps (none found: all ones)
                     bad = rt.to_device(self.dev, np.full(1, -1, dtype=np.int64).view(np.uint64))
-                rt.launch(fn, grid, BLOCK, (upload.old_indptr, rows_order, self.indptr, np.int64(self.nrows),
-                                            upload.whole, self.inverse_dev if map_columns else None,
-                                            np.int64(mat.n), bad, out))
+                move = rt.layout(self.dev, "expm", "row_move").pack(
+                    old_indptr=upload.old_indptr, order=rows_order, new_indptr=self.indptr, nrows=self.nrows,
+                    inverse=self.inverse_dev if map_columns else None, n_cols=mat.n, bad=bad)
+                rt.launch(fn, grid, BLOCK, (move, upload.whole, out))
                 self.dev.synchronize()  # before the scratch is freed (with this closure); also times the build
                 if bad is not None:
                     first = int(bad.copy_to_host(np.empty(1, dtype=np.uint64))[0])

@@ -296,9 +296,10 @@ class DeviceSimilarity:
         if self.hash_keys is not None:
             items = int(self._hash_items[-1])
             self.hash_keys.memset32(0xFFFFFFFF, st)  # kHashEmpty: row_hashes inserts into empty tables
-            rt.launch(self._fn_row_hashes, -(-items // BLOCK), BLOCK,
-                      (self.indptr, self.indices, self.hash_list, self.hash_items, self.hash_slots,
-                       np.int32(self.hash_rows.size), np.int64(items), self.hash_off, self.hash_keys), stream=st)
+            tables = rt.layout(self.dev, "jaccard", "row_tables").pack(
+                rows=self.hash_list, items=self.hash_items, slots=self.hash_slots, n_rows=self.hash_rows.size,
+                n_items=items, hash_off=self.hash_off, hash_keys=self.hash_keys)
+            rt.launch(self._fn_row_hashes, -(-items // BLOCK), BLOCK, (self.indptr, self.indices, tables), stream=st)
         if self.weighted:
             rt.launch(self._fn_vertex, -(-n // (BLOCK // 32)), BLOCK,
                       (self.indptr, self.indices, self.weights, n32, np.int32(self.self_loops), self.wsum,

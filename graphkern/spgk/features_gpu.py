@@ -119,9 +119,8 @@ def triplet_counts(device, structure, ids, n_labels, id_bits):
     rt.launch(count, grid, 32 * lim.count_warps, (*args, np.int32(0), None), stream=stream)
     rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_offsets"), 1, 1024, (found, np.int64(G), out),
               stream=stream)
-    rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_columns"), 1, 1024,
-              (used, hops, np.int64(cells), np.int64(n_labels), np.int64(width), np.int32(id_bits), np.int64(G),
-               columns, out), stream=stream)
+    rt.launch(rt.kernel(dev, "spgk_features", "spgk_count_columns"), 1, 1024, (*args, np.int32(id_bits)),
+              stream=stream)
     header = out.copy_to_host(np.empty(lim.header, np.int64), stream)
     stream.synchronize()
     nnz, F, n_lengths, too_large = header.tolist()

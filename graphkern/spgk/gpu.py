@@ -42,6 +42,19 @@ class _DeviceBatch:
         self.descriptor = rt.layout(dev, "spgk", "batch").pack(
             node_offsets=self.node_offsets, disc=self.discrete, cont=self.continuous, path_offsets=self.path_offsets,
             ends=self.ends, lengths=self.lengths)
+        # the offsets the per-pair kernels' arguments are made of (not the batch, which holds this copy)
+        self._rt, self._dev, self._offsets, self._graphs = rt, dev, (batch.node_offsets, batch.path_offsets), None
+
+    def graphs(self):
+        """Each graph's GraphPaths argument of the per-pair kernels (cuda_src/spgk.cu), made on first use."""
+        if self._graphs is None:
+            nodes, paths = self._offsets
+            starts = paths[:-1].astype(np.uint64) * np.uint64(8)  # ends (int2) and lengths (double) alike
+            self._graphs = self._rt.layout(self._dev, "spgk", "graph_paths").pack_rows(
+                len(nodes) - 1, disc=self.discrete, cont=self.continuous, first=nodes[:-1], n=np.diff(nodes),
+                ends=np.uint64(self.ends.ptr) + starts, lengths=np.uint64(self.lengths.ptr) + starts,
+                P=np.diff(paths))
+        return self._graphs
 
     @staticmethod
     def nbytes(batch, dtype):
@@ -144,15 +157,11 @@ class GpuRunner:
                 continue
             s = k % n_streams
             n1, n2 = int(G1.n_nodes[g1]), int(G2.n_nodes[g2])
+            pair = (D1.graphs()[g1], D2.graphs()[g2])
             rt.launch(self.fn["vertex_matrix"], max(1, min(-(-(n1 * n2) // _BLOCK), 4 * self.n_sm)), _BLOCK,
-                      (D1.discrete, D1.continuous, np.int64(G1.node_offsets[g1]), np.int64(n1),
-                       D2.discrete, D2.continuous, np.int64(G2.node_offsets[g2]), np.int64(n2),
-                       n_disc, n_cont, dA.weights, V[s]), stream=streams[s])
+                      pair + (n_disc, n_cont, dA.weights, V[s]), stream=streams[s])
             grid, block = grids[k]
-            rt.launch(self.fn[walk], grid, block,
-                      (D1.ends, D1.lengths, np.int64(G1.path_offsets[g1]), np.int64(P1),
-                       D2.ends, D2.lengths, np.int64(G2.path_offsets[g2]), np.int64(P2),
-                       V[s], np.int64(n2), kind, param, partials[s]), stream=streams[s])
+            rt.launch(self.fn[walk], grid, block, pair + (V[s], kind, param, partials[s]), stream=streams[s])
             rt.launch(self.fn["reduce"], 1, _BLOCK, (partials[s], np.int64(np.prod(grid)), d_out, np.int64(k),
                                                      np.float64(2.0)), stream=streams[s])
             d_out.copy_to_host(host[k:k + 1], stream=streams[s], offset=8 * k)
