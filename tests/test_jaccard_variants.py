@@ -9,9 +9,9 @@ from graphkern import Graph, GraphTooLargeError
 from graphkern.similarity import choose_variant, jaccard
 from graphkern.similarity.api import SymmetricPattern, symmetric_pattern
 from graphkern.similarity.gpu import PIECE_MIN_BYTES, PIECE_VARIANTS, DeviceSimilarity
-from graphkern.similarity.plan import (HASH_MIN_DEGREE, SCAN_TILE, DegreeFigures, DeviceOptions, auto_variant,
-                                       hash_table_rows, hub_vertices, pair_rows_per_block, plan_similarity, row_locality,
-                                       shortrow_group_size, staged_rows_per_block, window_locality,
+from graphkern.similarity.plan import (HASH_MIN_DEGREE, LONGROW_MIN_ENTRIES, SCAN_TILE, DegreeFigures, DeviceOptions,
+                                       auto_variant, hash_table_rows, hub_vertices, pair_rows_per_block, plan_similarity,
+                                       row_locality, shortrow_group_size, staged_rows_per_block, window_locality,
                                        window_rows_per_block)
 from jaccard_graphs import (CONVENTIONS, GPU_VARIANTS, METRICS, assert_hash_tables, assert_matches_cpu,
                             assert_same_pattern, band_graph, bounded_degree_graph, device_values, expected_hash_rows,
@@ -611,6 +611,9 @@ def test_auto_variant_follows_the_degree_distribution():
     assert choose_variant(np.full(500, 200)) == "warp"  # long lists everywhere
     chung_lu_like = np.r_[np.full(100_000, 16), [180_000]]
     assert choose_variant(chung_lu_like) == "longrow"  # a hub that dwarfs the mean
+    many_hubs = np.r_[np.full(LONGROW_MIN_ENTRIES // 16, 16), np.full(300, 2000)]
+    assert choose_variant(many_hubs) == "longrow"  # hubs of 2000 on a large graph: the work line pays
+    assert choose_variant(many_hubs[-(LONGROW_MIN_ENTRIES // 32):]) == "warp"  # the same hubs, fewer entries
     assert choose_variant(np.zeros(10, dtype=np.int64)) == "element"
     for d in (np.diff(ring.indptr), ba_like, chung_lu_like, np.zeros(10, dtype=np.int64)):
         assert choose_variant(DegreeFigures.of(d)) == choose_variant(d)  # the figures alone choose it

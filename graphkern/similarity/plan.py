@@ -34,6 +34,8 @@ STAGE_FILL = 0.8               # "staged": rows per block sized for this share o
 # auto: "staged" over "pair" when this share of entries stays in a block (a ring order gains a
 # few percent, a shuffled order loses more)
 STAGE_MIN_LOCALITY = 0.5
+# auto: "longrow" for hubs of 64 times the mean degree from this many stored entries on (or hubs of 8192)
+LONGROW_MIN_ENTRIES = 1 << 21
 STAGED_VARIANTS = ("staged", "window")  # unweighted kernels that stage the block's rows in shared memory
 WINDOW_HALF = 32               # "window": row r's mask covers the vertices [r - 32, r + 32)
 WINDOW_FAR = 4                 # "window": entries outside its window a row may have for the fast path
@@ -266,11 +268,14 @@ def choose_variant(degrees, locality=None, window=None):
     pair once by a thread that merges both lists (``"pair"``, about twice ``"element"``), with
     row masks where at least half the pairs lie within 32 of each other (``"window"``), else
     staged in shared memory block by block where at least half the entries stay inside a block
-    (``"staged"``); moderately skewed graphs (Barabasi-Albert, hubs of 10^3) favour a group of
-    lanes per entry (``"warp"``; ``"pair"`` is slow there: one thread merges a hub's list); hubs
-    past 8192 that dwarf the mean favour the work line carried by each pair's long list, with
-    bitmaps and hash tables of the long lists (``"longrow"``, ahead of ``"hub"``, ``"balanced"``
-    and ``"warp"`` on Chung-Lu graphs).  Weighted graphs run ``"longrow"`` without them.
+    (``"staged"``); hubs that dwarf the mean (64 times) favour the work line carried by each
+    pair's long list, with bitmaps and hash tables of the long lists (``"longrow"``, ahead of
+    ``"hub"``, ``"balanced"`` and ``"warp"`` on Chung-Lu graphs whatever their hubs, 2-3x
+    ``"warp"`` from 3M entries on), unless the graph is small (under LONGROW_MIN_ENTRIES stored
+    entries) and its hubs too (under 8192): there the fixed cost of its launches and of its one
+    wait outweighs the imbalance of a group of lanes per entry (``"warp"``, ahead on a
+    Barabasi-Albert graph of 10^6 entries and hubs of 10^3; ``"pair"`` is slow there: one thread
+    merges a hub's list).  Weighted graphs run ``"longrow"`` without bitmaps and tables.
     """
     f = DegreeFigures.of(degrees)
     if f.nonempty == 0:
@@ -280,7 +285,7 @@ def choose_variant(degrees, locality=None, window=None):
         if window is not None and window >= WINDOW_MIN_LOCALITY:
             return "window"
         return "staged" if locality is not None and locality >= STAGE_MIN_LOCALITY else "pair"
-    if top >= 8192 and top > 64 * mean:
+    if top > 64 * mean and (top >= 8192 or f.total >= LONGROW_MIN_ENTRIES):
         return "longrow"
     return "warp"
 
