@@ -250,7 +250,8 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
     # many at once: each the bytes pack() makes of its row's values
     counts, tols = np.array([5, 1 << 40, -3]), np.array([0.5, 1e-9, -2.0])
     addresses = np.array([0x7F0000001000, 0x7F0000002008, 0], np.uint64)
-    for data, want in ((buf, [buf] * 3), (None, [None] * 3), (addresses, [np.uint64(a) for a in addresses])):
+    for data, want in ((buf, [buf] * 3), (None, [None] * 3), (addresses, [np.uint64(a) for a in addresses]),
+                       (addresses[1], [addresses[1]] * 3)):
         rows = layout.pack_rows(3, data=data, count=counts, width=-7, flags=3, scale=0.25, tol=tols)
         assert rows == [layout.pack(data=d, count=int(c), width=-7, flags=3, scale=0.25, tol=float(t))
                         for d, c, t in zip(want, counts, tols)]

@@ -259,14 +259,14 @@ class Layout:
     def pack_rows(self, count, /, **values):
         """``count`` structs, as a list of their bytes (each one launch argument): a field's value is
         an array of ``count`` values or one value for every struct (a field may be named ``count``);
-        a pointer field takes a device buffer, None or an array of addresses (np.uint64).  One pass
-        of NumPy for all of them, where :meth:`pack` costs microseconds a struct."""
+        a pointer field takes a device buffer, None, an address or an array of them (np.uint64).
+        One pass of NumPy for all of them, where :meth:`pack` costs microseconds a struct."""
         if values.keys() != self._names:
             self.pack(**values)  # raises, naming the missing and unknown fields
         rows = np.zeros(count, self._record)
         for i, f in self._pointer_slots:
             v = values[f]
-            rows[f] = 0 if v is None else v if isinstance(v, np.ndarray) else v.ptr
+            rows[f] = 0 if v is None else v if isinstance(v, (np.ndarray, np.uint64)) else v.ptr
         for f in self._codes:
             rows[f] = values[f]
         blob, size = rows.tobytes(), self.size
