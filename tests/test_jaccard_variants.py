@@ -9,10 +9,10 @@ from graphkern import Graph, GraphTooLargeError
 from graphkern.similarity import choose_variant, jaccard
 from graphkern.similarity.api import SymmetricPattern, symmetric_pattern
 from graphkern.similarity.gpu import PIECE_MIN_BYTES, PIECE_VARIANTS, DeviceSimilarity
-from graphkern.similarity.plan import (HASH_MIN_DEGREE, LONGROW_MIN_ENTRIES, SCAN_TILE, DegreeFigures, DeviceOptions,
-                                       auto_variant, hash_table_rows, hub_vertices, pair_rows_per_block, plan_similarity,
-                                       row_locality, shortrow_group_size, staged_rows_per_block, window_locality,
-                                       window_rows_per_block)
+from graphkern.similarity.plan import (HASH_MIN_DEGREE, LONGROW_MIN_ENTRIES, SCAN_TILE, WARP_MAX_MEAN, DegreeFigures,
+                                       DeviceOptions, auto_variant, hash_table_rows, hub_vertices, pair_rows_per_block,
+                                       plan_similarity, row_locality, shortrow_group_size, staged_rows_per_block,
+                                       window_locality, window_rows_per_block)
 from jaccard_graphs import (CONVENTIONS, GPU_VARIANTS, METRICS, assert_hash_tables, assert_matches_cpu,
                             assert_same_pattern, band_graph, bounded_degree_graph, device_values, expected_hash_rows,
                             gpu_test_graph, hash_test_graph, high_hub_graph, hub_graph, owner_entries, random_graph,
@@ -607,13 +607,15 @@ def test_auto_variant_follows_the_degree_distribution():
     ring = sp.diags([np.ones(999), np.ones(999)], [1, -1], shape=(1000, 1000)).tocsr()
     assert choose_variant(np.diff(ring.indptr)) == "pair"  # short lists everywhere
     ba_like = np.r_[np.full(10_000, 10), [1000, 700, 400]]
-    assert choose_variant(ba_like) == "warp"  # moderate hubs
-    assert choose_variant(np.full(500, 200)) == "warp"  # long lists everywhere
-    chung_lu_like = np.r_[np.full(100_000, 16), [180_000]]
-    assert choose_variant(chung_lu_like) == "longrow"  # a hub that dwarfs the mean
-    many_hubs = np.r_[np.full(LONGROW_MIN_ENTRIES // 16, 16), np.full(300, 2000)]
-    assert choose_variant(many_hubs) == "longrow"  # hubs of 2000 on a large graph: the work line pays
-    assert choose_variant(many_hubs[-(LONGROW_MIN_ENTRIES // 32):]) == "warp"  # the same hubs, fewer entries
+    assert choose_variant(ba_like) == "warp"  # a small graph of low mean degree
+    assert choose_variant(np.r_[np.full(10_000, 16), [1000, 700, 400]]) == "longrow"  # a higher mean
+    assert choose_variant(np.full(500, 200)) == "longrow"  # long lists everywhere
+    chung_lu_like = np.r_[np.full(100_000, 8), [180_000]]
+    assert choose_variant(chung_lu_like) == "longrow"  # a hub that dwarfs a low mean
+    large = np.r_[np.full(LONGROW_MIN_ENTRIES // 8, 8), np.full(30, 500)]
+    assert choose_variant(large) == "longrow"  # a low mean on a large graph: the work line pays
+    assert choose_variant(large[-(LONGROW_MIN_ENTRIES // 16):]) == "warp"  # the same, half its entries
+    assert WARP_MAX_MEAN < 16
     assert choose_variant(np.zeros(10, dtype=np.int64)) == "element"
     for d in (np.diff(ring.indptr), ba_like, chung_lu_like, np.zeros(10, dtype=np.int64)):
         assert choose_variant(DegreeFigures.of(d)) == choose_variant(d)  # the figures alone choose it
@@ -691,7 +693,8 @@ def numpy_plan(pattern, variant, *, weighted, free_bytes, hash_min_degree=HASH_M
             local = float(np.mean(cols[off] // block == rows[off] // block)) if off.any() else 0.0
             variant = "window" if window >= 0.5 else "staged" if local >= 0.5 else "pair"
         else:
-            variant = "longrow" if top >= 8192 and top > 64 * mean else "warp"
+            small = int(d.sum()) < LONGROW_MIN_ENTRIES and mean <= WARP_MAX_MEAN
+            variant = "warp" if small and not (top >= 8192 and top > 64 * mean) else "longrow"
     if weighted and variant in ("staged", "window"):
         variant = "pair"
     hubs = np.zeros(0, dtype=np.int32)
@@ -753,6 +756,24 @@ def test_plan_drops_tables_that_do_not_fit(rng):
     assert full.hash_rows.size > 0
     tight = plan_similarity(pattern, options, weighted=False, dtype=np.float32, free_bytes=full.nbytes - 1)
     assert tight.hash_rows.size == 0 and "hash_keys" not in tight.sizes and tight.hash_slots.tolist() == [0]
+
+
+def test_auto_runs_warp_where_the_work_line_does_not_fit(rng):
+    pattern = symmetric_pattern(high_hub_graph(rng, n=3000, extra_edges=40_000))  # mean degree about 30
+    auto = DeviceOptions(hub_max_bytes=0, hash_min_degree=0)  # the work line alone
+    roomy = plan_similarity(pattern, auto, weighted=False, dtype=np.float32, free_bytes=1 << 34)
+    warp = plan_similarity(pattern, DeviceOptions(variant="warp"), weighted=False, dtype=np.float32,
+                           free_bytes=1 << 34)
+    assert roomy.variant == "longrow" and warp.nbytes < roomy.nbytes
+    tight = plan_similarity(pattern, auto, weighted=False, dtype=np.float32, free_bytes=roomy.nbytes - 1)
+    assert tight.variant == "warp" and tight.sizes == warp.sizes
+    # asked for by name, it stays (the device's check then names what does not fit)
+    asked = DeviceOptions(variant="longrow", hub_max_bytes=0, hash_min_degree=0)
+    assert plan_similarity(pattern, asked, weighted=False, dtype=np.float32,
+                           free_bytes=roomy.nbytes - 1).variant == "longrow"
+    # nor does it fall back where warp does not fit either
+    assert plan_similarity(pattern, auto, weighted=False, dtype=np.float32,
+                           free_bytes=warp.nbytes - 1).variant == "longrow"
 
 
 def test_plan_counts_reject_out_of_range_indices():

@@ -34,8 +34,10 @@ STAGE_FILL = 0.8               # "staged": rows per block sized for this share o
 # auto: "staged" over "pair" when this share of entries stays in a block (a ring order gains a
 # few percent, a shuffled order loses more)
 STAGE_MIN_LOCALITY = 0.5
-# auto: "longrow" for hubs of 64 times the mean degree from this many stored entries on (or hubs of 8192)
+# auto, rows past 32: "warp" on graphs under this many stored entries whose mean degree is at most
+# WARP_MAX_MEAN (and no hub of 8192 dwarfs it), else "longrow" (choose_variant)
 LONGROW_MIN_ENTRIES = 1 << 21
+WARP_MAX_MEAN = 12
 STAGED_VARIANTS = ("staged", "window")  # unweighted kernels that stage the block's rows in shared memory
 WINDOW_HALF = 32               # "window": row r's mask covers the vertices [r - 32, r + 32)
 WINDOW_FAR = 4                 # "window": entries outside its window a row may have for the fast path
@@ -193,6 +195,10 @@ def plan_similarity(pattern, options, *, weighted, dtype, free_bytes, n_threads=
     figures = pattern.figures
     n, nnz, s = pattern.n, pattern.nnz, np.dtype(dtype).itemsize
     variant = auto_variant(pattern, n_threads=n_threads) if options.variant == "auto" else options.variant
+    if options.variant == "auto" and variant == "longrow":
+        need = {v: sum(_buffers(v, n, nnz, s, weighted).values()) for v in ("longrow", "warp")}
+        if need["longrow"] > free_bytes >= need["warp"]:
+            variant = "warp"  # the work line does not fit where a group of lanes per entry does
     if variant in STAGED_VARIANTS and weighted:
         variant = "pair"  # the staged merge and the window lookups count; weighted pairs merge by element
     group = warp_group_size(figures)
@@ -226,15 +232,9 @@ def plan_similarity(pattern, options, *, weighted, dtype, free_bytes, n_threads=
             hash_items = np.zeros(hash_rows.size + 1, dtype=np.int64)
             np.cumsum(lengths[np.searchsorted(rows, hash_rows)], out=hash_items[1:])
 
-    padded_nnz = nnz + (-nnz) % INDEX_PADDING
     group_items = 32 * int(options.balanced_chunk)  # work items of one warp's 32 chunks
     n_tiles = -(-nnz // SCAN_TILE)
-    sizes = {"indptr": 8 * (n + 1), "indices": 4 * padded_nnz, "out": s * nnz}
-    sizes.update(dict(weights=s * nnz, wsum=s * n, selfw=s * n) if weighted else dict(deg=4 * n, adj=4 * n))
-    if variant in WORK_LINE_VARIANTS:
-        sizes.update(rows=4 * nnz, offsets=8 * (nnz + 1), tile_sums=8 * n_tiles, inter=(s if weighted else 4) * nnz)
-    if variant == "longrow":
-        sizes.update(mirror_off=4 * nnz)  # the balanced pass notes where the finalize pass writes the mirror
+    sizes = _buffers(variant, n, nnz, s, weighted)
     if hubs.size:
         sizes.update(hub_list=4 * hubs.size, hub_slot=4 * n, bitmaps=4 * -(-n // 32) * hubs.size)
     if hash_rows.size:
@@ -255,6 +255,19 @@ def plan_similarity(pattern, options, *, weighted, dtype, free_bytes, n_threads=
                           hash_items=hash_items, sizes=sizes)
 
 
+def _buffers(variant, n, nnz, itemsize, weighted):
+    """The device buffers of a run of ``variant`` in bytes by name, bitmaps and hash tables aside."""
+    s = itemsize
+    sizes = {"indptr": 8 * (n + 1), "indices": 4 * (nnz + (-nnz) % INDEX_PADDING), "out": s * nnz}
+    sizes.update(dict(weights=s * nnz, wsum=s * n, selfw=s * n) if weighted else dict(deg=4 * n, adj=4 * n))
+    if variant in WORK_LINE_VARIANTS:
+        sizes.update(rows=4 * nnz, offsets=8 * (nnz + 1), tile_sums=8 * -(-nnz // SCAN_TILE),
+                     inter=(s if weighted else 4) * nnz)
+    if variant == "longrow":
+        sizes.update(mirror_off=4 * nnz)  # the balanced pass notes where the finalize pass writes the mirror
+    return sizes
+
+
 # --------------------------------------------------------------------------- the variant
 
 
@@ -268,14 +281,16 @@ def choose_variant(degrees, locality=None, window=None):
     pair once by a thread that merges both lists (``"pair"``, about twice ``"element"``), with
     row masks where at least half the pairs lie within 32 of each other (``"window"``), else
     staged in shared memory block by block where at least half the entries stay inside a block
-    (``"staged"``); hubs that dwarf the mean (64 times) favour the work line carried by each
-    pair's long list, with bitmaps and hash tables of the long lists (``"longrow"``, ahead of
-    ``"hub"``, ``"balanced"`` and ``"warp"`` on Chung-Lu graphs whatever their hubs, 2-3x
-    ``"warp"`` from 3M entries on), unless the graph is small (under LONGROW_MIN_ENTRIES stored
-    entries) and its hubs too (under 8192): there the fixed cost of its launches and of its one
-    wait outweighs the imbalance of a group of lanes per entry (``"warp"``, ahead on a
-    Barabasi-Albert graph of 10^6 entries and hubs of 10^3; ``"pair"`` is slow there: one thread
-    merges a hub's list).  Weighted graphs run ``"longrow"`` without bitmaps and tables.
+    (``"staged"``).  Longer lists favour the work line, carried by each pair's long list with
+    bitmaps and hash tables of the long lists (``"longrow"``: 1.0-3.3x ``"warp"`` on every graph
+    measured from 2*10^6 entries, Chung-Lu, R-MAT, Barabasi-Albert and near-uniform, and on the
+    smaller ones of mean degree past 12; ahead of ``"hub"`` on all of them),
+    except on a small graph (under LONGROW_MIN_ENTRIES stored entries) of low mean degree (at
+    most WARP_MAX_MEAN) without a hub of 8192 that dwarfs the mean: there a group of lanes per
+    entry (``"warp"``) is ahead on Barabasi-Albert graphs (1.3-1.4x, 0.1-0.2 ms) though behind on
+    Chung-Lu ones (1.3-2.3x, 0.1-0.5 ms), and keeps weighted sums free of float atomics.
+    Weighted graphs run ``"longrow"`` without bitmaps and tables; :func:`plan_similarity` runs
+    ``"warp"`` where the work line does not fit.
     """
     f = DegreeFigures.of(degrees)
     if f.nonempty == 0:
@@ -285,9 +300,9 @@ def choose_variant(degrees, locality=None, window=None):
         if window is not None and window >= WINDOW_MIN_LOCALITY:
             return "window"
         return "staged" if locality is not None and locality >= STAGE_MIN_LOCALITY else "pair"
-    if top > 64 * mean and (top >= 8192 or f.total >= LONGROW_MIN_ENTRIES):
-        return "longrow"
-    return "warp"
+    if f.total < LONGROW_MIN_ENTRIES and mean <= WARP_MAX_MEAN and not (top >= 8192 and top > 64 * mean):
+        return "warp"
+    return "longrow"
 
 
 def auto_variant(pattern, *, n_threads=1):
