@@ -282,6 +282,48 @@ def test_a_struct_layout_writes_every_field_where_the_module_reads_it(monkeypatc
         rt.layout(bad, "mgk", "pair")
 
 
+def test_many_structs_packed_at_once_are_the_bytes_of_each_packed_alone():
+    """Layout.pack_rows against Layout.pack on random layouts (every field kind, gaps, a tail) and values."""
+    pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    kinds = [(0, 8, "Q"), (1, 4, "i"), (1, 8, "q"), (2, 4, "I"), (2, 8, "Q"), (3, 4, "f"), (3, 8, "d")]
+
+    def values(code, count):
+        ints = {"i": (-2**31, 2**31 - 1), "q": (-2**63, 2**63 - 1), "I": (0, 2**32 - 1), "Q": (0, 2**64 - 1)}
+        if code in ints:
+            return st.lists(st.integers(*ints[code]), min_size=count, max_size=count)
+        width = 32 if code == "f" else 64
+        return st.lists(st.floats(width=width, allow_nan=False), min_size=count, max_size=count)
+
+    @st.composite
+    def case(draw):
+        fields, offset = {}, 0
+        for k in range(draw(st.integers(1, 6))):
+            kind, width, code = draw(st.sampled_from(kinds))
+            offset = -(-offset // width) * width + width * draw(st.integers(0, 1))  # aligned, maybe a gap
+            fields[f"f{k}"] = (offset, width, kind, code)
+            offset += width
+        size = -(-offset // 8) * 8 + 8 * draw(st.integers(0, 1))
+        count = draw(st.integers(0, 5))
+        data = {name: draw(values(code, count)) for name, (_, _, _, code) in fields.items()}
+        return fields, size, count, data
+
+    @settings(max_examples=80, deadline=None, database=None)
+    @given(case())
+    def check(c):
+        fields, size, count, data = c
+        layout = rt.Layout("test", "s", size, {name: f[:3] for name, f in fields.items()})
+        rows = layout.pack_rows(count, **{name: np.array(v, dtype=np.dtype(fields[name][3]).newbyteorder("<"))
+                                          if fields[name][2] != 0 else np.array(v, np.uint64)
+                                          for name, v in data.items()})
+        alone = [layout.pack(**{name: np.uint64(v[i]) if fields[name][2] == 0 else v[i]
+                                for name, v in data.items()}) for i in range(count)]
+        assert rows == alone
+
+    check()
+
+
 @pytest.mark.gpu
 def test_struct_parameters_are_the_size_their_layouts_pack(gpu_device):
     """Each MGK entry point takes its sets, job, terms and outputs as structs of the sizes the module
