@@ -565,17 +565,26 @@ def _canonical_csr(A, name, *, copy=False, with_values=False):
 
 
 def as_csr_matrix(G, *, name="G"):
-    """Return ``(csr_matrix, is_weighted)`` for a Graph or a square scipy.sparse matrix.
+    """Return ``(csr_matrix, is_weighted)`` for a Graph, a square scipy.sparse matrix or an
+    undirected networkx graph (:meth:`Graph.from_networkx`: rows in ``G.nodes`` order, the
+    ``weight`` attribute as weights).
 
     Duplicates are summed and indices sorted; asymmetric matrices and non-finite values raise, in
     one compiled O(nnz) pass (a Graph was checked when it was built).  A BSR matrix's zero padding
     is no edge.
     """
+    if (type(G).__module__ or "").startswith("networkx"):
+        try:
+            G = Graph.from_networkx(G, node_attrs=(), edge_attrs=())
+        except (ValueError, TypeError) as err:
+            raise type(err)(f"{name}: {err} ({name} was converted by graphkern.Graph.from_networkx, which takes "
+                            "other options when called directly)") from err
     if isinstance(G, Graph):
         G.require_valid()
         return G.to_scipy(), G.is_weighted
     if not sp.issparse(G):
-        raise TypeError(f"{name} must be a graphkern.Graph or a scipy.sparse matrix, got {type(G).__name__}")
+        raise TypeError(f"{name} must be a graphkern.Graph, a scipy.sparse matrix or a networkx graph, "
+                        f"got {type(G).__name__}")
     if G.ndim != 2 or G.shape[0] != G.shape[1]:
         raise ValueError(f"{name} must be square, got shape {G.shape}")
     A, scanned = _canonical_csr(G, name, with_values=True)

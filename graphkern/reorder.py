@@ -155,8 +155,9 @@ def reorder(G, method="pbr", *, seed=None, coords="coords"):
 
     Parameters
     ----------
-    G : Graph or scipy.sparse matrix
-        An undirected graph (a matrix must be square and symmetric).
+    G : Graph, scipy.sparse matrix or networkx graph
+        An undirected graph (a matrix must be square and symmetric; a networkx graph's vertices are
+        numbered in ``G.nodes`` order).
     method : {"pbr", "rcm", "morton", "hilbert", None}
         See the module documentation; ``None`` is the identity.
     seed : int or None

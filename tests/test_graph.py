@@ -448,3 +448,40 @@ def test_content_tokens_change_with_every_label_edit():
     assert content_tokens([other]) != content_tokens([g])  # another graph, another token
     with pytest.raises(TypeError, match="item 0"):
         content_tokens(["C"])
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_matrix_functions_take_networkx_graphs(rng, weighted):
+    """jaccard, sorensen, expm_multiply, total_communicability and reorder read a networkx graph as
+    the SciPy matrix of its nodes in ``G.nodes`` order (weights from ``weight``); a directed graph,
+    a multigraph and partly weighted edges are refused naming the input."""
+    import graphkern as gk
+    from graphkern.reorder import reorder
+
+    n = 40
+    e = random_edges(rng, n, 120)
+    labels = [f"v{k}" for k in rng.permutation(n)]  # node names, in an order unlike their numbers
+    G = nx.Graph()
+    G.add_nodes_from(labels)
+    G.add_edges_from((labels[a], labels[b], {"weight": float(rng.uniform(0.5, 2.0))} if weighted else {})
+                     for a, b in e)
+    A = nx.to_scipy_sparse_array(G, nodelist=list(G.nodes), format="csr")
+    got, want = as_csr_matrix(G), as_csr_matrix(A)
+    assert got[1] == weighted and (got[0] != want[0]).nnz == 0
+    for fn in (gk.jaccard, gk.sorensen):
+        assert (fn(G, weighted=weighted) != fn(A, weighted=weighted)).nnz == 0
+    np.testing.assert_array_equal(gk.expm_multiply(G, beta=0.2)[0], gk.expm_multiply(A, beta=0.2)[0])
+    np.testing.assert_array_equal(gk.total_communicability(G, beta=0.2)[0], gk.total_communicability(A, beta=0.2)[0])
+    np.testing.assert_array_equal(reorder(G, "rcm"), reorder(A, "rcm"))
+    with pytest.raises(ValueError, match="G: networkx graph is directed"):
+        gk.jaccard(nx.DiGraph(G))
+    with pytest.raises(ValueError, match="A: networkx multigraphs"):
+        gk.expm_multiply(nx.MultiGraph(G))
+    partly = nx.Graph(G)
+    u, v = next(iter(partly.edges))
+    partly.edges[u, v]["weight"] = 3.0
+    partly.add_edge("x", "y")
+    with pytest.raises(ValueError, match="no 'weight' attribute.*Graph.from_networkx"):
+        gk.jaccard(partly)
+    with pytest.raises(TypeError, match="a scipy.sparse matrix or a networkx graph, got ndarray"):
+        gk.jaccard(A.toarray())

@@ -219,8 +219,10 @@ def expm_multiply(A, x=None, *, beta=1.0, tol=1e-10, max_krylov=None, dtype=np.f
 
     Parameters
     ----------
-    A : Graph or scipy.sparse matrix
-        Symmetric, finite (NaN/inf or asymmetric input raises ValueError).
+    A : Graph, scipy.sparse matrix or networkx graph
+        Symmetric, finite (NaN/inf or asymmetric input raises ValueError).  A networkx graph is
+        converted on each call (:meth:`graphkern.Graph.from_networkx`: rows in ``G.nodes`` order,
+        the ``weight`` attribute as weights), so nothing of it is cached between calls.
     x : array_like of length n, optional
         Start vector (default: ones).  Must be finite and not empty.
     beta : float

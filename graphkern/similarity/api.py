@@ -108,8 +108,9 @@ def jaccard(G, *, weighted=False, self_loops=False, backend="auto", device=None,
 
     Parameters
     ----------
-    G : Graph or scipy.sparse matrix
-        A symmetric adjacency (square; duplicates of a COO matrix are summed).
+    G : Graph, scipy.sparse matrix or networkx graph
+        A symmetric adjacency (square; duplicates of a COO matrix are summed).  A networkx graph's
+        rows and columns follow ``G.nodes``; its ``weight`` attribute gives the weights.
     weighted : bool
         Use the Ruzicka form ``Σ min(w_ik, w_jk) / Σ max(w_ik, w_jk)`` (non-negative weights).
     self_loops : bool
