@@ -37,7 +37,7 @@ from graphkern._arrays import (_INT32_MAX, _INT64_MAX, ATOMIC_NUMBER, DIFFERS, D
                                require_memory, scan, scan_threads)
 from graphkern._cpu import validate as _compiled
 
-__all__ = ["Graph", "PackedGraphs", "pack_graphs", "content_digest", "content_tokens", "as_csr_matrix",
+__all__ = ["Graph", "PackedGraphs", "pack_graphs", "label_arrays", "content_digest", "content_tokens", "as_csr_matrix",
            "category_code", "require_memory", "ATOMIC_NUMBER"]
 
 class Graph:
@@ -663,10 +663,31 @@ def content_digest(graphs, node_label_columns=(), edge_label_columns=()):
     return _compiled.fingerprint(repr((len(graphs), node_cols, edge_cols)).encode(), parts)
 
 
+def label_arrays(graphs, what, column):
+    """Each graph's ``what`` ("node" or "edge") label ``column``.  A graph without vertices (edges)
+    has every label of that kind, empty: where it lacks the column it gets an empty one of the
+    dtype and trailing shape of the first graph that has it (a one-atom molecule from networkx has
+    no bond to carry a bond attribute).  A missing column elsewhere raises the KeyError of
+    :meth:`Graph.require_node_label` (:meth:`Graph.require_edge_label`)."""
+    node = what == "node"
+    arrays = [g._node_labels.get(column) if node else g._edge_labels.get(column) for g in graphs]
+    template = None
+    for g, arr in zip(graphs, arrays):
+        if arr is None and (g.n_nodes if node else g.nnz):
+            (g.require_node_label if node else g.require_edge_label)(column)  # raises, naming the graph
+        if template is None and arr is not None:
+            template = arr
+    if any(arr is None for arr in arrays):
+        empty = np.zeros((0,) + template.shape[1:], template.dtype) if template is not None else np.zeros(0)
+        arrays = [empty if arr is None else arr for arr in arrays]
+    return arrays
+
+
 def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=()):
     """Pack ``graphs`` into one :class:`PackedGraphs` batch (the one shared packing routine).
 
-    Missing label columns raise a KeyError naming the graph and the column.
+    Missing label columns raise a KeyError naming the graph and the column (graphs without
+    vertices or edges have every such column, empty: :func:`label_arrays`).
     """
     graphs = _valid_graphs(graphs)
     n = np.array([g.n_nodes for g in graphs], dtype=np.int64)
@@ -678,8 +699,8 @@ def pack_graphs(graphs, *, node_label_columns=(), edge_label_columns=()):
     packed = PackedGraphs(node_offsets=node_offsets, entry_offsets=entry_offsets,
                           indptr=cat([g.indptr for g in graphs], idx_t), indices=cat([g.indices for g in graphs], np.int32),
                           weights=_packed_weights(graphs, entry_offsets))
-    for out, require, columns in ((packed.node_labels, Graph.require_node_label, node_label_columns),
-                                  (packed.edge_labels, Graph.require_edge_label, edge_label_columns)):
+    for out, what, columns in ((packed.node_labels, "node", node_label_columns),
+                               (packed.edge_labels, "edge", edge_label_columns)):
         for col in columns:
-            out[col] = np.concatenate([require(g, col) for g in graphs]) if graphs else np.zeros(0)
+            out[col] = np.concatenate(label_arrays(graphs, what, col)) if graphs else np.zeros(0)
     return packed

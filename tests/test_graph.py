@@ -485,3 +485,24 @@ def test_matrix_functions_take_networkx_graphs(rng, weighted):
         gk.jaccard(partly)
     with pytest.raises(TypeError, match="a scipy.sparse matrix or a networkx graph, got ndarray"):
         gk.jaccard(A.toarray())
+
+
+def test_label_arrays_fill_in_columns_of_graphs_without_items():
+    """label_arrays gives a graph without vertices (edges) that lacks a column an empty one typed and
+    shaped like the others'; a graph with vertices (edges) that lacks it raises, naming it."""
+    from graphkern.graph import label_arrays
+
+    path = Graph.from_edges([(0, 1), (1, 2)], 3, node_labels={"x": np.ones((3, 2), np.float32)},
+                            edge_labels={"order": np.array([1, 2], np.int8)})
+    atom = Graph.from_edges(np.zeros((0, 2), np.int64), 1, node_labels={"x": np.zeros((1, 2), np.float32)})
+    empty = Graph.from_edges(np.zeros((0, 2), np.int64), 0)
+    got = label_arrays([atom, path, empty], "edge", "order")
+    order, x = path.edge_labels["order"], path.node_labels["x"]
+    assert [a.dtype for a in got] == [order.dtype] * 3 and [len(a) for a in got] == [0, 4, 0] and got[1] is order
+    got = label_arrays([empty, path], "node", "x")
+    assert got[0].shape == (0, 2) and got[0].dtype == x.dtype and got[1] is x
+    assert label_arrays([atom, empty], "edge", "order")[0].shape == (0,)
+    with pytest.raises(KeyError, match=r"graph <3 nodes> has no node label 'y'"):
+        label_arrays([empty, path], "node", "y")
+    with pytest.raises(KeyError, match=r"graph <1 nodes> has no node label 'x'"):
+        label_arrays([Graph.from_edges(np.zeros((0, 2), np.int64), 1)], "node", "x")

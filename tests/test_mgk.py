@@ -110,6 +110,26 @@ def test_gram_matrix_against_dense_reference(rng, backend, name):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["kronecker", "general"])
+def test_graphs_without_edges_need_no_edge_columns(rng, backend, name):
+    """A graph without edges has every edge label, empty (a one-atom molecule from networkx carries
+    none): the kernel equals the one of the same graphs with the empty columns attached, in any
+    position of X and Y, also when no graph of a list has an edge."""
+    X = [random_graph(rng, 1, 0.0)] + graph_set(rng) + [random_graph(rng, 4, 0.0)]
+    bare = [Graph(g.indptr, g.indices, g.weights, node_labels=dict(g.node_labels)) if g.nnz == 0 else g for g in X]
+    assert not bare[0].edge_labels and not bare[-1].edge_labels and X[0].edge_labels
+    nk, ek = KERNELS[name]
+    kern = MarginalizedGraphKernel(nk, ek, q=0.05, tol=1e-13, dtype=np.float64, backend=backend)
+    want = kern(X)
+    np.testing.assert_array_equal(kern(bare), want)
+    np.testing.assert_array_equal(kern(bare[-1:], bare), kern(X[-1:], X))
+    np.testing.assert_array_equal(kern(bare[:1]), kern(X[:1]))
+    np.testing.assert_allclose(kern(bare[::-1]), want[::-1, ::-1], rtol=1e-12)
+    with pytest.raises(KeyError, match="has no edge label 'order'"):
+        kern([Graph(g.indptr, g.indices, g.weights, node_labels=dict(g.node_labels)) for g in X])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_rectangular_and_pairs(rng, backend):
     X = [random_graph(rng, n) for n in (3, 10, 14)]
     Y = [random_graph(rng, n) for n in (1, 8, 21, 5)]

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from graphkern.graph import content_digest, content_tokens, pack_graphs
+from graphkern.graph import content_digest, content_tokens, label_arrays, pack_graphs
 
 __all__ = ["MGKDataset", "Octiles", "build_octiles", "renumbered", "DatasetCache", "OCTILE"]
 
@@ -32,11 +32,11 @@ OCTILE = 8
 
 
 def _check_columns(graphs, columns, what):
-    """Check that every graph has each column, one row per item, with one trailing shape."""
+    """Check that every graph has each column (:func:`graphkern.graph.label_arrays`), one row per
+    item, with one trailing shape."""
     for col in columns:
         first = None
-        for k, g in enumerate(graphs):
-            arr = g.require_node_label(col) if what == "node" else g.require_edge_label(col)
+        for k, (g, arr) in enumerate(zip(graphs, label_arrays(graphs, what, col))):
             need = g.n_nodes if what == "node" else g.nnz
             if len(arr) != need:
                 raise ValueError(f"graph {k}: {what} label {col!r} has {len(arr)} rows but the graph has {need} "
