@@ -158,7 +158,7 @@ def _extras():
     cuda = [f"cuda-bindings=={CUDA_VER}.*" if CUDA_VER else "cuda-bindings"]
     # zarr 3 (the Zarr output of graphkern.distributed) needs Python 3.11; on 3.10 gram returns NumPy only
     distributed = ["dask>=2024.1", "distributed>=2024.1", "zarr>=3; python_version >= '3.11'"]
-    peers = ["networkx>=3", "grakel", "rdkit"]
+    peers = ["networkx>=3", "igraph", "grakel", "rdkit"]
     return {
         "cuda": cuda,
         "sklearn": ["scikit-learn>=1.2"],
@@ -166,7 +166,7 @@ def _extras():
         "distributed": distributed,
         "plot": ["matplotlib"],
         "progress": ["tqdm"],
-        "bench": ["igraph", "matplotlib", *peers],
+        "bench": ["matplotlib", *peers],
         # the GPU tests need the driver bindings, so the README's install command brings them;
         # mpmath: the references of exp(beta A) x on entries 1e-300..1e300, which float64 cannot give
         "test": ["pytest>=7", "hypothesis", "mpmath", "scikit-learn>=1.2", "tqdm", *cuda, *peers, *distributed],

@@ -1,4 +1,4 @@
-"""Inputs as users hold them: networkx graphs, RDKit molecules and SMILES strings become
+"""Inputs as users hold them: networkx and igraph graphs, RDKit molecules and SMILES strings become
 :class:`graphkern.Graph` objects at the door of every graph kernel."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from graphkern.io.smiles import from_rdkit, from_smiles
 __all__ = ["as_graphs"]
 
 
-_ACCEPTED = "a graphkern.Graph, a networkx graph, an RDKit molecule or a SMILES string"
+_ACCEPTED = "a graphkern.Graph, a networkx or igraph graph, an RDKit molecule or a SMILES string"
 
 
 def _convert(item, label):
@@ -21,6 +21,8 @@ def _convert(item, label):
     module = type(item).__module__ or ""
     if module.startswith("networkx"):
         convert, converter = Graph.from_networkx, "Graph.from_networkx"
+    elif module.startswith("igraph"):
+        convert, converter = Graph.from_igraph, "Graph.from_igraph"
     elif module.startswith("rdkit") and hasattr(item, "GetAtoms"):
         convert, converter = from_rdkit, "graphkern.io.from_rdkit"
     elif isinstance(item, str):
@@ -36,10 +38,11 @@ def _convert(item, label):
 def as_graphs(X, name="X", validate=True):
     """``X`` as a list of :class:`Graph`, converting the inputs users hold on the way in.
 
-    Each item may be a :class:`Graph`, a networkx graph (:meth:`Graph.from_networkx`: node and
-    edge attributes become label columns, ``weight`` the weights, element symbols in the
-    ``element`` attribute atomic numbers), an RDKit molecule (:func:`graphkern.io.from_rdkit`) or
-    a SMILES string (:func:`graphkern.io.from_smiles`, heavy atoms); kinds may be mixed.
+    Each item may be a :class:`Graph`, a networkx or igraph graph (:meth:`Graph.from_networkx`,
+    :meth:`Graph.from_igraph`: vertex and edge attributes become label columns, ``weight`` the
+    weights, element symbols in the ``element`` attribute atomic numbers), an RDKit molecule
+    (:func:`graphkern.io.from_rdkit`) or a SMILES string (:func:`graphkern.io.from_smiles`, heavy
+    atoms); kinds may be mixed.
     Molecules get the labels of every molecule reader: ``element`` (atomic number), ``charge``
     and ``bond_order`` (1, 2, 3, 4 = aromatic), so the same molecule from an SD file, RDKit, a
     SMILES string or networkx has the same label codes.  A single graph is refused (it is almost
@@ -47,13 +50,13 @@ def as_graphs(X, name="X", validate=True):
     check every graph's row pointers and column indices (:func:`require_valid_all`); a caller
     whose own compiled pass checks them before anything reads them passes False.
     """
-    if isinstance(X, (Graph, str)) or type(X).__module__.startswith(("networkx", "rdkit")):
+    if isinstance(X, (Graph, str)) or type(X).__module__.startswith(("networkx", "igraph", "rdkit")):
         raise TypeError(f"{name} must be a sequence of graphs, got a single {type(X).__name__} "
                         f"(wrap it in a list: [{name}])")
     try:
         items = list(X)
     except TypeError:
-        raise TypeError(f"{name} must be a sequence of graphkern.Graph (or networkx graphs, RDKit molecules, "
+        raise TypeError(f"{name} must be a sequence of graphkern.Graph (or networkx or igraph graphs, RDKit molecules, "
                         f"SMILES strings), got {type(X).__name__}") from None
     if all(map(isinstance, items, repeat(Graph))):  # the common case, without a Python frame per item
         graphs = items

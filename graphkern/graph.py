@@ -337,31 +337,30 @@ class Graph:
         nodes = list(G.nodes)
         pos = {v: i for i, v in enumerate(nodes)}
         edges = [(pos[u], pos[v]) for u, v in G.edges]
-        edata = [d for _, _, d in G.edges(data=True)]
         ndata = [G.nodes[v] for v in nodes]
+        edata = [d for _, _, d in G.edges(data=True)]
+        tables = [(lambda dicts=dicts: set().union(*dicts), lambda a, dicts=dicts: [d.get(a) for d in dicts])
+                  for dicts in (ndata, edata)]
+        return _attributed(cls, len(nodes), edges, *tables[0], *tables[1], weight, node_attrs, edge_attrs,
+                           lambda k: "({!r}, {!r})".format(*list(G.edges)[k]), name)
 
-        def columns(dicts, attrs, what, skip=None):
-            if attrs is None:  # those every node (edge) has
-                attrs = [a for a in sorted(set.intersection(*map(set, dicts))) if a != skip] if dicts else []
-            out = {}
-            for a in attrs:
-                try:
-                    out[a] = [d[a] for d in dicts]
-                except KeyError:
-                    raise ValueError(f"{what} attribute {a!r} is missing on some {what}s") from None
-            return out
-
-        node_labels, edge_labels = columns(ndata, node_attrs, "node"), columns(edata, edge_attrs, "edge", weight)
-        weights = None
-        if weight is not None and any(weight in d for d in edata):
-            missing = next((k for k, d in enumerate(edata) if weight not in d), None)
-            if missing is not None:
-                u, v = list(G.edges)[missing]
-                raise ValueError(f"edge ({u!r}, {v!r}) has no {weight!r} attribute but other edges have one; "
-                                 f"give every edge a weight, or pass weight=None for an unweighted graph")
-            weights = numeric([d[weight] for d in edata], f"edge attribute {weight!r}")
-        return cls.from_edges(np.array(edges, dtype=np.int64).reshape(-1, 2), len(nodes), weights=weights,
-                              node_labels=node_labels, edge_labels=edge_labels, name=name)
+    @classmethod
+    def from_igraph(cls, G, *, weight="weight", node_attrs=None, edge_attrs=None, name=None):
+        """Build from an undirected python-igraph graph, as :meth:`from_networkx` does: vertices in
+        igraph's order, attributes as label columns (default: every vertex / edge attribute set on
+        all of them, but the vertex ids ``name`` and ``_nx_name``), ``weight`` the edge attribute used
+        as weight."""
+        if not (hasattr(G, "vs") and hasattr(G, "es") and hasattr(G, "get_edgelist")):
+            raise TypeError(f"G must be an igraph graph, got {type(G).__name__}")
+        if G.is_directed():
+            raise ValueError("igraph graph is directed; graphkern graphs are undirected (use G.as_undirected())")
+        if G.has_multiple():
+            raise ValueError("igraph multigraphs are not supported; collapse parallel edges first (G.simplify())")
+        tables = [(lambda seq=seq, skip=skip: set(seq.attributes()) - skip,
+                   lambda a, seq=seq: seq[a] if a in seq.attributes() else [None] * len(seq))
+                  for seq, skip in ((G.vs, {"name", "_nx_name"}), (G.es, set()))]
+        return _attributed(cls, G.vcount(), G.get_edgelist(), *tables[0], *tables[1], weight, node_attrs, edge_attrs,
+                           lambda k: str(G.es[k].tuple), name)
 
     # ------------------------------------------------------------------ views
     @property
@@ -524,6 +523,39 @@ def _restore_graph(indptr, indices, weights, node_labels, edge_labels, name, val
     return G
 
 
+def _attributed(cls, n, edges, node_names, node_values, edge_names, edge_values, weight, node_attrs, edge_attrs,
+                edge_name, name):
+    """A Graph of ``n`` vertices and ``edges`` with label columns and weights from attribute tables:
+    ``*_names()`` the attributes any vertex (edge) has, ``*_values(a)`` one value per vertex (edge),
+    None where it lacks ``a``; ``edge_name(k)`` names edge ``k`` in errors.  By default the columns
+    are the attributes every vertex (edge) has, the weight aside."""
+    def columns(names, values, attrs, what, skip=None):
+        if attrs is None:
+            attrs = [a for a in sorted(names()) if a != skip and not _any_none(values(a))]
+        out = {}
+        for a in attrs:
+            out[a] = values(a)
+            if _any_none(out[a]):
+                raise ValueError(f"{what} attribute {a!r} is missing on some {what}s")
+        return out
+
+    weights = None
+    if weight is not None and weight in edge_names():
+        weights = edge_values(weight)
+        missing = next((k for k, w in enumerate(weights) if w is None), None)
+        if missing is not None:
+            raise ValueError(f"edge {edge_name(missing)} has no {weight!r} attribute but other edges have one; "
+                             f"give every edge a weight, or pass weight=None for an unweighted graph")
+        weights = numeric(weights, f"edge attribute {weight!r}")
+    return cls.from_edges(np.array(edges, dtype=np.int64).reshape(-1, 2), n, weights=weights,
+                          node_labels=columns(node_names, node_values, node_attrs, "node"),
+                          edge_labels=columns(edge_names, edge_values, edge_attrs, "edge", weight), name=name)
+
+
+def _any_none(values):
+    return any(v is None for v in values)
+
+
 def _canonical_csr(A, name, *, copy=False, with_values=False):
     """``(csr, scanned)``: a square scipy.sparse ``A`` as CSR with sorted rows and summed duplicates.
 
@@ -566,24 +598,26 @@ def _canonical_csr(A, name, *, copy=False, with_values=False):
 
 def as_csr_matrix(G, *, name="G"):
     """Return ``(csr_matrix, is_weighted)`` for a Graph, a square scipy.sparse matrix or an
-    undirected networkx graph (:meth:`Graph.from_networkx`: rows in ``G.nodes`` order, the
-    ``weight`` attribute as weights).
+    undirected networkx or igraph graph (:meth:`Graph.from_networkx`, :meth:`Graph.from_igraph`:
+    rows in the library's vertex order, the ``weight`` attribute as weights).
 
     Duplicates are summed and indices sorted; asymmetric matrices and non-finite values raise, in
     one compiled O(nnz) pass (a Graph was checked when it was built).  A BSR matrix's zero padding
     is no edge.
     """
-    if (type(G).__module__ or "").startswith("networkx"):
+    library = (type(G).__module__ or "").split(".")[0]
+    if library in ("networkx", "igraph"):
+        convert = Graph.from_networkx if library == "networkx" else Graph.from_igraph
         try:
-            G = Graph.from_networkx(G, node_attrs=(), edge_attrs=())
+            G = convert(G, node_attrs=(), edge_attrs=())
         except (ValueError, TypeError) as err:
-            raise type(err)(f"{name}: {err} ({name} was converted by graphkern.Graph.from_networkx, which takes "
-                            "other options when called directly)") from err
+            raise type(err)(f"{name}: {err} ({name} was converted by graphkern.Graph.{convert.__name__}, which "
+                            "takes other options when called directly)") from err
     if isinstance(G, Graph):
         G.require_valid()
         return G.to_scipy(), G.is_weighted
     if not sp.issparse(G):
-        raise TypeError(f"{name} must be a graphkern.Graph, a scipy.sparse matrix or a networkx graph, "
+        raise TypeError(f"{name} must be a graphkern.Graph, a scipy.sparse matrix or a networkx or igraph graph, "
                         f"got {type(G).__name__}")
     if G.ndim != 2 or G.shape[0] != G.shape[1]:
         raise ValueError(f"{name} must be square, got shape {G.shape}")

@@ -450,22 +450,39 @@ def test_content_tokens_change_with_every_label_edit():
         content_tokens(["C"])
 
 
+def multigraph(G):
+    """The igraph graph ``G`` with its first edge doubled."""
+    H = G.copy()
+    H.add_edge(*G.get_edgelist()[0])
+    return H
+
+
+def as_igraph(g):
+    """The networkx graph ``g`` as an igraph graph, vertices in ``g.nodes`` order (the node names in
+    igraph's ``name``), attributes kept."""
+    ig = pytest.importorskip("igraph")
+    return ig.Graph.from_networkx(g, vertex_attr_hashable="name")
+
+
+@pytest.mark.parametrize("library", ["networkx", "igraph"])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_matrix_functions_take_networkx_graphs(rng, weighted):
-    """jaccard, sorensen, expm_multiply, total_communicability and reorder read a networkx graph as
-    the SciPy matrix of its nodes in ``G.nodes`` order (weights from ``weight``); a directed graph,
-    a multigraph and partly weighted edges are refused naming the input."""
+def test_matrix_functions_take_networkx_and_igraph_graphs(rng, weighted, library):
+    """jaccard, sorensen, expm_multiply, total_communicability and reorder read a networkx (igraph)
+    graph as the SciPy matrix of its vertices in the library's order (weights from ``weight``); a
+    directed graph, a multigraph and partly weighted edges are refused naming the input."""
     import graphkern as gk
     from graphkern.reorder import reorder
 
     n = 40
     e = random_edges(rng, n, 120)
     labels = [f"v{k}" for k in rng.permutation(n)]  # node names, in an order unlike their numbers
-    G = nx.Graph()
-    G.add_nodes_from(labels)
-    G.add_edges_from((labels[a], labels[b], {"weight": float(rng.uniform(0.5, 2.0))} if weighted else {})
+    g = nx.Graph()
+    g.add_nodes_from(labels)
+    g.add_edges_from((labels[a], labels[b], {"weight": float(rng.uniform(0.5, 2.0))} if weighted else {})
                      for a, b in e)
-    A = nx.to_scipy_sparse_array(G, nodelist=list(G.nodes), format="csr")
+    A = nx.to_scipy_sparse_array(g, nodelist=list(g.nodes), format="csr")
+    convert = (lambda h: h) if library == "networkx" else as_igraph
+    G = convert(g)
     got, want = as_csr_matrix(G), as_csr_matrix(A)
     assert got[1] == weighted and (got[0] != want[0]).nnz == 0
     for fn in (gk.jaccard, gk.sorensen):
@@ -473,18 +490,53 @@ def test_matrix_functions_take_networkx_graphs(rng, weighted):
     np.testing.assert_array_equal(gk.expm_multiply(G, beta=0.2)[0], gk.expm_multiply(A, beta=0.2)[0])
     np.testing.assert_array_equal(gk.total_communicability(G, beta=0.2)[0], gk.total_communicability(A, beta=0.2)[0])
     np.testing.assert_array_equal(reorder(G, "rcm"), reorder(A, "rcm"))
-    with pytest.raises(ValueError, match="G: networkx graph is directed"):
-        gk.jaccard(nx.DiGraph(G))
-    with pytest.raises(ValueError, match="A: networkx multigraphs"):
-        gk.expm_multiply(nx.MultiGraph(G))
-    partly = nx.Graph(G)
+    with pytest.raises(ValueError, match=f"G: {library} graph is directed"):
+        gk.jaccard(convert(nx.DiGraph(g)))
+    with pytest.raises(ValueError, match=f"A: {library} multigraphs"):
+        gk.expm_multiply(convert(nx.MultiGraph(g)) if library == "networkx" else multigraph(G))
+    partly = nx.Graph(g)
     u, v = next(iter(partly.edges))
     partly.edges[u, v]["weight"] = 3.0
     partly.add_edge("x", "y")
-    with pytest.raises(ValueError, match="no 'weight' attribute.*Graph.from_networkx"):
-        gk.jaccard(partly)
-    with pytest.raises(TypeError, match="a scipy.sparse matrix or a networkx graph, got ndarray"):
+    with pytest.raises(ValueError, match=f"no 'weight' attribute.*Graph.from_{library}"):
+        gk.jaccard(convert(partly))
+    with pytest.raises(TypeError, match="a scipy.sparse matrix or a networkx or igraph graph, got ndarray"):
         gk.jaccard(A.toarray())
+
+
+def test_from_igraph_equals_from_networkx(rng):
+    """An igraph graph gives the Graph of the same networkx graph: vertex order, weights, label
+    columns (element symbols as atomic numbers), the vertex name left out; graph kernels take it
+    in their lists."""
+    import graphkern as gk
+    from graphkern.spgk import DiracNode
+    from graphkern.basekernels import KroneckerDelta, TensorProduct
+
+    graphs = []
+    for k in range(6):
+        g = nx.relabel_nodes(nx.gnm_random_graph(12, 15 + k, seed=int(rng.integers(1 << 30))), lambda v: f"a{v}")
+        for v in g.nodes:
+            g.nodes[v]["element"] = ["C", "N", "O"][int(rng.integers(3))]
+        for u, v in g.edges:
+            g.edges[u, v]["order"] = int(rng.integers(1, 3))
+            g.edges[u, v]["weight"] = float(rng.uniform(0.5, 2.0))
+        graphs.append(g)
+    single = nx.Graph()
+    single.add_node("Cl", element="Cl")  # one atom, no bond to carry a bond order
+    graphs.append(single)
+    for g in graphs:
+        assert Graph.from_igraph(as_igraph(g)) == Graph.from_networkx(g)
+    chosen = Graph.from_igraph(as_igraph(graphs[0]), weight=None, node_attrs=["element"], edge_attrs=[])
+    assert not chosen.is_weighted and list(chosen.node_labels) == ["element"] and not chosen.edge_labels
+    with pytest.raises(ValueError, match="node attribute 'charge' is missing"):
+        Graph.from_igraph(as_igraph(graphs[0]), node_attrs=["charge"])
+    mgk = gk.MarginalizedGraphKernel(TensorProduct(element=KroneckerDelta(0.5)),
+                                     TensorProduct(order=KroneckerDelta(0.5)), q=0.05, backend="cpu", dtype=np.float64)
+    np.testing.assert_array_equal(mgk([as_igraph(g) for g in graphs]), mgk(graphs))
+    spk = gk.ShortestPathKernel(node_kernel=DiracNode("element"), backend="cpu")
+    np.testing.assert_array_equal(spk([as_igraph(g) for g in graphs]), spk(graphs))
+    with pytest.raises(TypeError, match="single Graph"):
+        spk(as_igraph(graphs[0]))
 
 
 def test_label_arrays_fill_in_columns_of_graphs_without_items():

@@ -71,7 +71,7 @@ def test_mixed_inputs_and_errors_name_the_item_and_converter():
     bad.add_node(0, element="Xx")
     with pytest.raises(ValueError, match=r"Y\[0\] could not be converted by Graph.from_networkx: .*'Xx' at node 0"):
         as_graphs([bad], name="Y")
-    with pytest.raises(TypeError, match=r"X\[0\] is a float, expected a graphkern.Graph, a networkx graph"):
+    with pytest.raises(TypeError, match=r"X\[0\] is a float, expected a graphkern.Graph, a networkx or igraph graph"):
         as_graphs([1.5])
     with pytest.raises(TypeError, match="single str"):
         as_graphs("CCO")

@@ -438,7 +438,7 @@ def _dense_labels(G, col):
 
 
 def test_missing_label_column_names_it(rng):
-    X = [random_graph(rng, 4), random_graph(rng, 5)]
+    X = [random_graph(rng, 4, 1.0), random_graph(rng, 5)]  # the first has edges: it lacks a column it needs
     del X[1].node_labels["element"]
     kern = MarginalizedGraphKernel(TensorProduct(element=KroneckerDelta(0.5)), Constant(1.0), backend="cpu")
     with pytest.raises(KeyError, match="no node label 'element'"):

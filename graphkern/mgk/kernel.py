@@ -735,8 +735,9 @@ def _positive_real(value, name):
 
 
 def _graph_list(graphs, name):
-    """``graphs`` as a list of :class:`graphkern.Graph` (networkx graphs, RDKit molecules and SMILES
-    strings converted by :func:`graphkern.convert.as_graphs`), each with at least one vertex."""
+    """``graphs`` as a list of :class:`graphkern.Graph` (networkx and igraph graphs, RDKit
+    molecules, SMILES strings converted by :func:`graphkern.convert.as_graphs`), each with at
+    least one vertex."""
     graphs = as_graphs(graphs, name)
     for k, g in enumerate(graphs):
         if g.n_nodes == 0:
