@@ -45,7 +45,8 @@ def as_graphs(X, name="X", validate=True):
     atoms); kinds may be mixed.
     Molecules get the labels of every molecule reader: ``element`` (atomic number), ``charge``
     and ``bond_order`` (1, 2, 3, 4 = aromatic), so the same molecule from an SD file, RDKit, a
-    SMILES string or networkx has the same label codes.  A single graph is refused (it is almost
+    SMILES string or networkx has the same label codes, bond orders as the source writes them
+    (most SD files write aromatic rings in a Kekulé form, 1 and 2, where RDKit perceives 4).  A single graph is refused (it is almost
     always a forgotten ``[G]``); errors name ``name``, the item and the converter.  ``validate``:
     check every graph's row pointers and column indices (:func:`require_valid_all`); a caller
     whose own compiled pass checks them before anything reads them passes False.

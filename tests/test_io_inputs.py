@@ -59,6 +59,21 @@ def test_the_same_molecules_from_every_source_get_the_same_labels():
         assert from_nx.node_labels["element"].dtype == np.int64 and 6 in from_nx.node_labels["element"]
 
 
+def test_smiles_without_hydrogens_drops_every_hydrogen_as_the_sd_reader(tmp_path):
+    """Heavy atoms only means no hydrogen of any isotope, from SMILES as from an SD file (RDKit's
+    RemoveHs keeps deuterium and H2)."""
+    smiles = ["[2H]C", "C([2H])([2H])[2H]", "[H][H]", "[2H]OC(=O)C", "[H+].[Cl-]", "CCO"]
+    path = tmp_path / "h.sdf"
+    with Chem.SDWriter(str(path)) as writer:
+        for s in smiles:
+            writer.write(Chem.MolFromSmiles(s))
+    for s, sdf_graph in zip(smiles, read_sdf(str(path), hydrogens=False)):
+        graph = graphkern.io.from_smiles(s)
+        assert graph.n_nodes == sdf_graph.n_nodes and 1 not in graph.node_labels["element"], s
+        same_molecule(graph, sdf_graph)
+    assert graphkern.io.from_smiles("[2H]C", hydrogens=True).n_nodes == 5
+
+
 def test_mixed_inputs_and_errors_name_the_item_and_converter():
     G = Graph.from_edges([(0, 1)])
     out = as_graphs([G, "CCO", nx.path_graph(3), Chem.MolFromSmiles("C=O")], name="X")

@@ -53,14 +53,17 @@ def _parse(Chem, smiles, hydrogens):
         mol = Chem.MolFromSmiles(smiles)
     if mol is None:
         return None
-    return Chem.AddHs(mol) if hydrogens else Chem.RemoveHs(mol)
+    # without hydrogens: none at all, as the SD reader drops them (RemoveHs keeps isotopes and H2)
+    return Chem.AddHs(mol) if hydrogens else Chem.RemoveAllHs(mol)
 
 
 def from_smiles(smiles, *, hydrogens=False, name=None):
     """One SMILES string as a graph.
 
     ``hydrogens=True`` adds every hydrogen as an atom (RDKit ``AddHs``); by default
-    the graph holds the heavy atoms only.  Aromatic rings keep aromatic bonds (4).
+    the graph holds the heavy atoms only (no hydrogen of any isotope, as :func:`read_sdf`
+    with ``hydrogens=False``).  Aromatic rings keep aromatic bonds (4), where most SD files
+    write a Kekulé form (1 and 2).
     """
     if not isinstance(smiles, str):
         raise TypeError(f"smiles must be a string, got {type(smiles).__name__}")
