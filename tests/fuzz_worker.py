@@ -166,7 +166,8 @@ def run_reader(case):
     path = case["path"]
     with open(path, "wb") as f:
         f.write(case["data"])
-    {"mtx": gio.read_matrix_market, "sdf": gio.read_sdf, "smi": gio.read_smiles}[case["format"]](path)
+    {"mtx": gio.read_matrix_market, "sdf": gio.read_sdf, "smi": gio.read_smiles,
+     "txt": gio.read_edgelist}[case["format"]](path)
 
 
 def run_snippet(case):

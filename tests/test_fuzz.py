@@ -199,12 +199,14 @@ SDF = (b"m\n  x\n\n  2  1  0  0  0  0  0  0  0  0999 V2000\n"
        b"    0.0000    0.0000    0.0000 C   0  0  0  0  0  0  0  0  0  0  0  0\n"
        b"    1.0000    0.0000    0.0000 O   0  0  0  0  0  0  0  0  0  0  0  0\n"
        b"  1  2  2  0\nM  END\n$$$$\n")
+EDGES = b"# n 5\n0\t1\n1\t2 \n% KONECT\n4 3\n2 1\n0 0\n"
+SEED_FILES = {"mtx": MM, "sdf": SDF, "txt": EDGES}
 
 
 @st.composite
 def reader_cases(draw):
-    fmt = draw(st.sampled_from(["mtx", "sdf"]))
-    data = bytearray(MM if fmt == "mtx" else SDF)
+    fmt = draw(st.sampled_from(sorted(SEED_FILES)))
+    data = bytearray(SEED_FILES[fmt])
     kind = draw(st.sampled_from(["edit", "edit", "truncate", "binary", "utf16"]))
     if kind == "edit":
         for _ in range(draw(st.integers(1, 4))):
