@@ -11,13 +11,14 @@ at fault.
 from __future__ import annotations
 
 import io
+import os
 
 import numpy as np
 
 from .._backend import resolve_threads
 from .._cpu import validate as _compiled
 from ..graph import Graph
-from ._text import FileFormatError, load_table, open_text, source_name
+from ._text import FileFormatError, _named_errors, load_table, open_text, source_name
 
 __all__ = ["read_edgelist"]
 
@@ -54,8 +55,7 @@ def read_edgelist(source, *, weighted=None, renumber=False, comments="#%", delim
         that is negative or not whole, a repeated edge with another weight, a bad weight.
     """
     path = source_name(source)
-    with open_text(source) as f:
-        text = f.read()
+    text = _Text(source)
     table = _table(text, path, comments, delimiter)
     if table.shape[1] < 2:
         raise FileFormatError(path, _line_of_row(text, comments, 0), "an edge needs two vertex ids")
@@ -118,18 +118,42 @@ def _merge_repeats(text, path, comments, indptr, indices, data, lo, hi):
     return np.concatenate([[0], np.cumsum(counts)]), (key % max(n, 1)).astype(np.int32), data
 
 
+class _Text:
+    """The lines of ``source`` for numpy (a path goes to numpy as it is: it reads a file several
+    times faster than a string) and, read when first asked for, as text (:meth:`text`)."""
+
+    def __init__(self, source):
+        self.source, self._text = source, None
+        if not isinstance(source, (str, os.PathLike)):
+            self.text()
+
+    def text(self):
+        if self._text is None:
+            with open_text(self.source) as f:
+                self._text = f.read()
+        return self._text
+
+    def for_numpy(self):
+        return io.StringIO(self._text) if self._text is not None else os.fspath(self.source)
+
+
 def _table(text, path, comments, delimiter):
-    """The numeric fields of ``text``'s data lines as a table: int64 where every field is an
-    integer, else float64.  numpy reads one comment character fast (the one the text starts with,
-    else the first of ``comments``), several slowly; a file it refuses is walked to name the line."""
-    head = text.lstrip()[:1]
+    """The numeric fields of the data lines (``text``, a :class:`_Text`) as a table: int64 where
+    every field is an integer, else float64.  numpy reads one comment character fast (the one the
+    file starts with, else the first of ``comments``), several slowly; a file it refuses is walked to
+    name the line."""
+    with open_text(text.source if text._text is None else io.StringIO(text._text)) as f:
+        head = f.read(4096).lstrip()[:1]
     mark = head if head and head in comments else (comments[:1] or None)
     attempts = [(np.int64, mark), (np.float64, mark)]
     if len(comments) > 1:
         attempts.append((np.float64, list(comments)))
     for dtype, marks in attempts:
         try:
-            table = load_table(io.StringIO(text), dtype=dtype, delimiter=delimiter, comments=marks)
+            with _named_errors(path):
+                table = load_table(text.for_numpy(), dtype=dtype, delimiter=delimiter, comments=marks)
+        except FileFormatError:
+            raise
         except ValueError:
             continue
         if table.size == 0:
@@ -138,7 +162,7 @@ def _table(text, path, comments, delimiter):
             return table
         break
     width = None
-    for lineno, line in _data_lines(text, comments):
+    for lineno, line in _data_lines(text.text(), comments):
         fields = line.split(delimiter)
         for k, token in enumerate(fields, 1):
             try:
@@ -164,5 +188,5 @@ def _data_lines(text, comments):
 
 
 def _line_of_row(text, comments, row):
-    lines = _data_lines(text, comments)
+    lines = _data_lines(text.text(), comments)
     return lines[row][0] if row < len(lines) else None

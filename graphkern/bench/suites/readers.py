@@ -6,6 +6,10 @@
   ``scipy.io.mmread`` alone and followed by ``.tocsr()``; the two CSR matrices must be equal.
 * SD files: the packaged 1000 NCI molecules repeated, read by ``read_sdf`` beside RDKit's
   ``SDMolSupplier`` without sanitization (when RDKit is installed); the atom counts must agree.
+* Edge lists: the same Chung-Lu graph's edges, each once as ``u<TAB>v`` (no comment lines, which
+  igraph's reader refuses), read by ``read_edgelist`` (a Graph) beside ``networkx.read_edgelist``,
+  ``igraph.Graph.Read_Edgelist`` (when installed) and ``numpy.loadtxt`` followed by the symmetric
+  SciPy CSR; the edge counts and the CSR must agree.
 
 Targets (16 cores): ``read_sdf`` at 50,000 molecules/s or more on 20,000 molecules;
 ``read_matrix_market`` within 1.25x the time of ``scipy.io.mmread(path).tocsr()`` (the library's
@@ -24,7 +28,8 @@ from graphkern.bench.report import Target, check_answer, guarded, print_table, p
 from graphkern.bench.timing import time_cpu
 
 NAME = "readers"
-HELP = "read_matrix_market and read_sdf against scipy.io.mmread and RDKit's SDMolSupplier"
+HELP = ("read_matrix_market, read_sdf and read_edgelist against scipy.io.mmread, RDKit's SDMolSupplier and the "
+        "networkx, igraph and NumPy edge-list readers")
 
 SDF_TARGET = Target("read_sdf ≥ 50,000 molecules/s", ">=", 50_000, unit=" molecules/s", gpu=None,
                     sizes="20,000 molecules")
@@ -47,7 +52,8 @@ def run(args, ctx):
     with tempfile.TemporaryDirectory(prefix="graphkern-bench-readers-") as tmp:
         mtx = _matrix_market_rows(os.path.join(tmp, "graph.mtx"), entries, repeat)
         sdf = _sdf_rows(os.path.join(tmp, "molecules.sdf"), molecules, repeat)
-    rows += mtx + sdf
+        edges = _edgelist_rows(os.path.join(tmp, "graph.txt"), entries, repeat)
+    rows += mtx + sdf + edges
     for r in rows:
         if r.get("seconds"):
             r["rate"] = r["items"] / r["seconds"]
@@ -55,7 +61,8 @@ def run(args, ctx):
                        ("megabytes", "MB", "{:.1f}"), ("seconds", "time s", "{:.3f}"), "repeats",
                        ("rate", "items/s", "{:,.0f}"), ("vs", "x graphkern time", "{:.2f}"), ("note", "note")],
                 title=f"file readers, median of {repeat} read(s) each",
-                legend="items: entry lines of the Matrix Market file, molecules of the SD file; x graphkern time: "
+                legend="items: entry lines of the Matrix Market file, molecules of the SD file, lines of the edge "
+                       "list; x graphkern time: "
                        "the reader's time over graphkern's (above 1: graphkern is faster)")
     ours = {r["file"]: r for r in rows if r["reader"].startswith("graphkern")}
     peer = next((r for r in mtx if r["reader"] == "scipy.io.mmread + tocsr" and r.get("seconds")), None)
@@ -98,6 +105,58 @@ def _matrix_market_rows(path, entries, repeat):
             and np.array_equal(mine.indices, want.indices) and np.array_equal(mine.data, want.data))
     check_answer("read_matrix_market against scipy.io.mmread", 0.0 if same else 1.0, 0.0)
     return rows
+
+
+def _edgelist_rows(path, entries, repeat):
+    import scipy.sparse as sp
+
+    from graphkern.generators import chung_lu
+    from graphkern.io import read_edgelist
+
+    n = max(16, entries // 7)
+    upper = sp.triu(chung_lu(n, 2.3, 14, seed=3, as_csr=True), k=1).tocoo()
+    np.savetxt(path, np.stack([upper.row, upper.col], axis=1), fmt="%d", delimiter="\t")
+    base = {"file": "edge list", "items": upper.nnz, "megabytes": os.path.getsize(path) / 1e6}
+    got = []
+    ours = time_cpu(lambda: got.append(read_edgelist(path)), repeat=repeat, warmup=0)
+    mine = got[-1].to_scipy()
+    got.clear()
+    rows = [dict(base, reader="graphkern read_edgelist", seconds=ours.median, repeats=len(ours.times))]
+
+    def numpy_scipy():
+        e = np.loadtxt(path, dtype=np.int64, ndmin=2)
+        r, c = np.concatenate([e[:, 0], e[:, 1]]), np.concatenate([e[:, 1], e[:, 0]])
+        return sp.csr_matrix((np.ones(len(r)), (r, c)), shape=(int(e.max()) + 1,) * 2)
+
+    def networkx_read():
+        import networkx as nx
+        return nx.read_edgelist(path, nodetype=int).number_of_edges()
+
+    def igraph_read():
+        import igraph
+        return igraph.Graph.Read_Edgelist(path, directed=False).ecount()
+
+    for name, read in (("numpy.loadtxt + scipy CSR", numpy_scipy), ("networkx.read_edgelist", networkx_read),
+                       ("igraph Read_Edgelist", igraph_read)):
+        rows.append(guarded(dict(base, reader=name), _edge_peer, read, repeat, ours.median, upper.nnz, mine))
+    return rows
+
+
+def _edge_peer(read, repeat, ours, edges, mine):
+    """A peer's reading, timed; its edge count (or CSR) checked against graphkern's."""
+    try:
+        got = []
+        timing = time_cpu(lambda: got.append(read()), repeat=repeat, warmup=0)
+    except ImportError as err:
+        return {"note": f"{err.name} is not installed"}
+    answer = got[-1]
+    if isinstance(answer, int):
+        note = "the same edges" if answer == edges else f"{answer:,} edges against {edges:,}"
+    else:
+        answer.sort_indices()
+        same = np.array_equal(answer.indptr, mine.indptr) and np.array_equal(answer.indices, mine.indices)
+        note = "the same CSR" if same else "a different CSR"
+    return {"seconds": timing.median, "repeats": len(timing.times), "vs": timing.median / ours, "note": note}
 
 
 def _sdf_rows(path, molecules, repeat):
