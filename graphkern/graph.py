@@ -37,8 +37,8 @@ from graphkern._arrays import (_INT32_MAX, _INT64_MAX, ATOMIC_NUMBER, DIFFERS, D
                                require_memory, scan, scan_threads)
 from graphkern._cpu import validate as _compiled
 
-__all__ = ["Graph", "PackedGraphs", "pack_graphs", "label_arrays", "content_digest", "content_tokens", "as_csr_matrix",
-           "category_code", "require_memory", "ATOMIC_NUMBER"]
+__all__ = ["Graph", "PackedGraphs", "pack_graphs", "label_arrays", "content_digest", "content_tokens",
+           "as_csr_matrix", "category_code", "require_memory", "ATOMIC_NUMBER"]
 
 class Graph:
     """An undirected graph with optional edge weights and named label columns.
@@ -339,9 +339,11 @@ class Graph:
         edges = [(pos[u], pos[v]) for u, v in G.edges]
         ndata = [G.nodes[v] for v in nodes]
         edata = [d for _, _, d in G.edges(data=True)]
-        tables = [(lambda dicts=dicts: set().union(*dicts), lambda a, dicts=dicts: [d.get(a) for d in dicts])
-                  for dicts in (ndata, edata)]
-        return _attributed(cls, len(nodes), edges, *tables[0], *tables[1], weight, node_attrs, edge_attrs,
+
+        def table(dicts):  # the attributes any item has; one attribute's values, None where missing
+            return (lambda: set().union(*dicts)), (lambda a: [d.get(a) for d in dicts])
+
+        return _attributed(cls, len(nodes), edges, *table(ndata), *table(edata), weight, node_attrs, edge_attrs,
                            lambda k: "({!r}, {!r})".format(*list(G.edges)[k]), name)
 
     @classmethod
@@ -356,11 +358,15 @@ class Graph:
             raise ValueError("igraph graph is directed; graphkern graphs are undirected (use G.as_undirected())")
         if G.has_multiple():
             raise ValueError("igraph multigraphs are not supported; collapse parallel edges first (G.simplify())")
-        tables = [(lambda seq=seq, skip=skip: set(seq.attributes()) - skip,
-                   lambda a, seq=seq: seq[a] if a in seq.attributes() else [None] * len(seq))
-                  for seq, skip in ((G.vs, {"name", "_nx_name"}), (G.es, set()))]
-        return _attributed(cls, G.vcount(), G.get_edgelist(), *tables[0], *tables[1], weight, node_attrs, edge_attrs,
-                           lambda k: str(G.es[k].tuple), name)
+
+        def table(seq, ids=()):  # igraph gives None where an item lacks the attribute
+            def values(a):
+                return seq[a] if a in seq.attributes() else [None] * len(seq)
+
+            return (lambda: set(seq.attributes()) - set(ids)), values
+
+        return _attributed(cls, G.vcount(), G.get_edgelist(), *table(G.vs, ("name", "_nx_name")), *table(G.es),
+                           weight, node_attrs, edge_attrs, lambda k: str(G.es[k].tuple), name)
 
     # ------------------------------------------------------------------ views
     @property
