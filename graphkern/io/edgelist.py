@@ -136,14 +136,18 @@ class _Text:
     def for_numpy(self):
         return io.StringIO(self._text) if self._text is not None else os.fspath(self.source)
 
+    def head(self):
+        """The first character that is not whitespace (in the first 4096)."""
+        with open_text(io.StringIO(self._text) if self._text is not None else self.source) as f:
+            return f.read(4096).lstrip()[:1]
+
 
 def _table(text, path, comments, delimiter):
     """The numeric fields of the data lines (``text``, a :class:`_Text`) as a table: int64 where
     every field is an integer, else float64.  numpy reads one comment character fast (the one the
     file starts with, else the first of ``comments``), several slowly; a file it refuses is walked to
     name the line."""
-    with open_text(text.source if text._text is None else io.StringIO(text._text)) as f:
-        head = f.read(4096).lstrip()[:1]
+    head = text.head()
     mark = head if head and head in comments else (comments[:1] or None)
     attempts = [(np.int64, mark), (np.float64, mark)]
     if len(comments) > 1:
