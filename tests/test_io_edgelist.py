@@ -117,3 +117,51 @@ def test_large_ids_renumbered(tmp_path):
     graph = read_edgelist(path, renumber=True)
     assert graph.node_labels["id"].tolist() == [7, 4294967296, 10000000000]
     assert graph.to_scipy().toarray().tolist() == [[0, 1, 1], [1, 0, 0], [1, 0, 0]]
+
+
+def test_compiled_parse_agrees_with_numpy_or_declines():
+    """The compiled parse of edge lines gives numpy's int64 table, chunked on any thread count, or
+    declines (None) where a line is not two or three unsigned integers; never another table."""
+    pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    from graphkern._cpu import validate as compiled
+
+    field = st.one_of(st.integers(0, 10**6).map(str), st.sampled_from(["-1", "+2", "1.5", "1e3", "x", "0007",
+                                                                       "1234567890123456789"]))
+    line = st.one_of(st.lists(st.integers(0, 10**6).map(str), min_size=2, max_size=3),
+                     st.lists(field, min_size=0, max_size=4), st.just(["#", "comment"]), st.just(["%"]))
+    blank = st.sampled_from([" ", "\t", "  \t"])
+    end = st.sampled_from(["\n", "\r\n", " \n"])
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.lists(st.tuples(line, blank, end), max_size=30), st.booleans(), st.integers(1, 4),
+           st.integers(1, 64))
+    def check(lines, final_newline, threads, chunk):
+        text = "".join(sep.join(fields) + eol for fields, sep, eol in lines)
+        if not final_newline:
+            text = text.rstrip("\r\n")
+        got = compiled.parse_edge_lines(np.frombuffer(text.encode(), np.uint8), np.frombuffer(b"#%", np.uint8),
+                                        threads, chunk)
+        if got is None:
+            return
+        data = [ln.split("#")[0].split("%")[0].split() for ln in text.splitlines()]
+        want = [list(map(int, f)) for f in data if f]
+        assert got.tolist() == want and got.dtype == np.int64
+        assert got.shape[1] == (len(want[0]) if want else 2)
+
+    check()
+
+
+def test_compiled_and_numpy_paths_give_one_graph(rng, tmp_path, monkeypatch):
+    """The compiled parse and numpy's give the same Graph (an integer third field not read)."""
+    from graphkern._cpu import validate as compiled
+
+    e = rng.integers(0, 500, size=(3000, 2))
+    w = rng.integers(1, 4, size=3000)
+    path = tmp_path / "g.txt"
+    path.write_text("# header\n" + "\n".join(f"{a}\t{b}\t{w[k]}" for k, (a, b) in enumerate(e)) + "\n")
+    fast = read_edgelist(path, weighted=False)  # repeats of an edge carry other weights: not read
+    monkeypatch.setattr(compiled, "parse_edge_lines", lambda *a: None)
+    general = read_edgelist(path, weighted=False)
+    assert fast == general and fast.n_nodes == e.max() + 1

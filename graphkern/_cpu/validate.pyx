@@ -399,6 +399,107 @@ def first_bad_coordinate_line(const unsigned char[::1] text, int n_fields, int n
     return 0
 
 
+cdef Py_ssize_t _edge_line(const unsigned char[::1] text, Py_ssize_t pos, Py_ssize_t end,
+                           const unsigned char[::1] marks, int64_t *out, int *fields) noexcept nogil:
+    """Read the line of an edge list that starts at ``pos`` and return where the next one starts:
+    ``fields`` 0 for a blank or comment line (its first non-blank byte one of ``marks``), 2 or 3 for
+    that many unsigned decimal integers of at most 18 digits separated by blanks (into ``out``), -1
+    for any other line."""
+    cdef int f = 0, digits, k
+    cdef int64_t v
+    fields[0] = 0
+    while pos < end and (text[pos] == 32 or text[pos] == 9):
+        pos += 1
+    if pos < end and text[pos] != 10 and text[pos] != 13:
+        for k in range(marks.shape[0]):
+            if text[pos] == marks[k]:
+                f = -1
+        if f == 0:
+            while pos < end and text[pos] != 10 and text[pos] != 13:
+                digits, v = 0, 0
+                while pos < end and 48 <= text[pos] <= 57 and digits < 18:
+                    v = v * 10 + (text[pos] - 48)
+                    pos += 1
+                    digits += 1
+                if f == 3 or digits == 0 or (pos < end and _CLASS[text[pos]] & (BLANK | LINE_END) == 0):
+                    f = -2
+                    break
+                out[f] = v
+                f += 1
+                while pos < end and (text[pos] == 32 or text[pos] == 9):
+                    pos += 1
+            fields[0] = f if f >= 2 else (0 if f == -1 else -1)
+    while pos < end and text[pos] != 10:
+        pos += 1
+    return pos + 1
+
+
+cdef int64_t _edge_lines_in(const unsigned char[::1] text, Py_ssize_t pos, Py_ssize_t end,
+                            const unsigned char[::1] marks, int64_t *table, int width) noexcept nogil:
+    """The data lines of the whole lines in ``[pos, end)``.  With ``table`` NULL (``width`` 0) they
+    are counted: ``rows * 4 + w`` for ``rows`` lines all ``w`` fields wide, 0 for none; otherwise
+    they are written into ``table`` (rows of ``width``) and ``rows`` returned.  -1 where a line is
+    not an edge line (:func:`_edge_line`) or not as wide as the others."""
+    cdef int64_t rows = 0
+    cdef int64_t row[3]
+    cdef int fields, seen = width
+    while pos < end:
+        pos = _edge_line(text, pos, end, marks, row, &fields)
+        if fields == 0:
+            continue
+        if fields < 0 or (seen and fields != seen):
+            return -1
+        seen = fields
+        if table != NULL:
+            table[rows * width] = row[0]
+            table[rows * width + 1] = row[1]
+            if width == 3:
+                table[rows * width + 2] = row[2]
+        rows += 1
+    return rows if table != NULL or rows == 0 else rows * 4 + seen
+
+
+def parse_edge_lines(const unsigned char[::1] text, const unsigned char[::1] marks, int n_threads=1,
+                     Py_ssize_t chunk_bytes=1 << 20):
+    """The edge list ``text`` as an int64 table of two or three columns (vertex ids, then an integer
+    weight) in line order, parsed in runs of whole lines of at least ``chunk_bytes`` on up to
+    ``n_threads`` threads; or None where a line is neither blank, a comment (first non-blank byte in
+    ``marks``) nor two or three unsigned decimal integers of at most 18 digits separated by blanks,
+    or the lines differ in width (the caller then parses the general way, which names the line)."""
+    cdef Py_ssize_t size = text.shape[0], cut
+    cdef int t, nt = <int>max(1, min(<Py_ssize_t>max(n_threads, 1), size // max(chunk_bytes, 1)))
+    cdef int64_t[::1] bounds = np.empty(nt + 1, dtype=np.int64)
+    cdef int64_t[::1] found = np.zeros(nt, dtype=np.int64)
+    cdef int64_t[::1] start = np.zeros(nt + 1, dtype=np.int64)
+    cdef int64_t[:, ::1] view
+    cdef int width = 0
+    bounds[0] = 0
+    bounds[nt] = size
+    with nogil:
+        for t in range(1, nt):  # each run starts where a line does
+            cut = max(<Py_ssize_t>bounds[t - 1], size * t // nt)
+            while cut < size and text[cut - 1] != 10:
+                cut += 1
+            bounds[t] = cut
+        for t in prange(nt, num_threads=nt, schedule="static", chunksize=1, use_threads_if=nt > 1):
+            found[t] = _edge_lines_in(text, bounds[t], bounds[t + 1], marks, NULL, 0)
+    for t in range(nt):  # rows * 4 + width per run (0 for a run of no data line), or -1
+        if found[t] < 0 or (width and found[t] and found[t] % 4 != width):
+            return None
+        if found[t]:
+            width = found[t] % 4
+        start[t + 1] = start[t] + found[t] // 4
+    out = np.empty((start[nt], max(width, 2)), np.int64)
+    if start[nt] == 0:
+        return out
+    view = out
+    with nogil:
+        for t in prange(nt, num_threads=nt, schedule="static", chunksize=1, use_threads_if=nt > 1):
+            if start[t + 1] > start[t]:
+                _edge_lines_in(text, bounds[t], bounds[t + 1], marks, &view[start[t], 0], width)
+    return out
+
+
 cdef inline uint64_t _mix(uint64_t z) noexcept nogil:
     """splitmix64's finaliser: every input bit reaches every output bit."""
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL

@@ -18,7 +18,7 @@ import numpy as np
 from .._backend import resolve_threads
 from .._cpu import validate as _compiled
 from ..graph import Graph
-from ._text import FileFormatError, _named_errors, load_table, open_text, source_name
+from ._text import FileFormatError, _named_errors, load_table, open_text, read_bytes, source_name
 
 __all__ = ["read_edgelist"]
 
@@ -46,7 +46,7 @@ def read_edgelist(source, *, weighted=None, renumber=False, comments="#%", delim
     delimiter : str or None
         The field separator; None means runs of whitespace.
     n_threads : int or None
-        Threads placing the edges; None means all cores.
+        Threads parsing the lines and placing the edges; None means all cores.
 
     Raises
     ------
@@ -56,7 +56,7 @@ def read_edgelist(source, *, weighted=None, renumber=False, comments="#%", delim
     """
     path = source_name(source)
     text = _Text(source)
-    table = _table(text, path, comments, delimiter)
+    table = _table(text, path, comments, delimiter, resolve_threads(n_threads))
     if table.shape[1] < 2:
         raise FileFormatError(path, _line_of_row(text, comments, 0), "an edge needs two vertex ids")
     ends = table[:, :2]
@@ -87,8 +87,7 @@ def read_edgelist(source, *, weighted=None, renumber=False, comments="#%", delim
     lo, hi = ends.min(axis=1).astype(np.int32), ends.max(axis=1).astype(np.int32)
     values = weights if weighted else np.ones(len(lo))
     # each edge and its mirror placed in one compiled pass (every row sorted where the list has no repeat)
-    indptr, indices, data, figures = _compiled.coordinates_to_csr(lo, hi, values, n, resolve_threads(n_threads),
-                                                                   True)
+    indptr, indices, data, figures = _compiled.coordinates_to_csr(lo, hi, values, n, resolve_threads(n_threads), True)
     if figures["duplicate"]:
         indptr, indices, data = _merge_repeats(text, path, comments, indptr, indices, data, lo, hi)
     try:
@@ -136,17 +135,32 @@ class _Text:
     def for_numpy(self):
         return io.StringIO(self._text) if self._text is not None else os.fspath(self.source)
 
+    def bytes(self):
+        """The file's bytes as a uint8 array (mapped where it is a plain file)."""
+        if self._text is not None:
+            return np.frombuffer(self._text.encode(), np.uint8)
+        path = os.fspath(self.source)
+        if not path.endswith(".gz") and os.path.getsize(path):
+            return np.memmap(path, dtype=np.uint8, mode="r")
+        return np.frombuffer(read_bytes(path), np.uint8)
+
     def head(self):
         """The first character that is not whitespace (in the first 4096)."""
         with open_text(io.StringIO(self._text) if self._text is not None else self.source) as f:
             return f.read(4096).lstrip()[:1]
 
 
-def _table(text, path, comments, delimiter):
+def _table(text, path, comments, delimiter, n_threads):
     """The numeric fields of the data lines (``text``, a :class:`_Text`) as a table: int64 where
-    every field is an integer, else float64.  numpy reads one comment character fast (the one the
-    file starts with, else the first of ``comments``), several slowly; a file it refuses is walked to
-    name the line."""
+    every field is an integer, else float64.  The common file -- two or three unsigned integers a
+    line, blank-separated, comment lines -- is parsed in compiled code on ``n_threads`` threads;
+    other files by numpy, which reads one comment character fast (the one the file starts with, else
+    the first of ``comments``), several slowly; a file numpy refuses is walked to name the line."""
+    if delimiter is None and comments.isascii():
+        with _named_errors(path):
+            table = _compiled.parse_edge_lines(text.bytes(), np.frombuffer(comments.encode(), np.uint8), n_threads)
+        if table is not None:
+            return table
     head = text.head()
     mark = head if head and head in comments else (comments[:1] or None)
     attempts = [(np.int64, mark), (np.float64, mark)]
