@@ -279,7 +279,8 @@ class Graph:
         uniq, counts = np.unique(key, return_counts=True)
         if np.any(counts > 1):
             i, j = divmod(int(uniq[counts > 1][0]), max(n_nodes, 1))
-            raise ValueError(f"edge ({i}, {j}) is listed more than once")
+            raise ValueError(f"edge ({i}, {j}) is listed more than once (graphkern.io.read_edgelist merges an edge "
+                             "list's repeats and both directions)")
         loop = lo == hi
         src = np.concatenate([np.arange(m), np.flatnonzero(~loop)])
         r, c = np.concatenate([e, e[~loop, ::-1]]).T  # each edge, then the mirror of each non-loop
