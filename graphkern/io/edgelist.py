@@ -3,9 +3,10 @@
 Lines that start with a comment character (``#`` and ``%`` by default) and blank lines are
 skipped; fields are separated by whitespace (or ``delimiter``); the vertex ids are non-negative
 integers.  The list is read as an undirected graph: an edge given in both directions, or more than
-once, is one edge (the repeats of a weighted edge must carry its weight).  The lines are parsed by
-``numpy.loadtxt`` in compiled code; only a file it refuses is walked line by line, to name the line
-at fault.
+once, is one edge (the repeats of a weighted edge must carry its weight).  Lines of two or three
+unsigned integers are parsed in compiled code on every core (graphkern/_cpu/validate.pyx); a file
+with other lines goes to ``numpy.loadtxt``, and one numpy refuses is walked line by line, to name
+the line at fault.
 """
 
 from __future__ import annotations
@@ -55,8 +56,9 @@ def read_edgelist(source, *, weighted=None, renumber=False, comments="#%", delim
         that is negative or not whole, a repeated edge with another weight, a bad weight.
     """
     path = source_name(source)
+    n_threads = resolve_threads(n_threads)
     text = _Text(source)
-    table = _table(text, path, comments, delimiter, resolve_threads(n_threads))
+    table = _table(text, path, comments, delimiter, n_threads)
     if table.shape[1] < 2:
         raise FileFormatError(path, _line_of_row(text, comments, 0), "an edge needs two vertex ids")
     ends = table[:, :2]
@@ -87,7 +89,7 @@ def read_edgelist(source, *, weighted=None, renumber=False, comments="#%", delim
     lo, hi = ends.min(axis=1).astype(np.int32), ends.max(axis=1).astype(np.int32)
     values = weights if weighted else np.ones(len(lo))
     # each edge and its mirror placed in one compiled pass (every row sorted where the list has no repeat)
-    indptr, indices, data, figures = _compiled.coordinates_to_csr(lo, hi, values, n, resolve_threads(n_threads), True)
+    indptr, indices, data, figures = _compiled.coordinates_to_csr(lo, hi, values, n, n_threads, True)
     if figures["duplicate"]:
         indptr, indices, data = _merge_repeats(text, path, comments, indptr, indices, data, lo, hi)
     try:
