@@ -407,28 +407,28 @@ cdef Py_ssize_t _edge_line(const unsigned char[::1] text, Py_ssize_t pos, Py_ssi
     for any other line."""
     cdef int f = 0, digits, k
     cdef int64_t v
+    cdef bint comment = False
     fields[0] = 0
     while pos < end and (text[pos] == 32 or text[pos] == 9):
         pos += 1
-    if pos < end and text[pos] != 10 and text[pos] != 13:
+    if pos < end:
         for k in range(marks.shape[0]):
-            if text[pos] == marks[k]:
-                f = -1
-        if f == 0:
-            while pos < end and text[pos] != 10 and text[pos] != 13:
-                digits, v = 0, 0
-                while pos < end and 48 <= text[pos] <= 57 and digits < 18:
-                    v = v * 10 + (text[pos] - 48)
-                    pos += 1
-                    digits += 1
-                if f == 3 or digits == 0 or (pos < end and _CLASS[text[pos]] & (BLANK | LINE_END) == 0):
-                    f = -2
-                    break
-                out[f] = v
-                f += 1
-                while pos < end and (text[pos] == 32 or text[pos] == 9):
-                    pos += 1
-            fields[0] = f if f >= 2 else (0 if f == -1 else -1)
+            comment = comment or text[pos] == marks[k]
+    if pos < end and text[pos] != 10 and text[pos] != 13 and not comment:
+        while pos < end and text[pos] != 10 and text[pos] != 13:
+            digits, v = 0, 0
+            while pos < end and 48 <= text[pos] <= 57 and digits < 18:
+                v = v * 10 + (text[pos] - 48)
+                pos += 1
+                digits += 1
+            if f == 3 or digits == 0 or (pos < end and _CLASS[text[pos]] & (BLANK | LINE_END) == 0):
+                f = 0  # not an edge line
+                break
+            out[f] = v
+            f += 1
+            while pos < end and (text[pos] == 32 or text[pos] == 9):
+                pos += 1
+        fields[0] = f if f >= 2 else -1
     while pos < end and text[pos] != 10:
         pos += 1
     return pos + 1

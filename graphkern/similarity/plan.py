@@ -282,13 +282,12 @@ def choose_variant(degrees, locality=None, window=None):
     row masks where at least half the pairs lie within 32 of each other (``"window"``), else
     staged in shared memory block by block where at least half the entries stay inside a block
     (``"staged"``).  Longer lists favour the work line, carried by each pair's long list with
-    bitmaps and hash tables of the long lists (``"longrow"``: 1.0-3.3x ``"warp"`` on every graph
-    measured from 2*10^6 entries, Chung-Lu, R-MAT, Barabasi-Albert and near-uniform, and on the
-    smaller ones of mean degree past 12; ahead of ``"hub"`` on all of them),
-    except on a small graph (under LONGROW_MIN_ENTRIES stored entries) of low mean degree (at
-    most WARP_MAX_MEAN) without a hub of 8192 that dwarfs the mean: there a group of lanes per
-    entry (``"warp"``) is ahead on Barabasi-Albert graphs (1.3-1.4x, 0.1-0.2 ms) though behind on
-    Chung-Lu ones (1.3-2.3x, 0.1-0.5 ms), and keeps weighted sums free of float atomics.
+    bitmaps and hash tables of the long lists (``"longrow"``, ahead of ``"warp"`` and ``"hub"`` on
+    large graphs of every degree distribution and on small ones of high mean degree), except on a
+    small graph (under LONGROW_MIN_ENTRIES stored entries) of low mean degree (at most
+    WARP_MAX_MEAN) without a hub of 8192 that dwarfs the mean: there a group of lanes per entry
+    (``"warp"``) is about as fast, ahead on some graphs and behind on others by fractions of a
+    millisecond, and keeps weighted sums free of float atomics (the figures: docs/performance.md).
     Weighted graphs run ``"longrow"`` without bitmaps and tables; :func:`plan_similarity` runs
     ``"warp"`` where the work line does not fit.
     """
